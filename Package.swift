@@ -1,0 +1,64 @@
+// swift-tools-version: 6.0
+//
+// The package is the layer diagram (docs/architecture.md): a target depends
+// only on the layers below it. HCI holds codecs and state machines and does no
+// I/O; Transports is the only target that touches file descriptors.
+import PackageDescription
+
+let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
+
+let package = Package(
+    name: "swift-ble-host",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "HCI", targets: ["HCI"]),
+        .library(name: "Snoop", targets: ["Snoop"]),
+        .library(name: "Transports", targets: ["Transports"]),
+        .library(name: "BLETesting", targets: ["BLETesting"]),
+        .executable(name: "btctl", targets: ["btctl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+    ],
+    targets: [
+        .target(name: "CBlueZ", linkerSettings: [.linkedLibrary("bluetooth")]),
+        .target(
+            name: "HCI",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            swiftSettings: strict),
+        .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
+        .target(
+            name: "Transports",
+            dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
+        .target(
+            name: "BLETesting",
+            dependencies: ["HCI", "Snoop", "Transports", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
+        .executableTarget(
+            name: "btctl",
+            dependencies: [
+                "HCI", "Snoop", "Transports",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict),
+        .executableTarget(
+            name: "DecodeBenchmark", dependencies: ["HCI", "Snoop"], path: "Benchmarks/DecodeBenchmark",
+            swiftSettings: strict),
+        .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(
+            name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],
+            swiftSettings: strict),
+        .testTarget(
+            name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],
+            swiftSettings: strict),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,1 @@
+int cbluez_placeholder(void) { return 0; }

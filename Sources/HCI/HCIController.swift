@@ -1,0 +1,384 @@
+// The host's view of one controller: sends commands through `CommandFlow`, matches
+// their answers, times them out with an injected clock, paces ACL data with
+// `ACLFlow`, and fans events and ACL data out to subscribers. The only serial owner
+// of this state is the actor; the transport is the only I/O.
+
+import DequeModule
+import Logging
+import Synchronization
+
+/// Why a command or an ACL send did not succeed.
+public enum HCIError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The controller answered with a non-zero status.
+    case commandFailed(opcode: HCIOpcode, status: HCIStatus)
+    /// No Command Complete / Command Status arrived in time.
+    case commandTimedOut(opcode: HCIOpcode, timeout: Duration)
+    /// The answer could not be decoded.
+    case malformedResponse(opcode: HCIOpcode, DecodeError)
+    /// The transport closed or failed before the operation finished.
+    case transportClosed(String)
+    /// The connection went away while data for it was waiting for a buffer.
+    case connectionClosed(handle: UInt16)
+
+    public var description: String {
+        switch self {
+        case let .commandFailed(opcode, status): return "\(opcode) failed: \(status)"
+        case let .commandTimedOut(opcode, timeout): return "\(opcode) timed out after \(timeout)"
+        case let .malformedResponse(opcode, e): return "\(opcode): malformed response: \(e)"
+        case let .transportClosed(reason): return "transport closed: \(reason)"
+        case let .connectionClosed(handle): return "connection 0x\(hex4(handle)) closed"
+        }
+    }
+}
+
+/// Counts what a bounded stream dropped. Shared between the producer and the consumer.
+public final class DropCounter: Sendable {
+    private let value = Mutex(0)
+    public init() {}
+    public var count: Int { value.withLock { $0 } }
+    func increment() { value.withLock { $0 += 1 } }
+}
+
+/// Events from the controller (everything but Command Complete and Command Status,
+/// which answer commands). Buffer: the newest `capacity` events; older ones are
+/// dropped when the consumer falls behind and counted in `dropped`. Ends when the
+/// transport closes.
+public struct HCIEventStream: AsyncSequence, Sendable {
+    public typealias Element = HCIEvent
+    let base: AsyncStream<HCIEvent>
+    public let dropped: DropCounter
+    public func makeAsyncIterator() -> AsyncStream<HCIEvent>.Iterator { base.makeAsyncIterator() }
+}
+
+/// Inbound ACL data. Buffer: unbounded up to `capacity` packets, then the newest are
+/// kept and drops are counted. Ends when the transport closes.
+public struct ACLDataStream: AsyncSequence, Sendable {
+    public typealias Element = ACLDataPacket
+    let base: AsyncStream<ACLDataPacket>
+    public let dropped: DropCounter
+    public func makeAsyncIterator() -> AsyncStream<ACLDataPacket>.Iterator { base.makeAsyncIterator() }
+}
+
+public actor HCIController {
+    public nonisolated let transport: any HCITransport
+    public let commandTimeout: Duration
+    private let clock: any Clock<Duration>
+    private let logger: Logger
+
+    private var flow = CommandFlow()
+    private var waiters: [UInt64: CheckedContinuation<CommandFlow.Outcome, any Error>] = [:]
+    private var acl = ACLFlow(total: 0)
+    private var aclWaiters = Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>()
+    private var nextACLWaiter: UInt64 = 1
+    private var eventSubscribers: [UInt64: (AsyncStream<HCIEvent>.Continuation, DropCounter)] = [:]
+    private var aclSubscribers: [UInt64: (AsyncStream<ACLDataPacket>.Continuation, DropCounter)] = [:]
+    private var nextSubscriber: UInt64 = 1
+    private var timers: [UInt64: Task<Void, Never>] = [:]
+    private var outbox = Deque<HCIPacket>()
+    private var pumping = false
+    private var readerTask: Task<Void, Never>?
+    private var closedReason: String?
+
+    /// What `initialize()` learned; nil before it ran.
+    public private(set) var info: ControllerInfo?
+
+    public init(transport: any HCITransport, clock: any Clock<Duration> = ContinuousClock(),
+                commandTimeout: Duration = .seconds(5), logger: Logger) {
+        self.transport = transport
+        self.clock = clock
+        self.commandTimeout = commandTimeout
+        self.logger = logger
+    }
+
+    /// Starts reading from the transport. Called by the first command if not before.
+    public func start() {
+        guard readerTask == nil else { return }
+        let inbound = transport.inbound
+        readerTask = Task { [weak self] in
+            do {
+                for try await packet in inbound {
+                    guard let self else { return }
+                    await self.receive(packet)
+                }
+                await self?.transportEnded("closed")
+            } catch {
+                await self?.transportEnded("\(error)")
+            }
+        }
+    }
+
+    /// Closes the transport; every pending operation fails and every stream ends.
+    public func close() async {
+        await transport.close()
+        transportEnded("closed by the host")
+        readerTask?.cancel()
+    }
+
+    public var isClosed: Bool { closedReason != nil }
+
+    // MARK: Commands
+
+    /// Sends a command and waits for its Command Complete (returning the decoded return
+    /// parameters) or, for commands that finish later, its successful Command Status.
+    @discardableResult
+    public func send<C: HCICommand>(_ command: C) async throws -> C.ReturnParameters {
+        let outcome = try await submit(opcode: C.opcode, parameters: command.parameters, completesWithStatus: C.completesWithStatus)
+        switch outcome {
+        case let .status(s):
+            guard s.isSuccess else { throw HCIError.commandFailed(opcode: C.opcode, status: s) }
+            var r = ByteReader([], context: "\(C.opcode)")
+            do { return try C.ReturnParameters(returnParameters: &r) } catch let e as DecodeError {
+                throw HCIError.malformedResponse(opcode: C.opcode, e)
+            }
+        case let .complete(bytes):
+            var r = ByteReader(bytes, context: "\(C.opcode) return parameters")
+            do {
+                let status = HCIStatus(rawValue: try r.readUInt8("Status"))
+                guard status.isSuccess else { throw HCIError.commandFailed(opcode: C.opcode, status: status) }
+                return try C.ReturnParameters(returnParameters: &r)
+            } catch let e as DecodeError {
+                throw HCIError.malformedResponse(opcode: C.opcode, e)
+            }
+        }
+    }
+
+    /// Sends any command by opcode and returns how it ended, without interpreting it.
+    public func sendRaw(opcode: HCIOpcode, parameters: [UInt8], completesWithStatus: Bool = false) async throws -> CommandFlow.Outcome {
+        try await submit(opcode: opcode, parameters: parameters, completesWithStatus: completesWithStatus)
+    }
+
+    private func submit(opcode: HCIOpcode, parameters: [UInt8], completesWithStatus: Bool) async throws -> CommandFlow.Outcome {
+        if let closedReason { throw HCIError.transportClosed(closedReason) }
+        start()
+        let (id, toSend) = flow.submit(opcode: opcode, parameters: parameters, completesWithStatus: completesWithStatus)
+        logger.trace("command queued", metadata: ["hci.opcode": "\(opcode)", "hci.id": "\(id)"])
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<CommandFlow.Outcome, any Error>) in
+                waiters[id] = c
+                armTimer(id: id, opcode: opcode)
+                put(toSend)
+            }
+        } onCancel: {
+            Task { await self.cancel(id: id) }
+        }
+    }
+
+    private func armTimer(id: UInt64, opcode: HCIOpcode) {
+        let clock = self.clock, timeout = commandTimeout
+        timers[id] = Task { [weak self] in
+            do { try await clock.sleep(for: timeout) } catch { return }
+            await self?.timerFired(id: id, opcode: opcode)
+        }
+    }
+
+    private func timerFired(id: UInt64, opcode: HCIOpcode) {
+        timers[id] = nil
+        guard waiters[id] != nil else { return }
+        let (_, toSend) = flow.timedOut(id: id)
+        logger.warning("command timed out", metadata: ["hci.opcode": "\(opcode)", "hci.timeout": "\(commandTimeout)"])
+        finish(id, .failure(HCIError.commandTimedOut(opcode: opcode, timeout: commandTimeout)))
+        put(toSend)
+    }
+
+    private func cancel(id: UInt64) {
+        _ = flow.withdraw(id: id)
+        finish(id, .failure(CancellationError()))
+    }
+
+    private func finish(_ id: UInt64, _ result: Result<CommandFlow.Outcome, any Error>) {
+        timers.removeValue(forKey: id)?.cancel()
+        waiters.removeValue(forKey: id)?.resume(with: result)
+    }
+
+    /// Queues commands for the wire; one pump sends the outbox in order.
+    private func put(_ entries: [CommandFlow.Entry]) {
+        guard !entries.isEmpty else { return }
+        for e in entries { outbox.append(.command(opcode: e.opcode, parameters: e.parameters)) }
+        guard !pumping else { return }
+        pumping = true
+        Task { await self.pump() }
+    }
+
+    private func pump() async {
+        while let p = outbox.popFirst() {
+            if case let .command(opcode, _) = p { logger.trace("command sent", metadata: ["hci.opcode": "\(opcode)"]) }
+            do {
+                try await transport.send(p)
+            } catch {
+                transportEnded("send failed: \(error)")
+                break
+            }
+        }
+        pumping = false
+    }
+
+    // MARK: ACL data
+
+    /// Sends one ACL packet, waiting for a controller buffer if none is free.
+    /// Fails with `.connectionClosed` if the connection disconnects while waiting.
+    public func sendACL(_ packet: ACLDataPacket) async throws {
+        if let closedReason { throw HCIError.transportClosed(closedReason) }
+        start()
+        if aclWaiters.isEmpty, acl.take(handle: packet.handle) {
+            try await sendNow(packet)
+            return
+        }
+        let id = nextACLWaiter
+        nextACLWaiter += 1
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                aclWaiters.append((id, packet.handle, c))
+            }
+        } onCancel: {
+            Task { await self.cancelACLWaiter(id: id) }
+        }
+        try await sendNow(packet)
+    }
+
+    private func sendNow(_ packet: ACLDataPacket) async throws {
+        do {
+            try await transport.send(.acl(packet))
+        } catch {
+            transportEnded("send failed: \(error)")
+            throw HCIError.transportClosed("\(error)")
+        }
+    }
+
+    private func cancelACLWaiter(id: UInt64) {
+        if let i = aclWaiters.firstIndex(where: { $0.id == id }) {
+            aclWaiters.remove(at: i).continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Wakes ACL senders, oldest first, while credits last (a credit is taken for each).
+    private func grantACLCredits() {
+        while let w = aclWaiters.first, acl.take(handle: w.handle) {
+            aclWaiters.removeFirst()
+            w.continuation.resume()
+        }
+    }
+
+    /// Sets the number of LE ACL buffers (done by `initialize()`; tests may set it directly).
+    public func setACLBufferCount(_ n: Int) {
+        acl.reset(total: n)
+        grantACLCredits()
+    }
+
+    public var aclCredits: (available: Int, total: Int, outstanding: [UInt16: Int]) {
+        (acl.available, acl.total, acl.outstanding)
+    }
+
+    // MARK: Subscriptions
+
+    /// A stream of events; see `HCIEventStream` for its buffer policy.
+    public func events(capacity: Int = 1024) -> HCIEventStream {
+        let (stream, continuation) = AsyncStream<HCIEvent>.makeStream(bufferingPolicy: .bufferingNewest(capacity))
+        let counter = DropCounter()
+        if closedReason != nil {
+            continuation.finish()
+        } else {
+            let id = nextSubscriber
+            nextSubscriber += 1
+            eventSubscribers[id] = (continuation, counter)
+            continuation.onTermination = { _ in Task { await self.removeEventSubscriber(id) } }
+        }
+        start()
+        return HCIEventStream(base: stream, dropped: counter)
+    }
+
+    /// A stream of inbound ACL data; see `ACLDataStream` for its buffer policy.
+    public func aclData(capacity: Int = 4096) -> ACLDataStream {
+        let (stream, continuation) = AsyncStream<ACLDataPacket>.makeStream(bufferingPolicy: .bufferingNewest(capacity))
+        let counter = DropCounter()
+        if closedReason != nil {
+            continuation.finish()
+        } else {
+            let id = nextSubscriber
+            nextSubscriber += 1
+            aclSubscribers[id] = (continuation, counter)
+            continuation.onTermination = { _ in Task { await self.removeACLSubscriber(id) } }
+        }
+        start()
+        return ACLDataStream(base: stream, dropped: counter)
+    }
+
+    private func removeEventSubscriber(_ id: UInt64) { eventSubscribers[id] = nil }
+    private func removeACLSubscriber(_ id: UInt64) { aclSubscribers[id] = nil }
+
+    // MARK: Inbound
+
+    private func receive(_ packet: HCIPacket) {
+        switch packet {
+        case let .event(code, parameters):
+            let event: HCIEvent
+            do {
+                event = try HCIEvent(code: code, parameters: parameters)
+            } catch {
+                logger.warning("malformed event ignored", metadata: ["hci.event": "\(code)", "error": "\(error)"])
+                return
+            }
+            handle(event)
+        case let .acl(p):
+            for (_, (c, counter)) in aclSubscribers {
+                if case .dropped = c.yield(p) { counter.increment() }
+            }
+        default:
+            logger.trace("packet ignored", metadata: ["hci.type": "\(packet.type)"])
+        }
+    }
+
+    private func handle(_ event: HCIEvent) {
+        switch event {
+        case let .commandComplete(cc):
+            let (finished, toSend) = flow.commandComplete(cc)
+            if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
+            put(toSend)
+            return
+        case let .commandStatus(cs):
+            let (finished, toSend) = flow.commandStatus(cs)
+            if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
+            put(toSend)
+            return
+        case let .numberOfCompletedPackets(nocp):
+            acl.completed(nocp)
+            grantACLCredits()
+        case let .disconnectionComplete(dc) where dc.status.isSuccess:
+            acl.disconnected(handle: dc.connectionHandle)
+            failACLWaiters(handle: dc.connectionHandle)
+            grantACLCredits()
+            logger.debug("disconnected", metadata: ["ble.handle": "0x\(hex4(dc.connectionHandle))", "hci.reason": "\(dc.reason)"])
+        case let .hardwareError(e):
+            logger.error("controller hardware error", metadata: ["hci.code": "\(e.hardwareCode)"])
+        default:
+            break
+        }
+        for (_, (c, counter)) in eventSubscribers {
+            if case .dropped = c.yield(event) { counter.increment() }
+        }
+    }
+
+    private func failACLWaiters(handle: UInt16) {
+        let (gone, kept) = aclWaiters.reduce(into: ([(UInt64, UInt16, CheckedContinuation<Void, any Error>)](), Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>())) {
+            if $1.handle == handle { $0.0.append(($1.id, $1.handle, $1.continuation)) } else { $0.1.append($1) }
+        }
+        aclWaiters = kept
+        for w in gone { w.2.resume(throwing: HCIError.connectionClosed(handle: handle)) }
+    }
+
+    private func transportEnded(_ reason: String) {
+        guard closedReason == nil else { return }
+        closedReason = reason
+        logger.debug("transport ended", metadata: ["reason": "\(reason)"])
+        _ = flow.failAll()
+        outbox.removeAll()
+        for id in Array(waiters.keys) { finish(id, .failure(HCIError.transportClosed(reason))) }
+        for w in aclWaiters { w.continuation.resume(throwing: HCIError.transportClosed(reason)) }
+        aclWaiters.removeAll()
+        for (_, (c, _)) in eventSubscribers { c.finish() }
+        eventSubscribers.removeAll()
+        for (_, (c, _)) in aclSubscribers { c.finish() }
+        aclSubscribers.removeAll()
+    }
+
+    func record(_ info: ControllerInfo) { self.info = info }
+}

@@ -1,0 +1,106 @@
+// HCI error codes (Core Specification v5.4, Vol 1, Part F, §1.3). Every code has its
+// specification name; unknown codes survive and print as "unknown 0x..".
+
+public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConvertible, Error {
+    public var rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+    public static let success = HCIStatus(rawValue: 0x00)
+    public static let unknownCommand = HCIStatus(rawValue: 0x01)
+    public static let unknownConnectionIdentifier = HCIStatus(rawValue: 0x02)
+    public static let commandDisallowed = HCIStatus(rawValue: 0x0C)
+    public static let unsupportedFeatureOrParameterValue = HCIStatus(rawValue: 0x11)
+    public static let invalidCommandParameters = HCIStatus(rawValue: 0x12)
+    public static let remoteUserTerminatedConnection = HCIStatus(rawValue: 0x13)
+    public static let connectionTerminatedByLocalHost = HCIStatus(rawValue: 0x16)
+    public static let unknownAdvertisingIdentifier = HCIStatus(rawValue: 0x42)
+    public static let operationCancelledByHost = HCIStatus(rawValue: 0x44)
+
+    public var isSuccess: Bool { rawValue == 0 }
+
+    public var name: String? {
+        let i = Int(rawValue)
+        return i < Self.names.count ? Self.names[i] : nil
+    }
+
+    public var description: String {
+        "\(name ?? "unknown") (0x\(hex2(rawValue)))"
+    }
+
+    /// Names from Vol 1, Part F, §1.3, indexed by code.
+    static let names: [String?] = [
+        "Success",  // 0x00
+        "Unknown HCI Command",
+        "Unknown Connection Identifier",
+        "Hardware Failure",
+        "Page Timeout",
+        "Authentication Failure",
+        "PIN or Key Missing",
+        "Memory Capacity Exceeded",
+        "Connection Timeout",
+        "Connection Limit Exceeded",
+        "Synchronous Connection Limit To A Device Exceeded",  // 0x0A
+        "Connection Already Exists",
+        "Command Disallowed",
+        "Connection Rejected due to Limited Resources",
+        "Connection Rejected Due To Security Reasons",
+        "Connection Rejected due to Unacceptable BD_ADDR",
+        "Connection Accept Timeout Exceeded",  // 0x10
+        "Unsupported Feature or Parameter Value",
+        "Invalid HCI Command Parameters",
+        "Remote User Terminated Connection",
+        "Remote Device Terminated Connection due to Low Resources",
+        "Remote Device Terminated Connection due to Power Off",
+        "Connection Terminated By Local Host",
+        "Repeated Attempts",
+        "Pairing Not Allowed",
+        "Unknown LMP PDU",
+        "Unsupported Remote Feature",  // 0x1A
+        "SCO Offset Rejected",
+        "SCO Interval Rejected",
+        "SCO Air Mode Rejected",
+        "Invalid LMP Parameters / Invalid LL Parameters",
+        "Unspecified Error",
+        "Unsupported LMP Parameter Value / Unsupported LL Parameter Value",  // 0x20
+        "Role Change Not Allowed",
+        "LMP Response Timeout / LL Response Timeout",
+        "LMP Error Transaction Collision / LL Procedure Collision",
+        "LMP PDU Not Allowed",
+        "Encryption Mode Not Acceptable",
+        "Link Key cannot be Changed",
+        "Requested QoS Not Supported",
+        "Instant Passed",
+        "Pairing With Unit Key Not Supported",
+        "Different Transaction Collision",  // 0x2A
+        nil,  // 0x2B reserved
+        "QoS Unacceptable Parameter",
+        "QoS Rejected",
+        "Channel Classification Not Supported",
+        "Insufficient Security",
+        "Parameter Out Of Mandatory Range",  // 0x30
+        nil,  // 0x31 reserved
+        "Role Switch Pending",
+        nil,  // 0x33 reserved
+        "Reserved Slot Violation",
+        "Role Switch Failed",
+        "Extended Inquiry Response Too Large",
+        "Secure Simple Pairing Not Supported By Host",
+        "Host Busy - Pairing",
+        "Connection Rejected due to No Suitable Channel Found",
+        "Controller Busy",  // 0x3A
+        "Unacceptable Connection Parameters",
+        "Advertising Timeout",
+        "Connection Terminated due to MIC Failure",
+        "Connection Failed to be Established / Synchronization Timeout",
+        "Previously Used",
+        "Coarse Clock Adjustment Rejected but Will Try to Adjust Using Clock Dragging",  // 0x40
+        "Type0 Submap Not Defined",
+        "Unknown Advertising Identifier",
+        "Limit Reached",
+        "Operation Cancelled by Host",
+        "Packet Too Long",
+        "Too Late",
+        "Too Early",
+        "Insufficient Channels",  // 0x48
+    ]
+}
