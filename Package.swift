@@ -23,7 +23,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     ],
     targets: [
-        .target(name: "CBlueZ", linkerSettings: [.linkedLibrary("bluetooth")]),
+        .target(name: "CBlueZ"),
         .target(
             name: "HCI",
             dependencies: [

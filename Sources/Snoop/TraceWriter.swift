@@ -1,0 +1,194 @@
+// Encoders for the trace formats we write (btsnoop 1001/1002/2001, pcap 201/254)
+// and a file sink. Encoders are pure; `TraceFileWriter` is the only file I/O here.
+
+import HCI
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Synchronization
+
+/// Produces the bytes of a trace file: `header` once, then `record(_:)` per frame.
+public struct TraceEncoder: Sendable {
+    public enum Output: Sendable, Equatable {
+        case btsnoop(datalink: UInt32)
+        case pcap(linkType: UInt32)
+    }
+    public var output: Output
+
+    public init(_ output: Output = .btsnoop(datalink: TraceFormat.btsnoopH4)) { self.output = output }
+
+    public var header: [UInt8] {
+        var w = ByteWriter(capacity: 24)
+        switch output {
+        case let .btsnoop(datalink):
+            w.write(contentsOf: Array("btsnoop\0".utf8))
+            w.writeBE(UInt32(1))
+            w.writeBE(datalink)
+        case let .pcap(linkType):
+            w.write(UInt32(0xA1B2_C3D4)); w.write(UInt16(2)); w.write(UInt16(4))
+            w.write(UInt32(0)); w.write(UInt32(0)); w.write(UInt32(65_535 + 64)); w.write(linkType)
+        }
+        return w.bytes
+    }
+
+    /// The encoded record, or nil when this output cannot represent the record
+    /// (a monitor-only record in an H4 file).
+    public func record(_ rec: TraceRecord) -> [UInt8]? {
+        let received = rec.direction == .controllerToHost
+        var payload: [UInt8]
+        var flags: UInt32 = received ? 1 : 0
+        switch output {
+        case .btsnoop(TraceFormat.btsnoopH1):
+            guard let p = rec.packet else { return nil }
+            payload = p.body
+            if p.type == .command || p.type == .event { flags |= 2 }
+        case .btsnoop(TraceFormat.btsnoopMonitor), .pcap(TraceFormat.linkTypeMonitor):
+            let opcode: UInt16
+            switch rec.content {
+            case let .packet(p):
+                payload = p.body
+                switch p.type {
+                case .command: opcode = 2
+                case .event: opcode = 3
+                case .acl: opcode = received ? 5 : 4
+                case .sco: opcode = received ? 7 : 6
+                default: opcode = received ? 19 : 18
+                }
+            case let .monitor(op, data):
+                opcode = op
+                payload = data
+            case .undecodable:
+                return nil
+            }
+            let index = rec.adapterIndex ?? 0
+            if case .pcap = output {
+                payload = [UInt8(index >> 8), UInt8(index & 0xFF), UInt8(opcode >> 8), UInt8(opcode & 0xFF)] + payload
+            } else {
+                flags = UInt32(index) << 16 | UInt32(opcode)
+            }
+        case .pcap:
+            guard let p = rec.packet else { return nil }
+            payload = [0, 0, 0, received ? 1 : 0] + p.h4Bytes
+        case .btsnoop:
+            guard let p = rec.packet else { return nil }
+            payload = p.h4Bytes
+        }
+        var w = ByteWriter(capacity: payload.count + 24)
+        switch output {
+        case .btsnoop:
+            w.writeBE(UInt32(payload.count)); w.writeBE(UInt32(payload.count)); w.writeBE(flags); w.writeBE(UInt32(0))
+            w.writeBE(UInt64(bitPattern: rec.timestampMicros + btsnoopEpochDelta))
+        case .pcap:
+            w.write(UInt32(truncatingIfNeeded: rec.timestampMicros / 1_000_000))
+            w.write(UInt32(truncatingIfNeeded: rec.timestampMicros % 1_000_000))
+            w.write(UInt32(payload.count)); w.write(UInt32(payload.count))
+        }
+        w.write(contentsOf: payload)
+        return w.bytes
+    }
+}
+
+/// Appends trace records to a file as they happen (thread-safe; each record is one write).
+public final class TraceFileWriter: Sendable {
+    private let fd: Int32
+    private let encoder: TraceEncoder
+    private let state = Mutex<(closed: Bool, error: String?)>((false, nil))
+
+    /// Creates (truncates) `path` and writes the header.
+    public init(path: String, output: TraceEncoder.Output = .btsnoop(datalink: TraceFormat.btsnoopH4)) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else {
+            let e = errno
+            throw TransportError.io(operation: "open \(path)", errno: e, reason: String(cString: strerror(e)))
+        }
+        self.fd = fd
+        self.encoder = TraceEncoder(output)
+        try writeAll(encoder.header)
+    }
+
+    public func write(_ record: TraceRecord) {
+        guard let bytes = encoder.record(record) else { return }
+        do { try writeAll(bytes) } catch { state.withLock { $0.error = "\(error)" } }
+    }
+
+    /// The first write error, if any (a recording never fails the session it records).
+    public var error: String? { state.withLock { $0.error } }
+
+    private func writeAll(_ bytes: [UInt8]) throws {
+        try state.withLock { s in
+            guard !s.closed else { return }
+            var off = 0
+            while off < bytes.count {
+                let n = bytes[off...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    let e = errno
+                    throw TransportError.io(operation: "write trace", errno: e, reason: String(cString: strerror(e)))
+                }
+                off += n
+            }
+        }
+    }
+
+    public func close() {
+        state.withLock { s in
+            guard !s.closed else { return }
+            s.closed = true
+            _ = Glibc.close(fd)
+        }
+    }
+
+    deinit { close() }
+}
+
+/// Wraps any transport and records every packet in both directions.
+public final class RecordingTransport: HCITransport {
+    public let base: any HCITransport
+    public let inbound: AsyncThrowingStream<HCIPacket, any Error>
+    private let sink: @Sendable (TraceRecord) -> Void
+    private let now: @Sendable () -> Int64
+
+    /// - Parameters:
+    ///   - now: microseconds since the Unix epoch (injected so replays are deterministic).
+    ///   - sink: receives each record, in order per direction.
+    public init(wrapping base: any HCITransport, now: @escaping @Sendable () -> Int64 = RecordingTransport.wallClockMicros,
+                sink: @escaping @Sendable (TraceRecord) -> Void) {
+        self.base = base
+        self.sink = sink
+        self.now = now
+        let source = base.inbound
+        self.inbound = AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    for try await p in source {
+                        sink(TraceRecord(timestampMicros: now(), packet: p, direction: .controllerToHost))
+                        continuation.yield(p)
+                    }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    public convenience init(wrapping base: any HCITransport, writer: TraceFileWriter) {
+        self.init(wrapping: base) { writer.write($0) }
+    }
+
+    public func send(_ packet: HCIPacket) async throws {
+        sink(TraceRecord(timestampMicros: now(), packet: packet, direction: .hostToController))
+        try await base.send(packet)
+    }
+
+    public func close() async { await base.close() }
+
+    public static let wallClockMicros: @Sendable () -> Int64 = {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1_000_000 + Int64(ts.tv_nsec) / 1000
+    }
+}

@@ -1,0 +1,145 @@
+// The Linux kernel's Bluetooth sockets through CBlueZ: the HCI user channel (the
+// whole stack in user space, exclusive), the HCI raw channel (shared with the
+// kernel) and the adapter list. Every errno becomes a sentence a person can act on.
+
+import CBlueZ
+import HCI
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A failed Bluetooth socket operation, explained.
+public struct BlueZError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var operation: String
+    public var errno: Int32
+    public var description: String
+
+    /// Explains `errno` from `operation` on adapter `index` (nil: no particular adapter).
+    public init(operation: String, errno e: Int32, index: UInt16? = nil, channel: HCIChannel? = nil,
+                adapters: () -> [UInt16] = { (try? BlueZ.adapterIDs()) ?? [] }) {
+        self.operation = operation
+        self.errno = e
+        let name = index.map { "hci\($0)" } ?? "the adapter"
+        let base = "\(operation) failed: \(errnoString(e))"
+        switch e {
+        case EAFNOSUPPORT:
+            description = "this kernel has no Bluetooth support (socket(AF_BLUETOOTH) fails with EAFNOSUPPORT): "
+                + "load the module with `sudo modprobe bluetooth`, or use a kernel built with CONFIG_BT; "
+                + "without one, use an H4 transport such as `--transport tcp:127.0.0.1:6402` (Rootcanal)"
+        case EPERM, EACCES:
+            let cap = channel == .raw ? "CAP_NET_RAW" : "CAP_NET_ADMIN"
+            description = "\(base): opening \(name) on the \(channel?.rawValue ?? "HCI") channel needs \(cap); "
+                + "run as root or grant it once: `sudo setcap 'cap_net_admin,cap_net_raw+eip' \"$(command -v btctl)\"`"
+        case EBUSY:
+            description = "\(base): \(name) is up or held by bluetoothd; the user channel needs it down and unclaimed: "
+                + "`sudo btmgmt --index \(index ?? 0) power off` (or `sudo hciconfig \(name) down`), or stop bluetoothd "
+                + "(`sudo systemctl stop bluetooth`); or share it with the kernel via `--transport \(name):raw`"
+        case ENODEV:
+            let present = adapters()
+            let list = present.isEmpty ? "no adapters are present" : "present: " + present.map { "hci\($0)" }.joined(separator: ", ")
+            description = "\(base): no such adapter \(name); \(list)"
+        case 132:  // ERFKILL
+            description = "\(base): \(name) is blocked by rfkill: `sudo rfkill unblock bluetooth`"
+        default:
+            description = base
+        }
+    }
+}
+
+/// Which HCI socket channel to bind.
+public enum HCIChannel: String, Sendable, Equatable {
+    /// Exclusive: the kernel stack steps aside (needs the adapter down, CAP_NET_ADMIN).
+    case user
+    /// Shared with the kernel: we see all traffic and may send commands (CAP_NET_RAW).
+    case raw
+}
+
+/// One adapter the kernel knows.
+public struct AdapterInfo: Sendable, Equatable {
+    public var index: UInt16
+    public var name: String
+    public var address: BluetoothAddress
+    public var isUp: Bool
+    /// HCI bus (0 virtual, 1 USB, 2 PCCARD, 3 UART, 4 RS232, 5 PCI, 6 SDIO, 7 SPI, 8 I2C, 9 SMD, 10 VIRTIO).
+    public var bus: UInt8
+    public var aclMTU: UInt16
+    public var aclPackets: UInt16
+
+    public var busName: String {
+        let names = ["virtual", "usb", "pccard", "uart", "rs232", "pci", "sdio", "spi", "i2c", "smd", "virtio"]
+        return Int(bus) < names.count ? names[Int(bus)] : "bus \(bus)"
+    }
+}
+
+public enum BlueZ {
+    /// A control socket for ioctls, or the explained error.
+    static func controlSocket() throws -> Int32 {
+        let fd = cbluez_hci_socket()
+        guard fd >= 0 else { throw BlueZError(operation: "socket(AF_BLUETOOTH, BTPROTO_HCI)", errno: errno, adapters: { [] }) }
+        return fd
+    }
+
+    public static func adapterIDs() throws -> [UInt16] {
+        let fd = try controlSocket()
+        defer { Glibc.close(fd) }
+        var ids = [UInt16](repeating: 0, count: 16)
+        let n = cbluez_hci_dev_list(fd, &ids, Int32(ids.count))
+        guard n >= 0 else { throw BlueZError(operation: "HCIGETDEVLIST", errno: errno, adapters: { [] }) }
+        return Array(ids.prefix(Int(n)))
+    }
+
+    /// The kernel's adapters. Throws `BlueZError` (EAFNOSUPPORT on a kernel without Bluetooth).
+    public static func adapters() throws -> [AdapterInfo] {
+        let fd = try controlSocket()
+        defer { Glibc.close(fd) }
+        var ids = [UInt16](repeating: 0, count: 16)
+        let n = cbluez_hci_dev_list(fd, &ids, Int32(ids.count))
+        guard n >= 0 else { throw BlueZError(operation: "HCIGETDEVLIST", errno: errno, adapters: { [] }) }
+        var out: [AdapterInfo] = []
+        for id in ids.prefix(Int(n)) {
+            var di = cbluez_dev_info()
+            guard cbluez_hci_dev_info(fd, id, &di) == 0 else { continue }
+            let name = withUnsafeBytes(of: di.name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            let addr = withUnsafeBytes(of: di.bdaddr) { Array($0) }
+            out.append(AdapterInfo(
+                index: id, name: name, address: (try? BluetoothAddress(wireBytes: addr)) ?? .zero,
+                isUp: di.flags & 1 != 0, bus: di.type & 0x0F, aclMTU: di.acl_mtu, aclPackets: di.acl_pkts))
+        }
+        return out
+    }
+
+    /// Opens adapter `index` on an HCI socket channel as a transport. For the user
+    /// channel the adapter is brought down first (the kernel requires it).
+    public static func open(index: UInt16, channel: HCIChannel, logger: Logger) throws -> FileDescriptorTransport {
+        let fd = cbluez_hci_socket()
+        guard fd >= 0 else { throw BlueZError(operation: "socket(AF_BLUETOOTH, BTPROTO_HCI)", errno: errno, index: index, channel: channel) }
+        switch channel {
+        case .user:
+            if cbluez_hci_dev_down(fd, index) != 0, errno != EALREADY, errno != EBUSY {
+                let e = errno
+                Glibc.close(fd)
+                throw BlueZError(operation: "bringing hci\(index) down (HCIDEVDOWN)", errno: e, index: index, channel: channel)
+            }
+            guard cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_USER)) == 0 else {
+                let e = errno
+                Glibc.close(fd)
+                throw BlueZError(operation: "binding hci\(index) user channel", errno: e, index: index, channel: channel)
+            }
+        case .raw:
+            guard cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_RAW)) == 0 else {
+                let e = errno
+                Glibc.close(fd)
+                throw BlueZError(operation: "binding hci\(index) raw channel", errno: e, index: index, channel: channel)
+            }
+            guard cbluez_hci_set_filter_all(fd) == 0 else {
+                let e = errno
+                Glibc.close(fd)
+                throw BlueZError(operation: "setting the HCI filter on hci\(index)", errno: e, index: index, channel: channel)
+            }
+        }
+        return try FileDescriptorTransport(fd: fd, label: "hci\(index)\(channel == .raw ? ":raw" : "")", logger: logger)
+    }
+}

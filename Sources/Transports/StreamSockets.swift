@@ -1,0 +1,125 @@
+// Opening the byte streams H4 runs over: TCP (TCP_NODELAY set, see DESIGN.md on
+// Rootcanal), unix sockets, serial ttys and ptys (raw termios, chosen baud rate).
+
+import HCI
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum StreamTransports {
+    /// H4 over TCP. Sets TCP_NODELAY and re-arms TCP_QUICKACK before each read.
+    public static func tcp(host: String, port: UInt16, logger: Logger) throws -> FileDescriptorTransport {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var res: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &res)
+        guard rc == 0, let first = res else {
+            throw TransportError.unavailable("cannot resolve \(host): \(String(cString: gai_strerror(rc)))")
+        }
+        defer { freeaddrinfo(res) }
+        var lastErrno: Int32 = 0
+        var ai: UnsafeMutablePointer<addrinfo>? = first
+        while let a = ai {
+            let fd = socket(a.pointee.ai_family, a.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), a.pointee.ai_protocol)
+            if fd >= 0 {
+                if connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 {
+                    var one: Int32 = 1
+                    _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+                    return try FileDescriptorTransport(fd: fd, label: "tcp:\(host):\(port)", quickAck: true, logger: logger)
+                }
+                lastErrno = errno
+                Glibc.close(fd)
+            } else {
+                lastErrno = errno
+            }
+            ai = a.pointee.ai_next
+        }
+        let hint = lastErrno == ECONNREFUSED ? " (is the controller, e.g. Rootcanal, listening on that port?)" : ""
+        throw TransportError.io(operation: "connect tcp:\(host):\(port)", errno: lastErrno, reason: errnoString(lastErrno) + hint)
+    }
+
+    /// H4 over a unix stream socket.
+    public static func unix(path: String, logger: Logger) throws -> FileDescriptorTransport {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else {
+            let e = errno
+            throw TransportError.io(operation: "socket(AF_UNIX)", errno: e, reason: errnoString(e))
+        }
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
+            Glibc.close(fd)
+            throw TransportError.unavailable("unix socket path too long (\(bytes.count) bytes): \(path)")
+        }
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in bytes.enumerated() { p[i] = b }
+        }
+        let ok = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard ok == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw TransportError.io(operation: "connect unix:\(path)", errno: e, reason: errnoString(e))
+        }
+        return try FileDescriptorTransport(fd: fd, label: "unix:\(path)", logger: logger)
+    }
+
+    /// H4 over a serial tty or a pty: raw mode, 8N1, the given baud rate (nil keeps it),
+    /// optional RTS/CTS flow control.
+    public static func serial(path: String, baud: Int?, rtscts: Bool = false, logger: Logger) throws -> FileDescriptorTransport {
+        let fd = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let e = errno
+            let hint = e == EACCES ? " (add yourself to the dialout group or run with access to \(path))" : ""
+            throw TransportError.io(operation: "open \(path)", errno: e, reason: errnoString(e) + hint)
+        }
+        var t = termios()
+        guard tcgetattr(fd, &t) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw TransportError.io(operation: "tcgetattr \(path)", errno: e, reason: errnoString(e) + " (not a tty?)")
+        }
+        cfmakeraw(&t)
+        t.c_cflag |= tcflag_t(CLOCAL | CREAD)
+        if rtscts { t.c_cflag |= tcflag_t(CRTSCTS) } else { t.c_cflag &= ~tcflag_t(CRTSCTS) }
+        if let baud {
+            guard let speed = speedConstant(baud) else {
+                Glibc.close(fd)
+                throw TransportError.unavailable("unsupported baud rate \(baud); use one of \(supportedBauds.map(String.init).joined(separator: ", "))")
+            }
+            cfsetispeed(&t, speed)
+            cfsetospeed(&t, speed)
+        }
+        guard tcsetattr(fd, TCSANOW, &t) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw TransportError.io(operation: "tcsetattr \(path)", errno: e, reason: errnoString(e))
+        }
+        tcflush(fd, TCIOFLUSH)
+        return try FileDescriptorTransport(fd: fd, label: "serial:\(path)", logger: logger)
+    }
+
+    static let supportedBauds = [9600, 19200, 38400, 57600, 115_200, 230_400, 460_800, 921_600, 1_000_000, 1_500_000, 2_000_000, 3_000_000]
+
+    static func speedConstant(_ baud: Int) -> speed_t? {
+        switch baud {
+        case 9600: return speed_t(B9600)
+        case 19200: return speed_t(B19200)
+        case 38400: return speed_t(B38400)
+        case 57600: return speed_t(B57600)
+        case 115_200: return speed_t(B115200)
+        case 230_400: return speed_t(B230400)
+        case 460_800: return speed_t(B460800)
+        case 921_600: return speed_t(B921600)
+        case 1_000_000: return speed_t(B1000000)
+        case 1_500_000: return speed_t(B1500000)
+        case 2_000_000: return speed_t(B2000000)
+        case 3_000_000: return speed_t(B3000000)
+        default: return nil
+        }
+    }
+}
