@@ -1,0 +1,119 @@
+// Starts Android's Rootcanal virtual controller for live tests and the demo: four
+// free loopback ports (test, HCI, link, LE link), waits until the HCI port accepts,
+// and stops the process on `stop()` or deinit. Rootcanal 1.10.0 listens on every
+// interface with no flag to change that; we only ever connect to 127.0.0.1.
+
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class RootcanalProcess: @unchecked Sendable {
+    public let hciPort: UInt16
+    public let binary: String
+    private let process: Process
+    private let lock = NSLock()
+
+    public enum LaunchError: Error, CustomStringConvertible {
+        case notFound(searched: [String])
+        case didNotStart(String)
+        public var description: String {
+            switch self {
+            case let .notFound(s):
+                return "rootcanal not found (set ROOTCANAL, or run Scripts/setup.sh to create .venv); searched: \(s.joined(separator: ", "))"
+            case let .didNotStart(why): return "rootcanal did not start: \(why)"
+            }
+        }
+    }
+
+    /// `$ROOTCANAL`, else the binary inside `<root>/.venv`'s rootcanal package.
+    public static func locate(packageRoot: String) throws -> String {
+        var searched: [String] = []
+        if let env = ProcessInfo.processInfo.environment["ROOTCANAL"] {
+            if FileManager.default.isExecutableFile(atPath: env) { return env }
+            searched.append(env)
+        }
+        let lib = packageRoot + "/.venv/lib"
+        let pythons = (try? FileManager.default.contentsOfDirectory(atPath: lib)) ?? []
+        for py in pythons.sorted() where py.hasPrefix("python") {
+            let p = "\(lib)/\(py)/site-packages/rootcanal/bin/linux-x86_64/rootcanal"
+            if FileManager.default.isExecutableFile(atPath: p) { return p }
+            searched.append(p)
+        }
+        if searched.isEmpty { searched.append(lib) }
+        throw LaunchError.notFound(searched: searched)
+    }
+
+    /// A TCP port on 127.0.0.1 that was free a moment ago.
+    public static func freePort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw LaunchError.didNotStart("socket: \(errno)") }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { p in
+                bind(fd, p, len) == 0 && getsockname(fd, p, &len) == 0
+            }
+        }
+        guard ok else { throw LaunchError.didNotStart("bind: \(errno)") }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
+    /// Starts Rootcanal and waits (up to `readyTimeout`) until its HCI port accepts connections.
+    public init(binary: String, logPath: String? = nil, readyTimeout: Duration = .seconds(15)) throws {
+        let ports = try (0..<4).map { _ in try Self.freePort() }
+        self.binary = binary
+        self.hciPort = ports[1]
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: binary)
+        p.arguments = ["-test_port=\(ports[0])", "-hci_port=\(ports[1])", "-link_port=\(ports[2])", "-link_ble_port=\(ports[3])"]
+        if let logPath, FileManager.default.createFile(atPath: logPath, contents: nil), let h = FileHandle(forWritingAtPath: logPath) {
+            p.standardOutput = h
+            p.standardError = h
+        } else {
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+        }
+        do { try p.run() } catch { throw LaunchError.didNotStart("\(error)") }
+        self.process = p
+        let deadline = ContinuousClock.now + readyTimeout
+        while !Self.accepts(port: hciPort) {
+            guard p.isRunning else { throw LaunchError.didNotStart("exited with status \(p.terminationStatus)") }
+            guard ContinuousClock.now < deadline else {
+                p.terminate()
+                throw LaunchError.didNotStart("HCI port \(hciPort) not open after \(readyTimeout)")
+            }
+            usleep(20_000)
+        }
+    }
+
+    static func accepts(port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = port.bigEndian
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+
+    /// Transport spec for a new controller on this Rootcanal (each TCP client gets its own).
+    public var transportSpec: String { "tcp:127.0.0.1:\(hciPort)" }
+
+    public func stop() {
+        lock.lock()
+        defer { lock.unlock() }
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    deinit { stop() }
+}

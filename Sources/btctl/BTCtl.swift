@@ -1,0 +1,77 @@
+// btctl: the command line over the library. Thin: parse, call the library, print.
+// Conventions (docs/btctl.md): --transport/-t on every command (default
+// $BTCTL_TRANSPORT, else hci0), --json for one JSON object per line on stdout,
+// --btsnoop FILE to record the session, errors on stderr with a non-zero exit.
+
+import ArgumentParser
+import Foundation
+import HCI
+import Logging
+import Snoop
+import Transports
+
+@main
+struct BTCtl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "btctl",
+        abstract: "Drive a Bluetooth LE controller over HCI, and read HCI traces.",
+        subcommands: [Info.self, List.self, Trace.self])
+}
+
+/// Options every controller-facing command takes.
+struct ControllerOptions: ParsableArguments {
+    @Option(name: [.customShort("t"), .long], help: ArgumentHelp("Controller transport: \(TransportSpec.help). Default: $BTCTL_TRANSPORT, else hci0.", valueName: "SPEC"))
+    var transport: String?
+
+    @Flag(help: "One JSON object per line on stdout.")
+    var json = false
+
+    @Option(help: ArgumentHelp("Record the session's HCI traffic to a btsnoop file.", valueName: "FILE"))
+    var btsnoop: String?
+
+    @Option(help: ArgumentHelp("Command timeout in seconds.", valueName: "SECONDS"))
+    var timeout: Double = 5
+
+    @Flag(name: .shortAndLong, help: "Log protocol traffic to stderr.")
+    var verbose = false
+
+    var spec: TransportSpec {
+        get throws {
+            let s = transport ?? ProcessInfo.processInfo.environment["BTCTL_TRANSPORT"] ?? "hci0"
+            do { return try TransportSpec(parsing: s) } catch { throw ValidationError("\(error)") }
+        }
+    }
+
+    var logger: Logger {
+        var l = Logger(label: "btctl") { StreamLogHandler.standardError(label: $0) }
+        l.logLevel = verbose ? .trace : .warning
+        return l
+    }
+
+    /// Opens the transport (wrapped in a recording tap when --btsnoop is given) and a controller on it.
+    func openController() async throws -> (HCIController, TraceFileWriter?) {
+        let spec = try spec
+        let base: any HCITransport
+        do { base = try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
+        var writer: TraceFileWriter?
+        var transport: any HCITransport = base
+        if let path = btsnoop {
+            let w = try TraceFileWriter(path: path)
+            writer = w
+            transport = RecordingTransport(wrapping: base, writer: w)
+        }
+        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds") }
+        let c = HCIController(transport: transport, commandTimeout: .milliseconds(Int(timeout * 1000)), logger: logger)
+        return (c, writer)
+    }
+}
+
+/// An error for a person: printed to stderr as is, exit status 1.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+func emit(_ json: JSONValue) {
+    print(json.rendered)
+}
