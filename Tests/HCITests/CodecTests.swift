@@ -1,0 +1,180 @@
+import Testing
+@testable import HCI
+
+/// Vectors are either written out from the Core Specification's parameter tables
+/// or taken from Fixtures/rootcanal-init.btsnoop (recorded from Rootcanal 1.10.0).
+struct CodecTests {
+    @Test func byteReaderReadsLittleEndianAndReportsTruncation() throws {
+        var r = ByteReader([0x34, 0x12, 0x78, 0x56, 0x34, 0x12, 0xAA], context: "t")
+        #expect(try r.readUInt16() == 0x1234)
+        #expect(try r.readUInt32() == 0x1234_5678)
+        #expect(throws: DecodeError.truncated(what: "t: UInt16", offset: 6, needed: 2, available: 1)) { try r.readUInt16() }
+        #expect(try r.readUInt8() == 0xAA)
+        #expect(r.isAtEnd)
+    }
+
+    @Test func addressPrintsMostSignificantFirst() throws {
+        let a = try BluetoothAddress(wireBytes: [0x00, 0x17, 0xDE, 0x10, 0x4C, 0xDA])
+        #expect(a.description == "DA:4C:10:DE:17:00")
+        #expect(BluetoothAddress("DA:4C:10:DE:17:00") == a)
+        #expect(BluetoothAddress("DA:4C:10:DE:17") == nil)
+        #expect(BluetoothAddress("zz:4C:10:DE:17:00") == nil)
+    }
+
+    @Test func resetCommandEncodesExactly() {
+        #expect(Reset().packet.h4Bytes == [0x01, 0x03, 0x0C, 0x00])
+        #expect(HCIOpcode.reset.ogf == 0x03)
+        #expect(HCIOpcode.reset.ocf == 0x0003)
+    }
+
+    @Test func leSetAdvertisingParametersMatchesSpecLayout() throws {
+        // Vol 4, Part E, §7.8.5: 15 octets.
+        let c = LESetAdvertisingParameters(advertisingIntervalMin: 0x00A0, advertisingIntervalMax: 0x00B0, advertisingType: 0,
+                                           ownAddressType: .random, advertisingChannelMap: 0x07)
+        #expect(c.packet.h4Bytes == [0x01, 0x06, 0x20, 0x0F, 0xA0, 0x00, 0xB0, 0x00, 0x00, 0x01, 0x00,
+                                     0, 0, 0, 0, 0, 0, 0x07, 0x00])
+        #expect(try LESetAdvertisingParameters.decode(c.parameters) == c)
+    }
+
+    @Test func leSetAdvertisingDataPadsTo31() throws {
+        let data: [UInt8] = [0x02, 0x01, 0x06, 0x05, 0x09, 0x74, 0x65, 0x73, 0x74]
+        let c = LESetAdvertisingData(data: data)
+        #expect(c.parameters.count == 32)
+        #expect(c.parameters[0] == 9)
+        #expect(try LESetAdvertisingData.decode(c.parameters).data == data)
+        #expect(throws: DecodeError.self) { try LESetAdvertisingData.decode([32] + [UInt8](repeating: 0, count: 31)) }
+    }
+
+    @Test func everyRegisteredCommandNamesItsOpcodeAndIsInTheSupportedCommandsTable() {
+        for t in HCICommandRegistry.all {
+            #expect(t.opcode.name != nil, "\(t.opcode)")
+            // §6.27 gives every command a bit except Read Local Supported Commands itself.
+            if t.opcode != .readLocalSupportedCommands { #expect(SupportedCommands.bits[t.opcode] != nil, "\(t.opcode)") }
+        }
+    }
+
+    @Test func extendedScanParametersDecodeOneBlockPerPHY() throws {
+        let c = LESetExtendedScanParameters(scanningPHYs: 0x05, phys: [.init(scanType: 1), .init(scanType: 0, scanInterval: 0x20, scanWindow: 0x10)])
+        let d = try LESetExtendedScanParameters.decode(c.parameters)
+        #expect(d == c)
+        #expect(c.parameters.count == 3 + 2 * 5)
+        // One PHY bit but two blocks' worth of bytes: trailing bytes are an error.
+        var p = c.parameters
+        p[2] = 0x01
+        #expect(throws: DecodeError.self) { try LESetExtendedScanParameters.decode(p) }
+    }
+
+    @Test func extendedCreateConnectionRoundTrips() throws {
+        let c = LEExtendedCreateConnection(peerAddressType: .random, peerAddress: BluetoothAddress("C0:11:22:33:44:55")!,
+                                           initiatingPHYs: 0x03, phys: [.init(), .init(scanInterval: 0x30)])
+        #expect(try LEExtendedCreateConnection.decode(c.parameters) == c)
+        #expect(c.parameters.count == 10 + 2 * 16)
+    }
+
+    @Test func commandCompleteFromRootcanalDecodes() throws {
+        // Read BD_ADDR's Command Complete, frame 10 of Fixtures/rootcanal-init.btsnoop.
+        let p = try HCIPacket(h4: [0x04, 0x0E, 0x0A, 0x01, 0x09, 0x10, 0x00, 0x00, 0x17, 0xDE, 0x10, 0x4C, 0xDA])
+        guard case let .commandComplete(cc) = try HCIEvent(p) else { Issue.record("not CC"); return }
+        #expect(cc.commandOpcode == .readBDADDR)
+        #expect(cc.status == .success)
+        var r = ByteReader(Array(cc.returnParameters.dropFirst()))
+        #expect(try ReadBDADDR.ReturnParameters(returnParameters: &r).address.description == "DA:4C:10:DE:17:00")
+    }
+
+    @Test func advertisingReportWithTwoReports() throws {
+        let r1 = LEAdvertisingReport.Report(eventType: 0, addressType: .public, address: BluetoothAddress("11:22:33:44:55:66")!,
+                                            data: [0x02, 0x01, 0x06], rssi: -60)
+        let r2 = LEAdvertisingReport.Report(eventType: 4, addressType: .random, address: BluetoothAddress("C1:22:33:44:55:66")!,
+                                            data: [], rssi: -80)
+        let e = HCIEvent.le(.advertisingReport(LEAdvertisingReport(reports: [r1, r2])))
+        let bytes = e.packet.h4Bytes
+        #expect(bytes.prefix(5) == [0x04, 0x3E, 0x19, 0x02, 0x02])
+        #expect(try HCIEvent(HCIPacket(h4: bytes)) == e)
+        // Cut inside the second report: a specific truncation error.
+        var cut = Array(bytes.prefix(bytes.count - 3))
+        cut[2] = UInt8(cut.count - 3)
+        #expect(throws: DecodeError.self) { try HCIEvent(HCIPacket(h4: cut)) }
+    }
+
+    @Test func advertisingReportRejectsOversizeData() {
+        // Data_Length 32 is larger than the 31 octets legacy advertising allows.
+        let params: [UInt8] = [0x02, 0x01, 0x00, 0x00, 1, 2, 3, 4, 5, 6, 32] + [UInt8](repeating: 0, count: 33)
+        #expect(throws: DecodeError.invalidValue(what: "LE Advertising Report Data_Length[0]", value: 32)) {
+            try HCIEvent(code: .leMeta, parameters: params)
+        }
+    }
+
+    @Test func unknownEventAndSubeventRoundTripByteForByte() throws {
+        let unknown = HCIPacket.event(code: HCIEventCode(rawValue: 0x57), parameters: [1, 2, 3])
+        let e = try HCIEvent(unknown)
+        #expect(e == .unknown(code: HCIEventCode(rawValue: 0x57), parameters: [1, 2, 3]))
+        #expect(e.packet == unknown)
+        let sub = HCIPacket.event(code: .leMeta, parameters: [0x22, 9, 8, 7])
+        let s = try HCIEvent(sub)
+        #expect(s.packet == sub)
+        #expect(HCIEventCode(rawValue: 0x57).description == "unknown 0x57")
+        #expect(HCIOpcode(rawValue: 0xFC01).description == "unknown 0xfc01")
+    }
+
+    @Test func everyEventRoundTrips() throws {
+        let a = BluetoothAddress("11:22:33:44:55:66")!
+        let events: [HCIEvent] = [
+            .commandStatus(CommandStatus(status: .success, commandOpcode: .leCreateConnection)),
+            .disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)),
+            .numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 1, numCompletedPackets: 2), .init(connectionHandle: 3, numCompletedPackets: 4)])),
+            .encryptionChange(EncryptionChange(connectionHandle: 1, encryptionEnabled: 1)),
+            .encryptionKeyRefreshComplete(EncryptionKeyRefreshComplete(connectionHandle: 1)),
+            .readRemoteVersionInformationComplete(ReadRemoteVersionInformationComplete(connectionHandle: 1, version: 12, companyIdentifier: 224, subversion: 7)),
+            .hardwareError(HardwareError(hardwareCode: 3)),
+            .dataBufferOverflow(DataBufferOverflow(linkType: 1)),
+            .le(.connectionComplete(LEConnectionComplete(connectionHandle: 1, role: .central, peerAddressType: .public, peerAddress: a))),
+            .le(.enhancedConnectionComplete(LEEnhancedConnectionComplete(connectionHandle: 1, role: .peripheral, peerAddressType: .random, peerAddress: a))),
+            .le(.enhancedConnectionComplete(LEEnhancedConnectionComplete(connectionHandle: 1, role: .peripheral, peerAddressType: .random, peerAddress: a, v2Fields: .init(advertisingHandle: 0, syncHandle: 0xFFFF)))),
+            .le(.extendedAdvertisingReport(LEExtendedAdvertisingReport(reports: [.init(eventType: 0x13, addressType: .public, address: a, rssi: -50, data: [2, 1, 6])]))),
+            .le(.directedAdvertisingReport(LEDirectedAdvertisingReport(reports: [.init(addressType: .public, address: a, directAddressType: .random, directAddress: a, rssi: -40)]))),
+            .le(.connectionUpdateComplete(LEConnectionUpdateComplete(connectionHandle: 1, connectionInterval: 6, peripheralLatency: 0, supervisionTimeout: 100))),
+            .le(.readRemoteFeaturesComplete(LEReadRemoteFeaturesComplete(connectionHandle: 1, leFeatures: 0x1F))),
+            .le(.longTermKeyRequest(LELongTermKeyRequest(connectionHandle: 1, randomNumber: 0x0102030405060708, encryptedDiversifier: 0x1234))),
+            .le(.dataLengthChange(LEDataLengthChange(connectionHandle: 1, maxTxOctets: 251, maxTxTime: 2120, maxRxOctets: 251, maxRxTime: 2120))),
+            .le(.phyUpdateComplete(LEPHYUpdateComplete(connectionHandle: 1, txPHY: 2, rxPHY: 2))),
+            .le(.channelSelectionAlgorithm(LEChannelSelectionAlgorithm(connectionHandle: 1, channelSelectionAlgorithm: 1))),
+            .le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: 0, connectionHandle: 1))),
+            .le(.scanTimeout),
+        ]
+        for e in events {
+            let decoded = try HCIEvent(HCIPacket(h4: e.packet.h4Bytes))
+            #expect(decoded == e, "\(e.code)")
+            // Every proper prefix of the parameters is a typed truncation error, never a crash.
+            let params = e.parameters
+            for n in 0..<params.count where !(e == .le(.scanTimeout)) {
+                #expect(throws: DecodeError.self) { try HCIEvent(code: e.code, parameters: Array(params.prefix(n))) }
+            }
+        }
+    }
+
+    @Test func everyStatusCodeHasItsSpecName() {
+        for code in 0...0x48 where ![0x2B, 0x31, 0x33].contains(code) {
+            #expect(HCIStatus(rawValue: UInt8(code)).name != nil, "0x\(String(code, radix: 16))")
+        }
+        #expect(HCIStatus(rawValue: 0x3E).name == "Connection Failed to be Established / Synchronization Timeout")
+        #expect(HCIStatus(rawValue: 0x99).description == "unknown (0x99)")
+    }
+
+    @Test func adStructuresReportOverrun() {
+        let (s, damage) = ADStructure.parse([0x02, 0x01, 0x06, 0x05, 0x09, 0x41])
+        #expect(s == [ADStructure(type: 1, data: [6])])
+        #expect(damage == .truncated(what: "AD structure at offset 3", offset: 3, needed: 5, available: 2))
+        #expect(ADStructure.parse([0x02, 0x01, 0x06, 0x00, 0x00]).structures.count == 1)
+    }
+
+    @Test func supportedCommandsBitLookup() {
+        var bytes = [UInt8](repeating: 0, count: 64)
+        bytes[5] = 0x80   // Reset
+        bytes[41] = 0x20  // LE Read Buffer Size [v2]
+        let s = SupportedCommands(bytes: bytes)
+        #expect(s.supports(.reset) == true)
+        #expect(s.supports(.leReadBufferSizeV2) == true)
+        #expect(s.supports(.leSetDataLength) == false)
+        #expect(s.supports(HCIOpcode(rawValue: 0xFC00)) == nil)
+    }
+}

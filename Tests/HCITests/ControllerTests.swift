@@ -1,0 +1,208 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import BLETesting
+import Logging
+import Snoop
+import Testing
+@testable import HCI
+
+struct ControllerTests {
+    static let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+
+    func make(clock: ManualClock = ManualClock(), timeout: Duration = .seconds(2)) -> (HCIController, ScriptedTransport, ManualClock) {
+        let t = ScriptedTransport()
+        return (HCIController(transport: t, clock: clock, commandTimeout: timeout, logger: Self.logger), t, clock)
+    }
+
+    @Test func commandCompleteIsMatchedAndDecoded() async throws {
+        let (c, t, _) = make()
+        let rssi = Task { try await c.send(ReadRSSI(connectionHandle: 0x40)) }
+        try await t.expect(ReadRSSI(connectionHandle: 0x40).packet)
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .readRSSI, returning: ReadRSSI.ReturnParameters(connectionHandle: 0x40, rssi: -42))))
+        #expect(try await rssi.value.rssi == -42)
+    }
+
+    @Test func nonZeroStatusIsATypedError() async throws {
+        let (c, t, _) = make()
+        let r = Task { try await c.send(LESetAdvertisingEnable(advertisingEnable: true)) }
+        _ = await t.nextSent()
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .leSetAdvertisingEnable, returnParameters: [0x0C])))
+        await #expect(throws: HCIError.commandFailed(opcode: .leSetAdvertisingEnable, status: .commandDisallowed)) { try await r.value }
+    }
+
+    @Test func commandStatusFinishesStatusCommands() async throws {
+        let (c, t, _) = make()
+        let peer = BluetoothAddress("11:22:33:44:55:66")!
+        let r = Task { try await c.send(LECreateConnection(peerAddressType: .public, peerAddress: peer)) }
+        _ = await t.nextSent()
+        t.inject(HCIEvent.commandStatus(CommandStatus(status: .success, commandOpcode: .leCreateConnection)))
+        _ = try await r.value
+        let d = Task { try await c.send(Disconnect(connectionHandle: 1)) }
+        _ = await t.nextSent()
+        t.inject(HCIEvent.commandStatus(CommandStatus(status: .unknownConnectionIdentifier, commandOpcode: .disconnect)))
+        await #expect(throws: HCIError.commandFailed(opcode: .disconnect, status: .unknownConnectionIdentifier)) { try await d.value }
+    }
+
+    @Test func creditsLimitCommandsInFlight() async throws {
+        let (c, t, _) = make()
+        // One credit at start: the second command waits for the first's answer.
+        let a = Task { try await c.send(ReadBDADDR()) }
+        let b = Task { try await c.send(LEReadBufferSize()) }
+        let first = await t.nextSent()
+        #expect(await t.nextSent(timeout: .milliseconds(100)) == nil)
+        let cc = { (op: HCIOpcode, r: [UInt8], n: UInt8) in HCIEvent.commandComplete(CommandComplete(numHCICommandPackets: n, commandOpcode: op, returnParameters: r)) }
+        let addrReturn: [UInt8] = [0, 1, 2, 3, 4, 5, 6]
+        let bufReturn: [UInt8] = [0, 27, 0, 8]
+        if first == ReadBDADDR().packet {
+            t.inject(cc(.readBDADDR, addrReturn, 1))
+            #expect(await t.nextSent() == LEReadBufferSize().packet)
+            t.inject(cc(.leReadBufferSize, bufReturn, 1))
+        } else {
+            t.inject(cc(.leReadBufferSize, bufReturn, 1))
+            #expect(await t.nextSent() == ReadBDADDR().packet)
+            t.inject(cc(.readBDADDR, addrReturn, 1))
+        }
+        #expect(try await a.value.address.description == "06:05:04:03:02:01")
+        #expect(try await b.value.totalNumLEACLDataPackets == 8)
+    }
+
+    @Test func zeroCreditsHoldUntilNOP() async throws {
+        let (c, t, _) = make()
+        let a = Task { try await c.send(Reset()) }
+        _ = await t.nextSent()
+        t.inject(HCIEvent.commandComplete(CommandComplete(numHCICommandPackets: 0, commandOpcode: .reset, returnParameters: [0])))
+        _ = try await a.value
+        let b = Task { try await c.send(LEClearFilterAcceptList()) }
+        #expect(await t.nextSent(timeout: .milliseconds(100)) == nil)
+        // A Command Complete for NOP (opcode 0) returns the credit.
+        t.inject(HCIEvent.commandComplete(CommandComplete(numHCICommandPackets: 1, commandOpcode: HCIOpcode(rawValue: 0), returnParameters: [])))
+        #expect(await t.nextSent() == LEClearFilterAcceptList().packet)
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .leClearFilterAcceptList, returnParameters: [0])))
+        _ = try await b.value
+    }
+
+    @Test func timeoutGivesTypedErrorAndFreesTheCredit() async throws {
+        let (c, t, clock) = make(timeout: .seconds(2))
+        let a = Task { try await c.send(Reset()) }
+        _ = await t.nextSent()
+        #expect(await clock.waitForSleepers(1))
+        clock.advance(by: .seconds(2))
+        await #expect(throws: HCIError.commandTimedOut(opcode: .reset, timeout: .seconds(2))) { try await a.value }
+        // The credit came back: the next command goes out.
+        let b = Task { try await c.send(Reset()) }
+        #expect(await t.nextSent() == Reset().packet)
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])))
+        _ = try await b.value
+    }
+
+    @Test func transportClosingFailsPendingCommandsAndEndsStreams() async throws {
+        let (c, t, _) = make()
+        let events = await c.events()
+        let a = Task { try await c.send(Reset()) }
+        _ = await t.nextSent()
+        t.fail(.endOfStream)
+        await #expect(throws: HCIError.self) { try await a.value }
+        var n = 0
+        for await _ in events { n += 1 }
+        #expect(n == 0)
+        await #expect(throws: HCIError.self) { try await c.send(Reset()) }
+    }
+
+    @Test func malformedEventsAreSkippedNotFatal() async throws {
+        let (c, t, _) = make()
+        let events = await c.events()
+        t.inject(.event(code: .disconnectionComplete, parameters: [0x00]))  // truncated
+        t.inject(HCIEvent.hardwareError(HardwareError(hardwareCode: 7)))
+        var it = events.makeAsyncIterator()
+        #expect(await it.next() == .hardwareError(HardwareError(hardwareCode: 7)))
+    }
+
+    @Test func aclCreditsComeBackByCompletionAndDisconnection() async throws {
+        let (c, t, _) = make()
+        await c.setACLBufferCount(2)
+        let p: @Sendable (UInt16) -> ACLDataPacket = { h in ACLDataPacket(handle: h, boundary: .firstNonFlushable, data: [1, 0, 4, 0, 0x0A]) }
+        try await c.sendACL(p(1))
+        try await c.sendACL(p(2))
+        #expect(await c.aclCredits.available == 0)
+        // A third waits; Number Of Completed Packets frees one.
+        let third = Task { try await c.sendACL(p(1)) }
+        _ = await t.nextSent(); _ = await t.nextSent()
+        #expect(await t.nextSent(timeout: .milliseconds(100)) == nil)
+        t.inject(HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 1, numCompletedPackets: 1)])))
+        try await third.value
+        #expect(await t.nextSent() == .acl(p(1)))
+        // A fourth for handle 2 waits; handle 2 disconnects: its waiter fails, its credit returns.
+        let fourth = Task { try await c.sendACL(p(2)) }
+        try await Task.sleep(for: .milliseconds(20))
+        t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 2, reason: .remoteUserTerminatedConnection)))
+        await #expect(throws: HCIError.connectionClosed(handle: 2)) { try await fourth.value }
+        let credits = await c.aclCredits
+        #expect(credits.available == 1)
+        #expect(credits.outstanding == [1: 1])
+        // A controller reporting more completions than were sent cannot inflate the pool.
+        t.inject(HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 1, numCompletedPackets: 9)])))
+        let events = await c.events()
+        t.inject(HCIEvent.hardwareError(HardwareError(hardwareCode: 0)))
+        var it = events.makeAsyncIterator()
+        _ = await it.next()
+        #expect(await c.aclCredits.available == 2)
+    }
+
+    @Test func initialisationMatchesTheRecordedRootcanalSession() async throws {
+        // Replays Fixtures/rootcanal-init.btsnoop: our init must send exactly the host frames recorded there.
+        let trace = try TraceReader.read(try Fixtures.bytes("rootcanal-init.btsnoop"))
+        let (c, t, _) = make()
+        let script = ScriptedTransport.script(from: trace)
+        let played = Task { try await t.play(script) }
+        let info = try await c.initialize()
+        try await played.value
+        #expect(info.address.description == "DA:4C:10:DE:17:00")
+        #expect(info.totalNumLEACLDataPackets == 20)
+        #expect(info.leFeatures.contains(bit: LEFeatures.extendedAdvertising))
+        #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
+    }
+
+    @Test func initialisationToleratesUnknownOptionalCommands() async throws {
+        let (c, t, _) = make()
+        let mask: [UInt8] = { var m = [UInt8](repeating: 0xFF, count: 64); m[41] &= ~0x20; return m }()  // no LE Read Buffer Size [v2]
+        t.respond { p in
+            guard case let .command(op, _) = p else { return [] }
+            var r: [UInt8] = [0]
+            switch op {
+            case .readLocalVersionInformation: r += [9, 0, 0, 9, 0x5F, 0x00, 1, 0]
+            case .readLocalSupportedCommands: r += mask
+            case .readLocalSupportedFeatures, .leReadLocalSupportedFeatures: r += [UInt8](repeating: 0, count: 8)
+            case .readBDADDR: r += [1, 2, 3, 4, 5, 6]
+            case .readBufferSize: r += [0xFD, 0x03, 0x40, 0x08, 0x00, 0x01, 0x00]
+            case .leReadBufferSize: r += [0x00, 0x00, 0x00]  // shared with BR/EDR
+            case .leReadSupportedStates: r = [0x01]  // Unknown HCI Command
+            case .leReadMaximumDataLength: r = [0x11]
+            default: break
+            }
+            return [HCIEvent.commandComplete(CommandComplete(commandOpcode: op, returnParameters: r)).packet]
+        }
+        let info = try await c.initialize()
+        #expect(info.leACLDataPacketLength == 1021)
+        #expect(info.totalNumLEACLDataPackets == 8)
+        #expect(info.skipped.map(\.opcode) == [.leReadSupportedStates, .leReadMaximumDataLength])
+        #expect(info.skipped.map(\.status) == [.unknownCommand, .unsupportedFeatureOrParameterValue])
+        #expect(!t.sent.contains(LEReadBufferSizeV2().packet))
+    }
+}
+
+enum Fixtures {
+    static func bytes(_ name: String) throws -> [UInt8] {
+        let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
+        guard let fp = fopen(root + "/Fixtures/" + name, "rb") else { throw DecodeError.invalidValue(what: "fixture \(name)", value: 0) }
+        defer { fclose(fp) }
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = fread(&buf, 1, buf.count, fp)
+            if n <= 0 { break }
+            out += buf[0..<n]
+        }
+        return out
+    }
+}
