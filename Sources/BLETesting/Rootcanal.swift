@@ -111,8 +111,16 @@ public final class RootcanalProcess: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard process.isRunning else { return }
+        // Poll rather than waitUntilExit(), which can block forever inside Swift
+        // concurrency on Linux; escalate to SIGKILL after 2 s.
+        let pid = process.processIdentifier
         process.terminate()
-        process.waitUntilExit()
+        for i in 0..<400 {
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid || !process.isRunning { return }
+            if i == 200 { kill(pid, SIGKILL) }
+            usleep(10_000)
+        }
     }
 
     deinit { stop() }

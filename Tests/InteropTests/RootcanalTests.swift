@@ -1,0 +1,159 @@
+// Live tests against Rootcanal (a controller nobody here wrote) and tshark (a decoder
+// nobody here wrote). Scripts/test.sh installs both and sets BLE_REQUIRE_INTEROP=1,
+// which turns "not installed" into a failure instead of a skip.
+
+import BLETesting
+import Foundation
+import HCI
+import Logging
+import Snoop
+import Testing
+import Transports
+
+enum Interop {
+    static let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
+    static let required = ProcessInfo.processInfo.environment["BLE_REQUIRE_INTEROP"] == "1"
+    static let logger = Logger(label: "interop") { _ in SwiftLogNoOpLogHandler() }
+
+    static func rootcanal() throws -> String? {
+        do { return try RootcanalProcess.locate(packageRoot: root) } catch {
+            if required { throw error }
+            return nil
+        }
+    }
+
+    static func tshark() throws -> String? {
+        for p in ["/usr/bin/tshark", "/usr/local/bin/tshark"] where FileManager.default.isExecutableFile(atPath: p) { return p }
+        if required { throw RootcanalProcess.LaunchError.didNotStart("tshark not installed (apt-get install tshark)") }
+        return nil
+    }
+
+    static func run(_ path: String, _ args: [String]) throws -> String {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = args
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+@Suite(.serialized) struct RootcanalTests {
+    /// Starts Rootcanal, opens two controllers, makes one advertise and the other scan,
+    /// and checks the report. The session is recorded; tshark must read it cleanly.
+    @Test func advertiserIsSeenByScanner() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        let rc = try RootcanalProcess(binary: binary)
+        defer { rc.stop() }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ble-interop-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let traceA = dir + "/advertiser.btsnoop", traceB = dir + "/scanner.btsnoop"
+        let wa = try TraceFileWriter(path: traceA), wb = try TraceFileWriter(path: traceB)
+        let a = HCIController(transport: RecordingTransport(wrapping: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), writer: wa), logger: Interop.logger)
+        let b = HCIController(transport: RecordingTransport(wrapping: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), writer: wb), logger: Interop.logger)
+        let infoA = try await a.initialize()
+        let infoB = try await b.initialize()
+        #expect(infoA.address != infoB.address)
+
+        let name = Array("swift-ble".utf8)
+        let adv = ADStructure.encode([ADStructure(type: 0x01, data: [0x06]), ADStructure(type: 0x09, data: name),
+                                      ADStructure(type: 0xFF, data: [0xE0, 0x00, 0x01, 0x02])])
+        try await a.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20))
+        try await a.send(LESetAdvertisingData(data: adv))
+        try await a.send(LESetAdvertisingEnable(advertisingEnable: true))
+
+        let events = await b.events()
+        try await b.send(LESetScanParameters(scanType: 0))
+        try await b.send(LESetScanEnable(scanEnable: true, filterDuplicates: false))
+        let found = await withTaskGroup(of: LEAdvertisingReport.Report?.self) { group in
+            group.addTask {
+                for await e in events {
+                    if case let .le(.advertisingReport(r)) = e, let rp = r.reports.first(where: { $0.address == infoA.address }) { return rp }
+                }
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(10))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        try await b.send(LESetScanEnable(scanEnable: false))
+        try await a.send(LESetAdvertisingEnable(advertisingEnable: false))
+        await a.close()
+        await b.close()
+        wa.close()
+        wb.close()
+
+        let report = try #require(found, "no advertising report from \(infoA.address) within 10 s")
+        #expect(report.addressType == .public)
+        #expect(report.eventType == 0)  // ADV_IND
+        #expect(report.rssi < 20)
+        let ads = ADStructure.parse(report.data)
+        #expect(ads.damage == nil)
+        #expect(ads.structures.map(\.type) == [0x01, 0x09, 0xFF])
+        #expect(ads.structures[1].data == name)
+
+        // Our recording reads back, and tshark finds no malformed frame in it.
+        let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: traceB))))
+        #expect(trace.damage == nil)
+        #expect(trace.records.contains { r in
+            if case let .packet(.event(.leMeta, p)) = r.content { return p.first == 0x02 }
+            return false
+        })
+        if let tshark = try Interop.tshark() {
+            for f in [traceA, traceB] {
+                let malformed = try Interop.run(tshark, ["-r", f, "-Y", "_ws.malformed || _ws.expert.severity >= 8388608"])
+                #expect(malformed.isEmpty, "tshark flags frames in \(f): \(malformed)")
+                let count = try Interop.run(tshark, ["-r", f, "-T", "fields", "-e", "frame.number"])
+                let records = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: f)))).records.count
+                #expect(count.split(separator: "\n").count == records)
+            }
+        }
+        if let keep = ProcessInfo.processInfo.environment["BLE_RECORD_FIXTURES"] {
+            try? FileManager.default.removeItem(atPath: keep + "/rootcanal-scan.btsnoop")
+            try FileManager.default.copyItem(atPath: traceB, toPath: keep + "/rootcanal-scan.btsnoop")
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// `trace show --json`'s decode of a capture we recorded, frame by frame against tshark's.
+    @Test(arguments: ["rootcanal-init.btsnoop", "rootcanal-scan.btsnoop"])
+    func traceShowAgreesWithTshark(fixture: String) throws {
+        guard let tshark = try Interop.tshark() else { return }
+        let path = Interop.root + "/Fixtures/" + fixture
+        let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))
+        let ours = trace.records.enumerated().map { FrameDecoder().decode($1, number: $0 + 1, firstTimestamp: 0).json }
+        let fields = ["frame.number", "hci_h4.direction", "hci_h4.type", "bthci_cmd.opcode", "bthci_evt.code",
+                      "bthci_evt.le_meta_subevent", "bthci_acl.chandle", "bthci_evt.bd_addr", "bthci_evt.rssi"]
+        let out = try Interop.run(tshark, ["-r", path, "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })
+        let rows = out.split(separator: "\n").map { $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init) }
+        #expect(rows.count == ours.count)
+        #expect(rows.allSatisfy { $0.count == fields.count }, "tshark rows are incomplete: the comparison would be vacuous")
+        func num(_ s: String) -> Int? { s.hasPrefix("0x") ? Int(s.dropFirst(2), radix: 16) : Int(s) }
+        for (row, j) in zip(rows, ours) where row.count == fields.count {
+            let frame = j["frame"]
+            #expect(num(row[0]).map { JSONValue.int($0) } == frame)
+            // tshark: direction 0x00 sent (host to controller), 0x01 received.
+            #expect((row[1] == "0x00" || row[1] == "0x00000000" ? "tx" : "rx") == { if case let .string(s)? = j["dir"] { return s }; return "" }(), "frame \(row[0])")
+            switch num(row[2]) {
+            case 1?: #expect(j["opcode"] == num(row[3]).map(JSONValue.int), "frame \(row[0])")
+            case 4?:
+                #expect(j["event"] == num(row[4]).map(JSONValue.int), "frame \(row[0])")
+                if let sub = num(row[5]) { #expect(j["subevent"] == .int(sub), "frame \(row[0])") }
+                if let rssi = Int(row[8]), case let .array(reports)? = j["reports"], let first = reports.first {
+                    #expect(first["rssi"] == .int(rssi), "frame \(row[0])")
+                    #expect(first["address"] == .string(row[7].uppercased()), "frame \(row[0])")
+                }
+            case 2?: #expect(j["handle"] == num(row[6]).map(JSONValue.int), "frame \(row[0])")
+            default: Issue.record("frame \(row[0]): unexpected type \(row[2])")
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import HCI
+import Logging
+import Testing
+@testable import Transports
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct TransportsTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+
+    @Test func specsParseAndPrint() throws {
+        for s in ["hci0", "hci1:raw", "tcp:127.0.0.1:6402", "tcp:[::1]:6402", "unix:/tmp/h4.sock", "serial:/dev/ttyUSB0@115200,rtscts", "serial:/dev/pts/3"] {
+            #expect(try TransportSpec(parsing: s).description == s)
+        }
+        #expect(try TransportSpec(parsing: "hci2:raw") == .hci(index: 2, channel: .raw))
+        for bad in ["", "hci", "hcix", "hci0:foo", "tcp:host", "tcp::1", "tcp:h:0", "unix:", "serial:", "serial:/dev/x@fast", "virtual9"] {
+            #expect(throws: TransportError.self, "\(bad)") { try TransportSpec(parsing: bad) }
+        }
+    }
+
+    @Test func thisKernelsMissingBluetoothIsExplained() throws {
+        // This machine's kernel has no AF_BLUETOOTH; on one that has it, the test checks ENODEV instead.
+        do {
+            _ = try BlueZ.open(index: 99, channel: .user, logger: Self.logger)
+            Issue.record("hci99 opened")
+        } catch let e as BlueZError {
+            if e.errno == EAFNOSUPPORT {
+                #expect(e.description.contains("this kernel has no Bluetooth support"))
+                #expect(e.description.contains("tcp:127.0.0.1:6402"))
+            } else {
+                #expect(e.errno == ENODEV || e.errno == EPERM || e.errno == EACCES)
+            }
+        }
+    }
+
+    @Test(arguments: [EPERM, EBUSY, ENODEV])
+    func errnoBecomesAdvice(code: Int32) {
+        let e = BlueZError(operation: "binding hci0 user channel", errno: code, index: 0, channel: .user, adapters: { [1, 2] })
+        switch code {
+        case EPERM: #expect(e.description.contains("CAP_NET_ADMIN") && e.description.contains("setcap"))
+        case EBUSY: #expect(e.description.contains("bluetoothd") && e.description.contains("hci0:raw"))
+        default: #expect(e.description.contains("no such adapter hci0") && e.description.contains("hci1, hci2"))
+        }
+    }
+
+    @Test func h4OverAUnixSocketByteByByte() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        let t = try FileDescriptorTransport(fd: fds[0], label: "pair", logger: Self.logger)
+        let packets: [HCIPacket] = [
+            HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])).packet,
+            .acl(ACLDataPacket(handle: 1, boundary: .firstFlushable, data: [1, 2, 3])),
+        ]
+        for b in packets.flatMap(\.h4Bytes) {
+            var x = b
+            #expect(write(fds[1], &x, 1) == 1)
+        }
+        var it = t.inbound.makeAsyncIterator()
+        #expect(try await it.next() == packets[0])
+        #expect(try await it.next() == packets[1])
+        // Host to controller bytes arrive as H4.
+        try await t.send(Reset().packet)
+        var buf = [UInt8](repeating: 0, count: 16)
+        let n = read(fds[1], &buf, 16)
+        #expect(Array(buf.prefix(n)) == [1, 3, 0x0C, 0])
+        // The peer closing ends the stream with a typed error.
+        close(fds[1])
+        await #expect(throws: TransportError.endOfStream) { _ = try await it.next() }
+        await t.close()
+    }
+
+    @Test func garbageOnTheWireFailsTheStream() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        let t = try FileDescriptorTransport(fd: fds[0], label: "pair", logger: Self.logger)
+        var junk: [UInt8] = [0x07, 0, 0]
+        #expect(write(fds[1], &junk, 3) == 3)
+        var it = t.inbound.makeAsyncIterator()
+        await #expect(throws: TransportError.framing(.invalidValue(what: "H4 packet indicator", value: 7))) { _ = try await it.next() }
+        await #expect(throws: TransportError.closed) { try await t.send(Reset().packet) }
+        await t.close()
+        close(fds[1])
+    }
+
+    @Test func h4OverAPtyAsASerialPort() async throws {
+        // posix_openpt and friends are not in Swift's Glibc module: /dev/ptmx with its
+        // ioctls (TIOCSPTLCK unlocks, TIOCGPTN names the slave; x86_64/aarch64 values).
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY)
+        try #require(master >= 0)
+        var unlock: Int32 = 0
+        #expect(ioctl(master, UInt(0x4004_5431), &unlock) == 0)
+        var n: UInt32 = 0
+        #expect(ioctl(master, UInt(0x8004_5430), &n) == 0)
+        let path = "/dev/pts/\(n)"
+        // Raw mode on the master too, so bytes pass unchanged.
+        var tio = termios()
+        tcgetattr(master, &tio)
+        cfmakeraw(&tio)
+        tcsetattr(master, TCSANOW, &tio)
+        let t = try TransportSpec(parsing: "serial:\(path)@115200").open(logger: Self.logger)
+        let ev = HCIEvent.hardwareError(HardwareError(hardwareCode: 1)).packet
+        var bytes = ev.h4Bytes
+        #expect(write(master, &bytes, bytes.count) == bytes.count)
+        var it = t.inbound.makeAsyncIterator()
+        #expect(try await it.next() == ev)
+        try await t.send(Reset().packet)
+        var buf = [UInt8](repeating: 0, count: 8)
+        var got: [UInt8] = []
+        while got.count < 4 {
+            let n = read(master, &buf, 8)
+            if n <= 0 { break }
+            got += buf.prefix(n)
+        }
+        #expect(got == [1, 3, 0x0C, 0])
+        // close() must interrupt the reader even on a tty.
+        await t.close()
+        #expect(try await it.next() == nil)
+        close(master)
+    }
+
+    @Test func tcpConnectRefusedSaysWhatToCheck() throws {
+        let port = try freeLoopbackPort()
+        #expect {
+            _ = try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: Self.logger)
+        } throws: { e in "\(e)".contains("listening on that port") }
+    }
+
+    func freeLoopbackPort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var a = sockaddr_in()
+        a.sin_family = sa_family_t(AF_INET)
+        a.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len); return getsockname(fd, $0, &len) } }
+        return UInt16(bigEndian: a.sin_port)
+    }
+}
