@@ -140,7 +140,7 @@ public enum TraceReader {
         let bigEndian = magicLE == 0xD4C3_B2A1 || magicLE == 0x4D3C_B2A1
         let nanos = magicLE == 0xA1B2_3C4D || magicLE == 0x4D3C_B2A1
         func u32(_ r: inout ByteReader) -> UInt32 { (bigEndian ? try? r.readUInt32BE() : try? r.readUInt32()) ?? 0 }
-        try? r.skip(12)  // version, thiszone, sigfigs, snaplen
+        try? r.skip(16)  // version (2+2), thiszone, sigfigs, snaplen
         let linkType = u32(&r) & 0x0FFF_FFFF
         guard [TraceFormat.linkTypeH4, TraceFormat.linkTypeH4WithPHDR, TraceFormat.linkTypeMonitor].contains(linkType) else {
             throw TraceFormatError(reason: "pcap link type \(linkType) is not supported (187, 201, 254 are)")

@@ -1,0 +1,148 @@
+import BLETesting
+import Foundation
+import HCI
+import Testing
+@testable import Snoop
+
+struct TraceFormatTests {
+    static let records: [TraceRecord] = [
+        TraceRecord(timestampMicros: 1_700_000_000_000_000, packet: Reset().packet, direction: .hostToController),
+        TraceRecord(timestampMicros: 1_700_000_000_001_500, packet: HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])).packet, direction: .controllerToHost),
+        TraceRecord(timestampMicros: 1_700_000_000_002_000, packet: .acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable, data: [3, 0, 4, 0, 0x0A, 0x03, 0x00])), direction: .hostToController),
+        TraceRecord(timestampMicros: 1_700_000_000_003_000, packet: .acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: [2, 0, 4, 0, 0x0B, 0x01])), direction: .controllerToHost),
+    ]
+
+    static func file(_ output: TraceEncoder.Output, _ records: [TraceRecord] = records) -> [UInt8] {
+        let e = TraceEncoder(output)
+        return e.header + records.compactMap { e.record($0) }.flatMap { $0 }
+    }
+
+    @Test(arguments: [
+        TraceEncoder.Output.btsnoop(datalink: 1001), .btsnoop(datalink: 1002), .btsnoop(datalink: 2001),
+        .pcap(linkType: 201), .pcap(linkType: 254),
+    ])
+    func writtenFilesReadBack(output: TraceEncoder.Output) throws {
+        let t = try TraceReader.read(Self.file(output))
+        #expect(t.damage == nil)
+        #expect(t.records.map(\.packet) == Self.records.map(\.packet))
+        #expect(t.records.map(\.direction) == Self.records.map(\.direction))
+        #expect(t.records.map(\.timestampMicros) == Self.records.map(\.timestampMicros))
+    }
+
+    @Test func btsnoopHeaderIsTheFormatsMagic() {
+        #expect(Array(Self.file(.btsnoop(datalink: 1002)).prefix(16)) == Array("btsnoop\0".utf8) + [0, 0, 0, 1, 0, 0, 0x03, 0xEA])
+    }
+
+    @Test(arguments: [1001, 1002, 2001] as [UInt32])
+    func truncationAtEveryByteKeepsCompleteRecordsAndReportsTheOffset(datalink: UInt32) throws {
+        let whole = Self.file(.btsnoop(datalink: datalink))
+        var boundaries = [16]
+        for r in Self.records { boundaries.append(boundaries.last! + 24 + (TraceEncoder(.btsnoop(datalink: datalink)).record(r)!.count - 24)) }  // safe: test data
+        for cut in 16..<whole.count {
+            let t = try TraceReader.read(Array(whole.prefix(cut)))
+            let complete = boundaries.filter { $0 <= cut }.count - 1
+            #expect(t.records.count == complete, "cut at \(cut)")
+            if boundaries.contains(cut) {
+                #expect(t.damage == nil)
+            } else {
+                #expect(t.damage?.offset == boundaries[complete], "cut at \(cut)")
+            }
+        }
+    }
+
+    @Test func corruptLengthIsReportedNotTrusted() throws {
+        var f = Self.file(.btsnoop(datalink: 1002))
+        // Second record's included length: 0xFFFFFFF0.
+        let second = 16 + 24 + Reset().packet.h4Bytes.count
+        f[second + 4] = 0xFF; f[second + 5] = 0xFF; f[second + 6] = 0xFF; f[second + 7] = 0xF0
+        let t = try TraceReader.read(f)
+        #expect(t.records.count == 1)
+        #expect(t.damage?.offset == second)
+        #expect(t.damage?.reason.contains("impossible record length") == true)
+    }
+
+    @Test func notATraceIsAFormatError() {
+        #expect(throws: TraceFormatError.self) { try TraceReader.read(Array("hello world".utf8)) }
+        #expect(throws: TraceFormatError.self) { try TraceReader.read(Array("btsnoop\0".utf8) + [0, 0, 0, 1, 0, 0, 0, 7]) }
+        #expect(throws: TraceFormatError.self) { try TraceReader.read([]) }
+    }
+
+    @Test func badPacketInsideAGoodRecordIsKeptAsUndecodable() throws {
+        var f = TraceEncoder(.btsnoop(datalink: 1002)).header
+        var w = ByteWriter()
+        let bad: [UInt8] = [0x04, 0x0E, 0x09, 0x01]  // event claims 9 bytes, has 1
+        w.writeBE(UInt32(bad.count)); w.writeBE(UInt32(bad.count)); w.writeBE(UInt32(1)); w.writeBE(UInt32(0)); w.writeBE(UInt64(0x00DC_DDB3_0F2F_8000))
+        f += w.bytes + bad
+        let t = try TraceReader.read(f)
+        #expect(t.damage == nil)
+        guard case let .undecodable(type, bytes, _) = t.records.first?.content else { Issue.record("expected undecodable"); return }
+        #expect(type == .event)
+        #expect(bytes == [0x0E, 0x09, 0x01])
+    }
+
+    @Test func pcapngWithNanosecondResolutionReads() throws {
+        // SHB, IDB (link type 201, if_tsresol = 9), one EPB: written out per the pcapng draft.
+        var w = ByteWriter()
+        w.write(UInt32(0x0A0D_0D0A)); w.write(UInt32(28)); w.write(UInt32(0x1A2B_3C4D)); w.write(UInt16(1)); w.write(UInt16(0))
+        w.write(UInt64.max); w.write(UInt32(28))
+        w.write(UInt32(1)); w.write(UInt32(32)); w.write(UInt16(201)); w.write(UInt16(0)); w.write(UInt32(0))
+        w.write(UInt16(9)); w.write(UInt16(1)); w.write(contentsOf: [9, 0, 0, 0]); w.write(UInt16(0)); w.write(UInt16(0))
+        w.write(UInt32(32))
+        let data: [UInt8] = [0, 0, 0, 0] + Reset().packet.h4Bytes
+        let ts: UInt64 = 1_700_000_000_123_456_789
+        w.write(UInt32(6)); w.write(UInt32(32 + data.count)); w.write(UInt32(0))
+        w.write(UInt32(ts >> 32)); w.write(UInt32(ts & 0xFFFF_FFFF)); w.write(UInt32(data.count)); w.write(UInt32(data.count))
+        w.write(contentsOf: data); w.write(UInt32(32 + data.count))
+        let t = try TraceReader.read(w.bytes)
+        #expect(t.format == .pcapng)
+        #expect(t.damage == nil)
+        #expect(t.records.first?.packet == Reset().packet)
+        #expect(t.records.first?.direction == .hostToController)
+        #expect(t.records.first?.timestampMicros == 1_700_000_000_123_456)
+        // Cut inside the EPB: damage at its offset.
+        let cut = try TraceReader.read(Array(w.bytes.dropLast(3)))
+        #expect(cut.records.isEmpty)
+        #expect(cut.damage?.offset == 28 + 32)
+    }
+
+    @Test func recordedInitFixtureDecodesCompletely() throws {
+        let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
+        let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: root + "/Fixtures/rootcanal-init.btsnoop")))
+        let t = try TraceReader.read(bytes)
+        #expect(t.format == .btsnoop(datalink: 1002))
+        #expect(t.damage == nil)
+        #expect(t.records.count % 2 == 0)
+        #expect(t.records.allSatisfy { $0.packet != nil })
+        // Re-encoding gives the same bytes: our writer and reader agree on the format.
+        #expect(Self.file(.btsnoop(datalink: 1002), t.records) == bytes)
+    }
+
+    @Test func frameDecoderJSONHasTheDocumentedKeys() throws {
+        let d = FrameDecoder()
+        let report = HCIEvent.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: 0, addressType: .random, address: BluetoothAddress("C0:01:02:03:04:05")!, data: [2, 1, 6, 4, 9, 0x61, 0x62, 0x63], rssi: -70)])))
+        let j = d.decode(TraceRecord(timestampMicros: 5, packet: report.packet, direction: .controllerToHost), number: 3, firstTimestamp: 0).json
+        #expect(j["frame"] == .int(3))
+        #expect(j["ts_us"] == .int(5))
+        #expect(j["dir"] == .string("rx"))
+        #expect(j["type"] == .string("event"))
+        #expect(j["event"] == .int(0x3E))
+        #expect(j["subevent"] == .int(2))
+        guard case let .array(reports)? = j["reports"], let r = reports.first else { Issue.record("no reports"); return }
+        #expect(r["address"] == .string("C0:01:02:03:04:05"))
+        #expect(r["address_type"] == .string("random"))
+        #expect(r["rssi"] == .int(-70))
+        #expect(r["ad_types"] == .array([.int(1), .int(9)]))
+        let cmd = d.decode(TraceRecord(timestampMicros: 0, packet: LESetScanEnable(scanEnable: true).packet, direction: .hostToController), number: 1, firstTimestamp: 0).json
+        #expect(cmd["opcode"] == .int(0x200C))
+        #expect(cmd["ogf"] == .int(8))
+        #expect(cmd["ocf"] == .int(0x0C))
+        let acl = d.decode(Self.records[2], number: 1, firstTimestamp: 0).json
+        #expect(acl["handle"] == .int(0x40))
+        #expect(acl["pb"] == .int(0))
+        #expect(acl["cid"] == .int(4))
+        #expect(acl["att_opcode"] == .int(0x0A))
+        #expect(acl["att_handle"] == .int(3))
+        let status = d.decode(Self.records[1], number: 2, firstTimestamp: 0).json
+        #expect(status["status"] == .int(0))
+    }
+}
