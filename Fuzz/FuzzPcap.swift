@@ -1,0 +1,18 @@
+// libFuzzer target: the pcap and pcapng readers (arbitrary bytes, with a pcap header
+// for link type 187/201/254 prepended when the first byte is even).
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
+    let bytes = Array(UnsafeBufferPointer(start: data, count: size))
+    guard let sel = bytes.first else { return 0 }
+    var file: [UInt8]
+    if sel % 2 == 0 {
+        let link: UInt8 = [187, 201, 254][Int(sel / 2) % 3]
+        file = [0xD4, 0xC3, 0xB2, 0xA1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0, link, 0, 0, 0] + bytes.dropFirst()
+    } else {
+        file = Array(bytes.dropFirst())
+    }
+    if let t = try? TraceReader.read(file) {
+        for (i, r) in t.records.enumerated() { _ = FrameDecoder().decode(r, number: i, firstTimestamp: 0).json.rendered }
+    }
+    return 0
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (Fuzz/*.swift) over the parser sources and runs each.
+#   Scripts/fuzz.sh              bounded smoke run (what Scripts/test.sh does): 20 s per target
+#   Scripts/fuzz.sh 600          600 s per target
+#   Scripts/fuzz.sh 0 FuzzH4     run one target until it finds something (Ctrl-C to stop)
+# Corpora and crashes go to .build-fuzz/<target>/. A crash exits non-zero.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-20}"
+only="${2:-}"
+out=.build-fuzz
+mkdir -p "$out"
+# The codec sources only: everything in HCI and Snoop that needs no other package.
+hci=$(ls Sources/HCI/*.swift | grep -vE '/(CommandFlow|HCIController|Initialization)\.swift$')
+snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/FrameDecoder.swift Sources/Snoop/JSON.swift"
+status=0
+for src in Fuzz/Fuzz*.swift; do
+  name=$(basename "$src" .swift)
+  [ -n "$only" ] && [ "$only" != "$name" ] && continue
+  mkdir -p "$out/$name/corpus"
+  # One module; the `import HCI` lines in Snoop sources refer to it and are ignored.
+  swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name HCI -suppress-warnings \
+    $hci $snoop "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
+  cp Fixtures/*.btsnoop "$out/$name/corpus/" 2>/dev/null || true
+  args=(-artifact_prefix="$out/$name/" -print_final_stats=0)
+  [ "$seconds" != 0 ] && args+=(-max_total_time="$seconds")
+  echo "fuzz: $name for ${seconds}s"
+  if ! "$out/$name/$name" "${args[@]}" "$out/$name/corpus" 2>"$out/$name/log.txt"; then
+    echo "fuzz: $name FAILED; see $out/$name/log.txt and the crash-* file beside it" >&2
+    tail -30 "$out/$name/log.txt" >&2
+    status=1
+  else
+    grep -E '^(#[0-9]+|Done)' "$out/$name/log.txt" | tail -1 || true
+  fi
+done
+exit $status
