@@ -21,7 +21,7 @@ public struct FrameDecoder: Sendable {
         f.add("ts_us", .int(Int(record.timestampMicros)))
         f.add("dir", .string(record.direction.rawValue))
         if let idx = record.adapterIndex { f.add("index", .int(Int(idx))) }
-        let rel = Double(record.timestampMicros - firstTimestamp) / 1_000_000
+        let rel = record.timestampMicros &- firstTimestamp
         let numberColumn: String = pad("#\(number)", 7)
         let dirColumn: String = pad(record.direction.rawValue, 7)
         let head: String = numberColumn + " " + formatSeconds(rel) + "  " + dirColumn + " "
@@ -377,11 +377,12 @@ func hex<T: BinaryInteger>(_ v: T, _ width: Int) -> String {
     return String(repeating: "0", count: Swift.max(0, width - s.count)) + s
 }
 
-func formatSeconds(_ s: Double) -> String {
-    let micros = Int((s * 1_000_000).rounded())
-    let whole = micros / 1_000_000, frac = abs(micros % 1_000_000)
-    let fs = String(frac)
-    return "\(whole)." + String(repeating: "0", count: 6 - fs.count) + fs
+/// Microseconds as seconds with six decimals ("-0.000001" for negative values).
+func formatSeconds(_ micros: Int64) -> String {
+    let sign = micros < 0 ? "-" : ""
+    let m = micros.magnitude
+    let fs = String(m % 1_000_000)
+    return sign + String(m / 1_000_000) + "." + String(repeating: "0", count: 6 - fs.count) + fs
 }
 
 func pad(_ s: String, _ width: Int) -> String {

@@ -81,7 +81,8 @@ public enum TraceReader {
             let included = Int((try? r.readUInt32BE()) ?? 0)
             let flags = (try? r.readUInt32BE()) ?? 0
             _ = try? r.readUInt32BE()  // cumulative drops
-            let ts = Int64(bitPattern: (try? r.readUInt64BE()) ?? 0) - btsnoopEpochDelta
+            // Wrapping: a corrupt timestamp must not trap.
+            let ts = Int64(bitPattern: (try? r.readUInt64BE()) ?? 0) &- btsnoopEpochDelta
             guard included <= 65_535 + 64, UInt32(included) <= original || original == 0 else {
                 damage = TraceDamage(offset: start, reason: "impossible record length \(included) (original \(original))")
                 break
@@ -261,7 +262,7 @@ public enum TraceReader {
                     }
                     let raw = hi << 32 | lo
                     let units = interfaces[iface].unitsPerSecond
-                    let ts = units == 1_000_000 ? raw : raw / units * 1_000_000 + (raw % units) * 1_000_000 / units
+                    let ts = units == 1_000_000 ? raw : (raw / units) &* 1_000_000 &+ (raw % units) &* 1_000_000 / units
                     records.append(linkRecord(linkType: interfaces[iface].linkType, data: data, ts: ts))
                 case 0x0000_0003:  // Simple Packet Block
                     let original = Int(try u32(&body))

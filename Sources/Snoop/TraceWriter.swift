@@ -79,7 +79,7 @@ public struct TraceEncoder: Sendable {
         switch output {
         case .btsnoop:
             w.writeBE(UInt32(payload.count)); w.writeBE(UInt32(payload.count)); w.writeBE(flags); w.writeBE(UInt32(0))
-            w.writeBE(UInt64(bitPattern: rec.timestampMicros + btsnoopEpochDelta))
+            w.writeBE(UInt64(bitPattern: rec.timestampMicros &+ btsnoopEpochDelta))
         case .pcap:
             w.write(UInt32(truncatingIfNeeded: rec.timestampMicros / 1_000_000))
             w.write(UInt32(truncatingIfNeeded: rec.timestampMicros % 1_000_000))

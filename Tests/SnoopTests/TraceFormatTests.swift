@@ -61,6 +61,19 @@ struct TraceFormatTests {
         #expect(t.damage?.reason.contains("impossible record length") == true)
     }
 
+    /// Found by Fuzz/FuzzBtsnoop: a timestamp near Int64.min made the epoch conversion trap.
+    @Test func hostileTimestampsDoNotTrap() throws {
+        var w = ByteWriter()
+        let body = Reset().packet.h4Bytes
+        w.writeBE(UInt32(body.count)); w.writeBE(UInt32(body.count)); w.writeBE(UInt32(0)); w.writeBE(UInt32(0))
+        w.writeBE(UInt64(0x8000_0000_0000_0001))
+        let t = try TraceReader.read(TraceEncoder(.btsnoop(datalink: 1002)).header + w.bytes + body)
+        #expect(t.records.count == 1)
+        let frame = FrameDecoder().decode(t.records[0], number: 1, firstTimestamp: Int64.max)
+        #expect(frame.summary.contains("Reset"))
+        #expect(TraceEncoder(.btsnoop(datalink: 1002)).record(t.records[0]) != nil)
+    }
+
     @Test func notATraceIsAFormatError() {
         #expect(throws: TraceFormatError.self) { try TraceReader.read(Array("hello world".utf8)) }
         #expect(throws: TraceFormatError.self) { try TraceReader.read(Array("btsnoop\0".utf8) + [0, 0, 0, 1, 0, 0, 0, 7]) }
