@@ -89,6 +89,8 @@ func measure(_ exe: String, _ arguments: [String]) throws -> Measurement {
     return Measurement(wall: Double(wall.components.seconds) + Double(wall.components.attoseconds) / 1e18, cpu: childCPU() - cpu0)
 }
 
+func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 28 - s.count)) }
+
 func median(_ ms: [Measurement]) -> Measurement { ms.sorted { $0.wall < $1.wall }[ms.count / 2] }
 
 let path = FileManager.default.temporaryDirectory.appendingPathComponent("decode-bench-\(getpid()).btsnoop").path
@@ -106,7 +108,7 @@ do {
     for (i, r) in trace.records.enumerated() { FrameDecoder().decode(r, number: i + 1, firstTimestamp: 0).json.render(into: &out); out += "\n" }
     let d = ContinuousClock.now - t0
     let s = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
-    print(String(format: "%-34@ %10.0f frames/s  (%.2f s, %d bytes of JSON)", "in-process decode+JSON" as NSString, Double(trace.records.count) / s, s, out.utf8.count))
+    print(label("in-process decode+JSON") + String(format: "%10.0f frames/s  (%.2f s, %d bytes of JSON)", Double(trace.records.count) / s, s, out.utf8.count))
 }
 
 var rows: [(String, Measurement)] = []
@@ -122,7 +124,7 @@ if FileManager.default.isExecutableFile(atPath: tshark) {
     print("tshark not found at \(tshark): apt-get install tshark")
 }
 for (name, m) in rows {
-    print(String(format: "%-34@ %10.0f frames/s  (wall %.2f s, cpu %.2f s, median of %d)", name as NSString, Double(frames) / m.wall, m.wall, m.cpu, runs))
+    print(label(name) + String(format: "%10.0f frames/s  (wall %.2f s, cpu %.2f s, median of %d)", Double(frames) / m.wall, m.wall, m.cpu, runs))
 }
 if rows.count >= 2 {
     print(String(format: "btctl vs tshark -T json: %.1fx the frames per second", rows[1].1.wall / rows[0].1.wall))
