@@ -14,6 +14,8 @@ public struct TraceEncoder: Sendable {
     public enum Output: Sendable, Equatable {
         case btsnoop(datalink: UInt32)
         case pcap(linkType: UInt32)
+        /// One section, one interface of this link type, microsecond timestamps, Enhanced Packet Blocks.
+        case pcapng(linkType: UInt32)
     }
     public var output: Output
 
@@ -29,6 +31,13 @@ public struct TraceEncoder: Sendable {
         case let .pcap(linkType):
             w.write(UInt32(0xA1B2_C3D4)); w.write(UInt16(2)); w.write(UInt16(4))
             w.write(UInt32(0)); w.write(UInt32(0)); w.write(UInt32(65_535 + 64)); w.write(linkType)
+        case let .pcapng(linkType):
+            // Section Header Block: byte-order magic, version 1.0, section length unknown.
+            w.write(UInt32(0x0A0D_0D0A)); w.write(UInt32(28)); w.write(UInt32(0x1A2B_3C4D))
+            w.write(UInt16(1)); w.write(UInt16(0)); w.write(UInt64.max); w.write(UInt32(28))
+            // Interface Description Block (if_tsresol absent: microseconds).
+            w.write(UInt32(1)); w.write(UInt32(20)); w.write(UInt16(truncatingIfNeeded: linkType)); w.write(UInt16(0))
+            w.write(UInt32(65_535 + 64)); w.write(UInt32(20))
         }
         return w.bytes
     }
@@ -44,7 +53,7 @@ public struct TraceEncoder: Sendable {
             guard let p = rec.packet else { return nil }
             payload = p.body
             if p.type == .command || p.type == .event { flags |= 2 }
-        case .btsnoop(TraceFormat.btsnoopMonitor), .pcap(TraceFormat.linkTypeMonitor):
+        case .btsnoop(TraceFormat.btsnoopMonitor), .pcap(TraceFormat.linkTypeMonitor), .pcapng(TraceFormat.linkTypeMonitor):
             let opcode: UInt16
             switch rec.content {
             case let .packet(p):
@@ -63,12 +72,15 @@ public struct TraceEncoder: Sendable {
                 return nil
             }
             let index = rec.adapterIndex ?? 0
-            if case .pcap = output {
-                payload = [UInt8(index >> 8), UInt8(index & 0xFF), UInt8(opcode >> 8), UInt8(opcode & 0xFF)] + payload
-            } else {
+            if case .btsnoop = output {
                 flags = UInt32(index) << 16 | UInt32(opcode)
+            } else {
+                payload = [UInt8(index >> 8), UInt8(index & 0xFF), UInt8(opcode >> 8), UInt8(opcode & 0xFF)] + payload
             }
-        case .pcap:
+        case .pcap(TraceFormat.linkTypeH4), .pcapng(TraceFormat.linkTypeH4):
+            guard let p = rec.packet else { return nil }
+            payload = p.h4Bytes
+        case .pcap, .pcapng:
             guard let p = rec.packet else { return nil }
             payload = [0, 0, 0, received ? 1 : 0] + p.h4Bytes
         case .btsnoop:
@@ -84,6 +96,17 @@ public struct TraceEncoder: Sendable {
             w.write(UInt32(truncatingIfNeeded: rec.timestampMicros / 1_000_000))
             w.write(UInt32(truncatingIfNeeded: rec.timestampMicros % 1_000_000))
             w.write(UInt32(payload.count)); w.write(UInt32(payload.count))
+        case .pcapng:
+            let padded = (payload.count + 3) & ~3
+            let total = UInt32(32 + padded)
+            let ts = UInt64(bitPattern: rec.timestampMicros)
+            w.write(UInt32(6)); w.write(total); w.write(UInt32(0))
+            w.write(UInt32(truncatingIfNeeded: ts >> 32)); w.write(UInt32(truncatingIfNeeded: ts))
+            w.write(UInt32(payload.count)); w.write(UInt32(payload.count))
+            w.write(contentsOf: payload)
+            w.write(contentsOf: repeatElement(0 as UInt8, count: padded - payload.count))
+            w.write(total)
+            return w.bytes
         }
         w.write(contentsOf: payload)
         return w.bytes

@@ -19,7 +19,7 @@ struct TraceFormatTests {
 
     @Test(arguments: [
         TraceEncoder.Output.btsnoop(datalink: 1001), .btsnoop(datalink: 1002), .btsnoop(datalink: 2001),
-        .pcap(linkType: 201), .pcap(linkType: 254),
+        .pcap(linkType: 201), .pcap(linkType: 254), .pcapng(linkType: 201), .pcapng(linkType: 254),
     ])
     func writtenFilesReadBack(output: TraceEncoder.Output) throws {
         let t = try TraceReader.read(Self.file(output))
