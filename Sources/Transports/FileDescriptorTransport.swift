@@ -29,6 +29,7 @@ public final class FileDescriptorTransport: HCITransport {
     struct State {
         var closed = false
         var threadDone = false
+        var fdClosed = false
     }
 
     /// Takes ownership of `fd` (closed by `close()`).
@@ -58,6 +59,9 @@ public final class FileDescriptorTransport: HCITransport {
     }
 
     deinit {
+        // A transport dropped without close() (e.g. after the peer hung up) still
+        // releases its descriptor; the reader thread holds `self`, so it has exited.
+        if !state.withLock({ $0.fdClosed }) { Glibc.close(fd) }
         Glibc.close(wake.read)
         Glibc.close(wake.write)
     }
@@ -148,6 +152,12 @@ public final class FileDescriptorTransport: HCITransport {
         if first { continuation.finish() }
         // Wait (bounded) for the reader thread to leave poll before closing the fd it polls.
         for _ in 0..<200 where !state.withLock({ $0.threadDone }) { try? await Task.sleep(for: .milliseconds(5)) }
-        writeLock.withLock { _ in _ = Glibc.close(fd) }
+        writeLock.withLock { _ in
+            let doClose = state.withLock { s -> Bool in
+                defer { s.fdClosed = true }
+                return !s.fdClosed
+            }
+            if doClose { _ = Glibc.close(fd) }
+        }
     }
 }
