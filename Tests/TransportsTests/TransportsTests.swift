@@ -138,3 +138,23 @@ struct TransportsTests {
         return UInt16(bigEndian: a.sin_port)
     }
 }
+
+struct KernelATTSocketTests {
+    @Test func thisKernelsMissingBluetoothIsExplainedForL2CAPToo() {
+        do {
+            let s = try KernelATTSocket.connect(to: BluetoothAddress("11:22:33:44:55:66")!, type: .random)
+            s.close()
+            Issue.record("connected without a peer")
+        } catch let e as L2CAPError {
+            if e.errno == EAFNOSUPPORT {
+                #expect(e.description.contains("this kernel has no Bluetooth support"))
+            } else {
+                #expect(!e.description.isEmpty)
+            }
+        } catch {
+            Issue.record("untyped error \(error)")
+        }
+        #expect(L2CAPError(operation: "listening on the ATT channel", errno: EADDRINUSE).description.contains("bluetoothd"))
+        #expect(L2CAPError(operation: "connecting", errno: EHOSTDOWN).description.contains("address type"))
+    }
+}
