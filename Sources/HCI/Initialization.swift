@@ -39,9 +39,11 @@ public struct ControllerInfo: Sendable, Equatable {
 
 extension HCIController {
     /// Runs the initialisation sequence and records the result in `info`.
+    /// - Parameter reset: send Reset first. Leave it off on an adapter shared with
+    ///   another host stack (the kernel, over the HCI raw channel).
     @discardableResult
-    public func initialize() async throws -> ControllerInfo {
-        try await send(Reset())
+    public func initialize(reset: Bool = true) async throws -> ControllerInfo {
+        if reset { try await send(Reset()) }
         let version = try await send(ReadLocalVersionInformation())
         let commands = try await send(ReadLocalSupportedCommands()).supportedCommands
         let lmp = try await send(ReadLocalSupportedFeatures()).lmpFeatures

@@ -28,7 +28,7 @@ public struct BlueZError: Error, Equatable, Sendable, CustomStringConvertible {
                 + "load the module with `sudo modprobe bluetooth`, or use a kernel built with CONFIG_BT; "
                 + "without one, use an H4 transport such as `--transport tcp:127.0.0.1:6402` (Rootcanal)"
         case EPERM, EACCES:
-            let cap = channel == .raw ? "CAP_NET_RAW" : "CAP_NET_ADMIN"
+            let cap = channel == .raw && !operation.contains("HCIDEV") ? "CAP_NET_RAW" : "CAP_NET_ADMIN"
             description = "\(base): opening \(name) on the \(channel?.rawValue ?? "HCI") channel needs \(cap); "
                 + "run as root or grant it once: `sudo setcap 'cap_net_admin,cap_net_raw+eip' \"$(command -v btctl)\"`"
         case EBUSY:
@@ -39,6 +39,9 @@ public struct BlueZError: Error, Equatable, Sendable, CustomStringConvertible {
             let present = adapters()
             let list = present.isEmpty ? "no adapters are present" : "present: " + present.map { "hci\($0)" }.joined(separator: ", ")
             description = "\(base): no such adapter \(name); \(list)"
+        case ENETDOWN:
+            description = "\(base): \(name) is powered off; the raw channel shares the adapter with the kernel, which must have it up: "
+                + "`sudo btmgmt --index \(index ?? 0) power on` (or `sudo hciconfig \(name) up`)"
         case 132:  // ERFKILL
             description = "\(base): \(name) is blocked by rfkill: `sudo rfkill unblock bluetooth`"
         default:
@@ -129,6 +132,12 @@ public enum BlueZ {
                 throw BlueZError(operation: "binding hci\(index) user channel", errno: e, index: index, channel: channel)
             }
         case .raw:
+            // The raw channel shares a running adapter with the kernel: power it up if it is down.
+            if cbluez_hci_dev_up(fd, index) != 0, errno != EALREADY {
+                let e = errno
+                Glibc.close(fd)
+                throw BlueZError(operation: "powering hci\(index) up (HCIDEVUP)", errno: e, index: index, channel: channel)
+            }
             guard cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_RAW)) == 0 else {
                 let e = errno
                 Glibc.close(fd)

@@ -16,7 +16,10 @@ struct Info: AsyncParsableCommand {
         defer { writer?.close() }
         let info: ControllerInfo
         do {
-            info = try await controller.initialize()
+            // On the raw channel the kernel owns the adapter: do not reset it under its feet.
+            var shared = false
+            if case .hci(_, .raw) = try options.spec { shared = true }
+            info = try await controller.initialize(reset: !shared)
         } catch {
             await controller.close()
             throw CLIError("initialising the controller on \(try options.spec) failed: \(error)")
