@@ -86,12 +86,12 @@ run() {
   cat > "$cache/cmd.sh" <<EOS
 set -u
 cd "$root"
-export HOME=/tmp PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/dev/shm TMPDIR=/dev/shm PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export BLE_GUEST=1
 if [ "${GUEST_BTVIRT-on}" != off ]; then
-btvirt -L -l2 >/tmp/btvirt.log 2>&1 &
+btvirt -L -l2 >/dev/shm/btvirt.log 2>&1 &
 for i in \$(seq 100); do [ -e /sys/class/bluetooth/hci1 ] && break; sleep 0.1; done
-[ -e /sys/class/bluetooth/hci1 ] || { echo "GUEST: btvirt made no hci1"; cat /tmp/btvirt.log; ls -la /dev/vhci; cut -d' ' -f1 /proc/modules | tr '\\n' ' '; dmesg | tail -15; exit 124; }
+[ -e /sys/class/bluetooth/hci1 ] || { echo "GUEST: btvirt made no hci1"; cat /dev/shm/btvirt.log; ls -la /dev/vhci; cut -d' ' -f1 /proc/modules | tr '\\n' ' '; dmesg | tail -15; exit 124; }
 sleep 3   # the kernel's own setup of the new adapters (HCI_SETUP, auto power-off)
 fi
 $cmd
