@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "HCI", targets: ["HCI"]),
         .library(name: "Snoop", targets: ["Snoop"]),
+        .library(name: "L2CAP", targets: ["L2CAP"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
         .executable(name: "btctl", targets: ["btctl"]),
@@ -32,6 +33,7 @@ let package = Package(
             ],
             swiftSettings: strict),
         .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
+        .target(name: "L2CAP", dependencies: ["HCI"], swiftSettings: strict),
         .target(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
@@ -52,6 +54,7 @@ let package = Package(
             name: "DecodeBenchmark", dependencies: ["HCI", "Snoop"], path: "Benchmarks/DecodeBenchmark",
             swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],

@@ -1,0 +1,124 @@
+// L2CAP for LE over ACL (Core Specification v5.4, Vol 3, Part A): the basic frame,
+// the fixed channels a LE host uses, fragmentation to the controller's LE ACL data
+// length and reassembly per connection. Pure: no I/O, no clock.
+
+import HCI
+
+/// L2CAP channel identifier (§2.1). An open set.
+public struct ChannelID: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+    public static let att = ChannelID(rawValue: 0x0004)
+    public static let leSignaling = ChannelID(rawValue: 0x0005)
+    public static let securityManager = ChannelID(rawValue: 0x0006)
+    public var description: String {
+        switch rawValue {
+        case 0x0004: return "ATT"
+        case 0x0005: return "LE signaling"
+        case 0x0006: return "SMP"
+        default: return "CID 0x" + String(rawValue, radix: 16)
+        }
+    }
+}
+
+/// A complete L2CAP basic frame (B-frame, §3.1).
+public struct BasicFrame: Hashable, Sendable {
+    public var channel: ChannelID
+    public var payload: [UInt8]
+    public init(channel: ChannelID, payload: [UInt8]) {
+        self.channel = channel
+        self.payload = payload
+    }
+
+    public var bytes: [UInt8] {
+        var w = ByteWriter(capacity: payload.count + 4)
+        w.write(UInt16(truncatingIfNeeded: payload.count)); w.write(channel.rawValue); w.write(contentsOf: payload)
+        return w.bytes
+    }
+
+    /// Splits the frame into ACL packets of at most `maximumDataLength` bytes: the first
+    /// marked "first non-automatically-flushable" (the LE host's), the rest "continuing".
+    public func fragments(handle: UInt16, maximumDataLength: Int) -> [ACLDataPacket] {
+        let all = bytes
+        let size = Swift.max(1, maximumDataLength)
+        return stride(from: 0, to: all.count, by: size).map { i in
+            ACLDataPacket(handle: handle, boundary: i == 0 ? .firstNonFlushable : .continuing,
+                          data: Array(all[i..<Swift.min(i + size, all.count)]))
+        }
+    }
+}
+
+/// Why reassembly dropped data.
+public enum ReassemblyError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// A continuing fragment arrived with no frame in progress.
+    case strayContinuation(handle: UInt16)
+    /// The frame's length field exceeds what this host accepts.
+    case oversize(handle: UInt16, declared: Int, maximum: Int)
+    /// More bytes arrived than the length field announced.
+    case lengthMismatch(handle: UInt16, declared: Int, received: Int)
+    /// A new frame started before the previous one was complete; the old one is dropped.
+    case incompleteFrameDropped(handle: UInt16, declared: Int, received: Int)
+
+    public var description: String {
+        switch self {
+        case let .strayContinuation(h): return "connection 0x\(String(h, radix: 16)): continuation fragment without a start"
+        case let .oversize(h, d, m): return "connection 0x\(String(h, radix: 16)): L2CAP frame of \(d) bytes exceeds the maximum \(m)"
+        case let .lengthMismatch(h, d, r): return "connection 0x\(String(h, radix: 16)): L2CAP frame announced \(d) bytes, received \(r)"
+        case let .incompleteFrameDropped(h, d, r): return "connection 0x\(String(h, radix: 16)): new frame started; previous one had \(r) of \(d) bytes"
+        }
+    }
+}
+
+/// Reassembles ACL fragments into basic frames, per connection (§7.2.1).
+public struct Reassembler: Sendable {
+    /// Largest frame payload accepted (the ATT MTU plus signaling headroom, at most 65535).
+    public var maximumPayload: Int
+    private var partial: [UInt16: [UInt8]] = [:]
+
+    public init(maximumPayload: Int = 65_535) { self.maximumPayload = maximumPayload }
+
+    /// Feeds one ACL packet. Returns a complete frame, nil if more fragments are needed,
+    /// and the errors met (several can come from one packet: a dropped frame, then a new one).
+    public mutating func receive(_ packet: ACLDataPacket) -> (frame: BasicFrame?, errors: [ReassemblyError]) {
+        let h = packet.handle
+        var errors: [ReassemblyError] = []
+        var buffer: [UInt8]
+        if packet.boundary == .continuing {
+            guard let p = partial[h] else { return (nil, [.strayContinuation(handle: h)]) }
+            buffer = p + packet.data
+        } else {
+            if let p = partial.removeValue(forKey: h) {
+                errors.append(.incompleteFrameDropped(handle: h, declared: Self.declared(p) ?? -1, received: Swift.max(0, p.count - 4)))
+            }
+            buffer = packet.data
+        }
+        guard let declared = Self.declared(buffer) else {
+            partial[h] = buffer
+            return (nil, errors)
+        }
+        guard declared <= maximumPayload else {
+            partial[h] = nil
+            return (nil, errors + [.oversize(handle: h, declared: declared, maximum: maximumPayload)])
+        }
+        let received = buffer.count - 4
+        if received < declared {
+            partial[h] = buffer
+            return (nil, errors)
+        }
+        partial[h] = nil
+        guard received == declared else {
+            return (nil, errors + [.lengthMismatch(handle: h, declared: declared, received: received)])
+        }
+        let cid = ChannelID(rawValue: UInt16(buffer[2]) | UInt16(buffer[3]) << 8)
+        return (BasicFrame(channel: cid, payload: Array(buffer[4...])), errors)
+    }
+
+    /// The connection went away: forget its partial frame.
+    public mutating func disconnected(handle: UInt16) { partial[handle] = nil }
+
+    public func hasPartialFrame(handle: UInt16) -> Bool { partial[handle] != nil }
+
+    static func declared(_ b: [UInt8]) -> Int? {
+        b.count >= 4 ? Int(UInt16(b[0]) | UInt16(b[1]) << 8) : nil
+    }
+}
