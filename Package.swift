@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "HCI", targets: ["HCI"]),
         .library(name: "Snoop", targets: ["Snoop"]),
         .library(name: "L2CAP", targets: ["L2CAP"]),
+        .library(name: "ATT", targets: ["ATT"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
         .executable(name: "btctl", targets: ["btctl"]),
@@ -34,6 +35,7 @@ let package = Package(
             swiftSettings: strict),
         .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
         .target(name: "L2CAP", dependencies: ["HCI"], swiftSettings: strict),
+        .target(name: "ATT", dependencies: ["HCI", "L2CAP"], swiftSettings: strict),
         .target(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
@@ -55,6 +57,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI"], swiftSettings: strict),
+        .testTarget(name: "ATTTests", dependencies: ["ATT", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],
