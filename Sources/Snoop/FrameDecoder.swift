@@ -170,23 +170,15 @@ public struct FrameDecoder: Sendable {
     func decodeLE(_ le: LEMetaEvent, into f: inout Builder) {
         switch le {
         case let .advertisingReport(r):
-            var reports: [JSONValue] = []
-            for (i, rp) in r.reports.enumerated() {
-                let (ads, damage) = ADStructure.parse(rp.data)
-                f.details.append("report \(i): \(advTypeName(rp.eventType)) \(rp.address) (\(rp.addressType)) rssi=\(rp.rssi) dBm")
-                reports.append(reportJSON(address: rp.address, type: rp.addressType, rssi: rp.rssi,
-                                          eventType: Int(rp.eventType), ads: ads, damage: damage, into: &f))
-            }
-            f.add("reports", .array(reports))
+            f.add("reports", .array(r.reports.enumerated().map { i, rp in
+                report("report \(i): \(advTypeName(rp.eventType)) \(rp.address) (\(rp.addressType)) rssi=\(rp.rssi) dBm",
+                       address: rp.address, type: rp.addressType, rssi: rp.rssi, eventType: Int(rp.eventType), data: rp.data, into: &f)
+            }))
         case let .extendedAdvertisingReport(r):
-            var reports: [JSONValue] = []
-            for (i, rp) in r.reports.enumerated() {
-                let (ads, damage) = ADStructure.parse(rp.data)
-                f.details.append("report \(i): event_type=0x\(hex(rp.eventType, 4)) \(rp.address) (\(rp.addressType)) rssi=\(rp.rssi) dBm tx_power=\(rp.txPower)")
-                reports.append(reportJSON(address: rp.address, type: rp.addressType, rssi: rp.rssi,
-                                          eventType: Int(rp.eventType), ads: ads, damage: damage, into: &f))
-            }
-            f.add("reports", .array(reports))
+            f.add("reports", .array(r.reports.enumerated().map { i, rp in
+                report("report \(i): event_type=0x\(hex(rp.eventType, 4)) \(rp.address) (\(rp.addressType)) rssi=\(rp.rssi) dBm tx_power=\(rp.txPower)",
+                       address: rp.address, type: rp.addressType, rssi: rp.rssi, eventType: Int(rp.eventType), data: rp.data, into: &f)
+            }))
         case let .directedAdvertisingReport(r):
             var reports: [JSONValue] = []
             for rp in r.reports {
@@ -220,8 +212,11 @@ public struct FrameDecoder: Sendable {
         }
     }
 
-    func reportJSON(address: BluetoothAddress, type: AddressType, rssi: Int8, eventType: Int, ads: [ADStructure],
-                    damage: DecodeError?, into f: inout Builder) -> JSONValue {
+    /// One advertising report: its detail line, then each AD structure, and its JSON.
+    func report(_ line: String, address: BluetoothAddress, type: AddressType, rssi: Int8, eventType: Int, data: [UInt8],
+                into f: inout Builder) -> JSONValue {
+        f.details.append(line)
+        let (ads, damage) = ADStructure.parse(data)
         var ad: [JSONValue] = []
         for s in ads {
             let name = s.typeName ?? "Unknown AD type"

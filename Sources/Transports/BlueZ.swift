@@ -119,35 +119,23 @@ public enum BlueZ {
     public static func open(index: UInt16, channel: HCIChannel, logger: Logger) throws -> FileDescriptorTransport {
         let fd = cbluez_hci_socket()
         guard fd >= 0 else { throw BlueZError(operation: "socket(AF_BLUETOOTH, BTPROTO_HCI)", errno: errno, index: index, channel: channel) }
+        /// Closes the socket and throws the explained errno when a step failed.
+        func check(_ ok: Bool, _ operation: String) throws {
+            guard !ok else { return }
+            let e = errno
+            Glibc.close(fd)
+            throw BlueZError(operation: operation, errno: e, index: index, channel: channel)
+        }
         switch channel {
         case .user:
-            if cbluez_hci_dev_down(fd, index) != 0, errno != EALREADY, errno != EBUSY {
-                let e = errno
-                Glibc.close(fd)
-                throw BlueZError(operation: "bringing hci\(index) down (HCIDEVDOWN)", errno: e, index: index, channel: channel)
-            }
-            guard cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_USER)) == 0 else {
-                let e = errno
-                Glibc.close(fd)
-                throw BlueZError(operation: "binding hci\(index) user channel", errno: e, index: index, channel: channel)
-            }
+            try check(cbluez_hci_dev_down(fd, index) == 0 || errno == EALREADY || errno == EBUSY,
+                      "bringing hci\(index) down (HCIDEVDOWN)")
+            try check(cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_USER)) == 0, "binding hci\(index) user channel")
         case .raw:
             // The raw channel shares a running adapter with the kernel: power it up if it is down.
-            if cbluez_hci_dev_up(fd, index) != 0, errno != EALREADY {
-                let e = errno
-                Glibc.close(fd)
-                throw BlueZError(operation: "powering hci\(index) up (HCIDEVUP)", errno: e, index: index, channel: channel)
-            }
-            guard cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_RAW)) == 0 else {
-                let e = errno
-                Glibc.close(fd)
-                throw BlueZError(operation: "binding hci\(index) raw channel", errno: e, index: index, channel: channel)
-            }
-            guard cbluez_hci_set_filter_all(fd) == 0 else {
-                let e = errno
-                Glibc.close(fd)
-                throw BlueZError(operation: "setting the HCI filter on hci\(index)", errno: e, index: index, channel: channel)
-            }
+            try check(cbluez_hci_dev_up(fd, index) == 0 || errno == EALREADY, "powering hci\(index) up (HCIDEVUP)")
+            try check(cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_RAW)) == 0, "binding hci\(index) raw channel")
+            try check(cbluez_hci_set_filter_all(fd) == 0, "setting the HCI filter on hci\(index)")
         }
         return try FileDescriptorTransport(fd: fd, label: "hci\(index)\(channel == .raw ? ":raw" : "")", logger: logger)
     }
