@@ -34,7 +34,7 @@ let package = Package(
             ],
             swiftSettings: strict),
         .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
-        .target(name: "L2CAP", dependencies: ["HCI"], swiftSettings: strict),
+        .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "ATT", dependencies: ["HCI", "L2CAP"], swiftSettings: strict),
         .target(
             name: "Transports",
@@ -56,7 +56,7 @@ let package = Package(
             name: "DecodeBenchmark", dependencies: ["HCI", "Snoop"], path: "Benchmarks/DecodeBenchmark",
             swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
-        .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI"], swiftSettings: strict),
+        .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(

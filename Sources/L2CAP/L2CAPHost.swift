@@ -1,0 +1,174 @@
+// L2CAP over one controller: the actor that joins `HCIController` to the pure
+// pieces in this module. It follows LE connections from HCI events, reassembles
+// inbound ACL per connection and hands each fixed channel's frames to its
+// subscriber, answers the LE signaling channel, and sends outbound frames as ACL
+// fragments, one fragment per connection in turn (round robin), so a connection
+// with a long queue cannot starve the others of controller buffers.
+
+import HCI
+import Logging
+
+/// A frame received on a fixed channel of one connection.
+public struct ChannelFrame: Hashable, Sendable {
+    public var handle: UInt16
+    public var payload: [UInt8]
+}
+
+/// Frames of one fixed channel across connections. Buffer: unbounded (the peer is
+/// paced by the link); ends when the controller's transport closes.
+public typealias ChannelFrameStream = AsyncStream<ChannelFrame>
+
+public actor L2CAPHost {
+    public struct Connection: Sendable, Equatable {
+        public var handle: UInt16
+        public var role: ConnectionRole
+        public var peer: BluetoothAddress
+        public var peerType: AddressType
+    }
+
+    public let controller: HCIController
+    private let logger: Logger
+    private var reassembler: Reassembler
+    private var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
+    private var subscribers: [ChannelID: AsyncStream<ChannelFrame>.Continuation] = [:]
+    private var queues: [UInt16: [ACLDataPacket]] = [:]
+    private var order: [UInt16] = []
+    private var pumping = false
+    private var tasks: [Task<Void, Never>] = []
+    /// Reassembly problems seen, for diagnostics.
+    public private(set) var reassemblyErrors: [ReassemblyError] = []
+
+    public init(controller: HCIController, maximumPayload: Int = 65_535, logger: Logger) {
+        self.controller = controller
+        self.logger = logger
+        self.reassembler = Reassembler(maximumPayload: maximumPayload)
+    }
+
+    /// Starts following the controller's events and ACL data.
+    public func start() async {
+        guard tasks.isEmpty else { return }
+        let events = await controller.events()
+        let acl = await controller.aclData()
+        tasks.append(Task { [weak self] in
+            for await e in events { await self?.handle(e) }
+            await self?.finishAll()
+        })
+        tasks.append(Task { [weak self] in
+            for await p in acl { await self?.receive(p) }
+        })
+    }
+
+    /// The frames arriving on `channel` (ATT, SMP, ...). One subscriber per channel.
+    public func frames(on channel: ChannelID) -> ChannelFrameStream {
+        let (stream, c) = AsyncStream<ChannelFrame>.makeStream()
+        subscribers[channel]?.finish()
+        subscribers[channel] = c
+        return stream
+    }
+
+    public var currentConnections: [Connection] { connections.values.map(\.info).sorted { $0.handle < $1.handle } }
+
+    /// Queues `payload` as one frame on `channel` of connection `handle`.
+    public func send(_ payload: [UInt8], on channel: ChannelID, handle: UInt16) async throws {
+        guard connections[handle] != nil else { throw HCIError.connectionClosed(handle: handle) }
+        let length = await controller.info?.leACLDataPacketLength ?? 27
+        let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
+        if queues[handle] == nil { order.append(handle) }
+        queues[handle, default: []].append(contentsOf: fragments)
+        if !pumping {
+            pumping = true
+            Task { await self.pump() }
+        }
+    }
+
+    /// Peripheral: asks the central for new connection parameters (§4.20).
+    public func requestParameterUpdate(_ p: ConnectionParameterUpdate, handle: UInt16) async throws -> UInt8 {
+        guard var c = connections[handle] else { throw HCIError.connectionClosed(handle: handle) }
+        let (id, bytes) = c.signaling.requestParameterUpdate(p)
+        connections[handle] = c
+        try await send(bytes, on: .leSignaling, handle: handle)
+        return id
+    }
+
+    /// Sends queued fragments, one per connection in turn.
+    private func pump() async {
+        while let handle = order.first {
+            order.removeFirst()
+            guard var q = queues[handle], !q.isEmpty else { queues[handle] = nil; continue }
+            let fragment = q.removeFirst()
+            if q.isEmpty { queues[handle] = nil } else { queues[handle] = q; order.append(handle) }
+            do {
+                try await controller.sendACL(fragment)
+            } catch {
+                logger.debug("ACL send failed", metadata: ["ble.handle": "\(handle)", "error": "\(error)"])
+                drop(handle: handle)
+            }
+        }
+        pumping = false
+    }
+
+    private func drop(handle: UInt16) {
+        queues[handle] = nil
+        order.removeAll { $0 == handle }
+    }
+
+    private func receive(_ packet: ACLDataPacket) {
+        let (frame, errors) = reassembler.receive(packet)
+        for e in errors { logger.debug("reassembly", metadata: ["error": "\(e)"]) }
+        reassemblyErrors += errors
+        guard let frame else { return }
+        if frame.channel == .leSignaling, var c = connections[packet.handle] {
+            let events = c.signaling.receive(frame.payload)
+            connections[packet.handle] = c
+            for e in events { signaling(e, handle: packet.handle) }
+            return
+        }
+        guard let s = subscribers[frame.channel] else {
+            logger.trace("frame on unsubscribed channel", metadata: ["l2cap.cid": "\(frame.channel)"])
+            return
+        }
+        s.yield(ChannelFrame(handle: packet.handle, payload: frame.payload))
+    }
+
+    private func signaling(_ e: LESignalingChannel.Event, handle: UInt16) {
+        switch e {
+        case let .send(bytes):
+            Task { try? await self.send(bytes, on: .leSignaling, handle: handle) }
+        case let .updateConnection(p):
+            let c = LEConnectionParameters(connectionIntervalMin: p.intervalMin, connectionIntervalMax: p.intervalMax,
+                                           maxLatency: p.latency, supervisionTimeout: p.timeout)
+            let controller = self.controller
+            Task { _ = try? await controller.send(LEConnectionUpdate(connectionHandle: handle, connection: c)) }
+        default:
+            logger.debug("signaling", metadata: ["ble.handle": "\(handle)", "event": "\(e)"])
+        }
+    }
+
+    private func handle(_ event: HCIEvent) {
+        switch event {
+        case let .le(.connectionComplete(c)) where c.status.isSuccess:
+            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+        case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
+            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+        case let .disconnectionComplete(d) where d.status.isSuccess:
+            connections[d.connectionHandle] = nil
+            reassembler.disconnected(handle: d.connectionHandle)
+            drop(handle: d.connectionHandle)
+        default:
+            break
+        }
+    }
+
+    private func connected(_ c: Connection) {
+        connections[c.handle] = (c, LESignalingChannel(role: c.role))
+        logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
+    }
+
+    private func finishAll() {
+        for (_, s) in subscribers { s.finish() }
+        subscribers.removeAll()
+        connections.removeAll()
+        queues.removeAll()
+        order.removeAll()
+    }
+}

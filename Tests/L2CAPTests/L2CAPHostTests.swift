@@ -1,0 +1,85 @@
+import BLETesting
+import HCI
+import Logging
+import Testing
+@testable import L2CAP
+
+struct L2CAPHostTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+    static let peer = BluetoothAddress("C0:11:22:33:44:55")!
+
+    func setUp(credits: Int = 8) async -> (L2CAPHost, HCIController, ScriptedTransport) {
+        let t = ScriptedTransport()
+        let c = HCIController(transport: t, logger: Self.logger)
+        await c.setACLBufferCount(credits)
+        let host = L2CAPHost(controller: c, logger: Self.logger)
+        await host.start()
+        return (host, c, t)
+    }
+
+    func connect(_ t: ScriptedTransport, _ host: L2CAPHost, handle: UInt16, role: ConnectionRole = .central) async {
+        t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: handle, role: role, peerAddressType: .random, peerAddress: Self.peer))))
+        for _ in 0..<500 where await !host.currentConnections.contains(where: { $0.handle == handle }) { await Task.yield() }
+    }
+
+    @Test func inboundFragmentsReachTheChannelSubscriber() async throws {
+        let (host, _, t) = await setUp()
+        let att = await host.frames(on: .att)
+        await connect(t, host, handle: 0x40)
+        let frame = BasicFrame(channel: .att, payload: Array(0..<40))
+        for f in frame.fragments(handle: 0x40, maximumDataLength: 27) {
+            t.inject(.acl(ACLDataPacket(handle: f.handle, boundary: f.boundary == .firstNonFlushable ? .firstFlushable : f.boundary, data: f.data)))
+        }
+        var it = att.makeAsyncIterator()
+        #expect(await it.next() == ChannelFrame(handle: 0x40, payload: Array(0..<40)))
+    }
+
+    @Test func outboundFramesAreFragmentedAndConnectionsTakeTurns() async throws {
+        let (host, c, t) = await setUp(credits: 0)
+        await connect(t, host, handle: 1)
+        await connect(t, host, handle: 2)
+        // No controller buffers yet: everything queues. 5 fragments for 1, one for 2.
+        try await host.send([UInt8](repeating: 0xAA, count: 27 * 5 - 4), on: .att, handle: 1)
+        try await host.send([0xBB], on: .att, handle: 2)
+        await c.setACLBufferCount(8)
+        var sent: [ACLDataPacket] = []
+        for _ in 0..<6 {
+            guard case let .acl(p)? = await t.nextSent() else { Issue.record("expected ACL"); return }
+            sent.append(p)
+        }
+        #expect(sent.allSatisfy { $0.data.count <= 27 })
+        let one = sent.filter { $0.handle == 1 }
+        #expect(one.count == 5)
+        #expect(one.first?.boundary == .firstNonFlushable && one.dropFirst().allSatisfy { $0.boundary == .continuing })
+        // Fair: connection 2's frame does not wait behind all of connection 1's.
+        let index2 = try #require(sent.firstIndex { $0.handle == 2 })
+        #expect(index2 <= 2)
+        var r = Reassembler()
+        var frames: [BasicFrame] = []
+        for p in sent { if let f = r.receive(p).frame { frames.append(f) } }
+        #expect(frames.contains(BasicFrame(channel: .att, payload: [UInt8](repeating: 0xAA, count: 27 * 5 - 4))))
+    }
+
+    @Test func centralAnswersParameterUpdateAndUpdatesTheConnection() async throws {
+        let (host, _, t) = await setUp()
+        await connect(t, host, handle: 0x40, role: .central)
+        let request: [UInt8] = [0x12, 0x07, 0x08, 0x00, 0x18, 0x00, 0x28, 0x00, 0x00, 0x00, 0x90, 0x01]
+        t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .leSignaling, payload: request).bytes)))
+        var got: [HCIPacket] = []
+        for _ in 0..<2 { if let p = await t.nextSent() { got.append(p) } }
+        let response = HCIPacket.acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable,
+                                                   data: BasicFrame(channel: .leSignaling, payload: [0x13, 0x07, 0x02, 0x00, 0x00, 0x00]).bytes))
+        let update = LEConnectionUpdate(connectionHandle: 0x40, connection: LEConnectionParameters(
+            connectionIntervalMin: 0x18, connectionIntervalMax: 0x28, maxLatency: 0, supervisionTimeout: 0x190)).packet
+        #expect(got.contains(response))
+        #expect(got.contains(update))
+    }
+
+    @Test func disconnectionDropsTheConnection() async throws {
+        let (host, _, t) = await setUp()
+        await connect(t, host, handle: 5)
+        t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 5, reason: .remoteUserTerminatedConnection)))
+        for _ in 0..<500 where await !host.currentConnections.isEmpty { await Task.yield() }
+        await #expect(throws: HCIError.connectionClosed(handle: 5)) { try await host.send([1], on: .att, handle: 5) }
+    }
+}
