@@ -57,7 +57,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
-        .testTarget(name: "ATTTests", dependencies: ["ATT", "HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],

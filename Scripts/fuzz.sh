@@ -12,7 +12,7 @@ out=.build-fuzz
 mkdir -p "$out"
 # The codec sources only: everything in HCI, L2CAP and Snoop that needs no other package.
 hci=$(ls Sources/HCI/*.swift | grep -vE '/(CommandFlow|HCIController|Initialization)\.swift$')
-l2cap=$(ls Sources/L2CAP/*.swift Sources/ATT/*.swift | grep -v L2CAPHost.swift)
+l2cap=$(ls Sources/L2CAP/*.swift Sources/ATT/*.swift | grep -vE "(L2CAPHost|ATTBearer|ATTChannel)\.swift$")
 snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/FrameDecoder.swift Sources/Snoop/JSON.swift"
 status=0
 for src in Fuzz/Fuzz*.swift; do

@@ -31,6 +31,8 @@ public actor L2CAPHost {
     private var reassembler: Reassembler
     private var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
     private var subscribers: [ChannelID: AsyncStream<ChannelFrame>.Continuation] = [:]
+    private struct Key: Hashable { var handle: UInt16; var channel: ChannelID }
+    private var connectionSubscribers: [Key: AsyncStream<[UInt8]>.Continuation] = [:]
     private var queues: [UInt16: [ACLDataPacket]] = [:]
     private var order: [UInt16] = []
     private var pumping = false
@@ -63,6 +65,16 @@ public actor L2CAPHost {
         let (stream, c) = AsyncStream<ChannelFrame>.makeStream()
         subscribers[channel]?.finish()
         subscribers[channel] = c
+        return stream
+    }
+
+    /// The frames arriving on `channel` of connection `handle` only; takes precedence over
+    /// `frames(on:)` for that connection. Ends when the connection does.
+    public func frames(on channel: ChannelID, handle: UInt16) -> AsyncStream<[UInt8]> {
+        let (stream, c) = AsyncStream<[UInt8]>.makeStream()
+        let key = Key(handle: handle, channel: channel)
+        connectionSubscribers[key]?.finish()
+        if connections[handle] == nil { c.finish() } else { connectionSubscribers[key] = c }
         return stream
     }
 
@@ -123,6 +135,10 @@ public actor L2CAPHost {
             for e in events { signaling(e, handle: packet.handle) }
             return
         }
+        if let s = connectionSubscribers[Key(handle: packet.handle, channel: frame.channel)] {
+            s.yield(frame.payload)
+            return
+        }
         guard let s = subscribers[frame.channel] else {
             logger.trace("frame on unsubscribed channel", metadata: ["l2cap.cid": "\(frame.channel)"])
             return
@@ -153,6 +169,10 @@ public actor L2CAPHost {
         case let .disconnectionComplete(d) where d.status.isSuccess:
             connections[d.connectionHandle] = nil
             reassembler.disconnected(handle: d.connectionHandle)
+            for (k, c) in connectionSubscribers where k.handle == d.connectionHandle {
+                c.finish()
+                connectionSubscribers[k] = nil
+            }
             drop(handle: d.connectionHandle)
         default:
             break
@@ -167,6 +187,8 @@ public actor L2CAPHost {
     private func finishAll() {
         for (_, s) in subscribers { s.finish() }
         subscribers.removeAll()
+        for (_, s) in connectionSubscribers { s.finish() }
+        connectionSubscribers.removeAll()
         connections.removeAll()
         queues.removeAll()
         order.removeAll()

@@ -1,0 +1,83 @@
+import BLETesting
+import HCI
+import L2CAP
+import Logging
+import Testing
+@testable import ATT
+
+struct ATTBearerActorTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+
+    /// A controller on the scripted transport with one LE connection (handle 0x40) and
+    /// an ATT bearer on it.
+    func setUp(clock: ManualClock = ManualClock()) async -> (ATTBearer, ScriptedTransport, ManualClock) {
+        let t = ScriptedTransport()
+        let c = HCIController(transport: t, logger: Self.logger)
+        await c.setACLBufferCount(8)
+        let host = L2CAPHost(controller: c, logger: Self.logger)
+        await host.start()
+        t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .central, peerAddressType: .public, peerAddress: BluetoothAddress("11:22:33:44:55:66")!))))
+        for _ in 0..<500 where await host.currentConnections.isEmpty { await Task.yield() }
+        let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), clock: clock, logger: Self.logger)
+        await bearer.start()
+        return (bearer, t, clock)
+    }
+
+    static func acl(_ pdu: [UInt8], boundary: ACLPacketBoundary = .firstFlushable) -> HCIPacket {
+        .acl(ACLDataPacket(handle: 0x40, boundary: boundary, data: BasicFrame(channel: .att, payload: pdu).bytes))
+    }
+
+    @Test func requestGoesOutAsACLAndTheResponseComesBack() async throws {
+        let (bearer, t, _) = await setUp()
+        let read = Task { try await bearer.request(.readRequest(handle: 3)) }
+        #expect(await t.nextSent() == Self.acl([0x0A, 0x03, 0x00], boundary: .firstNonFlushable))
+        t.inject(Self.acl([0x0B, 0x64]))
+        #expect(try await read.value == .readResponse(value: [0x64]))
+    }
+
+    @Test func mtuExchangeSetsTheMTU() async throws {
+        let (bearer, t, _) = await setUp()
+        let mtu = Task { try await bearer.exchangeMTU() }
+        #expect(await t.nextSent() == Self.acl([0x02, 0x05, 0x02], boundary: .firstNonFlushable))
+        t.inject(Self.acl([0x03, 0x40, 0x00]))
+        #expect(try await mtu.value == 64)
+        #expect(await bearer.mtu == 64)
+    }
+
+    @Test func thirtySecondsWithoutAnswerMakesTheBearerUnusable() async throws {
+        let (bearer, t, clock) = await setUp()
+        let read = Task { try await bearer.request(.readRequest(handle: 3)) }
+        _ = await t.nextSent()
+        #expect(await clock.waitForSleepers(1))
+        clock.advance(by: .seconds(29))
+        #expect(clock.sleeperCount == 1)
+        clock.advance(by: .seconds(1))
+        await #expect(throws: ATTBearerError.transactionTimeout(.readRequest)) { try await read.value }
+        await #expect(throws: ATTBearerError.self) { try await bearer.request(.readRequest(handle: 4)) }
+        #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
+    }
+
+    @Test func incomingRequestIsAnsweredAndIndicationConfirmed() async throws {
+        let (bearer, t, _) = await setUp()
+        var incoming = bearer.incoming.makeAsyncIterator()
+        t.inject(Self.acl([0x0A, 0x05, 0x00]))
+        #expect(await incoming.next() == .request(.readRequest(handle: 5)))
+        await bearer.respond(.errorResponse(request: .readRequest, handle: 5, error: .readNotPermitted))
+        #expect(await t.nextSent() == Self.acl([0x01, 0x0A, 0x05, 0x00, 0x02], boundary: .firstNonFlushable))
+        t.inject(Self.acl([0x1D, 0x05, 0x00, 0x09]))
+        #expect(await incoming.next() == .indication(handle: 5, value: [9]))
+        await bearer.confirm()
+        #expect(await t.nextSent() == Self.acl([0x1E], boundary: .firstNonFlushable))
+    }
+
+    @Test func disconnectionFailsPendingRequestsAndEndsIncoming() async throws {
+        let (bearer, t, _) = await setUp()
+        let read = Task { try await bearer.request(.readRequest(handle: 3)) }
+        _ = await t.nextSent()
+        t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
+        await #expect(throws: ATTBearerError.bearerUnusable("connection 0x40 closed")) { try await read.value }
+        var n = 0
+        for await _ in bearer.incoming { n += 1 }
+        #expect(n == 0)
+    }
+}
