@@ -15,6 +15,7 @@ let package = Package(
         .library(name: "Snoop", targets: ["Snoop"]),
         .library(name: "L2CAP", targets: ["L2CAP"]),
         .library(name: "ATT", targets: ["ATT"]),
+        .library(name: "GATT", targets: ["GATT"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
         .executable(name: "btctl", targets: ["btctl"]),
@@ -36,6 +37,7 @@ let package = Package(
         .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
         .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "ATT", dependencies: ["HCI", "L2CAP"], swiftSettings: strict),
+        .target(name: "GATT", dependencies: ["HCI", "ATT"], swiftSettings: strict),
         .target(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
@@ -58,6 +60,7 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],

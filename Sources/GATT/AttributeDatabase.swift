@@ -1,0 +1,236 @@
+// The GATT server's attribute database (Core Specification v5.4, Vol 3, Part G,
+// §3): services (primary, secondary, with includes), characteristic declarations,
+// values and descriptors laid out as attributes with handles, and the declaration
+// values §3.1–§3.3 define. Services can be added and removed at any time; handles of
+// the others do not move.
+
+import HCI
+
+/// GATT attribute types (Assigned Numbers §3.5 / §3.8 / §3.7).
+public enum GATTType {
+    public static let primaryService = BluetoothUUID(0x2800)
+    public static let secondaryService = BluetoothUUID(0x2801)
+    public static let include = BluetoothUUID(0x2802)
+    public static let characteristic = BluetoothUUID(0x2803)
+    public static let extendedProperties = BluetoothUUID(0x2900)
+    public static let userDescription = BluetoothUUID(0x2901)
+    public static let clientCharacteristicConfiguration = BluetoothUUID(0x2902)
+    public static let presentationFormat = BluetoothUUID(0x2904)
+}
+
+/// Characteristic Properties (§3.3.1.1).
+public struct CharacteristicProperties: OptionSet, Hashable, Sendable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public static let broadcast = CharacteristicProperties(rawValue: 0x01)
+    public static let read = CharacteristicProperties(rawValue: 0x02)
+    public static let writeWithoutResponse = CharacteristicProperties(rawValue: 0x04)
+    public static let write = CharacteristicProperties(rawValue: 0x08)
+    public static let notify = CharacteristicProperties(rawValue: 0x10)
+    public static let indicate = CharacteristicProperties(rawValue: 0x20)
+    public static let authenticatedSignedWrites = CharacteristicProperties(rawValue: 0x40)
+    public static let extendedProperties = CharacteristicProperties(rawValue: 0x80)
+}
+
+/// What a client must have to read or write an attribute (Vol 3, Part F, §3.2.5).
+public struct AttributePermissions: OptionSet, Hashable, Sendable {
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+    public static let read = AttributePermissions(rawValue: 1 << 0)
+    public static let write = AttributePermissions(rawValue: 1 << 1)
+    public static let readEncrypted = AttributePermissions(rawValue: 1 << 2)
+    public static let writeEncrypted = AttributePermissions(rawValue: 1 << 3)
+    public static let readAuthenticated = AttributePermissions(rawValue: 1 << 4)
+    public static let writeAuthenticated = AttributePermissions(rawValue: 1 << 5)
+    public static let readAuthorized = AttributePermissions(rawValue: 1 << 6)
+    public static let writeAuthorized = AttributePermissions(rawValue: 1 << 7)
+    public static let readWrite: AttributePermissions = [.read, .write]
+}
+
+public struct GATTDescriptor: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var permissions: AttributePermissions
+    public var value: [UInt8]
+    /// Longest value a write may set.
+    public var maximumLength: Int
+    public init(uuid: BluetoothUUID, permissions: AttributePermissions = .read, value: [UInt8] = [], maximumLength: Int = 512) {
+        self.uuid = uuid
+        self.permissions = permissions
+        self.value = value
+        self.maximumLength = maximumLength
+    }
+
+    public static func userDescription(_ text: String) -> GATTDescriptor {
+        GATTDescriptor(uuid: GATTType.userDescription, value: Array(text.utf8))
+    }
+}
+
+public struct GATTCharacteristic: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var properties: CharacteristicProperties
+    public var permissions: AttributePermissions
+    public var value: [UInt8]
+    public var maximumLength: Int
+    /// Descriptors besides the Client Characteristic Configuration, which is added
+    /// automatically when the properties include notify or indicate.
+    public var descriptors: [GATTDescriptor]
+    public init(uuid: BluetoothUUID, properties: CharacteristicProperties, permissions: AttributePermissions? = nil,
+                value: [UInt8] = [], maximumLength: Int = 512, descriptors: [GATTDescriptor] = []) {
+        self.uuid = uuid
+        self.properties = properties
+        var p: AttributePermissions = []
+        if properties.contains(.read) { p.insert(.read) }
+        if !properties.isDisjoint(with: [.write, .writeWithoutResponse]) { p.insert(.write) }
+        self.permissions = permissions ?? p
+        self.value = value
+        self.maximumLength = maximumLength
+        self.descriptors = descriptors
+    }
+}
+
+public struct GATTService: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var isPrimary: Bool
+    /// Start handles of services already in the database that this one includes.
+    public var includes: [UInt16]
+    public var characteristics: [GATTCharacteristic]
+    public init(uuid: BluetoothUUID, isPrimary: Bool = true, includes: [UInt16] = [], characteristics: [GATTCharacteristic] = []) {
+        self.uuid = uuid
+        self.isPrimary = isPrimary
+        self.includes = includes
+        self.characteristics = characteristics
+    }
+}
+
+/// One attribute as the server holds it.
+public struct Attribute: Hashable, Sendable {
+    public enum Role: Hashable, Sendable {
+        case serviceDeclaration(end: UInt16)
+        case include
+        case characteristicDeclaration(valueHandle: UInt16)
+        case characteristicValue(properties: CharacteristicProperties)
+        /// The Client Characteristic Configuration of the characteristic whose value is `valueHandle`.
+        case clientConfiguration(valueHandle: UInt16, properties: CharacteristicProperties)
+        case descriptor
+    }
+    public var handle: UInt16
+    public var type: BluetoothUUID
+    public var value: [UInt8]
+    public var permissions: AttributePermissions
+    public var maximumLength: Int
+    public var role: Role
+}
+
+/// Handles given to an added service.
+public struct ServiceHandles: Hashable, Sendable {
+    public var start: UInt16
+    public var end: UInt16
+    /// Value handle of each characteristic, in the order given.
+    public var characteristicValues: [UInt16]
+    /// Client Characteristic Configuration handle of each characteristic (nil without notify/indicate).
+    public var clientConfigurations: [UInt16?]
+}
+
+public enum AttributeDatabaseError: Error, Hashable, Sendable {
+    case outOfHandles
+    case unknownIncludedService(UInt16)
+    case noServiceAt(UInt16)
+}
+
+public struct AttributeDatabase: Sendable {
+    public private(set) var attributes: [Attribute] = []
+
+    public init() {}
+
+    /// Adds a service after the highest handle in use and returns its handles.
+    @discardableResult
+    public mutating func add(_ service: GATTService) throws -> ServiceHandles {
+        var next = Int(attributes.last?.handle ?? 0) + 1
+        var new: [Attribute] = []
+        func take() throws -> UInt16 {
+            guard next <= 0xFFFF else { throw AttributeDatabaseError.outOfHandles }
+            defer { next += 1 }
+            return UInt16(next)
+        }
+        let start = try take()
+        new.append(Attribute(handle: start, type: service.isPrimary ? GATTType.primaryService : GATTType.secondaryService,
+                             value: service.uuid.attBytes, permissions: .read, maximumLength: 16, role: .serviceDeclaration(end: 0)))
+        for inc in service.includes {
+            guard let s = attributes.first(where: { $0.handle == inc }), case let .serviceDeclaration(end) = s.role else {
+                throw AttributeDatabaseError.unknownIncludedService(inc)
+            }
+            // §3.2: start, end, and the UUID only when it is 16-bit.
+            var v = [UInt8(inc & 0xFF), UInt8(inc >> 8), UInt8(end & 0xFF), UInt8(end >> 8)]
+            if s.value.count == 2 { v += s.value }
+            new.append(Attribute(handle: try take(), type: GATTType.include, value: v, permissions: .read, maximumLength: 6, role: .include))
+        }
+        var values: [UInt16] = [], cccds: [UInt16?] = []
+        for c in service.characteristics {
+            let decl = try take()
+            let valueHandle = try take()
+            let declValue = [c.properties.rawValue, UInt8(valueHandle & 0xFF), UInt8(valueHandle >> 8)] + c.uuid.attBytes
+            new.append(Attribute(handle: decl, type: GATTType.characteristic, value: declValue, permissions: .read,
+                                 maximumLength: declValue.count, role: .characteristicDeclaration(valueHandle: valueHandle)))
+            new.append(Attribute(handle: valueHandle, type: c.uuid, value: c.value, permissions: c.permissions,
+                                 maximumLength: c.maximumLength, role: .characteristicValue(properties: c.properties)))
+            values.append(valueHandle)
+            var cccd: UInt16?
+            if !c.properties.isDisjoint(with: [.notify, .indicate]) {
+                let h = try take()
+                cccd = h
+                new.append(Attribute(handle: h, type: GATTType.clientCharacteristicConfiguration, value: [0, 0],
+                                     permissions: .readWrite, maximumLength: 2,
+                                     role: .clientConfiguration(valueHandle: valueHandle, properties: c.properties)))
+            }
+            cccds.append(cccd)
+            for d in c.descriptors {
+                new.append(Attribute(handle: try take(), type: d.uuid, value: d.value, permissions: d.permissions,
+                                     maximumLength: d.maximumLength, role: .descriptor))
+            }
+        }
+        let end = new.last?.handle ?? start
+        new[0].role = .serviceDeclaration(end: end)
+        attributes += new
+        return ServiceHandles(start: start, end: end, characteristicValues: values, clientConfigurations: cccds)
+    }
+
+    /// Removes the service declared at `start` with all its attributes; returns its handle range.
+    @discardableResult
+    public mutating func removeService(at start: UInt16) throws -> ClosedRange<UInt16> {
+        guard let s = attributes.first(where: { $0.handle == start }), case let .serviceDeclaration(end) = s.role else {
+            throw AttributeDatabaseError.noServiceAt(start)
+        }
+        attributes.removeAll { (start...end).contains($0.handle) }
+        return start...end
+    }
+
+    public func attribute(_ handle: UInt16) -> Attribute? {
+        guard let i = index(of: handle) else { return nil }
+        return attributes[i]
+    }
+
+    func index(of handle: UInt16) -> Int? {
+        var lo = 0, hi = attributes.count - 1
+        while lo <= hi {
+            let mid = (lo + hi) / 2
+            if attributes[mid].handle == handle { return mid }
+            if attributes[mid].handle < handle { lo = mid + 1 } else { hi = mid - 1 }
+        }
+        return nil
+    }
+
+    /// Attributes with start ≤ handle ≤ end, in handle order.
+    public func attributes(in range: ClosedRange<UInt16>) -> ArraySlice<Attribute> {
+        let lo = attributes.firstIndex { $0.handle >= range.lowerBound } ?? attributes.count
+        let hi = attributes.lastIndex { $0.handle <= range.upperBound } ?? -1
+        return lo <= hi ? attributes[lo...hi] : []
+    }
+
+    /// Sets a value (the server side writing its own characteristic); false if no such handle.
+    @discardableResult
+    public mutating func setValue(_ value: [UInt8], at handle: UInt16) -> Bool {
+        guard let i = index(of: handle) else { return false }
+        attributes[i].value = value
+        return true
+    }
+}

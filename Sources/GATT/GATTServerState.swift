@@ -1,0 +1,224 @@
+// The GATT server's answers to ATT requests (Core Specification v5.4, Vol 3, Part F,
+// §3.4 and Part G, §4), sans I/O. The database is shared by all connections; the
+// Client Characteristic Configuration and the prepared-write queue are per
+// connection. Each request gets its response PDU (often an Error Response with the
+// code and handle the specification names) plus the effects the owner acts on.
+
+import ATT
+import HCI
+
+/// What the link has achieved, for permission checks (§3.2.5).
+public struct LinkSecurity: Hashable, Sendable {
+    public var encrypted: Bool
+    public var authenticated: Bool
+    public var authorized: Bool
+    public init(encrypted: Bool = false, authenticated: Bool = false, authorized: Bool = false) {
+        self.encrypted = encrypted
+        self.authenticated = authenticated
+        self.authorized = authorized
+    }
+}
+
+public struct GATTServerState: Sendable {
+    public enum Effect: Hashable, Sendable {
+        /// A client wrote a characteristic value or descriptor (not a CCCD).
+        case written(handle: UInt16, value: [UInt8], connection: UInt16)
+        /// A client changed its Client Characteristic Configuration for `valueHandle`.
+        case subscription(valueHandle: UInt16, connection: UInt16, notify: Bool, indicate: Bool)
+    }
+
+    public var database: AttributeDatabase
+    /// Prepared writes a connection may queue before Prepare Queue Full.
+    public var prepareQueueLimit: Int
+    private var configurations: [UInt16: [UInt16: UInt16]] = [:]  // connection → CCCD handle → value
+    private var prepared: [UInt16: [(handle: UInt16, offset: Int, value: [UInt8])]] = [:]
+
+    public init(database: AttributeDatabase = AttributeDatabase(), prepareQueueLimit: Int = 64) {
+        self.database = database
+        self.prepareQueueLimit = prepareQueueLimit
+    }
+
+    /// The Client Characteristic Configuration value `connection` has set for `valueHandle`.
+    public func configuration(valueHandle: UInt16, connection: UInt16) -> (notify: Bool, indicate: Bool) {
+        guard let cccd = database.attributes.first(where: {
+            if case let .clientConfiguration(v, _) = $0.role { return v == valueHandle }
+            return false
+        }) else { return (false, false) }
+        let v = configurations[connection]?[cccd.handle] ?? 0
+        return (v & 1 != 0, v & 2 != 0)
+    }
+
+    /// Forget what a connection set (it went away; bonding is not kept yet).
+    public mutating func disconnected(_ connection: UInt16) {
+        configurations[connection] = nil
+        prepared[connection] = nil
+    }
+
+    /// Answers one request or command. Commands get no response.
+    public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity()) -> (response: ATTPDU?, effects: [Effect]) {
+        func error(_ code: ATTErrorCode, _ handle: UInt16) -> (ATTPDU?, [Effect]) {
+            (.errorResponse(request: pdu.opcode, handle: handle, error: code), [])
+        }
+        func range(_ s: UInt16, _ e: UInt16) -> ClosedRange<UInt16>? { s == 0 || s > e ? nil : s...e }
+        switch pdu {
+        case let .findInformationRequest(s, e):
+            guard let r = range(s, e) else { return error(.invalidHandle, s) }
+            let attrs = database.attributes(in: r)
+            guard let first = attrs.first else { return error(.attributeNotFound, s) }
+            let wide = first.type.uint16 == nil
+            let entry = wide ? 18 : 4
+            var list: [ATTPDU.HandleUUID] = []
+            for a in attrs where (a.type.uint16 == nil) == wide {
+                guard 2 + (list.count + 1) * entry <= mtu else { break }
+                list.append(.init(handle: a.handle, uuid: a.type))
+            }
+            return (.findInformationResponse(list), [])
+        case let .findByTypeValueRequest(s, e, type, value):
+            guard let r = range(s, e) else { return error(.invalidHandle, s) }
+            var list: [ATTPDU.HandleRange] = []
+            for a in database.attributes(in: r) where a.type == BluetoothUUID(type) && a.value == value {
+                guard 1 + (list.count + 1) * 4 <= mtu else { break }
+                var end = a.handle
+                if case let .serviceDeclaration(e) = a.role { end = e }
+                list.append(.init(found: a.handle, groupEnd: end))
+            }
+            return list.isEmpty ? error(.attributeNotFound, s) : (.findByTypeValueResponse(list), [])
+        case let .readByTypeRequest(s, e, type):
+            guard let r = range(s, e) else { return error(.invalidHandle, s) }
+            var list: [ATTPDU.HandleValue] = []
+            var length: Int?
+            for a in database.attributes(in: r) where a.type == type {
+                if let code = readDenied(a, security) {
+                    if list.isEmpty { return error(code, a.handle) }
+                    break
+                }
+                let v = Array(value(of: a, connection: connection).prefix(Swift.min(mtu - 4, 253)))
+                if let length, v.count != length { break }
+                guard 2 + (list.count + 1) * (2 + v.count) <= mtu else { break }
+                length = v.count
+                list.append(.init(handle: a.handle, value: v))
+            }
+            return list.isEmpty ? error(.attributeNotFound, s) : (.readByTypeResponse(list), [])
+        case let .readByGroupTypeRequest(s, e, type):
+            guard let r = range(s, e) else { return error(.invalidHandle, s) }
+            guard type == GATTType.primaryService || type == GATTType.secondaryService else { return error(.unsupportedGroupType, s) }
+            var list: [ATTPDU.GroupValue] = []
+            var length: Int?
+            for a in database.attributes(in: r) where a.type == type {
+                guard case let .serviceDeclaration(end) = a.role else { continue }
+                let v = Array(a.value.prefix(Swift.min(mtu - 6, 251)))
+                if let length, v.count != length { break }
+                guard 2 + (list.count + 1) * (4 + v.count) <= mtu else { break }
+                length = v.count
+                list.append(.init(handle: a.handle, groupEnd: end, value: v))
+            }
+            return list.isEmpty ? error(.attributeNotFound, s) : (.readByGroupTypeResponse(list), [])
+        case let .readRequest(h):
+            guard let a = database.attribute(h) else { return error(.invalidHandle, h) }
+            if let code = readDenied(a, security) { return error(code, h) }
+            return (.readResponse(value: Array(value(of: a, connection: connection).prefix(mtu - 1))), [])
+        case let .readBlobRequest(h, offset):
+            guard let a = database.attribute(h) else { return error(.invalidHandle, h) }
+            if let code = readDenied(a, security) { return error(code, h) }
+            let v = value(of: a, connection: connection)
+            guard Int(offset) <= v.count else { return error(.invalidOffset, h) }
+            return (.readBlobResponse(value: Array(v[Int(offset)...].prefix(mtu - 1))), [])
+        case let .readMultipleRequest(handles), let .readMultipleVariableRequest(handles):
+            var values: [[UInt8]] = []
+            for h in handles {
+                guard let a = database.attribute(h) else { return error(.invalidHandle, h) }
+                if let code = readDenied(a, security) { return error(code, h) }
+                values.append(value(of: a, connection: connection))
+            }
+            if case .readMultipleRequest = pdu { return (.readMultipleResponse(values: Array(values.joined().prefix(mtu - 1))), []) }
+            // §3.4.4.12: length-prefixed values; stop (truncating the last) at the MTU.
+            var out: [[UInt8]] = [], room = mtu - 1
+            for v in values where room >= 2 {
+                room -= 2
+                out.append(Array(v.prefix(room)))
+                room -= Swift.min(room, v.count)
+            }
+            return (.readMultipleVariableResponse(values: out), [])
+        case let .writeRequest(h, v):
+            if let code = writeDenied(h, v.count, offset: 0, security) { return error(code, h) }
+            return (.writeResponse, write(h, v, connection: connection))
+        case let .writeCommand(h, v):
+            guard writeDenied(h, v.count, offset: 0, security) == nil,
+                  case .characteristicValue(let p)? = database.attribute(h)?.role, p.contains(.writeWithoutResponse) else { return (nil, []) }
+            return (nil, write(h, v, connection: connection))
+        case .signedWriteCommand:
+            return (nil, [])  // needs a CSRK from bonding; ignored as §3.4.5.4 allows when not verified
+        case let .prepareWriteRequest(h, offset, v):
+            guard database.attribute(h) != nil else { return error(.invalidHandle, h) }
+            if let code = writeDenied(h, 0, offset: 0, security) { return error(code, h) }
+            guard (prepared[connection]?.count ?? 0) < prepareQueueLimit else { return error(.prepareQueueFull, h) }
+            prepared[connection, default: []].append((h, Int(offset), v))
+            return (.prepareWriteResponse(handle: h, offset: offset, value: v), [])
+        case let .executeWriteRequest(flags):
+            let queue = prepared.removeValue(forKey: connection) ?? []
+            guard flags == 1 else { return (.executeWriteResponse, []) }
+            // Build each attribute's new value, checking offsets and lengths before writing any.
+            var staged: [UInt16: [UInt8]] = [:]
+            var order: [UInt16] = []
+            for item in queue {
+                var v = staged[item.handle] ?? database.attribute(item.handle)?.value ?? []
+                guard item.offset <= v.count else { return error(.invalidOffset, item.handle) }
+                v.replaceSubrange(item.offset..<Swift.min(v.count, item.offset + item.value.count), with: item.value)
+                guard v.count <= (database.attribute(item.handle)?.maximumLength ?? 512) else { return error(.invalidAttributeValueLength, item.handle) }
+                if staged[item.handle] == nil { order.append(item.handle) }
+                staged[item.handle] = v
+            }
+            var effects: [Effect] = []
+            for h in order { effects += write(h, staged[h] ?? [], connection: connection) }
+            return (.executeWriteResponse, effects)
+        case .exchangeMTURequest:
+            return (nil, [])  // answered by the bearer
+        default:
+            if pdu.opcode.kind == .request { return error(.requestNotSupported, 0) }
+            return (nil, [])
+        }
+    }
+
+    private func value(of a: Attribute, connection: UInt16) -> [UInt8] {
+        if case .clientConfiguration = a.role {
+            let v = configurations[connection]?[a.handle] ?? 0
+            return [UInt8(v & 0xFF), UInt8(v >> 8)]
+        }
+        return a.value
+    }
+
+    private func readDenied(_ a: Attribute, _ s: LinkSecurity) -> ATTErrorCode? {
+        let p = a.permissions
+        guard !p.isDisjoint(with: [.read, .readEncrypted, .readAuthenticated, .readAuthorized]) else { return .readNotPermitted }
+        if p.contains(.readAuthenticated), !s.authenticated { return .insufficientAuthentication }
+        if p.contains(.readEncrypted), !s.encrypted { return .insufficientEncryption }
+        if p.contains(.readAuthorized), !s.authorized { return .insufficientAuthorization }
+        return nil
+    }
+
+    private func writeDenied(_ h: UInt16, _ length: Int, offset: Int, _ s: LinkSecurity) -> ATTErrorCode? {
+        guard let a = database.attribute(h) else { return .invalidHandle }
+        let p = a.permissions
+        guard !p.isDisjoint(with: [.write, .writeEncrypted, .writeAuthenticated, .writeAuthorized]) else { return .writeNotPermitted }
+        if p.contains(.writeAuthenticated), !s.authenticated { return .insufficientAuthentication }
+        if p.contains(.writeEncrypted), !s.encrypted { return .insufficientEncryption }
+        if p.contains(.writeAuthorized), !s.authorized { return .insufficientAuthorization }
+        if case .clientConfiguration = a.role, length != 2 { return .invalidAttributeValueLength }
+        if offset + length > a.maximumLength { return .invalidAttributeValueLength }
+        return nil
+    }
+
+    private mutating func write(_ h: UInt16, _ v: [UInt8], connection: UInt16) -> [Effect] {
+        guard let a = database.attribute(h) else { return [] }
+        if case let .clientConfiguration(valueHandle, props) = a.role {
+            // Only the bits the characteristic's properties allow take effect (§3.3.3.3).
+            var bits = v.count >= 2 ? UInt16(v[0]) | UInt16(v[1]) << 8 : 0
+            if !props.contains(.notify) { bits &= ~1 }
+            if !props.contains(.indicate) { bits &= ~2 }
+            configurations[connection, default: [:]][h] = bits & 3
+            return [.subscription(valueHandle: valueHandle, connection: connection, notify: bits & 1 != 0, indicate: bits & 2 != 0)]
+        }
+        database.setValue(v, at: h)
+        return [.written(handle: h, value: v, connection: connection)]
+    }
+}

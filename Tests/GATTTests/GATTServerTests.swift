@@ -1,0 +1,160 @@
+import ATT
+import HCI
+import Testing
+@testable import GATT
+
+struct GATTServerTests {
+    static let custom = BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!
+
+    /// Battery service (1–5 with CCCD 5... see below), a custom service with a long value,
+    /// a write-only and an encrypted characteristic, and a secondary service included by it.
+    static func make() throws -> (GATTServerState, battery: ServiceHandles, custom: ServiceHandles, secondary: ServiceHandles) {
+        var db = AttributeDatabase()
+        let battery = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [100],
+                               descriptors: [.userDescription("Battery")]),
+        ]))
+        let secondary = try db.add(GATTService(uuid: BluetoothUUID(0x1801), isPrimary: false))
+        let custom = try db.add(GATTService(uuid: Self.custom, includes: [secondary.start], characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A00), properties: [.read, .write], value: Array(repeating: 0x41, count: 100)),
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A01), properties: [.write], maximumLength: 4),
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A02), properties: [.read, .indicate], permissions: [.readEncrypted], value: [1]),
+        ]))
+        return (GATTServerState(database: db, prepareQueueLimit: 3), battery, custom, secondary)
+    }
+
+    @Test func layoutFollowsTheSpec() throws {
+        let (s, battery, custom, secondary) = try Self.make()
+        // Service, characteristic declaration, value, CCCD, user description.
+        #expect(battery.start == 1 && battery.end == 5)
+        #expect(battery.characteristicValues == [3] && battery.clientConfigurations == [4])
+        let decl = try #require(s.database.attribute(2))
+        #expect(decl.value == [0x12, 0x03, 0x00, 0x19, 0x2A])  // read|notify, value handle 3, UUID 2A19
+        #expect(secondary.start == 6 && secondary.end == 6)
+        let include = try #require(s.database.attribute(custom.start + 1))
+        #expect(include.type == GATTType.include)
+        #expect(include.value == [0x06, 0x00, 0x06, 0x00, 0x01, 0x18])
+    }
+
+    @Test func primaryServiceDiscoveryInGroupsOfEqualLength() throws {
+        var (s, _, custom, _) = try Self.make()
+        // 16-bit services come first; the 128-bit one needs its own response.
+        let (r1, _) = s.handle(.readByGroupTypeRequest(start: 1, end: 0xFFFF, type: GATTType.primaryService), connection: 1, mtu: 23)
+        #expect(r1 == .readByGroupTypeResponse([.init(handle: 1, groupEnd: 5, value: [0x0F, 0x18])]))
+        let (r2, _) = s.handle(.readByGroupTypeRequest(start: 6, end: 0xFFFF, type: GATTType.primaryService), connection: 1, mtu: 23)
+        #expect(r2 == .readByGroupTypeResponse([.init(handle: custom.start, groupEnd: custom.end, value: Self.custom.littleEndianBytes)]))
+        let (r3, _) = s.handle(.readByGroupTypeRequest(start: custom.end + 1, end: 0xFFFF, type: GATTType.primaryService), connection: 1, mtu: 23)
+        #expect(r3 == .errorResponse(request: .readByGroupTypeRequest, handle: custom.end + 1, error: .attributeNotFound))
+        let (r4, _) = s.handle(.readByGroupTypeRequest(start: 1, end: 0xFFFF, type: GATTType.characteristic), connection: 1, mtu: 23)
+        #expect(r4 == .errorResponse(request: .readByGroupTypeRequest, handle: 1, error: .unsupportedGroupType))
+        let (r5, _) = s.handle(.findByTypeValueRequest(start: 1, end: 0xFFFF, type: 0x2800, value: [0x0F, 0x18]), connection: 1, mtu: 23)
+        #expect(r5 == .findByTypeValueResponse([.init(found: 1, groupEnd: 5)]))
+    }
+
+    @Test func invalidRangesAndHandles() throws {
+        var (s, _, _, _) = try Self.make()
+        #expect(s.handle(.findInformationRequest(start: 0, end: 5), connection: 1, mtu: 23).response
+                == .errorResponse(request: .findInformationRequest, handle: 0, error: .invalidHandle))
+        #expect(s.handle(.readByTypeRequest(start: 9, end: 2, type: GATTType.characteristic), connection: 1, mtu: 23).response
+                == .errorResponse(request: .readByTypeRequest, handle: 9, error: .invalidHandle))
+        #expect(s.handle(.readRequest(handle: 0x0FFF), connection: 1, mtu: 23).response
+                == .errorResponse(request: .readRequest, handle: 0x0FFF, error: .invalidHandle))
+        #expect(s.handle(.readMultipleRequest(handles: [3, 0x0FFF]), connection: 1, mtu: 23).response
+                == .errorResponse(request: .readMultipleRequest, handle: 0x0FFF, error: .invalidHandle))
+    }
+
+    @Test func permissionsAreEnforcedWithTheSpecsCodes() throws {
+        var (s, _, custom, _) = try Self.make()
+        let writeOnly = custom.characteristicValues[1], encrypted = custom.characteristicValues[2]
+        #expect(s.handle(.readRequest(handle: writeOnly), connection: 1, mtu: 23).response
+                == .errorResponse(request: .readRequest, handle: writeOnly, error: .readNotPermitted))
+        #expect(s.handle(.readRequest(handle: encrypted), connection: 1, mtu: 23).response
+                == .errorResponse(request: .readRequest, handle: encrypted, error: .insufficientEncryption))
+        #expect(s.handle(.readRequest(handle: encrypted), connection: 1, mtu: 23, security: LinkSecurity(encrypted: true)).response
+                == .readResponse(value: [1]))
+        #expect(s.handle(.writeRequest(handle: 3, value: [1]), connection: 1, mtu: 23).response
+                == .errorResponse(request: .writeRequest, handle: 3, error: .writeNotPermitted))
+        #expect(s.handle(.writeRequest(handle: writeOnly, value: [1, 2, 3, 4, 5]), connection: 1, mtu: 23).response
+                == .errorResponse(request: .writeRequest, handle: writeOnly, error: .invalidAttributeValueLength))
+        let (ok, effects) = s.handle(.writeRequest(handle: writeOnly, value: [1, 2]), connection: 1, mtu: 23)
+        #expect(ok == .writeResponse)
+        #expect(effects == [.written(handle: writeOnly, value: [1, 2], connection: 1)])
+        // Write Command to a characteristic without Write Without Response: silently ignored.
+        #expect(s.handle(.writeCommand(handle: writeOnly, value: [9]), connection: 1, mtu: 23) == (nil, []))
+    }
+
+    @Test func longValuesAreReadInMTUSizedPiecesWithOffsets() throws {
+        var (s, _, custom, _) = try Self.make()
+        let long = custom.characteristicValues[0]
+        #expect(s.handle(.readRequest(handle: long), connection: 1, mtu: 23).response == .readResponse(value: Array(repeating: 0x41, count: 22)))
+        #expect(s.handle(.readBlobRequest(handle: long, offset: 88), connection: 1, mtu: 23).response == .readBlobResponse(value: Array(repeating: 0x41, count: 12)))
+        #expect(s.handle(.readBlobRequest(handle: long, offset: 100), connection: 1, mtu: 23).response == .readBlobResponse(value: []))
+        #expect(s.handle(.readBlobRequest(handle: long, offset: 101), connection: 1, mtu: 23).response
+                == .errorResponse(request: .readBlobRequest, handle: long, error: .invalidOffset))
+        // Read By Type truncates to MTU - 4.
+        guard case let .readByTypeResponse(list)? = s.handle(.readByTypeRequest(start: custom.start, end: custom.end, type: BluetoothUUID(0x2A00)), connection: 1, mtu: 23).response else {
+            Issue.record("no Read By Type Response"); return
+        }
+        #expect(list.first?.value.count == 19)
+    }
+
+    @Test func cccdIsPerConnectionAndOnlyAllowedBitsStick() throws {
+        var (s, battery, custom, _) = try Self.make()
+        let cccd = try #require(battery.clientConfigurations[0])
+        let (r, effects) = s.handle(.writeRequest(handle: cccd, value: [0x03, 0x00]), connection: 1, mtu: 23)
+        #expect(r == .writeResponse)
+        // Battery Level has notify only: the indicate bit is dropped.
+        #expect(effects == [.subscription(valueHandle: 3, connection: 1, notify: true, indicate: false)])
+        #expect(s.handle(.readRequest(handle: cccd), connection: 1, mtu: 23).response == .readResponse(value: [1, 0]))
+        #expect(s.handle(.readRequest(handle: cccd), connection: 2, mtu: 23).response == .readResponse(value: [0, 0]))
+        #expect(s.configuration(valueHandle: 3, connection: 1) == (true, false))
+        #expect(s.handle(.writeRequest(handle: cccd, value: [1]), connection: 1, mtu: 23).response
+                == .errorResponse(request: .writeRequest, handle: cccd, error: .invalidAttributeValueLength))
+        s.disconnected(1)
+        #expect(s.configuration(valueHandle: 3, connection: 1) == (false, false))
+        _ = custom
+    }
+
+    @Test func preparedWritesQueueBoundedAndExecuteAtomically() throws {
+        var (s, _, custom, _) = try Self.make()
+        let long = custom.characteristicValues[0], small = custom.characteristicValues[1]
+        for i in 0..<3 {
+            #expect(s.handle(.prepareWriteRequest(handle: long, offset: UInt16(i * 2), value: [0x30 + UInt8(i), 0x30]), connection: 1, mtu: 23).response
+                    == .prepareWriteResponse(handle: long, offset: UInt16(i * 2), value: [0x30 + UInt8(i), 0x30]))
+        }
+        #expect(s.handle(.prepareWriteRequest(handle: long, offset: 6, value: [1]), connection: 1, mtu: 23).response
+                == .errorResponse(request: .prepareWriteRequest, handle: long, error: .prepareQueueFull))
+        let (r, effects) = s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23)
+        #expect(r == .executeWriteResponse)
+        #expect(effects.count == 1)
+        #expect(s.database.attribute(long)?.value.prefix(6) == [0x30, 0x30, 0x31, 0x30, 0x32, 0x30])
+        // Too long for the 4-byte characteristic: nothing is written.
+        _ = s.handle(.prepareWriteRequest(handle: small, offset: 0, value: [1, 2, 3]), connection: 1, mtu: 23)
+        _ = s.handle(.prepareWriteRequest(handle: small, offset: 3, value: [4, 5]), connection: 1, mtu: 23)
+        #expect(s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23).response
+                == .errorResponse(request: .executeWriteRequest, handle: small, error: .invalidAttributeValueLength))
+        #expect(s.database.attribute(small)?.value == [])
+        // Cancel discards.
+        _ = s.handle(.prepareWriteRequest(handle: small, offset: 0, value: [7]), connection: 1, mtu: 23)
+        #expect(s.handle(.executeWriteRequest(flags: 0), connection: 1, mtu: 23) == (.executeWriteResponse, []))
+        #expect(s.database.attribute(small)?.value == [])
+    }
+
+    @Test func findInformationFillsTheMTUAndNoMore() throws {
+        var (s, _, custom, _) = try Self.make()
+        guard case let .findInformationResponse(list)? = s.handle(.findInformationRequest(start: 1, end: 0xFFFF), connection: 1, mtu: 23).response else {
+            Issue.record("no response"); return
+        }
+        #expect(list.count == 5)  // (23 - 2) / 4
+        #expect(list.map(\.handle) == [1, 2, 3, 4, 5])
+        _ = custom
+    }
+
+    @Test func removingAServiceLeavesTheOthersHandles() throws {
+        var (s, battery, custom, _) = try Self.make()
+        try s.database.removeService(at: battery.start)
+        #expect(s.database.attribute(3) == nil)
+        #expect(s.database.attribute(custom.start)?.type == GATTType.primaryService)
+        #expect(s.handle(.readRequest(handle: 3), connection: 1, mtu: 23).response == .errorResponse(request: .readRequest, handle: 3, error: .invalidHandle))
+    }
+}
