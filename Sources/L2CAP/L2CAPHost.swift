@@ -33,6 +33,12 @@ public actor L2CAPHost {
     private var subscribers: [ChannelID: AsyncStream<ChannelFrame>.Continuation] = [:]
     private struct Key: Hashable { var handle: UInt16; var channel: ChannelID }
     private var connectionSubscribers: [Key: AsyncStream<[UInt8]>.Continuation] = [:]
+    /// Frames for ATT or SMP that arrive before anyone subscribed to that connection's
+    /// channel (a central sends Exchange MTU at once); handed over on subscription.
+    private var early: [Key: [[UInt8]]] = [:]
+    private let earlyLimit = 32
+    private var connectionContinuations: [UInt64: AsyncStream<Connection>.Continuation] = [:]
+    private var nextContinuation: UInt64 = 0
     private var queues: [UInt16: [ACLDataPacket]] = [:]
     private var order: [UInt16] = []
     private var pumping = false
@@ -74,7 +80,20 @@ public actor L2CAPHost {
         let (stream, c) = AsyncStream<[UInt8]>.makeStream()
         let key = Key(handle: handle, channel: channel)
         connectionSubscribers[key]?.finish()
-        if connections[handle] == nil { c.finish() } else { connectionSubscribers[key] = c }
+        if connections[handle] == nil {
+            c.finish()
+        } else {
+            for f in early.removeValue(forKey: key) ?? [] { c.yield(f) }
+            connectionSubscribers[key] = c
+        }
+        return stream
+    }
+
+    /// New LE connections, as they complete. Buffer: unbounded; ends with the transport.
+    public func newConnections() -> AsyncStream<Connection> {
+        let (stream, c) = AsyncStream<Connection>.makeStream()
+        nextContinuation += 1
+        connectionContinuations[nextContinuation] = c
         return stream
     }
 
@@ -140,7 +159,12 @@ public actor L2CAPHost {
             return
         }
         guard let s = subscribers[frame.channel] else {
-            logger.trace("frame on unsubscribed channel", metadata: ["l2cap.cid": "\(frame.channel)"])
+            let key = Key(handle: packet.handle, channel: frame.channel)
+            if connections[packet.handle] != nil, early[key, default: []].count < earlyLimit {
+                early[key, default: []].append(frame.payload)
+            } else {
+                logger.debug("frame on unsubscribed channel dropped", metadata: ["l2cap.cid": "\(frame.channel)"])
+            }
             return
         }
         s.yield(ChannelFrame(handle: packet.handle, payload: frame.payload))
@@ -169,6 +193,7 @@ public actor L2CAPHost {
         case let .disconnectionComplete(d) where d.status.isSuccess:
             connections[d.connectionHandle] = nil
             reassembler.disconnected(handle: d.connectionHandle)
+            early = early.filter { $0.key.handle != d.connectionHandle }
             for (k, c) in connectionSubscribers where k.handle == d.connectionHandle {
                 c.finish()
                 connectionSubscribers[k] = nil
@@ -181,6 +206,7 @@ public actor L2CAPHost {
 
     private func connected(_ c: Connection) {
         connections[c.handle] = (c, LESignalingChannel(role: c.role))
+        for (_, k) in connectionContinuations { k.yield(c) }
         logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
     }
 
@@ -189,6 +215,9 @@ public actor L2CAPHost {
         subscribers.removeAll()
         for (_, s) in connectionSubscribers { s.finish() }
         connectionSubscribers.removeAll()
+        for (_, k) in connectionContinuations { k.finish() }
+        connectionContinuations.removeAll()
+        early.removeAll()
         connections.removeAll()
         queues.removeAll()
         order.removeAll()
