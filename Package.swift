@@ -60,7 +60,7 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
-        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI"], swiftSettings: strict),
+        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],

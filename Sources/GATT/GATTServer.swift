@@ -38,9 +38,10 @@ public actor GATTServer {
         continuation.yield(.connected(handle))
         await bearer.start()
         let incoming = bearer.incoming
-        Task { [weak self] in
-            for await item in incoming { await self?.serve(item, connection: handle) }
-            await self?.detach(handle)
+        // The server stays alive while it serves a connection: the task holds it until the bearer closes.
+        Task {
+            for await item in incoming { await self.serve(item, connection: handle) }
+            self.detach(handle)
         }
     }
 

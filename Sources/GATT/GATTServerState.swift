@@ -163,7 +163,8 @@ public struct GATTServerState: Sendable {
             for item in queue {
                 var v = staged[item.handle] ?? database.attribute(item.handle)?.value ?? []
                 guard item.offset <= v.count else { return error(.invalidOffset, item.handle) }
-                v.replaceSubrange(item.offset..<Swift.min(v.count, item.offset + item.value.count), with: item.value)
+                // Each piece sets the value from its offset on: a long write leaves exactly what was written.
+                v = Array(v[..<item.offset]) + item.value
                 guard v.count <= (database.attribute(item.handle)?.maximumLength ?? 512) else { return error(.invalidAttributeValueLength, item.handle) }
                 if staged[item.handle] == nil { order.append(item.handle) }
                 staged[item.handle] = v

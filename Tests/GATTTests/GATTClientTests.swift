@@ -1,0 +1,113 @@
+import ATT
+import HCI
+import Logging
+import Synchronization
+import Testing
+@testable import GATT
+
+/// Two ATT channels wired back to back in memory; counts what each side sends.
+final class ChannelEnd: ATTChannel, @unchecked Sendable {
+    let inbound: AsyncStream<[UInt8]>
+    let continuation: AsyncStream<[UInt8]>.Continuation
+    weak var peer: ChannelEnd?
+    let sent = Mutex<[[UInt8]]>([])
+    init() { (inbound, continuation) = AsyncStream<[UInt8]>.makeStream() }
+    func send(_ pdu: [UInt8]) async throws {
+        sent.withLock { $0.append(pdu) }
+        peer?.continuation.yield(pdu)
+    }
+    var closeReason: String { "closed" }
+    static func pair() -> (ChannelEnd, ChannelEnd) {
+        let a = ChannelEnd(), b = ChannelEnd()
+        a.peer = b
+        b.peer = a
+        return (a, b)
+    }
+}
+
+struct GATTClientTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+    static let custom = BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!
+
+    func setUp(mtu: UInt16 = 23) async throws -> (GATTClient, GATTServer, ChannelEnd, ServiceHandles, ServiceHandles) {
+        var db = AttributeDatabase()
+        let battery = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [100], descriptors: [.userDescription("Battery")]),
+        ]))
+        let secondary = try db.add(GATTService(uuid: Self.custom, isPrimary: false))
+        let custom = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), includes: [secondary.start], characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write], value: (0..<200).map { UInt8($0) }),
+            GATTCharacteristic(uuid: Self.custom, properties: [.read, .indicate], value: [1]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF3), properties: [.read, .write, .writeWithoutResponse], value: []),
+        ]))
+        let server = GATTServer(database: db, logger: Self.logger)
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, localRxMTU: mtu, logger: Self.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, localRxMTU: mtu, logger: Self.logger))
+        await client.start()
+        return (client, server, clientEnd, battery, custom)
+    }
+
+    @Test func discoveryFindsEverythingInFewRoundTrips() async throws {
+        let (client, _, wire, battery, custom) = try await setUp()
+        let services = try await client.discoverPrimaryServices()
+        #expect(services.map(\.uuid) == [BluetoothUUID(0x180F), BluetoothUUID(0xFFF0)])
+        #expect(services.map(\.start) == [battery.start, custom.start])
+        // Both 16-bit services fit one response; the second request finds nothing more.
+        #expect(wire.sent.withLock { $0.count } == 2)
+        let includes = try await client.findIncludedServices(of: services[1])
+        #expect(includes.map(\.service.uuid) == [Self.custom])  // 128-bit: read from its declaration
+        let chars = try await client.discoverCharacteristics(of: services[1])
+        #expect(chars.map(\.uuid) == [BluetoothUUID(0xFFF1), Self.custom, BluetoothUUID(0xFFF3)])
+        #expect(chars.map(\.valueHandle) == custom.characteristicValues)
+        let before = wire.sent.withLock { $0.count }
+        // FFF1 ends right after its value: no Find Information is sent for it.
+        #expect(try await client.discoverDescriptors(of: chars[0]).isEmpty)
+        #expect(wire.sent.withLock { $0.count } == before)
+        let batteryChars = try await client.discoverCharacteristics(of: services[0])
+        let descriptors = try await client.discoverDescriptors(of: batteryChars[0])
+        #expect(descriptors.map(\.uuid) == [GATTType.clientCharacteristicConfiguration, GATTType.userDescription])
+        #expect(try await client.discoverPrimaryServices(uuid: BluetoothUUID(0xFFF0)).map(\.end) == [custom.end])
+    }
+
+    @Test func longReadAndLongWriteAtTheDefaultMTU() async throws {
+        let (client, server, _, _, custom) = try await setUp()
+        let h = custom.characteristicValues[0]
+        #expect(try await client.read(h) == (0..<200).map { UInt8($0) })
+        let newValue = (0..<150).map { UInt8(255 - $0) }
+        try await client.write(h, value: newValue)
+        #expect(await server.database.attribute(h)?.value == newValue)
+        try await client.reliableWrite([(custom.characteristicValues[2], [1, 2, 3]), (h, [9])])
+        #expect(await server.database.attribute(custom.characteristicValues[2])?.value == [1, 2, 3])
+        #expect(await server.database.attribute(h)?.value.first == 9)
+        try await client.writeWithoutResponse(custom.characteristicValues[2], value: [4])
+        #expect(try await client.read(custom.characteristicValues[2]) == [4])
+        #expect(try await client.readMultipleVariable([custom.characteristicValues[2], custom.characteristicValues[1]]) == [[4], [1]])
+    }
+
+    @Test func errorsComeBackTyped() async throws {
+        let (client, _, _, battery, _) = try await setUp()
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .writeRequest, handle: battery.characteristicValues[0], error: .writeNotPermitted))) {
+            try await client.write(battery.characteristicValues[0], value: [1])
+        }
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .readRequest, handle: 0x0999, error: .invalidHandle))) {
+            try await client.read(0x0999)
+        }
+    }
+
+    @Test func notificationsAndIndicationsArriveOnTheirStreams() async throws {
+        let (client, server, _, battery, custom) = try await setUp()
+        let services = try await client.discoverPrimaryServices()
+        let level = try #require(try await client.discoverCharacteristics(of: services[0]).first)
+        let values = try await client.subscribe(level, cccd: try #require(battery.clientConfigurations[0]))
+        #expect(await server.notify(level.valueHandle, value: [55]) == [1])
+        var it = values.makeAsyncIterator()
+        #expect(await it.next() == [55])
+        let ind = try #require(try await client.discoverCharacteristics(of: services[1], uuid: Self.custom).first)
+        let indications = try await client.subscribe(ind, cccd: try #require(custom.clientConfigurations[1]), indications: true)
+        // indicate() returns once the client confirmed.
+        #expect(await server.indicate(ind.valueHandle, value: [8]) == [1])
+        var it2 = indications.makeAsyncIterator()
+        #expect(await it2.next() == [8])
+    }
+}
