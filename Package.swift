@@ -67,7 +67,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT"],
-            exclude: ["bumble_gatt_central.py"],
+            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py"],
             swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,81 @@
+"""Bumble as a GATT server (peripheral) for our GATT client, for InteropTests.
+
+Usage: bumble_gatt_peripheral.py HCI_PORT
+Advertises as F1:F2:F3:F4:F5:F6 (random static) on Rootcanal (tcp-client:127.0.0.1:HCI_PORT)
+with service FFF0: FFF1 read/write, FFF2 read/notify, FFF3 indicate, FFF4 read/write
+(200 bytes, for long reads and long writes). Notifies FFF2 / indicates FFF3 as soon
+as a client subscribes. Prints one JSON object per line; exits after the client
+disconnects (or after 60 s).
+"""
+import asyncio
+import json
+import sys
+
+from bumble.device import Device
+from bumble.gatt import Characteristic, CharacteristicValue, Service
+from bumble.hci import Address
+from bumble.transport import open_transport
+
+P = Characteristic.Properties
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+async def main(port: str) -> None:
+    async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
+        device = Device.with_hci("bumble-peripheral", Address("F1:F2:F3:F4:F5:F6"), source, sink)
+        state = {"FFF1": b"bumble", "FFF4": bytes(i & 0xFF for i in range(200))}
+
+        def reader(key):
+            return lambda connection: state[key]
+
+        def writer(key):
+            def write(connection, value):
+                state[key] = bytes(value)
+                emit(event="written", uuid=key, value=bytes(value).hex())
+            return write
+
+        rw = Characteristic("FFF1", P.READ | P.WRITE, Characteristic.READABLE | Characteristic.WRITEABLE,
+                            CharacteristicValue(read=reader("FFF1"), write=writer("FFF1")))
+        notify = Characteristic("FFF2", P.READ | P.NOTIFY, Characteristic.READABLE, bytes([1]))
+        indicate = Characteristic("FFF3", P.INDICATE, Characteristic.READABLE, bytes([0]))
+        long = Characteristic("FFF4", P.READ | P.WRITE, Characteristic.READABLE | Characteristic.WRITEABLE,
+                              CharacteristicValue(read=reader("FFF4"), write=writer("FFF4")))
+        device.add_service(Service("FFF0", [rw, notify, indicate, long]))
+
+        def on_notify_subscription(bearer, notify_enabled, indicate_enabled):
+            emit(event="subscription", uuid="FFF2", notify=notify_enabled, indicate=indicate_enabled)
+            if notify_enabled:
+                asyncio.ensure_future(device.notify_subscribers(notify, bytes([0x42])))
+
+        def on_indicate_subscription(bearer, notify_enabled, indicate_enabled):
+            emit(event="subscription", uuid="FFF3", notify=notify_enabled, indicate=indicate_enabled)
+            if indicate_enabled:
+                async def send():
+                    await device.indicate_subscribers(indicate, bytes([0x43, 0x43]))
+                    emit(event="indication-confirmed")
+                asyncio.ensure_future(send())
+
+        notify.on("subscription", on_notify_subscription)
+        indicate.on("subscription", on_indicate_subscription)
+        disconnected = asyncio.Event()
+
+        def on_connection(connection):
+            emit(event="connected", peer=str(connection.peer_address))
+            connection.on("disconnection", lambda reason: disconnected.set())
+
+        device.on("connection", on_connection)
+        await device.power_on()
+        await device.start_advertising(auto_restart=False)
+        emit(event="advertising", address=str(device.random_address))
+        try:
+            await asyncio.wait_for(disconnected.wait(), 60)
+        except asyncio.TimeoutError:
+            emit(event="timeout")
+        emit(event="done")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))
