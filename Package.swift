@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "L2CAP", targets: ["L2CAP"]),
         .library(name: "ATT", targets: ["ATT"]),
         .library(name: "GATT", targets: ["GATT"]),
+        .library(name: "BlueZATT", targets: ["BlueZATT"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
         .executable(name: "btctl", targets: ["btctl"]),
@@ -42,6 +43,7 @@ let package = Package(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
+        .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI"], swiftSettings: strict),
         .target(
             name: "BLETesting",
             dependencies: ["HCI", "Snoop", "Transports", .product(name: "Logging", package: "swift-log")],
@@ -63,7 +65,7 @@ let package = Package(
         .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
-            name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting"],
+            name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT"],
             swiftSettings: strict),
         .testTarget(
             name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT"],

@@ -114,6 +114,16 @@ public enum BlueZ {
         return out
     }
 
+    /// Powers adapter `index` up or down (HCIDEVUP / HCIDEVDOWN; needs CAP_NET_ADMIN).
+    public static func setPower(index: UInt16, on: Bool) throws {
+        let fd = try controlSocket()
+        defer { Glibc.close(fd) }
+        let rc = on ? cbluez_hci_dev_up(fd, index) : cbluez_hci_dev_down(fd, index)
+        guard rc == 0 || errno == EALREADY else {
+            throw BlueZError(operation: on ? "powering hci\(index) up (HCIDEVUP)" : "bringing hci\(index) down (HCIDEVDOWN)", errno: errno, index: index)
+        }
+    }
+
     /// Opens adapter `index` on an HCI socket channel as a transport. For the user
     /// channel the adapter is brought down first (the kernel requires it).
     public static func open(index: UInt16, channel: HCIChannel, logger: Logger) throws -> FileDescriptorTransport {
