@@ -51,7 +51,7 @@ let package = Package(
         .executableTarget(
             name: "btctl",
             dependencies: [
-                "HCI", "Snoop", "Transports",
+                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -27,6 +27,7 @@ public actor ATTBearer {
     private var readerTask: Task<Void, Never>?
     private var outbox: [[UInt8]] = []
     private var pumping = false
+    private var drainWaiters: [CheckedContinuation<Void, Never>] = []
     /// Incoming requests, commands, notifications and indications, in arrival order.
     /// Buffer: unbounded (ATT paces requests and indications; notifications are the
     /// caller's to keep up with). Ends when the bearer closes.
@@ -153,6 +154,15 @@ public actor ATTBearer {
             }
         }
         pumping = false
+        for w in drainWaiters { w.resume() }
+        drainWaiters.removeAll()
+    }
+
+    /// Returns once every PDU queued so far has been handed to the channel (e.g. before
+    /// disconnecting, so a confirmation or response is not lost).
+    public func drain() async {
+        guard pumping || !outbox.isEmpty else { return }
+        await withCheckedContinuation { drainWaiters.append($0) }
     }
 
     private func timerFired(_ id: UInt64) {

@@ -73,8 +73,9 @@ public actor GATTClient {
         case let .notification(h, v):
             subscribers[h]?.yield(v)
         case let .indication(h, v):
-            subscribers[h]?.yield(v)
+            // Confirm first, so a consumer that stops at this value cannot lose the confirmation.
             await bearer.confirm()
+            subscribers[h]?.yield(v)
         case let .request(pdu):
             // This client has no server here: §3.4.1.1 Request Not Supported.
             await bearer.respond(.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported))

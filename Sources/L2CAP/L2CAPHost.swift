@@ -39,7 +39,12 @@ public actor L2CAPHost {
     private let earlyLimit = 32
     private var connectionContinuations: [UInt64: AsyncStream<Connection>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
-    private var queues: [UInt16: [ACLDataPacket]] = [:]
+    private struct Outgoing {
+        var packet: ACLDataPacket
+        /// Resumed once this (last) fragment of a frame is handed to the controller.
+        var done: CheckedContinuation<Void, any Error>?
+    }
+    private var queues: [UInt16: [Outgoing]] = [:]
     private var order: [UInt16] = []
     private var pumping = false
     private var tasks: [Task<Void, Never>] = []
@@ -99,16 +104,22 @@ public actor L2CAPHost {
 
     public var currentConnections: [Connection] { connections.values.map(\.info).sorted { $0.handle < $1.handle } }
 
-    /// Queues `payload` as one frame on `channel` of connection `handle`.
+    /// Sends `payload` as one frame on `channel` of connection `handle`; returns once
+    /// every fragment has been handed to the controller (frames leave in call order).
     public func send(_ payload: [UInt8], on channel: ChannelID, handle: UInt16) async throws {
         guard connections[handle] != nil else { throw HCIError.connectionClosed(handle: handle) }
         let length = await controller.info?.leACLDataPacketLength ?? 27
+        guard connections[handle] != nil else { throw HCIError.connectionClosed(handle: handle) }
         let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
-        if queues[handle] == nil { order.append(handle) }
-        queues[handle, default: []].append(contentsOf: fragments)
-        if !pumping {
-            pumping = true
-            Task { await self.pump() }
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            if queues[handle] == nil { order.append(handle) }
+            for (i, f) in fragments.enumerated() {
+                queues[handle, default: []].append(Outgoing(packet: f, done: i == fragments.count - 1 ? c : nil))
+            }
+            if !pumping {
+                pumping = true
+                Task { await self.pump() }
+            }
         }
     }
 
@@ -129,9 +140,11 @@ public actor L2CAPHost {
             let fragment = q.removeFirst()
             if q.isEmpty { queues[handle] = nil } else { queues[handle] = q; order.append(handle) }
             do {
-                try await controller.sendACL(fragment)
+                try await controller.sendACL(fragment.packet)
+                fragment.done?.resume()
             } catch {
                 logger.debug("ACL send failed", metadata: ["ble.handle": "\(handle)", "error": "\(error)"])
+                fragment.done?.resume(throwing: error)
                 drop(handle: handle)
             }
         }
@@ -139,7 +152,7 @@ public actor L2CAPHost {
     }
 
     private func drop(handle: UInt16) {
-        queues[handle] = nil
+        for f in queues.removeValue(forKey: handle) ?? [] { f.done?.resume(throwing: HCIError.connectionClosed(handle: handle)) }
         order.removeAll { $0 == handle }
     }
 
@@ -219,7 +232,7 @@ public actor L2CAPHost {
         connectionContinuations.removeAll()
         early.removeAll()
         connections.removeAll()
-        queues.removeAll()
+        for h in Array(queues.keys) { drop(handle: h) }
         order.removeAll()
     }
 }

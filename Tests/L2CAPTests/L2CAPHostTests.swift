@@ -38,19 +38,23 @@ struct L2CAPHostTests {
         let (host, c, t) = await setUp(credits: 0)
         await connect(t, host, handle: 1)
         await connect(t, host, handle: 2)
-        // No controller buffers yet: everything queues. 5 fragments for 1, one for 2.
-        try await host.send([UInt8](repeating: 0xAA, count: 27 * 5 - 4), on: .att, handle: 1)
-        try await host.send([0xBB], on: .att, handle: 2)
+        // No controller buffers yet: everything queues (send returns once its fragments
+        // are handed over, so it runs in tasks). 5 fragments for 1, one for 2.
+        let one = Task { try await host.send([UInt8](repeating: 0xAA, count: 27 * 5 - 4), on: .att, handle: 1) }
+        let two = Task { try await host.send([0xBB], on: .att, handle: 2) }
+        for _ in 0..<200 { await Task.yield() }
         await c.setACLBufferCount(8)
         var sent: [ACLDataPacket] = []
         for _ in 0..<6 {
             guard case let .acl(p)? = await t.nextSent() else { Issue.record("expected ACL"); return }
             sent.append(p)
         }
+        try await one.value
+        try await two.value
         #expect(sent.allSatisfy { $0.data.count <= 27 })
-        let one = sent.filter { $0.handle == 1 }
-        #expect(one.count == 5)
-        #expect(one.first?.boundary == .firstNonFlushable && one.dropFirst().allSatisfy { $0.boundary == .continuing })
+        let first = sent.filter { $0.handle == 1 }
+        #expect(first.count == 5)
+        #expect(first.first?.boundary == .firstNonFlushable && first.dropFirst().allSatisfy { $0.boundary == .continuing })
         // Fair: connection 2's frame does not wait behind all of connection 1's.
         let index2 = try #require(sent.firstIndex { $0.handle == 2 })
         #expect(index2 <= 2)

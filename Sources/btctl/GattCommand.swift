@@ -1,0 +1,160 @@
+// btctl gatt discover|read|write|subscribe|serve (docs/btctl.md).
+
+import ArgumentParser
+import ATT
+import Foundation
+import GATT
+import HCI
+import L2CAP
+import Snoop
+
+struct Gatt: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "GATT client and server.", subcommands: [Discover.self, Read.self, Write.self, Subscribe.self, Serve.self])
+
+    struct Discover: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Connect and list every service, characteristic and descriptor.")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var peer: PeerOptions
+
+        func run() async throws {
+            let (session, writer) = try await GATTSession.open(options, peer)
+            defer { writer?.close() }
+            let all: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])]
+            do { all = try await session.discoverAll() } catch {
+                await session.close()
+                throw CLIError("discovery failed: \(error)")
+            }
+            await session.close()
+            for (s, chars) in all {
+                if options.json {
+                    emit(.object([("type", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.start))), ("end", .int(Int(s.end)))]))
+                } else {
+                    print("service \(s.uuid)  handles 0x\(String(s.start, radix: 16))–0x\(String(s.end, radix: 16))")
+                }
+                for (c, ds) in chars {
+                    if options.json {
+                        emit(.object([("type", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
+                                      ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))]))
+                    } else {
+                        print("  characteristic \(c.uuid)  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
+                    }
+                    for d in ds {
+                        if options.json {
+                            emit(.object([("type", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))]))
+                        } else {
+                            print("    descriptor \(d.uuid)  0x\(String(d.handle, radix: 16))")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    struct Read: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Read a characteristic or descriptor (long values included).")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var peer: PeerOptions
+        @OptionGroup var attribute: AttributeOptions
+
+        func run() async throws {
+            let (session, writer) = try await GATTSession.open(options, peer)
+            defer { writer?.close() }
+            do {
+                let handle: UInt16
+                if let h = attribute.handle { handle = h } else {
+                    guard let (c, _) = try await session.characteristic(attribute) else { throw CLIError("no characteristic \(attribute.uuid?.description ?? "")") }
+                    handle = c.valueHandle
+                }
+                let value = try await session.client.read(handle)
+                await session.close()
+                if options.json {
+                    var o: [(String, JSONValue)] = [("handle", .int(Int(handle))), ("value", .string(value.hexString))]
+                    if let t = valueText(value) { o.append(("text", .string(t))) }
+                    emit(.object(o))
+                } else {
+                    print("0x\(String(handle, radix: 16)): \(value.hexString)\(valueText(value).map { "  \"\($0)\"" } ?? "")")
+                }
+            } catch {
+                await session.close()
+                throw CLIError("read failed: \(error)")
+            }
+        }
+    }
+
+    struct Write: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Write a characteristic or descriptor (long values with prepared writes).")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var peer: PeerOptions
+        @OptionGroup var attribute: AttributeOptions
+        @Option(help: "The value as hex bytes (\"01ff\", \"01:ff\").") var value: String?
+        @Option(help: "The value as UTF-8 text.") var text: String?
+        @Flag(help: "Write Without Response (Write Command).") var withoutResponse = false
+
+        func validate() throws {
+            if (value == nil) == (text == nil) { throw ValidationError("give either --value HEX or --text TEXT") }
+            if let value, [UInt8](hex: value) == nil { throw ValidationError("--value must be hex bytes") }
+        }
+
+        func run() async throws {
+            let bytes = text.map { Array($0.utf8) } ?? value.flatMap { [UInt8](hex: $0) } ?? []
+            let (session, writer) = try await GATTSession.open(options, peer)
+            defer { writer?.close() }
+            do {
+                let handle: UInt16
+                if let h = attribute.handle { handle = h } else {
+                    guard let (c, _) = try await session.characteristic(attribute) else { throw CLIError("no characteristic \(attribute.uuid?.description ?? "")") }
+                    handle = c.valueHandle
+                }
+                if withoutResponse { try await session.client.writeWithoutResponse(handle, value: bytes) } else { try await session.client.write(handle, value: bytes) }
+                await session.close()
+                if options.json { emit(.object([("handle", .int(Int(handle))), ("written", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(String(handle, radix: 16))") }
+            } catch {
+                await session.close()
+                throw CLIError("write failed: \(error)")
+            }
+        }
+    }
+
+    struct Subscribe: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Subscribe to notifications (or indications) and print each value.")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var peer: PeerOptions
+        @OptionGroup var attribute: AttributeOptions
+        @Flag(help: "Indications instead of notifications.") var indicate = false
+        @Option(help: "Stop after this many values (default: until interrupted or the link drops).") var count: Int?
+
+        func run() async throws {
+            let (session, writer) = try await GATTSession.open(options, peer)
+            defer { writer?.close() }
+            do {
+                guard let (c, ds) = try await session.characteristic(attribute) else { throw CLIError("no such characteristic") }
+                guard let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else {
+                    throw CLIError("characteristic \(c.uuid) has no Client Characteristic Configuration descriptor: it cannot notify or indicate")
+                }
+                let values = try await session.client.subscribe(c, cccd: cccd.handle, indications: indicate)
+                var n = 0
+                for await v in values {
+                    n += 1
+                    if options.json {
+                        var o: [(String, JSONValue)] = [("handle", .int(Int(c.valueHandle))), ("value", .string(v.hexString))]
+                        if let t = valueText(v) { o.append(("text", .string(t))) }
+                        emit(.object(o))
+                    } else {
+                        print("0x\(String(c.valueHandle, radix: 16)): \(v.hexString)\(valueText(v).map { "  \"\($0)\"" } ?? "")")
+                    }
+                    fflush(nil)
+                    if let count, n >= count { break }
+                }
+                await session.close()
+                if let count, n < count { throw CLIError("the link ended after \(n) of \(count) values") }
+            } catch let e as CLIError {
+                await session.close()
+                throw e
+            } catch {
+                await session.close()
+                throw CLIError("subscribe failed: \(error)")
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+// What every `btctl gatt` client command does first: open the controller, find the
+// peer (by address, or by scanning for its name), connect as central with a
+// timeout (cancelled with LE Create Connection Cancel), and set up the GATT client.
+
+import ArgumentParser
+import Foundation
+import ATT
+import GATT
+import HCI
+import L2CAP
+import Snoop
+import Transports
+
+/// `XX:XX:XX:XX:XX:XX[/random|/public]`, as `btctl scan` prints addresses.
+struct PeerAddress: ExpressibleByArgument, Sendable {
+    var address: BluetoothAddress
+    var type: AddressType
+    init?(argument: String) {
+        let parts = argument.split(separator: "/")
+        guard let a = parts.first.flatMap({ BluetoothAddress(String($0)) }), parts.count <= 2 else { return nil }
+        address = a
+        switch parts.count == 2 ? parts[1].lowercased() : "public" {
+        case "public": type = .public
+        case "random": type = .random
+        default: return nil
+        }
+    }
+    var description: String { "\(address)\(type == .random ? "/random" : "")" }
+}
+
+struct PeerOptions: ParsableArguments {
+    @Argument(help: "The peer: XX:XX:XX:XX:XX:XX[/random|/public] (default public).")
+    var peer: PeerAddress?
+
+    @Option(help: "Instead of an address: scan and connect to the first device advertising this name.")
+    var name: String?
+
+    @Option(help: ArgumentHelp("Seconds to find and connect to the peer.", valueName: "SECONDS"))
+    var connectTimeout: Double = 15
+
+    func validate() throws {
+        if (peer == nil) == (name == nil) { throw ValidationError("give either a peer address or --name NAME") }
+        guard connectTimeout > 0, connectTimeout.isFinite else { throw ValidationError("--connect-timeout must be positive") }
+    }
+}
+
+/// Which attribute a command acts on.
+struct AttributeOptions: ParsableArguments {
+    @Option(help: "Attribute handle (decimal or 0x hex).", transform: { s in
+        guard let v = s.hasPrefix("0x") ? UInt16(s.dropFirst(2), radix: 16) : UInt16(s) else { throw ValidationError("bad handle '\(s)'") }
+        return v
+    })
+    var handle: UInt16?
+
+    @Option(help: "Characteristic UUID (16-bit like 2A19, or 128-bit); the first match is used.", transform: { s in
+        guard let u = BluetoothUUID(s) else { throw ValidationError("bad UUID '\(s)'") }
+        return u
+    })
+    var uuid: BluetoothUUID?
+
+    func validate() throws {
+        if (handle == nil) == (uuid == nil) { throw ValidationError("give either --handle or --uuid") }
+    }
+}
+
+struct GATTSession {
+    let controller: HCIController
+    let client: GATTClient
+    let connection: L2CAPHost.Connection
+
+    static func open(_ options: ControllerOptions, _ peer: PeerOptions) async throws -> (GATTSession, TraceFileWriter?) {
+        let (controller, writer) = try await options.openController()
+        do {
+            try await controller.initialize()
+            let host = L2CAPHost(controller: controller, logger: options.logger)
+            await host.start()
+            let limit = Duration.milliseconds(Int(peer.connectTimeout * 1000))
+            let target: (BluetoothAddress, AddressType)
+            if let p = peer.peer { target = (p.address, p.type) } else { target = try await scan(controller, name: peer.name ?? "", limit: limit) }
+            let connections = await host.newConnections()
+            try await controller.send(LECreateConnection(peerAddressType: target.1, peerAddress: target.0))
+            let connection = await first(connections, within: limit)
+            guard let connection else {
+                _ = try? await controller.send(LECreateConnectionCancel())
+                throw CLIError("no connection to \(target.0) within \(peer.connectTimeout) s (is it advertising as connectable, and is the address type right?)")
+            }
+            let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: connection.handle), logger: options.logger))
+            await client.start()
+            try await client.exchangeMTU()
+            return (GATTSession(controller: controller, client: client, connection: connection), writer)
+        } catch {
+            await controller.close()
+            writer?.close()
+            throw error
+        }
+    }
+
+    func close() async {
+        await client.bearer.drain()
+        _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+        await controller.close()
+    }
+
+    /// Scans (active) until a report carries `name` as its complete or shortened local name.
+    static func scan(_ controller: HCIController, name: String, limit: Duration) async throws -> (BluetoothAddress, AddressType) {
+        let events = await controller.events()
+        try await controller.send(LESetScanParameters(scanType: 1))
+        try await controller.send(LESetScanEnable(scanEnable: true))
+        let wanted = Array(name.utf8)
+        let found: (BluetoothAddress, AddressType)? = await first(events.compactMap { e -> (BluetoothAddress, AddressType)? in
+            guard case let .le(.advertisingReport(r)) = e else { return nil }
+            for rp in r.reports where ADStructure.parse(rp.data).structures.contains(where: { ($0.type == 0x09 || $0.type == 0x08) && $0.data == wanted }) {
+                return (rp.address, rp.addressType)
+            }
+            return nil
+        }, within: limit)
+        _ = try? await controller.send(LESetScanEnable(scanEnable: false))
+        guard let found else { throw CLIError("no device named '\(name)' advertised within \(limit)") }
+        return found
+    }
+
+    /// Every service, characteristic and descriptor.
+    func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
+        var out: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
+        for s in try await client.discoverPrimaryServices() {
+            var chars: [(DiscoveredCharacteristic, [DiscoveredDescriptor])] = []
+            for c in try await client.discoverCharacteristics(of: s) { chars.append((c, try await client.discoverDescriptors(of: c))) }
+            out.append((s, chars))
+        }
+        return out
+    }
+
+    /// The characteristic an `AttributeOptions` names (by value handle or UUID), with its descriptors.
+    func characteristic(_ a: AttributeOptions) async throws -> (DiscoveredCharacteristic, [DiscoveredDescriptor])? {
+        for (_, chars) in try await discoverAll() {
+            for (c, d) in chars where (a.uuid.map { $0 == c.uuid } ?? false) || a.handle == c.valueHandle { return (c, d) }
+        }
+        return nil
+    }
+}
+
+/// The first element of `seq` within `limit`, or nil.
+func first<S: AsyncSequence & Sendable>(_ seq: S, within limit: Duration) async -> S.Element? where S.Element: Sendable {
+    await withTaskGroup(of: S.Element?.self) { g in
+        g.addTask {
+            var it = seq.makeAsyncIterator()
+            return try? await it.next()
+        }
+        g.addTask { try? await Task.sleep(for: limit); return nil }
+        let r = await g.next() ?? nil
+        g.cancelAll()
+        return r
+    }
+}
+
+func propertyNames(_ p: CharacteristicProperties) -> [String] {
+    let names: [(CharacteristicProperties, String)] = [(.broadcast, "broadcast"), (.read, "read"), (.writeWithoutResponse, "write-without-response"),
+        (.write, "write"), (.notify, "notify"), (.indicate, "indicate"), (.authenticatedSignedWrites, "signed-write"), (.extendedProperties, "extended")]
+    return names.filter { p.contains($0.0) }.map(\.1)
+}
+
+/// Hex, plus the text when every byte is printable UTF-8.
+func valueText(_ v: [UInt8]) -> String? {
+    guard !v.isEmpty, let s = String(bytes: v, encoding: .utf8), s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else { return nil }
+    return s
+}
