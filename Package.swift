@@ -62,6 +62,8 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(
+            name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(

@@ -1,0 +1,269 @@
+// One software LE controller on a `VirtualRadio`, seen by its host as an
+// `HCITransport`. It answers the LE host's working set (the commands its
+// Supported_Commands mask lists) and "Unknown HCI Command" for the rest, like a
+// real controller. Buffers: 8 LE ACL packets of 27 bytes, returned with Number Of
+// Completed Packets as soon as the radio has relayed them.
+
+import HCI
+
+public actor VirtualController: HCITransport {
+    public nonisolated let address: BluetoothAddress
+    public nonisolated let inbound: AsyncThrowingStream<HCIPacket, any Error>
+    private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
+    private weak var radio: VirtualRadio?
+    private var closed = false
+
+    /// Advertising transmit power in dBm (also what LE Read Advertising Physical Channel Tx Power says).
+    public var txPower: Int8 = 0
+    private var randomAddress: BluetoothAddress?
+    private var advertisingType: UInt8 = 0
+    private var ownAddressType: AddressType = .public
+    private var advertisingData: [UInt8] = []
+    private var scanResponseData: [UInt8] = []
+    public private(set) var isAdvertising = false
+    private var scanning = false
+    private var activeScan = false
+    private var filterDuplicates = false
+    private var seen: Set<String> = []
+    public private(set) var pendingConnection: BluetoothAddress?
+    private var connections: [UInt16: BluetoothAddress] = [:]
+
+    static let aclLength: UInt16 = 27
+    static let aclCount: UInt8 = 8
+
+    init(radio: VirtualRadio, address: BluetoothAddress) {
+        self.radio = radio
+        self.address = address
+        (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream()
+    }
+
+    var isConnectable: Bool { isAdvertising && (advertisingType == 0 || advertisingType == 1) }
+
+    /// The opcodes this controller implements; its Supported_Commands mask lists exactly these.
+    static let implemented: [HCIOpcode] = [
+        .reset, .readLocalVersionInformation, .readLocalSupportedCommands, .readLocalSupportedFeatures, .readBDADDR,
+        .readBufferSize, .setEventMask, .leSetEventMask, .leReadBufferSize, .leReadLocalSupportedFeatures,
+        .leReadSupportedStates, .leSetRandomAddress, .leSetAdvertisingParameters, .leReadAdvertisingPhysicalChannelTxPower,
+        .leSetAdvertisingData, .leSetScanResponseData, .leSetAdvertisingEnable, .leSetScanParameters, .leSetScanEnable,
+        .leCreateConnection, .leCreateConnectionCancel, .disconnect, .leConnectionUpdate, .readRSSI,
+        .leReadRemoteFeatures, .readRemoteVersionInformation, .leSetDataLength, .leReadFilterAcceptListSize,
+        .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList,
+    ]
+
+    static let supportedCommands: [UInt8] = {
+        var mask = [UInt8](repeating: 0, count: 64)
+        for op in implemented { if let (o, b) = SupportedCommands.bits[op] { mask[o] |= 1 << b } }
+        return mask
+    }()
+
+    // MARK: HCITransport
+
+    private var queue: [HCIPacket] = []
+    private var processing = false
+
+    /// Accepts a host packet; packets are handled strictly in the order sent, each to
+    /// completion (the actor is reentrant while it waits on the radio).
+    public func send(_ packet: HCIPacket) async throws {
+        guard !closed else { throw TransportError.closed }
+        queue.append(packet)
+        guard !processing else { return }
+        processing = true
+        while !queue.isEmpty {
+            switch queue.removeFirst() {
+            case let .command(opcode, parameters): await command(opcode, parameters)
+            case let .acl(p): await acl(p)
+            default: break
+            }
+        }
+        processing = false
+    }
+
+    public func close() async {
+        guard !closed else { return }
+        closed = true
+        continuation.finish()
+    }
+
+    private func emit(_ e: HCIEvent) { if !closed { continuation.yield(e.packet) } }
+    private func emit(_ p: HCIPacket) { if !closed { continuation.yield(p) } }
+
+    private func complete<R: HCIReturnParameters>(_ op: HCIOpcode, _ r: R) {
+        emit(.commandComplete(CommandComplete(commandOpcode: op, returning: r)))
+    }
+    private func complete(_ op: HCIOpcode, status: HCIStatus = .success) {
+        emit(.commandComplete(CommandComplete(commandOpcode: op, returnParameters: [status.rawValue])))
+    }
+    private func status(_ op: HCIOpcode, _ s: HCIStatus = .success) { emit(.commandStatus(CommandStatus(status: s, commandOpcode: op))) }
+
+    // MARK: Commands
+
+    private func command(_ op: HCIOpcode, _ params: [UInt8]) async {
+        guard Self.implemented.contains(op) else { return complete(op, status: .unknownCommand) }
+        do {
+            try await handle(op, params)
+        } catch {
+            // Malformed parameters: what a controller answers.
+            if let t = HCICommandRegistry.types[op], t.completesWithStatus { status(op, .invalidCommandParameters) } else { complete(op, status: .invalidCommandParameters) }
+        }
+    }
+
+    private func handle(_ op: HCIOpcode, _ p: [UInt8]) async throws {
+        switch op {
+        case .reset:
+            isAdvertising = false; scanning = false; pendingConnection = nil; advertisingData = []; scanResponseData = []
+            complete(op)
+        case .readLocalVersionInformation:
+            complete(op, ReadLocalVersionInformation.ReturnParameters(hciVersion: 13, hciSubversion: 0, lmpVersion: 13, companyIdentifier: 0xFFFF, lmpSubversion: 0))
+        case .readLocalSupportedCommands:
+            complete(op, ReadLocalSupportedCommands.ReturnParameters(supportedCommands: SupportedCommands(bytes: Self.supportedCommands)))
+        case .readLocalSupportedFeatures:
+            complete(op, ReadLocalSupportedFeatures.ReturnParameters(lmpFeatures: 1 << 38 | 1 << 37))
+        case .readBDADDR:
+            complete(op, ReadBDADDR.ReturnParameters(address: address))
+        case .readBufferSize:
+            complete(op, ReadBufferSize.ReturnParameters(aclDataPacketLength: Self.aclLength, synchronousDataPacketLength: 0, totalNumACLDataPackets: UInt16(Self.aclCount), totalNumSynchronousDataPackets: 0))
+        case .leReadBufferSize:
+            complete(op, LEReadBufferSize.ReturnParameters(leACLDataPacketLength: Self.aclLength, totalNumLEACLDataPackets: Self.aclCount))
+        case .leReadLocalSupportedFeatures:
+            complete(op, HCIMask64Return(mask: 1 << 1))  // Connection Parameters Request Procedure
+        case .leReadSupportedStates:
+            complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
+        case .setEventMask, .leSetEventMask, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
+            complete(op)
+        case .leReadFilterAcceptListSize:
+            complete(op, HCIOctetReturn(value: 8))
+        case .leSetRandomAddress:
+            randomAddress = try LESetRandomAddress.decode(p).randomAddress
+            complete(op)
+        case .leSetAdvertisingParameters:
+            let c = try LESetAdvertisingParameters.decode(p)
+            guard !isAdvertising else { return complete(op, status: .commandDisallowed) }
+            advertisingType = c.advertisingType
+            ownAddressType = c.ownAddressType
+            complete(op)
+        case .leReadAdvertisingPhysicalChannelTxPower:
+            complete(op, HCIOctetReturn(value: UInt8(bitPattern: txPower)))
+        case .leSetAdvertisingData:
+            advertisingData = try LESetAdvertisingData.decode(p).data
+            complete(op)
+        case .leSetScanResponseData:
+            scanResponseData = try LESetScanResponseData.decode(p).data
+            complete(op)
+        case .leSetAdvertisingEnable:
+            let on = try LESetAdvertisingEnable.decode(p).advertisingEnable
+            let starting = on && !isAdvertising
+            isAdvertising = on
+            complete(op)
+            if starting { await radio?.advertisingStarted(self) }
+        case .leSetScanParameters:
+            activeScan = try LESetScanParameters.decode(p).scanType == 1
+            complete(op)
+        case .leSetScanEnable:
+            let c = try LESetScanEnable.decode(p)
+            let starting = c.scanEnable && !scanning
+            scanning = c.scanEnable
+            filterDuplicates = c.filterDuplicates
+            if starting { seen.removeAll() }
+            complete(op)
+            if starting { await radio?.scanningStarted(self) }
+        case .leCreateConnection:
+            let c = try LECreateConnection.decode(p)
+            guard pendingConnection == nil else { return status(op, .commandDisallowed) }
+            pendingConnection = c.peerAddress
+            status(op)
+            await radio?.createConnection(from: self, to: c.peerAddress)
+        case .leCreateConnectionCancel:
+            guard pendingConnection != nil else { return complete(op, status: .commandDisallowed) }
+            pendingConnection = nil
+            complete(op)
+            emit(.le(.connectionComplete(LEConnectionComplete(status: .unknownConnectionIdentifier, connectionHandle: 0, role: .central, peerAddressType: .public, peerAddress: .zero))))
+        case .disconnect:
+            let c = try Disconnect.decode(p)
+            guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }
+            status(op)
+            _ = await radio?.disconnect(self, handle: c.connectionHandle, reason: c.reason)
+        case .leConnectionUpdate:
+            let c = try LEConnectionUpdate.decode(p)
+            guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }
+            status(op)
+            await radio?.connectionUpdated(self, handle: c.connectionHandle, interval: c.connection.connectionIntervalMax,
+                                           latency: c.connection.maxLatency, timeout: c.connection.supervisionTimeout)
+        case .readRSSI:
+            let c = try ReadRSSI.decode(p)
+            guard connections[c.connectionHandle] != nil, let radio, let peer = await radio.peer(of: self, handle: c.connectionHandle) else {
+                return complete(op, status: .unknownConnectionIdentifier)
+            }
+            complete(op, ReadRSSI.ReturnParameters(connectionHandle: c.connectionHandle, rssi: await radio.rssi(from: peer, to: self)))
+        case .leReadRemoteFeatures:
+            let c = try LEReadRemoteFeatures.decode(p)
+            guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }
+            status(op)
+            emit(.le(.readRemoteFeaturesComplete(LEReadRemoteFeaturesComplete(connectionHandle: c.connectionHandle, leFeatures: 1 << 1))))
+        case .readRemoteVersionInformation:
+            let c = try ReadRemoteVersionInformation.decode(p)
+            guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }
+            status(op)
+            emit(.readRemoteVersionInformationComplete(ReadRemoteVersionInformationComplete(connectionHandle: c.connectionHandle, version: 13, companyIdentifier: 0xFFFF, subversion: 0)))
+        case .leSetDataLength:
+            let c = try LESetDataLength.decode(p)
+            guard connections[c.connectionHandle] != nil else { return complete(op, status: .unknownConnectionIdentifier) }
+            complete(op, HCIConnectionHandleReturn(connectionHandle: c.connectionHandle))
+            emit(.le(.dataLengthChange(LEDataLengthChange(connectionHandle: c.connectionHandle, maxTxOctets: c.txOctets, maxTxTime: c.txTime, maxRxOctets: c.txOctets, maxRxTime: c.txTime))))
+        default:
+            complete(op, status: .unknownCommand)
+        }
+    }
+
+    // MARK: ACL
+
+    private func acl(_ p: ACLDataPacket) async {
+        guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
+        if await radio.relay(p, from: self) {
+            emit(.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: p.handle, numCompletedPackets: 1)])))
+        }
+    }
+
+    // MARK: From the radio
+
+    var advertisedAddress: (BluetoothAddress, AddressType) {
+        if ownAddressType == .random, let r = randomAddress { return (r, .random) }
+        return (address, .public)
+    }
+
+    func hear(_ a: VirtualController, rssi: Int8) async {
+        guard scanning else { return }
+        let (addr, type, advType, data, scanRsp) = await (a.advertisedAddress.0, a.advertisedAddress.1, a.advertisingTypeValue, a.advertisingDataValue, a.scanResponseValue)
+        let eventType: UInt8 = advType == 2 ? 2 : advType == 3 ? 3 : 0
+        if !(filterDuplicates && seen.contains("\(addr)")) {
+            seen.insert("\(addr)")
+            emit(.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: eventType, addressType: type, address: addr, data: data, rssi: rssi)]))))
+        }
+        if activeScan, advType == 0 || advType == 2, !(filterDuplicates && seen.contains("rsp \(addr)")) {
+            seen.insert("rsp \(addr)")
+            emit(.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: 4, addressType: type, address: addr, data: scanRsp, rssi: rssi)]))))
+        }
+    }
+
+    var advertisingTypeValue: UInt8 { advertisingType }
+    var advertisingDataValue: [UInt8] { advertisingData }
+    var scanResponseValue: [UInt8] { scanResponseData }
+
+    func connected(handle: UInt16, role: ConnectionRole, peer: BluetoothAddress) {
+        connections[handle] = peer
+        if role == .peripheral { isAdvertising = false } else { pendingConnection = nil }
+        emit(.le(.connectionComplete(LEConnectionComplete(connectionHandle: handle, role: role, peerAddressType: .public, peerAddress: peer))))
+    }
+
+    func deliver(_ p: ACLDataPacket) { emit(.acl(p)) }
+
+    func disconnected(handle: UInt16, reason: HCIStatus) {
+        connections[handle] = nil
+        emit(.disconnectionComplete(DisconnectionComplete(connectionHandle: handle, reason: reason)))
+    }
+
+    func connectionUpdateComplete(handle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) {
+        emit(.le(.connectionUpdateComplete(LEConnectionUpdateComplete(connectionHandle: handle, connectionInterval: interval, peripheralLatency: latency, supervisionTimeout: timeout))))
+    }
+
+    public func setTxPower(_ dBm: Int8) { txPower = dBm }
+}

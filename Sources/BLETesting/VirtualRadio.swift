@@ -1,0 +1,125 @@
+// An in-process radio with software LE controllers, for deterministic end-to-end
+// tests and the no-hardware demo. Each `VirtualController` is an `HCITransport` that
+// answers HCI the way an LE controller does; the `VirtualRadio` actor relays between
+// them: advertising reaches scanners (with an RSSI from a path-loss model), LE Create
+// Connection completes on both sides, ACL data is relayed with the controller's
+// buffer accounting (Number Of Completed Packets), Disconnect ends the link on both
+// sides with its reason.
+//
+// Time: nothing happens on a timer. Advertising is reported when a scanner starts
+// scanning, when an advertiser starts advertising or changes its data, and on every
+// `tick()` (the test, or a driver, decides when time passes). Everything a host
+// sends is handled in order, so a run with the same host commands gives the same
+// bytes on every controller.
+
+import Foundation
+import HCI
+
+public actor VirtualRadio {
+    /// RSSI at the scanner for a distance in metres: log-distance path loss,
+    /// RSSI = txPower − 41 dB (at 1 m) − 10·n·log10(d), n = `pathLossExponent`.
+    public var pathLossExponent = 2.0
+    private var controllers: [VirtualController] = []
+    private var nextHandle: UInt16 = 0x0040
+    private var links: [Link] = []
+    /// Distances in metres between controller pairs (default 1 m).
+    private var distances: [Pair: Double] = [:]
+
+    struct Pair: Hashable {
+        var a: BluetoothAddress, b: BluetoothAddress
+        init(_ x: BluetoothAddress, _ y: BluetoothAddress) { (a, b) = x.description < y.description ? (x, y) : (y, x) }
+    }
+
+    struct Link {
+        var central: VirtualController
+        var centralHandle: UInt16
+        var peripheral: VirtualController
+        var peripheralHandle: UInt16
+    }
+
+    public init() {}
+
+    /// Adds a controller with this public address.
+    public func makeController(address: BluetoothAddress) -> VirtualController {
+        let c = VirtualController(radio: self, address: address)
+        controllers.append(c)
+        return c
+    }
+
+    public func setDistance(_ metres: Double, between a: BluetoothAddress, and b: BluetoothAddress) {
+        distances[Pair(a, b)] = Swift.max(0.1, metres)
+    }
+
+    func rssi(from advertiser: VirtualController, to scanner: VirtualController) async -> Int8 {
+        let d = distances[Pair(advertiser.address, scanner.address)] ?? 1
+        let v = Double(await advertiser.txPower) - 41 - 10 * pathLossExponent * log10(d)
+        return Int8(Swift.max(-127, Swift.min(20, v.rounded())))
+    }
+
+    /// Lets time pass: every advertiser is heard once more by every scanner.
+    public func tick() async {
+        for a in controllers where await a.isAdvertising {
+            for s in controllers where s !== a { await s.hear(a, rssi: await rssi(from: a, to: s)) }
+        }
+    }
+
+    // MARK: From controllers
+
+    func advertisingStarted(_ a: VirtualController) async {
+        for s in controllers where s !== a { await s.hear(a, rssi: await rssi(from: a, to: s)) }
+        // A central waiting for this advertiser connects now.
+        for c in controllers where c !== a {
+            if let target = await c.pendingConnection, target == a.address, await a.isConnectable {
+                await connect(central: c, peripheral: a)
+            }
+        }
+    }
+
+    func scanningStarted(_ s: VirtualController) async {
+        for a in controllers where a !== s {
+            if await a.isAdvertising { await s.hear(a, rssi: await rssi(from: a, to: s)) }
+        }
+    }
+
+    func createConnection(from c: VirtualController, to address: BluetoothAddress) async {
+        guard let p = controllers.first(where: { $0.address == address && $0 !== c }), await p.isConnectable else { return }
+        await connect(central: c, peripheral: p)
+    }
+
+    private func connect(central: VirtualController, peripheral: VirtualController) async {
+        let ch = nextHandle, ph = nextHandle + 1
+        nextHandle += 2
+        links.append(Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph))
+        await peripheral.connected(handle: ph, role: .peripheral, peer: central.address)
+        await central.connected(handle: ch, role: .central, peer: peripheral.address)
+    }
+
+    func relay(_ packet: ACLDataPacket, from sender: VirtualController) async -> Bool {
+        guard let l = links.first(where: { ($0.central === sender && $0.centralHandle == packet.handle) || ($0.peripheral === sender && $0.peripheralHandle == packet.handle) }) else { return false }
+        let (to, handle) = l.central === sender ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
+        // Controller to host, LE: the first fragment is "first automatically flushable".
+        let boundary: ACLPacketBoundary = packet.boundary == .continuing ? .continuing : .firstFlushable
+        await to.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: packet.data))
+        return true
+    }
+
+    func disconnect(_ sender: VirtualController, handle: UInt16, reason: HCIStatus) async -> Bool {
+        guard let i = links.firstIndex(where: { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }) else { return false }
+        let l = links.remove(at: i)
+        let (peer, peerHandle) = l.central === sender ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
+        await sender.disconnected(handle: handle, reason: .connectionTerminatedByLocalHost)
+        await peer.disconnected(handle: peerHandle, reason: reason)
+        return true
+    }
+
+    func peer(of sender: VirtualController, handle: UInt16) -> VirtualController? {
+        guard let l = links.first(where: { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }) else { return nil }
+        return l.central === sender ? l.peripheral : l.central
+    }
+
+    func connectionUpdated(_ sender: VirtualController, handle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) async {
+        guard let l = links.first(where: { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }) else { return }
+        await l.central.connectionUpdateComplete(handle: l.centralHandle, interval: interval, latency: latency, timeout: timeout)
+        await l.peripheral.connectionUpdateComplete(handle: l.peripheralHandle, interval: interval, latency: latency, timeout: timeout)
+    }
+}

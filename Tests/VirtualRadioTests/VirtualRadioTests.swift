@@ -1,0 +1,128 @@
+import ATT
+import BLETesting
+import GATT
+import HCI
+import L2CAP
+import Logging
+import Snoop
+import Synchronization
+import Testing
+
+final class Recorder: Sendable {
+    let frames = Mutex<[[UInt8]]>([])
+    func add(_ f: [UInt8]) { frames.withLock { $0.append(f) } }
+    var all: [[UInt8]] { frames.withLock { $0 } }
+}
+
+struct VirtualRadioTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+    static let a = BluetoothAddress("00:00:00:00:00:0A")!
+    static let b = BluetoothAddress("00:00:00:00:00:0B")!
+
+    /// Two hosts on one radio, each recording its HCI traffic (for the determinism check).
+    static func setUp(_ radio: VirtualRadio, record: Recorder? = nil) async throws -> (HCIController, HCIController, ControllerInfo, ControllerInfo) {
+        func host(_ addr: BluetoothAddress, _ tag: UInt8) async -> HCIController {
+            let vc = await radio.makeController(address: addr)
+            let t = RecordingTransport(wrapping: vc, now: { 0 }) { r in
+                record?.add([tag, r.direction == .hostToController ? 0 : 1] + (r.packet?.h4Bytes ?? []))
+            }
+            return HCIController(transport: t, logger: logger)
+        }
+        let ha = await host(a, 0xA), hb = await host(b, 0xB)
+        return (ha, hb, try await ha.initialize(), try await hb.initialize())
+    }
+
+    static func firstReport(_ events: HCIEventStream, type: UInt8) async -> LEAdvertisingReport.Report? {
+        for await e in events { if case let .le(.advertisingReport(r)) = e, let rp = r.reports.first(where: { $0.eventType == type }) { return rp } }
+        return nil
+    }
+
+    @Test func initialisesLikeAController() async throws {
+        let radio = VirtualRadio()
+        let (ha, _, ia, _) = try await Self.setUp(radio)
+        #expect(ia.address == Self.a)
+        #expect(ia.totalNumLEACLDataPackets == 8 && ia.leACLDataPacketLength == 27)
+        await #expect(throws: HCIError.commandFailed(opcode: .leSetPHY, status: .unknownCommand)) {
+            try await ha.send(LESetPHY(connectionHandle: 1))
+        }
+    }
+
+    @Test func advertisingReachesScannersWithPathLossRSSI() async throws {
+        let radio = VirtualRadio()
+        await radio.setDistance(10, between: Self.a, and: Self.b)
+        let (ha, hb, _, _) = try await Self.setUp(radio)
+        let name = ADStructure.encode([ADStructure(type: 9, data: Array("virtual".utf8))])
+        try await ha.send(LESetAdvertisingData(data: name))
+        try await ha.send(LESetScanResponseData(data: ADStructure.encode([ADStructure(type: 0xFF, data: [1, 2])])))
+        try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
+        let events = await hb.events()
+        try await hb.send(LESetScanParameters(scanType: 1))
+        try await hb.send(LESetScanEnable(scanEnable: true))
+        let adv = await Self.firstReport(events, type: 0)
+        #expect(adv?.address == Self.a && adv?.data == name)
+        #expect(adv?.rssi == -61)  // 0 dBm - 41 dB - 20·log10(10)
+        let rsp = await Self.firstReport(events, type: 4)
+        #expect(rsp?.data == [3, 0xFF, 1, 2])
+        // Duplicate filtering: a tick brings nothing new; without it, another report.
+        try await hb.send(LESetScanEnable(scanEnable: false))
+        try await hb.send(LESetScanEnable(scanEnable: true, filterDuplicates: true))
+        #expect(await Self.firstReport(events, type: 0) != nil)
+    }
+
+    /// Connect, run GATT both ways, read RSSI, disconnect: the whole LE host path.
+    static func session(_ radio: VirtualRadio, record: Recorder? = nil) async throws {
+        let (ha, hb, _, _) = try await setUp(radio, record: record)
+        let la = L2CAPHost(controller: ha, logger: logger), lb = L2CAPHost(controller: hb, logger: logger)
+        await la.start(); await lb.start()
+        var db = AttributeDatabase()
+        let svc = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .write, .notify], value: Array(repeating: 7, count: 70)),
+        ]))
+        let server = GATTServer(database: db, logger: logger)
+        let incoming = await la.newConnections(), outgoing = await lb.newConnections()
+        try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
+        try await hb.send(LECreateConnection(peerAddressType: .public, peerAddress: a))
+        var ia = incoming.makeAsyncIterator(), ib = outgoing.makeAsyncIterator()
+        let pc = try #require(await ia.next()), cc = try #require(await ib.next())
+        #expect(pc.role == .peripheral && cc.role == .central && pc.peer == b && cc.peer == a)
+        await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: la, handle: pc.handle), logger: logger), connection: pc.handle)
+        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: lb, handle: cc.handle), logger: logger))
+        await client.start()
+        let service = try #require(try await client.discoverPrimaryServices().first)
+        let c = try #require(try await client.discoverCharacteristics(of: service).first)
+        #expect(try await client.read(c.valueHandle) == Array(repeating: 7, count: 70))  // long read at MTU 23
+        try await client.write(c.valueHandle, value: Array(repeating: 9, count: 40))    // long write
+        #expect(await server.database.attribute(c.valueHandle)?.value == Array(repeating: 9, count: 40))
+        let values = try await client.subscribe(c, cccd: try #require(svc.clientConfigurations[0]))
+        #expect(await server.notify(c.valueHandle, value: [1, 2, 3]) == [pc.handle])
+        var it = values.makeAsyncIterator()
+        #expect(await it.next() == [1, 2, 3])
+        #expect(try await hb.send(ReadRSSI(connectionHandle: cc.handle)).rssi == -41)
+        let aEvents = await ha.events()
+        await client.bearer.drain()
+        try await hb.send(Disconnect(connectionHandle: cc.handle, reason: .remoteUserTerminatedConnection))
+        for await e in aEvents {
+            if case let .disconnectionComplete(d) = e {
+                #expect(d.reason == .remoteUserTerminatedConnection)
+                break
+            }
+        }
+        await ha.close(); await hb.close()
+    }
+
+    @Test func fullSessionOverTheRadio() async throws {
+        try await Self.session(VirtualRadio())
+    }
+
+    @Test func sameRunSameBytes() async throws {
+        let first = Recorder(), second = Recorder()
+        try await Self.session(VirtualRadio(), record: first)
+        try await Self.session(VirtualRadio(), record: second)
+        let x = first.all, y = second.all
+        #expect(x.count > 50)
+        // Per controller, the conversation is identical byte for byte.
+        for tag in [UInt8(0xA), 0xB] {
+            #expect(x.filter { $0[0] == tag } == y.filter { $0[0] == tag }, "controller \(tag)")
+        }
+    }
+}
