@@ -25,6 +25,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
         .target(name: "CBlueZ"),
@@ -38,7 +39,11 @@ let package = Package(
         .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
         .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
-        .target(name: "GATT", dependencies: ["HCI", "ATT", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(
+            name: "BLECrypto",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "_CryptoExtras", package: "swift-crypto")],
+            swiftSettings: strict),
+        .target(name: "GATT", dependencies: ["HCI", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
@@ -64,7 +69,7 @@ let package = Package(
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
-        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting", "BLECrypto"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT"],

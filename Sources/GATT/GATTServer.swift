@@ -31,6 +31,30 @@ public actor GATTServer {
 
     public var database: AttributeDatabase { state.database }
 
+    private func handle(of type: BluetoothUUID) -> UInt16? { state.database.attributes.first { $0.type == type }?.handle }
+
+    /// Adds a service while clients may be connected: the Database Hash is refreshed
+    /// and subscribers of Service Changed get an indication of the new range.
+    @discardableResult
+    public func addService(_ service: GATTService) async throws -> ServiceHandles {
+        let handles = try state.database.add(service)
+        await databaseChanged(handles.start...handles.end)
+        return handles
+    }
+
+    /// Removes the service declared at `start`; Service Changed covers its old range.
+    public func removeService(at start: UInt16) async throws {
+        let range = try state.database.removeService(at: start)
+        await databaseChanged(range)
+    }
+
+    private func databaseChanged(_ range: ClosedRange<UInt16>) async {
+        if let h = handle(of: GATTCharacteristicType.databaseHash) { try? state.database.refreshDatabaseHash(at: h) }
+        guard let sc = handle(of: GATTCharacteristicType.serviceChanged) else { return }
+        let v = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
+        await indicate(sc, value: v)
+    }
+
     /// Serves the database on `bearer` (connection `handle`) until the bearer closes.
     public func attach(_ bearer: ATTBearer, connection handle: UInt16, security: LinkSecurity = LinkSecurity()) async {
         bearers[handle] = bearer

@@ -1,0 +1,68 @@
+// The services every GATT server has (Core Specification v5.4, Vol 3, Part C, §12
+// and Part G, §7): GAP (Device Name, Appearance) and GATT (Service Changed, Client
+// Supported Features, Database Hash), and the Database Hash itself (§7.3.1).
+
+import ATT
+import BLECrypto
+import HCI
+
+public enum GATTCharacteristicType {
+    public static let deviceName = BluetoothUUID(0x2A00)
+    public static let appearance = BluetoothUUID(0x2A01)
+    public static let serviceChanged = BluetoothUUID(0x2A05)
+    public static let clientSupportedFeatures = BluetoothUUID(0x2B29)
+    public static let databaseHash = BluetoothUUID(0x2B2A)
+}
+
+/// Handles of the mandatory services' characteristics in a database.
+public struct MandatoryHandles: Hashable, Sendable {
+    public var deviceName: UInt16
+    public var serviceChanged: UInt16
+    public var serviceChangedConfiguration: UInt16
+    public var clientSupportedFeatures: UInt16
+    public var databaseHash: UInt16
+}
+
+extension AttributeDatabase {
+    /// Adds the GAP and GATT services (call first, so they take the lowest handles).
+    public mutating func addMandatoryServices(deviceName: String, appearance: UInt16 = 0) throws -> MandatoryHandles {
+        let gap = try add(GATTService(uuid: BluetoothUUID(0x1800), characteristics: [
+            GATTCharacteristic(uuid: GATTCharacteristicType.deviceName, properties: [.read], value: Array(deviceName.utf8.prefix(248))),
+            GATTCharacteristic(uuid: GATTCharacteristicType.appearance, properties: [.read], value: [UInt8(appearance & 0xFF), UInt8(appearance >> 8)]),
+        ]))
+        let gatt = try add(GATTService(uuid: BluetoothUUID(0x1801), characteristics: [
+            GATTCharacteristic(uuid: GATTCharacteristicType.serviceChanged, properties: [.indicate], permissions: [], value: [0, 0, 0, 0]),
+            GATTCharacteristic(uuid: GATTCharacteristicType.clientSupportedFeatures, properties: [.read, .write], value: [0], maximumLength: 1),
+            GATTCharacteristic(uuid: GATTCharacteristicType.databaseHash, properties: [.read], permissions: [.read], value: [UInt8](repeating: 0, count: 16)),
+        ]))
+        let handles = MandatoryHandles(
+            deviceName: gap.characteristicValues[0], serviceChanged: gatt.characteristicValues[0],
+            serviceChangedConfiguration: gatt.clientConfigurations[0] ?? 0, clientSupportedFeatures: gatt.characteristicValues[1],
+            databaseHash: gatt.characteristicValues[2])
+        try refreshDatabaseHash(at: handles.databaseHash)
+        return handles
+    }
+
+    /// The Database Hash (§7.3.1): AES-CMAC with a zero key over, in handle order, the
+    /// handle, type and value of every service, include and characteristic declaration
+    /// and Extended Properties descriptor, and the handle and type of every User
+    /// Description, Client/Server Configuration, Presentation and Aggregate Format descriptor.
+    public func databaseHash() throws -> [UInt8] {
+        var m: [UInt8] = []
+        let withValue: Set<UInt16> = [0x2800, 0x2801, 0x2802, 0x2803, 0x2900]
+        let withoutValue: Set<UInt16> = [0x2901, 0x2902, 0x2903, 0x2904, 0x2905]
+        for a in attributes {
+            guard let t = a.type.uint16 else { continue }
+            if withValue.contains(t) || withoutValue.contains(t) {
+                m += [UInt8(a.handle & 0xFF), UInt8(a.handle >> 8), UInt8(t & 0xFF), UInt8(t >> 8)]
+                if withValue.contains(t) { m += a.value }
+            }
+        }
+        // The hash is read least significant octet first (§7.3): CMAC output reversed.
+        return try BLECrypto.cmac(key: [UInt8](repeating: 0, count: 16), m).reversed()
+    }
+
+    public mutating func refreshDatabaseHash(at handle: UInt16) throws {
+        setValue(try databaseHash(), at: handle)
+    }
+}

@@ -1,0 +1,64 @@
+import ATT
+import BLECrypto
+import HCI
+import Logging
+import Testing
+@testable import GATT
+
+struct CMACTests {
+    // RFC 4493 §4, AES-128 key 2b7e1516 28aed2a6 abf71588 09cf4f3c.
+    static let key = [UInt8](hex: "2b7e151628aed2a6abf7158809cf4f3c")!
+    static let m = [UInt8](hex: "6bc1bee22e409f96e93d7e117393172aae2d8a571e03ac9c9eb76fac45af8e5130c81c46a35ce411e5fbc1191a0a52eff69f2445df4f9b17ad2b417be66c3710")!
+
+    @Test(arguments: [
+        (0, "bb1d6929e95937287fa37d129b756746"),
+        (16, "070a16b46b4d4144f79bdd9dd04a287c"),
+        (40, "dfa66747de9ae63030ca32611497c827"),
+        (64, "51f0bebf7e3b9d92fc49741779363cfe"),
+    ])
+    func rfc4493Vectors(length: Int, mac: String) throws {
+        #expect(try BLECrypto.cmac(key: Self.key, Array(Self.m.prefix(length))).hexString == mac)
+    }
+
+    @Test func wrongLengthsThrow() {
+        #expect(throws: BLECryptoError.wrongLength(key: 3, block: 16)) { try BLECrypto.e(key: [1, 2, 3], [UInt8](repeating: 0, count: 16)) }
+    }
+}
+
+struct MandatoryServicesTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+
+    @Test func gapAndGattServicesComeFirstAndTheHashTracksStructureNotValues() throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "swift")
+        #expect(db.attribute(1)?.value == [0x00, 0x18])  // GAP service at handle 1
+        #expect(db.attribute(m.deviceName)?.value == Array("swift".utf8))
+        let h0 = try db.databaseHash()
+        #expect(db.attribute(m.databaseHash)?.value == h0)
+        db.setValue([9], at: m.deviceName)
+        #expect(try db.databaseHash() == h0)  // values of characteristics are not hashed
+        try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read])]))
+        #expect(try db.databaseHash() != h0)
+    }
+
+    @Test func addingAServiceIndicatesServiceChangedToSubscribers() async throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "swift")
+        let server = GATTServer(database: db, logger: Self.logger)
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: Self.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: Self.logger))
+        await client.start()
+        let hashBefore = try await client.read(m.databaseHash)
+        let gatt = try #require(try await client.discoverPrimaryServices(uuid: BluetoothUUID(0x1801)).first)
+        let sc = try #require(try await client.discoverCharacteristics(of: gatt, uuid: GATTCharacteristicType.serviceChanged).first)
+        let changes = try await client.subscribe(sc, cccd: m.serviceChangedConfiguration, indications: true)
+        let added = try await server.addService(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read], value: [50])]))
+        var it = changes.makeAsyncIterator()
+        #expect(await it.next() == [UInt8(added.start & 0xFF), UInt8(added.start >> 8), UInt8(added.end & 0xFF), UInt8(added.end >> 8)])
+        #expect(try await client.read(m.databaseHash) != hashBefore)
+        try await server.removeService(at: added.start)
+        #expect(await it.next() == [UInt8(added.start & 0xFF), UInt8(added.start >> 8), UInt8(added.end & 0xFF), UInt8(added.end >> 8)])
+        #expect(try await client.read(m.databaseHash) == hashBefore)
+    }
+}
