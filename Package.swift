@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "ATT", targets: ["ATT"]),
         .library(name: "GATT", targets: ["GATT"]),
         .library(name: "BlueZATT", targets: ["BlueZATT"]),
+        .library(name: "GAP", targets: ["GAP"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
         .executable(name: "btctl", targets: ["btctl"]),
@@ -48,6 +49,7 @@ let package = Package(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
+        .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI"], swiftSettings: strict),
         .target(
             name: "BLETesting",
@@ -56,7 +58,7 @@ let package = Package(
         .executableTarget(
             name: "btctl",
             dependencies: [
-                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT",
+                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -75,7 +77,7 @@ let package = Package(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT"],
             swiftSettings: strict),
         .testTarget(
-            name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT"],
+            name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP"],
             exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py"],
             swiftSettings: strict),
     ],

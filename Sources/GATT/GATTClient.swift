@@ -181,6 +181,17 @@ public actor GATTClient {
         return uuid.map { u in found.filter { $0.uuid == u } } ?? found
     }
 
+    /// Every primary service, its characteristics and their descriptors, in handle order.
+    public func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
+        var out: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
+        for s in try await discoverPrimaryServices() {
+            var chars: [(DiscoveredCharacteristic, [DiscoveredDescriptor])] = []
+            for c in try await discoverCharacteristics(of: s) { chars.append((c, try await discoverDescriptors(of: c))) }
+            out.append((s, chars))
+        }
+        return out
+    }
+
     // MARK: §4.7 Descriptor discovery
 
     public func discoverDescriptors(of c: DiscoveredCharacteristic) async throws -> [DiscoveredDescriptor] {

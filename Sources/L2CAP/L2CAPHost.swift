@@ -27,7 +27,7 @@ public actor L2CAPHost {
     }
 
     public let controller: HCIController
-    private let logger: Logger
+    public nonisolated let logger: Logger
     private var reassembler: Reassembler
     private var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
     private var subscribers: [ChannelID: AsyncStream<ChannelFrame>.Continuation] = [:]

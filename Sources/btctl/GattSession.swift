@@ -5,6 +5,7 @@
 import ArgumentParser
 import Foundation
 import ATT
+import GAP
 import GATT
 import HCI
 import L2CAP
@@ -76,17 +77,9 @@ struct GATTSession {
             await host.start()
             let limit = Duration.milliseconds(Int(peer.connectTimeout * 1000))
             let target: (BluetoothAddress, AddressType)
-            if let p = peer.peer { target = (p.address, p.type) } else { target = try await scan(controller, name: peer.name ?? "", limit: limit) }
-            let connections = await host.newConnections()
-            try await controller.send(LECreateConnection(peerAddressType: target.1, peerAddress: target.0))
-            let connection = await first(connections, within: limit)
-            guard let connection else {
-                _ = try? await controller.send(LECreateConnectionCancel())
-                throw CLIError("no connection to \(target.0) within \(peer.connectTimeout) s (is it advertising as connectable, and is the address type right?)")
-            }
-            let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: connection.handle), logger: options.logger))
-            await client.start()
-            try await client.exchangeMTU()
+            if let p = peer.peer { target = (p.address, p.type) } else { target = try await Central.find(name: peer.name ?? "", controller: controller, within: limit) }
+            let connection = try await Central.connect(to: target.0, type: target.1, host: host, within: limit)
+            let client = try await Central.gattClient(on: connection, host: host)
             return (GATTSession(controller: controller, client: client, connection: connection), writer)
         } catch {
             await controller.close()
@@ -101,33 +94,8 @@ struct GATTSession {
         await controller.close()
     }
 
-    /// Scans (active) until a report carries `name` as its complete or shortened local name.
-    static func scan(_ controller: HCIController, name: String, limit: Duration) async throws -> (BluetoothAddress, AddressType) {
-        let events = await controller.events()
-        try await controller.send(LESetScanParameters(scanType: 1))
-        try await controller.send(LESetScanEnable(scanEnable: true))
-        let wanted = Array(name.utf8)
-        let found: (BluetoothAddress, AddressType)? = await first(events.compactMap { e -> (BluetoothAddress, AddressType)? in
-            guard case let .le(.advertisingReport(r)) = e else { return nil }
-            for rp in r.reports where ADStructure.parse(rp.data).structures.contains(where: { ($0.type == 0x09 || $0.type == 0x08) && $0.data == wanted }) {
-                return (rp.address, rp.addressType)
-            }
-            return nil
-        }, within: limit)
-        _ = try? await controller.send(LESetScanEnable(scanEnable: false))
-        guard let found else { throw CLIError("no device named '\(name)' advertised within \(limit)") }
-        return found
-    }
-
-    /// Every service, characteristic and descriptor.
     func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
-        var out: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
-        for s in try await client.discoverPrimaryServices() {
-            var chars: [(DiscoveredCharacteristic, [DiscoveredDescriptor])] = []
-            for c in try await client.discoverCharacteristics(of: s) { chars.append((c, try await client.discoverDescriptors(of: c))) }
-            out.append((s, chars))
-        }
-        return out
+        try await client.discoverAll()
     }
 
     /// The characteristic an `AttributeOptions` names (by value handle or UUID), with its descriptors.
@@ -136,20 +104,6 @@ struct GATTSession {
             for (c, d) in chars where (a.uuid.map { $0 == c.uuid } ?? false) || a.handle == c.valueHandle { return (c, d) }
         }
         return nil
-    }
-}
-
-/// The first element of `seq` within `limit`, or nil.
-func first<S: AsyncSequence & Sendable>(_ seq: S, within limit: Duration) async -> S.Element? where S.Element: Sendable {
-    await withTaskGroup(of: S.Element?.self) { g in
-        g.addTask {
-            var it = seq.makeAsyncIterator()
-            return try? await it.next()
-        }
-        g.addTask { try? await Task.sleep(for: limit); return nil }
-        let r = await g.next() ?? nil
-        g.cancelAll()
-        return r
     }
 }
 

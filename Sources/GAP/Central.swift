@@ -1,0 +1,75 @@
+// The central's first steps (Core Specification v5.4, Vol 3, Part C, §9.2–§9.3):
+// find a peripheral by its advertised name, connect with a timeout (cancelled with
+// LE Create Connection Cancel), and open a GATT client on the link. The beginning
+// of GAP; issue 4 grows it into scanning, advertising and the facade.
+
+import ATT
+import GATT
+import HCI
+import L2CAP
+
+public enum GAPError: Error, Equatable, Sendable, CustomStringConvertible {
+    case notFound(name: String, within: Duration)
+    case connectionTimeout(BluetoothAddress, within: Duration)
+
+    public var description: String {
+        switch self {
+        case let .notFound(name, d): return "no device named '\(name)' advertised within \(d)"
+        case let .connectionTimeout(a, d): return "no connection to \(a) within \(d) (is it advertising as connectable, and is the address type right?)"
+        }
+    }
+}
+
+public enum Central {
+    /// Scans (active) until an advertising report carries `name` as its complete or
+    /// shortened local name; stops scanning either way.
+    public static func find(name: String, controller: HCIController, within limit: Duration) async throws -> (BluetoothAddress, AddressType) {
+        let events = await controller.events()
+        try await controller.send(LESetScanParameters(scanType: 1))
+        try await controller.send(LESetScanEnable(scanEnable: true))
+        let wanted = Array(name.utf8)
+        let found = await firstElement(events.compactMap { e -> (BluetoothAddress, AddressType)? in
+            guard case let .le(.advertisingReport(r)) = e else { return nil }
+            for rp in r.reports where ADStructure.parse(rp.data).structures.contains(where: { ($0.type == 0x09 || $0.type == 0x08) && $0.data == wanted }) {
+                return (rp.address, rp.addressType)
+            }
+            return nil
+        }, within: limit)
+        _ = try? await controller.send(LESetScanEnable(scanEnable: false))
+        guard let found else { throw GAPError.notFound(name: name, within: limit) }
+        return found
+    }
+
+    /// Connects as central; on timeout cancels the attempt and throws.
+    public static func connect(to address: BluetoothAddress, type: AddressType, host: L2CAPHost, within limit: Duration) async throws -> L2CAPHost.Connection {
+        let connections = await host.newConnections()
+        try await host.controller.send(LECreateConnection(peerAddressType: type, peerAddress: address))
+        guard let c = await firstElement(connections.filter { $0.peer == address }, within: limit) else {
+            _ = try? await host.controller.send(LECreateConnectionCancel())
+            throw GAPError.connectionTimeout(address, within: limit)
+        }
+        return c
+    }
+
+    /// A started GATT client on `connection`, with the MTU exchanged.
+    public static func gattClient(on connection: L2CAPHost.Connection, host: L2CAPHost, localRxMTU: UInt16 = 517) async throws -> GATTClient {
+        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: connection.handle), localRxMTU: localRxMTU, logger: host.logger))
+        await client.start()
+        try await client.exchangeMTU()
+        return client
+    }
+}
+
+/// The first element of `seq` within `limit`, or nil.
+public func firstElement<S: AsyncSequence & Sendable>(_ seq: S, within limit: Duration) async -> S.Element? where S.Element: Sendable {
+    await withTaskGroup(of: S.Element?.self) { g in
+        g.addTask {
+            var it = seq.makeAsyncIterator()
+            return try? await it.next()
+        }
+        g.addTask { try? await Task.sleep(for: limit); return nil }
+        let r = await g.next() ?? nil
+        g.cancelAll()
+        return r
+    }
+}
