@@ -66,6 +66,10 @@ let package = Package(
         .executableTarget(
             name: "DecodeBenchmark", dependencies: ["HCI", "Snoop"], path: "Benchmarks/DecodeBenchmark",
             swiftSettings: strict),
+        .executableTarget(
+            name: "GATTBenchmark",
+            dependencies: ["HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log")],
+            path: "Benchmarks/GATTBenchmark", swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),

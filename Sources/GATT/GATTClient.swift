@@ -21,6 +21,14 @@ public struct DiscoveredCharacteristic: Hashable, Sendable {
     public var properties: CharacteristicProperties
     /// Last handle that belongs to this characteristic (its descriptors end here).
     public var end: UInt16
+    /// From handles known another way (a cache, a previous connection to a bonded peer).
+    public init(uuid: BluetoothUUID, declarationHandle: UInt16, valueHandle: UInt16, properties: CharacteristicProperties, end: UInt16) {
+        self.uuid = uuid
+        self.declarationHandle = declarationHandle
+        self.valueHandle = valueHandle
+        self.properties = properties
+        self.end = end
+    }
 }
 
 public struct DiscoveredDescriptor: Hashable, Sendable {

@@ -1,11 +1,13 @@
 """Bumble as a GATT server (peripheral) for our GATT client, for InteropTests.
 
-Usage: bumble_gatt_peripheral.py HCI_PORT
+Usage: bumble_gatt_peripheral.py HCI_PORT [--forever]
 Advertises as F1:F2:F3:F4:F5:F6 (random static) on Rootcanal (tcp-client:127.0.0.1:HCI_PORT)
 with service FFF0: FFF1 read/write, FFF2 read/notify, FFF3 indicate, FFF4 read/write
 (200 bytes, for long reads and long writes). Notifies FFF2 / indicates FFF3 as soon
 as a client subscribes. Prints one JSON object per line; exits after the client
-disconnects (or after 60 s).
+disconnects (or after 60 s). With --forever (benchmarks) it re-advertises after each
+disconnection and runs for 300 s; FFF5 then sends 200 notifications of 200 bytes to
+each client that subscribes.
 """
 import asyncio
 import json
@@ -43,7 +45,18 @@ async def main(port: str) -> None:
         indicate = Characteristic("FFF3", P.INDICATE, Characteristic.READABLE, bytes([0]))
         long = Characteristic("FFF4", P.READ | P.WRITE, Characteristic.READABLE | Characteristic.WRITEABLE,
                               CharacteristicValue(read=reader("FFF4"), write=writer("FFF4")))
-        device.add_service(Service("FFF0", [rw, notify, indicate, long]))
+        burst = Characteristic("FFF5", P.NOTIFY, Characteristic.READABLE, bytes(200))
+        device.add_service(Service("FFF0", [rw, notify, indicate, long, burst]))
+        forever = "--forever" in sys.argv
+
+        def on_burst_subscription(bearer, notify_enabled, indicate_enabled):
+            if notify_enabled:
+                async def send():
+                    for i in range(200):
+                        await device.notify_subscribers(burst, bytes([i & 0xFF]) * 200)
+                asyncio.ensure_future(send())
+
+        burst.on("subscription", on_burst_subscription)
 
         def on_notify_subscription(bearer, notify_enabled, indicate_enabled):
             emit(event="subscription", uuid="FFF2", notify=notify_enabled, indicate=indicate_enabled)
@@ -68,9 +81,11 @@ async def main(port: str) -> None:
 
         device.on("connection", on_connection)
         await device.power_on()
-        await device.start_advertising(auto_restart=False)
+        await device.start_advertising(auto_restart=forever)
         emit(event="advertising", address=str(device.random_address))
         try:
+            if forever:
+                await asyncio.sleep(300)
             await asyncio.wait_for(disconnected.wait(), 60)
         except asyncio.TimeoutError:
             emit(event="timeout")

@@ -1,0 +1,176 @@
+// GATT benchmarks (a program that prints figures; docs/benchmarks.md):
+//  1. notifications per second end to end over the virtual radio (MTU 23 and 247);
+//  2. over Rootcanal against one Bumble GATT server, ours and Bumble's own client in
+//     the same run: ATT requests and time to discover everything, then host CPU per
+//     read, per write and per KiB notified.
+//
+//   swift build -c release --product GATTBenchmark
+//   .build/release/GATTBenchmark [--count N]
+
+import ATT
+import BLETesting
+import Foundation
+import GAP
+import GATT
+import HCI
+import L2CAP
+import Logging
+import Snoop
+import Synchronization
+import Transports
+#if canImport(Glibc)
+import Glibc
+#endif
+
+let logger = Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
+var count = 200
+var argv = CommandLine.arguments.dropFirst().makeIterator()
+while let a = argv.next() { if a == "--count", let n = argv.next().flatMap(Int.init) { count = n } }
+let root = FileManager.default.currentDirectoryPath
+
+func cpu() -> Double {
+    var u = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
+    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+}
+func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
+
+func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 34 - s.count)) }
+func say(_ s: String) { print(s); fflush(nil) }
+
+// MARK: 1. Virtual radio
+
+func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
+    let radio = VirtualRadio()
+    let a = BluetoothAddress("00:00:00:00:00:0A")!
+    let ha = HCIController(transport: await radio.makeController(address: a), logger: logger)
+    let hb = HCIController(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!), logger: logger)
+    try await ha.initialize(); try await hb.initialize()
+    let la = L2CAPHost(controller: ha, logger: logger), lb = L2CAPHost(controller: hb, logger: logger)
+    await la.start(); await lb.start()
+    var db = AttributeDatabase()
+    let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify])]))
+    let server = GATTServer(database: db, logger: logger)
+    let incoming = await la.newConnections()
+    try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
+    let link = try await Central.connect(to: a, type: .public, host: lb, within: .seconds(5))
+    var it = incoming.makeAsyncIterator()
+    guard let pc = await it.next() else { return }
+    await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: la, handle: pc.handle), localRxMTU: mtu, logger: logger), connection: pc.handle)
+    let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: lb, handle: link.handle), localRxMTU: mtu, logger: logger))
+    await client.start()
+    try await client.exchangeMTU()
+    let c = DiscoveredCharacteristic(uuid: BluetoothUUID(0xFFF5), declarationHandle: svc.characteristicValues[0] - 1, valueHandle: svc.characteristicValues[0], properties: [.notify], end: svc.end)
+    let values = try await client.subscribe(c, cccd: svc.clientConfigurations[0] ?? 0)
+    let value = [UInt8](repeating: 0x5A, count: payload)
+    let t0 = ContinuousClock.now, c0 = cpu()
+    let receiver = Task { () -> Int in
+        var got = 0
+        for await _ in values { got += 1; if got == n { break } }
+        return got
+    }
+    for _ in 0..<n { await server.notify(c.valueHandle, value: value) }
+    let got = await receiver.value
+    let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
+    say(label("virtual radio, MTU \(mtu), \(payload) B") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d in %.2f s, cpu %.2f s)",
+          Double(got) / wall, Double(got * payload) / 1024 / wall, got, wall, used))
+    await ha.close(); await hb.close()
+}
+
+// MARK: 2. Rootcanal + Bumble
+
+struct Figures { var requests = 0; var discover = (0.0, 0.0); var read = (0.0, 0.0); var write = (0.0, 0.0); var notify = (0.0, 0.0); var bytes = 0 }
+
+func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figures {
+    let requests = Mutex(0)
+    let base = try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: logger)
+    let tap = RecordingTransport(wrapping: base, now: { 0 }) { r in
+        // Count ATT requests the host sends (first fragments on CID 4).
+        if r.direction == .hostToController, case let .acl(p)? = r.packet, p.boundary != .continuing, p.data.count > 4,
+           p.data[2] == 4, p.data[3] == 0, ATTOpcode(rawValue: p.data[4]).kind == .request { requests.withLock { $0 += 1 } }
+    }
+    let controller = HCIController(transport: tap, logger: logger)
+    try await controller.initialize()
+    let host = L2CAPHost(controller: controller, logger: logger)
+    await host.start()
+    let link = try await Central.connect(to: target, type: .random, host: host, within: .seconds(20))
+    let client = try await Central.gattClient(on: link, host: host)
+    var f = Figures()
+    let before = requests.withLock { $0 }
+    var t0 = ContinuousClock.now, c0 = cpu()
+    let all = try await client.discoverAll()
+    f.discover = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    f.requests = requests.withLock { $0 } - before
+    let chars = all.flatMap(\.1)
+    guard let rw = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF1) })?.0,
+          let (burst, ds) = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF5) }),
+          let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else { return f }
+    t0 = ContinuousClock.now; c0 = cpu()
+    for _ in 0..<n { _ = try await client.read(rw.valueHandle) }
+    f.read = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    t0 = ContinuousClock.now; c0 = cpu()
+    for _ in 0..<n { try await client.write(rw.valueHandle, value: Array("benchmark!".utf8)) }
+    f.write = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    t0 = ContinuousClock.now; c0 = cpu()
+    let values = try await client.subscribe(burst, cccd: cccd.handle)
+    for await v in values { f.bytes += v.count; if f.bytes >= 200 * 200 { break } }
+    f.notify = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    await client.bearer.drain()
+    _ = try? await controller.send(Disconnect(connectionHandle: link.handle))
+    try await Task.sleep(for: .milliseconds(300))
+    await controller.close()
+    return f
+}
+
+func bumble(python: String, port: UInt16, n: Int) throws -> Figures? {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: python)
+    p.arguments = [root + "/Benchmarks/bumble_gatt_bench_client.py", String(port), "F1:F2:F3:F4:F5:F6", String(n)]
+    let out = Pipe()
+    p.standardOutput = out
+    p.standardError = FileHandle.nullDevice
+    try p.run()
+    p.waitUntilExit()
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    guard let o = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
+    func pair(_ k: String) -> (Double, Double) {
+        let d = o[k] as? [String: Double] ?? [:]
+        return (d["wall"] ?? 0, d["cpu"] ?? 0)
+    }
+    return Figures(requests: o["discover_requests"] as? Int ?? 0, discover: pair("discover"), read: pair("read"), write: pair("write"),
+                   notify: pair("notify"), bytes: o["notified_bytes"] as? Int ?? 0)
+}
+
+func report(_ name: String, _ f: Figures, n: Int) {
+    say(label("\(name): discover everything") + String(format: "%3d ATT requests  %7.1f ms  (cpu %.1f ms)", f.requests, f.discover.0 * 1000, f.discover.1 * 1000))
+    say(label("\(name): read") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", f.read.1 / Double(n) * 1e6, f.read.0 / Double(n) * 1000))
+    say(label("\(name): write") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", f.write.1 / Double(n) * 1e6, f.write.0 / Double(n) * 1000))
+    let kib = Double(f.bytes) / 1024
+    say(label("\(name): notifications") + String(format: "%7.1f µs cpu/KiB    %6.1f KiB/s (%.0f KiB)", f.notify.1 / max(kib, 1) * 1e6, kib / max(f.notify.0, 1e-9), kib))
+}
+
+say("== 1. notifications end to end over the virtual radio")
+try await virtualRadioNotifications(mtu: 23, payload: 20, n: 20_000)
+try await virtualRadioNotifications(mtu: 247, payload: 244, n: 20_000)
+
+say("== 2. Rootcanal, one Bumble GATT server; our client and Bumble's, same run (\(count) reads, \(count) writes, 200×200 B notified)")
+let python = root + "/.venv/bin/python"
+if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.default.isExecutableFile(atPath: python) {
+    let rc = try RootcanalProcess(binary: rcPath)
+    let server = Process()
+    server.executableURL = URL(fileURLWithPath: python)
+    server.arguments = [root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever"]
+    server.standardOutput = FileHandle.nullDevice
+    server.standardError = FileHandle.nullDevice
+    try server.run()
+    try await Task.sleep(for: .seconds(3))
+    let o = try await ours(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, n: count)
+    report("ours  ", o, n: count)
+    try await Task.sleep(for: .milliseconds(500))
+    if let b = try bumble(python: python, port: rc.hciPort, n: count) { report("bumble", b, n: count) } else { print("bumble client produced no figures") }
+    server.terminate()
+    server.waitUntilExit()
+    rc.stop()
+} else {
+    say("skipped: needs .venv with rootcanal and bumble (Scripts/setup.sh)")
+}
