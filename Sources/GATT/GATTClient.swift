@@ -62,6 +62,10 @@ public actor GATTClient {
     public nonisolated let bearer: ATTBearer
     private var subscribers: [UInt16: AsyncStream<[UInt8]>.Continuation] = [:]
     private var dispatcher: Task<Void, Never>?
+    /// What `discoverAll()` found, minus what Service Changed has since invalidated.
+    public private(set) var discovered: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
+    private var serviceChangedHandle: UInt16?
+    private var changeContinuations: [AsyncStream<ClosedRange<UInt16>>.Continuation] = []
 
     public init(bearer: ATTBearer) { self.bearer = bearer }
 
@@ -83,6 +87,10 @@ public actor GATTClient {
         case let .indication(h, v):
             // Confirm first, so a consumer that stops at this value cannot lose the confirmation.
             await bearer.confirm()
+            if h == serviceChangedHandle, v.count == 4 {
+                let start = UInt16(v[0]) | UInt16(v[1]) << 8, end = UInt16(v[2]) | UInt16(v[3]) << 8
+                if start <= end { invalidate(start...end) }
+            }
             subscribers[h]?.yield(v)
         case let .request(pdu):
             // This client has no server here: §3.4.1.1 Request Not Supported.
@@ -95,6 +103,8 @@ public actor GATTClient {
     private func finishSubscriptions() {
         for (_, c) in subscribers { c.finish() }
         subscribers.removeAll()
+        for c in changeContinuations { c.finish() }
+        changeContinuations.removeAll()
     }
 
     private func request(_ pdu: ATTPDU) async throws -> ATTPDU {
@@ -197,7 +207,27 @@ public actor GATTClient {
             for c in try await discoverCharacteristics(of: s) { chars.append((c, try await discoverDescriptors(of: c))) }
             out.append((s, chars))
         }
+        discovered = out
         return out
+    }
+
+    /// Subscribes to the server's Service Changed indications (§7.1): each one drops
+    /// the discovered services overlapping its range from `discovered` and is reported
+    /// on the returned stream (buffer: unbounded; ends with the bearer). Call after
+    /// `discoverAll()`; returns nil when the server has no Service Changed.
+    public func trackServiceChanges() async throws -> AsyncStream<ClosedRange<UInt16>>? {
+        guard let (c, ds) = discovered.flatMap(\.1).first(where: { $0.0.uuid == BluetoothUUID(0x2A05) }),
+              let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else { return nil }
+        serviceChangedHandle = c.valueHandle
+        let (stream, cont) = AsyncStream<ClosedRange<UInt16>>.makeStream()
+        changeContinuations.append(cont)
+        _ = try await subscribe(c, cccd: cccd.handle, indications: true)
+        return stream
+    }
+
+    private func invalidate(_ range: ClosedRange<UInt16>) {
+        discovered.removeAll { range.overlaps($0.0.start...$0.0.end) }
+        for c in changeContinuations { c.yield(range) }
     }
 
     // MARK: §4.7 Descriptor discovery
@@ -242,6 +272,15 @@ public actor GATTClient {
         guard let rsp = try await requestOrNotFound(.readByTypeRequest(start: range.lowerBound, end: range.upperBound, type: uuid)) else { return [] }
         guard case let .readByTypeResponse(list) = rsp else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
         return list
+    }
+
+    /// Read Multiple Characteristic Values (§4.8.4): the values concatenated (the
+    /// caller must know their lengths).
+    public func readMultiple(_ handles: [UInt16]) async throws -> [UInt8] {
+        guard case let .readMultipleResponse(values) = try await request(.readMultipleRequest(handles: handles)) else {
+            throw GATTClientError.unexpectedResponse(.readMultipleResponse)
+        }
+        return values
     }
 
     /// Read Multiple Variable Length Characteristic Values (§4.8.5).

@@ -50,9 +50,11 @@ public actor GATTServer {
 
     private func databaseChanged(_ range: ClosedRange<UInt16>) async {
         if let h = handle(of: GATTCharacteristicType.databaseHash) { try? state.database.refreshDatabaseHash(at: h) }
+        state.databaseChanged()
         guard let sc = handle(of: GATTCharacteristicType.serviceChanged) else { return }
         let v = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
-        await indicate(sc, value: v)
+        // A confirmed Service Changed makes that client change-aware again.
+        for c in await indicate(sc, value: v) { state.becameChangeAware(c) }
     }
 
     /// Serves the database on `bearer` (connection `handle`) until the bearer closes.

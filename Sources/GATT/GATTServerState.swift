@@ -32,6 +32,10 @@ public struct GATTServerState: Sendable {
     public var prepareQueueLimit: Int
     private var configurations: [UInt16: [UInt16: UInt16]] = [:]  // connection → CCCD handle → value
     private var prepared: [UInt16: [(handle: UInt16, offset: Int, value: [UInt8])]] = [:]
+    /// Client Supported Features per connection (§7.2); bit 0 = robust caching.
+    private var clientFeatures: [UInt16: UInt8] = [:]
+    /// Connections with robust caching that have not seen the latest change (§2.5.2.1).
+    private var changeUnaware: Set<UInt16> = []
 
     public init(database: AttributeDatabase = AttributeDatabase(), prepareQueueLimit: Int = 64) {
         self.database = database
@@ -52,7 +56,19 @@ public struct GATTServerState: Sendable {
     public mutating func disconnected(_ connection: UInt16) {
         configurations[connection] = nil
         prepared[connection] = nil
+        clientFeatures[connection] = nil
+        changeUnaware.remove(connection)
     }
+
+    /// The database changed: every connection with robust caching becomes change-unaware.
+    public mutating func databaseChanged() {
+        for (c, f) in clientFeatures where f & 1 != 0 { changeUnaware.insert(c) }
+    }
+
+    /// The client confirmed Service Changed, or read the Database Hash: it is change-aware again.
+    public mutating func becameChangeAware(_ connection: UInt16) { changeUnaware.remove(connection) }
+
+    public func isChangeAware(_ connection: UInt16) -> Bool { !changeUnaware.contains(connection) }
 
     /// Answers one request or command. Commands get no response.
     public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity()) -> (response: ATTPDU?, effects: [Effect]) {
@@ -60,6 +76,20 @@ public struct GATTServerState: Sendable {
             (.errorResponse(request: pdu.opcode, handle: handle, error: code), [])
         }
         func range(_ s: UInt16, _ e: UInt16) -> ClosedRange<UInt16>? { s == 0 || s > e ? nil : s...e }
+        // §2.5.2.1: a change-unaware client gets Database Out Of Sync, except for reading
+        // the Database Hash, which makes it change-aware; its commands are ignored.
+        if changeUnaware.contains(connection) {
+            let hash = database.attributes.first { $0.type == BluetoothUUID(0x2B2A) }?.handle
+            switch pdu {
+            case let .readByTypeRequest(_, _, type) where type == BluetoothUUID(0x2B2A):
+                changeUnaware.remove(connection)
+            case let .readRequest(h) where h == hash:
+                changeUnaware.remove(connection)
+            default:
+                if pdu.opcode.kind == .request, pdu.opcode != .exchangeMTURequest { return error(.databaseOutOfSync, 0) }
+                if pdu.opcode.kind == .command { return (nil, []) }
+            }
+        }
         switch pdu {
         case let .findInformationRequest(s, e):
             guard let r = range(s, e) else { return error(.invalidHandle, s) }
@@ -181,6 +211,7 @@ public struct GATTServerState: Sendable {
     }
 
     private func value(of a: Attribute, connection: UInt16) -> [UInt8] {
+        if a.type == BluetoothUUID(0x2B29) { return [clientFeatures[connection] ?? 0] }
         if case .clientConfiguration = a.role {
             let v = configurations[connection]?[a.handle] ?? 0
             return [UInt8(v & 0xFF), UInt8(v >> 8)]
@@ -205,12 +236,18 @@ public struct GATTServerState: Sendable {
         if p.contains(.writeEncrypted), !s.encrypted { return .insufficientEncryption }
         if p.contains(.writeAuthorized), !s.authorized { return .insufficientAuthorization }
         if case .clientConfiguration = a.role, length != 2 { return .invalidAttributeValueLength }
+        if a.type == BluetoothUUID(0x2B29), length != 1 { return .invalidAttributeValueLength }
         if offset + length > a.maximumLength { return .invalidAttributeValueLength }
         return nil
     }
 
     private mutating func write(_ h: UInt16, _ v: [UInt8], connection: UInt16) -> [Effect] {
         guard let a = database.attribute(h) else { return [] }
+        if a.type == BluetoothUUID(0x2B29) {
+            // Client Supported Features are per client; bits once set stay set (§7.2).
+            clientFeatures[connection, default: 0] |= (v.first ?? 0) & 0x07
+            return []
+        }
         if case let .clientConfiguration(valueHandle, props) = a.role {
             // Only the bits the characteristic's properties allow take effect (§3.3.3.3).
             var bits = v.count >= 2 ? UInt16(v[0]) | UInt16(v[1]) << 8 : 0

@@ -46,9 +46,11 @@ struct DatabaseFile: Decodable {
         "read-authorized": .readAuthorized, "write-authorized": .writeAuthorized,
     ]
 
-    /// Builds the database; every error names the JSON path of the bad field.
+    /// Builds the database (the mandatory GAP and GATT services first, then the
+    /// file's); every error names the JSON path of the bad field.
     func database() throws -> AttributeDatabase {
         var db = AttributeDatabase()
+        _ = try db.addMandatoryServices(deviceName: name ?? "btctl")
         func uuid(_ s: String, _ path: String) throws -> BluetoothUUID {
             guard let u = BluetoothUUID(s) else { throw CLIError("\(path): '\(s)' is not a UUID (use 180F or a 128-bit UUID)") }
             return u
@@ -90,6 +92,7 @@ struct DatabaseFile: Decodable {
                 try db.add(GATTService(uuid: try uuid(s.uuid, sp), isPrimary: s.primary ?? true, characteristics: chars))
             } catch let e as CLIError { throw e } catch { throw CLIError("\(sp): \(error)") }
         }
+        if let hash = db.attributes.first(where: { $0.type == GATTCharacteristicType.databaseHash })?.handle { try db.refreshDatabaseHash(at: hash) }
         return db
     }
 }

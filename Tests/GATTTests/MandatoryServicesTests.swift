@@ -62,3 +62,58 @@ struct MandatoryServicesTests {
         #expect(try await client.read(m.databaseHash) == hashBefore)
     }
 }
+
+struct RobustCachingTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+
+    func setUp() async throws -> (GATTClient, GATTServer, MandatoryHandles, ServiceHandles) {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "swift")
+        let battery = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read], value: [50]),
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A1A), properties: [.read], value: [1, 2]),
+        ]))
+        let server = GATTServer(database: db, logger: Self.logger)
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: Self.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: Self.logger))
+        await client.start()
+        return (client, server, m, battery)
+    }
+
+    @Test func changeUnawareClientGetsDatabaseOutOfSyncUntilItReadsTheHash() async throws {
+        let (client, server, m, battery) = try await setUp()
+        try await client.write(m.clientSupportedFeatures, value: [0x01])  // robust caching
+        #expect(try await client.read(m.clientSupportedFeatures) == [0x01])
+        try await server.addService(GATTService(uuid: BluetoothUUID(0x1809)))  // not subscribed to Service Changed
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .readRequest, handle: 0, error: .databaseOutOfSync))) {
+            try await client.read(battery.characteristicValues[0])
+        }
+        _ = try await client.read(m.databaseHash)  // now change-aware
+        #expect(try await client.read(battery.characteristicValues[0]) == [50])
+    }
+
+    @Test func clientWithoutRobustCachingIsNeverOutOfSync() async throws {
+        let (client, server, _, battery) = try await setUp()
+        try await server.addService(GATTService(uuid: BluetoothUUID(0x1809)))
+        #expect(try await client.read(battery.characteristicValues[0]) == [50])
+    }
+
+    @Test func serviceChangedInvalidatesDiscoveredServicesInRange() async throws {
+        let (client, server, _, battery) = try await setUp()
+        let before = try await client.discoverAll()
+        #expect(before.contains { $0.0.uuid == BluetoothUUID(0x180F) })
+        let changes = try #require(try await client.trackServiceChanges())
+        try await server.removeService(at: battery.start)
+        var it = changes.makeAsyncIterator()
+        #expect(await it.next() == battery.start...battery.end)
+        let after = await client.discovered
+        #expect(!after.contains { $0.0.uuid == BluetoothUUID(0x180F) })
+        #expect(after.count == before.count - 1)
+    }
+
+    @Test func readMultipleConcatenatesValues() async throws {
+        let (client, _, _, battery) = try await setUp()
+        #expect(try await client.readMultiple(battery.characteristicValues) == [50, 1, 2])
+    }
+}

@@ -56,7 +56,7 @@ import Transports
         let services = try await client.discoverPrimaryServices()
         let service = try #require(services.first { $0.uuid == BluetoothUUID(0xFFF0) }, "services: \(services.map(\.uuid))")
         let chars = try await client.discoverCharacteristics(of: service)
-        #expect(chars.map(\.uuid) == [0xFFF1, 0xFFF2, 0xFFF3, 0xFFF4].map { BluetoothUUID($0) })
+        #expect(chars.map(\.uuid) == [0xFFF1, 0xFFF2, 0xFFF3, 0xFFF4, 0xFFF5].map { BluetoothUUID($0) })
         func char(_ u: UInt16) throws -> DiscoveredCharacteristic { try #require(chars.first { $0.uuid == BluetoothUUID(u) }) }
         func cccd(_ c: DiscoveredCharacteristic) async throws -> UInt16 {
             try #require(try await client.discoverDescriptors(of: c).first { $0.uuid == GATTType.clientCharacteristicConfiguration }?.handle)
