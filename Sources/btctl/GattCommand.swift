@@ -61,11 +61,7 @@ struct Gatt: AsyncParsableCommand {
             let (session, writer) = try await GATTSession.open(options, peer)
             defer { writer?.close() }
             do {
-                let handle: UInt16
-                if let h = attribute.handle { handle = h } else {
-                    guard let (c, _) = try await session.characteristic(attribute) else { throw CLIError("no characteristic \(attribute.uuid?.description ?? "")") }
-                    handle = c.valueHandle
-                }
+                let handle = try await session.valueHandle(attribute)
                 let value = try await session.client.read(handle)
                 await session.close()
                 if options.json {
@@ -101,11 +97,7 @@ struct Gatt: AsyncParsableCommand {
             let (session, writer) = try await GATTSession.open(options, peer)
             defer { writer?.close() }
             do {
-                let handle: UInt16
-                if let h = attribute.handle { handle = h } else {
-                    guard let (c, _) = try await session.characteristic(attribute) else { throw CLIError("no characteristic \(attribute.uuid?.description ?? "")") }
-                    handle = c.valueHandle
-                }
+                let handle = try await session.valueHandle(attribute)
                 if withoutResponse { try await session.client.writeWithoutResponse(handle, value: bytes) } else { try await session.client.write(handle, value: bytes) }
                 await session.close()
                 if options.json { emit(.object([("handle", .int(Int(handle))), ("written", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(String(handle, radix: 16))") }

@@ -98,6 +98,13 @@ struct GATTSession {
         try await client.discoverAll()
     }
 
+    /// The handle an `AttributeOptions` names: `--handle` as given, `--uuid` resolved by discovery.
+    func valueHandle(_ a: AttributeOptions) async throws -> UInt16 {
+        if let h = a.handle { return h }
+        guard let (c, _) = try await characteristic(a) else { throw CLIError("no characteristic \(a.uuid?.description ?? "")") }
+        return c.valueHandle
+    }
+
     /// The characteristic an `AttributeOptions` names (by value handle or UUID), with its descriptors.
     func characteristic(_ a: AttributeOptions) async throws -> (DiscoveredCharacteristic, [DiscoveredDescriptor])? {
         for (_, chars) in try await discoverAll() {

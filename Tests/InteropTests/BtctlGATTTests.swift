@@ -8,19 +8,8 @@ import Testing
 @Suite(.serialized) struct BtctlGATTTests {
     static var btctl: String { Interop.root + "/.build/debug/btctl" }
 
-    static func run(_ args: [String], timeout: TimeInterval = 30) throws -> (status: Int32, out: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: btctl)
-        p.arguments = args
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { usleep(20_000) }
-        if p.isRunning { p.terminate() }
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+    static func run(_ args: [String]) throws -> (status: Int32, out: String) {
+        try Interop.execute(btctl, args, timeout: 30, mergeStderr: true)
     }
 
     @Test func serveDiscoverReadWriteByName() throws {

@@ -75,7 +75,7 @@ import Transports
         try await controller.send(LESetAdvertisingData(data: ADStructure.encode([ADStructure(type: 1, data: [6]), ADStructure(type: 9, data: name)])))
         try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
 
-        let output = try Self.run(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort), info.address.description], timeout: 60)
+        let output = try Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort), info.address.description], timeout: 60).out
         if ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" { print(output) }
         let lines = output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         func all(_ event: String) -> [[String: Any]] { lines.filter { $0["event"] as? String == event } }
@@ -114,19 +114,5 @@ import Transports
         #expect(values.first { $0.key.contains("2B02") }?.value == "0707")
         let batteryChar = all("characteristic").first { ($0["uuid"] as? String)?.uppercased().contains("2A19") == true }
         #expect((batteryChar?["descriptors"] as? [String])?.map { $0.uppercased() }.contains { $0.contains("2902") } == true)
-    }
-
-    static func run(_ exe: String, _ args: [String], timeout: TimeInterval) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: exe)
-        p.arguments = args
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
-        try p.run()
-        let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { usleep(20_000) }
-        if p.isRunning { p.terminate() }
-        return String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     }
 }

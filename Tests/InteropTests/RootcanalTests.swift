@@ -28,18 +28,24 @@ enum Interop {
         return nil
     }
 
-    static func run(_ path: String, _ args: [String]) throws -> String {
+    /// Runs a program to completion (killed after `timeout`), returning its status and
+    /// stdout (with stderr too when `mergeStderr`).
+    static func execute(_ path: String, _ args: [String], timeout: TimeInterval = 60, mergeStderr: Bool = false) throws -> (status: Int32, out: String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: path)
         p.arguments = args
         let out = Pipe()
         p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
+        p.standardError = mergeStderr ? out : FileHandle.nullDevice
         try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
+        let deadline = Date().addingTimeInterval(timeout)
+        while p.isRunning && Date() < deadline { usleep(20_000) }
+        if p.isRunning { p.terminate() }
         p.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
+        return (p.terminationStatus, String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
     }
+
+    static func run(_ path: String, _ args: [String]) throws -> String { try execute(path, args).out }
 }
 
 @Suite(.serialized) struct RootcanalTests {
