@@ -6,7 +6,7 @@
 // "need more" semantics check `remaining` before reading.
 
 /// A malformed or incomplete piece of input, with what was being decoded and where.
-public enum DecodeError: Error, Equatable, Sendable, CustomStringConvertible {
+public enum DecodeError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The input ended `needed - available` bytes too early while reading `what` at `offset`.
     case truncated(what: String, offset: Int, needed: Int, available: Int)
     /// A length field said `declared` bytes but `actual` bytes were present.
