@@ -36,7 +36,7 @@ public final class DropCounter: Sendable {
     private let value = Mutex(0)
     public init() {}
     public var count: Int { value.withLock { $0 } }
-    func increment() { value.withLock { $0 += 1 } }
+    public func increment() { value.withLock { $0 += 1 } }
 }
 
 /// Events from the controller (everything but Command Complete and Command Status,

@@ -1,0 +1,100 @@
+// Scanning and advertising (Core Specification v5.4, Vol 3, Part C, §9.1–§9.2;
+// Vol 4, Part E, §7.8.5–§7.8.11), legacy PDUs. Extended advertising comes later.
+
+import HCI
+
+/// One received advertising or scan response PDU, decoded.
+public struct Advertisement: Hashable, Sendable {
+    public var address: BluetoothAddress
+    public var addressType: AddressType
+    public var rssi: Int8
+    /// 0 ADV_IND, 1 ADV_DIRECT_IND, 2 ADV_SCAN_IND, 3 ADV_NONCONN_IND, 4 SCAN_RSP.
+    public var eventType: UInt8
+    public var data: AdvertisingData
+    public var raw: [UInt8]
+
+    public var isScanResponse: Bool { eventType == 4 }
+    public var isConnectable: Bool { eventType == 0 || eventType == 1 }
+
+    /// Distance from the advertised TX Power Level or an iBeacon's measured power, if either is present.
+    public var estimatedMetres: Double? {
+        if let b = data.iBeacon { return DistanceEstimate.metres(rssi: Double(rssi), rssiAtOneMetre: Double(b.measuredPower)) }
+        if let tx = data.txPowerLevel { return DistanceEstimate.metres(rssi: Double(rssi), txPowerLevel: tx) }
+        return nil
+    }
+}
+
+public struct ScanFilter: Sendable, Hashable {
+    public var names: [String] = []
+    public var serviceUUIDs: [BluetoothUUID] = []
+    public var addresses: [BluetoothAddress] = []
+    public var minimumRSSI: Int8?
+    public init(names: [String] = [], serviceUUIDs: [BluetoothUUID] = [], addresses: [BluetoothAddress] = [], minimumRSSI: Int8? = nil) {
+        self.names = names
+        self.serviceUUIDs = serviceUUIDs
+        self.addresses = addresses
+        self.minimumRSSI = minimumRSSI
+    }
+
+    /// Whether `a` passes every filter that is set. Scan responses carry no flags or
+    /// UUIDs of their own, so name and UUID filters look at what the response has.
+    public func matches(_ a: Advertisement) -> Bool {
+        if let m = minimumRSSI, a.rssi < m { return false }
+        if !addresses.isEmpty, !addresses.contains(a.address) { return false }
+        if !names.isEmpty, !names.contains(where: { $0 == a.data.localName }) { return false }
+        if !serviceUUIDs.isEmpty, a.data.serviceUUIDs.allSatisfy({ !serviceUUIDs.contains($0) }) { return false }
+        return true
+    }
+}
+
+public enum Scanner {
+    /// Starts scanning; the stream yields matching advertisements until `stop` (or the
+    /// transport ends). Buffer: the newest 256; `dropped` counts what was lost.
+    public static func start(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
+                             filter: ScanFilter = ScanFilter()) async throws -> (AsyncStream<Advertisement>, DropCounter) {
+        let events = await controller.events()
+        let (stream, cont) = AsyncStream<Advertisement>.makeStream(bufferingPolicy: .bufferingNewest(256))
+        let dropped = DropCounter()
+        let pump = Task {
+            for await e in events {
+                guard case let .le(.advertisingReport(r)) = e else { continue }
+                for rp in r.reports {
+                    let a = Advertisement(address: rp.address, addressType: rp.addressType, rssi: rp.rssi, eventType: rp.eventType,
+                                          data: AdvertisingData(parsing: rp.data), raw: rp.data)
+                    if filter.matches(a), case .dropped = cont.yield(a) { dropped.increment() }
+                }
+            }
+            cont.finish()
+        }
+        cont.onTermination = { _ in pump.cancel() }
+        try await controller.send(LESetScanParameters(scanType: active ? 1 : 0, scanInterval: 0x0060, scanWindow: 0x0030))
+        try await controller.send(LESetScanEnable(scanEnable: true, filterDuplicates: filterDuplicates))
+        return (stream, dropped)
+    }
+
+    public static func stop(_ controller: HCIController) async throws {
+        try await controller.send(LESetScanEnable(scanEnable: false))
+    }
+}
+
+public enum Advertiser {
+    /// Starts legacy advertising. Throws `AdvertisingDataError.tooLong` (saying how much
+    /// fits) before touching the controller when either payload exceeds 31 bytes.
+    public static func start(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                             connectable: Bool = true, intervalMilliseconds: Double = 100) async throws {
+        let adv = try data.encoded()
+        let rsp = try scanResponse?.encoded() ?? []
+        let units = UInt16(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
+        // ADV_IND when connectable; ADV_SCAN_IND when there is a scan response to give; else ADV_NONCONN_IND.
+        let type: UInt8 = connectable ? 0 : (rsp.isEmpty ? 3 : 2)
+        _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
+        try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: units, advertisingIntervalMax: units, advertisingType: type))
+        try await controller.send(LESetAdvertisingData(data: adv))
+        try await controller.send(LESetScanResponseData(data: rsp))
+        try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
+    }
+
+    public static func stop(_ controller: HCIController) async throws {
+        try await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
+    }
+}

@@ -1,0 +1,182 @@
+// btctl scan and btctl advertise (docs/btctl.md).
+
+import ArgumentParser
+import Foundation
+import GAP
+import HCI
+import Snoop
+
+struct Scan: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Scan for advertisements and print each one, decoded.")
+    @OptionGroup var options: ControllerOptions
+    @Option(help: "Seconds to scan.") var duration: Double = 10
+    @Flag(help: "Passive scanning (no scan requests, so no scan responses).") var passive = false
+    @Flag(help: "Report every advertisement, not only the first per device.") var duplicates = false
+    @Option(help: "Only devices advertising this name (repeatable).") var name: [String] = []
+    @Option(help: "Only devices listing this service UUID (repeatable).") var service: [String] = []
+    @Option(help: "Only this address (repeatable).") var address: [String] = []
+    @Option(help: "Only reports at or above this RSSI (dBm).") var minRssi: Int?
+
+    func validate() throws {
+        guard duration > 0, duration.isFinite else { throw ValidationError("--duration must be positive") }
+        for s in service where BluetoothUUID(s) == nil { throw ValidationError("bad UUID '\(s)'") }
+        for a in address where BluetoothAddress(a) == nil { throw ValidationError("bad address '\(a)' (XX:XX:XX:XX:XX:XX)") }
+        if let m = minRssi, !(-127...20).contains(m) { throw ValidationError("--min-rssi must be between -127 and 20") }
+    }
+
+    func run() async throws {
+        let (controller, writer) = try await options.openController()
+        defer { writer?.close() }
+        do {
+            try await controller.initialize()
+            let filter = ScanFilter(names: name, serviceUUIDs: service.compactMap(BluetoothUUID.init), addresses: address.compactMap(BluetoothAddress.init),
+                                    minimumRSSI: minRssi.map { Int8($0) })
+            let (ads, dropped) = try await Scanner.start(controller, active: !passive, filterDuplicates: !duplicates, filter: filter)
+            let printer = Task {
+                for await a in ads { print(options.json ? Self.json(a).rendered : Self.text(a)); fflush(nil) }
+            }
+            try await Task.sleep(for: .milliseconds(Int(duration * 1000)))
+            try await Scanner.stop(controller)
+            printer.cancel()
+            await controller.close()
+            if dropped.count > 0 { FileHandle.standardError.write(Data("btctl: \(dropped.count) advertisements dropped (output too slow)\n".utf8)) }
+        } catch {
+            await controller.close()
+            throw CLIError("scan failed: \(error)")
+        }
+    }
+
+    static func fields(_ a: Advertisement) -> [(String, JSONValue)] {
+        var o: [(String, JSONValue)] = [
+            ("address", .string(a.address.description)), ("address_type", .string(a.addressType.description)), ("rssi", .int(Int(a.rssi))),
+            ("event_type", .int(Int(a.eventType))), ("connectable", .bool(a.isConnectable)), ("scan_response", .bool(a.isScanResponse)),
+        ]
+        let d = a.data
+        if let n = d.localName { o.append(("name", .string(n))) }
+        if !d.serviceUUIDs.isEmpty { o.append(("services", .array(d.serviceUUIDs.map { .string($0.description) }))) }
+        if let t = d.txPowerLevel { o.append(("tx_power", .int(Int(t)))) }
+        if !d.manufacturerData.isEmpty {
+            o.append(("manufacturer_data", .array(d.manufacturerData.map { .object([("company", .int(Int($0.companyIdentifier))), ("data", .string($0.data.hexString))]) })))
+        }
+        if let m = a.estimatedMetres { o.append(("distance_m", .string(String(format: "%.1f", m)))) }
+        if let b = d.iBeacon {
+            o.append(("ibeacon", .object([("uuid", .string(b.uuid.description)), ("major", .int(Int(b.major))), ("minor", .int(Int(b.minor))), ("measured_power", .int(Int(b.measuredPower)))])))
+        }
+        for e in d.eddystone {
+            switch e {
+            case let .url(tx, url): o.append(("eddystone_url", .object([("url", .string(url)), ("tx_power", .int(Int(tx)))])))
+            case let .uid(tx, ns, inst): o.append(("eddystone_uid", .object([("namespace", .string(ns.hexString)), ("instance", .string(inst.hexString)), ("tx_power", .int(Int(tx)))])))
+            case let .tlm(b, t, n, s): o.append(("eddystone_tlm", .object([("battery_mv", .int(Int(b))), ("temperature_c", t.map { .string(String(format: "%.2f", $0)) } ?? .null), ("adv_count", .int(Int(n))), ("uptime_ds", .int(Int(s)))])))
+            case let .eid(tx, id): o.append(("eddystone_eid", .object([("eid", .string(id.hexString)), ("tx_power", .int(Int(tx)))])))
+            }
+        }
+        if let damage = d.damage { o.append(("ad_error", .string(damage.description))) }
+        return o
+    }
+
+    static func json(_ a: Advertisement) -> JSONValue { .object(fields(a)) }
+
+    static func text(_ a: Advertisement) -> String {
+        var parts = ["\(a.address)\(a.addressType == .random ? "/random" : "")", "\(a.rssi) dBm", a.isScanResponse ? "scan-rsp" : (a.isConnectable ? "connectable" : "non-connectable")]
+        if let n = a.data.localName { parts.append("\"\(n)\"") }
+        if !a.data.serviceUUIDs.isEmpty { parts.append("services " + a.data.serviceUUIDs.map(\.description).joined(separator: ",")) }
+        if let t = a.data.txPowerLevel { parts.append("tx \(t) dBm") }
+        for m in a.data.manufacturerData { parts.append("mfr 0x\(String(m.companyIdentifier, radix: 16)):\(m.data.hexString)") }
+        if let d = a.estimatedMetres { parts.append(String(format: "~%.1f m", d)) }
+        if let b = a.data.iBeacon { parts.append("iBeacon \(b.uuid) \(b.major)/\(b.minor)") }
+        for e in a.data.eddystone { if case let .url(_, u) = e { parts.append("Eddystone \(u)") } else { parts.append("Eddystone \(e)") } }
+        return parts.joined(separator: "  ")
+    }
+}
+
+struct Advertise: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Advertise a name, services, manufacturer data, an iBeacon or an Eddystone URL.")
+    @OptionGroup var options: ControllerOptions
+    @Option(help: "Local name (in the scan response when the advertisement is full).") var name: String?
+    @Option(help: "Service UUID to list (repeatable).") var service: [String] = []
+    @Option(help: "Manufacturer data as COMPANY:HEX, e.g. 004c:0102.") var manufacturer: String?
+    @Option(help: "iBeacon as UUID:MAJOR:MINOR:POWER.") var ibeacon: String?
+    @Option(help: "Eddystone-URL to advertise.") var eddystoneUrl: String?
+    @Option(help: "TX Power Level to advertise (dBm).") var txPower: Int?
+    @Flag(help: "Non-connectable advertising.") var nonConnectable = false
+    @Option(help: "Seconds to advertise.") var duration: Double = 30
+
+    /// Packs the pieces greedily: beacons and flags into the advertisement, then
+    /// services, TX power and the name wherever they fit (advertisement first, then the
+    /// scan response); a name that fits neither is sent shortened.
+    func payloads() throws -> (AdvertisingData, AdvertisingData?) {
+        var d = AdvertisingData()
+        var rsp = AdvertisingData()
+        d.flags = 0x06
+        if let m = manufacturer {
+            let p = m.split(separator: ":", maxSplits: 1)
+            guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else { throw ValidationError("--manufacturer must be COMPANY:HEX") }
+            d.manufacturerData.append(.init(companyIdentifier: c, data: b))
+        }
+        if let i = ibeacon {
+            let p = i.split(separator: ":")
+            guard p.count == 4, let u = BluetoothUUID(String(p[0])), let ma = UInt16(p[1]), let mi = UInt16(p[2]), let pw = Int8(p[3]) else {
+                throw ValidationError("--ibeacon must be UUID:MAJOR:MINOR:POWER")
+            }
+            d.flags = 0x04
+            d.manufacturerData.append(IBeacon(uuid: u, major: ma, minor: mi, measuredPower: pw).manufacturerData)
+        }
+        if let u = eddystoneUrl {
+            guard let sd = Eddystone.url(txPower: Int8(clamping: txPower ?? -20), url: u).serviceData else {
+                throw ValidationError("--eddystone-url must start with http:// or https:// and encode to at most 17 bytes")
+            }
+            d.serviceUUIDs.append(Eddystone.serviceUUID)
+            d.serviceData.append(sd)
+        }
+        _ = try d.encoded()  // the mandatory pieces alone must fit
+        func place(_ change: (inout AdvertisingData) -> Void) -> Bool {
+            var t = d
+            change(&t)
+            if t.bytes.count <= 31 { d = t; return true }
+            var r = rsp
+            change(&r)
+            if r.bytes.count <= 31 { rsp = r; return true }
+            return false
+        }
+        var uuids: [BluetoothUUID] = []
+        for s in service {
+            guard let u = BluetoothUUID(s) else { throw ValidationError("bad UUID '\(s)'") }
+            uuids.append(u)
+        }
+        if !uuids.isEmpty, !place({ $0.serviceUUIDs += uuids }) { throw CLIError("the service UUIDs do not fit in 31 bytes with the rest") }
+        if let t = txPower, !place({ $0.txPowerLevel = Int8(clamping: t) }) { throw CLIError("the TX power does not fit with the rest") }
+        if let name, !place({ $0.localName = name }) {
+            // Shortened Local Name: as much as fits in the scan response.
+            let room = 31 - rsp.bytes.count - 2
+            guard room > 0 else { throw CLIError("no room left for the name") }
+            rsp.localName = String(decoding: Array(name.utf8.prefix(room)), as: UTF8.self)
+            rsp.nameIsShortened = true
+        }
+        return (d, rsp.bytes.isEmpty ? nil : rsp)
+    }
+
+    func run() async throws {
+        let (d, rsp) = try payloads()
+        let (controller, writer) = try await options.openController()
+        defer { writer?.close() }
+        do {
+            try await controller.initialize()
+            try await Advertiser.start(controller, data: d, scanResponse: rsp, connectable: !nonConnectable)
+            if options.json {
+                emit(.object([("event", .string("advertising")), ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]))
+            } else {
+                print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "") for \(duration) s")
+            }
+            fflush(nil)
+            try await Task.sleep(for: .milliseconds(Int(duration * 1000)))
+            try await Advertiser.stop(controller)
+            await controller.close()
+        } catch let e as AdvertisingDataError {
+            await controller.close()
+            throw CLIError("\(e)")
+        } catch {
+            await controller.close()
+            throw CLIError("advertise failed: \(error)")
+        }
+    }
+}
