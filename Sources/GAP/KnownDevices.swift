@@ -1,0 +1,117 @@
+// The known-device registry (FA03): every device seen or connected, with what its
+// advertisements and scan responses said (merged), its RSSI (last and smoothed) and
+// its connection state, kept across scans and reconnections. A value type: the
+// owner (the facade's actor) decides where it lives; time is passed in.
+
+import HCI
+
+public struct KnownDevice: Hashable, Sendable {
+    public var address: BluetoothAddress
+    public var addressType: AddressType
+    /// The latest advertisement and scan response, as received.
+    public var advertisement: AdvertisingData?
+    public var scanResponse: AdvertisingData?
+    public var lastRSSI: Int8?
+    public var smoothedRSSI: Double? { filter.value }
+    public var filter = RSSIFilter()
+    public var firstSeen: Duration
+    public var lastSeen: Duration
+    public var reports = 0
+    public var isConnectable = false
+    /// The connection handle while connected.
+    public var connection: UInt16?
+    public var connectionCount = 0
+
+    /// Advertisement and scan response together: the name, services, TX power and
+    /// data from either (the advertisement wins where both say something).
+    public var merged: AdvertisingData {
+        var m = scanResponse ?? AdvertisingData()
+        guard let a = advertisement else { return m }
+        m.flags = a.flags ?? m.flags
+        if let n = a.localName, !(a.nameIsShortened && m.localName != nil && !m.nameIsShortened) {
+            m.localName = n
+            m.nameIsShortened = a.nameIsShortened
+        }
+        m.serviceUUIDs = a.serviceUUIDs + m.serviceUUIDs.filter { !a.serviceUUIDs.contains($0) }
+        m.txPowerLevel = a.txPowerLevel ?? m.txPowerLevel
+        m.appearance = a.appearance ?? m.appearance
+        m.serviceData = a.serviceData + m.serviceData
+        m.manufacturerData = a.manufacturerData + m.manufacturerData
+        m.uri = a.uri ?? m.uri
+        return m
+    }
+
+    public var name: String? { merged.localName }
+
+    /// Distance from the smoothed RSSI and the merged data's calibration, if any.
+    public var estimatedMetres: Double? {
+        guard let r = smoothedRSSI else { return nil }
+        let m = merged
+        if let b = m.iBeacon { return DistanceEstimate.metres(rssi: r, rssiAtOneMetre: Double(b.measuredPower)) }
+        if let tx = m.txPowerLevel { return DistanceEstimate.metres(rssi: r, txPowerLevel: tx) }
+        return nil
+    }
+}
+
+public struct DeviceRegistry: Sendable {
+    public private(set) var devices: [BluetoothAddress: KnownDevice] = [:]
+    /// Devices kept at most; the least recently seen unconnected one is forgotten first.
+    public var capacity: Int
+
+    public init(capacity: Int = 1024) { self.capacity = Swift.max(1, capacity) }
+
+    /// Records one advertisement or scan response seen at `time`; returns the device as it now stands.
+    @discardableResult
+    public mutating func record(_ a: Advertisement, at time: Duration) -> KnownDevice {
+        var d = devices[a.address] ?? KnownDevice(address: a.address, addressType: a.addressType, firstSeen: time, lastSeen: time)
+        if a.isScanResponse { d.scanResponse = a.data } else {
+            d.advertisement = a.data
+            d.isConnectable = a.isConnectable
+        }
+        d.addressType = a.addressType
+        d.lastRSSI = a.rssi
+        d.filter.add(a.rssi)
+        d.lastSeen = time
+        d.reports += 1
+        devices[a.address] = d
+        evictIfNeeded()
+        return d
+    }
+
+    public mutating func connected(_ address: BluetoothAddress, type: AddressType, handle: UInt16, at time: Duration) {
+        var d = devices[address] ?? KnownDevice(address: address, addressType: type, firstSeen: time, lastSeen: time)
+        d.connection = handle
+        d.connectionCount += 1
+        d.lastSeen = time
+        devices[address] = d
+        evictIfNeeded()
+    }
+
+    public mutating func disconnected(handle: UInt16) {
+        guard let (a, _) = devices.first(where: { $0.value.connection == handle }) else { return }
+        devices[a]?.connection = nil
+    }
+
+    public func device(_ address: BluetoothAddress) -> KnownDevice? { devices[address] }
+
+    /// Connected devices, by handle.
+    public var connected: [KnownDevice] { devices.values.filter { $0.connection != nil }.sorted { ($0.connection ?? 0) < ($1.connection ?? 0) } }
+
+    /// Every device, most recently seen first.
+    public var all: [KnownDevice] { devices.values.sorted { $0.lastSeen > $1.lastSeen } }
+
+    /// Devices whose merged data matches `filter` (name and services from either PDU).
+    public func matching(_ filter: ScanFilter) -> [KnownDevice] {
+        all.filter { d in
+            filter.matches(Advertisement(address: d.address, addressType: d.addressType, rssi: d.lastRSSI ?? -127,
+                                         eventType: d.isConnectable ? 0 : 3, data: d.merged, raw: []))
+        }
+    }
+
+    private mutating func evictIfNeeded() {
+        while devices.count > capacity {
+            guard let oldest = devices.values.filter({ $0.connection == nil }).min(by: { $0.lastSeen < $1.lastSeen }) else { return }
+            devices[oldest.address] = nil
+        }
+    }
+}
