@@ -94,8 +94,14 @@ public actor VirtualRadio {
         await central.connected(handle: ch, role: .central, peer: peripheral.address)
     }
 
+    /// The link `sender` knows as `handle`.
+    private func linkIndex(_ sender: VirtualController, _ handle: UInt16) -> Int? {
+        links.firstIndex { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }
+    }
+
     func relay(_ packet: ACLDataPacket, from sender: VirtualController) async -> Bool {
-        guard let l = links.first(where: { ($0.central === sender && $0.centralHandle == packet.handle) || ($0.peripheral === sender && $0.peripheralHandle == packet.handle) }) else { return false }
+        guard let i = linkIndex(sender, packet.handle) else { return false }
+        let l = links[i]
         let (to, handle) = l.central === sender ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
         // Controller to host, LE: the first fragment is "first automatically flushable".
         let boundary: ACLPacketBoundary = packet.boundary == .continuing ? .continuing : .firstFlushable
@@ -104,7 +110,7 @@ public actor VirtualRadio {
     }
 
     func disconnect(_ sender: VirtualController, handle: UInt16, reason: HCIStatus) async -> Bool {
-        guard let i = links.firstIndex(where: { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }) else { return false }
+        guard let i = linkIndex(sender, handle) else { return false }
         let l = links.remove(at: i)
         let (peer, peerHandle) = l.central === sender ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
         await sender.disconnected(handle: handle, reason: .connectionTerminatedByLocalHost)
@@ -113,12 +119,14 @@ public actor VirtualRadio {
     }
 
     func peer(of sender: VirtualController, handle: UInt16) -> VirtualController? {
-        guard let l = links.first(where: { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }) else { return nil }
+        guard let i = linkIndex(sender, handle) else { return nil }
+        let l = links[i]
         return l.central === sender ? l.peripheral : l.central
     }
 
     func connectionUpdated(_ sender: VirtualController, handle: UInt16, interval: UInt16, latency: UInt16, timeout: UInt16) async {
-        guard let l = links.first(where: { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }) else { return }
+        guard let i = linkIndex(sender, handle) else { return }
+        let l = links[i]
         await l.central.connectionUpdateComplete(handle: l.centralHandle, interval: interval, latency: latency, timeout: timeout)
         await l.peripheral.connectionUpdateComplete(handle: l.peripheralHandle, interval: interval, latency: latency, timeout: timeout)
     }

@@ -24,17 +24,10 @@ public enum Central {
     /// Scans (active) until an advertising report carries `name` as its complete or
     /// shortened local name; stops scanning either way.
     public static func find(name: String, controller: HCIController, within limit: Duration) async throws -> (BluetoothAddress, AddressType) {
-        let events = await controller.events()
-        try await controller.send(LESetScanParameters(scanType: 1))
-        try await controller.send(LESetScanEnable(scanEnable: true))
-        let wanted = Array(name.utf8)
-        let found = await firstElement(events.compactMap { e -> (BluetoothAddress, AddressType)? in
-            guard case let .le(.advertisingReport(r)) = e else { return nil }
-            for rp in r.reports where ADStructure.parse(rp.data).structures.contains(where: { ($0.type == 0x09 || $0.type == 0x08) && $0.data == wanted }) {
-                return (rp.address, rp.addressType)
-            }
-            return nil
-        }, within: limit)
+        // Continuous scanning (10 ms interval and window), every report, until the name shows.
+        let (ads, _) = try await Scanner.start(controller, active: true, filterDuplicates: false,
+                                              filter: ScanFilter(names: [name]), interval: 0x0010, window: 0x0010)
+        let found = await firstElement(ads, within: limit).map { ($0.address, $0.addressType) }
         _ = try? await controller.send(LESetScanEnable(scanEnable: false))
         guard let found else { throw GAPError.notFound(name: name, within: limit) }
         return found

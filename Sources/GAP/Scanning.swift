@@ -50,8 +50,9 @@ public struct ScanFilter: Sendable, Hashable {
 public enum Scanner {
     /// Starts scanning; the stream yields matching advertisements until `stop` (or the
     /// transport ends). Buffer: the newest 256; `dropped` counts what was lost.
+    /// Interval and window are in 0.625 ms units.
     public static func start(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
-                             filter: ScanFilter = ScanFilter()) async throws -> (AsyncStream<Advertisement>, DropCounter) {
+                             filter: ScanFilter = ScanFilter(), interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws -> (AsyncStream<Advertisement>, DropCounter) {
         let events = await controller.events()
         let (stream, cont) = AsyncStream<Advertisement>.makeStream(bufferingPolicy: .bufferingNewest(256))
         let dropped = DropCounter()
@@ -67,7 +68,7 @@ public enum Scanner {
             cont.finish()
         }
         cont.onTermination = { _ in pump.cancel() }
-        try await controller.send(LESetScanParameters(scanType: active ? 1 : 0, scanInterval: 0x0060, scanWindow: 0x0030))
+        try await controller.send(LESetScanParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window))
         try await controller.send(LESetScanEnable(scanEnable: true, filterDuplicates: filterDuplicates))
         return (stream, dropped)
     }

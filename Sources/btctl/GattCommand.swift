@@ -64,13 +64,7 @@ struct Gatt: AsyncParsableCommand {
                 let handle = try await session.valueHandle(attribute)
                 let value = try await session.client.read(handle)
                 await session.close()
-                if options.json {
-                    var o: [(String, JSONValue)] = [("handle", .int(Int(handle))), ("value", .string(value.hexString))]
-                    if let t = valueText(value) { o.append(("text", .string(t))) }
-                    emit(.object(o))
-                } else {
-                    print("0x\(String(handle, radix: 16)): \(value.hexString)\(valueText(value).map { "  \"\($0)\"" } ?? "")")
-                }
+                if options.json { emit(.object(valueJSON(handle, value))) } else { print(valueLine(handle, value)) }
             } catch {
                 await session.close()
                 throw CLIError("read failed: \(error)")
@@ -128,13 +122,7 @@ struct Gatt: AsyncParsableCommand {
                 var n = 0
                 for await v in values {
                     n += 1
-                    if options.json {
-                        var o: [(String, JSONValue)] = [("handle", .int(Int(c.valueHandle))), ("value", .string(v.hexString))]
-                        if let t = valueText(v) { o.append(("text", .string(t))) }
-                        emit(.object(o))
-                    } else {
-                        print("0x\(String(c.valueHandle, radix: 16)): \(v.hexString)\(valueText(v).map { "  \"\($0)\"" } ?? "")")
-                    }
+                    if options.json { emit(.object(valueJSON(c.valueHandle, v))) } else { print(valueLine(c.valueHandle, v)) }
                     fflush(nil)
                     if let count, n >= count { break }
                 }

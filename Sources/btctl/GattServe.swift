@@ -154,7 +154,7 @@ extension Gatt {
                         switch e {
                         case let .written(h, v, c):
                             report([("event", .string("written")), ("handle", .int(Int(h))), ("value", .string(v.hexString)), ("connection", .int(Int(c)))],
-                                   "written 0x\(String(h, radix: 16)): \(v.hexString)\(valueText(v).map { "  \"\($0)\"" } ?? "")")
+                                   "written " + valueLine(h, v))
                         case let .subscription(h, c, n, i):
                             report([("event", .string("subscription")), ("handle", .int(Int(h))), ("notify", .bool(n)), ("indicate", .bool(i)), ("connection", .int(Int(c)))],
                                    "subscription 0x\(String(h, radix: 16)): notify=\(n) indicate=\(i)")

@@ -120,6 +120,18 @@ func propertyNames(_ p: CharacteristicProperties) -> [String] {
     return names.filter { p.contains($0.0) }.map(\.1)
 }
 
+/// A value as btctl prints it: `0xHANDLE: hex  "text"` (text only when printable).
+func valueLine(_ handle: UInt16, _ v: [UInt8]) -> String {
+    "0x\(String(handle, radix: 16)): \(v.hexString)\(valueText(v).map { "  \"\($0)\"" } ?? "")"
+}
+
+/// A value as JSON fields: handle, hex value, and text when printable.
+func valueJSON(_ handle: UInt16, _ v: [UInt8]) -> [(String, JSONValue)] {
+    var o: [(String, JSONValue)] = [("handle", .int(Int(handle))), ("value", .string(v.hexString))]
+    if let t = valueText(v) { o.append(("text", .string(t))) }
+    return o
+}
+
 /// Hex, plus the text when every byte is printable UTF-8.
 func valueText(_ v: [UInt8]) -> String? {
     guard !v.isEmpty, let s = String(bytes: v, encoding: .utf8), s.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value != 0x7F }) else { return nil }

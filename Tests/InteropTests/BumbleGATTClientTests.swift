@@ -6,6 +6,7 @@
 import ATT
 import BLETesting
 import Foundation
+import GAP
 import GATT
 import HCI
 import L2CAP
@@ -39,10 +40,10 @@ import Transports
         let events = await controller.events()
         try await controller.send(LESetScanParameters(scanType: 0))
         try await controller.send(LESetScanEnable(scanEnable: true))
-        let seen = await Self.first(events, within: .seconds(20)) { e in
+        let seen = await firstElement(events.filter { e in
             if case let .le(.advertisingReport(r)) = e { return r.reports.contains { $0.address == Self.bumble } }
             return false
-        }
+        }, within: .seconds(20)) != nil
         try await controller.send(LESetScanEnable(scanEnable: false))
         try #require(seen, "no advertisement from Bumble")
         let connections = await host.newConnections()
@@ -91,18 +92,5 @@ import Transports
         #expect(written.contains { $0["uuid"] as? String == "FFF4" && $0["value"] as? String == long.hexString })
         #expect(lines.contains { $0["event"] as? String == "indication-confirmed" }, "Bumble saw no confirmation")
         #expect(lines.contains { $0["event"] as? String == "done" })
-    }
-
-    static func first(_ events: HCIEventStream, within limit: Duration, where match: @escaping @Sendable (HCIEvent) -> Bool) async -> Bool {
-        await withTaskGroup(of: Bool.self) { g in
-            g.addTask {
-                for await e in events where match(e) { return true }
-                return false
-            }
-            g.addTask { try? await Task.sleep(for: limit); return false }
-            let r = await g.next() ?? false
-            g.cancelAll()
-            return r
-        }
     }
 }
