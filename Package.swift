@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "GATT", targets: ["GATT"]),
         .library(name: "BlueZATT", targets: ["BlueZATT"]),
         .library(name: "GAP", targets: ["GAP"]),
+        .library(name: "BLE", targets: ["BLE"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
         .executable(name: "btctl", targets: ["btctl"]),
@@ -50,6 +51,9 @@ let package = Package(
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
+        .target(
+            name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
         .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI"], swiftSettings: strict),
         .target(
             name: "BLETesting",
@@ -76,6 +80,9 @@ let package = Package(
         .testTarget(
             name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .testTarget(name: "GAPTests", dependencies: ["GAP", "HCI", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .testTarget(
+            name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
         .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting", "BLECrypto"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(

@@ -13,6 +13,20 @@ public struct Advertisement: Hashable, Sendable {
     public var data: AdvertisingData
     public var raw: [UInt8]
 
+    public init(address: BluetoothAddress, addressType: AddressType, rssi: Int8, eventType: UInt8, data: AdvertisingData, raw: [UInt8]) {
+        self.address = address
+        self.addressType = addressType
+        self.rssi = rssi
+        self.eventType = eventType
+        self.data = data
+        self.raw = raw
+    }
+
+    /// One report of an LE Advertising Report event, decoded.
+    public init(_ r: LEAdvertisingReport.Report) {
+        self.init(address: r.address, addressType: r.addressType, rssi: r.rssi, eventType: r.eventType, data: AdvertisingData(parsing: r.data), raw: r.data)
+    }
+
     public var isScanResponse: Bool { eventType == 4 }
     public var isConnectable: Bool { eventType == 0 || eventType == 1 }
 
@@ -60,17 +74,22 @@ public enum Scanner {
             for await e in events {
                 guard case let .le(.advertisingReport(r)) = e else { continue }
                 for rp in r.reports {
-                    let a = Advertisement(address: rp.address, addressType: rp.addressType, rssi: rp.rssi, eventType: rp.eventType,
-                                          data: AdvertisingData(parsing: rp.data), raw: rp.data)
+                    let a = Advertisement(rp)
                     if filter.matches(a), case .dropped = cont.yield(a) { dropped.increment() }
                 }
             }
             cont.finish()
         }
         cont.onTermination = { _ in pump.cancel() }
+        try await enable(controller, active: active, filterDuplicates: filterDuplicates, interval: interval, window: window)
+        return (stream, dropped)
+    }
+
+    /// LE Set Scan Parameters and LE Set Scan Enable; the reports arrive as events.
+    public static func enable(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
+                              interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws {
         try await controller.send(LESetScanParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window))
         try await controller.send(LESetScanEnable(scanEnable: true, filterDuplicates: filterDuplicates))
-        return (stream, dropped)
     }
 
     public static func stop(_ controller: HCIController) async throws {

@@ -129,6 +129,12 @@ public struct ServiceHandles: Hashable, Sendable {
     public var characteristicValues: [UInt16]
     /// Client Characteristic Configuration handle of each characteristic (nil without notify/indicate).
     public var clientConfigurations: [UInt16?]
+    public init(start: UInt16, end: UInt16, characteristicValues: [UInt16], clientConfigurations: [UInt16?]) {
+        self.start = start
+        self.end = end
+        self.characteristicValues = characteristicValues
+        self.clientConfigurations = clientConfigurations
+    }
 }
 
 public enum AttributeDatabaseError: Error, Hashable, Sendable {

@@ -23,10 +23,99 @@ public actor GATTServer {
     /// Writes, subscriptions and connection changes. Buffer: unbounded; never ends.
     public nonisolated let events: AsyncStream<Event>
 
+    /// A read or write of a value the application answers itself (`setManual(_:)`).
+    public struct Request: Hashable, Sendable {
+        public enum Kind: Hashable, Sendable {
+            /// Read Request (offset 0) or Read Blob Request.
+            case read(offset: Int)
+            /// Write Request (`withResponse`) or Write Command.
+            case write(value: [UInt8], withResponse: Bool)
+        }
+        public var id: UInt64
+        public var connection: UInt16
+        public var handle: UInt16
+        public var kind: Kind
+    }
+    private let requestContinuation: AsyncStream<Request>.Continuation
+    /// Requests for manual handles, in arrival order. Buffer: unbounded (ATT allows one
+    /// request in flight per connection, so it holds at most one per connection plus
+    /// Write Commands); never ends. Answer each with `respond(to:with:)`.
+    public nonisolated let requests: AsyncStream<Request>
+    private var manual: Set<UInt16> = []
+    private var pending: [UInt64: CheckedContinuation<Result<[UInt8], ATTErrorCode>, Never>] = [:]
+    private var nextRequest: UInt64 = 1
+    /// How long the application has to answer before the peer gets Unlikely Error
+    /// (below ATT's 30 s transaction timeout, so the bearer survives).
+    public var manualTimeout: Duration = .seconds(20)
+
     public init(database: AttributeDatabase, prepareQueueLimit: Int = 64, logger: Logger) {
         self.state = GATTServerState(database: database, prepareQueueLimit: prepareQueueLimit)
         self.logger = logger
         (events, continuation) = AsyncStream<Event>.makeStream()
+        (requests, requestContinuation) = AsyncStream<Request>.makeStream()
+    }
+
+    /// Value handles whose reads and writes go to `requests` instead of the database.
+    /// Permissions are still checked first; the peer never sees an unchecked request.
+    public func setManual(_ handles: Set<UInt16>) { manual = handles }
+
+    /// Answers request `id`: a read with the whole value (the server applies a Read
+    /// Blob's offset and the MTU), a write with `[]`; or an ATT error code. Unknown or
+    /// already answered ids are ignored.
+    public func respond(to id: UInt64, with result: Result<[UInt8], ATTErrorCode>) {
+        pending.removeValue(forKey: id)?.resume(returning: result)
+    }
+
+    private func ask(_ connection: UInt16, _ handle: UInt16, _ kind: Request.Kind) async -> Result<[UInt8], ATTErrorCode> {
+        let id = nextRequest
+        nextRequest += 1
+        let timeout = manualTimeout
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            await self?.respond(to: id, with: .failure(.unlikelyError))
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { c in
+            pending[id] = c
+            requestContinuation.yield(Request(id: id, connection: connection, handle: handle, kind: kind))
+        }
+    }
+
+    /// Answers a request on a manual handle, if `pdu` is one; false otherwise.
+    private func serveManually(_ pdu: ATTPDU, connection: UInt16, bearer: ATTBearer) async -> Bool {
+        let sec = security[connection] ?? LinkSecurity()
+        func fail(_ code: ATTErrorCode, _ h: UInt16) async { await bearer.respond(.errorResponse(request: pdu.opcode, handle: h, error: code)) }
+        switch pdu {
+        case let .readRequest(h) where manual.contains(h), let .readBlobRequest(h, _) where manual.contains(h):
+            guard let a = state.database.attribute(h) else { return false }
+            if let code = state.readDenied(a, sec) { await fail(code, h); return true }
+            var offset = 0
+            if case let .readBlobRequest(_, o) = pdu { offset = Int(o) }
+            let mtu = await bearer.mtu
+            switch await ask(connection, h, .read(offset: offset)) {
+            case let .failure(code): await fail(code, h)
+            case let .success(v) where offset > v.count: await fail(.invalidOffset, h)
+            case let .success(v):
+                let piece = Array(v[offset...].prefix(mtu - 1))
+                await bearer.respond(offset == 0 && pdu.opcode == .readRequest ? .readResponse(value: piece) : .readBlobResponse(value: piece))
+            }
+            return true
+        case let .writeRequest(h, v) where manual.contains(h):
+            if let code = state.writeDenied(h, v.count, offset: 0, sec) { await fail(code, h); return true }
+            switch await ask(connection, h, .write(value: v, withResponse: true)) {
+            case let .failure(code): await fail(code, h)
+            case .success: await bearer.respond(.writeResponse)
+            }
+            return true
+        case let .writeCommand(h, v) where manual.contains(h):
+            guard state.writeDenied(h, v.count, offset: 0, sec) == nil else { return true }
+            let id = nextRequest
+            nextRequest += 1
+            requestContinuation.yield(Request(id: id, connection: connection, handle: h, kind: .write(value: v, withResponse: false)))
+            return true
+        default:
+            return false
+        }
     }
 
     public var database: AttributeDatabase { state.database }
@@ -47,6 +136,25 @@ public actor GATTServer {
         let range = try state.database.removeService(at: start)
         await databaseChanged(range)
     }
+
+    /// Replaces the service declared at `start` (to add or remove a characteristic or
+    /// descriptor live): the new definition goes after the highest handle, and one
+    /// Service Changed covers the old and the new range.
+    @discardableResult
+    public func replaceService(at start: UInt16, with service: GATTService) async throws -> ServiceHandles {
+        var db = state.database
+        let old = try db.removeService(at: start)
+        let handles = try db.add(service)
+        state.database = db
+        await databaseChanged(Swift.min(old.lowerBound, handles.start)...Swift.max(old.upperBound, handles.end))
+        return handles
+    }
+
+    /// The connections being served.
+    public var connections: [UInt16] { bearers.keys.sorted() }
+
+    /// The ATT_MTU of a connection being served.
+    public func mtu(connection: UInt16) async -> Int? { await bearers[connection]?.mtu }
 
     private func databaseChanged(_ range: ClosedRange<UInt16>) async {
         if let h = handle(of: GATTCharacteristicType.databaseHash) { try? state.database.refreshDatabaseHash(at: h) }
@@ -75,6 +183,7 @@ public actor GATTServer {
         guard let bearer = bearers[connection] else { return }
         switch item {
         case let .request(pdu), let .command(pdu):
+            if !manual.isEmpty, await serveManually(pdu, connection: connection, bearer: bearer) { return }
             let mtu = await bearer.mtu
             let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
             if let response { await bearer.respond(response) }
@@ -101,17 +210,25 @@ public actor GATTServer {
 
     /// Stores `value` and notifies every connection subscribed to notifications
     /// (truncated to ATT_MTU - 3). Returns the connections notified.
+    /// With `waitUntilSent`, returns once every notification is in the controller's
+    /// buffers: the caller is paced by the link instead of queueing without bound.
     @discardableResult
-    public func notify(_ valueHandle: UInt16, value: [UInt8]) async -> [UInt16] {
+    public func notify(_ valueHandle: UInt16, value: [UInt8], waitUntilSent: Bool = false) async -> [UInt16] {
         state.database.setValue(value, at: valueHandle)
-        var sent: [UInt16] = []
+        var sent: [(UInt16, ATTBearer)] = []
         for (c, bearer) in bearers where state.configuration(valueHandle: valueHandle, connection: c).notify {
             let mtu = await bearer.mtu
             if (try? await bearer.sendUnacknowledged(.handleValueNotification(handle: valueHandle, value: Array(value.prefix(mtu - 3))))) != nil {
-                sent.append(c)
+                sent.append((c, bearer))
             }
         }
-        return sent.sorted()
+        if waitUntilSent { for (_, b) in sent { await b.drain() } }
+        return sent.map(\.0).sorted()
+    }
+
+    /// What `connection` has set in the Client Characteristic Configuration of `valueHandle`.
+    public func configuration(valueHandle: UInt16, connection: UInt16) -> (notify: Bool, indicate: Bool) {
+        state.configuration(valueHandle: valueHandle, connection: connection)
     }
 
     /// Stores `value` and indicates it to every connection subscribed to indications,

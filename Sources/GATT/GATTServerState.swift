@@ -219,7 +219,7 @@ public struct GATTServerState: Sendable {
         return a.value
     }
 
-    private func readDenied(_ a: Attribute, _ s: LinkSecurity) -> ATTErrorCode? {
+    func readDenied(_ a: Attribute, _ s: LinkSecurity) -> ATTErrorCode? {
         let p = a.permissions
         guard !p.isDisjoint(with: [.read, .readEncrypted, .readAuthenticated, .readAuthorized]) else { return .readNotPermitted }
         if p.contains(.readAuthenticated), !s.authenticated { return .insufficientAuthentication }
@@ -228,7 +228,7 @@ public struct GATTServerState: Sendable {
         return nil
     }
 
-    private func writeDenied(_ h: UInt16, _ length: Int, offset: Int, _ s: LinkSecurity) -> ATTErrorCode? {
+    func writeDenied(_ h: UInt16, _ length: Int, offset: Int, _ s: LinkSecurity) -> ATTErrorCode? {
         guard let a = database.attribute(h) else { return .invalidHandle }
         let p = a.permissions
         guard !p.isDisjoint(with: [.write, .writeEncrypted, .writeAuthenticated, .writeAuthorized]) else { return .writeNotPermitted }

@@ -77,7 +77,8 @@ public actor HCIController {
     private var outbox = Deque<HCIPacket>()
     private var pumping = false
     private var readerTask: Task<Void, Never>?
-    private var closedReason: String?
+    /// Why the transport ended, once it has.
+    public private(set) var closedReason: String?
 
     /// What `initialize()` learned; nil before it ran.
     public private(set) var info: ControllerInfo?

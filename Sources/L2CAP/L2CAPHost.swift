@@ -38,6 +38,13 @@ public actor L2CAPHost {
     private var early: [Key: [[UInt8]]] = [:]
     private let earlyLimit = 32
     private var connectionContinuations: [UInt64: AsyncStream<Connection>.Continuation] = [:]
+    /// A connection's life as this host sees it, in order: a connection is known to
+    /// `frames(on:handle:)` before `.connected` is delivered, and gone before `.disconnected`.
+    public enum LinkEvent: Sendable, Equatable {
+        case connected(Connection)
+        case disconnected(Connection, reason: HCIStatus)
+    }
+    private var linkContinuations: [UInt64: AsyncStream<LinkEvent>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
     private struct Outgoing {
         var packet: ACLDataPacket
@@ -99,6 +106,15 @@ public actor L2CAPHost {
         let (stream, c) = AsyncStream<Connection>.makeStream()
         nextContinuation += 1
         connectionContinuations[nextContinuation] = c
+        return stream
+    }
+
+    /// Connections and disconnections (with the controller's reason), in the order they
+    /// happened. Buffer: unbounded; ends with the transport.
+    public func linkEvents() -> AsyncStream<LinkEvent> {
+        let (stream, c) = AsyncStream<LinkEvent>.makeStream()
+        nextContinuation += 1
+        linkContinuations[nextContinuation] = c
         return stream
     }
 
@@ -204,6 +220,9 @@ public actor L2CAPHost {
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
             connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
         case let .disconnectionComplete(d) where d.status.isSuccess:
+            if let info = connections[d.connectionHandle]?.info {
+                for (_, k) in linkContinuations { k.yield(.disconnected(info, reason: d.reason)) }
+            }
             connections[d.connectionHandle] = nil
             reassembler.disconnected(handle: d.connectionHandle)
             early = early.filter { $0.key.handle != d.connectionHandle }
@@ -220,6 +239,7 @@ public actor L2CAPHost {
     private func connected(_ c: Connection) {
         connections[c.handle] = (c, LESignalingChannel(role: c.role))
         for (_, k) in connectionContinuations { k.yield(c) }
+        for (_, k) in linkContinuations { k.yield(.connected(c)) }
         logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
     }
 
@@ -230,6 +250,8 @@ public actor L2CAPHost {
         connectionSubscribers.removeAll()
         for (_, k) in connectionContinuations { k.finish() }
         connectionContinuations.removeAll()
+        for (_, k) in linkContinuations { k.finish() }
+        linkContinuations.removeAll()
         early.removeAll()
         connections.removeAll()
         for h in Array(queues.keys) { drop(handle: h) }

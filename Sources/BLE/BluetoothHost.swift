@@ -1,0 +1,468 @@
+// The facade: one `BluetoothHost` per controller. It owns the controller, L2CAP, the local
+// GATT server and the known-device registry, and follows every connection from its
+// LE Connection Complete to its Disconnection Complete. `central` and `peripheral`
+// are the two roles' views of it; both can be used at once.
+//
+// Streams: every AsyncSequence here keeps a bounded buffer of the newest elements
+// and counts what it dropped (`dropped`); connection-scoped streams finish when the
+// link drops, throwing `BLEError.disconnected(reason:)` with the controller's reason.
+
+import ATT
+import GAP
+import GATT
+import HCI
+import L2CAP
+import Logging
+
+/// FA01: what the controller is doing.
+public enum HostState: Hashable, Sendable, CustomStringConvertible {
+    /// Created; `start()` not called yet.
+    case idle
+    /// Reset and the initialisation sequence are running.
+    case initializing
+    case ready
+    /// `reset()` is running.
+    case resetting
+    /// Initialisation failed, or the controller reported a hardware error.
+    case failed(String)
+    /// The transport ended; the host cannot be used any more.
+    case transportClosed(String)
+
+    public var description: String {
+        switch self {
+        case .idle: return "idle"
+        case .initializing: return "initializing"
+        case .ready: return "ready"
+        case .resetting: return "resetting"
+        case let .failed(why): return "failed: \(why)"
+        case let .transportClosed(why): return "transport closed: \(why)"
+        }
+    }
+}
+
+public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The operation needs `.ready`.
+    case notReady(HostState)
+    /// The link went away; `reason` is the Disconnection Complete reason.
+    case disconnected(reason: HCIStatus)
+    case transportClosed(String)
+    case connectionTimeout(BluetoothAddress, within: Duration)
+    /// LE Connection Complete reported a failure.
+    case connectionFailed(BluetoothAddress, HCIStatus)
+    /// The peer answered with an ATT Error Response.
+    case att(ATTErrorCode, handle: UInt16)
+    /// The local service, characteristic or descriptor is not published.
+    case notPublished(String)
+    /// What was asked does not fit the attribute (no CCCD to subscribe with, ...).
+    case notSupported(String)
+
+    public var description: String {
+        switch self {
+        case let .notReady(s): return "the controller is not ready (\(s))"
+        case let .disconnected(r): return "disconnected: \(r)"
+        case let .transportClosed(r): return "transport closed: \(r)"
+        case let .connectionTimeout(a, d): return "no connection to \(a) within \(d) (is it advertising as connectable, and is the address type right?)"
+        case let .connectionFailed(a, s): return "connection to \(a) failed: \(s)"
+        case let .att(code, h): return "peer refused (handle 0x\(String(h, radix: 16))): \(code)"
+        case let .notPublished(what): return "\(what) is not published"
+        case let .notSupported(what): return what
+        }
+    }
+}
+
+/// One LE link, as the host knows it.
+public struct Connection: Hashable, Sendable {
+    public var handle: UInt16
+    /// Our role on the link.
+    public var role: ConnectionRole
+    public var peer: BluetoothAddress
+    public var peerType: AddressType
+    /// Tells this link from a later one that reuses the handle.
+    public var id: UInt64
+}
+
+public enum ConnectionEvent: Hashable, Sendable {
+    case connected(Connection)
+    case disconnected(Connection, reason: HCIStatus)
+    /// LE Connection Update Complete: interval (1.25 ms units), latency, timeout (10 ms units).
+    case parametersUpdated(Connection, interval: UInt16, latency: UInt16, supervisionTimeout: UInt16)
+}
+
+/// How a link ended.
+enum LinkEnd: Hashable, Sendable {
+    case disconnected(HCIStatus)
+    case transportClosed(String)
+    var error: BLEError {
+        switch self {
+        case let .disconnected(r): return .disconnected(reason: r)
+        case let .transportClosed(r): return .transportClosed(r)
+        }
+    }
+}
+
+public actor BluetoothHost {
+    public nonisolated let controller: HCIController
+    public nonisolated let l2cap: L2CAPHost
+    /// The local GATT server (FA06–FA09 go through `peripheral`).
+    public nonisolated let server: GATTServer
+    public nonisolated let logger: Logger
+    public private(set) var state: HostState = .idle
+    /// What initialisation learned about the controller.
+    public private(set) var info: ControllerInfo?
+
+    private let stateBroadcast = Broadcast<HostState>(replaysLatest: true)
+    private let connectionBroadcast = Broadcast<ConnectionEvent>()
+    let peripheralBroadcast = Broadcast<PeripheralEvent>()
+    var registry: DeviceRegistry
+    private(set) var active: [UInt16: Connection] = [:]
+    private var ended: [UInt64: LinkEnd] = [:]
+    private var endedOrder: [UInt64] = []
+    private var endWaiters: [UInt64: [UInt64: CheckedContinuation<LinkEnd?, Never>]] = [:]
+    private var nextWaiter: UInt64 = 1
+    private var nextLinkID: UInt64 = 1
+    private var tasks: [Task<Void, Never>] = []
+    private let epoch = ContinuousClock.now
+
+    // Central role.
+    private struct ConnectWaiter {
+        var peer: BluetoothAddress
+        var continuation: CheckedContinuation<Connection, any Error>
+        var timer: Task<Void, Never>
+    }
+    private var connectWaiter: ConnectWaiter?
+    private var connectQueue: [CheckedContinuation<Void, Never>] = []
+    private var connectBusy = false
+    var remotes: [UInt64: RemotePeripheral] = [:]
+    private struct ScanSubscriber {
+        var filter: ScanFilter
+        var continuation: AsyncStream<ScanResult>.Continuation
+        var dropped: DropCounter
+    }
+    private var scans: [UInt64: ScanSubscriber] = [:]
+    private var nextScan: UInt64 = 1
+
+    // Peripheral role (PeripheralManager.swift).
+    var published: [ObjectIdentifier: PublishedService] = [:]
+    var advertising: AdvertisingConfiguration?
+    var requestContinuation: AsyncStream<ReadWriteRequest>.Continuation?
+    var requestGeneration: UInt64 = 0
+
+    /// `commandTimeout` bounds every HCI command; `knownDeviceCapacity` bounds the registry.
+    public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
+                commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024) {
+        self.logger = logger
+        self.controller = HCIController(transport: transport, commandTimeout: commandTimeout, logger: logger)
+        self.l2cap = L2CAPHost(controller: controller, logger: logger)
+        var db = AttributeDatabase()
+        // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...).
+        _ = try? db.addMandatoryServices(deviceName: "swift-ble-host")
+        self.server = GATTServer(database: db, logger: logger)
+        self.registry = DeviceRegistry(capacity: knownDeviceCapacity)
+        stateBroadcast.yield(.idle)
+    }
+
+    /// The central role: scanning, known devices, connecting (FA02–FA04, FA10–FA15).
+    public nonisolated var central: Central { Central(host: self) }
+    /// The peripheral role: advertising and the local GATT server (FA05–FA09).
+    public nonisolated var peripheral: PeripheralManager { PeripheralManager(host: self) }
+
+    // MARK: FA01 hardware state
+
+    /// The state now and every change after it. Buffer: the newest 16 states.
+    public nonisolated func states() -> BufferedStream<HostState> {
+        let (s, d) = stateBroadcast.subscribe(capacity: 16)
+        return BufferedStream(base: s, dropped: d)
+    }
+
+    private func setState(_ s: HostState) {
+        guard state != s else { return }
+        if case .transportClosed = state { return }
+        state = s
+        logger.info("controller state", metadata: ["ble.state": "\(s)"])
+        stateBroadcast.yield(s)
+    }
+
+    func requireReady() throws {
+        guard state == .ready else {
+            if case let .transportClosed(r) = state { throw BLEError.transportClosed(r) }
+            throw BLEError.notReady(state)
+        }
+    }
+
+    /// Starts following the controller and initialises it (Reset unless `reset` is
+    /// false); the state goes initializing → ready, or failed. Returns what was learned.
+    @discardableResult
+    public func start(reset: Bool = true) async throws -> ControllerInfo {
+        if tasks.isEmpty {
+            await controller.start()
+            let events = await controller.events(capacity: 4096)
+            let links = await l2cap.linkEvents()
+            await l2cap.start()
+            let serverEvents = server.events, requests = server.requests
+            tasks.append(Task { [weak self] in
+                for await e in events { await self?.handle(e) }
+                await self?.transportEnded()
+            })
+            tasks.append(Task { [weak self] in
+                for await l in links { await self?.handle(l) }
+            })
+            tasks.append(Task { [weak self] in
+                for await e in serverEvents { await self?.handle(e) }
+            })
+            tasks.append(Task { [weak self] in
+                for await r in requests { await self?.handle(r) }
+            })
+        }
+        setState(.initializing)
+        do {
+            let i = try await controller.initialize(reset: reset)
+            info = i
+            setState(.ready)
+            return i
+        } catch {
+            if let r = await controller.closedReason { setState(.transportClosed(r)) } else { setState(.failed("\(error)")) }
+            throw error
+        }
+    }
+
+    /// Disconnects every link, resets the controller and initialises it again.
+    public func reset() async throws {
+        try requireReady()
+        setState(.resetting)
+        for c in active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
+        do {
+            info = try await controller.initialize(reset: true)
+            if let a = advertising { try await startAdvertisingNow(a) }
+            setState(.ready)
+        } catch {
+            setState(.failed("\(error)"))
+            throw error
+        }
+    }
+
+    /// Closes the transport: every link ends, every stream finishes.
+    public func close() async {
+        await controller.close()
+        await transportEnded()
+    }
+
+    private func transportEnded() async {
+        if case .transportClosed = state { return }
+        let reason = await controller.closedReason ?? "closed"
+        setState(.transportClosed(reason))
+        for c in active.values { linkEnded(c, .transportClosed(reason)) }
+        active.removeAll()
+        if let w = connectWaiter {
+            connectWaiter = nil
+            w.timer.cancel()
+            w.continuation.resume(throwing: BLEError.transportClosed(reason))
+        }
+        for (_, s) in scans { s.continuation.finish() }
+        scans.removeAll()
+        requestContinuation?.finish()
+        stateBroadcast.finish()
+        connectionBroadcast.finish()
+        peripheralBroadcast.finish()
+    }
+
+    // MARK: Connections
+
+    /// Connections and disconnections in both roles, as they happen. Buffer: newest 256.
+    public nonisolated func connectionEvents() -> BufferedStream<ConnectionEvent> {
+        let (s, d) = connectionBroadcast.subscribe(capacity: 256)
+        return BufferedStream(base: s, dropped: d)
+    }
+
+    /// Every link now up, in both roles.
+    public var connections: [Connection] { active.values.sorted { $0.handle < $1.handle } }
+
+    private func handle(_ event: L2CAPHost.LinkEvent) async {
+        switch event {
+        case let .connected(c):
+            let conn = Connection(handle: c.handle, role: c.role, peer: c.peer, peerType: c.peerType, id: nextLinkID)
+            nextLinkID += 1
+            active[c.handle] = conn
+            registry.connected(c.peer, type: c.peerType, handle: c.handle, at: now)
+            connectionBroadcast.yield(.connected(conn))
+            if c.role == .peripheral {
+                // A central connected to us: serve it the local database.
+                let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), logger: logger)
+                await server.attach(bearer, connection: c.handle)
+            } else if let w = connectWaiter, w.peer == c.peer {
+                connectWaiter = nil
+                w.timer.cancel()
+                w.continuation.resume(returning: conn)
+            }
+        case let .disconnected(c, reason):
+            guard let conn = active.removeValue(forKey: c.handle) else { return }
+            registry.disconnected(handle: c.handle)
+            linkEnded(conn, .disconnected(reason))
+            connectionBroadcast.yield(.disconnected(conn, reason: reason))
+            // Legacy advertising stops when a central connects; resume it as asked.
+            if conn.role == .peripheral, let a = advertising, state == .ready {
+                do { try await startAdvertisingNow(a) } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
+            }
+        }
+    }
+
+    private func linkEnded(_ c: Connection, _ end: LinkEnd) {
+        remotes[c.id] = nil
+        ended[c.id] = end
+        endedOrder.append(c.id)
+        if endedOrder.count > 256 { ended[endedOrder.removeFirst()] = nil }
+        for (_, w) in endWaiters.removeValue(forKey: c.id) ?? [:] { w.resume(returning: end) }
+    }
+
+    /// How link `id` ended: waits for it (at most `limit`), nil if it is still up then.
+    func end(of id: UInt64, within limit: Duration) async -> LinkEnd? {
+        if let e = ended[id] { return e }
+        if !active.values.contains(where: { $0.id == id }) {
+            // Unknown: older than the ended-links memory, or never seen.
+            return .disconnected(.unknownConnectionIdentifier)
+        }
+        let token = nextWaiter
+        nextWaiter += 1
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: limit)
+            await self?.stopWaiting(id, token)
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { endWaiters[id, default: [:]][token] = $0 }
+    }
+
+    private func stopWaiting(_ id: UInt64, _ token: UInt64) {
+        endWaiters[id]?.removeValue(forKey: token)?.resume(returning: nil)
+    }
+
+    /// Whether link `id` is still up.
+    func isActive(_ id: UInt64) -> Bool { active.values.contains { $0.id == id } }
+
+    /// Sends Disconnect and waits (at most 5 s) for Disconnection Complete; returns the reason reported.
+    @discardableResult
+    public func disconnect(_ c: Connection, reason: HCIStatus = .remoteUserTerminatedConnection) async throws -> HCIStatus {
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
+        try await controller.send(Disconnect(connectionHandle: c.handle, reason: reason))
+        switch await end(of: c.id, within: .seconds(5)) {
+        case let .disconnected(r)?: return r
+        case let .transportClosed(r)?: throw BLEError.transportClosed(r)
+        case nil: throw BLEError.notSupported("no Disconnection Complete for 0x\(String(c.handle, radix: 16)) within 5 s")
+        }
+    }
+
+    // MARK: Events
+
+    var now: Duration { ContinuousClock.now - epoch }
+
+    private func handle(_ event: HCIEvent) async {
+        switch event {
+        case let .le(.advertisingReport(r)):
+            for rp in r.reports {
+                let a = Advertisement(rp)
+                let d = registry.record(a, at: now)
+                guard !scans.isEmpty else { continue }
+                let result = ScanResult(advertisement: a, device: d)
+                // Filters look at what the device said in its advertisement and scan response together.
+                let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
+                for (_, s) in scans where s.filter.matches(merged) {
+                    if case .dropped = s.continuation.yield(result) { s.dropped.increment() }
+                }
+            }
+        case let .le(.connectionUpdateComplete(u)) where u.status.isSuccess:
+            if let c = active[u.connectionHandle] {
+                connectionBroadcast.yield(.parametersUpdated(c, interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout))
+            }
+        case let .le(.connectionComplete(c)) where !c.status.isSuccess:
+            connectFailed(c.peerAddress, c.status)
+        case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
+            connectFailed(c.peerAddress, c.status)
+        case let .hardwareError(h):
+            setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
+        default:
+            break
+        }
+    }
+
+    private func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {
+        // Unknown Connection Identifier follows our own LE Create Connection Cancel; the waiter is gone by then.
+        guard let w = connectWaiter else { return }
+        connectWaiter = nil
+        w.timer.cancel()
+        w.continuation.resume(throwing: BLEError.connectionFailed(w.peer, status))
+    }
+
+    // MARK: Central role (used by `Central`)
+
+    /// LE Create Connection to `peer`, one attempt at a time (the controller allows one);
+    /// on timeout or cancellation sends LE Create Connection Cancel.
+    func connect(to peer: BluetoothAddress, type: AddressType, within limit: Duration,
+                 parameters: LEConnectionParameters) async throws -> Connection {
+        try requireReady()
+        if let c = active.values.first(where: { $0.peer == peer && $0.role == .central }) { return c }
+        await acquireConnectSlot()
+        defer { releaseConnectSlot() }
+        try Task.checkCancellation()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
+                let timer = Task { [weak self] in
+                    do { try await Task.sleep(for: limit) } catch { return }
+                    await self?.abandonConnect(BLEError.connectionTimeout(peer, within: limit))
+                }
+                connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
+                Task {
+                    do { try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, connection: parameters)) } catch {
+                        await self.abandonConnect(error, cancel: false)
+                    }
+                }
+            }
+        } onCancel: {
+            Task { await self.abandonConnect(CancellationError()) }
+        }
+    }
+
+    private func abandonConnect(_ error: any Error, cancel: Bool = true) async {
+        guard let w = connectWaiter else { return }
+        connectWaiter = nil
+        w.timer.cancel()
+        w.continuation.resume(throwing: error)
+        if cancel { _ = try? await controller.send(LECreateConnectionCancel()) }
+    }
+
+    private func acquireConnectSlot() async {
+        if !connectBusy {
+            connectBusy = true
+            return
+        }
+        await withCheckedContinuation { connectQueue.append($0) }
+    }
+
+    private func releaseConnectSlot() {
+        if connectQueue.isEmpty { connectBusy = false } else { connectQueue.removeFirst().resume() }
+    }
+
+    /// Adds a scan subscriber; scanning starts with the first and stops with the last.
+    func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> BufferedStream<ScanResult> {
+        try requireReady()
+        let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
+        let dropped = DropCounter()
+        let id = nextScan
+        nextScan += 1
+        let first = scans.isEmpty
+        scans[id] = ScanSubscriber(filter: filter, continuation: cont, dropped: dropped)
+        cont.onTermination = { _ in Task { await self.endScan(id) } }
+        if first {
+            do { try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates) } catch {
+                scans[id] = nil
+                throw error
+            }
+        }
+        return BufferedStream(base: stream, dropped: dropped)
+    }
+
+    private func endScan(_ id: UInt64) async {
+        guard scans.removeValue(forKey: id) != nil, scans.isEmpty, state == .ready else { return }
+        _ = try? await Scanner.stop(controller)
+    }
+
+    func remote(for c: Connection) -> RemotePeripheral? { remotes[c.id] }
+    func register(_ r: RemotePeripheral) { remotes[r.connection.id] = r }
+}

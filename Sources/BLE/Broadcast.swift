@@ -1,0 +1,69 @@
+// One producer, any number of consumers: each `subscribe` gets its own bounded
+// AsyncStream and its own drop counter. The facade's streams (hardware state,
+// connection events) are built on it.
+
+import HCI
+import Synchronization
+
+final class Broadcast<Element: Sendable>: Sendable {
+    private struct State {
+        var subscribers: [UInt64: (AsyncStream<Element>.Continuation, DropCounter)] = [:]
+        var next: UInt64 = 1
+        var latest: Element?
+        var finished = false
+    }
+    private let state = Mutex(State())
+    /// Whether a new subscriber first gets the latest element (a state, not an event).
+    private let replaysLatest: Bool
+
+    init(replaysLatest: Bool = false) { self.replaysLatest = replaysLatest }
+
+    /// A stream of what is yielded from now on (preceded by the latest element when
+    /// replaying); keeps the newest `capacity` elements, counting the rest as dropped.
+    func subscribe(capacity: Int) -> (AsyncStream<Element>, DropCounter) {
+        let (stream, c) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
+        let dropped = DropCounter()
+        let id: UInt64? = state.withLock { s in
+            if replaysLatest, let l = s.latest { c.yield(l) }
+            if s.finished { return nil }
+            let id = s.next
+            s.next += 1
+            s.subscribers[id] = (c, dropped)
+            return id
+        }
+        guard let id else {
+            c.finish()
+            return (stream, dropped)
+        }
+        c.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.subscribers.removeValue(forKey: id) } }
+        return (stream, dropped)
+    }
+
+    func yield(_ e: Element) {
+        let subs = state.withLock { s in
+            s.latest = e
+            return Array(s.subscribers.values)
+        }
+        for (c, d) in subs { if case .dropped = c.yield(e) { d.increment() } }
+    }
+
+    func finish() {
+        let subs = state.withLock { s in
+            s.finished = true
+            defer { s.subscribers.removeAll() }
+            return Array(s.subscribers.values)
+        }
+        for (c, _) in subs { c.finish() }
+    }
+
+    var latest: Element? { state.withLock { $0.latest } }
+}
+
+/// An AsyncSequence the facade hands out: the elements, and how many were dropped
+/// because the consumer fell behind the buffer.
+public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
+    let base: AsyncStream<Element>
+    /// Elements lost because the buffer was full (the oldest are dropped first).
+    public let dropped: DropCounter
+    public func makeAsyncIterator() -> AsyncStream<Element>.Iterator { base.makeAsyncIterator() }
+}

@@ -1,0 +1,72 @@
+// The central role of the facade: scanning (FA02), known and connected peripherals
+// (FA03), connecting (FA04). A connected peripheral is a `RemotePeripheral`.
+
+import GAP
+import GATT
+import HCI
+
+/// One advertising report, with the device as it stands after it (advertisement and
+/// scan response merged, smoothed RSSI).
+public struct ScanResult: Hashable, Sendable {
+    /// The PDU just received.
+    public var advertisement: Advertisement
+    /// The device's merged view after this PDU.
+    public var device: KnownDevice
+
+    public var address: BluetoothAddress { advertisement.address }
+    public var addressType: AddressType { advertisement.addressType }
+    public var rssi: Int8 { advertisement.rssi }
+    /// Local name from the advertisement or the scan response.
+    public var name: String? { device.name }
+    /// Metres, from the smoothed RSSI and the advertised TX power or beacon calibration.
+    public var estimatedMetres: Double? { device.estimatedMetres }
+}
+
+public struct Central: Sendable {
+    public let host: BluetoothHost
+
+    /// FA02: scans until the consumer stops iterating (or the transport ends). Several
+    /// scans may run at once; the controller scans while any does, with the parameters
+    /// of the first. `filter` applies to each device's merged advertisement and scan
+    /// response. Buffer: the newest `capacity` results; `dropped` counts the rest.
+    public func scan(filter: ScanFilter = ScanFilter(), active: Bool = true, filterDuplicates: Bool = false,
+                     capacity: Int = 256) async throws -> BufferedStream<ScanResult> {
+        try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, capacity: capacity)
+    }
+
+    /// Scans until a device matching `filter` shows up, within `limit`.
+    public func first(matching filter: ScanFilter, within limit: Duration) async throws -> ScanResult? {
+        let results = try await scan(filter: filter)
+        return await firstElement(results, within: limit)
+    }
+
+    /// FA03: every device seen or connected, most recently seen first.
+    public var knownPeripherals: [KnownDevice] { get async { await host.registry.all } }
+
+    /// FA03: one known device.
+    public func knownPeripheral(_ address: BluetoothAddress) async -> KnownDevice? { await host.registry.device(address) }
+
+    /// FA03: the peripherals we are connected to as central.
+    public var connectedPeripherals: [RemotePeripheral] {
+        get async { await host.remotes.values.sorted { $0.connection.handle < $1.connection.handle } }
+    }
+
+    /// FA04: connects (LE Create Connection) and opens GATT with the MTU exchanged.
+    /// Throws `BLEError.connectionTimeout` after `limit` and `CancellationError` when
+    /// the task is cancelled; either way LE Create Connection Cancel is sent.
+    public func connect(to address: BluetoothAddress, type: AddressType = .public, within limit: Duration = .seconds(10),
+                        parameters: LEConnectionParameters = LEConnectionParameters(), mtu: UInt16 = 517) async throws -> RemotePeripheral {
+        let c = try await host.connect(to: address, type: type, within: limit, parameters: parameters)
+        if let r = await host.remote(for: c) { return r }
+        let r = await RemotePeripheral(host: host, connection: c, localRxMTU: mtu)
+        await host.register(r)
+        do { try await r.exchangeMTU() } catch {
+            throw await r.translate(error)
+        }
+        return r
+    }
+
+    public func connect(to result: ScanResult, within limit: Duration = .seconds(10)) async throws -> RemotePeripheral {
+        try await connect(to: result.address, type: result.addressType, within: limit)
+    }
+}

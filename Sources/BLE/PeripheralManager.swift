@@ -1,0 +1,423 @@
+// The peripheral role of the facade: advertising (FA05), the local GATT server's
+// services, characteristics and descriptors added and removed live (FA06–FA08),
+// notifications and indications (FA09), writes and subscriptions as events, and
+// manual answering of reads and writes.
+//
+// Services, characteristics and descriptors are definitions with identity (final
+// classes): the same object names the published thing when removing it, notifying
+// or matching a request. What is published where is the host's business: adding a
+// characteristic or descriptor to a published service re-publishes that service
+// (Service Changed tells connected clients), so its handles may move.
+
+import ATT
+import GAP
+import GATT
+import HCI
+
+public final class Descriptor: Sendable, Hashable {
+    public let uuid: BluetoothUUID
+    public let permissions: AttributePermissions
+    public let value: [UInt8]
+    public init(uuid: BluetoothUUID, value: [UInt8] = [], permissions: AttributePermissions = .read) {
+        self.uuid = uuid
+        self.value = value
+        self.permissions = permissions
+    }
+    /// Characteristic User Description (0x2901).
+    public static func userDescription(_ text: String) -> Descriptor { Descriptor(uuid: GATTType.userDescription, value: Array(text.utf8)) }
+    public static func == (a: Descriptor, b: Descriptor) -> Bool { a === b }
+    public func hash(into h: inout Hasher) { h.combine(ObjectIdentifier(self)) }
+    var definition: GATTDescriptor { GATTDescriptor(uuid: uuid, permissions: permissions, value: value) }
+}
+
+public final class Characteristic: Sendable, Hashable {
+    public let uuid: BluetoothUUID
+    public let properties: CharacteristicProperties
+    public let permissions: AttributePermissions?
+    /// The value when published; later values are set with `PeripheralManager.setValue`.
+    public let initialValue: [UInt8]
+    public let maximumLength: Int
+    /// Descriptors given at creation (the CCCD is added by itself for notify/indicate).
+    public let descriptors: [Descriptor]
+    /// Reads and writes go to `PeripheralManager.requests()` to be answered by the app.
+    public let answersManually: Bool
+    public init(uuid: BluetoothUUID, properties: CharacteristicProperties, permissions: AttributePermissions? = nil,
+                value: [UInt8] = [], maximumLength: Int = 512, descriptors: [Descriptor] = [], answersManually: Bool = false) {
+        self.uuid = uuid
+        self.properties = properties
+        self.permissions = permissions
+        self.initialValue = value
+        self.maximumLength = maximumLength
+        self.descriptors = descriptors
+        self.answersManually = answersManually
+    }
+    public static func == (a: Characteristic, b: Characteristic) -> Bool { a === b }
+    public func hash(into h: inout Hasher) { h.combine(ObjectIdentifier(self)) }
+}
+
+public final class Service: Sendable, Hashable {
+    public let uuid: BluetoothUUID
+    public let isPrimary: Bool
+    /// Services this one includes (typically secondary ones); published with it when
+    /// not published already, and removed with it when nothing else includes them.
+    public let includedServices: [Service]
+    public let characteristics: [Characteristic]
+    public init(uuid: BluetoothUUID, isPrimary: Bool = true, includedServices: [Service] = [], characteristics: [Characteristic] = []) {
+        self.uuid = uuid
+        self.isPrimary = isPrimary
+        self.includedServices = includedServices
+        self.characteristics = characteristics
+    }
+    public static func == (a: Service, b: Service) -> Bool { a === b }
+    public func hash(into h: inout Hasher) { h.combine(ObjectIdentifier(self)) }
+}
+
+/// A service as it is published now.
+struct PublishedService {
+    var service: Service
+    var characteristics: [Characteristic]
+    var descriptors: [ObjectIdentifier: [Descriptor]]
+    var handles: ServiceHandles
+    /// Published only because a published service includes it.
+    var implicit: Bool
+
+    func index(of c: Characteristic) -> Int? { characteristics.firstIndex { $0 === c } }
+
+    /// The handle of descriptor `j` of characteristic `i` (they follow the value and the CCCD).
+    func descriptorHandle(_ i: Int, _ j: Int) -> UInt16 {
+        (handles.clientConfigurations[i] ?? handles.characteristicValues[i]) + 1 + UInt16(j)
+    }
+}
+
+struct AdvertisingConfiguration: Sendable {
+    var data: AdvertisingData
+    var scanResponse: AdvertisingData?
+    var connectable: Bool
+    var intervalMilliseconds: Double
+}
+
+/// What centrals did to the local server.
+public enum PeripheralEvent: Hashable, Sendable {
+    /// A central wrote a characteristic value (not one answered manually).
+    case written(Characteristic, value: [UInt8], central: Connection)
+    /// A central wrote a descriptor.
+    case descriptorWritten(Descriptor, value: [UInt8], central: Connection)
+    /// A central changed its Client Characteristic Configuration.
+    case subscriptionChanged(Characteristic, central: Connection, notify: Bool, indicate: Bool)
+}
+
+/// A read or write of a characteristic created with `answersManually`. Answer every
+/// request once: the central waits (ATT allows it one request at a time); after 20 s
+/// the server answers Unlikely Error itself. Write Commands need no answer.
+public struct ReadWriteRequest: Sendable {
+    public enum Kind: Hashable, Sendable {
+        /// Answer with the whole value; the server applies `offset` and the MTU.
+        case read(offset: Int)
+        case write(value: [UInt8], withResponse: Bool)
+    }
+    public let characteristic: Characteristic
+    public let central: Connection
+    public let kind: Kind
+    let id: UInt64
+    let server: GATTServer
+
+    /// Answers a read with the value, or accepts a write.
+    public func respond(with value: [UInt8] = []) async { await server.respond(to: id, with: .success(value)) }
+    /// Refuses with an ATT error (Read Not Permitted, Value Not Allowed, an application error 0x80–0x9F...).
+    public func respond(error: ATTErrorCode) async { await server.respond(to: id, with: .failure(error)) }
+}
+
+public struct PeripheralManager: Sendable {
+    public let host: BluetoothHost
+
+    // MARK: FA05
+
+    /// Starts legacy advertising (and resumes it after each central disconnects, until
+    /// `stopAdvertising`). Throws `AdvertisingDataError.tooLong` saying how much fits.
+    public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                 connectable: Bool = true, intervalMilliseconds: Double = 100) async throws {
+        try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
+                                                               intervalMilliseconds: intervalMilliseconds))
+    }
+
+    public func stopAdvertising() async throws { try await host.setAdvertising(nil) }
+
+    // MARK: FA06–FA08
+
+    /// Publishes a service (and the services it includes that are not published yet).
+    public func add(_ service: Service) async throws { try await host.publish(service, implicit: false) }
+
+    /// Removes a published service, and services published only because it included them.
+    public func remove(_ service: Service) async throws { try await host.unpublish(service) }
+
+    /// Adds a characteristic to a published service (it becomes visible at once).
+    public func add(_ c: Characteristic, to service: Service) async throws { try await host.edit(service) { $0.characteristics.append(c) } }
+
+    public func remove(_ c: Characteristic) async throws {
+        let s = try await host.service(containing: c)
+        try await host.edit(s) { p in
+            p.characteristics.removeAll { $0 === c }
+            p.descriptors[ObjectIdentifier(c)] = nil
+        }
+    }
+
+    public func add(_ d: Descriptor, to c: Characteristic) async throws {
+        let s = try await host.service(containing: c)
+        try await host.edit(s) { $0.descriptors[ObjectIdentifier(c), default: c.descriptors].append(d) }
+    }
+
+    public func remove(_ d: Descriptor) async throws {
+        let (s, c) = try await host.characteristic(containing: d)
+        try await host.edit(s) { $0.descriptors[ObjectIdentifier(c), default: c.descriptors].removeAll { $0 === d } }
+    }
+
+    /// The services published now, in handle order (included services too).
+    public var services: [Service] { get async { await host.published.values.sorted { $0.handles.start < $1.handles.start }.map(\.service) } }
+
+    /// The characteristics of a published service as they are now.
+    public func characteristics(of s: Service) async throws -> [Characteristic] { try await host.entry(s).characteristics }
+
+    /// The descriptors of a published characteristic as they are now (without the CCCD).
+    public func descriptors(of c: Characteristic) async throws -> [Descriptor] {
+        let e = try await host.entry(try await host.service(containing: c))
+        return e.descriptors[ObjectIdentifier(c)] ?? c.descriptors
+    }
+
+    /// Handles of a published characteristic: value and CCCD.
+    public func handles(of c: Characteristic) async throws -> (value: UInt16, clientConfiguration: UInt16?) {
+        try await host.handles(of: c)
+    }
+
+    // MARK: Values, FA09
+
+    /// Sets the value reads return (no notification).
+    public func setValue(_ value: [UInt8], of c: Characteristic) async throws {
+        let h = try await host.handles(of: c).value
+        await host.server.setValue(value, at: h)
+    }
+
+    public func value(of c: Characteristic) async throws -> [UInt8] {
+        let h = try await host.handles(of: c).value
+        return await host.server.database.attribute(h)?.value ?? []
+    }
+
+    /// Stores the value and notifies every central subscribed (each gets at most
+    /// ATT_MTU − 3 bytes; see `maximumUpdateLength`). Returns once the notifications
+    /// are in the controller's buffers (backpressure); returns the centrals notified.
+    @discardableResult
+    public func notify(_ c: Characteristic, value: [UInt8]) async throws -> [Connection] {
+        let h = try await host.handles(of: c).value
+        return await host.connections(await host.server.notify(h, value: value, waitUntilSent: true))
+    }
+
+    /// Stores the value and indicates it to every central subscribed; returns when all
+    /// have confirmed (or their links failed), with the centrals that confirmed.
+    @discardableResult
+    public func indicate(_ c: Characteristic, value: [UInt8]) async throws -> [Connection] {
+        let h = try await host.handles(of: c).value
+        return await host.connections(await host.server.indicate(h, value: value))
+    }
+
+    /// The most a notification or indication to `central` carries (ATT_MTU − 3).
+    public func maximumUpdateLength(for central: Connection) async -> Int { (await host.server.mtu(connection: central.handle) ?? 23) - 3 }
+
+    /// The centrals subscribed to `c` now, with what they asked for.
+    public func subscribers(of c: Characteristic) async throws -> [(central: Connection, notify: Bool, indicate: Bool)] {
+        let h = try await host.handles(of: c).value
+        var out: [(Connection, Bool, Bool)] = []
+        for conn in await host.connections where conn.role == .peripheral {
+            let cfg = await host.server.configuration(valueHandle: h, connection: conn.handle)
+            if cfg.notify || cfg.indicate { out.append((conn, cfg.notify, cfg.indicate)) }
+        }
+        return out
+    }
+
+    // MARK: Events and manual answers
+
+    /// Writes and subscription changes by centrals. Buffer: the newest 256.
+    public func events() -> BufferedStream<PeripheralEvent> {
+        let (s, d) = host.peripheralBroadcast.subscribe(capacity: 256)
+        return BufferedStream(base: s, dropped: d)
+    }
+
+    /// Reads and writes of characteristics created with `answersManually`, for the app
+    /// to answer. One consumer: a second call ends the first stream. Buffer: unbounded
+    /// (a central has at most one request outstanding). Without a consumer the server
+    /// answers from the stored value.
+    public func requests() async -> AsyncStream<ReadWriteRequest> { await host.takeRequests() }
+}
+
+extension BluetoothHost {
+    func entry(_ s: Service) throws -> PublishedService {
+        guard let e = published[ObjectIdentifier(s)] else { throw BLEError.notPublished("service \(s.uuid)") }
+        return e
+    }
+
+    func service(containing c: Characteristic) throws -> Service {
+        guard let e = published.values.first(where: { $0.index(of: c) != nil }) else { throw BLEError.notPublished("characteristic \(c.uuid)") }
+        return e.service
+    }
+
+    func characteristic(containing d: Descriptor) throws -> (Service, Characteristic) {
+        for e in published.values {
+            for c in e.characteristics where (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).contains(where: { $0 === d }) { return (e.service, c) }
+        }
+        throw BLEError.notPublished("descriptor \(d.uuid)")
+    }
+
+    func handles(of c: Characteristic) throws -> (value: UInt16, clientConfiguration: UInt16?) {
+        for e in published.values {
+            if let i = e.index(of: c) { return (e.handles.characteristicValues[i], e.handles.clientConfigurations[i]) }
+        }
+        throw BLEError.notPublished("characteristic \(c.uuid)")
+    }
+
+    func connections(_ handles: [UInt16]) -> [Connection] { handles.compactMap { active[$0] } }
+
+    private func definition(_ e: PublishedService) throws -> GATTService {
+        let includes = try e.service.includedServices.map { try entry($0).handles.start }
+        return GATTService(uuid: e.service.uuid, isPrimary: e.service.isPrimary, includes: includes, characteristics: e.characteristics.map { c in
+            GATTCharacteristic(uuid: c.uuid, properties: c.properties, permissions: c.permissions, value: c.initialValue,
+                               maximumLength: c.maximumLength, descriptors: (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).map(\.definition))
+        })
+    }
+
+    func publish(_ s: Service, implicit: Bool) async throws {
+        if let e = published[ObjectIdentifier(s)] {
+            // Asked for explicitly now: it stays when its includer goes.
+            if !implicit { published[ObjectIdentifier(s)]?.implicit = false }
+            _ = e
+            return
+        }
+        for inc in s.includedServices { try await publish(inc, implicit: true) }
+        var e = PublishedService(service: s, characteristics: s.characteristics, descriptors: [:],
+                                 handles: ServiceHandles(start: 0, end: 0, characteristicValues: [], clientConfigurations: []), implicit: implicit)
+        e.handles = try await server.addService(try definition(e))
+        published[ObjectIdentifier(s)] = e
+        await updateManual()
+    }
+
+    func unpublish(_ s: Service) async throws {
+        let e = try entry(s)
+        if let includer = published.values.first(where: { $0.service.includedServices.contains { $0 === s } }) {
+            throw BLEError.notSupported("service \(s.uuid) is included by published service \(includer.service.uuid); remove that first")
+        }
+        try await server.removeService(at: e.handles.start)
+        published[ObjectIdentifier(s)] = nil
+        for inc in s.includedServices {
+            guard let ie = published[ObjectIdentifier(inc)], ie.implicit else { continue }
+            if !published.values.contains(where: { $0.service.includedServices.contains { $0 === inc } }) { try await unpublish(inc) }
+        }
+        await updateManual()
+    }
+
+    /// Changes a published service's contents and re-publishes it (one Service Changed),
+    /// then the services that include it, whose Include declarations point at it.
+    func edit(_ s: Service, _ change: (inout PublishedService) -> Void) async throws {
+        var e = try entry(s)
+        change(&e)
+        try await republish(e)
+        await updateManual()
+    }
+
+    private func republish(_ e: PublishedService) async throws {
+        var e = e
+        e.handles = try await server.replaceService(at: e.handles.start, with: try definition(e))
+        published[ObjectIdentifier(e.service)] = e
+        for inc in published.values where inc.service.includedServices.contains(where: { $0 === e.service }) {
+            try await republish(inc)
+        }
+    }
+
+    private func updateManual() async {
+        var handles: Set<UInt16> = []
+        for e in published.values {
+            for (i, c) in e.characteristics.enumerated() where c.answersManually { handles.insert(e.handles.characteristicValues[i]) }
+        }
+        await server.setManual(handles)
+    }
+
+    func setAdvertising(_ a: AdvertisingConfiguration?) async throws {
+        try requireReady()
+        if let a {
+            try await startAdvertisingNow(a)
+        } else {
+            try await Advertiser.stop(controller)
+        }
+        advertising = a
+    }
+
+    func startAdvertisingNow(_ a: AdvertisingConfiguration) async throws {
+        try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                   intervalMilliseconds: a.intervalMilliseconds)
+    }
+
+    func takeRequests() -> AsyncStream<ReadWriteRequest> {
+        requestContinuation?.finish()
+        let (s, c) = AsyncStream<ReadWriteRequest>.makeStream()
+        requestGeneration += 1
+        let generation = requestGeneration
+        requestContinuation = c
+        c.onTermination = { _ in Task { await self.requestsEnded(generation) } }
+        return s
+    }
+
+    /// A consumer that stopped leaves the stored values to answer.
+    private func requestsEnded(_ generation: UInt64) {
+        if generation == requestGeneration { requestContinuation = nil }
+    }
+
+    private func lookup(_ valueHandle: UInt16) -> Characteristic? {
+        for e in published.values {
+            if let i = e.handles.characteristicValues.firstIndex(of: valueHandle) { return e.characteristics[i] }
+        }
+        return nil
+    }
+
+    private func lookupDescriptor(_ handle: UInt16) -> Descriptor? {
+        for e in published.values where (e.handles.start...e.handles.end).contains(handle) {
+            for (i, c) in e.characteristics.enumerated() {
+                for (j, d) in (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).enumerated() where e.descriptorHandle(i, j) == handle { return d }
+            }
+        }
+        return nil
+    }
+
+    func handle(_ e: GATTServer.Event) {
+        switch e {
+        case let .written(h, v, conn):
+            guard let central = active[conn] else { return }
+            if let c = lookup(h) {
+                peripheralBroadcast.yield(.written(c, value: v, central: central))
+            } else if let d = lookupDescriptor(h) {
+                peripheralBroadcast.yield(.descriptorWritten(d, value: v, central: central))
+            }
+        case let .subscription(h, conn, n, i):
+            guard let central = active[conn], let c = lookup(h) else { return }
+            peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i))
+        case .connected, .disconnected:
+            break
+        }
+    }
+
+    func handle(_ r: GATTServer.Request) async {
+        guard let c = lookup(r.handle), let central = active[r.connection] else {
+            await server.respond(to: r.id, with: .failure(.unlikelyError))
+            return
+        }
+        let kind: ReadWriteRequest.Kind
+        switch r.kind {
+        case let .read(o): kind = .read(offset: o)
+        case let .write(v, w): kind = .write(value: v, withResponse: w)
+        }
+        let request = ReadWriteRequest(characteristic: c, central: central, kind: kind, id: r.id, server: server)
+        if let k = requestContinuation, case .enqueued = k.yield(request) { return }
+        // Nobody answers: the stored value does.
+        switch r.kind {
+        case .read: await server.respond(to: r.id, with: .success(await server.database.attribute(r.handle)?.value ?? []))
+        case let .write(v, _):
+            await server.setValue(v, at: r.handle)
+            await server.respond(to: r.id, with: .success([]))
+        }
+    }
+}

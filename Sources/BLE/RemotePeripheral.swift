@@ -1,0 +1,217 @@
+// A peripheral we are connected to as central: its services (FA10), characteristic
+// reads (FA11), writes (FA12), subscriptions (FA13), descriptors (FA14) and RSSI
+// and distance (FA15). Every operation ends with `BLEError.disconnected(reason:)`
+// when the link goes away underneath it.
+
+import ATT
+import GAP
+import GATT
+import HCI
+import L2CAP
+
+public struct RemoteDescriptor: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var handle: UInt16
+}
+
+public struct RemoteCharacteristic: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var properties: CharacteristicProperties
+    public var declarationHandle: UInt16
+    public var valueHandle: UInt16
+    /// Last handle of the characteristic (its descriptors lie between value and end).
+    public var endHandle: UInt16
+    public var descriptors: [RemoteDescriptor]
+
+    public init(uuid: BluetoothUUID, properties: CharacteristicProperties, declarationHandle: UInt16, valueHandle: UInt16,
+                endHandle: UInt16, descriptors: [RemoteDescriptor] = []) {
+        self.uuid = uuid
+        self.properties = properties
+        self.declarationHandle = declarationHandle
+        self.valueHandle = valueHandle
+        self.endHandle = endHandle
+        self.descriptors = descriptors
+    }
+
+    /// The Client Characteristic Configuration descriptor, if any.
+    public var clientConfiguration: RemoteDescriptor? { descriptors.first { $0.uuid == GATTType.clientCharacteristicConfiguration } }
+
+    var discovered: DiscoveredCharacteristic {
+        DiscoveredCharacteristic(uuid: uuid, declarationHandle: declarationHandle, valueHandle: valueHandle, properties: properties, end: endHandle)
+    }
+}
+
+public struct RemoteService: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var isPrimary: Bool
+    public var startHandle: UInt16
+    public var endHandle: UInt16
+    public var characteristics: [RemoteCharacteristic]
+
+    public func characteristic(_ uuid: BluetoothUUID) -> RemoteCharacteristic? { characteristics.first { $0.uuid == uuid } }
+}
+
+/// Values of a subscription. Finishes when the consumer stops iterating (the
+/// subscription is then written off the peer's CCCD), or throws
+/// `BLEError.disconnected(reason:)` when the link drops. Buffer: the newest
+/// `capacity` values; `dropped` counts the rest.
+public struct CharacteristicValues: AsyncSequence, Sendable {
+    public typealias Element = [UInt8]
+    let base: AsyncThrowingStream<[UInt8], any Error>
+    public let dropped: DropCounter
+    public func makeAsyncIterator() -> AsyncThrowingStream<[UInt8], any Error>.Iterator { base.makeAsyncIterator() }
+}
+
+public actor RemotePeripheral {
+    public nonisolated let connection: Connection
+    public nonisolated let host: BluetoothHost
+    /// The GATT client on this link, for procedures the facade does not wrap.
+    public nonisolated let client: GATTClient
+    private var services: [RemoteService]?
+
+    init(host: BluetoothHost, connection: Connection, localRxMTU: UInt16) async {
+        self.host = host
+        self.connection = connection
+        let channel = await L2CAPATTChannel(host: host.l2cap, handle: connection.handle)
+        self.client = GATTClient(bearer: ATTBearer(channel: channel, localRxMTU: localRxMTU, logger: host.logger))
+        await client.start()
+    }
+
+    public nonisolated var address: BluetoothAddress { connection.peer }
+
+    /// The ATT_MTU in use.
+    public var mtu: Int { get async { await client.bearer.mtu } }
+
+    func exchangeMTU() async throws { try await client.exchangeMTU() }
+
+    /// What an error means for the user: a peer's Error Response, or the link's end.
+    func translate(_ error: any Error) async -> any Error {
+        if case let GATTClientError.att(.errorResponse(_, h, code)) = error { return BLEError.att(code, handle: h) }
+        if error is CancellationError { return error }
+        // The bearer fails when the link goes: report why the link went.
+        if let end = await host.end(of: connection.id, within: .seconds(1)) { return end.error }
+        return error
+    }
+
+    private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch { throw await translate(error) }
+    }
+
+    // MARK: FA10
+
+    /// Discovers every service, characteristic and descriptor (once; later calls
+    /// return what was found unless `refresh`).
+    public func discoverServices(refresh: Bool = false) async throws -> [RemoteService] {
+        if let services, !refresh { return services }
+        let found = try await run { try await client.discoverAll() }
+        let s = found.map { (svc, chars) in
+            RemoteService(uuid: svc.uuid, isPrimary: svc.isPrimary, startHandle: svc.start, endHandle: svc.end,
+                          characteristics: chars.map { (c, ds) in
+                              RemoteCharacteristic(uuid: c.uuid, properties: c.properties, declarationHandle: c.declarationHandle,
+                                                   valueHandle: c.valueHandle, endHandle: c.end,
+                                                   descriptors: ds.map { RemoteDescriptor(uuid: $0.uuid, handle: $0.handle) })
+                          })
+        }
+        services = s
+        return s
+    }
+
+    /// The first characteristic with `uuid` (in service `service` when given), discovering if needed.
+    public func characteristic(_ uuid: BluetoothUUID, in service: BluetoothUUID? = nil) async throws -> RemoteCharacteristic {
+        for s in try await discoverServices() where service == nil || s.uuid == service {
+            if let c = s.characteristic(uuid) { return c }
+        }
+        throw BLEError.notSupported("the peer has no characteristic \(uuid)")
+    }
+
+    // MARK: FA11, FA12
+
+    /// Reads a value, long values included (Read Blob until the end).
+    public func read(_ c: RemoteCharacteristic) async throws -> [UInt8] {
+        try await run { try await client.read(c.valueHandle) }
+    }
+
+    /// Writes a value: with response (long values as a prepared write), or as Write
+    /// Command, which returns once the controller has buffer room for it (backpressure,
+    /// never a silent drop).
+    public func write(_ value: [UInt8], to c: RemoteCharacteristic, withResponse: Bool = true) async throws {
+        try await run {
+            if withResponse {
+                try await client.write(c.valueHandle, value: value)
+            } else {
+                let limit = await client.bearer.mtu - 3
+                guard value.count <= limit else { throw BLEError.notSupported("a Write Command carries at most \(limit) bytes (ATT_MTU - 3)") }
+                try await client.writeWithoutResponse(c.valueHandle, value: value)
+                await client.bearer.drain()
+                if !(await host.isActive(connection.id)) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+            }
+        }
+    }
+
+    // MARK: FA13
+
+    /// Subscribes (notifications if the characteristic has them, else indications;
+    /// `indications` chooses) and returns the values as they arrive.
+    public func subscribe(to c: RemoteCharacteristic, indications: Bool? = nil, capacity: Int = 256) async throws -> CharacteristicValues {
+        guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
+        let useIndications = indications ?? !c.properties.contains(.notify)
+        let inner = try await run { try await client.subscribe(c.discovered, cccd: cccd.handle, indications: useIndications) }
+        let (stream, cont) = AsyncThrowingStream<[UInt8], any Error>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
+        let dropped = DropCounter()
+        let host = self.host, id = connection.id, gatt = self.client
+        let feeder = Task {
+            for await v in inner { if case .dropped = cont.yield(v) { dropped.increment() } }
+            // The values ended: the link went (say why), or we unsubscribed.
+            if let end = await host.end(of: id, within: .seconds(1)) { cont.finish(throwing: end.error) } else { cont.finish() }
+        }
+        cont.onTermination = { reason in
+            feeder.cancel()
+            // The consumer stopped: tell the peer (unless the link is what stopped it).
+            if case .cancelled = reason { Task { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
+        }
+        return CharacteristicValues(base: stream, dropped: dropped)
+    }
+
+    // MARK: FA14
+
+    public func read(_ d: RemoteDescriptor) async throws -> [UInt8] {
+        try await run { try await client.read(d.handle) }
+    }
+
+    public func write(_ value: [UInt8], to d: RemoteDescriptor) async throws {
+        try await run { try await client.write(d.handle, value: value) }
+    }
+
+    // MARK: FA15
+
+    /// Read RSSI (the controller's view of the link, dBm).
+    public func readRSSI() async throws -> Int8 {
+        try await run { try await host.controller.send(ReadRSSI(connectionHandle: connection.handle)).rssi }
+    }
+
+    /// Reads the RSSI and estimates the distance from what the peripheral advertised
+    /// (TX Power Level or a beacon's measured power), or from `rssiAtOneMetre` when
+    /// given. Nil when there is no calibration. See `DistanceEstimate` for the model.
+    public func estimateDistance(rssiAtOneMetre: Double? = nil) async throws -> (rssi: Int8, metres: Double?) {
+        let rssi = try await readRSSI()
+        if let p = rssiAtOneMetre { return (rssi, DistanceEstimate.metres(rssi: Double(rssi), rssiAtOneMetre: p)) }
+        let d = await host.registry.device(address)?.merged
+        if let b = d?.iBeacon { return (rssi, DistanceEstimate.metres(rssi: Double(rssi), rssiAtOneMetre: Double(b.measuredPower))) }
+        if let tx = d?.txPowerLevel { return (rssi, DistanceEstimate.metres(rssi: Double(rssi), txPowerLevel: tx)) }
+        return (rssi, nil)
+    }
+
+    // MARK: FA04
+
+    /// Disconnects and returns the reason the controller reported.
+    @discardableResult
+    public func disconnect() async throws -> HCIStatus {
+        await client.bearer.drain()
+        return try await host.disconnect(connection)
+    }
+
+    /// Waits until the link ends (at most `limit`) and returns why; nil while it is up.
+    public func disconnection(within limit: Duration) async -> BLEError? {
+        await host.end(of: connection.id, within: limit)?.error
+    }
+}

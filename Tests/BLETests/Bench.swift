@@ -1,0 +1,86 @@
+// Two hosts that can hear each other: on the in-process virtual radio, or on a
+// Rootcanal started for the test (a controller nobody here wrote). The system tests
+// run the same bodies on both.
+
+import BLE
+import BLETesting
+import Foundation
+import HCI
+import Logging
+import Testing
+import Transports
+
+enum BenchKind: String, CustomStringConvertible, Sendable, CaseIterable {
+    case virtual, rootcanal
+    var description: String { rawValue }
+}
+
+struct Bench: Sendable {
+    let central: BluetoothHost
+    let peripheral: BluetoothHost
+    let peripheralAddress: BluetoothAddress
+    /// Lets advertising reach scanners (the virtual radio has no timers; Rootcanal needs none).
+    let tick: @Sendable () async -> Void
+    let stopAll: @Sendable () async -> Void
+    /// Whether RSSI follows the distance set (the virtual radio's path-loss model); Rootcanal's is random.
+    let modelsDistance: Bool
+    let setDistance: @Sendable (Double) async -> Void
+
+    static let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
+    static let required = ProcessInfo.processInfo.environment["BLE_REQUIRE_INTEROP"] == "1"
+    static let logger = Logger(label: "ble-tests") { _ in SwiftLogNoOpLogHandler() }
+
+    /// Nil when Rootcanal is not installed and the interop run is not required.
+    static func make(_ kind: BenchKind) async throws -> Bench? {
+        switch kind {
+        case .virtual:
+            let radio = VirtualRadio()
+            let a = BluetoothAddress("C0:00:00:00:00:01")!, b = BluetoothAddress("C0:00:00:00:00:02")!
+            let central = BluetoothHost(transport: await radio.makeController(address: a), logger: logger)
+            let pc = await radio.makeController(address: b)
+            await pc.setTxPower(0)
+            let peripheral = BluetoothHost(transport: pc, logger: logger)
+            try await central.start()
+            try await peripheral.start()
+            return Bench(central: central, peripheral: peripheral, peripheralAddress: b, tick: { await radio.tick() },
+                         stopAll: { await central.close(); await peripheral.close() }, modelsDistance: true,
+                         setDistance: { await radio.setDistance($0, between: a, and: b) })
+        case .rootcanal:
+            let binary: String
+            do { binary = try RootcanalProcess.locate(packageRoot: root) } catch {
+                if required { throw error }
+                return nil
+            }
+            let rc = try RootcanalProcess(binary: binary)
+            do {
+                let central = BluetoothHost(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger), logger: logger)
+                let peripheral = BluetoothHost(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger), logger: logger)
+                try await central.start()
+                let info = try await peripheral.start()
+                return Bench(central: central, peripheral: peripheral, peripheralAddress: info.address, tick: {},
+                             stopAll: { await central.close(); await peripheral.close(); rc.stop() }, modelsDistance: false,
+                             setDistance: { _ in })
+            } catch {
+                rc.stop()
+                throw error
+            }
+        }
+    }
+}
+
+/// Collects up to `count` elements of `seq` within `limit`.
+func collect<S: AsyncSequence & Sendable>(_ seq: S, count: Int, within limit: Duration) async -> [S.Element] where S.Element: Sendable {
+    await withTaskGroup(of: [S.Element].self) { g in
+        g.addTask {
+            var out: [S.Element] = []
+            var it = seq.makeAsyncIterator()
+            while out.count < count, let e = try? await it.next() { out.append(e) }
+            return out
+        }
+        g.addTask { try? await Task.sleep(for: limit); return [] }
+        var best: [S.Element] = []
+        if let r = await g.next() { best = r }
+        g.cancelAll()
+        return best
+    }
+}
