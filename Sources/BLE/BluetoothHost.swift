@@ -288,6 +288,11 @@ public actor BluetoothHost {
                 // A central connected to us: serve it the local database.
                 let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), logger: logger)
                 await server.attach(bearer, connection: c.handle)
+                // The controller stopped advertising for this connection; ask it to go on so
+                // more centrals can connect (controllers that cannot refuse, and we wait for the disconnection).
+                if let a = advertising, state == .ready {
+                    do { try await startAdvertisingNow(a) } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
+                }
             } else if let w = connectWaiter, w.peer == c.peer {
                 connectWaiter = nil
                 w.timer.cancel()

@@ -51,8 +51,10 @@ public struct RemoteService: Hashable, Sendable {
     public func characteristic(_ uuid: BluetoothUUID) -> RemoteCharacteristic? { characteristics.first { $0.uuid == uuid } }
 }
 
-/// Values of a subscription. Finishes when the consumer stops iterating (the
-/// subscription is then written off the peer's CCCD), or throws
+/// Values of a subscription. When the consumer lets go of the sequence (or the task
+/// iterating it is cancelled) the subscription is written off the peer's CCCD; it
+/// finishes after `unsubscribe(from:)` or a second subscription to the same
+/// characteristic, and throws
 /// `BLEError.disconnected(reason:)` when the link drops. Buffer: the newest
 /// `capacity` values; `dropped` counts the rest.
 public struct CharacteristicValues: AsyncSequence, Sendable {
@@ -106,15 +108,56 @@ public actor RemotePeripheral {
         let found = try await run { try await client.discoverAll() }
         let s = found.map { (svc, chars) in
             RemoteService(uuid: svc.uuid, isPrimary: svc.isPrimary, startHandle: svc.start, endHandle: svc.end,
-                          characteristics: chars.map { (c, ds) in
-                              RemoteCharacteristic(uuid: c.uuid, properties: c.properties, declarationHandle: c.declarationHandle,
-                                                   valueHandle: c.valueHandle, endHandle: c.end,
-                                                   descriptors: ds.map { RemoteDescriptor(uuid: $0.uuid, handle: $0.handle) })
-                          })
+                          characteristics: chars.map { Self.wrap($0.0, $0.1) })
         }
         services = s
         return s
     }
+
+    /// Service Changed indications from the peer: each changed handle range, as the
+    /// peer reports it; the cached discovery is dropped so the next
+    /// `discoverServices()` asks again. Nil when the peer has no Service Changed.
+    /// Buffer: unbounded (one element per database change); ends with the link.
+    public func serviceChanges() async throws -> AsyncStream<ClosedRange<UInt16>>? {
+        _ = try await discoverServices()
+        guard let changes = try await run({ try await client.trackServiceChanges() }) else { return nil }
+        let (stream, cont) = AsyncStream<ClosedRange<UInt16>>.makeStream()
+        let feeder = Task { [weak self] in
+            for await r in changes {
+                await self?.forgetServices()
+                cont.yield(r)
+            }
+            cont.finish()
+        }
+        cont.onTermination = { _ in feeder.cancel() }
+        return stream
+    }
+
+    /// The services `service` includes (secondary services are found only this way),
+    /// with their characteristics and descriptors.
+    public func includedServices(of service: RemoteService) async throws -> [RemoteService] {
+        try await run {
+            var out: [RemoteService] = []
+            let includes = try await client.findIncludedServices(of: DiscoveredService(uuid: service.uuid, start: service.startHandle,
+                                                                                       end: service.endHandle, isPrimary: service.isPrimary))
+            for inc in includes {
+                var chars: [RemoteCharacteristic] = []
+                for c in try await client.discoverCharacteristics(of: inc.service) {
+                    chars.append(Self.wrap(c, try await client.discoverDescriptors(of: c)))
+                }
+                out.append(RemoteService(uuid: inc.service.uuid, isPrimary: inc.service.isPrimary, startHandle: inc.service.start,
+                                         endHandle: inc.service.end, characteristics: chars))
+            }
+            return out
+        }
+    }
+
+    static func wrap(_ c: DiscoveredCharacteristic, _ ds: [DiscoveredDescriptor]) -> RemoteCharacteristic {
+        RemoteCharacteristic(uuid: c.uuid, properties: c.properties, declarationHandle: c.declarationHandle, valueHandle: c.valueHandle,
+                             endHandle: c.end, descriptors: ds.map { RemoteDescriptor(uuid: $0.uuid, handle: $0.handle) })
+    }
+
+    private func forgetServices() { services = nil }
 
     /// The first characteristic with `uuid` (in service `service` when given), discovering if needed.
     public func characteristic(_ uuid: BluetoothUUID, in service: BluetoothUUID? = nil) async throws -> RemoteCharacteristic {
@@ -170,6 +213,12 @@ public actor RemotePeripheral {
             if case .cancelled = reason { Task { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
         }
         return CharacteristicValues(base: stream, dropped: dropped)
+    }
+
+    /// Ends a subscription explicitly (the CCCD is written to 0; the sequence finishes).
+    public func unsubscribe(from c: RemoteCharacteristic) async throws {
+        guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
+        try await run { try await client.unsubscribe(c.discovered, cccd: cccd.handle) }
     }
 
     // MARK: FA14

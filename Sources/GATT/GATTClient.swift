@@ -12,6 +12,12 @@ public struct DiscoveredService: Hashable, Sendable {
     public var start: UInt16
     public var end: UInt16
     public var isPrimary: Bool
+    public init(uuid: BluetoothUUID, start: UInt16, end: UInt16, isPrimary: Bool) {
+        self.uuid = uuid
+        self.start = start
+        self.end = end
+        self.isPrimary = isPrimary
+    }
 }
 
 public struct DiscoveredCharacteristic: Hashable, Sendable {
