@@ -21,7 +21,10 @@ let package = Package(
         .library(name: "BLE", targets: ["BLE"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
+        .library(name: "FireAlarm", targets: ["FireAlarm"]),
         .executable(name: "btctl", targets: ["btctl"]),
+        .executable(name: "FireAlarmSender", targets: ["FireAlarmSender"]),
+        .executable(name: "FireAlarmReceiver", targets: ["FireAlarmReceiver"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -52,8 +55,17 @@ let package = Package(
             swiftSettings: strict),
         .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .target(
-            name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", .product(name: "Logging", package: "swift-log")],
+            name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "Transports", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
+        .target(name: "FireAlarm", dependencies: ["BLE", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .executableTarget(
+            name: "FireAlarmSender",
+            dependencies: ["BLE", "FireAlarm", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log")],
+            path: "Examples/FireAlarmSender", swiftSettings: strict),
+        .executableTarget(
+            name: "FireAlarmReceiver",
+            dependencies: ["BLE", "FireAlarm", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log")],
+            path: "Examples/FireAlarmReceiver", swiftSettings: strict),
         .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI"], swiftSettings: strict),
         .target(
             name: "BLETesting",
@@ -62,7 +74,7 @@ let package = Package(
         .executableTarget(
             name: "btctl",
             dependencies: [
-                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP",
+                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

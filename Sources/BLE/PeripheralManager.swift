@@ -204,10 +204,13 @@ public struct PeripheralManager: Sendable {
     /// Stores the value and notifies every central subscribed (each gets at most
     /// ATT_MTU − 3 bytes; see `maximumUpdateLength`). Returns once the notifications
     /// are in the controller's buffers (backpressure); returns the centrals notified.
+    /// `to` limits it to some centrals; `storeValue: false` leaves what reads return
+    /// alone (both for a transfer in pieces, each sized to one central's MTU).
     @discardableResult
-    public func notify(_ c: Characteristic, value: [UInt8]) async throws -> [Connection] {
+    public func notify(_ c: Characteristic, value: [UInt8], to centrals: [Connection]? = nil, storeValue: Bool = true) async throws -> [Connection] {
         let h = try await host.handles(of: c).value
-        return await host.connections(await host.server.notify(h, value: value, waitUntilSent: true))
+        let only = centrals.map { Set($0.map(\.handle)) }
+        return await host.connections(await host.server.notify(h, value: value, waitUntilSent: true, only: only, store: storeValue))
     }
 
     /// Stores the value and indicates it to every central subscribed; returns when all

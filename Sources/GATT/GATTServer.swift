@@ -213,10 +213,12 @@ public actor GATTServer {
     /// With `waitUntilSent`, returns once every notification is in the controller's
     /// buffers: the caller is paced by the link instead of queueing without bound.
     @discardableResult
-    public func notify(_ valueHandle: UInt16, value: [UInt8], waitUntilSent: Bool = false) async -> [UInt16] {
-        state.database.setValue(value, at: valueHandle)
+    /// `only` limits the notification to those connections (the value is stored either way).
+    /// `store: false` sends without changing what reads return (a transfer in pieces).
+    public func notify(_ valueHandle: UInt16, value: [UInt8], waitUntilSent: Bool = false, only: Set<UInt16>? = nil, store: Bool = true) async -> [UInt16] {
+        if store { state.database.setValue(value, at: valueHandle) }
         var sent: [(UInt16, ATTBearer)] = []
-        for (c, bearer) in bearers where state.configuration(valueHandle: valueHandle, connection: c).notify {
+        for (c, bearer) in bearers where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false {
             let mtu = await bearer.mtu
             if (try? await bearer.sendUnacknowledged(.handleValueNotification(handle: valueHandle, value: Array(value.prefix(mtu - 3))))) != nil {
                 sent.append((c, bearer))

@@ -1,0 +1,74 @@
+// The whole fire-alarm session on the in-process virtual radio: a sender and a
+// receiver, each with its own software controller, 3.5 m apart. No hardware, no
+// Rootcanal, no root. `btctl demo` and the examples' `--transport virtual` run it.
+
+import BLE
+import BLETesting
+import Foundation
+import Logging
+
+public enum FireAlarmDemo {
+    public struct Outcome: Sendable {
+        /// The floor plan the receiver downloaded (and checked against its CRC-32).
+        public var floorPlan: [UInt8]
+        /// Who the sender saw acknowledge.
+        public var acknowledgements: [String]
+    }
+
+    /// Runs sender and receiver until the receiver has handled one alarm (the sender
+    /// raises it `alarmAfter` the receiver subscribed); at most `limit`.
+    public static func run(distance: Double = 3.5, alarmAfter: Duration = .milliseconds(300), limit: Duration = .seconds(30),
+                           saveDirectory: String? = nil, logger: Logger = Logger(label: "demo") { _ in SwiftLogNoOpLogHandler() },
+                           log: @escaping FireAlarmLog) async throws -> Outcome {
+        let radio = VirtualRadio()
+        let senderAddress = BluetoothAddress("C0:FF:EE:00:00:01")!, receiverAddress = BluetoothAddress("C0:FF:EE:00:00:02")!
+        await radio.setDistance(distance, between: senderAddress, and: receiverAddress)
+        let senderHost = BluetoothHost(transport: await radio.makeController(address: senderAddress), logger: logger)
+        let receiverHost = BluetoothHost(transport: await radio.makeController(address: receiverAddress), logger: logger)
+        // The radio has no timers: advertising is heard when time passes, here every 50 ms.
+        let ticker = Task {
+            while !Task.isCancelled {
+                await radio.tick()
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        defer { ticker.cancel() }
+        try await senderHost.start()
+        try await receiverHost.start()
+        log(FireAlarmEvent(role: "radio", event: "virtual", detail: "sender \(senderAddress) and receiver \(receiverAddress), \(distance) m apart"))
+        let sender = FireAlarmSender(host: senderHost, name: "FireAlarm-B3", log: log)
+        let receiver = FireAlarmReceiver(host: receiverHost, name: "receiver-\(receiverAddress.description.suffix(2))",
+                                         scanTime: .milliseconds(300), saveDirectory: saveDirectory, log: log)
+        try await sender.start()
+        do {
+            try await withThrowingTaskGroup(of: Void.self) { g in
+                g.addTask { try await receiver.run(once: true) }
+                g.addTask {
+                    guard await sender.waitForSubscriber(within: limit) else { return }
+                    try await Task.sleep(for: alarmAfter)
+                    try await sender.raiseAlarm()
+                }
+                g.addTask {
+                    try await Task.sleep(for: limit)
+                    throw BLEError.notSupported("the demo did not finish within \(limit)")
+                }
+                // Done when the receiver is, after the sender's alarm task.
+                _ = try await g.next()
+                _ = try await g.next()
+                g.cancelAll()
+            }
+        } catch {
+            await sender.stop()
+            await senderHost.close()
+            await receiverHost.close()
+            throw error
+        }
+        // Let the sender see the disconnection before closing.
+        try? await Task.sleep(for: .milliseconds(50))
+        let outcome = Outcome(floorPlan: await receiver.floorPlans.last ?? [], acknowledgements: await sender.acknowledgements)
+        await sender.stop()
+        await senderHost.close()
+        await receiverHost.close()
+        return outcome
+    }
+}

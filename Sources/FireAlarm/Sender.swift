@@ -1,0 +1,142 @@
+// FireAlarmSender (peripheral): advertises the fire-alarm service, serves the alarm
+// state, text and floor plan, indicates an alarm, streams the floor plan to each
+// central that subscribes to it, and reports acknowledgements.
+
+import BLE
+import Foundation
+
+public actor FireAlarmSender {
+    public nonisolated let host: BluetoothHost
+    public let name: String
+    private let text: String
+    private let image: [UInt8]
+    private let log: FireAlarmLog
+    public nonisolated let alarmState: Characteristic
+    public nonisolated let alarmText: Characteristic
+    public nonisolated let floorPlan: Characteristic
+    public nonisolated let acknowledge: Characteristic
+    private var tasks: [Task<Void, Never>] = []
+    public private(set) var isAlarm = false
+    /// Who acknowledged, in order.
+    public private(set) var acknowledgements: [String] = []
+
+    public init(host: BluetoothHost, name: String = "FireAlarm", text: String = FireAlarmProfile.defaultText,
+                floorPlan image: [UInt8] = FireAlarmProfile.defaultFloorPlan, log: @escaping FireAlarmLog) {
+        self.host = host
+        self.name = name
+        self.text = text
+        self.image = image
+        self.log = log
+        alarmState = Characteristic(uuid: FireAlarmProfile.alarmState, properties: [.read, .indicate], value: [0],
+                                    descriptors: [.userDescription("Alarm state")])
+        alarmText = Characteristic(uuid: FireAlarmProfile.alarmText, properties: [.read], value: Array(text.utf8),
+                                   descriptors: [.userDescription("Alarm text")])
+        floorPlan = Characteristic(uuid: FireAlarmProfile.floorPlan, properties: [.read, .notify], value: FireAlarmProfile.header(for: image),
+                                   descriptors: [.userDescription("Floor plan (size, CRC-32; notifications carry the image)")])
+        acknowledge = Characteristic(uuid: FireAlarmProfile.acknowledge, properties: [.write], maximumLength: 64,
+                                     descriptors: [.userDescription("Acknowledge")])
+    }
+
+    private func emit(_ event: String, _ detail: String, _ fields: [String: String] = [:]) {
+        log(FireAlarmEvent(role: "sender", event: event, detail: detail, fields: fields))
+    }
+
+    /// Publishes the service, starts advertising and follows the centrals.
+    public func start() async throws {
+        let service = Service(uuid: FireAlarmProfile.service, characteristics: [alarmState, alarmText, floorPlan, acknowledge])
+        try await host.peripheral.add(service)
+        var ad = AdvertisingData()
+        ad.flags = 0x06
+        ad.localName = name
+        ad.txPowerLevel = FireAlarmProfile.advertisedTxPower
+        var rsp = AdvertisingData()
+        rsp.serviceUUIDs = [FireAlarmProfile.service]
+        let events = host.peripheral.events(), links = host.connectionEvents()
+        tasks.append(Task { [weak self] in for await e in events { await self?.handle(e) } })
+        tasks.append(Task { [weak self] in for await e in links { await self?.handle(e) } })
+        try await host.peripheral.startAdvertising(ad, scanResponse: rsp)
+        let address = await host.info?.address.description ?? "?"
+        emit("advertising", "\(name) at \(address), TX power \(FireAlarmProfile.advertisedTxPower) dBm, floor plan \(image.count) bytes",
+             ["name": name, "address": address])
+    }
+
+    public func stop() {
+        for t in tasks { t.cancel() }
+        tasks.removeAll()
+    }
+
+    /// Sets the alarm and indicates it; returns the centrals that confirmed.
+    @discardableResult
+    public func raiseAlarm() async throws -> [Connection] {
+        isAlarm = true
+        emit("alarm", "raised")
+        let confirmed = try await host.peripheral.indicate(alarmState, value: [1])
+        emit("indicated", "confirmed by \(confirmed.count) central(s)", ["confirmed": confirmed.map(\.peer.description).joined(separator: ",")])
+        return confirmed
+    }
+
+    public func clearAlarm() async throws {
+        isAlarm = false
+        try await host.peripheral.indicate(alarmState, value: [0])
+        emit("cleared", "alarm cleared")
+    }
+
+    /// Waits until some central subscribes to the alarm state (at most `limit`).
+    public func waitForSubscriber(within limit: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if let s = try? await host.peripheral.subscribers(of: alarmState), !s.isEmpty { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return false
+    }
+
+    private func handle(_ e: ConnectionEvent) {
+        switch e {
+        case let .connected(c) where c.role == .peripheral:
+            emit("connected", "central \(c.peer)", ["central": c.peer.description])
+        case let .disconnected(c, reason) where c.role == .peripheral:
+            emit("disconnected", "central \(c.peer): \(reason)", ["central": c.peer.description, "reason": "\(reason)"])
+        default:
+            break
+        }
+    }
+
+    private func handle(_ e: PeripheralEvent) {
+        switch e {
+        case let .subscriptionChanged(c, central, _, indicate) where c === alarmState:
+            emit(indicate ? "subscribed" : "unsubscribed", "\(central.peer) to the alarm state", ["central": central.peer.description])
+        case let .subscriptionChanged(c, central, notify, _) where c === floorPlan && notify:
+            tasks.append(Task { [weak self] in await self?.sendFloorPlan(to: central) })
+        case let .written(c, value, central) where c === acknowledge:
+            let who = String(decoding: value, as: UTF8.self)
+            acknowledgements.append(who)
+            emit("acknowledged", "\(who) (\(central.peer))", ["central": central.peer.description, "by": who])
+        default:
+            break
+        }
+    }
+
+    /// The image as notifications, each filling the central's ATT_MTU − 3, paced by the controller's buffers.
+    private func sendFloorPlan(to central: Connection) async {
+        let piece = await host.peripheral.maximumUpdateLength(for: central)
+        let start = ContinuousClock.now
+        var offset = 0, count = 0
+        while offset < image.count {
+            let chunk = Array(image[offset..<min(image.count, offset + piece)])
+            guard let sent = try? await host.peripheral.notify(floorPlan, value: chunk, to: [central], storeValue: false), !sent.isEmpty else {
+                emit("floor plan", "stopped after \(offset) bytes: \(central.peer) unsubscribed or left")
+                return
+            }
+            offset += chunk.count
+            count += 1
+        }
+        let ms = (ContinuousClock.now - start).milliseconds
+        emit("floor plan", "sent \(image.count) bytes in \(count) notifications of ≤ \(piece) bytes (\(ms) ms)",
+             ["bytes": "\(image.count)", "notifications": "\(count)"])
+    }
+}
+
+extension Duration {
+    var milliseconds: Int { Int(components.seconds * 1000 + components.attoseconds / 1_000_000_000_000_000) }
+}
