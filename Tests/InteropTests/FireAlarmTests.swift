@@ -1,0 +1,74 @@
+// The fire-alarm example as a user runs it: FireAlarmSender and FireAlarmReceiver
+// as separate processes on Rootcanal, and `btctl demo` on the virtual radio.
+
+import BLETesting
+import Foundation
+import Testing
+
+@Suite(.serialized) struct FireAlarmTests {
+    static func binary(_ name: String) -> String? {
+        let path = Interop.root + "/.build/debug/" + name
+        if FileManager.default.isExecutableFile(atPath: path) { return path }
+        if Interop.required { Issue.record("\(name) is not built at \(path)") }
+        return nil
+    }
+
+    static func events(_ out: String) -> [[String: String]] {
+        out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: String] }
+    }
+
+    @Test func senderAndReceiverProcessesOnRootcanal() throws {
+        guard let rcBinary = try Interop.rootcanal(), let senderPath = Self.binary("FireAlarmSender"),
+              let receiverPath = Self.binary("FireAlarmReceiver") else { return }
+        let rc = try RootcanalProcess(binary: rcBinary)
+        defer { rc.stop() }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("firealarm-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+
+        let sender = Process()
+        sender.executableURL = URL(fileURLWithPath: senderPath)
+        sender.arguments = ["-t", rc.transportSpec, "--json", "--name", "FireAlarm-RC", "--alarm-after", "0.2"]
+        let senderOut = Pipe()
+        sender.standardOutput = senderOut
+        sender.standardInput = Pipe()  // stays open: the sender keeps serving
+        try sender.run()
+        defer { if sender.isRunning { sender.terminate() } }
+
+        let receiver = try Interop.execute(receiverPath, ["-t", rc.transportSpec, "--json", "--once", "--scan-time", "1",
+                                                          "--name", "rc-receiver", "--save", dir], timeout: 60)
+        #expect(receiver.status == 0, "\(receiver.out)")
+        let r = Self.events(receiver.out)
+        let steps = r.map { $0["event"] ?? "" }
+        for step in ["found", "connected", "subscribed", "ALARM", "text", "distance", "floor plan", "acknowledged"] {
+            #expect(steps.contains(step), "receiver never reached '\(step)': \(steps)")
+        }
+        #expect(r.first { $0["event"] == "found" }?["name"] == "FireAlarm-RC")
+        #expect(r.first { $0["event"] == "floor plan" }?["crc_ok"] == "true")
+        #expect(r.first { $0["event"] == "text" }?["text"]?.hasPrefix("FIRE in building B") == true)
+        let saved = try FileManager.default.contentsOfDirectory(atPath: dir)
+        #expect(saved.count == 1)
+        if let f = saved.first, let d = FileManager.default.contents(atPath: dir + "/" + f) {
+            #expect(String(decoding: d, as: UTF8.self).hasPrefix("<svg"))
+        }
+
+        sender.terminate()
+        sender.waitUntilExit()
+        let s = Self.events(String(decoding: senderOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+        #expect(s.contains { $0["event"] == "acknowledged" && $0["by"] == "rc-receiver" }, "\(s)")
+        #expect(s.contains { $0["event"] == "indicated" && $0["confirmed"]?.isEmpty == false }, "\(s)")
+    }
+
+    @Test func btctlDemoRunsTheWholeSessionWithoutHardware() throws {
+        guard let btctl = Self.binary("btctl") else { return }
+        let out = try Interop.execute(btctl, ["demo", "--json", "--distance", "10"], timeout: 60)
+        #expect(out.status == 0, "\(out.out)")
+        let e = Self.events(out.out)
+        #expect(e.first { $0["role"] == "receiver" && $0["event"] == "distance" }?["metres"] == "10.00")
+        #expect(e.first { $0["role"] == "receiver" && $0["event"] == "floor plan" }?["crc_ok"] == "true")
+        #expect(e.contains { $0["role"] == "sender" && $0["event"] == "acknowledged" })
+        // Bad arguments: a clear message and a non-zero status.
+        let bad = try Interop.execute(btctl, ["demo", "--distance", "-1"], timeout: 30, mergeStderr: true)
+        #expect(bad.status != 0 && bad.out.contains("--distance"))
+    }
+}
