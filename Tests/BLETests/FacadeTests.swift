@@ -1,0 +1,112 @@
+// The facade's promises beyond the seed's tests: timeouts and cancellation end
+// with LE Create Connection Cancel, states arrive in order, manual answers reach
+// the peer, Write Commands are paced instead of dropped, and full buffers count.
+
+import BLE
+import BLETesting
+import GATT
+import Testing
+
+@Suite struct FacadeTests {
+    @Test func statesGoIdleInitializingReady() async throws {
+        let radio = VirtualRadio()
+        let host = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:09")!), logger: Bench.logger)
+        let states = host.states()
+        try await host.start()
+        await host.close()
+        let seen = await collect(states, count: 10, within: .seconds(5))
+        #expect(seen.count == 4)
+        #expect(Array(seen.prefix(3)) == [.idle, .initializing, .ready])
+        guard case .transportClosed? = seen.last else { Issue.record("\(seen)"); return }
+    }
+
+    @Test func connectTimesOutAndCancelsTheAttempt() async throws {
+        let room = try await Room(peripherals: 1)
+        defer { Task { await room.close() } }
+        let nobody = BluetoothAddress("C0:DE:AD:00:00:00")!
+        await #expect(throws: BLEError.connectionTimeout(nobody, within: .milliseconds(100))) {
+            _ = try await room.central.central.connect(to: nobody, within: .milliseconds(100))
+        }
+        // The controller was told to give up: a new attempt is accepted (not Command Disallowed).
+        try await room.peripherals[0].peripheral.startAdvertising(AdvertisingData())
+        let r = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        try await r.disconnect()
+    }
+
+    @Test func cancellingConnectEndsItAtOnce() async throws {
+        let room = try await Room(peripherals: 1)
+        defer { Task { await room.close() } }
+        let central = room.central.central
+        let attempt = Task { try await central.connect(to: BluetoothAddress("C0:DE:AD:00:00:01")!, within: .seconds(30)) }
+        try await Task.sleep(for: .milliseconds(50))
+        let start = ContinuousClock.now
+        attempt.cancel()
+        await #expect(throws: CancellationError.self) { _ = try await attempt.value }
+        #expect(ContinuousClock.now - start < .seconds(2))
+        try await room.peripherals[0].peripheral.startAdvertising(AdvertisingData())
+        let r = try await central.connect(to: room.addresses[0], within: .seconds(5))
+        try await r.disconnect()
+    }
+
+    @Test func manualAnswersReachThePeer() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        let dynamic = Characteristic(uuid: uuidB, properties: [.read, .write], value: Array("stored".utf8), answersManually: true)
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [dynamic]))
+        let rc = try await pair.remote.characteristic(uuidB)
+        // No consumer yet: the stored value answers.
+        #expect(try await pair.remote.read(rc) == Array("stored".utf8))
+        let requests = await pair.server.peripheral.requests()
+        let long = (0..<700).map { UInt8($0 & 0xFF) }
+        let answerer = Task {
+            var answered: [ReadWriteRequest.Kind] = []
+            for await r in requests {
+                answered.append(r.kind)
+                switch r.kind {
+                case .read: await r.respond(with: long)
+                case let .write(v, _): if v == [0xFF] { await r.respond(error: ATTErrorCode(rawValue: 0x80)) } else { await r.respond() }
+                }
+                if answered.count == 3 { break }
+            }
+            return answered
+        }
+        // 700 bytes at MTU 517: one Read gives ATT_MTU − 1 = 516, past the 512 an attribute value may have.
+        #expect(try await pair.remote.read(rc) == Array(long.prefix(516)))
+        try await pair.remote.write([1], to: rc)
+        await #expect(throws: BLEError.att(ATTErrorCode(rawValue: 0x80), handle: rc.valueHandle)) { try await pair.remote.write([0xFF], to: rc) }
+        let kinds = await firstElement(AsyncStream { c in Task { c.yield(await answerer.value); c.finish() } }, within: .seconds(5))
+        answerer.cancel()
+        #expect(kinds == [.read(offset: 0), .write(value: [1], withResponse: true), .write(value: [0xFF], withResponse: true)])
+        // Answered manually: the stored value was not touched.
+        #expect(try await pair.server.peripheral.value(of: dynamic) == Array("stored".utf8))
+    }
+
+    @Test func writeCommandsArePacedNotDropped() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        let sink = Characteristic(uuid: uuidB, properties: [.writeWithoutResponse])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [sink]))
+        let rc = try await pair.remote.characteristic(uuidB)
+        let events = pair.server.peripheral.events()
+        // 200 commands of 100 bytes: far more than the controller's 8 buffers hold at once.
+        for i in 0..<200 { try await pair.remote.write([UInt8(i)] + Array(repeating: 0, count: 99), to: rc, withResponse: false) }
+        let got = await collect(events, count: 200, within: .seconds(10))
+        #expect(got.count == 200)
+        #expect(got.compactMap { if case let .written(_, v, _) = $0 { v.first } else { nil } } == (0..<200).map { UInt8($0) })
+        #expect(events.dropped.count == 0)
+        // Too long for one command: refused, not truncated.
+        await #expect(throws: BLEError.self) { try await pair.remote.write(Array(repeating: 0, count: 600), to: rc, withResponse: false) }
+    }
+
+    @Test func aFullScanBufferCountsWhatItDropped() async throws {
+        let room = try await Room(peripherals: 1)
+        defer { Task { await room.close() } }
+        try await room.peripherals[0].peripheral.startAdvertising(AdvertisingData())
+        let results = try await room.central.central.scan(capacity: 2)
+        for _ in 0..<10 { await room.radio.tick() }
+        // Let the host process the reports, then read what is left.
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(results.dropped.count >= 8)
+        #expect(await collect(results, count: 2, within: .seconds(2)).count == 2)
+    }
+}
