@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone: installs what it needs, builds, runs the
-# unit, layer, scripted, live Rootcanal and tshark tests, a bounded fuzz run of
-# every parser, and the real-kernel tests in a QEMU guest. Non-zero exit on any failure.
+# unit, layer, facade (virtual radio + Rootcanal), scripted, live Rootcanal, Bumble
+# and tshark tests, the DocC catalog, a bounded fuzz run of every parser, and the real-kernel tests in a QEMU guest. Non-zero exit on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Scripts/setup.sh
 swift build --build-tests
 # BLE_REQUIRE_INTEROP=1: a missing Rootcanal or tshark fails the run instead of skipping.
 BLE_REQUIRE_INTEROP=1 timeout 1800 swift test --skip-build
+# The DocC catalog must build without a warning (symbol links, articles).
+Scripts/docs.sh
 Scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 # The real-kernel tests (HCI user and raw channels, errors) in a QEMU guest.
 if Scripts/guest.sh available; then
