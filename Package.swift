@@ -86,6 +86,10 @@ let package = Package(
             name: "GATTBenchmark",
             dependencies: ["HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/GATTBenchmark", swiftSettings: strict),
+        .executableTarget(
+            name: "SpeedTestBenchmark",
+            dependencies: ["BLE", "BLETesting", .product(name: "Logging", package: "swift-log")],
+            path: "Benchmarks/SpeedTestBenchmark", swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
@@ -101,8 +105,8 @@ let package = Package(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT"],
             swiftSettings: strict),
         .testTarget(
-            name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP"],
-            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py"],
+            name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm"],
+            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py", "bumble_firealarm_receiver.py"],
             swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]
