@@ -110,3 +110,23 @@ import Testing
         #expect(await collect(results, count: 2, within: .seconds(2)).count == 2)
     }
 }
+
+@Suite struct LinkParameterTests {
+    @Test func bothRolesUpdateParametersAndOptionalCommandsAreTolerated() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        // Central: LE Connection Update; both sides see the complete event.
+        let peripheralSide = pair.server.connectionEvents()
+        let p = try #require(try await pair.remote.updateParameters(intervalMin: 0x10, intervalMax: 0x10, supervisionTimeout: 0x100, within: .seconds(5)))
+        #expect(p == ConnectionParameters(interval: 0x10, latency: 0, supervisionTimeout: 0x100))
+        let seen = await collect(peripheralSide, count: 1, within: .seconds(5))
+        guard case let .parametersUpdated(c, 0x10, 0, 0x100)? = seen.first else { Issue.record("\(seen)"); return }
+        #expect(c.role == .peripheral)
+        // Peripheral: the L2CAP request, which our central accepts (within §4.20's ranges) and applies.
+        let asked = try await pair.server.updateParameters(c, intervalMin: 0x18, intervalMax: 0x28, latency: 2, supervisionTimeout: 0x200, within: .seconds(5))
+        #expect(asked?.latency == 2 && asked?.supervisionTimeout == 0x200 && (0x18...0x28).contains(asked?.interval ?? 0))
+        // Data length: the virtual controller has it. PHY: it answers Unknown HCI Command, which means false, not an error.
+        #expect(try await pair.room.central.updateDataLength(pair.remote.connection))
+        #expect(try await pair.room.central.updatePHY(pair.remote.connection) == false)
+    }
+}
