@@ -97,7 +97,7 @@ let package = Package(
             name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .testTarget(name: "GAPTests", dependencies: ["GAP", "HCI", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .testTarget(
-            name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", .product(name: "Logging", package: "swift-log")],
+            name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting", "BLECrypto"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),

@@ -156,7 +156,7 @@ try await virtualRadioNotifications(mtu: 247, payload: 244, n: 20_000)
 say("== 2. Rootcanal, one Bumble GATT server; our client and Bumble's, same run (\(count) reads, \(count) writes, 200×200 B notified)")
 let python = root + "/.venv/bin/python"
 if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.default.isExecutableFile(atPath: python) {
-    let rc = try RootcanalProcess(binary: rcPath)
+    let rc = try await RootcanalProcess.launch(binary: rcPath)
     let server = Process()
     server.executableURL = URL(fileURLWithPath: python)
     server.arguments = [root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever"]

@@ -101,7 +101,7 @@ guard let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.
     say("skipped: needs .venv with rootcanal and bumble (Scripts/setup.sh)")
     exit(0)
 }
-let rc = try RootcanalProcess(binary: rcPath)
+let rc = try await RootcanalProcess.launch(binary: rcPath)
 let server = Process()
 server.executableURL = URL(fileURLWithPath: python)
 server.arguments = [root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever"]

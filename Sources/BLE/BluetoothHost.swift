@@ -70,6 +70,16 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
     }
 }
 
+/// Whether to drive the controller with the extended advertising, scanning and
+/// connection commands (Bluetooth 5).
+public enum ExtendedCommandsPolicy: Hashable, Sendable {
+    /// When the controller has them (then for everything: legacy and extended
+    /// commands must not be mixed).
+    case automatic
+    /// Never: legacy commands only (31-byte advertising data).
+    case never
+}
+
 /// One LE link, as the host knows it.
 public struct Connection: Hashable, Sendable {
     public var handle: UInt16
@@ -140,6 +150,10 @@ public actor BluetoothHost {
     }
     private var scans: [UInt64: ScanSubscriber] = [:]
     private var nextScan: UInt64 = 1
+    private var assembler = ExtendedReportAssembler()
+    private let extendedPolicy: ExtendedCommandsPolicy
+    /// Whether this host drives the controller with the extended commands (decided at `start`).
+    public private(set) var usesExtendedCommands = false
 
     // Peripheral role (PeripheralManager.swift).
     var published: [ObjectIdentifier: PublishedService] = [:]
@@ -149,8 +163,10 @@ public actor BluetoothHost {
 
     /// `commandTimeout` bounds every HCI command; `knownDeviceCapacity` bounds the registry.
     public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
-                commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024) {
+                commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024,
+                extendedCommands: ExtendedCommandsPolicy = .automatic) {
         self.logger = logger
+        self.extendedPolicy = extendedCommands
         self.controller = HCIController(transport: transport, commandTimeout: commandTimeout, logger: logger)
         self.l2cap = L2CAPHost(controller: controller, logger: logger)
         var db = AttributeDatabase()
@@ -217,6 +233,7 @@ public actor BluetoothHost {
         do {
             let i = try await controller.initialize(reset: reset)
             info = i
+            usesExtendedCommands = extendedPolicy == .automatic && i.supportsExtendedAdvertising
             setState(.ready)
             return i
         } catch {
@@ -231,7 +248,9 @@ public actor BluetoothHost {
         setState(.resetting)
         for c in active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
         do {
-            info = try await controller.initialize(reset: true)
+            let i = try await controller.initialize(reset: true)
+            info = i
+            usesExtendedCommands = extendedPolicy == .automatic && i.supportsExtendedAdvertising
             if let a = advertising { try await startAdvertisingNow(a) }
             setState(.ready)
         } catch {
@@ -289,8 +308,11 @@ public actor BluetoothHost {
                 let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), logger: logger)
                 await server.attach(bearer, connection: c.handle)
                 // The controller stopped advertising for this connection; ask it to go on so
-                // more centrals can connect (controllers that cannot refuse, and we wait for the disconnection).
-                if let a = advertising, state == .ready {
+                // more centrals can connect (controllers that cannot refuse, and we wait for the
+                // disconnection). Not with the extended commands: Rootcanal 1.10 then never
+                // connects to the set again once this link ends (seen in ST03), so an extended
+                // set resumes at the disconnection only.
+                if let a = advertising, state == .ready, !usesExtendedCommands {
                     do { try await startAdvertisingNow(a) } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
                 }
             } else if let w = connectWaiter, w.peer == c.peer {
@@ -361,17 +383,9 @@ public actor BluetoothHost {
     private func handle(_ event: HCIEvent) async {
         switch event {
         case let .le(.advertisingReport(r)):
-            for rp in r.reports {
-                let a = Advertisement(rp)
-                let d = registry.record(a, at: now)
-                guard !scans.isEmpty else { continue }
-                let result = ScanResult(advertisement: a, device: d)
-                // Filters look at what the device said in its advertisement and scan response together.
-                let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
-                for (_, s) in scans where s.filter.matches(merged) {
-                    if case .dropped = s.continuation.yield(result) { s.dropped.increment() }
-                }
-            }
+            for rp in r.reports { received(Advertisement(rp)) }
+        case let .le(.extendedAdvertisingReport(r)):
+            for rp in r.reports { if let a = assembler.add(rp) { received(a) } }
         case let .le(.connectionUpdateComplete(u)) where u.status.isSuccess:
             if let c = active[u.connectionHandle] {
                 connectionBroadcast.yield(.parametersUpdated(c, interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout))
@@ -384,6 +398,18 @@ public actor BluetoothHost {
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         default:
             break
+        }
+    }
+
+    /// One advertising PDU: into the registry, and to every scan whose filter the device's merged view matches.
+    private func received(_ a: Advertisement) {
+        let d = registry.record(a, at: now)
+        guard !scans.isEmpty else { return }
+        let result = ScanResult(advertisement: a, device: d)
+        // Filters look at what the device said in its advertisement and scan response together.
+        let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
+        for (_, s) in scans where s.filter.matches(merged) {
+            if case .dropped = s.continuation.yield(result) { s.dropped.increment() }
         }
     }
 
@@ -413,8 +439,16 @@ public actor BluetoothHost {
                     await self?.abandonConnect(BLEError.connectionTimeout(peer, within: limit))
                 }
                 connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
+                let extended = usesExtendedCommands
                 Task {
-                    do { try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, connection: parameters)) } catch {
+                    do {
+                        if extended {
+                            try await self.controller.send(LEExtendedCreateConnection(peerAddressType: type, peerAddress: peer,
+                                                                                     phys: [.init(connection: parameters)]))
+                        } else {
+                            try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, connection: parameters))
+                        }
+                    } catch {
                         await self.abandonConnect(error, cancel: false)
                     }
                 }
@@ -455,7 +489,13 @@ public actor BluetoothHost {
         scans[id] = ScanSubscriber(filter: filter, continuation: cont, dropped: dropped)
         cont.onTermination = { _ in Task { await self.endScan(id) } }
         if first {
-            do { try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates) } catch {
+            do {
+                if usesExtendedCommands {
+                    try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates)
+                } else {
+                    try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates)
+                }
+            } catch {
                 scans[id] = nil
                 throw error
             }
@@ -465,7 +505,7 @@ public actor BluetoothHost {
 
     private func endScan(_ id: UInt64) async {
         guard scans.removeValue(forKey: id) != nil, scans.isEmpty, state == .ready else { return }
-        _ = try? await Scanner.stop(controller)
+        if usesExtendedCommands { _ = try? await Scanner.stopExtended(controller) } else { _ = try? await Scanner.stop(controller) }
     }
 
     func remote(for c: Connection) -> RemotePeripheral? { remotes[c.id] }

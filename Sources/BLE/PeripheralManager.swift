@@ -132,8 +132,11 @@ public struct PeripheralManager: Sendable {
 
     // MARK: FA05
 
-    /// Starts legacy advertising (and resumes it after each central disconnects, until
-    /// `stopAdvertising`). Throws `AdvertisingDataError.tooLong` saying how much fits.
+    /// Starts advertising (and resumes it after each central connects or leaves, until
+    /// `stopAdvertising`). Legacy PDUs carry 31 bytes each of advertisement and scan
+    /// response; a controller with extended advertising (`usesExtendedCommands`) takes
+    /// more, as extended PDUs (the scan response then joins the advertisement; only
+    /// extended scanners hear it). Throws `AdvertisingDataError.tooLong` saying how much fits.
     public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                  connectable: Bool = true, intervalMilliseconds: Double = 100) async throws {
         try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
@@ -344,6 +347,8 @@ extension BluetoothHost {
         try requireReady()
         if let a {
             try await startAdvertisingNow(a)
+        } else if usesExtendedCommands {
+            try await Advertiser.stopExtended(controller)
         } else {
             try await Advertiser.stop(controller)
         }
@@ -351,8 +356,13 @@ extension BluetoothHost {
     }
 
     func startAdvertisingNow(_ a: AdvertisingConfiguration) async throws {
-        try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                   intervalMilliseconds: a.intervalMilliseconds)
+        if usesExtendedCommands {
+            try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                               intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31)
+        } else {
+            try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                       intervalMilliseconds: a.intervalMilliseconds)
+        }
     }
 
     func takeRequests() -> AsyncStream<ReadWriteRequest> {

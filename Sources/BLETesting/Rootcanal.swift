@@ -63,8 +63,24 @@ public final class RootcanalProcess: @unchecked Sendable {
         return UInt16(bigEndian: addr.sin_port)
     }
 
-    /// Starts Rootcanal and waits (up to `readyTimeout`) until its HCI port accepts connections.
-    public init(binary: String, logPath: String? = nil, readyTimeout: Duration = .seconds(15)) throws {
+    /// Starts Rootcanal and waits (up to `readyTimeout`) until its HCI port accepts
+    /// connections, blocking the calling thread; from async code use `launch`.
+    public convenience init(binary: String, logPath: String? = nil, readyTimeout: Duration = .seconds(15)) throws {
+        try self.init(starting: binary, logPath: logPath)
+        let deadline = ContinuousClock.now + readyTimeout
+        while try !isReady(deadline: deadline, readyTimeout) { usleep(20_000) }
+    }
+
+    /// Starts Rootcanal and waits (up to `readyTimeout`) until its HCI port accepts
+    /// connections, sleeping between checks instead of holding a thread.
+    public static func launch(binary: String, logPath: String? = nil, readyTimeout: Duration = .seconds(15)) async throws -> RootcanalProcess {
+        let rc = try RootcanalProcess(starting: binary, logPath: logPath)
+        let deadline = ContinuousClock.now + readyTimeout
+        while try !rc.isReady(deadline: deadline, readyTimeout) { try await Task.sleep(for: .milliseconds(20)) }
+        return rc
+    }
+
+    private init(starting binary: String, logPath: String?) throws {
         let ports = try (0..<4).map { _ in try Self.freePort() }
         self.binary = binary
         self.hciPort = ports[1]
@@ -80,15 +96,17 @@ public final class RootcanalProcess: @unchecked Sendable {
         }
         do { try p.run() } catch { throw LaunchError.didNotStart("\(error)") }
         self.process = p
-        let deadline = ContinuousClock.now + readyTimeout
-        while !Self.accepts(port: hciPort) {
-            guard p.isRunning else { throw LaunchError.didNotStart("exited with status \(p.terminationStatus)") }
-            guard ContinuousClock.now < deadline else {
-                p.terminate()
-                throw LaunchError.didNotStart("HCI port \(hciPort) not open after \(readyTimeout)")
-            }
-            usleep(20_000)
+    }
+
+    /// Whether the HCI port accepts connections; throws when Rootcanal died or `deadline` passed.
+    private func isReady(deadline: ContinuousClock.Instant, _ readyTimeout: Duration) throws -> Bool {
+        if Self.accepts(port: hciPort) { return true }
+        guard process.isRunning else { throw LaunchError.didNotStart("exited with status \(process.terminationStatus)") }
+        guard ContinuousClock.now < deadline else {
+            stop()
+            throw LaunchError.didNotStart("HCI port \(hciPort) not open after \(readyTimeout)")
         }
+        return false
     }
 
     static func accepts(port: UInt16) -> Bool {

@@ -8,6 +8,7 @@ import Foundation
 import HCI
 import Logging
 import Testing
+import Snoop
 import Transports
 
 enum BenchKind: String, CustomStringConvertible, Sendable, CaseIterable {
@@ -28,7 +29,15 @@ struct Bench: Sendable {
 
     static let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
     static let required = ProcessInfo.processInfo.environment["BLE_REQUIRE_INTEROP"] == "1"
-    static let logger = Logger(label: "ble-tests") { _ in SwiftLogNoOpLogHandler() }
+    /// Silent, unless BLE_TEST_LOG is a level (trace, debug, ...): then to stderr.
+    static let logger: Logger = {
+        guard let level = ProcessInfo.processInfo.environment["BLE_TEST_LOG"].flatMap(Logger.Level.init(rawValue:)) else {
+            return Logger(label: "ble-tests") { _ in SwiftLogNoOpLogHandler() }
+        }
+        var l = Logger(label: "ble-tests") { StreamLogHandler.standardError(label: $0) }
+        l.logLevel = level
+        return l
+    }()
 
     /// Nil when Rootcanal is not installed and the interop run is not required.
     static func make(_ kind: BenchKind) async throws -> Bench? {
@@ -51,10 +60,10 @@ struct Bench: Sendable {
                 if required { throw error }
                 return nil
             }
-            let rc = try RootcanalProcess(binary: binary)
+            let rc = try await RootcanalProcess.launch(binary: binary)
             do {
-                let central = BluetoothHost(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger), logger: logger)
-                let peripheral = BluetoothHost(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger), logger: logger)
+                let central = BluetoothHost(transport: try recorded("central", StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger)), logger: logger)
+                let peripheral = BluetoothHost(transport: try recorded("peripheral", StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger)), logger: logger)
                 try await central.start()
                 let info = try await peripheral.start()
                 return Bench(central: central, peripheral: peripheral, peripheralAddress: info.address, tick: {},
@@ -66,6 +75,12 @@ struct Bench: Sendable {
             }
         }
     }
+}
+
+/// With BLE_TEST_BTSNOOP=DIR, the Rootcanal sessions are recorded there (central.btsnoop, peripheral.btsnoop).
+func recorded(_ name: String, _ t: any HCITransport) throws -> any HCITransport {
+    guard let dir = ProcessInfo.processInfo.environment["BLE_TEST_BTSNOOP"] else { return t }
+    return RecordingTransport(wrapping: t, writer: try TraceFileWriter(path: dir + "/\(name).btsnoop"))
 }
 
 /// Collects up to `count` elements of `seq` within `limit`.

@@ -8,17 +8,17 @@ import Testing
 @Suite(.serialized) struct BtctlGATTTests {
     static var btctl: String { Interop.root + "/.build/debug/btctl" }
 
-    static func run(_ args: [String]) throws -> (status: Int32, out: String) {
-        try Interop.execute(btctl, args, timeout: 30, mergeStderr: true)
+    static func run(_ args: [String]) async throws -> (status: Int32, out: String) {
+        try await Interop.execute(btctl, args, timeout: 30, mergeStderr: true)
     }
 
-    @Test func serveDiscoverReadWriteByName() throws {
+    @Test func serveDiscoverReadWriteByName() async throws {
         guard let binary = try Interop.rootcanal() else { return }
         guard FileManager.default.isExecutableFile(atPath: Self.btctl) else {
             if Interop.required { Issue.record("btctl is not built at \(Self.btctl)") }
             return
         }
-        let rc = try RootcanalProcess(binary: binary)
+        let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let t = rc.transportSpec
         let server = Process()
@@ -29,22 +29,22 @@ import Testing
         try server.run()
         defer { if server.isRunning { server.terminate() } }
 
-        let discover = try Self.run(["gatt", "discover", "--name", "btctl-battery", "-t", t, "--json"])
+        let discover = try await Self.run(["gatt", "discover", "--name", "btctl-battery", "-t", t, "--json"])
         #expect(discover.status == 0, "\(discover.out)")
         let lines = discover.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         #expect(lines.contains { $0["type"] as? String == "service" && $0["uuid"] as? String == "180F" })
         #expect(lines.contains { $0["type"] as? String == "characteristic" && $0["uuid"] as? String == "2A19" && ($0["properties"] as? [String]) == ["read", "notify"] })
         #expect(lines.contains { $0["type"] as? String == "descriptor" && $0["uuid"] as? String == "2901" })
 
-        let read = try Self.run(["gatt", "read", "--name", "btctl-battery", "--uuid", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E", "-t", t, "--json"])
+        let read = try await Self.run(["gatt", "read", "--name", "btctl-battery", "--uuid", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E", "-t", t, "--json"])
         #expect(read.status == 0)
         #expect(read.out.contains("\"text\":\"hello from btctl\""), "\(read.out)")
 
         let long = String(repeating: "y", count: 100)
-        let write = try Self.run(["gatt", "write", "--name", "btctl-battery", "--uuid", "6E400002-B5A3-F393-E0A9-E50E24DCCA9E", "--text", long, "-t", t])
+        let write = try await Self.run(["gatt", "write", "--name", "btctl-battery", "--uuid", "6E400002-B5A3-F393-E0A9-E50E24DCCA9E", "--text", long, "-t", t])
         #expect(write.status == 0, "\(write.out)")
 
-        let missing = try Self.run(["gatt", "read", "--name", "nobody", "--handle", "3", "-t", t, "--connect-timeout", "1"])
+        let missing = try await Self.run(["gatt", "read", "--name", "nobody", "--handle", "3", "-t", t, "--connect-timeout", "1"])
         #expect(missing.status != 0)
         #expect(missing.out.contains("no device named 'nobody'"))
 

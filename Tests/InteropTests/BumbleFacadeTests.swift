@@ -12,7 +12,7 @@ import Testing
 @Suite(.serialized) struct BumbleFacadeTests {
     @Test func bumbleReceiverAgainstOurFireAlarmSender() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        let rc = try RootcanalProcess(binary: binary)
+        let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
         let info = try await host.start()
@@ -22,7 +22,7 @@ import Testing
             guard await sender.waitForSubscriber(within: .seconds(30)) else { return [Connection]() }
             return try await sender.raiseAlarm()
         }
-        let out = try Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_firealarm_receiver.py", String(rc.hciPort),
+        let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_firealarm_receiver.py", String(rc.hciPort),
                                                info.address.description], timeout: 60, mergeStderr: true).out
         let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         func event(_ e: String) -> [String: Any]? { lines.first { $0["event"] as? String == e } }
@@ -43,7 +43,7 @@ import Testing
 
     @Test func ourCentralAgainstBumblesServer() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        let rc = try RootcanalProcess(binary: binary)
+        let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let peripheral = Process()
         peripheral.executableURL = URL(fileURLWithPath: python)

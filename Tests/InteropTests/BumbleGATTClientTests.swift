@@ -19,7 +19,7 @@ import Transports
 
     @Test func ourCentralUsesBumblesGATTServer() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        let rc = try RootcanalProcess(binary: binary)
+        let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let logger = Interop.logger
         let controller = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger), logger: logger)

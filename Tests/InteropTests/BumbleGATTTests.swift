@@ -25,7 +25,7 @@ import Transports
 
     @Test func bumbleCentralUsesOurGATTServer() async throws {
         guard let binary = try Interop.rootcanal(), let python = try Self.python() else { return }
-        let rc = try RootcanalProcess(binary: binary)
+        let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let logger = Interop.logger
         let controller = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger), logger: logger)
@@ -75,7 +75,7 @@ import Transports
         try await controller.send(LESetAdvertisingData(data: ADStructure.encode([ADStructure(type: 1, data: [6]), ADStructure(type: 9, data: name)])))
         try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
 
-        let output = try Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort), info.address.description], timeout: 60).out
+        let output = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort), info.address.description], timeout: 60).out
         if ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" { print(output) }
         let lines = output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         func all(_ event: String) -> [[String: Any]] { lines.filter { $0["event"] as? String == event } }

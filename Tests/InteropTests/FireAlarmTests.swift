@@ -17,10 +17,10 @@ import Testing
         out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: String] }
     }
 
-    @Test func senderAndReceiverProcessesOnRootcanal() throws {
+    @Test func senderAndReceiverProcessesOnRootcanal() async throws {
         guard let rcBinary = try Interop.rootcanal(), let senderPath = Self.binary("FireAlarmSender"),
               let receiverPath = Self.binary("FireAlarmReceiver") else { return }
-        let rc = try RootcanalProcess(binary: rcBinary)
+        let rc = try await RootcanalProcess.launch(binary: rcBinary)
         defer { rc.stop() }
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("firealarm-\(getpid())").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -35,7 +35,7 @@ import Testing
         try sender.run()
         defer { if sender.isRunning { sender.terminate() } }
 
-        let receiver = try Interop.execute(receiverPath, ["-t", rc.transportSpec, "--json", "--once", "--scan-time", "1",
+        let receiver = try await Interop.execute(receiverPath, ["-t", rc.transportSpec, "--json", "--once", "--scan-time", "1",
                                                           "--name", "rc-receiver", "--save", dir], timeout: 60)
         #expect(receiver.status == 0, "\(receiver.out)")
         let r = Self.events(receiver.out)
@@ -59,16 +59,16 @@ import Testing
         #expect(s.contains { $0["event"] == "indicated" && $0["confirmed"]?.isEmpty == false }, "\(s)")
     }
 
-    @Test func btctlDemoRunsTheWholeSessionWithoutHardware() throws {
+    @Test func btctlDemoRunsTheWholeSessionWithoutHardware() async throws {
         guard let btctl = Self.binary("btctl") else { return }
-        let out = try Interop.execute(btctl, ["demo", "--json", "--distance", "10"], timeout: 60)
+        let out = try await Interop.execute(btctl, ["demo", "--json", "--distance", "10"], timeout: 60)
         #expect(out.status == 0, "\(out.out)")
         let e = Self.events(out.out)
         #expect(e.first { $0["role"] == "receiver" && $0["event"] == "distance" }?["metres"] == "10.00")
         #expect(e.first { $0["role"] == "receiver" && $0["event"] == "floor plan" }?["crc_ok"] == "true")
         #expect(e.contains { $0["role"] == "sender" && $0["event"] == "acknowledged" })
         // Bad arguments: a clear message and a non-zero status.
-        let bad = try Interop.execute(btctl, ["demo", "--distance", "-1"], timeout: 30, mergeStderr: true)
+        let bad = try await Interop.execute(btctl, ["demo", "--distance", "-1"], timeout: 30, mergeStderr: true)
         #expect(bad.status != 0 && bad.out.contains("--distance"))
     }
 }

@@ -4,6 +4,7 @@
 
 import BLETesting
 import Foundation
+import Synchronization
 import HCI
 import Logging
 import Snoop
@@ -29,8 +30,10 @@ enum Interop {
     }
 
     /// Runs a program to completion (killed after `timeout`), returning its status and
-    /// stdout (with stderr too when `mergeStderr`).
-    static func execute(_ path: String, _ args: [String], timeout: TimeInterval = 60, mergeStderr: Bool = false) throws -> (status: Int32, out: String) {
+    /// stdout (with stderr too when `mergeStderr`). Never blocks a cooperative thread:
+    /// the output is read on its own thread and the exit is polled with Task.sleep, so
+    /// tests that serve a peer in-process keep running while the peer's program does.
+    static func execute(_ path: String, _ args: [String], timeout: TimeInterval = 60, mergeStderr: Bool = false) async throws -> (status: Int32, out: String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: path)
         p.arguments = args
@@ -38,14 +41,25 @@ enum Interop {
         p.standardOutput = out
         p.standardError = mergeStderr ? out : FileHandle.nullDevice
         try p.run()
+        let collected = Mutex<Data?>(nil)
+        let reader = out.fileHandleForReading
+        Thread.detachNewThread {
+            let d = reader.readDataToEndOfFile()
+            collected.withLock { $0 = d }
+        }
         let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { usleep(20_000) }
+        while p.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
         if p.isRunning { p.terminate() }
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+        while p.isRunning { try await Task.sleep(for: .milliseconds(20)) }
+        var data: Data?
+        while data == nil {
+            data = collected.withLock { $0 }
+            if data == nil { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        return (p.terminationStatus, String(decoding: data ?? Data(), as: UTF8.self))
     }
 
-    static func run(_ path: String, _ args: [String]) throws -> String { try execute(path, args).out }
+    static func run(_ path: String, _ args: [String]) async throws -> String { try await execute(path, args).out }
 }
 
 @Suite(.serialized) struct RootcanalTests {
@@ -53,7 +67,7 @@ enum Interop {
     /// and checks the report. The session is recorded; tshark must read it cleanly.
     @Test func advertiserIsSeenByScanner() async throws {
         guard let binary = try Interop.rootcanal() else { return }
-        let rc = try RootcanalProcess(binary: binary)
+        let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("ble-interop-\(getpid())").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -115,9 +129,9 @@ enum Interop {
         })
         if let tshark = try Interop.tshark() {
             for f in [traceA, traceB] {
-                let malformed = try Interop.run(tshark, ["-r", f, "-Y", "_ws.malformed || _ws.expert.severity >= 8388608"])
+                let malformed = try await Interop.run(tshark, ["-r", f, "-Y", "_ws.malformed || _ws.expert.severity >= 8388608"])
                 #expect(malformed.isEmpty, "tshark flags frames in \(f): \(malformed)")
-                let count = try Interop.run(tshark, ["-r", f, "-T", "fields", "-e", "frame.number"])
+                let count = try await Interop.run(tshark, ["-r", f, "-T", "fields", "-e", "frame.number"])
                 let records = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: f)))).records.count
                 #expect(count.split(separator: "\n").count == records)
             }
@@ -135,7 +149,7 @@ enum Interop {
         TraceEncoder.Output.btsnoop(datalink: 1001), .btsnoop(datalink: 1002), .btsnoop(datalink: 2001),
         .pcap(linkType: 187), .pcap(linkType: 201), .pcap(linkType: 254), .pcapng(linkType: 201), .pcapng(linkType: 254),
     ])
-    func tsharkReadsEveryFormatWeWrite(output: TraceEncoder.Output) throws {
+    func tsharkReadsEveryFormatWeWrite(output: TraceEncoder.Output) async throws {
         guard let tshark = try Interop.tshark() else { return }
         let source = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: Interop.root + "/Fixtures/rootcanal-scan.btsnoop"))))
         let e = TraceEncoder(output)
@@ -143,9 +157,9 @@ enum Interop {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("fmt-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
         try Data(bytes).write(to: URL(fileURLWithPath: path))
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let malformed = try Interop.run(tshark, ["-r", path, "-Y", "_ws.malformed || _ws.expert.severity >= 8388608"])
+        let malformed = try await Interop.run(tshark, ["-r", path, "-Y", "_ws.malformed || _ws.expert.severity >= 8388608"])
         #expect(malformed.isEmpty, "\(output): \(malformed)")
-        let count = try Interop.run(tshark, ["-r", path, "-T", "fields", "-e", "frame.number"]).split(separator: "\n").count
+        let count = try await Interop.run(tshark, ["-r", path, "-T", "fields", "-e", "frame.number"]).split(separator: "\n").count
         #expect(count == source.records.count, "\(output)")
         let back = try TraceReader.read(bytes)
         #expect(back.records.map(\.packet) == source.records.map(\.packet))
@@ -153,14 +167,14 @@ enum Interop {
 
     /// `trace show --json`'s decode of a capture we recorded, frame by frame against tshark's.
     @Test(arguments: ["rootcanal-init.btsnoop", "rootcanal-scan.btsnoop"])
-    func traceShowAgreesWithTshark(fixture: String) throws {
+    func traceShowAgreesWithTshark(fixture: String) async throws {
         guard let tshark = try Interop.tshark() else { return }
         let path = Interop.root + "/Fixtures/" + fixture
         let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))
         let ours = trace.records.enumerated().map { FrameDecoder().decode($1, number: $0 + 1, firstTimestamp: 0).json }
         let fields = ["frame.number", "hci_h4.direction", "hci_h4.type", "bthci_cmd.opcode", "bthci_evt.code",
                       "bthci_evt.le_meta_subevent", "bthci_acl.chandle", "bthci_evt.bd_addr", "bthci_evt.rssi"]
-        let out = try Interop.run(tshark, ["-r", path, "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })
+        let out = try await Interop.run(tshark, ["-r", path, "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })
         let rows = out.split(separator: "\n").map { $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init) }
         #expect(rows.count == ours.count)
         #expect(rows.allSatisfy { $0.count == fields.count }, "tshark rows are incomplete: the comparison would be vacuous")

@@ -1,0 +1,123 @@
+// Extended advertising and scanning (Core Specification v5.4, Vol 4, Part E,
+// §7.8.53–§7.8.66; Vol 6, Part B, §2.3.4). A controller that has them is driven
+// with them for everything (as Bumble and BlueZ do): once a host has used an
+// extended advertising or scanning command, the legacy ones may be refused until
+// reset (§3.1.1 of Part E, "legacy and extended commands").
+
+import HCI
+
+extension ControllerInfo {
+    /// Whether the controller has extended advertising, scanning and connecting:
+    /// the LE feature bit and the commands.
+    public var supportsExtendedAdvertising: Bool {
+        leFeatures.contains(bit: LEFeatures.extendedAdvertising)
+            && supports(.leSetExtendedAdvertisingParameters) && supports(.leSetExtendedAdvertisingData)
+            && supports(.leSetExtendedAdvertisingEnable) && supports(.leSetExtendedScanParameters)
+            && supports(.leSetExtendedScanEnable) && supports(.leExtendedCreateConnection)
+    }
+}
+
+extension Advertiser {
+    /// Starts advertising set 0 with the extended commands. Up to 31 bytes (advertisement
+    /// and scan response each) go out as legacy PDUs, which every scanner hears; more
+    /// goes out as extended PDUs (heard by extended scanners only), where a connectable
+    /// set cannot be scannable: the scan response's structures are then appended to
+    /// the advertisement. Throws `AdvertisingDataError.tooLong` with the controller's
+    /// `maximumLength` (LE Read Maximum Advertising Data Length) before sending anything.
+    public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                     connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int) async throws {
+        var adv = data.bytes
+        var rsp = scanResponse?.bytes ?? []
+        let legacy = adv.count <= 31 && rsp.count <= 31
+        let properties: UInt16
+        if legacy {
+            // Legacy PDUs: ADV_IND 0b10011, ADV_SCAN_IND 0b10010, ADV_NONCONN_IND 0b10000.
+            properties = connectable ? 0x13 : (rsp.isEmpty ? 0x10 : 0x12)
+        } else {
+            adv += rsp
+            rsp = []
+            properties = connectable ? 0x01 : 0x00
+            guard adv.count <= maximumLength else { throw AdvertisingDataError.tooLong(length: adv.count, limit: maximumLength) }
+        }
+        let units = UInt32(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
+        _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
+        try await controller.send(LESetExtendedAdvertisingParameters(
+            advertisingHandle: 0, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
+            primaryAdvertisingIntervalMax: units, secondaryAdvertisingPHY: 1))
+        for c in fragments(adv, LESetExtendedAdvertisingData.self) { try await controller.send(c) }
+        if legacy, properties != 0x10 {
+            for c in fragments(rsp, LESetExtendedScanResponseData.self) { try await controller.send(c) }
+        }
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [.init(advertisingHandle: 0)]))
+    }
+
+    public static func stopExtended(_ controller: HCIController) async throws {
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
+    }
+
+    /// Data in commands of at most 251 bytes: complete (3), or first (1), intermediate (0)…, last (2).
+    static func fragments<C: LEExtendedAdvertisingPayloadCommand>(_ data: [UInt8], _: C.Type) -> [C] {
+        let n = C.maximumFragmentLength
+        guard data.count > n else { return [C(advertisingHandle: 0, operation: 3, fragmentPreference: 1, data: data)] }
+        return stride(from: 0, to: data.count, by: n).map { i in
+            let op: UInt8 = i == 0 ? 1 : (i + n >= data.count ? 2 : 0)
+            return C(advertisingHandle: 0, operation: op, fragmentPreference: 1, data: Array(data[i..<Swift.min(data.count, i + n)]))
+        }
+    }
+}
+
+extension Scanner {
+    /// LE Set Extended Scan Parameters (1M PHY) and LE Set Extended Scan Enable.
+    public static func enableExtended(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
+                                      interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws {
+        try await controller.send(LESetExtendedScanParameters(phys: [LEExtendedScanPHYParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window)]))
+        try await controller.send(LESetExtendedScanEnable(enable: true, filterDuplicates: filterDuplicates ? 1 : 0))
+    }
+
+    public static func stopExtended(_ controller: HCIController) async throws {
+        try await controller.send(LESetExtendedScanEnable(enable: false))
+    }
+}
+
+/// Joins the pieces of extended advertising reports (data status "incomplete, more
+/// to come") per advertiser and set, and turns each whole report into an
+/// `Advertisement`. A truncated report is delivered with what arrived and counted.
+public struct ExtendedReportAssembler: Sendable {
+    private struct Key: Hashable { var address: BluetoothAddress; var sid: UInt8; var scanResponse: Bool }
+    private var partial: [Key: [UInt8]] = [:]
+    /// Reports whose data the controller truncated.
+    public private(set) var truncated = 0
+    /// Most pieces kept at once (an advertiser that never completes cannot grow memory).
+    public var capacity = 64
+
+    public init() {}
+
+    public mutating func add(_ r: LEExtendedAdvertisingReport.Report) -> Advertisement? {
+        let status = (r.eventType >> 5) & 0x3
+        let scanResponse = r.eventType & 0x08 != 0
+        let key = Key(address: r.address, sid: r.advertisingSID, scanResponse: scanResponse)
+        var data = (partial.removeValue(forKey: key) ?? []) + r.data
+        switch status {
+        case 1:
+            if partial.count >= capacity { partial.removeAll() }
+            partial[key] = data
+            return nil
+        case 0:
+            break
+        default:
+            truncated += 1
+            data = Array(data.prefix(1650))
+        }
+        return Advertisement(extended: r, data: data)
+    }
+}
+
+extension Advertisement {
+    /// An extended report as the legacy event types name it: 4 scan response, 0/1
+    /// connectable (undirected/directed), 2 scannable, 3 neither.
+    public init(extended r: LEExtendedAdvertisingReport.Report, data: [UInt8]) {
+        let t = r.eventType
+        let type: UInt8 = t & 0x08 != 0 ? 4 : (t & 0x01 != 0 ? (t & 0x04 != 0 ? 1 : 0) : (t & 0x02 != 0 ? 2 : 3))
+        self.init(address: r.address, addressType: r.addressType, rssi: r.rssi, eventType: type, data: AdvertisingData(parsing: data), raw: data)
+    }
+}
