@@ -4,6 +4,7 @@
 // --btsnoop FILE to record the session, errors on stderr with a non-zero exit.
 
 import ArgumentParser
+import BLE
 import Foundation
 import HCI
 import Logging
@@ -63,6 +64,24 @@ struct ControllerOptions: ParsableArguments {
         guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds") }
         let c = HCIController(transport: transport, commandTimeout: .milliseconds(Int(timeout * 1000)), logger: logger)
         return (c, writer)
+    }
+}
+
+extension ControllerOptions {
+    /// A facade host on the transport (recorded with --btsnoop), not started.
+    func openHost() async throws -> (BluetoothHost, TraceFileWriter?) {
+        let spec = try spec
+        let base: any HCITransport
+        do { base = try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
+        var writer: TraceFileWriter?
+        var transport: any HCITransport = base
+        if let path = btsnoop {
+            let w = try TraceFileWriter(path: path)
+            writer = w
+            transport = RecordingTransport(wrapping: base, writer: w)
+        }
+        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds") }
+        return (BluetoothHost(transport: transport, logger: logger, commandTimeout: .milliseconds(Int(timeout * 1000))), writer)
     }
 }
 

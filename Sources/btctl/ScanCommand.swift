@@ -25,23 +25,24 @@ struct Scan: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let (controller, writer) = try await options.openController()
+        let (host, writer) = try await options.openHost()
         defer { writer?.close() }
         do {
-            try await controller.initialize()
+            try await host.start()
             let filter = ScanFilter(names: name, serviceUUIDs: service.compactMap(BluetoothUUID.init), addresses: address.compactMap(BluetoothAddress.init),
                                     minimumRSSI: minRssi.map { Int8($0) })
-            let (ads, dropped) = try await Scanner.start(controller, active: !passive, filterDuplicates: !duplicates, filter: filter)
+            // Filters apply to each device's advertisement and scan response together.
+            let results = try await host.central.scan(filter: filter, active: !passive, filterDuplicates: !duplicates)
+            let json = options.json
             let printer = Task {
-                for await a in ads { print(options.json ? Self.json(a).rendered : Self.text(a)); fflush(nil) }
+                for await r in results { print(json ? Self.json(r.advertisement).rendered : Self.text(r.advertisement)); fflush(nil) }
             }
             try await Task.sleep(for: .milliseconds(Int(duration * 1000)))
-            try await Scanner.stop(controller)
             printer.cancel()
-            await controller.close()
-            if dropped.count > 0 { FileHandle.standardError.write(Data("btctl: \(dropped.count) advertisements dropped (output too slow)\n".utf8)) }
+            await host.close()
+            if results.dropped.count > 0 { FileHandle.standardError.write(Data("btctl: \(results.dropped.count) advertisements dropped (output too slow)\n".utf8)) }
         } catch {
-            await controller.close()
+            await host.close()
             throw CLIError("scan failed: \(error)")
         }
     }
@@ -157,11 +158,11 @@ struct Advertise: AsyncParsableCommand {
 
     func run() async throws {
         let (d, rsp) = try payloads()
-        let (controller, writer) = try await options.openController()
+        let (host, writer) = try await options.openHost()
         defer { writer?.close() }
         do {
-            try await controller.initialize()
-            try await Advertiser.start(controller, data: d, scanResponse: rsp, connectable: !nonConnectable)
+            try await host.start()
+            try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable)
             if options.json {
                 emit(.object([("event", .string("advertising")), ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]))
             } else {
@@ -169,13 +170,13 @@ struct Advertise: AsyncParsableCommand {
             }
             fflush(nil)
             try await Task.sleep(for: .milliseconds(Int(duration * 1000)))
-            try await Advertiser.stop(controller)
-            await controller.close()
+            try await host.peripheral.stopAdvertising()
+            await host.close()
         } catch let e as AdvertisingDataError {
-            await controller.close()
+            await host.close()
             throw CLIError("\(e)")
         } catch {
-            await controller.close()
+            await host.close()
             throw CLIError("advertise failed: \(error)")
         }
     }
