@@ -49,39 +49,29 @@ struct ControllerOptions: ParsableArguments {
         return l
     }
 
-    /// Opens the transport (wrapped in a recording tap when --btsnoop is given) and a controller on it.
-    func openController() async throws -> (HCIController, TraceFileWriter?) {
+    /// Opens the transport, wrapped in a recording tap when --btsnoop is given.
+    func openTransport() throws -> (any HCITransport, TraceFileWriter?) {
         let spec = try spec
+        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds") }
         let base: any HCITransport
         do { base = try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
-        var writer: TraceFileWriter?
-        var transport: any HCITransport = base
-        if let path = btsnoop {
-            let w = try TraceFileWriter(path: path)
-            writer = w
-            transport = RecordingTransport(wrapping: base, writer: w)
-        }
-        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds") }
-        let c = HCIController(transport: transport, commandTimeout: .milliseconds(Int(timeout * 1000)), logger: logger)
-        return (c, writer)
+        guard let path = btsnoop else { return (base, nil) }
+        let w = try TraceFileWriter(path: path)
+        return (RecordingTransport(wrapping: base, writer: w), w)
     }
-}
 
-extension ControllerOptions {
-    /// A facade host on the transport (recorded with --btsnoop), not started.
+    var commandTimeout: Duration { .milliseconds(Int(timeout * 1000)) }
+
+    /// A controller on the transport (for the commands below the facade: info, gatt).
+    func openController() async throws -> (HCIController, TraceFileWriter?) {
+        let (t, w) = try openTransport()
+        return (HCIController(transport: t, commandTimeout: commandTimeout, logger: logger), w)
+    }
+
+    /// A facade host on the transport, not started.
     func openHost() async throws -> (BluetoothHost, TraceFileWriter?) {
-        let spec = try spec
-        let base: any HCITransport
-        do { base = try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
-        var writer: TraceFileWriter?
-        var transport: any HCITransport = base
-        if let path = btsnoop {
-            let w = try TraceFileWriter(path: path)
-            writer = w
-            transport = RecordingTransport(wrapping: base, writer: w)
-        }
-        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds") }
-        return (BluetoothHost(transport: transport, logger: logger, commandTimeout: .milliseconds(Int(timeout * 1000))), writer)
+        let (t, w) = try openTransport()
+        return (BluetoothHost(transport: t, logger: logger, commandTimeout: commandTimeout), w)
     }
 }
 
