@@ -1,0 +1,60 @@
+// The fire-alarm example in-process: the whole session, and the receiver's
+// reconnection when the link drops.
+
+import BLE
+import BLETesting
+import FireAlarm
+import Synchronization
+import Testing
+
+final class EventLog: Sendable {
+    private let events = Mutex<[FireAlarmEvent]>([])
+    var all: [FireAlarmEvent] { events.withLock { $0 } }
+    var log: FireAlarmLog { { e in self.events.withLock { $0.append(e) } } }
+    func count(_ role: String, _ event: String) -> Int { all.filter { $0.role == role && $0.event == event }.count }
+}
+
+@Suite struct FireAlarmSessionTests {
+    @Test func demoDownloadsTheFloorPlanIntact() async throws {
+        let log = EventLog()
+        let outcome = try await FireAlarmDemo.run(distance: 5, log: log.log)
+        #expect(outcome.floorPlan == FireAlarmProfile.defaultFloorPlan)
+        #expect(outcome.acknowledgements.count == 1)
+        // 5 m gives −54.98 dBm, reported as the integer −55, which the model reads back as 5.01 m.
+        #expect(log.all.first { $0.event == "distance" }?.fields["rssi"] == "-55")
+        #expect(log.all.first { $0.event == "distance" }?.fields["metres"] == "5.01")
+    }
+
+    @Test func receiverReconnectsWhenTheLinkDrops() async throws {
+        let radio = VirtualRadio()
+        let sa = BluetoothAddress("C0:FF:EE:00:01:01")!, ra = BluetoothAddress("C0:FF:EE:00:01:02")!
+        let senderHost = BluetoothHost(transport: await radio.makeController(address: sa), logger: Bench.logger)
+        let receiverHost = BluetoothHost(transport: await radio.makeController(address: ra), logger: Bench.logger)
+        let ticker = Task { while !Task.isCancelled { await radio.tick(); try? await Task.sleep(for: .milliseconds(20)) } }
+        defer { ticker.cancel() }
+        try await senderHost.start()
+        try await receiverHost.start()
+        let log = EventLog()
+        let sender = FireAlarmSender(host: senderHost, log: log.log)
+        try await sender.start()
+        let receiver = FireAlarmReceiver(host: receiverHost, scanTime: .milliseconds(100), log: log.log)
+        let run = Task { try await receiver.run(once: true) }
+        defer { run.cancel() }
+        // First link: the sender drops it once the receiver has subscribed.
+        #expect(await sender.waitForSubscriber(within: .seconds(10)))
+        for c in await senderHost.connections { try await senderHost.disconnect(c) }
+        // The receiver scans again, reconnects and subscribes; then the alarm is handled.
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(await sender.waitForSubscriber(within: .seconds(10)))
+        try await sender.raiseAlarm()
+        let finished = await firstElement(AsyncStream<Bool> { c in Task { c.yield((try? await run.value) != nil); c.finish() } }, within: .seconds(10))
+        #expect(finished == true)
+        #expect(log.count("receiver", "link lost") == 1)
+        #expect(log.count("receiver", "connected") == 2)
+        #expect(log.count("receiver", "floor plan") == 1)
+        #expect(await sender.acknowledgements.count == 1)
+        await sender.stop()
+        await senderHost.close()
+        await receiverHost.close()
+    }
+}
