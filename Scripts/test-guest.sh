@@ -11,4 +11,12 @@ $xctest --testing-library swift-testing --filter KernelTests
 BLE_GUEST_UNPRIVILEGED=1 setpriv --reuid=65534 --regid=65534 --clear-groups $xctest --testing-library swift-testing --filter KernelTests
 echo '== btctl list'; .build/debug/btctl list
 echo '== btctl info --transport hci0'; .build/debug/btctl info --transport hci0
+echo '== the fire-alarm example on the kernel: FireAlarmSender on hci1, FireAlarmReceiver on hci0 (HCI user channel)'
+.build/debug/FireAlarmSender -t hci1 --name FireAlarm-guest --alarm-after 0.5 </dev/null >/dev/shm/sender.out 2>&1 &
+sender=\$!
+timeout 120 .build/debug/FireAlarmReceiver -t hci0 --once --scan-time 2 --name guest-receiver | tee /dev/shm/receiver.out
+kill \$sender; wait \$sender 2>/dev/null || true
+cat /dev/shm/sender.out
+grep -q 'CRC-32 ok' /dev/shm/receiver.out && grep -q 'acknowledged   guest-receiver' /dev/shm/sender.out
+echo '== fire alarm on the kernel: ok'
 "

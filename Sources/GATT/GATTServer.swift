@@ -59,6 +59,9 @@ public actor GATTServer {
     /// Permissions are still checked first; the peer never sees an unchecked request.
     public func setManual(_ handles: Set<UInt16>) { manual = handles }
 
+    /// How long the application has to answer (default 20 s).
+    public func setManualTimeout(_ d: Duration) { manualTimeout = d }
+
     /// Answers request `id`: a read with the whole value (the server applies a Read
     /// Blob's offset and the MTU), a write with `[]`; or an ATT error code. Unknown or
     /// already answered ids are ignored.
