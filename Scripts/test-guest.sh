@@ -14,9 +14,13 @@ echo '== btctl info --transport hci0'; .build/debug/btctl info --transport hci0
 echo '== the fire-alarm example on the kernel: FireAlarmSender on hci1, FireAlarmReceiver on hci0 (HCI user channel)'
 .build/debug/FireAlarmSender -t hci1 --name FireAlarm-guest --alarm-after 0.5 </dev/null >/dev/shm/sender.out 2>&1 &
 sender=\$!
-timeout 120 .build/debug/FireAlarmReceiver -t hci0 --once --scan-time 2 --name guest-receiver | tee /dev/shm/receiver.out
+status=0
+timeout 120 .build/debug/FireAlarmReceiver -t hci0 --once --scan-time 2 --name guest-receiver >/dev/shm/receiver.out 2>&1 || status=\$?
+cat /dev/shm/receiver.out
 kill \$sender; wait \$sender 2>/dev/null || true
 cat /dev/shm/sender.out
-grep -q 'CRC-32 ok' /dev/shm/receiver.out && grep -q 'acknowledged   guest-receiver' /dev/shm/sender.out
+test \$status -eq 0
+grep -q 'CRC-32 ok' /dev/shm/receiver.out
+grep -q 'acknowledged   guest-receiver' /dev/shm/sender.out
 echo '== fire alarm on the kernel: ok'
 "

@@ -90,6 +90,13 @@ public actor RemotePeripheral {
     func translate(_ error: any Error) async -> any Error {
         if case let GATTClientError.att(.errorResponse(_, h, code)) = error { return BLEError.att(code, handle: h) }
         if error is CancellationError { return error }
+        // The controller refused or did not answer a command: that is the answer, not the link.
+        if let e = error as? HCIError {
+            switch e {
+            case .commandFailed, .commandTimedOut, .malformedResponse: return error
+            case .transportClosed, .connectionClosed: break
+            }
+        }
         // The bearer fails when the link goes: report why the link went.
         if let end = await host.end(of: connection.id, within: .seconds(1)) { return end.error }
         return error
@@ -240,9 +247,15 @@ public actor RemotePeripheral {
 
     /// Reads the RSSI and estimates the distance from what the peripheral advertised
     /// (TX Power Level or a beacon's measured power), or from `rssiAtOneMetre` when
-    /// given. Nil when there is no calibration. See `DistanceEstimate` for the model.
-    public func estimateDistance(rssiAtOneMetre: Double? = nil) async throws -> (rssi: Int8, metres: Double?) {
-        let rssi = try await readRSSI()
+    /// given. Nil when there is no calibration. A controller without Read RSSI (Unknown
+    /// HCI Command) gives the smoothed RSSI of the device's advertisements instead, and
+    /// nil metres when there is none. See `DistanceEstimate` for the model.
+    public func estimateDistance(rssiAtOneMetre: Double? = nil) async throws -> (rssi: Int8?, metres: Double?) {
+        let rssi: Int8?
+        do { rssi = try await readRSSI() } catch let HCIError.commandFailed(_, status) where status == .unknownCommand {
+            rssi = await host.registry.device(address)?.smoothedRSSI.map { Int8(clamping: Int($0.rounded())) }
+        }
+        guard let rssi, rssi != 127 else { return (nil, nil) }
         if let p = rssiAtOneMetre { return (rssi, DistanceEstimate.metres(rssi: Double(rssi), rssiAtOneMetre: p)) }
         let d = await host.registry.device(address)?.merged
         if let b = d?.iBeacon { return (rssi, DistanceEstimate.metres(rssi: Double(rssi), rssiAtOneMetre: Double(b.measuredPower))) }

@@ -72,8 +72,9 @@ public actor FireAlarmReceiver {
             emit("nothing heard", "no sender within \(scanTime)")
             return nil
         }
-        let metres = best.estimatedMetres.map { String(format: "%.1f m", $0) } ?? "distance unknown"
-        emit("found", "\(best.name ?? "?") at \(best.address), \(Int(best.device.smoothedRSSI ?? Double(best.rssi))) dBm, ~\(metres) (\(seen.count) sender(s) heard)",
+        let metres = best.estimatedMetres.map { String(format: "~%.1f m", $0) } ?? "distance unknown"
+        let level = best.device.smoothedRSSI.map { "\(Int($0.rounded())) dBm" } ?? "RSSI not available"
+        emit("found", "\(best.name ?? "?") at \(best.address), \(level), \(metres) (\(seen.count) sender(s) heard)",
              ["address": best.address.description, "name": best.name ?? "", "rssi": "\(best.rssi)"])
         return best
     }
@@ -108,8 +109,9 @@ public actor FireAlarmReceiver {
         let text = String(decoding: try await p.read(try await p.characteristic(FireAlarmProfile.alarmText)), as: UTF8.self)
         emit("text", text, ["text": text])
         let (rssi, metres) = try await p.estimateDistance()
-        emit("distance", "RSSI \(rssi) dBm → " + (metres.map { String(format: "~%.1f m", $0) } ?? "unknown (no TX power advertised)"),
-             ["rssi": "\(rssi)", "metres": metres.map { String(format: "%.2f", $0) } ?? ""])
+        let rssiText = rssi.map { "RSSI \($0) dBm" } ?? "no RSSI from this controller"
+        emit("distance", rssiText + " → " + (metres.map { String(format: "~%.1f m", $0) } ?? "distance unknown"),
+             ["rssi": rssi.map { "\($0)" } ?? "", "metres": metres.map { String(format: "%.2f", $0) } ?? ""])
         let image = try await downloadFloorPlan(p)
         let who = name
         try await p.write(Array(who.utf8), to: try await p.characteristic(FireAlarmProfile.acknowledge))

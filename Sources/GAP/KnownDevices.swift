@@ -69,8 +69,11 @@ public struct DeviceRegistry: Sendable {
             d.isConnectable = a.isConnectable
         }
         d.addressType = a.addressType
-        d.lastRSSI = a.rssi
-        d.filter.add(a.rssi)
+        // 127: the controller could not measure it (§7.7.65.2); keep what we had.
+        if a.rssi != 127 {
+            d.lastRSSI = a.rssi
+            d.filter.add(a.rssi)
+        }
         d.lastSeen = time
         d.reports += 1
         devices[a.address] = d

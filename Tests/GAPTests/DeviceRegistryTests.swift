@@ -39,3 +39,16 @@ struct DeviceRegistryTests {
         #expect(r.all.map(\.address) == [c, Self.a])
     }
 }
+
+struct UnavailableRSSITests {
+    @Test func rssi127MeansNotMeasuredAndIsNotAveraged() {
+        var r = DeviceRegistry()
+        let a = BluetoothAddress("C0:00:00:00:00:07")!
+        func ad(_ rssi: Int8) -> Advertisement { Advertisement(address: a, addressType: .public, rssi: rssi, eventType: 0, data: AdvertisingData(), raw: []) }
+        r.record(ad(127), at: .zero)
+        #expect(r.device(a)?.lastRSSI == nil && r.device(a)?.smoothedRSSI == nil && r.device(a)?.reports == 1)
+        r.record(ad(-60), at: .seconds(1))
+        r.record(ad(127), at: .seconds(2))
+        #expect(r.device(a)?.lastRSSI == -60 && r.device(a)?.smoothedRSSI == -60)
+    }
+}
