@@ -143,6 +143,11 @@ public actor BluetoothHost {
     private var connectQueue: [CheckedContinuation<Void, Never>] = []
     private var connectBusy = false
     var remotes: [UInt64: RemotePeripheral] = [:]
+    /// The GATT client of each link (it also reads the bearer for the server).
+    private var clients: [UInt64: GATTClient] = [:]
+    private var mtuExchanged: Set<UInt64> = []
+    /// The ATT_MTU this host offers on every link (Exchange MTU, both directions).
+    public nonisolated let attMTU: UInt16
     private struct ScanSubscriber {
         var filter: ScanFilter
         var continuation: AsyncStream<ScanResult>.Continuation
@@ -164,8 +169,9 @@ public actor BluetoothHost {
     /// `commandTimeout` bounds every HCI command; `knownDeviceCapacity` bounds the registry.
     public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
                 commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024,
-                extendedCommands: ExtendedCommandsPolicy = .automatic) {
+                extendedCommands: ExtendedCommandsPolicy = .automatic, attMTU: UInt16 = 517) {
         self.logger = logger
+        self.attMTU = Swift.max(23, attMTU)
         self.extendedPolicy = extendedCommands
         self.controller = HCIController(transport: transport, commandTimeout: commandTimeout, logger: logger)
         self.l2cap = L2CAPHost(controller: controller, logger: logger)
@@ -303,10 +309,16 @@ public actor BluetoothHost {
             active[c.handle] = conn
             registry.connected(c.peer, type: c.peerType, handle: c.handle, at: now)
             connectionBroadcast.yield(.connected(conn))
+            // One ATT bearer per link carries both GATT roles: the local server answers the
+            // peer's requests (the client reading the bearer hands them over), and the client
+            // reaches the peer's server, whichever side of the link we are.
+            let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), localRxMTU: attMTU, logger: logger)
+            let server = self.server, handle = c.handle
+            await server.attach(bearer, connection: handle, readsBearer: false)
+            let client = GATTClient(bearer: bearer, server: { item in await server.serve(item, connection: handle) })
+            await client.start()
+            clients[conn.id] = client
             if c.role == .peripheral {
-                // A central connected to us: serve it the local database.
-                let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), logger: logger)
-                await server.attach(bearer, connection: c.handle)
                 // The controller stopped advertising for this connection; ask it to go on so
                 // more centrals can connect (controllers that cannot refuse, and we wait for the
                 // disconnection). Not with the extended commands: Rootcanal 1.10 then never
@@ -334,6 +346,10 @@ public actor BluetoothHost {
 
     private func linkEnded(_ c: Connection, _ end: LinkEnd) {
         remotes[c.id] = nil
+        clients[c.id] = nil
+        mtuExchanged.remove(c.id)
+        let server = self.server
+        Task { await server.detach(connection: c.handle) }
         ended[c.id] = end
         endedOrder.append(c.id)
         if endedOrder.count > 256 { ended[endedOrder.removeFirst()] = nil }
@@ -508,6 +524,16 @@ public actor BluetoothHost {
         if usesExtendedCommands { _ = try? await Scanner.stopExtended(controller) } else { _ = try? await Scanner.stop(controller) }
     }
 
-    func remote(for c: Connection) -> RemotePeripheral? { remotes[c.id] }
-    func register(_ r: RemotePeripheral) { remotes[r.connection.id] = r }
+    /// The peer's GATT server on link `c`, in either role (a central connected to us may
+    /// serve a database too); nil once the link is gone.
+    public func gattPeer(on c: Connection) -> RemotePeripheral? {
+        if let r = remotes[c.id] { return r }
+        guard isActive(c.id), let client = clients[c.id] else { return nil }
+        let r = RemotePeripheral(host: self, connection: c, client: client)
+        remotes[c.id] = r
+        return r
+    }
+
+    /// True the first time it is asked for link `c` (the central exchanges MTU once).
+    func needsMTUExchange(_ c: Connection) -> Bool { mtuExchanged.insert(c.id).inserted }
 }

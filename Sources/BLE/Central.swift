@@ -48,20 +48,21 @@ public struct Central: Sendable {
 
     /// FA03: the peripherals we are connected to as central.
     public var connectedPeripherals: [RemotePeripheral] {
-        get async { await host.remotes.values.sorted { $0.connection.handle < $1.connection.handle } }
+        get async { await host.remotes.values.filter { $0.connection.role == .central }.sorted { $0.connection.handle < $1.connection.handle } }
     }
 
-    /// FA04: connects (LE Create Connection) and opens GATT with the MTU exchanged.
+    /// FA04: connects (LE Create Connection) and opens GATT with the MTU exchanged
+    /// (the host's `attMTU`).
     /// Throws `BLEError.connectionTimeout` after `limit` and `CancellationError` when
     /// the task is cancelled; either way LE Create Connection Cancel is sent.
     public func connect(to address: BluetoothAddress, type: AddressType = .public, within limit: Duration = .seconds(10),
-                        parameters: LEConnectionParameters = LEConnectionParameters(), mtu: UInt16 = 517) async throws -> RemotePeripheral {
+                        parameters: LEConnectionParameters = LEConnectionParameters()) async throws -> RemotePeripheral {
         let c = try await host.connect(to: address, type: type, within: limit, parameters: parameters)
-        if let r = await host.remote(for: c) { return r }
-        let r = await RemotePeripheral(host: host, connection: c, localRxMTU: mtu)
-        await host.register(r)
-        do { try await r.exchangeMTU() } catch {
-            throw await r.translate(error)
+        guard let r = await host.gattPeer(on: c) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        if await host.needsMTUExchange(c) {
+            do { try await r.exchangeMTU() } catch {
+                throw await r.translate(error)
+            }
         }
         return r
     }

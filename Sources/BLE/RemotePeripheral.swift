@@ -1,7 +1,9 @@
 // A peripheral we are connected to as central: its services (FA10), characteristic
 // reads (FA11), writes (FA12), subscriptions (FA13), descriptors (FA14) and RSSI
 // and distance (FA15). Every operation ends with `BLEError.disconnected(reason:)`
-// when the link goes away underneath it.
+// when the link goes away underneath it. The same type reaches the GATT server of a
+// central connected to us (`BluetoothHost.gattPeer(on:)`): GATT roles do not follow
+// link roles, and every link carries our server and our client on one ATT bearer.
 
 import ATT
 import GAP
@@ -71,12 +73,10 @@ public actor RemotePeripheral {
     public nonisolated let client: GATTClient
     private var services: [RemoteService]?
 
-    init(host: BluetoothHost, connection: Connection, localRxMTU: UInt16) async {
+    init(host: BluetoothHost, connection: Connection, client: GATTClient) {
         self.host = host
         self.connection = connection
-        let channel = await L2CAPATTChannel(host: host.l2cap, handle: connection.handle)
-        self.client = GATTClient(bearer: ATTBearer(channel: channel, localRxMTU: localRxMTU, logger: host.logger))
-        await client.start()
+        self.client = client
     }
 
     public nonisolated var address: BluetoothAddress { connection.peer }

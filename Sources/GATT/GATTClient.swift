@@ -73,7 +73,15 @@ public actor GATTClient {
     private var serviceChangedHandle: UInt16?
     private var changeContinuations: [AsyncStream<ClosedRange<UInt16>>.Continuation] = []
 
-    public init(bearer: ATTBearer) { self.bearer = bearer }
+    /// Where requests and commands from the peer go: a GATT server on the same link
+    /// (see `GATTServer.attach(_:connection:security:readsBearer:)`); nil answers
+    /// requests with Request Not Supported.
+    private let serverHandler: (@Sendable (ATTBearer.Incoming) async -> Void)?
+
+    public init(bearer: ATTBearer, server: (@Sendable (ATTBearer.Incoming) async -> Void)? = nil) {
+        self.bearer = bearer
+        self.serverHandler = server
+    }
 
     /// Starts routing notifications and indications (confirmed automatically).
     public func start() async {
@@ -98,11 +106,10 @@ public actor GATTClient {
                 if start <= end { invalidate(start...end) }
             }
             subscribers[h]?.yield(v)
-        case let .request(pdu):
+        case .request, .command:
+            if let serverHandler { await serverHandler(item); return }
             // This client has no server here: §3.4.1.1 Request Not Supported.
-            await bearer.respond(.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported))
-        case .command:
-            break
+            if case let .request(pdu) = item { await bearer.respond(.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported)) }
         }
     }
 

@@ -169,10 +169,14 @@ public actor GATTServer {
     }
 
     /// Serves the database on `bearer` (connection `handle`) until the bearer closes.
-    public func attach(_ bearer: ATTBearer, connection handle: UInt16, security: LinkSecurity = LinkSecurity()) async {
+    /// With `readsBearer: false` someone else reads the bearer (a `GATTClient` on the
+    /// same link) and hands requests and commands to `serve(_:connection:)`, and
+    /// `detach(connection:)` ends the connection here.
+    public func attach(_ bearer: ATTBearer, connection handle: UInt16, security: LinkSecurity = LinkSecurity(), readsBearer: Bool = true) async {
         bearers[handle] = bearer
         self.security[handle] = security
         continuation.yield(.connected(handle))
+        guard readsBearer else { return }
         await bearer.start()
         let incoming = bearer.incoming
         // The server stays alive while it serves a connection: the task holds it until the bearer closes.
@@ -182,7 +186,9 @@ public actor GATTServer {
         }
     }
 
-    private func serve(_ item: ATTBearer.Incoming, connection: UInt16) async {
+    /// Answers one request or command that arrived on `connection`'s bearer (for a
+    /// bearer attached with `readsBearer: false`).
+    public func serve(_ item: ATTBearer.Incoming, connection: UInt16) async {
         guard let bearer = bearers[connection] else { return }
         switch item {
         case let .request(pdu), let .command(pdu):
@@ -201,7 +207,11 @@ public actor GATTServer {
         }
     }
 
+    /// The connection's bearer is gone: forget what it set. Safe to call more than once.
+    public func detach(connection handle: UInt16) { detach(handle) }
+
     private func detach(_ handle: UInt16) {
+        guard bearers[handle] != nil else { return }
         bearers[handle] = nil
         security[handle] = nil
         state.disconnected(handle)

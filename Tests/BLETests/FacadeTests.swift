@@ -130,3 +130,26 @@ import Testing
         #expect(try await pair.room.central.updatePHY(pair.remote.connection) == false)
     }
 }
+
+@Suite struct BothGATTRolesTests {
+    @Test func thePeripheralUsesTheCentralsServerOnTheSameLink() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        // The central publishes a service; the peripheral reaches it over the link the central made.
+        let clock = Characteristic(uuid: uuidC, properties: [.read, .notify], value: [12, 0])
+        try await pair.room.central.peripheral.add(Service(uuid: uuidA, characteristics: [clock]))
+        let link = try #require(await pair.server.connections.first)
+        #expect(link.role == .peripheral)
+        let central = try #require(await pair.server.gattPeer(on: link))
+        let rc = try await central.characteristic(uuidC, in: uuidA)
+        #expect(try await central.read(rc) == [12, 0])
+        let ticks = try await central.subscribe(to: rc)
+        try await Task.sleep(for: .milliseconds(20))
+        try await pair.room.central.peripheral.notify(clock, value: [13, 0])
+        #expect(await collect(ticks, count: 1, within: .seconds(5)) == [[13, 0]])
+        // Meanwhile the central's own client still works on the same bearer.
+        #expect(try await pair.remote.discoverServices().contains { $0.uuid == BluetoothUUID(0x1800) })
+        // And the peripheral-side peer is not a "connected peripheral" of the central role.
+        #expect(await pair.server.central.connectedPeripherals.isEmpty)
+    }
+}

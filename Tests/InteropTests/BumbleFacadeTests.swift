@@ -47,14 +47,18 @@ import Testing
         defer { rc.stop() }
         let peripheral = Process()
         peripheral.executableURL = URL(fileURLWithPath: python)
-        peripheral.arguments = [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort)]
-        peripheral.standardOutput = FileHandle.nullDevice
+        peripheral.arguments = [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--discover-central"]
+        let bumbleOut = Pipe()
+        peripheral.standardOutput = bumbleOut
         peripheral.standardError = FileHandle.nullDevice
         try peripheral.run()
         defer { if peripheral.isRunning { peripheral.terminate() } }
 
         let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
         try await host.start()
+        // Our central serves a database too; Bumble, the peripheral, discovers it.
+        let mine = Service(uuid: BluetoothUUID(0xABCD), characteristics: [Characteristic(uuid: BluetoothUUID(0xABCE), properties: [.read], value: [1])])
+        try await host.peripheral.add(mine)
         let bumble = BumbleGATTClientTests.bumble
         let found = try #require(await host.central.first(matching: ScanFilter(addresses: [bumble]), within: .seconds(20)))
         #expect(found.addressType == .random)
@@ -93,5 +97,12 @@ import Testing
         #expect(ended == .failed(.disconnected(reason: .connectionTerminatedByLocalHost)))
         #expect(await host.central.connectedPeripherals.isEmpty)
         await host.close()
+        // Bumble, as GATT client on the same link, found our central's services and name.
+        peripheral.terminate()
+        let lines = String(decoding: bumbleOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let uuids = (lines.first { $0["event"] as? String == "central-services" }?["uuids"] as? [String]) ?? []
+        #expect(uuids.contains { $0.contains("1800") } && uuids.contains { $0.contains("1801") } && uuids.contains { $0.contains("ABCD") }, "\(lines)")
+        #expect(lines.first { $0["event"] as? String == "central-name" }?["name"] as? String == "swift-ble-host", "\(lines)")
     }
 }

@@ -13,7 +13,8 @@ import asyncio
 import json
 import sys
 
-from bumble.device import Device
+from bumble.core import UUID
+from bumble.device import Device, Peer
 from bumble.gatt import Characteristic, CharacteristicValue, Service
 from bumble.hci import Address
 from bumble.transport import open_transport
@@ -78,6 +79,17 @@ async def main(port: str) -> None:
         def on_connection(connection):
             emit(event="connected", peer=str(connection.peer_address))
             connection.on("disconnection", lambda reason: disconnected.set())
+            if "--discover-central" in sys.argv:
+                async def discover():
+                    try:
+                        peer = Peer(connection)
+                        await peer.discover_services()
+                        emit(event="central-services", uuids=[str(s.uuid) for s in peer.services])
+                        names = await peer.read_characteristics_by_uuid(UUID.from_16_bits(0x2A00))
+                        emit(event="central-name", name=bytes(names[0]).decode() if names else None)
+                    except Exception as e:
+                        emit(event="central-discovery-failed", error=repr(e))
+                asyncio.ensure_future(discover())
 
         device.on("connection", on_connection)
         await device.power_on()
