@@ -275,7 +275,10 @@ public actor BluetoothHost {
         if case .transportClosed = state { return }
         let reason = await controller.closedReason ?? "closed"
         setState(.transportClosed(reason))
-        for c in active.values { linkEnded(c, .transportClosed(reason)) }
+        for c in active.values {
+            await server.detach(connection: c.handle)
+            linkEnded(c, .transportClosed(reason))
+        }
         active.removeAll()
         if let w = connectWaiter {
             connectWaiter = nil
@@ -335,6 +338,8 @@ public actor BluetoothHost {
         case let .disconnected(c, reason):
             guard let conn = active.removeValue(forKey: c.handle) else { return }
             registry.disconnected(handle: c.handle)
+            // Before the next link event: the controller may give the handle to a new link.
+            await server.detach(connection: c.handle)
             linkEnded(conn, .disconnected(reason))
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
             // Legacy advertising stops when a central connects; resume it as asked.
@@ -348,8 +353,6 @@ public actor BluetoothHost {
         remotes[c.id] = nil
         clients[c.id] = nil
         mtuExchanged.remove(c.id)
-        let server = self.server
-        Task { await server.detach(connection: c.handle) }
         ended[c.id] = end
         endedOrder.append(c.id)
         if endedOrder.count > 256 { ended[endedOrder.removeFirst()] = nil }
