@@ -168,8 +168,7 @@ if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.def
     report("ours  ", o, n: count)
     try await Task.sleep(for: .milliseconds(500))
     if let b = try bumble(python: python, port: rc.hciPort, n: count) { report("bumble", b, n: count) } else { print("bumble client produced no figures") }
-    server.terminate()
-    server.waitUntilExit()
+    RootcanalProcess.kill(server)
     rc.stop()
 } else {
     say("skipped: needs .venv with rootcanal and bumble (Scripts/setup.sh)")

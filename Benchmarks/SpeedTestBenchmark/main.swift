@@ -109,8 +109,7 @@ server.standardOutput = FileHandle.nullDevice
 server.standardError = FileHandle.nullDevice
 try server.run()
 defer {
-    server.terminate()
-    server.waitUntilExit()
+    RootcanalProcess.kill(server)
     rc.stop()
 }
 try await Task.sleep(for: .seconds(3))

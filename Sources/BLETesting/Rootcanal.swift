@@ -125,18 +125,25 @@ public final class RootcanalProcess: @unchecked Sendable {
     /// Transport spec for a new controller on this Rootcanal (each TCP client gets its own).
     public var transportSpec: String { "tcp:127.0.0.1:\(hciPort)" }
 
+    /// Kills a child process for good (see `stop()` for why not SIGTERM).
+    public static func kill(_ p: Process) {
+        guard p.isRunning else { return }
+        Glibc.kill(p.processIdentifier, SIGKILL)
+    }
+
     public func stop() {
         lock.lock()
         defer { lock.unlock() }
         guard process.isRunning else { return }
-        // Poll rather than waitUntilExit(), which can block forever inside Swift
-        // concurrency on Linux; escalate to SIGKILL after 2 s.
+        // SIGKILL, not SIGTERM: a child started from a Swift process's worker thread
+        // inherits that thread's signal mask, in which SIGTERM is blocked, so SIGTERM is
+        // never delivered (found as leftover Rootcanals). Rootcanal keeps nothing to flush.
+        // Poll rather than waitUntilExit(), which can block forever inside Swift concurrency.
         let pid = process.processIdentifier
-        process.terminate()
-        for i in 0..<400 {
+        Glibc.kill(pid, SIGKILL)
+        for _ in 0..<400 {
             var status: Int32 = 0
             if waitpid(pid, &status, WNOHANG) == pid || !process.isRunning { return }
-            if i == 200 { kill(pid, SIGKILL) }
             usleep(10_000)
         }
     }

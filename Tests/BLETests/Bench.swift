@@ -23,6 +23,9 @@ struct Bench: Sendable {
     /// Lets advertising reach scanners (the virtual radio has no timers; Rootcanal needs none).
     let tick: @Sendable () async -> Void
     let stopAll: @Sendable () async -> Void
+    /// Stops the processes the bench started, at once (for `defer`, which cannot await:
+    /// a Task scheduled there may never run before the test process exits).
+    let stopProcesses: @Sendable () -> Void
     /// Whether RSSI follows the distance set (the virtual radio's path-loss model); Rootcanal's is random.
     let modelsDistance: Bool
     let setDistance: @Sendable (Double) async -> Void
@@ -52,7 +55,7 @@ struct Bench: Sendable {
             try await central.start()
             try await peripheral.start()
             return Bench(central: central, peripheral: peripheral, peripheralAddress: b, tick: { await radio.tick() },
-                         stopAll: { await central.close(); await peripheral.close() }, modelsDistance: true,
+                         stopAll: { await central.close(); await peripheral.close() }, stopProcesses: {}, modelsDistance: true,
                          setDistance: { await radio.setDistance($0, between: a, and: b) })
         case .rootcanal:
             let binary: String
@@ -67,7 +70,8 @@ struct Bench: Sendable {
                 try await central.start()
                 let info = try await peripheral.start()
                 return Bench(central: central, peripheral: peripheral, peripheralAddress: info.address, tick: {},
-                             stopAll: { await central.close(); await peripheral.close(); rc.stop() }, modelsDistance: false,
+                             stopAll: { await central.close(); await peripheral.close(); rc.stop() }, stopProcesses: { rc.stop() },
+                             modelsDistance: false,
                              setDistance: { _ in })
             } catch {
                 rc.stop()

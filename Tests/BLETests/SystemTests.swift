@@ -69,7 +69,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST02 scan for peripherals", arguments: BenchKind.allCases)
     func st02Scan(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         try await TestPeripheral.start(on: b.peripheral)
         // The name is in the advertisement, the service UUID in the scan response: the filter sees both.
         let results = try await b.central.central.scan(filter: ScanFilter(serviceUUIDs: [TestPeripheral.serviceUUID]))
@@ -89,7 +89,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST03 connect and disconnect", arguments: BenchKind.allCases)
     func st03ConnectDisconnect(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         try await TestPeripheral.start(on: b.peripheral)
         let peripheralEvents = b.peripheral.connectionEvents()
         let remote = try await connect(b)
@@ -119,7 +119,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST04 advertise data", arguments: BenchKind.allCases)
     func st04Advertise(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         var ad = AdvertisingData()
         ad.flags = 0x06
         ad.localName = "Beacon-ST04"
@@ -154,7 +154,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST05 send indications and notifications", arguments: BenchKind.allCases)
     func st05NotifyIndicate(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         let p = try await TestPeripheral.start(on: b.peripheral)
         let remote = try await connect(b)
         let counter = try await remote.characteristic(p.counter.uuid)
@@ -179,7 +179,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST06 discover services", arguments: BenchKind.allCases)
     func st06Discover(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         let p = try await TestPeripheral.start(on: b.peripheral)
         let remote = try await connect(b)
         let services = try await remote.discoverServices()
@@ -196,7 +196,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST07 read a characteristic", arguments: BenchKind.allCases)
     func st07Read(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         let p = try await TestPeripheral.start(on: b.peripheral)
         let remote = try await connect(b)
         #expect(try await remote.read(try await remote.characteristic(p.text.uuid)) == p.text.initialValue)
@@ -211,7 +211,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST08 write a characteristic", arguments: BenchKind.allCases)
     func st08Write(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         let p = try await TestPeripheral.start(on: b.peripheral)
         let remote = try await connect(b)
         let events = b.peripheral.peripheral.events()
@@ -233,7 +233,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST09 subscribe to a characteristic", arguments: BenchKind.allCases)
     func st09Subscribe(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         let p = try await TestPeripheral.start(on: b.peripheral)
         let remote = try await connect(b)
         let events = b.peripheral.peripheral.events()
@@ -266,7 +266,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST10 read a descriptor", arguments: BenchKind.allCases)
     func st10Descriptor(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         let p = try await TestPeripheral.start(on: b.peripheral)
         let remote = try await connect(b)
         let text = try await remote.characteristic(p.text.uuid)
@@ -280,7 +280,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     @Test("ST11 RSSI and distance", arguments: BenchKind.allCases)
     func st11RSSIDistance(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }
-        defer { Task { await b.stopAll() } }
+        defer { b.stopProcesses(); Task { await b.stopAll() } }
         await b.setDistance(10)
         try await TestPeripheral.start(on: b.peripheral)
         let results = try await b.central.central.scan(filter: ScanFilter(names: [TestPeripheral.name]))

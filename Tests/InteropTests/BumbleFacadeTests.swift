@@ -52,7 +52,7 @@ import Testing
         peripheral.standardOutput = bumbleOut
         peripheral.standardError = FileHandle.nullDevice
         try peripheral.run()
-        defer { if peripheral.isRunning { peripheral.terminate() } }
+        defer { RootcanalProcess.kill(peripheral) }
 
         let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
         try await host.start()
@@ -98,7 +98,7 @@ import Testing
         #expect(await host.central.connectedPeripherals.isEmpty)
         await host.close()
         // Bumble, as GATT client on the same link, found our central's services and name.
-        peripheral.terminate()
+        RootcanalProcess.kill(peripheral)
         let lines = String(decoding: bumbleOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             .split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         let uuids = (lines.first { $0["event"] as? String == "central-services" }?["uuids"] as? [String]) ?? []

@@ -34,7 +34,7 @@ import Transports
         peripheral.standardOutput = out
         peripheral.standardError = FileHandle.nullDevice
         try peripheral.run()
-        defer { if peripheral.isRunning { peripheral.terminate() } }
+        defer { RootcanalProcess.kill(peripheral) }
 
         // Find Bumble's advertisement, then connect to it.
         let events = await controller.events()
