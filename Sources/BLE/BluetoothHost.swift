@@ -200,7 +200,7 @@ public actor BluetoothHost {
         guard state != s else { return }
         if case .transportClosed = state { return }
         state = s
-        logger.info("controller state", metadata: ["ble.state": "\(s)"])
+        logger.debug("controller state", metadata: ["ble.state": "\(s)"])
         stateBroadcast.yield(s)
     }
 
