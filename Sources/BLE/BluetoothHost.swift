@@ -275,11 +275,10 @@ public actor BluetoothHost {
         if case .transportClosed = state { return }
         let reason = await controller.closedReason ?? "closed"
         setState(.transportClosed(reason))
-        for c in active.values {
-            await server.detach(connection: c.handle)
-            linkEnded(c, .transportClosed(reason))
-        }
+        let links = active.values
         active.removeAll()
+        for c in links { linkEnded(c, .transportClosed(reason)) }
+        for c in links { await server.detach(connection: c.handle) }
         if let w = connectWaiter {
             connectWaiter = nil
             w.timer.cancel()
@@ -338,10 +337,12 @@ public actor BluetoothHost {
         case let .disconnected(c, reason):
             guard let conn = active.removeValue(forKey: c.handle) else { return }
             registry.disconnected(handle: c.handle)
-            // Before the next link event: the controller may give the handle to a new link.
-            await server.detach(connection: c.handle)
+            // The reason first (operations failing on the dead bearer ask for it at once),
+            // then the server forgets the link before the next link event is handled: the
+            // controller may give the handle to a new link.
             linkEnded(conn, .disconnected(reason))
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
+            await server.detach(connection: c.handle)
             // Legacy advertising stops when a central connects; resume it as asked.
             if conn.role == .peripheral, let a = advertising, state == .ready {
                 do { try await startAdvertisingNow(a) } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
