@@ -86,20 +86,3 @@ func recorded(_ name: String, _ t: any HCITransport) throws -> any HCITransport 
     guard let dir = ProcessInfo.processInfo.environment["BLE_TEST_BTSNOOP"] else { return t }
     return RecordingTransport(wrapping: t, writer: try TraceFileWriter(path: dir + "/\(name).btsnoop"))
 }
-
-/// Collects up to `count` elements of `seq` within `limit`.
-func collect<S: AsyncSequence & Sendable>(_ seq: S, count: Int, within limit: Duration) async -> [S.Element] where S.Element: Sendable {
-    await withTaskGroup(of: [S.Element].self) { g in
-        g.addTask {
-            var out: [S.Element] = []
-            var it = seq.makeAsyncIterator()
-            while out.count < count, let e = try? await it.next() { out.append(e) }
-            return out
-        }
-        g.addTask { try? await Task.sleep(for: limit); return [] }
-        var best: [S.Element] = []
-        if let r = await g.next() { best = r }
-        g.cancelAll()
-        return best
-    }
-}

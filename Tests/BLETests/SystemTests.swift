@@ -2,6 +2,7 @@
 // on Rootcanal, through the facade only, with our stack in both roles.
 
 import BLE
+import BLETesting
 import GAP
 import GATT
 import HCI

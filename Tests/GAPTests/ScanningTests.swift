@@ -24,7 +24,7 @@ struct ScanningTests {
         try await Advertiser.start(advertiser, data: data, scanResponse: rsp)
 
         let (ads, dropped) = try await Scanner.start(scanner, active: true)
-        let two = await collect(ads, 2, within: .seconds(5))
+        let two = await collect(ads, count: 2, within: .seconds(5))
         let first = try #require(two.first), second = try #require(two.dropFirst().first)
         #expect(first.address == a && first.isConnectable && !first.isScanResponse)
         #expect(first.data.iBeacon?.major == 1)
@@ -55,20 +55,5 @@ struct ScanningTests {
         d.localName = String(repeating: "x", count: 30)
         await #expect(throws: AdvertisingDataError.tooLong(length: 32, limit: 31)) { try await Advertiser.start(c, data: d) }
         await c.close()
-    }
-}
-
-/// Up to `n` elements of `s`, waiting at most `limit` (a test must never hang).
-func collect<S: AsyncSequence & Sendable>(_ s: S, _ n: Int, within limit: Duration) async -> [S.Element] where S.Element: Sendable {
-    await withTaskGroup(of: [S.Element]?.self) { g in
-        g.addTask {
-            var out: [S.Element] = []
-            do { for try await x in s { out.append(x); if out.count == n { break } } } catch {}
-            return out
-        }
-        g.addTask { try? await Task.sleep(for: limit); return nil }
-        let r = await g.next() ?? nil
-        g.cancelAll()
-        return r ?? []
     }
 }

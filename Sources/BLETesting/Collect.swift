@@ -1,0 +1,19 @@
+// A bounded wait for tests: a test must never hang on a stream that stays silent.
+
+/// Up to `count` elements of `seq`, in order, waiting at most `limit` in all. When
+/// the time runs out first the result is empty; when the sequence ends or throws
+/// first, what arrived until then.
+public func collect<S: AsyncSequence & Sendable>(_ seq: S, count: Int, within limit: Duration) async -> [S.Element] where S.Element: Sendable {
+    await withTaskGroup(of: [S.Element]?.self) { g in
+        g.addTask {
+            var out: [S.Element] = []
+            var it = seq.makeAsyncIterator()
+            while out.count < count, let e = try? await it.next() { out.append(e) }
+            return out
+        }
+        g.addTask { try? await Task.sleep(for: limit); return nil }
+        let r = await g.next() ?? nil
+        g.cancelAll()
+        return r ?? []
+    }
+}
