@@ -238,8 +238,7 @@ public actor BluetoothHost {
         setState(.initializing)
         do {
             let i = try await controller.initialize(reset: reset)
-            info = i
-            usesExtendedCommands = extendedPolicy == .automatic && i.supportsExtendedAdvertising
+            adopt(i)
             setState(.ready)
             return i
         } catch {
@@ -248,15 +247,19 @@ public actor BluetoothHost {
         }
     }
 
+    /// What initialisation learned, and whether to drive the controller with the extended commands.
+    private func adopt(_ i: ControllerInfo) {
+        info = i
+        usesExtendedCommands = extendedPolicy == .automatic && i.supportsExtendedAdvertising
+    }
+
     /// Disconnects every link, resets the controller and initialises it again.
     public func reset() async throws {
         try requireReady()
         setState(.resetting)
         for c in active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
         do {
-            let i = try await controller.initialize(reset: true)
-            info = i
-            usesExtendedCommands = extendedPolicy == .automatic && i.supportsExtendedAdvertising
+            adopt(try await controller.initialize(reset: true))
             if let a = advertising { try await startAdvertisingNow(a) }
             setState(.ready)
         } catch {
