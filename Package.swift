@@ -82,13 +82,14 @@ let package = Package(
         .executableTarget(
             name: "DecodeBenchmark", dependencies: ["HCI", "Snoop"], path: "Benchmarks/DecodeBenchmark",
             swiftSettings: strict),
+        .target(name: "BenchmarkSupport", path: "Benchmarks/BenchmarkSupport", swiftSettings: strict),
         .executableTarget(
             name: "GATTBenchmark",
-            dependencies: ["HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BenchmarkSupport", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/GATTBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "SpeedTestBenchmark",
-            dependencies: ["BLE", "BLETesting", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BenchmarkSupport", "BLE", "BLETesting", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/SpeedTestBenchmark", swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),

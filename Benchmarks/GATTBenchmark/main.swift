@@ -8,6 +8,7 @@
 //   .build/release/GATTBenchmark [--count N]
 
 import ATT
+import BenchmarkSupport
 import BLETesting
 import Foundation
 import GAP
@@ -28,15 +29,7 @@ var argv = CommandLine.arguments.dropFirst().makeIterator()
 while let a = argv.next() { if a == "--count", let n = argv.next().flatMap(Int.init) { count = n } }
 let root = FileManager.default.currentDirectoryPath
 
-func cpu() -> Double {
-    var u = rusage()
-    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
-    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
-}
-func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
-
 func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 34 - s.count)) }
-func say(_ s: String) { print(s); fflush(nil) }
 
 // MARK: 1. Virtual radio
 
@@ -123,15 +116,7 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
 }
 
 func bumble(python: String, port: UInt16, n: Int) throws -> Figures? {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: python)
-    p.arguments = [root + "/Benchmarks/bumble_gatt_bench_client.py", String(port), "F1:F2:F3:F4:F5:F6", String(n)]
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    try p.run()
-    p.waitUntilExit()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
+    let data = try output(of: python, [root + "/Benchmarks/bumble_gatt_bench_client.py", String(port), "F1:F2:F3:F4:F5:F6", String(n)])
     guard let o = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
     func pair(_ k: String) -> (Double, Double) {
         let d = o[k] as? [String: Double] ?? [:]
@@ -157,12 +142,7 @@ say("== 2. Rootcanal, one Bumble GATT server; our client and Bumble's, same run 
 let python = root + "/.venv/bin/python"
 if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.default.isExecutableFile(atPath: python) {
     let rc = try await RootcanalProcess.launch(binary: rcPath)
-    let server = Process()
-    server.executableURL = URL(fileURLWithPath: python)
-    server.arguments = [root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever"]
-    server.standardOutput = FileHandle.nullDevice
-    server.standardError = FileHandle.nullDevice
-    try server.run()
+    let server = try startBumbleServer(python: python, root: root, port: rc.hciPort)
     try await Task.sleep(for: .seconds(3))
     let o = try await ours(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, n: count)
     report("ours  ", o, n: count)

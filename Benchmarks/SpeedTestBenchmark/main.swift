@@ -7,6 +7,7 @@
 //   .build/release/SpeedTestBenchmark --sessions 20
 
 import BLE
+import BenchmarkSupport
 import BLETesting
 import Foundation
 import Logging
@@ -21,14 +22,6 @@ while let a = args.popFirst() {
         exit(2)
     }
 }
-
-func cpu() -> Double {
-    var u = rusage()
-    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
-    return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
-}
-func seconds(_ d: Duration) -> Double { Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18 }
-func say(_ s: String) { print(s); fflush(nil) }
 
 let phases = ["scan", "connect", "discover", "read", "disconnect", "session"]
 typealias Sample = (wall: Double, cpu: Double)
@@ -66,15 +59,7 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> [Strin
 
 /// Bumble's central: the same steps in Python, timed by itself.
 func bumble(python: String, port: UInt16, n: Int) throws -> [String: [Sample]]? {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: python)
-    p.arguments = [root + "/Benchmarks/bumble_speed_test_central.py", String(port), "F1:F2:F3:F4:F5:F6", String(n)]
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    try p.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
+    let data = try output(of: python, [root + "/Benchmarks/bumble_speed_test_central.py", String(port), "F1:F2:F3:F4:F5:F6", String(n)])
     guard let o = (try? JSONSerialization.jsonObject(with: data)) as? [String: [[String: Double]]] else { return nil }
     return o.mapValues { $0.map { ($0["wall"] ?? 0, $0["cpu"] ?? 0) } }
 }
@@ -102,12 +87,7 @@ guard let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.
     exit(0)
 }
 let rc = try await RootcanalProcess.launch(binary: rcPath)
-let server = Process()
-server.executableURL = URL(fileURLWithPath: python)
-server.arguments = [root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever"]
-server.standardOutput = FileHandle.nullDevice
-server.standardError = FileHandle.nullDevice
-try server.run()
+let server = try startBumbleServer(python: python, root: root, port: rc.hciPort)
 defer {
     RootcanalProcess.kill(server)
     rc.stop()
