@@ -13,6 +13,13 @@ mkdir -p "$out"
 # The codec sources only: everything in HCI, L2CAP and Snoop that needs no other package.
 hci=$(ls Sources/HCI/*.swift | grep -vE '/(CommandFlow|HCIController|Initialization)\.swift$')
 l2cap=$(ls Sources/L2CAP/*.swift Sources/ATT/*.swift | grep -vE "(L2CAPHost|ATTBearer|ATTChannel)\.swift$")
+# The GATT client procedures need only ATT and HCI; their `import ATT` line is dropped.
+mkdir -p "$out/src"
+gatt=""
+for f in Sources/GATT/GATTTypes.swift Sources/GATT/GATTClientProcedures.swift; do
+  sed '/^import ATT$/d' "$f" > "$out/src/$(basename "$f")"
+  gatt="$gatt $out/src/$(basename "$f")"
+done
 snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/FrameDecoder.swift Sources/Snoop/JSON.swift"
 status=0
 for src in Fuzz/Fuzz*.swift; do
@@ -21,7 +28,7 @@ for src in Fuzz/Fuzz*.swift; do
   mkdir -p "$out/$name/corpus"
   # One module; the `import HCI` lines in Snoop sources refer to it and are ignored.
   swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name HCI -suppress-warnings \
-    $hci $l2cap $snoop "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
+    $hci $l2cap $gatt $snoop "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
   cp Fixtures/*.btsnoop "$out/$name/corpus/" 2>/dev/null || true
   args=(-artifact_prefix="$out/$name/" -print_final_stats=0)
   [ "$seconds" != 0 ] && args+=(-max_total_time="$seconds")

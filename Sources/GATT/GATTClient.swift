@@ -1,68 +1,10 @@
 // GATT client sub-procedures (Core Specification v5.4, Vol 3, Part G, §4.3–§4.11)
-// over one ATT bearer. Discovery takes the fewest round trips the specification
-// allows: each response is filled to the MTU by the server, the next request starts
-// after the last handle returned, and a range that cannot hold anything (a
-// characteristic whose value is the last handle before the next one) is not asked.
+// over one ATT bearer. Discovery and long reads are the state machines of
+// `GATTClientProcedures.swift` (they validate every answer); this actor only runs
+// them (`run(_:)`), routes notifications and indications, and does the writes.
 
 import ATT
 import HCI
-
-public struct DiscoveredService: Hashable, Sendable {
-    public var uuid: BluetoothUUID
-    public var start: UInt16
-    public var end: UInt16
-    public var isPrimary: Bool
-    public init(uuid: BluetoothUUID, start: UInt16, end: UInt16, isPrimary: Bool) {
-        self.uuid = uuid
-        self.start = start
-        self.end = end
-        self.isPrimary = isPrimary
-    }
-}
-
-public struct DiscoveredCharacteristic: Hashable, Sendable {
-    public var uuid: BluetoothUUID
-    public var declarationHandle: UInt16
-    public var valueHandle: UInt16
-    public var properties: CharacteristicProperties
-    /// Last handle that belongs to this characteristic (its descriptors end here).
-    public var end: UInt16
-    /// From handles known another way (a cache, a previous connection to a bonded peer).
-    public init(uuid: BluetoothUUID, declarationHandle: UInt16, valueHandle: UInt16, properties: CharacteristicProperties, end: UInt16) {
-        self.uuid = uuid
-        self.declarationHandle = declarationHandle
-        self.valueHandle = valueHandle
-        self.properties = properties
-        self.end = end
-    }
-}
-
-public struct DiscoveredDescriptor: Hashable, Sendable {
-    public var uuid: BluetoothUUID
-    public var handle: UInt16
-}
-
-public struct DiscoveredInclude: Hashable, Sendable {
-    public var handle: UInt16
-    public var service: DiscoveredService
-}
-
-public enum GATTClientError: Error, Hashable, Sendable, CustomStringConvertible {
-    case att(ATTBearerError)
-    case unexpectedResponse(ATTOpcode)
-    /// A Reliable Write's prepared value did not come back as sent; the queue was cancelled.
-    case reliableWriteMismatch(handle: UInt16)
-    case noClientConfiguration(valueHandle: UInt16)
-
-    public var description: String {
-        switch self {
-        case let .att(e): return "\(e)"
-        case let .unexpectedResponse(op): return "unexpected \(op)"
-        case let .reliableWriteMismatch(h): return "reliable write to 0x\(String(h, radix: 16)) came back changed; cancelled"
-        case let .noClientConfiguration(h): return "characteristic 0x\(String(h, radix: 16)) has no Client Characteristic Configuration"
-        }
-    }
-}
 
 public actor GATTClient {
     public nonisolated let bearer: ATTBearer
@@ -136,90 +78,61 @@ public actor GATTClient {
         do { return try await bearer.exchangeMTU() } catch let e as ATTBearerError { throw GATTClientError.att(e) }
     }
 
+    /// Runs a procedure to its end: each request goes on the bearer, each answer
+    /// (an Error Response included) back to the procedure, which checks it.
+    public func run<P: GATTClientProcedure>(_ procedure: P) async throws -> P.Output {
+        var p = procedure
+        var step = p.start()
+        while true {
+            switch step {
+            case let .finished(output):
+                return output
+            case let .request(pdu):
+                let answer: ATTPDU
+                do {
+                    answer = try await bearer.request(pdu)
+                } catch let ATTBearerError.errorResponse(req, h, code) {
+                    answer = .errorResponse(request: req, handle: h, error: code)
+                } catch let e as ATTBearerError {
+                    throw GATTClientError.att(e)
+                }
+                step = try p.receive(answer)
+            }
+        }
+    }
+
     // MARK: §4.4 Primary service discovery
 
     public func discoverPrimaryServices() async throws -> [DiscoveredService] {
-        var out: [DiscoveredService] = []
-        var start: UInt16 = 1
-        while true {
-            guard let rsp = try await requestOrNotFound(.readByGroupTypeRequest(start: start, end: 0xFFFF, type: GATTType.primaryService)) else { break }
-            guard case let .readByGroupTypeResponse(list) = rsp, let last = list.last else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-            for g in list { out.append(DiscoveredService(uuid: try BluetoothUUID(littleEndian: g.value), start: g.handle, end: g.groupEnd, isPrimary: true)) }
-            guard last.groupEnd < 0xFFFF, last.groupEnd >= start else { break }
-            start = last.groupEnd + 1
-        }
-        return out
+        try await run(PrimaryServiceDiscovery(mtu: await bearer.mtu))
     }
 
     public func discoverPrimaryServices(uuid: BluetoothUUID) async throws -> [DiscoveredService] {
-        var out: [DiscoveredService] = []
-        var start: UInt16 = 1
-        while true {
-            guard let rsp = try await requestOrNotFound(.findByTypeValueRequest(start: start, end: 0xFFFF, type: 0x2800, value: uuid.attBytes)) else { break }
-            guard case let .findByTypeValueResponse(list) = rsp, let last = list.last else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-            for r in list { out.append(DiscoveredService(uuid: uuid, start: r.found, end: r.groupEnd, isPrimary: true)) }
-            guard last.groupEnd < 0xFFFF, last.groupEnd >= start else { break }
-            start = last.groupEnd + 1
-        }
-        return out
+        try await run(PrimaryServiceDiscovery(uuid: uuid, mtu: await bearer.mtu))
     }
 
     // MARK: §4.5 Relationship discovery
 
     public func findIncludedServices(of service: DiscoveredService) async throws -> [DiscoveredInclude] {
-        var out: [DiscoveredInclude] = []
-        var start = service.start
-        while start <= service.end {
-            guard let rsp = try await requestOrNotFound(.readByTypeRequest(start: start, end: service.end, type: GATTType.include)) else { break }
-            guard case let .readByTypeResponse(list) = rsp, let last = list.last else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-            for e in list where e.value.count >= 4 {
-                let s = UInt16(e.value[0]) | UInt16(e.value[1]) << 8, end = UInt16(e.value[2]) | UInt16(e.value[3]) << 8
-                var uuid: BluetoothUUID
-                if e.value.count == 6 {
-                    uuid = try BluetoothUUID(littleEndian: Array(e.value[4...5]))
-                } else {
-                    // 128-bit: read it from the included service's declaration (§4.5.1).
-                    guard case let .readResponse(v) = try await request(.readRequest(handle: s)) else { throw GATTClientError.unexpectedResponse(.readResponse) }
-                    uuid = try BluetoothUUID(littleEndian: v)
-                }
-                out.append(DiscoveredInclude(handle: e.handle, service: DiscoveredService(uuid: uuid, start: s, end: end, isPrimary: false)))
-            }
-            guard last.handle < service.end else { break }
-            start = last.handle + 1
-        }
-        return out
+        try await run(IncludedServiceDiscovery(service: service, mtu: await bearer.mtu))
     }
 
     // MARK: §4.6 Characteristic discovery
 
     public func discoverCharacteristics(of service: DiscoveredService, uuid: BluetoothUUID? = nil) async throws -> [DiscoveredCharacteristic] {
-        var found: [DiscoveredCharacteristic] = []
-        var start = service.start
-        while start <= service.end {
-            guard let rsp = try await requestOrNotFound(.readByTypeRequest(start: start, end: service.end, type: GATTType.characteristic)) else { break }
-            guard case let .readByTypeResponse(list) = rsp, let last = list.last else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-            for e in list where e.value.count == 5 || e.value.count == 19 {
-                let valueHandle = UInt16(e.value[1]) | UInt16(e.value[2]) << 8
-                found.append(DiscoveredCharacteristic(
-                    uuid: try BluetoothUUID(littleEndian: Array(e.value[3...])), declarationHandle: e.handle, valueHandle: valueHandle,
-                    properties: CharacteristicProperties(rawValue: e.value[0]), end: service.end))
-            }
-            guard last.handle < service.end else { break }
-            start = last.handle + 1
-        }
-        // Each characteristic ends just before the next declaration.
-        for i in found.indices.dropLast() { found[i].end = found[i + 1].declarationHandle - 1 }
+        let found = try await run(CharacteristicDiscovery(services: [service], mtu: await bearer.mtu)).first ?? []
         return uuid.map { u in found.filter { $0.uuid == u } } ?? found
     }
 
     /// Every primary service, its characteristics and their descriptors, in handle order.
     public func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
+        let mtu = await bearer.mtu
+        let services = try await run(PrimaryServiceDiscovery(mtu: mtu))
+        let chars = try await run(CharacteristicDiscovery(services: services, mtu: mtu))
+        let descriptors = try await run(DescriptorDiscovery(characteristics: chars.flatMap { $0 }, mtu: mtu))
         var out: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
-        for s in try await discoverPrimaryServices() {
-            var chars: [(DiscoveredCharacteristic, [DiscoveredDescriptor])] = []
-            for c in try await discoverCharacteristics(of: s) { chars.append((c, try await discoverDescriptors(of: c))) }
-            out.append((s, chars))
-        }
+        var next = descriptors.makeIterator()
+        for (s, cs) in zip(services, chars) { out.append((s, cs.map { ($0, next.next() ?? []) })) }
         discovered = out
         return out
     }
@@ -246,38 +159,14 @@ public actor GATTClient {
     // MARK: §4.7 Descriptor discovery
 
     public func discoverDescriptors(of c: DiscoveredCharacteristic) async throws -> [DiscoveredDescriptor] {
-        var out: [DiscoveredDescriptor] = []
-        guard c.valueHandle < c.end else { return out }  // no room for descriptors: no request
-        var start = c.valueHandle + 1
-        while start <= c.end {
-            guard let rsp = try await requestOrNotFound(.findInformationRequest(start: start, end: c.end)) else { break }
-            guard case let .findInformationResponse(list) = rsp, let last = list.last else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-            out += list.map { DiscoveredDescriptor(uuid: $0.uuid, handle: $0.handle) }
-            guard last.handle < c.end else { break }
-            start = last.handle + 1
-        }
-        return out
+        try await run(DescriptorDiscovery(characteristics: [c], mtu: await bearer.mtu)).first ?? []
     }
 
     // MARK: §4.8 Characteristic value read (and §4.12 descriptors, the same PDUs)
 
     /// Reads a value; long values continue with Read Blob until a short piece arrives.
     public func read(_ handle: UInt16) async throws -> [UInt8] {
-        let mtu = await bearer.mtu
-        guard case var .readResponse(value) = try await request(.readRequest(handle: handle)) else { throw GATTClientError.unexpectedResponse(.readResponse) }
-        var piece = value.count
-        while piece == mtu - 1, value.count < 512 {
-            let rsp: ATTPDU
-            do { rsp = try await request(.readBlobRequest(handle: handle, offset: UInt16(value.count))) } catch GATTClientError.att(.errorResponse(_, _, .attributeNotLong)) {
-                break
-            } catch GATTClientError.att(.errorResponse(_, _, .invalidOffset)) {
-                break
-            }
-            guard case let .readBlobResponse(more) = rsp else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-            value += more
-            piece = more.count
-        }
-        return value
+        try await run(ReadLongProcedure(handle: handle, mtu: await bearer.mtu))
     }
 
     /// Read Using Characteristic UUID (§4.8.2): (handle, value) of each match in range.

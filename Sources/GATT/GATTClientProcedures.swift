@@ -1,0 +1,432 @@
+// GATT client sub-procedures as sans-I/O state machines (Core Specification v5.4,
+// Vol 3, Part G, §4.4–§4.8): each takes the server's answer to its last request and
+// returns the next request or what it found. Nothing the server sends is trusted:
+// every entry must lie inside the range asked for, handles must strictly increase
+// (within one response and across responses), entry lengths must be ones the
+// procedure defines, a response may not exceed ATT_MTU. A violation ends the
+// procedure with a `GATTClientError` naming it, so a procedure driven by a hostile
+// server always makes progress (the next request starts after the last handle
+// returned) or stops; it never traps and never repeats a request.
+//
+// Round trips: characteristics of all services come from one Read By Type range and
+// descriptors of all characteristics from one Find Information range (gaps between
+// extents are skipped), as BlueZ does; the spec leaves the final "nothing more"
+// request of each discovery (answered with Attribute Not Found) unavoidable unless a
+// response already reached the end of the range.
+
+import ATT
+import HCI
+
+public struct DiscoveredService: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var start: UInt16
+    public var end: UInt16
+    public var isPrimary: Bool
+    public init(uuid: BluetoothUUID, start: UInt16, end: UInt16, isPrimary: Bool) {
+        self.uuid = uuid
+        self.start = start
+        self.end = end
+        self.isPrimary = isPrimary
+    }
+}
+
+public struct DiscoveredCharacteristic: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var declarationHandle: UInt16
+    public var valueHandle: UInt16
+    public var properties: CharacteristicProperties
+    /// Last handle that belongs to this characteristic (its descriptors end here).
+    public var end: UInt16
+    /// From handles known another way (a cache, a previous connection to a bonded peer).
+    public init(uuid: BluetoothUUID, declarationHandle: UInt16, valueHandle: UInt16, properties: CharacteristicProperties, end: UInt16) {
+        self.uuid = uuid
+        self.declarationHandle = declarationHandle
+        self.valueHandle = valueHandle
+        self.properties = properties
+        self.end = end
+    }
+}
+
+public struct DiscoveredDescriptor: Hashable, Sendable {
+    public var uuid: BluetoothUUID
+    public var handle: UInt16
+}
+
+public struct DiscoveredInclude: Hashable, Sendable {
+    public var handle: UInt16
+    public var service: DiscoveredService
+}
+
+public enum GATTClientError: Error, Hashable, Sendable, CustomStringConvertible {
+    case att(ATTBearerError)
+    case unexpectedResponse(ATTOpcode)
+    /// A Reliable Write's prepared value did not come back as sent; the queue was cancelled.
+    case reliableWriteMismatch(handle: UInt16)
+    case noClientConfiguration(valueHandle: UInt16)
+    /// The server answered with a response that lists nothing.
+    case emptyResponse(ATTOpcode)
+    /// An entry's handle lies outside the range the request asked for.
+    case handleOutOfRange(ATTOpcode, handle: UInt16, range: ClosedRange<UInt16>)
+    /// An entry's handle is not above the one before it (in this or an earlier response).
+    case handlesNotIncreasing(ATTOpcode, previous: UInt16, handle: UInt16)
+    /// An entry the procedure cannot use: a value of a length §4 does not define, a
+    /// group that ends before it starts, a characteristic value outside its service.
+    case malformedEntry(ATTOpcode, handle: UInt16, reason: String)
+    /// The response is longer than ATT_MTU allows.
+    case responseExceedsMTU(ATTOpcode, length: Int, mtu: Int)
+
+    public var description: String {
+        switch self {
+        case let .att(e): return "\(e)"
+        case let .unexpectedResponse(op): return "unexpected \(op)"
+        case let .reliableWriteMismatch(h): return "reliable write to 0x\(handleHex(h)) came back changed; cancelled"
+        case let .noClientConfiguration(h): return "characteristic 0x\(handleHex(h)) has no Client Characteristic Configuration"
+        case let .emptyResponse(op): return "the server sent an empty \(op)"
+        case let .handleOutOfRange(op, h, r):
+            return "the server's \(op) lists handle 0x\(handleHex(h)) outside the range asked for (0x\(handleHex(r.lowerBound))–0x\(handleHex(r.upperBound)))"
+        case let .handlesNotIncreasing(op, p, h): return "the server's \(op) lists handle 0x\(handleHex(h)) after 0x\(handleHex(p)); handles must increase"
+        case let .malformedEntry(op, h, why): return "the server's \(op) entry at 0x\(handleHex(h)) is malformed: \(why)"
+        case let .responseExceedsMTU(op, n, mtu): return "the server's \(op) is \(n) bytes; ATT_MTU is \(mtu)"
+        }
+    }
+}
+
+/// What a client procedure does next.
+public enum GATTProcedureStep<Output: Sendable>: Sendable {
+    /// Send this request and feed its answer (response or Error Response) to `receive`.
+    case request(ATTPDU)
+    case finished(Output)
+}
+
+/// A GATT client sub-procedure, sans I/O: `start()` gives the first step, each
+/// answer to a request goes to `receive(_:)`. After a thrown error the procedure is
+/// over; feeding it more is a programming error that throws again.
+public protocol GATTClientProcedure: Sendable {
+    associatedtype Output: Sendable
+    mutating func start() -> GATTProcedureStep<Output>
+    mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<Output>
+}
+
+/// Checks the parts every answer shares: not longer than ATT_MTU; an Error Response
+/// other than Attribute Not Found ends the procedure with that error.
+/// Returns true for Attribute Not Found (the end of a discovery).
+private func isAttributeNotFound(_ answer: ATTPDU, mtu: Int) throws(GATTClientError) -> Bool {
+    let length = answer.bytes.count
+    guard length <= mtu else { throw .responseExceedsMTU(answer.opcode, length: length, mtu: mtu) }
+    if case let .errorResponse(req, h, code) = answer {
+        if code == .attributeNotFound { return true }
+        throw .att(.errorResponse(request: req, handle: h, error: code))
+    }
+    return false
+}
+
+/// Handles of one discovery, checked as they arrive: inside `range`, each above the last.
+private struct HandleCursor: Sendable {
+    let opcode: ATTOpcode
+    let range: ClosedRange<UInt16>
+    private(set) var last: UInt16?
+
+    init(_ opcode: ATTOpcode, range: ClosedRange<UInt16>) {
+        self.opcode = opcode
+        self.range = range
+    }
+
+    /// Accepts `handle` if it is in `from...range.upperBound` and above the previous one.
+    mutating func accept(_ handle: UInt16, from start: UInt16) throws(GATTClientError) {
+        guard handle >= start, handle <= range.upperBound else {
+            throw .handleOutOfRange(opcode, handle: handle, range: start...Swift.max(start, range.upperBound))
+        }
+        if let last, handle <= last { throw .handlesNotIncreasing(opcode, previous: last, handle: handle) }
+        last = handle
+    }
+
+    /// A group accepted at its start covers handles up to `end` (≥ that start).
+    mutating func extend(to end: UInt16) { last = Swift.max(last ?? end, end) }
+
+    /// The next start after `handle`, or nil when the range is exhausted.
+    func next(after handle: UInt16) -> UInt16? { handle < range.upperBound ? handle + 1 : nil }
+}
+
+private func handleHex(_ v: UInt16) -> String {
+    let h = String(v, radix: 16, uppercase: true)
+    return String(repeating: "0", count: Swift.max(0, 4 - h.count)) + h
+}
+
+private func decodeUUID(_ bytes: [UInt8], _ op: ATTOpcode, handle: UInt16) throws(GATTClientError) -> BluetoothUUID {
+    guard bytes.count == 2 || bytes.count == 16, let u = try? BluetoothUUID(littleEndian: bytes) else {
+        throw .malformedEntry(op, handle: handle, reason: "a UUID of \(bytes.count) bytes")
+    }
+    return u
+}
+
+private func uint16(_ b: [UInt8], _ i: Int) -> UInt16 { UInt16(b[i]) | UInt16(b[i + 1]) << 8 }
+
+// MARK: §4.4 Primary service discovery
+
+/// Discover All Primary Services (Read By Group Type) or, with a UUID, Discover
+/// Primary Service by Service UUID (Find By Type Value).
+public struct PrimaryServiceDiscovery: GATTClientProcedure {
+    public let uuid: BluetoothUUID?
+    private let mtu: Int
+    private var cursor: HandleCursor
+    private var from: UInt16 = 1
+    private var found: [DiscoveredService] = []
+
+    public init(uuid: BluetoothUUID? = nil, mtu: Int) {
+        self.uuid = uuid
+        self.mtu = mtu
+        cursor = HandleCursor(uuid == nil ? .readByGroupTypeResponse : .findByTypeValueResponse, range: 1...0xFFFF)
+    }
+
+    public mutating func start() -> GATTProcedureStep<[DiscoveredService]> { .request(request) }
+
+    private var request: ATTPDU {
+        if let uuid { return .findByTypeValueRequest(start: from, end: 0xFFFF, type: 0x2800, value: uuid.attBytes) }
+        return .readByGroupTypeRequest(start: from, end: 0xFFFF, type: GATTType.primaryService)
+    }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[DiscoveredService]> {
+        if try isAttributeNotFound(answer, mtu: mtu) { return .finished(found) }
+        var groups: [(start: UInt16, end: UInt16, uuid: BluetoothUUID)] = []
+        switch (answer, uuid) {
+        case let (.readByGroupTypeResponse(list), nil):
+            for g in list { groups.append((g.handle, g.groupEnd, try decodeUUID(g.value, answer.opcode, handle: g.handle))) }
+        case let (.findByTypeValueResponse(list), u?):
+            for r in list { groups.append((r.found, r.groupEnd, u)) }
+        default:
+            throw .unexpectedResponse(answer.opcode)
+        }
+        guard let last = groups.last else { throw .emptyResponse(answer.opcode) }
+        for g in groups {
+            try cursor.accept(g.start, from: from)
+            guard g.end >= g.start else { throw .malformedEntry(answer.opcode, handle: g.start, reason: "group ends at 0x\(handleHex(g.end))") }
+            // The next group must start after this one ends.
+            cursor.extend(to: g.end)
+            found.append(DiscoveredService(uuid: g.uuid, start: g.start, end: g.end, isPrimary: true))
+        }
+        guard let next = cursor.next(after: last.end) else { return .finished(found) }
+        from = next
+        return .request(request)
+    }
+}
+
+// MARK: §4.5 Relationship discovery
+
+/// Find Included Services: Read By Type of «Include» in the service's range; a
+/// 128-bit included service's UUID is read from its declaration (§4.5.1).
+public struct IncludedServiceDiscovery: GATTClientProcedure {
+    public let service: DiscoveredService
+    private let mtu: Int
+    private var cursor: HandleCursor
+    private var from: UInt16
+    private var found: [DiscoveredInclude] = []
+    /// Includes whose UUID is still to be read, and the one being read.
+    private var unread: [DiscoveredInclude] = []
+    private var next: UInt16?
+
+    public init(service: DiscoveredService, mtu: Int) {
+        self.service = service
+        self.mtu = mtu
+        from = service.start
+        cursor = HandleCursor(.readByTypeResponse, range: service.start...Swift.max(service.start, service.end))
+    }
+
+    public mutating func start() -> GATTProcedureStep<[DiscoveredInclude]> {
+        service.end >= service.start ? .request(.readByTypeRequest(start: from, end: service.end, type: GATTType.include)) : .finished([])
+    }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[DiscoveredInclude]> {
+        if let reading = unread.first {
+            // The answer to Read Request of an included service's declaration.
+            guard !(try isAttributeNotFound(answer, mtu: mtu)) else { throw .att(.errorResponse(request: .readRequest, handle: reading.service.start, error: .attributeNotFound)) }
+            guard case let .readResponse(v) = answer else { throw .unexpectedResponse(answer.opcode) }
+            guard v.count == 16 else { throw .malformedEntry(.readResponse, handle: reading.service.start, reason: "a 128-bit service UUID of \(v.count) bytes") }
+            var inc = unread.removeFirst()
+            inc.service.uuid = try decodeUUID(v, .readResponse, handle: inc.service.start)
+            found.append(inc)
+            return step()
+        }
+        if try isAttributeNotFound(answer, mtu: mtu) { return .finished(found) }
+        guard case let .readByTypeResponse(list) = answer else { throw .unexpectedResponse(answer.opcode) }
+        guard let last = list.last else { throw .emptyResponse(answer.opcode) }
+        for e in list {
+            try cursor.accept(e.handle, from: from)
+            guard e.value.count == 4 || e.value.count == 6 else {
+                throw .malformedEntry(answer.opcode, handle: e.handle, reason: "an include declaration of \(e.value.count) bytes")
+            }
+            let s = uint16(e.value, 0), end = uint16(e.value, 2)
+            guard s != 0, end >= s else { throw .malformedEntry(answer.opcode, handle: e.handle, reason: "included range 0x\(handleHex(s))–0x\(handleHex(end))") }
+            let inc = DiscoveredInclude(handle: e.handle, service: DiscoveredService(
+                uuid: e.value.count == 6 ? try decodeUUID(Array(e.value[4...5]), answer.opcode, handle: e.handle) : BluetoothUUID(0),
+                start: s, end: end, isPrimary: false))
+            if e.value.count == 6 { found.append(inc) } else { unread.append(inc) }
+        }
+        next = cursor.next(after: last.handle)
+        return step()
+    }
+
+    private mutating func step() -> GATTProcedureStep<[DiscoveredInclude]> {
+        if let u = unread.first { return .request(.readRequest(handle: u.service.start)) }
+        guard let n = next else { return .finished(found.sorted { $0.handle < $1.handle }) }
+        from = n
+        return .request(.readByTypeRequest(start: n, end: service.end, type: GATTType.include))
+    }
+}
+
+// MARK: §4.6 Characteristic discovery
+
+/// Discover All Characteristics of several services at once: one Read By Type range
+/// from the first service's start to the last one's end. Each characteristic ends
+/// before the next declaration in its service, or with the service. The output has
+/// one list per service, in the order given.
+public struct CharacteristicDiscovery: GATTClientProcedure {
+    public let services: [DiscoveredService]
+    private let mtu: Int
+    private var cursor: HandleCursor
+    private var from: UInt16
+    private var found: [DiscoveredCharacteristic] = []
+
+    public init(services: [DiscoveredService], mtu: Int) {
+        self.services = services
+        self.mtu = mtu
+        let valid = services.filter { $0.start <= $0.end && $0.start != 0 }
+        let low = valid.map(\.start).min() ?? 1, high = valid.map(\.end).max() ?? 0
+        from = low
+        cursor = HandleCursor(.readByTypeResponse, range: low...Swift.max(low, high))
+        if valid.isEmpty { from = 0 }
+    }
+
+    public mutating func start() -> GATTProcedureStep<[[DiscoveredCharacteristic]]> {
+        from == 0 ? .finished(services.map { _ in [] }) : .request(request)
+    }
+
+    private var request: ATTPDU { .readByTypeRequest(start: from, end: cursor.range.upperBound, type: GATTType.characteristic) }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[[DiscoveredCharacteristic]]> {
+        if try isAttributeNotFound(answer, mtu: mtu) { return .finished(try output()) }
+        guard case let .readByTypeResponse(list) = answer else { throw .unexpectedResponse(answer.opcode) }
+        guard let last = list.last else { throw .emptyResponse(answer.opcode) }
+        for e in list {
+            try cursor.accept(e.handle, from: from)
+            guard e.value.count == 5 || e.value.count == 19 else {
+                throw .malformedEntry(answer.opcode, handle: e.handle, reason: "a characteristic declaration of \(e.value.count) bytes")
+            }
+            let valueHandle = uint16(e.value, 1)
+            guard valueHandle > e.handle else {
+                throw .malformedEntry(answer.opcode, handle: e.handle, reason: "value handle 0x\(handleHex(valueHandle)) is not after its declaration")
+            }
+            found.append(DiscoveredCharacteristic(
+                uuid: try decodeUUID(Array(e.value[3...]), answer.opcode, handle: e.handle), declarationHandle: e.handle,
+                valueHandle: valueHandle, properties: CharacteristicProperties(rawValue: e.value[0]), end: e.handle))
+        }
+        guard let next = cursor.next(after: last.handle) else { return .finished(try output()) }
+        from = next
+        return .request(request)
+    }
+
+    /// Assigns each characteristic to the service holding its declaration and sets its end.
+    private func output() throws(GATTClientError) -> [[DiscoveredCharacteristic]] {
+        var out: [[DiscoveredCharacteristic]] = []
+        for s in services {
+            var chars = found.filter { $0.declarationHandle >= s.start && $0.declarationHandle <= s.end }
+            for i in chars.indices {
+                // Declarations strictly increase (checked), so the next one is above this one: no underflow.
+                chars[i].end = i + 1 < chars.count ? chars[i + 1].declarationHandle - 1 : s.end
+                guard chars[i].valueHandle <= chars[i].end else {
+                    throw .malformedEntry(.readByTypeResponse, handle: chars[i].declarationHandle,
+                                          reason: "value handle 0x\(handleHex(chars[i].valueHandle)) lies beyond the characteristic (ends 0x\(handleHex(chars[i].end)))")
+                }
+            }
+            out.append(chars)
+        }
+        return out
+    }
+}
+
+// MARK: §4.7 Descriptor discovery
+
+/// Discover All Characteristic Descriptors of several characteristics at once: Find
+/// Information over their extents (value handle + 1 ... end), merged into one range;
+/// handles between extents (declarations, values) are skipped, not stored. The
+/// output has one list per characteristic, in the order given.
+public struct DescriptorDiscovery: GATTClientProcedure {
+    public let characteristics: [DiscoveredCharacteristic]
+    private let mtu: Int
+    /// (index into `characteristics`, extent), sorted by extent.
+    private let extents: [(index: Int, range: ClosedRange<UInt16>)]
+    private var cursor: HandleCursor
+    private var from: UInt16 = 0
+    private var found: [[DiscoveredDescriptor]]
+
+    public init(characteristics: [DiscoveredCharacteristic], mtu: Int) {
+        self.characteristics = characteristics
+        self.mtu = mtu
+        extents = characteristics.enumerated()
+            .compactMap { i, c in c.valueHandle < c.end ? (i, (c.valueHandle + 1)...c.end) : nil }
+            .sorted { $0.range.lowerBound < $1.range.lowerBound }
+        found = characteristics.map { _ in [] }
+        let low = extents.first?.range.lowerBound ?? 1
+        cursor = HandleCursor(.findInformationResponse, range: low...Swift.max(low, extents.map(\.range.upperBound).max() ?? low))
+        from = extents.isEmpty ? 0 : low
+    }
+
+    public mutating func start() -> GATTProcedureStep<[[DiscoveredDescriptor]]> {
+        from == 0 ? .finished(found) : .request(request)
+    }
+
+    private var request: ATTPDU { .findInformationRequest(start: from, end: cursor.range.upperBound) }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[[DiscoveredDescriptor]]> {
+        if try isAttributeNotFound(answer, mtu: mtu) { return .finished(found) }
+        guard case let .findInformationResponse(list) = answer else { throw .unexpectedResponse(answer.opcode) }
+        guard let last = list.last else { throw .emptyResponse(answer.opcode) }
+        for e in list {
+            try cursor.accept(e.handle, from: from)
+            if let x = extents.first(where: { $0.range.contains(e.handle) }) {
+                found[x.index].append(DiscoveredDescriptor(uuid: e.uuid, handle: e.handle))
+            }
+        }
+        // Continue after the last handle, skipping ahead to the next extent that is not done.
+        guard let after = cursor.next(after: last.handle),
+              let next = extents.first(where: { $0.range.upperBound >= after }) else { return .finished(found) }
+        from = Swift.max(after, next.range.lowerBound)
+        return .request(request)
+    }
+}
+
+// MARK: §4.8.1, §4.8.3 Read (long) characteristic value
+
+/// Read Characteristic Value, continued with Read Blob while each piece fills the
+/// response (ATT_MTU − 1), up to 512 bytes (§3.2.9). Each piece must fit ATT_MTU; an
+/// empty piece, Attribute Not Long or Invalid Offset ends the value.
+public struct ReadLongProcedure: GATTClientProcedure {
+    public let handle: UInt16
+    private let mtu: Int
+    private var value: [UInt8] = []
+
+    public init(handle: UInt16, mtu: Int) {
+        self.handle = handle
+        self.mtu = mtu
+    }
+
+    public mutating func start() -> GATTProcedureStep<[UInt8]> { .request(.readRequest(handle: handle)) }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[UInt8]> {
+        let length = answer.bytes.count
+        guard length <= mtu else { throw .responseExceedsMTU(answer.opcode, length: length, mtu: mtu) }
+        let piece: [UInt8]
+        switch answer {
+        case let .readResponse(v) where value.isEmpty: piece = v
+        case let .readBlobResponse(v) where !value.isEmpty: piece = v
+        case let .errorResponse(.readBlobRequest, _, code) where code == .attributeNotLong || code == .invalidOffset:
+            return .finished(value)
+        case let .errorResponse(req, h, code):
+            throw .att(.errorResponse(request: req, handle: h, error: code))
+        default:
+            throw .unexpectedResponse(answer.opcode)
+        }
+        value += piece
+        guard piece.count == mtu - 1, value.count < 512, value.count <= Int(UInt16.max) else { return .finished(value) }
+        return .request(.readBlobRequest(handle: handle, offset: UInt16(value.count)))
+    }
+}

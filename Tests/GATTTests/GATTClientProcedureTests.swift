@@ -1,0 +1,170 @@
+// The client procedures as state machines: against our server's state machine
+// (round trips), and against a hostile server whose answers break §4's rules
+// (handle 0x0000, handles that repeat or go backwards, entries outside the range,
+// wrong lengths). Each must end with the `GATTClientError` naming the violation,
+// never trap and never ask again for what it was already told.
+
+import ATT
+import HCI
+import Testing
+@testable import GATT
+
+struct GATTClientProcedureTests {
+    /// Runs `procedure` against `server`, counting requests; stops after 100 requests.
+    func drive<P: GATTClientProcedure>(_ procedure: P, _ server: inout GATTServerState, mtu: Int) throws -> (P.Output, Int) {
+        var p = procedure
+        var step = p.start()
+        var requests = 0
+        while true {
+            switch step {
+            case let .finished(o): return (o, requests)
+            case let .request(pdu):
+                requests += 1
+                guard requests < 100 else { throw GATTClientError.unexpectedResponse(pdu.opcode) }
+                guard let answer = server.handle(pdu, connection: 1, mtu: mtu).response else { throw GATTClientError.emptyResponse(pdu.opcode) }
+                step = try p.receive(answer)
+            }
+        }
+    }
+
+    /// Feeds `answers` in order; returns the requests sent and the error that ended it.
+    func hostile<P: GATTClientProcedure>(_ procedure: P, _ answers: [ATTPDU]) -> (requests: [ATTPDU], error: GATTClientError?) {
+        var p = procedure
+        var sent: [ATTPDU] = []
+        guard case let .request(first) = p.start() else { return ([], nil) }
+        sent.append(first)
+        for a in answers {
+            do {
+                guard case let .request(next) = try p.receive(a) else { return (sent, nil) }
+                sent.append(next)
+            } catch {
+                return (sent, error)
+            }
+        }
+        return (sent, nil)
+    }
+
+    /// Three services (two 16-bit, one 128-bit UUID), nine characteristics, three descriptors.
+    static func database() throws -> AttributeDatabase {
+        var db = AttributeDatabase()
+        try db.add(GATTService(uuid: BluetoothUUID(0x1800), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A00), properties: [.read], value: Array("name".utf8)),
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A01), properties: [.read], value: [0, 0]),
+        ]))
+        try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [100]),
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A1A), properties: [.read], value: [1]),
+        ]))
+        try db.add(GATTService(uuid: BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!, characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write], value: [1]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF2), properties: [.notify], value: [2]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF3), properties: [.indicate], value: [3]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF4), properties: [.read], value: [4]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.read], value: [5]),
+        ]))
+        return db
+    }
+
+    @Test(arguments: [247, 23])
+    func discoveryOfEverythingTakesFewRequests(mtu: Int) throws {
+        var server = GATTServerState(database: try Self.database())
+        let (services, a) = try drive(PrimaryServiceDiscovery(mtu: mtu), &server, mtu: mtu)
+        #expect(services.count == 3)
+        let (chars, b) = try drive(CharacteristicDiscovery(services: services, mtu: mtu), &server, mtu: mtu)
+        #expect(chars.map(\.count) == [2, 2, 5])
+        let (descriptors, c) = try drive(DescriptorDiscovery(characteristics: chars.flatMap { $0 }, mtu: mtu), &server, mtu: mtu)
+        #expect(descriptors.flatMap { $0 }.count == 3)
+        #expect(descriptors.flatMap { $0 }.allSatisfy { $0.uuid == GATTType.clientCharacteristicConfiguration })
+        // The characteristic that ends a service ends with it; the others before the next declaration.
+        let all = chars.flatMap { $0 }
+        #expect(all[1].end == services[0].end)
+        #expect(all[2].end == all[3].declarationHandle - 1)
+        if mtu == 247 {
+            // Services: the 16-bit pair, the 128-bit one, then Attribute Not Found (3);
+            // characteristics of all services in one range plus its closing request (2);
+            // descriptors of all nine in one Find Information (1). Bumble's client takes 12.
+            #expect(a + b + c == 6, "services \(a), characteristics \(b), descriptors \(c)")
+        }
+    }
+
+    @Test func readLongStopsAtAShortPiece() throws {
+        var db = AttributeDatabase()
+        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read], value: (0..<300).map { UInt8($0 & 0xFF) }),
+        ]))
+        var server = GATTServerState(database: db)
+        let (value, n) = try drive(ReadLongProcedure(handle: s.characteristicValues[0], mtu: 23), &server, mtu: 23)
+        #expect(value == (0..<300).map { UInt8($0 & 0xFF) })
+        #expect(n == 14)  // 22 bytes per piece: 13 full pieces, then 14 bytes
+    }
+
+    // MARK: A hostile server
+
+    @Test func characteristicDeclarationAtHandleZeroIsAnError() {
+        let service = DiscoveredService(uuid: BluetoothUUID(0x180F), start: 1, end: 7, isPrimary: true)
+        let r = hostile(CharacteristicDiscovery(services: [service], mtu: 23), [
+            .readByTypeResponse([.init(handle: 0, value: [0x02, 0x01, 0x00, 0x19, 0x2A]), .init(handle: 2, value: [0x02, 0x03, 0x00, 0x1A, 0x2A])]),
+        ])
+        #expect(r.error == .handleOutOfRange(.readByTypeResponse, handle: 0, range: 1...7))
+        #expect(r.requests.count == 1)
+    }
+
+    @Test func repeatingHandlesEndEachDiscovery() {
+        let service = DiscoveredService(uuid: BluetoothUUID(0x180F), start: 1, end: 7, isPrimary: true)
+        let decl = ATTPDU.readByTypeResponse([.init(handle: 2, value: [0x02, 0x03, 0x00, 0x19, 0x2A])])
+        let chars = hostile(CharacteristicDiscovery(services: [service], mtu: 23), [decl, decl, decl])
+        #expect(chars.error == .handleOutOfRange(.readByTypeResponse, handle: 2, range: 3...7))
+        #expect(chars.requests.count == 2)
+
+        let include = ATTPDU.readByTypeResponse([.init(handle: 2, value: [0x08, 0x00, 0x09, 0x00, 0x0F, 0x18])])
+        let incs = hostile(IncludedServiceDiscovery(service: service, mtu: 23), [include, include])
+        #expect(incs.error == .handleOutOfRange(.readByTypeResponse, handle: 2, range: 3...7))
+
+        let c = DiscoveredCharacteristic(uuid: BluetoothUUID(0x2A19), declarationHandle: 2, valueHandle: 3, properties: [.notify], end: 7)
+        let info = ATTPDU.findInformationResponse([.init(handle: 5, uuid: BluetoothUUID(0x2902)), .init(handle: 4, uuid: BluetoothUUID(0x2901))])
+        let ds = hostile(DescriptorDiscovery(characteristics: [c], mtu: 23), [info])
+        #expect(ds.error == .handlesNotIncreasing(.findInformationResponse, previous: 5, handle: 4))
+
+        let groups = ATTPDU.readByGroupTypeResponse([.init(handle: 1, groupEnd: 5, value: [0x0F, 0x18])])
+        let svcs = hostile(PrimaryServiceDiscovery(mtu: 23), [groups, groups])
+        #expect(svcs.error == .handleOutOfRange(.readByGroupTypeResponse, handle: 1, range: 6...0xFFFF))
+    }
+
+    @Test func entriesThatBreakTheLayoutAreErrors() {
+        let service = DiscoveredService(uuid: BluetoothUUID(0x180F), start: 1, end: 7, isPrimary: true)
+        // A value handle before its declaration.
+        var r = hostile(CharacteristicDiscovery(services: [service], mtu: 23), [
+            .readByTypeResponse([.init(handle: 3, value: [0x02, 0x02, 0x00, 0x19, 0x2A])]),
+        ])
+        #expect(r.error == .malformedEntry(.readByTypeResponse, handle: 3, reason: "value handle 0x0002 is not after its declaration"))
+        // A value handle past the next declaration.
+        r = hostile(CharacteristicDiscovery(services: [service], mtu: 23), [
+            .readByTypeResponse([.init(handle: 2, value: [0x02, 0x05, 0x00, 0x19, 0x2A]), .init(handle: 4, value: [0x02, 0x05, 0x00, 0x1A, 0x2A])]),
+            .errorResponse(request: .readByTypeRequest, handle: 5, error: .attributeNotFound),
+        ])
+        if case .malformedEntry(_, 2, _)? = r.error {} else { Issue.record("got \(String(describing: r.error))") }
+        // A declaration of a length §3.3.1 does not define.
+        r = hostile(CharacteristicDiscovery(services: [service], mtu: 23), [.readByTypeResponse([.init(handle: 2, value: [0x02, 0x03, 0x00])])])
+        #expect(r.error == .malformedEntry(.readByTypeResponse, handle: 2, reason: "a characteristic declaration of 3 bytes"))
+        // A group that ends before it starts, and an entry beyond the service.
+        let s = hostile(PrimaryServiceDiscovery(mtu: 23), [.readByGroupTypeResponse([.init(handle: 5, groupEnd: 4, value: [0x0F, 0x18])])])
+        #expect(s.error == .malformedEntry(.readByGroupTypeResponse, handle: 5, reason: "group ends at 0x0004"))
+        r = hostile(CharacteristicDiscovery(services: [service], mtu: 23), [.readByTypeResponse([.init(handle: 9, value: [0x02, 0x0A, 0x00, 0x19, 0x2A])])])
+        #expect(r.error == .handleOutOfRange(.readByTypeResponse, handle: 9, range: 1...7))
+        // The wrong response, an empty one, one longer than ATT_MTU, another error.
+        #expect(hostile(PrimaryServiceDiscovery(mtu: 23), [.readResponse(value: [])]).error == .unexpectedResponse(.readResponse))
+        #expect(hostile(PrimaryServiceDiscovery(mtu: 23), [.readByGroupTypeResponse([])]).error == .emptyResponse(.readByGroupTypeResponse))
+        #expect(hostile(ReadLongProcedure(handle: 3, mtu: 23), [.readResponse(value: Array(repeating: 0, count: 30))]).error
+            == .responseExceedsMTU(.readResponse, length: 31, mtu: 23))
+        #expect(hostile(ReadLongProcedure(handle: 3, mtu: 23), [.errorResponse(request: .readRequest, handle: 3, error: .readNotPermitted)]).error
+            == .att(.errorResponse(request: .readRequest, handle: 3, error: .readNotPermitted)))
+    }
+
+    @Test func readLongEndsEvenWhenEveryPieceIsFull() {
+        // A server that always answers a full piece: the value stops at 512 bytes.
+        let full = ATTPDU.readBlobResponse(value: Array(repeating: 7, count: 22))
+        let r = hostile(ReadLongProcedure(handle: 3, mtu: 23), [.readResponse(value: Array(repeating: 7, count: 22))] + Array(repeating: full, count: 40))
+        #expect(r.error == nil)
+        #expect(r.requests.count == 24)  // 1 read + 23 blobs: 24 × 22 = 528 ≥ 512
+    }
+}
