@@ -28,6 +28,9 @@ public actor ATTBearer {
     private var outbox: [[UInt8]] = []
     private var pumping = false
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Transactions started without a waiter (`startIndication`) and their outcomes until awaited.
+    private var detached: Set<UInt64> = []
+    private var outcomes: [UInt64: Result<ATTPDU?, any Error>] = [:]
     /// Incoming requests, commands, notifications and indications, in arrival order.
     /// Buffer: unbounded (ATT paces requests and indications; notifications are the
     /// caller's to keep up with). Ends when the bearer closes.
@@ -68,6 +71,33 @@ public actor ATTBearer {
         start()
         let (id, events) = state.sendIndication(handle: handle, value: value)
         _ = try await wait(id: id, events: events)
+    }
+
+    /// Queues an indication at once (one outstanding per bearer, the rest wait in
+    /// order) and returns a function that waits for its confirmation, so a server can
+    /// start indications on several bearers before it waits for any of them.
+    public func startIndication(handle: UInt16, value: [UInt8]) -> @Sendable () async throws -> Void {
+        start()
+        let (id, events) = state.sendIndication(handle: handle, value: value)
+        detached.insert(id)
+        execute(events)
+        return { [self] in _ = try await self.outcome(of: id) }
+    }
+
+    /// Waits for transaction `id` started by `startIndication`, whose outcome may have come already.
+    private func outcome(of id: UInt64) async throws -> ATTPDU? {
+        if let r = outcomes.removeValue(forKey: id) { return try r.get() }
+        detached.remove(id)
+        return try await withCheckedThrowingContinuation { waiters[id] = $0 }
+    }
+
+    /// Resumes the waiter of `id`, or keeps the outcome for one not waiting yet.
+    private func finish(_ id: UInt64, _ result: Result<ATTPDU?, any Error>) {
+        if let w = waiters.removeValue(forKey: id) {
+            w.resume(with: result)
+        } else if detached.remove(id) != nil {
+            outcomes[id] = result
+        }
     }
 
     /// Notifications, Write Command, Signed Write Command.
@@ -128,12 +158,12 @@ public actor ATTBearer {
             case let .cancelTimer(id):
                 timers.removeValue(forKey: id)?.cancel()
             case let .responded(id, pdu):
-                waiters.removeValue(forKey: id)?.resume(returning: pdu)
+                finish(id, .success(pdu))
             case let .failed(id, error):
                 timers.removeValue(forKey: id)?.cancel()
-                waiters.removeValue(forKey: id)?.resume(throwing: error)
+                finish(id, .failure(error))
             case let .confirmed(id):
-                waiters.removeValue(forKey: id)?.resume(returning: nil)
+                finish(id, .success(nil))
             case let .request(pdu): incomingContinuation?.yield(.request(pdu))
             case let .command(pdu): incomingContinuation?.yield(.command(pdu))
             case let .notification(h, v): incomingContinuation?.yield(.notification(handle: h, value: v))

@@ -142,6 +142,12 @@ public struct ATTBearerState: Sendable {
         } catch {
             return [.protocolViolation("\(error)")]
         }
+        // §3.2.8: no PDU may exceed ATT_MTU; a request that does is answered Invalid PDU
+        // (a Prepare Write Request, echoed, would otherwise come back longer than ATT_MTU).
+        if bytes.count > mtu, pdu.opcode.kind == .request {
+            return [.send(ATTPDU.errorResponse(request: pdu.opcode, handle: 0, error: .invalidPDU).bytes),
+                    .protocolViolation("\(pdu.opcode) of \(bytes.count) bytes; ATT_MTU is \(mtu)")]
+        }
         switch pdu.opcode.kind {
         case .response:
             guard let r = request else { return [.protocolViolation("\(pdu.opcode) without a request")] }

@@ -202,8 +202,11 @@ public actor GATTServer {
                 case let .subscription(h, c, n, i): continuation.yield(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
                 }
             }
-        case .notification, .indication:
+        case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
+        case .indication:
+            // §3.4.7.3: every indication is confirmed, even one nobody here asked for.
+            await bearer.confirm()
         }
     }
 
@@ -231,7 +234,8 @@ public actor GATTServer {
     public func notify(_ valueHandle: UInt16, value: [UInt8], waitUntilSent: Bool = false, only: Set<UInt16>? = nil, store: Bool = true) async -> [UInt16] {
         if store { state.database.setValue(value, at: valueHandle) }
         var sent: [(UInt16, ATTBearer)] = []
-        for (c, bearer) in bearers where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false {
+        for (c, bearer) in bearers.sorted(by: { $0.key < $1.key })
+        where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false {
             let mtu = await bearer.mtu
             if (try? await bearer.sendUnacknowledged(.handleValueNotification(handle: valueHandle, value: Array(value.prefix(mtu - 3))))) != nil {
                 sent.append((c, bearer))
@@ -248,21 +252,27 @@ public actor GATTServer {
 
     /// Stores `value` and indicates it to every connection subscribed to indications,
     /// returning when all have confirmed (or failed). Returns the connections that confirmed.
+    /// Each connection's bearer queues its own indications: one that never confirms
+    /// (until its 30 s transaction timeout) delays no other connection.
     @discardableResult
     public func indicate(_ valueHandle: UInt16, value: [UInt8]) async -> [UInt16] {
         state.database.setValue(value, at: valueHandle)
-        var targets: [(UInt16, ATTBearer)] = []
-        for (c, b) in bearers where state.configuration(valueHandle: valueHandle, connection: c).indicate { targets.append((c, b)) }
-        var confirmed: [UInt16] = []
+        let targets = bearers.sorted { $0.key < $1.key }.filter { state.configuration(valueHandle: valueHandle, connection: $0.key).indicate }
+        let logger = self.logger
+        // Every indication is handed to its bearer, in connection order, before any confirmation is awaited.
+        var sent: [(UInt16, Task<Bool, Never>)] = []
         for (c, b) in targets {
             let mtu = await b.mtu
-            do {
-                try await b.indicate(handle: valueHandle, value: Array(value.prefix(mtu - 3)))
-                confirmed.append(c)
-            } catch {
-                logger.debug("indication failed", metadata: ["ble.handle": "\(c)", "error": "\(error)"])
-            }
+            let confirmation = await b.startIndication(handle: valueHandle, value: Array(value.prefix(mtu - 3)))
+            sent.append((c, Task {
+                do { try await confirmation(); return true } catch {
+                    logger.debug("indication failed", metadata: ["ble.handle": "\(c)", "error": "\(error)"])
+                    return false
+                }
+            }))
         }
-        return confirmed.sorted()
+        var confirmed: [UInt16] = []
+        for (c, t) in sent where await t.value { confirmed.append(c) }
+        return confirmed
     }
 }

@@ -50,14 +50,17 @@ public struct HCIEventStream: AsyncSequence, Sendable {
     public func makeAsyncIterator() -> AsyncStream<HCIEvent>.Iterator { base.makeAsyncIterator() }
 }
 
-/// Inbound ACL data. Buffer: unbounded up to `capacity` packets, then the newest are
-/// kept and drops are counted. Ends when the transport closes.
-public struct ACLDataStream: AsyncSequence, Sendable {
-    public typealias Element = ACLDataPacket
-    let base: AsyncStream<ACLDataPacket>
-    public let dropped: DropCounter
-    public func makeAsyncIterator() -> AsyncStream<ACLDataPacket>.Iterator { base.makeAsyncIterator() }
+/// What the controller sent that the layer above (L2CAP) follows: every event but
+/// Command Complete and Command Status, and every ACL packet, in the controller's order.
+public enum HCIInbound: Sendable {
+    case event(HCIEvent)
+    case acl(ACLDataPacket)
+    /// The transport ended; nothing follows.
+    case closed(String)
 }
+
+/// Where `HCIInbound` goes; the controller's reader awaits it before reading the next packet.
+public typealias HCIInboundSink = @Sendable (HCIInbound) async -> Void
 
 public actor HCIController {
     public nonisolated let transport: any HCITransport
@@ -71,7 +74,7 @@ public actor HCIController {
     private var aclWaiters = Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>()
     private var nextACLWaiter: UInt64 = 1
     private var eventSubscribers: [UInt64: (AsyncStream<HCIEvent>.Continuation, DropCounter)] = [:]
-    private var aclSubscribers: [UInt64: (AsyncStream<ACLDataPacket>.Continuation, DropCounter)] = [:]
+    private var sink: HCIInboundSink?
     private var nextSubscriber: UInt64 = 1
     private var timers: [UInt64: Task<Void, Never>] = [:]
     private var outbox = Deque<HCIPacket>()
@@ -99,7 +102,11 @@ public actor HCIController {
             do {
                 for try await packet in inbound {
                     guard let self else { return }
-                    await self.receive(packet)
+                    // The layer above handles each packet before the next is read: events
+                    // and ACL data reach it in the controller's order, and nothing queues
+                    // between them (a slow layer above slows the reading of the transport).
+                    let (item, sink) = await self.receive(packet)
+                    if let item, let sink { await sink(item) }
                 }
                 await self?.transportEnded("closed")
             } catch {
@@ -287,28 +294,26 @@ public actor HCIController {
         return HCIEventStream(base: stream, dropped: counter)
     }
 
-    /// A stream of inbound ACL data; see `ACLDataStream` for its buffer policy.
-    public func aclData(capacity: Int = 4096) -> ACLDataStream {
-        let (stream, continuation) = AsyncStream<ACLDataPacket>.makeStream(bufferingPolicy: .bufferingNewest(capacity))
-        let counter = DropCounter()
-        if closedReason != nil {
-            continuation.finish()
-        } else {
-            let id = nextSubscriber
-            nextSubscriber += 1
-            aclSubscribers[id] = (continuation, counter)
-            continuation.onTermination = { _ in Task { await self.removeACLSubscriber(id) } }
+    /// Hands every event (but Command Complete and Command Status) and every inbound
+    /// ACL packet to `sink`, in the order the controller sent them; the reader awaits
+    /// `sink` before it reads the next packet, so nothing is buffered or dropped between
+    /// them. One sink per controller (the L2CAP host); a second replaces the first.
+    /// After the transport ends, `sink` gets `.closed` once.
+    public func setInboundSink(_ sink: @escaping HCIInboundSink) {
+        if let closedReason {
+            Task { await sink(.closed(closedReason)) }
+            return
         }
+        self.sink = sink
         start()
-        return ACLDataStream(base: stream, dropped: counter)
     }
 
     private func removeEventSubscriber(_ id: UInt64) { eventSubscribers[id] = nil }
-    private func removeACLSubscriber(_ id: UInt64) { aclSubscribers[id] = nil }
 
     // MARK: Inbound
 
-    private func receive(_ packet: HCIPacket) {
+    /// Handles `packet`; returns what the sink gets (and the sink), if anything.
+    private func receive(_ packet: HCIPacket) -> (HCIInbound?, HCIInboundSink?) {
         switch packet {
         case let .event(code, parameters):
             let event: HCIEvent
@@ -316,30 +321,30 @@ public actor HCIController {
                 event = try HCIEvent(code: code, parameters: parameters)
             } catch {
                 logger.warning("malformed event ignored", metadata: ["hci.event": "\(code)", "error": "\(error)"])
-                return
+                return (nil, nil)
             }
-            handle(event)
+            return handle(event) ? (.event(event), sink) : (nil, nil)
         case let .acl(p):
-            for (_, (c, counter)) in aclSubscribers {
-                if case .dropped = c.yield(p) { counter.increment() }
-            }
+            return (.acl(p), sink)
         default:
             logger.trace("packet ignored", metadata: ["hci.type": "\(packet.type)"])
+            return (nil, nil)
         }
     }
 
-    private func handle(_ event: HCIEvent) {
+    /// Returns false for the events that answer commands (they go no further).
+    private func handle(_ event: HCIEvent) -> Bool {
         switch event {
         case let .commandComplete(cc):
             let (finished, toSend) = flow.commandComplete(cc)
             if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
             put(toSend)
-            return
+            return false
         case let .commandStatus(cs):
             let (finished, toSend) = flow.commandStatus(cs)
             if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
             put(toSend)
-            return
+            return false
         case let .numberOfCompletedPackets(nocp):
             acl.completed(nocp)
             grantACLCredits()
@@ -356,6 +361,7 @@ public actor HCIController {
         for (_, (c, counter)) in eventSubscribers {
             if case .dropped = c.yield(event) { counter.increment() }
         }
+        return true
     }
 
     private func failACLWaiters(handle: UInt16) {
@@ -377,8 +383,10 @@ public actor HCIController {
         aclWaiters.removeAll()
         for (_, (c, _)) in eventSubscribers { c.finish() }
         eventSubscribers.removeAll()
-        for (_, (c, _)) in aclSubscribers { c.finish() }
-        aclSubscribers.removeAll()
+        if let sink {
+            self.sink = nil
+            Task { await sink(.closed(reason)) }
+        }
     }
 
     func record(_ info: ControllerInfo) { self.info = info }

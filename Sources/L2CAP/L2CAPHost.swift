@@ -54,7 +54,10 @@ public actor L2CAPHost {
     private var queues: [UInt16: [Outgoing]] = [:]
     private var order: [UInt16] = []
     private var pumping = false
-    private var tasks: [Task<Void, Never>] = []
+    private var started = false
+    /// Frames discarded because no channel listens on their CID (or a connection's ATT
+    /// frames beyond `earlyLimit` before its bearer subscribed).
+    public private(set) var discardedFrames = 0
     /// Reassembly problems seen, for diagnostics.
     public private(set) var reassemblyErrors: [ReassemblyError] = []
 
@@ -64,18 +67,20 @@ public actor L2CAPHost {
         self.reassembler = Reassembler(maximumPayload: maximumPayload)
     }
 
-    /// Starts following the controller's events and ACL data.
+    /// Starts following the controller's events and ACL data, both in the order the
+    /// controller sent them (the controller's reader hands each over and waits).
     public func start() async {
-        guard tasks.isEmpty else { return }
-        let events = await controller.events()
-        let acl = await controller.aclData()
-        tasks.append(Task { [weak self] in
-            for await e in events { await self?.handle(e) }
-            await self?.finishAll()
-        })
-        tasks.append(Task { [weak self] in
-            for await p in acl { await self?.receive(p) }
-        })
+        guard !started else { return }
+        started = true
+        await controller.setInboundSink { [weak self] item in await self?.deliver(item) }
+    }
+
+    private func deliver(_ item: HCIInbound) {
+        switch item {
+        case let .event(e): handle(e)
+        case let .acl(p): receive(p)
+        case .closed: finishAll()
+        }
     }
 
     /// The frames arriving on `channel` (ATT, SMP, ...). One subscriber per channel.
@@ -188,15 +193,32 @@ public actor L2CAPHost {
             return
         }
         guard let s = subscribers[frame.channel] else {
-            let key = Key(handle: packet.handle, channel: frame.channel)
-            if connections[packet.handle] != nil, early[key, default: []].count < earlyLimit {
-                early[key, default: []].append(frame.payload)
-            } else {
-                logger.debug("frame on unsubscribed channel dropped", metadata: ["l2cap.cid": "\(frame.channel)"])
-            }
+            unclaimed(frame, handle: packet.handle)
             return
         }
         s.yield(ChannelFrame(handle: packet.handle, payload: frame.payload))
+    }
+
+    /// A frame nobody subscribed to. ATT frames wait for the connection's bearer (a
+    /// central sends Exchange MTU at once), up to `earlyLimit` per connection. SMP gets
+    /// Pairing Failed, Pairing Not Supported (Vol 3, Part H, §3.5.5), so the peer does
+    /// not wait for its 30 s timeout. Anything else is discarded (Part A, §3: frames
+    /// for a CID with no channel) and counted.
+    private func unclaimed(_ frame: BasicFrame, handle: UInt16) {
+        let key = Key(handle: handle, channel: frame.channel)
+        switch frame.channel {
+        case .att where connections[handle] != nil && early[key, default: []].count < earlyLimit:
+            early[key, default: []].append(frame.payload)
+            return
+        case .securityManager where connections[handle] != nil:
+            // Never answer a Pairing Failed (code 0x05) with another.
+            guard frame.payload.first != 0x05 else { return }
+            Task { try? await self.send([0x05, 0x05], on: .securityManager, handle: handle) }
+            return
+        default:
+            discardedFrames += 1
+            logger.debug("frame on unsubscribed channel discarded", metadata: ["l2cap.cid": "\(frame.channel)", "ble.handle": "\(handle)"])
+        }
     }
 
     private func signaling(_ e: LESignalingChannel.Event, handle: UInt16) {

@@ -5,8 +5,13 @@
 //     asks the caller to run LE Connection Update;
 //   - as peripheral, sends that request and matches the response by identifier, and
 //     rejects a request sent to it (only a central may answer one);
-//   - answers every command it does not support with Command Reject "Command not
-//     understood" (§4.1), ignores unexpected responses and identifier 0x00.
+//   - has no connection-oriented channel yet, so answers LE Credit Based Connection
+//     Request (§4.22) and Credit Based Connection Request (§4.25) with result "SPSM
+//     not supported", Credit Based Reconfigure Request (§4.27) with "Destination CID
+//     invalid", and Disconnection Request (§4.6) with Command Reject "Invalid CID in
+//     request" carrying both CIDs (§4.1);
+//   - answers every other command it does not support with Command Reject "Command
+//     not understood" (§4.1), ignores unexpected responses and identifier 0x00.
 
 import HCI
 
@@ -169,14 +174,39 @@ public struct LESignalingChannel: Sendable {
         case .commandReject:
             guard outstanding.remove(cmd.identifier) != nil, cmd.data.count >= 2 else { return [.ignored("unexpected Command Reject")] }
             return [.rejected(identifier: cmd.identifier, reason: UInt16(cmd.data[0]) | UInt16(cmd.data[1]) << 8)]
+        case .disconnectionRequest:
+            // No channel of ours has these CIDs (§4.6): Command Reject, Invalid CID, with
+            // our (destination) CID and the peer's (source) CID as the request named them.
+            guard cmd.data.count == 4 else { return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Disconnection Request")] }
+            return [.send(reject(cmd.identifier, .invalidCIDInRequest, data: cmd.data))]
+        case .leCreditBasedConnectionRequest:
+            guard cmd.data.count == 10 else { return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed LE Credit Based Connection Request")] }
+            // §4.23: DCID, MTU, MPS, Initial Credits all 0; Result 0x0002 SPSM not supported.
+            return [.send(SignalingCommand(code: .leCreditBasedConnectionResponse, identifier: cmd.identifier,
+                                           data: [0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x00]).bytes)]
+        case .creditBasedConnectionRequest:
+            // SPSM, MTU, MPS, Initial Credits, then 1...5 Source CIDs (§4.25).
+            let cids = (cmd.data.count - 8) / 2
+            guard cmd.data.count >= 10, cmd.data.count % 2 == 0, cids <= 5 else {
+                return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Credit Based Connection Request")]
+            }
+            // §4.26: MTU, MPS, Initial Credits 0, Result 0x0002, one Destination CID 0x0000 per Source CID.
+            return [.send(SignalingCommand(code: .creditBasedConnectionResponse, identifier: cmd.identifier,
+                                           data: [0, 0, 0, 0, 0, 0, 0x02, 0x00] + Array(repeating: 0, count: 2 * cids)).bytes)]
+        case .creditBasedReconfigureRequest:
+            guard cmd.data.count >= 6, cmd.data.count % 2 == 0 else {
+                return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Credit Based Reconfigure Request")]
+            }
+            // §4.28: Result 0x0003, one or more Destination CIDs invalid.
+            return [.send(SignalingCommand(code: .creditBasedReconfigureResponse, identifier: cmd.identifier, data: [0x03, 0x00]).bytes)]
         default:
             if cmd.code.isResponse { return [.ignored("unexpected \(cmd.code)")] }
             return [.send(reject(cmd.identifier, .commandNotUnderstood))]
         }
     }
 
-    private func reject(_ identifier: UInt8, _ reason: CommandRejectReason) -> [UInt8] {
-        SignalingCommand(code: .commandReject, identifier: identifier, data: [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)]).bytes
+    private func reject(_ identifier: UInt8, _ reason: CommandRejectReason, data: [UInt8] = []) -> [UInt8] {
+        SignalingCommand(code: .commandReject, identifier: identifier, data: [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)] + data).bytes
     }
 
     private mutating func takeIdentifier() -> UInt8 {
