@@ -100,7 +100,7 @@ let package = Package(
         .testTarget(
             name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
-        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "HCI", "BLETesting", "BLECrypto"], swiftSettings: strict),
+        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "L2CAP", "HCI", "BLETesting", "BLECrypto"], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT"],

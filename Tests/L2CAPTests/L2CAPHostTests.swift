@@ -86,4 +86,30 @@ struct L2CAPHostTests {
         for _ in 0..<500 where await !host.currentConnections.isEmpty { await Task.yield() }
         await #expect(throws: HCIError.connectionClosed(handle: 5)) { try await host.send([1], on: .att, handle: 5) }
     }
+
+    // Ordering: events and ACL data reach L2CAP in the order the controller sent them.
+
+    @Test func theFirstATTPDUInTheSameReadAsItsConnectionIsKept() async throws {
+        let (host, _, t) = await setUp()
+        var links = await host.linkEvents().makeAsyncIterator()
+        // LE Connection Complete and the central's Exchange MTU Request back to back.
+        t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .peripheral, peerAddressType: .random, peerAddress: Self.peer))))
+        t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .att, payload: [0x02, 0x00, 0x02]).bytes)))
+        guard case .connected? = await links.next() else { Issue.record("no connection"); return }
+        var frames = await host.frames(on: .att, handle: 0x40).makeAsyncIterator()
+        #expect(await frames.next() == [0x02, 0x00, 0x02])
+    }
+
+    @Test func theLastACLBeforeDisconnectionCompleteIsDelivered() async throws {
+        let (host, _, t) = await setUp()
+        await connect(t, host, handle: 0x40)
+        let stream = await host.frames(on: .att, handle: 0x40)
+        for i: UInt8 in 0..<50 {
+            t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .att, payload: [0x1B, 0x03, 0x00, i]).bytes)))
+        }
+        t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
+        var got: [[UInt8]] = []
+        for await f in stream { got.append(f) }
+        #expect(got == (0..<50).map { [0x1B, 0x03, 0x00, $0] })
+    }
 }
