@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
     ],
     targets: [
@@ -39,16 +40,18 @@ let package = Package(
             dependencies: [
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict),
         .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
-        .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
-        .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
+        .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLECrypto",
             dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "_CryptoExtras", package: "swift-crypto")],
             swiftSettings: strict),
-        .target(name: "GATT", dependencies: ["HCI", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "GATT", dependencies: ["HCI", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
@@ -66,7 +69,7 @@ let package = Package(
             name: "FireAlarmReceiver",
             dependencies: ["BLE", "FireAlarm", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log")],
             path: "Examples/FireAlarmReceiver", swiftSettings: strict),
-        .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI"], swiftSettings: strict),
+        .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLETesting",
             dependencies: ["HCI", "Snoop", "Transports", .product(name: "Logging", package: "swift-log")],
@@ -100,7 +103,7 @@ let package = Package(
         .testTarget(
             name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
-        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "L2CAP", "HCI", "BLETesting", "BLECrypto"], swiftSettings: strict),
+        .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "L2CAP", "HCI", "BLETesting", "BLECrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT"],

@@ -43,7 +43,7 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
     await la.start(); await lb.start()
     var db = AttributeDatabase()
     let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify])]))
-    let server = GATTServer(database: db, logger: logger)
+    let server = GATTServer(database: db, loop: ha.loop, logger: logger)
     let incoming = await la.newConnections()
     try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
     let link = try await Central.connect(to: a, type: .public, host: lb, within: .seconds(5))

@@ -4,6 +4,7 @@
 
 import HCI
 import Logging
+import NIOCore
 
 public actor ATTBearer {
     /// What the peer sends that is not an answer to us.
@@ -17,6 +18,9 @@ public actor ATTBearer {
     }
 
     public nonisolated let channel: any ATTChannel
+    /// The channel's event loop, this actor's executor.
+    public nonisolated var loop: any EventLoop { channel.loop }
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { channel.loop.executor.asUnownedSerialExecutor() }
     private let clock: any Clock<Duration>
     private let logger: Logger
     private let timeout: Duration

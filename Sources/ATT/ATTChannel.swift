@@ -4,8 +4,11 @@
 
 import HCI
 import L2CAP
+import NIOCore
 
 public protocol ATTChannel: Sendable {
+    /// The event loop the bearer over this channel runs on (the controller's, for our L2CAP).
+    var loop: any EventLoop { get }
     /// Sends one PDU.
     func send(_ pdu: [UInt8]) async throws
     /// PDUs from the peer; ends when the link goes away.
@@ -27,6 +30,8 @@ public struct L2CAPATTChannel: ATTChannel {
     }
 
     public func send(_ pdu: [UInt8]) async throws { try await host.send(pdu, on: .att, handle: handle) }
+
+    public var loop: any EventLoop { host.loop }
 
     public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }
 }

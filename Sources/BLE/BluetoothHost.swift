@@ -178,7 +178,7 @@ public actor BluetoothHost {
         var db = AttributeDatabase()
         // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...).
         _ = try? db.addMandatoryServices(deviceName: "swift-ble-host")
-        self.server = GATTServer(database: db, logger: logger)
+        self.server = GATTServer(database: db, loop: controller.loop, logger: logger)
         self.registry = DeviceRegistry(capacity: knownDeviceCapacity)
         stateBroadcast.yield(.idle)
     }

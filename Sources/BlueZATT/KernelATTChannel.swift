@@ -7,6 +7,8 @@
 import ATT
 import Foundation
 import HCI
+import NIOCore
+import NIOPosix
 import Synchronization
 import Transports
 #if canImport(Glibc)
@@ -15,6 +17,8 @@ import Glibc
 
 public final class KernelATTChannel: ATTChannel, Sendable {
     public let socket: KernelATTSocket
+    /// The loop the bearer over this socket runs on (one of NIO's shared loops).
+    public let loop: any EventLoop = MultiThreadedEventLoopGroup.singleton.next()
     public let inbound: AsyncStream<[UInt8]>
     private let reason = Reason()
 

@@ -5,9 +5,12 @@
 
 import ATT
 import HCI
+import NIOCore
 
 public actor GATTClient {
     public nonisolated let bearer: ATTBearer
+    /// The bearer's executor: the client runs on its link's event loop.
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { bearer.unownedExecutor }
     private var subscribers: [UInt16: AsyncStream<[UInt8]>.Continuation] = [:]
     private var dispatcher: Task<Void, Never>?
     /// What `discoverAll()` found, minus what Service Changed has since invalidated.

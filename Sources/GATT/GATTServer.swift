@@ -6,6 +6,8 @@
 import ATT
 import HCI
 import Logging
+import NIOCore
+import NIOPosix
 
 public actor GATTServer {
     public enum Event: Hashable, Sendable {
@@ -15,6 +17,10 @@ public actor GATTServer {
         case disconnected(UInt16)
     }
 
+    /// The event loop the server runs on: the controller's, so serving a request on one
+    /// of its links needs no thread hop.
+    public nonisolated let loop: any EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
     private var state: GATTServerState
     private var bearers: [UInt16: ATTBearer] = [:]
     private var security: [UInt16: LinkSecurity] = [:]
@@ -48,7 +54,10 @@ public actor GATTServer {
     /// (below ATT's 30 s transaction timeout, so the bearer survives).
     public var manualTimeout: Duration = .seconds(20)
 
-    public init(database: AttributeDatabase, prepareQueueLimit: Int = 64, logger: Logger) {
+    /// `loop`: the controller's (`HCIController.loop`) so the server and its links share
+    /// one executor; by default one of NIO's shared loops.
+    public init(database: AttributeDatabase, prepareQueueLimit: Int = 64, loop: (any EventLoop)? = nil, logger: Logger) {
+        self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.state = GATTServerState(database: database, prepareQueueLimit: prepareQueueLimit)
         self.logger = logger
         (events, continuation) = AsyncStream<Event>.makeStream()

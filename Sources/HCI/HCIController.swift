@@ -5,6 +5,8 @@
 
 import DequeModule
 import Logging
+import NIOCore
+import NIOPosix
 import Synchronization
 
 /// Why a command or an ACL send did not succeed.
@@ -64,6 +66,11 @@ public typealias HCIInboundSink = @Sendable (HCIInbound) async -> Void
 
 public actor HCIController {
     public nonisolated let transport: any HCITransport
+    /// The event loop this controller's stack runs on: this actor, the L2CAP host over
+    /// it, the ATT bearers of its links and the GATT server and clients on them all use
+    /// it as their executor, so they call each other without a thread hop, in order.
+    public nonisolated let loop: any EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
     public let commandTimeout: Duration
     private let clock: any Clock<Duration>
     private let logger: Logger
@@ -86,9 +93,11 @@ public actor HCIController {
     /// What `initialize()` learned; nil before it ran.
     public private(set) var info: ControllerInfo?
 
+    /// `loop`: the event loop the stack runs on; by default one of NIO's shared loops.
     public init(transport: any HCITransport, clock: any Clock<Duration> = ContinuousClock(),
-                commandTimeout: Duration = .seconds(5), logger: Logger) {
+                commandTimeout: Duration = .seconds(5), loop: (any EventLoop)? = nil, logger: Logger) {
         self.transport = transport
+        self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.clock = clock
         self.commandTimeout = commandTimeout
         self.logger = logger

@@ -7,6 +7,7 @@
 
 import HCI
 import Logging
+import NIOCore
 
 /// A frame received on a fixed channel of one connection.
 public struct ChannelFrame: Hashable, Sendable {
@@ -26,7 +27,10 @@ public actor L2CAPHost {
         public var peerType: AddressType
     }
 
-    public let controller: HCIController
+    public nonisolated let controller: HCIController
+    /// The controller's event loop, this actor's executor.
+    public nonisolated var loop: any EventLoop { controller.loop }
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { controller.unownedExecutor }
     public nonisolated let logger: Logger
     private var reassembler: Reassembler
     private var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]

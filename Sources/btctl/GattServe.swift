@@ -115,7 +115,7 @@ extension Gatt {
                 try await controller.initialize()
                 let host = L2CAPHost(controller: controller, logger: options.logger)
                 await host.start()
-                let server = GATTServer(database: db, logger: options.logger)
+                let server = GATTServer(database: db, loop: controller.loop, logger: options.logger)
                 let connections = await host.newConnections()
                 let hciEvents = await controller.events()
                 let name = Array((spec.name ?? "btctl").utf8.prefix(26))

@@ -69,9 +69,13 @@ let uuidC = BluetoothUUID("0000CCCC-0000-1000-8000-00805F9B34FB")!
         for a in room.addresses { remotes.append(try await room.central.central.connect(to: a, within: .seconds(5))) }
         #expect(await room.central.central.connectedPeripherals.map(\.address) == room.addresses)
         #expect(await room.central.connections.count == 3)
+        let peripheralSide = room.peripherals[1].connectionEvents()
         try await remotes[1].disconnect()
         #expect(await room.central.central.connectedPeripherals.map(\.address) == [room.addresses[0], room.addresses[2]])
-        // The peripheral side ended too, with the reason the central gave.
+        // The peripheral side ended too (its host runs on its own loop: wait for it), with the reason the central gave.
+        for await e in peripheralSide {
+            if case let .disconnected(_, reason) = e { #expect(reason == .remoteUserTerminatedConnection); break }
+        }
         #expect(await room.peripherals[1].connections.isEmpty)
         // Both roles at once: peripheral 0 (connected to the central) connects as central to peripheral 2.
         let both = try await room.peripherals[0].central.connect(to: room.addresses[2], within: .seconds(5))

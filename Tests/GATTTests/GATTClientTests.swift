@@ -1,6 +1,8 @@
 import ATT
 import HCI
 import Logging
+import NIOCore
+import NIOPosix
 import Synchronization
 import Testing
 @testable import GATT
@@ -10,15 +12,20 @@ final class ChannelEnd: ATTChannel, @unchecked Sendable {
     let inbound: AsyncStream<[UInt8]>
     let continuation: AsyncStream<[UInt8]>.Continuation
     weak var peer: ChannelEnd?
+    let loop: any EventLoop
     let sent = Mutex<[[UInt8]]>([])
-    init() { (inbound, continuation) = AsyncStream<[UInt8]>.makeStream() }
+    init(loop: any EventLoop) {
+        self.loop = loop
+        (inbound, continuation) = AsyncStream<[UInt8]>.makeStream()
+    }
     func send(_ pdu: [UInt8]) async throws {
         sent.withLock { $0.append(pdu) }
         peer?.continuation.yield(pdu)
     }
     var closeReason: String { "closed" }
     static func pair() -> (ChannelEnd, ChannelEnd) {
-        let a = ChannelEnd(), b = ChannelEnd()
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let a = ChannelEnd(loop: loop), b = ChannelEnd(loop: loop)
         a.peer = b
         b.peer = a
         return (a, b)

@@ -48,7 +48,7 @@ struct HostileClientTests {
         let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
             GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write, .indicate], permissions: .readWrite, value: [1]),
         ]))
-        let server = GATTServer(database: db, logger: Self.logger)
+        let server = GATTServer(database: db, loop: c.loop, logger: Self.logger)
         var links = await host.linkEvents().makeAsyncIterator()
         for h in handles {
             t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(

@@ -43,7 +43,7 @@ import Transports
             GATTCharacteristic(uuid: BluetoothUUID(0x2B01), properties: [.read, .write], value: Array("hello".utf8)),
             GATTCharacteristic(uuid: BluetoothUUID(0x2B02), properties: [.indicate], value: []),
         ]))
-        let server = GATTServer(database: db, logger: logger)
+        let server = GATTServer(database: db, loop: host.loop, logger: logger)
         let connections = await host.newConnections()
         let events = server.events
 

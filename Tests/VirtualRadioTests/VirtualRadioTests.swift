@@ -78,7 +78,7 @@ struct VirtualRadioTests {
         let svc = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
             GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .write, .notify], value: Array(repeating: 7, count: 70)),
         ]))
-        let server = GATTServer(database: db, logger: logger)
+        let server = GATTServer(database: db, loop: ha.loop, logger: logger)
         let incoming = await la.newConnections(), outgoing = await lb.newConnections()
         try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
         try await hb.send(LECreateConnection(peerAddressType: .public, peerAddress: a))
