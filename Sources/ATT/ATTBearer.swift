@@ -1,6 +1,9 @@
 // The ATT bearer actor: executes `ATTBearerState` over an `ATTChannel` with an
-// injected clock for the 30 s transaction timeout. Callers get async functions
-// for their transactions and one stream of what the peer sends.
+// injected clock for the 30 s transaction timeout, on the channel's event loop (its
+// executor). The channel hands PDUs in synchronously and takes PDUs out
+// synchronously; what the peer sends goes synchronously to the handler a GATT client
+// or server set (`setHandler`), else to the `incoming` stream. Callers get async
+// functions for their transactions.
 
 import HCI
 import Logging
@@ -28,10 +31,12 @@ public actor ATTBearer {
     private var waiters: [UInt64: CheckedContinuation<ATTPDU?, any Error>] = [:]
     private var timers: [UInt64: Task<Void, Never>] = [:]
     private var incomingContinuation: AsyncStream<Incoming>.Continuation?
-    private var readerTask: Task<Void, Never>?
-    private var outbox: [[UInt8]] = []
-    private var pumping = false
+    private var opened = false
+    /// PDUs handed to the channel and not yet to the link.
+    private var unsent = 0
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    private var handler: (@Sendable (Incoming) -> Void)?
+    private var closedHandler: (@Sendable () -> Void)?
     /// Transactions started without a waiter (`startIndication`) and their outcomes until awaited.
     private var detached: Set<UInt64> = []
     private var outcomes: [UInt64: Result<ATTPDU?, any Error>] = [:]
@@ -52,14 +57,30 @@ public actor ATTBearer {
         self.incomingContinuation = c
     }
 
+    /// Opens the channel: from now on the peer's PDUs are handled as they arrive.
     public func start() {
-        guard readerTask == nil else { return }
-        let inbound = channel.inbound
-        readerTask = Task { [weak self] in
-            for await pdu in inbound { await self?.receive(pdu) }
-            await self?.linkEnded()
+        guard !opened else { return }
+        opened = true
+        // The channel delivers on its loop, this actor's executor.
+        channel.open { [weak self] input in
+            self?.assumeIsolated { bearer in
+                switch input {
+                case let .frame(pdu): bearer.receive(pdu)
+                case .closed: bearer.linkEnded()
+                }
+            }
         }
     }
+
+    /// What the peer sends (requests, commands, notifications, indications) goes to
+    /// `handler`, synchronously on the loop, instead of `incoming`; `closed` is called
+    /// once when the bearer closes. Set by a GATT client or server sharing the loop.
+    public func setHandler(_ handler: @escaping @Sendable (Incoming) -> Void, closed: @escaping @Sendable () -> Void) {
+        self.handler = handler
+        if unusable { closed() } else { closedHandler = closed }
+    }
+
+    private var unusable: Bool { state.unusableReason != nil }
 
     public var mtu: Int { state.mtu }
 
@@ -129,18 +150,21 @@ public actor ATTBearer {
 
     private func receive(_ bytes: [UInt8]) { execute(state.receive(bytes)) }
 
-    private func linkEnded() async {
-        execute(state.close(reason: await channel.closeReason))
-        incomingContinuation?.finish()
-        incomingContinuation = nil
-    }
+    private func linkEnded() { close(reason: channel.closeReason) }
 
     /// Closes the bearer: pending transactions fail, the incoming stream ends.
     public func close(reason: String = "closed by the host") {
         execute(state.close(reason: reason))
         incomingContinuation?.finish()
         incomingContinuation = nil
-        readerTask?.cancel()
+        handler = nil
+        closedHandler.take()?()
+        for w in drainWaiters { w.resume() }
+        drainWaiters.removeAll()
+    }
+
+    private func deliver(_ item: Incoming) {
+        if let handler { handler(item) } else { incomingContinuation?.yield(item) }
     }
 
     /// Applies the state machine's events; sends go through one outbox in order.
@@ -148,10 +172,13 @@ public actor ATTBearer {
         for e in events {
             switch e {
             case let .send(bytes):
-                outbox.append(bytes)
-                if !pumping {
-                    pumping = true
-                    Task { await self.pump() }
+                unsent += 1
+                let queued = channel.write(bytes) { [weak self] _ in self?.assumeIsolated { $0.written() } }
+                if !queued {
+                    unsent -= 1
+                    logger.debug("ATT send failed: the link is gone")
+                    close(reason: channel.closeReason)
+                    return
                 }
             case let .startTimer(id):
                 let clock = self.clock, timeout = self.timeout
@@ -168,34 +195,27 @@ public actor ATTBearer {
                 finish(id, .failure(error))
             case let .confirmed(id):
                 finish(id, .success(nil))
-            case let .request(pdu): incomingContinuation?.yield(.request(pdu))
-            case let .command(pdu): incomingContinuation?.yield(.command(pdu))
-            case let .notification(h, v): incomingContinuation?.yield(.notification(handle: h, value: v))
-            case let .indication(h, v): incomingContinuation?.yield(.indication(handle: h, value: v))
+            case let .request(pdu): deliver(.request(pdu))
+            case let .command(pdu): deliver(.command(pdu))
+            case let .notification(h, v): deliver(.notification(handle: h, value: v))
+            case let .indication(h, v): deliver(.indication(handle: h, value: v))
             case let .mtuChanged(m): logger.debug("ATT MTU", metadata: ["att.mtu": "\(m)"])
             case let .protocolViolation(why): logger.debug("ATT protocol violation", metadata: ["reason": "\(why)"])
             }
         }
     }
 
-    private func pump() async {
-        while !outbox.isEmpty {
-            let bytes = outbox.removeFirst()
-            do { try await channel.send(bytes) } catch {
-                logger.debug("ATT send failed", metadata: ["error": "\(error)"])
-                outbox.removeAll()
-                execute(state.close(reason: "send failed: \(error)"))
-            }
-        }
-        pumping = false
+    private func written() {
+        unsent -= 1
+        guard unsent == 0 else { return }
         for w in drainWaiters { w.resume() }
         drainWaiters.removeAll()
     }
 
-    /// Returns once every PDU queued so far has been handed to the channel (e.g. before
-    /// disconnecting, so a confirmation or response is not lost).
+    /// Returns once every PDU queued so far has been handed to the link (e.g. before
+    /// disconnecting, so a confirmation or response is not lost), or the bearer closed.
     public func drain() async {
-        guard pumping || !outbox.isEmpty else { return }
+        guard unsent > 0, !unusable else { return }
         await withCheckedContinuation { drainWaiters.append($0) }
     }
 

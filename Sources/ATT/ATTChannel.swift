@@ -1,37 +1,49 @@
-// What an ATT bearer runs over: whole PDUs in and out. Two implementations: the
-// ATT fixed channel of one LE connection in our user-space L2CAP, and (in
-// Transports) the kernel's L2CAP ATT socket.
+// What an ATT bearer runs over: whole PDUs in and out, on one event loop. Two
+// implementations: the ATT fixed channel of one LE connection in our user-space
+// L2CAP (handed over synchronously on the controller's loop), and (in BlueZATT) the
+// kernel's L2CAP ATT socket.
 
 import HCI
 import L2CAP
 import NIOCore
 
+/// What a channel delivers: each PDU in order, then `.closed` once.
+public typealias ATTChannelInput = ChannelInput
+
 public protocol ATTChannel: Sendable {
-    /// The event loop the bearer over this channel runs on (the controller's, for our L2CAP).
+    /// The event loop the channel delivers on; the bearer over it runs there too.
     var loop: any EventLoop { get }
-    /// Sends one PDU.
-    func send(_ pdu: [UInt8]) async throws
-    /// PDUs from the peer; ends when the link goes away.
-    var inbound: AsyncStream<[UInt8]> { get }
+    /// Starts delivering what the peer sends: each PDU in order, then `.closed` once,
+    /// all on `loop`. Called once, on `loop`.
+    func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void)
+    /// Queues one PDU, on `loop`, behind the ones before it; `done` is called once it is
+    /// handed to the link (true) or dropped because the link went away (false).
+    /// Returns false, without calling `done`, when the link is already gone.
+    func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool
     /// Why the link went away, once it has (for the errors of pending operations).
-    var closeReason: String { get async }
+    var closeReason: String { get }
 }
 
 /// The ATT channel (CID 0x0004) of one connection of an `L2CAPHost`.
 public struct L2CAPATTChannel: ATTChannel {
     public let host: L2CAPHost
     public let handle: UInt16
-    public let inbound: AsyncStream<[UInt8]>
 
+    /// Frames that arrive before the bearer opens the channel wait in the host.
     public init(host: L2CAPHost, handle: UInt16) async {
         self.host = host
         self.handle = handle
-        self.inbound = await host.frames(on: .att, handle: handle)
     }
 
-    public func send(_ pdu: [UInt8]) async throws { try await host.send(pdu, on: .att, handle: handle) }
-
     public var loop: any EventLoop { host.loop }
+
+    public func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {
+        host.assumeIsolated { $0.setReceiver(.att, handle: handle, deliver) }
+    }
+
+    public func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
+        host.assumeIsolated { $0.enqueue(pdu, on: .att, handle: handle, done: done) }
+    }
 
     public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }
 }

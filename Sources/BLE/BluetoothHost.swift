@@ -320,7 +320,7 @@ public actor BluetoothHost {
             let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), localRxMTU: attMTU, logger: logger)
             let server = self.server, handle = c.handle
             await server.attach(bearer, connection: handle, readsBearer: false)
-            let client = GATTClient(bearer: bearer, server: { item in await server.serve(item, connection: handle) })
+            let client = GATTClient(bearer: bearer, server: server.handler(connection: handle))
             await client.start()
             clients[conn.id] = client
             if c.role == .peripheral {

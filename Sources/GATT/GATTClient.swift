@@ -12,7 +12,7 @@ public actor GATTClient {
     /// The bearer's executor: the client runs on its link's event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { bearer.unownedExecutor }
     private var subscribers: [UInt16: AsyncStream<[UInt8]>.Continuation] = [:]
-    private var dispatcher: Task<Void, Never>?
+    private var started = false
     /// What `discoverAll()` found, minus what Service Changed has since invalidated.
     public private(set) var discovered: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
     private var serviceChangedHandle: UInt16?
@@ -21,40 +21,41 @@ public actor GATTClient {
     /// Where requests and commands from the peer go: a GATT server on the same link
     /// (see `GATTServer.attach(_:connection:security:readsBearer:)`); nil answers
     /// requests with Request Not Supported.
-    private let serverHandler: (@Sendable (ATTBearer.Incoming) async -> Void)?
+    /// Called on the loop (`GATTServer.handler(connection:)`).
+    private let serverHandler: (@Sendable (ATTBearer.Incoming) -> Void)?
 
-    public init(bearer: ATTBearer, server: (@Sendable (ATTBearer.Incoming) async -> Void)? = nil) {
+    public init(bearer: ATTBearer, server: (@Sendable (ATTBearer.Incoming) -> Void)? = nil) {
         self.bearer = bearer
         self.serverHandler = server
     }
 
     /// Starts routing notifications and indications (confirmed automatically).
+    /// What the peer sends is routed synchronously on the loop this client shares with
+    /// its bearer.
     public func start() async {
-        guard dispatcher == nil else { return }
+        guard !started else { return }
+        started = true
+        await bearer.setHandler({ [weak self] item in self?.assumeIsolated { $0.route(item) } },
+                                closed: { [weak self] in self?.assumeIsolated { $0.finishSubscriptions() } })
         await bearer.start()
-        let incoming = bearer.incoming
-        dispatcher = Task { [weak self] in
-            for await item in incoming { await self?.route(item) }
-            await self?.finishSubscriptions()
-        }
     }
 
-    private func route(_ item: ATTBearer.Incoming) async {
+    private func route(_ item: ATTBearer.Incoming) {
         switch item {
         case let .notification(h, v):
             subscribers[h]?.yield(v)
         case let .indication(h, v):
             // Confirm first, so a consumer that stops at this value cannot lose the confirmation.
-            await bearer.confirm()
+            bearer.assumeIsolated { $0.confirm() }
             if h == serviceChangedHandle, v.count == 4 {
                 let start = UInt16(v[0]) | UInt16(v[1]) << 8, end = UInt16(v[2]) | UInt16(v[3]) << 8
                 if start <= end { invalidate(start...end) }
             }
             subscribers[h]?.yield(v)
         case .request, .command:
-            if let serverHandler { await serverHandler(item); return }
+            if let serverHandler { serverHandler(item); return }
             // This client has no server here: §3.4.1.1 Request Not Supported.
-            if case let .request(pdu) = item { await bearer.respond(.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported)) }
+            if case let .request(pdu) = item { bearer.assumeIsolated { $0.respond(.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported)) } }
         }
     }
 

@@ -186,12 +186,75 @@ public actor GATTServer {
         self.security[handle] = security
         continuation.yield(.connected(handle))
         guard readsBearer else { return }
+        if bearer.loop === loop {
+            // The usual case: the bearer shares this server's loop, requests are served
+            // synchronously as they arrive. The server stays alive while it serves a
+            // connection: the bearer holds these closures until it closes.
+            await bearer.setHandler(handler(connection: handle), closed: { self.assumeIsolated { $0.detach(handle) } })
+            await bearer.start()
+            return
+        }
         await bearer.start()
         let incoming = bearer.incoming
-        // The server stays alive while it serves a connection: the task holds it until the bearer closes.
+        // A bearer on another loop: served in arrival order by a task (which holds the server).
         Task {
             for await item in incoming { await self.serve(item, connection: handle) }
             self.detach(handle)
+        }
+    }
+
+    /// The handler of `connection`'s requests and commands for a bearer read by a
+    /// `GATTClient` on the same link (`GATTClient(bearer:server:)`). Called on the
+    /// bearer's loop: served synchronously when that is this server's loop.
+    public nonisolated func handler(connection: UInt16) -> @Sendable (ATTBearer.Incoming) -> Void {
+        { item in
+            if self.loop.inEventLoop {
+                self.assumeIsolated { $0.serveNow(item, connection: connection) }
+            } else {
+                Task { await self.serve(item, connection: connection) }
+            }
+        }
+    }
+
+    /// Serves `item` on the loop without suspending: only requests for manual handles
+    /// (answered by the application) continue in a task.
+    private func serveNow(_ item: ATTBearer.Incoming, connection: UInt16) {
+        guard let bearer = bearers[connection], bearer.loop === loop else {
+            Task { await serve(item, connection: connection) }
+            return
+        }
+        switch item {
+        case let .request(pdu), let .command(pdu):
+            if isManual(pdu) {
+                Task { _ = await serveManually(pdu, connection: connection, bearer: bearer) }
+                return
+            }
+            let mtu = bearer.assumeIsolated { $0.mtu }
+            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
+            if let response { bearer.assumeIsolated { $0.respond(response) } }
+            report(effects)
+        case .notification:
+            logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
+        case .indication:
+            // §3.4.7.3: every indication is confirmed, even one nobody here asked for.
+            bearer.assumeIsolated { $0.confirm() }
+        }
+    }
+
+    private func isManual(_ pdu: ATTPDU) -> Bool {
+        guard !manual.isEmpty else { return false }
+        switch pdu {
+        case let .readRequest(h), let .readBlobRequest(h, _), let .writeRequest(h, _), let .writeCommand(h, _): return manual.contains(h)
+        default: return false
+        }
+    }
+
+    private func report(_ effects: [GATTServerState.Effect]) {
+        for e in effects {
+            switch e {
+            case let .written(h, v, c): continuation.yield(.written(handle: h, value: v, connection: c))
+            case let .subscription(h, c, n, i): continuation.yield(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
+            }
         }
     }
 
@@ -205,12 +268,7 @@ public actor GATTServer {
             let mtu = await bearer.mtu
             let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
             if let response { await bearer.respond(response) }
-            for e in effects {
-                switch e {
-                case let .written(h, v, c): continuation.yield(.written(handle: h, value: v, connection: c))
-                case let .subscription(h, c, n, i): continuation.yield(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
-                }
-            }
+            report(effects)
         case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
         case .indication:

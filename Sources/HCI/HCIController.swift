@@ -61,8 +61,9 @@ public enum HCIInbound: Sendable {
     case closed(String)
 }
 
-/// Where `HCIInbound` goes; the controller's reader awaits it before reading the next packet.
-public typealias HCIInboundSink = @Sendable (HCIInbound) async -> Void
+/// Where `HCIInbound` goes: called on the controller's loop, synchronously, before the
+/// next packet is read.
+public typealias HCIInboundSink = @Sendable (HCIInbound) -> Void
 
 public actor HCIController {
     public nonisolated let transport: any HCITransport
@@ -82,6 +83,7 @@ public actor HCIController {
     private var nextACLWaiter: UInt64 = 1
     private var eventSubscribers: [UInt64: (AsyncStream<HCIEvent>.Continuation, DropCounter)] = [:]
     private var sink: HCIInboundSink?
+    private var creditListener: (@Sendable () -> Void)?
     private var nextSubscriber: UInt64 = 1
     private var timers: [UInt64: Task<Void, Never>] = [:]
     private var outbox = Deque<HCIPacket>()
@@ -114,8 +116,7 @@ public actor HCIController {
                     // The layer above handles each packet before the next is read: events
                     // and ACL data reach it in the controller's order, and nothing queues
                     // between them (a slow layer above slows the reading of the transport).
-                    let (item, sink) = await self.receive(packet)
-                    if let item, let sink { await sink(item) }
+                    await self.receive(packet)
                 }
                 await self?.transportEnded("closed")
             } catch {
@@ -211,11 +212,16 @@ public actor HCIController {
     private func put(_ entries: [CommandFlow.Entry]) {
         guard !entries.isEmpty else { return }
         for e in entries { outbox.append(.command(opcode: e.opcode, parameters: e.parameters)) }
+        startPump()
+    }
+
+    private func startPump() {
         guard !pumping else { return }
         pumping = true
         Task { await self.pump() }
     }
 
+    /// Writes the outbox (commands and the L2CAP host's ACL) to the transport in order.
     private func pump() async {
         while let p = outbox.popFirst() {
             if case let .command(opcode, _) = p { logger.trace("command sent", metadata: ["hci.opcode": "\(opcode)"]) }
@@ -261,6 +267,20 @@ public actor HCIController {
         }
     }
 
+    /// For the L2CAP host, on the loop: takes a controller buffer for `packet` and queues
+    /// it for the transport, in order with commands. Returns false when no buffer is
+    /// free (the credit listener is called when one frees) or the transport has ended.
+    public func sendACLNow(_ packet: ACLDataPacket) -> Bool {
+        guard closedReason == nil, aclWaiters.isEmpty, acl.take(handle: packet.handle) else { return false }
+        outbox.append(.acl(packet))
+        startPump()
+        return true
+    }
+
+    /// Called on the loop whenever controller buffers free up (Number Of Completed
+    /// Packets, a disconnection, a new buffer count). One listener: the L2CAP host.
+    public func setACLCreditListener(_ listener: @escaping @Sendable () -> Void) { creditListener = listener }
+
     private func cancelACLWaiter(id: UInt64) {
         if let i = aclWaiters.firstIndex(where: { $0.id == id }) {
             aclWaiters.remove(at: i).continuation.resume(throwing: CancellationError())
@@ -273,6 +293,7 @@ public actor HCIController {
             aclWaiters.removeFirst()
             w.continuation.resume()
         }
+        if acl.available > 0 { creditListener?() }
     }
 
     /// Sets the number of LE ACL buffers (done by `initialize()`; tests may set it directly).
@@ -310,7 +331,7 @@ public actor HCIController {
     /// After the transport ends, `sink` gets `.closed` once.
     public func setInboundSink(_ sink: @escaping HCIInboundSink) {
         if let closedReason {
-            Task { await sink(.closed(closedReason)) }
+            sink(.closed(closedReason))
             return
         }
         self.sink = sink
@@ -321,8 +342,8 @@ public actor HCIController {
 
     // MARK: Inbound
 
-    /// Handles `packet`; returns what the sink gets (and the sink), if anything.
-    private func receive(_ packet: HCIPacket) -> (HCIInbound?, HCIInboundSink?) {
+    /// Handles `packet` and hands what the layer above follows to the sink.
+    private func receive(_ packet: HCIPacket) {
         switch packet {
         case let .event(code, parameters):
             let event: HCIEvent
@@ -330,14 +351,13 @@ public actor HCIController {
                 event = try HCIEvent(code: code, parameters: parameters)
             } catch {
                 logger.warning("malformed event ignored", metadata: ["hci.event": "\(code)", "error": "\(error)"])
-                return (nil, nil)
+                return
             }
-            return handle(event) ? (.event(event), sink) : (nil, nil)
+            if handle(event) { sink?(.event(event)) }
         case let .acl(p):
-            return (.acl(p), sink)
+            sink?(.acl(p))
         default:
             logger.trace("packet ignored", metadata: ["hci.type": "\(packet.type)"])
-            return (nil, nil)
         }
     }
 
@@ -394,8 +414,9 @@ public actor HCIController {
         eventSubscribers.removeAll()
         if let sink {
             self.sink = nil
-            Task { await sink(.closed(reason)) }
+            sink(.closed(reason))
         }
+        creditListener = nil
     }
 
     func record(_ info: ControllerInfo) { self.info = info }

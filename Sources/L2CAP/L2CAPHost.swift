@@ -1,9 +1,12 @@
 // L2CAP over one controller: the actor that joins `HCIController` to the pure
-// pieces in this module. It follows LE connections from HCI events, reassembles
-// inbound ACL per connection and hands each fixed channel's frames to its
-// subscriber, answers the LE signaling channel, and sends outbound frames as ACL
-// fragments, one fragment per connection in turn (round robin), so a connection
-// with a long queue cannot starve the others of controller buffers.
+// pieces in this module, on the controller's event loop (it shares the controller's
+// executor). It follows LE connections from HCI events and reassembles inbound ACL
+// per connection, both handed over synchronously by the controller in the order the
+// controller sent them; hands each fixed channel's frames to the receiver a layer
+// above registered for that connection (synchronously, on the loop) or to a stream;
+// answers the LE signaling channel; and sends outbound frames as ACL fragments, one
+// fragment per connection in turn (round robin), while the controller has buffers,
+// so a connection with a long queue cannot starve the others.
 
 import HCI
 import Logging
@@ -18,6 +21,13 @@ public struct ChannelFrame: Hashable, Sendable {
 /// Frames of one fixed channel across connections. Buffer: unbounded (the peer is
 /// paced by the link); ends when the controller's transport closes.
 public typealias ChannelFrameStream = AsyncStream<ChannelFrame>
+
+/// What a channel receiver gets: each frame in order, then `.closed` once.
+public enum ChannelInput: Sendable {
+    case frame([UInt8])
+    /// The connection ended (or never existed); nothing follows.
+    case closed
+}
 
 public actor L2CAPHost {
     public struct Connection: Sendable, Equatable {
@@ -37,6 +47,8 @@ public actor L2CAPHost {
     private var subscribers: [ChannelID: AsyncStream<ChannelFrame>.Continuation] = [:]
     private struct Key: Hashable { var handle: UInt16; var channel: ChannelID }
     private var connectionSubscribers: [Key: AsyncStream<[UInt8]>.Continuation] = [:]
+    /// Synchronous receivers (the ATT bearer of a link), called on the loop.
+    private var receivers: [Key: @Sendable (ChannelInput) -> Void] = [:]
     /// Frames for ATT or SMP that arrive before anyone subscribed to that connection's
     /// channel (a central sends Exchange MTU at once); handed over on subscription.
     private var early: [Key: [[UInt8]]] = [:]
@@ -52,12 +64,12 @@ public actor L2CAPHost {
     private var nextContinuation: UInt64 = 0
     private struct Outgoing {
         var packet: ACLDataPacket
-        /// Resumed once this (last) fragment of a frame is handed to the controller.
-        var done: CheckedContinuation<Void, any Error>?
+        /// Called once this (last) fragment of a frame is handed to the controller (true)
+        /// or dropped because the connection or transport went away (false).
+        var done: (@Sendable (Bool) -> Void)?
     }
     private var queues: [UInt16: [Outgoing]] = [:]
     private var order: [UInt16] = []
-    private var pumping = false
     private var started = false
     /// Frames discarded because no channel listens on their CID (or a connection's ATT
     /// frames beyond `earlyLimit` before its bearer subscribed).
@@ -76,7 +88,9 @@ public actor L2CAPHost {
     public func start() async {
         guard !started else { return }
         started = true
-        await controller.setInboundSink { [weak self] item in await self?.deliver(item) }
+        // Both run on the loop this actor shares with the controller.
+        await controller.setACLCreditListener { [weak self] in self?.assumeIsolated { $0.pump() } }
+        await controller.setInboundSink { [weak self] item in self?.assumeIsolated { $0.deliver(item) } }
     }
 
     private func deliver(_ item: HCIInbound) {
@@ -110,6 +124,20 @@ public actor L2CAPHost {
         return stream
     }
 
+    /// Hands every frame on `channel` of connection `handle` to `receiver`, on the loop,
+    /// in arrival order (frames that came before are handed over at once), then
+    /// `.closed` when the connection ends. Takes precedence over the streams. Call on
+    /// the loop (from an actor sharing this one's executor).
+    public func setReceiver(_ channel: ChannelID, handle: UInt16, _ receiver: @escaping @Sendable (ChannelInput) -> Void) {
+        let key = Key(handle: handle, channel: channel)
+        guard connections[handle] != nil else {
+            receiver(.closed)
+            return
+        }
+        receivers[key] = receiver
+        for f in early.removeValue(forKey: key) ?? [] { receiver(.frame(f)) }
+    }
+
     /// New LE connections, as they complete. Buffer: unbounded; ends with the transport.
     public func newConnections() -> AsyncStream<Connection> {
         let (stream, c) = AsyncStream<Connection>.makeStream()
@@ -132,20 +160,38 @@ public actor L2CAPHost {
     /// Sends `payload` as one frame on `channel` of connection `handle`; returns once
     /// every fragment has been handed to the controller (frames leave in call order).
     public func send(_ payload: [UInt8], on channel: ChannelID, handle: UInt16) async throws {
-        guard connections[handle] != nil else { throw HCIError.connectionClosed(handle: handle) }
-        let length = await controller.info?.leACLDataPacketLength ?? 27
-        guard connections[handle] != nil else { throw HCIError.connectionClosed(handle: handle) }
-        let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-            if queues[handle] == nil { order.append(handle) }
-            for (i, f) in fragments.enumerated() {
-                queues[handle, default: []].append(Outgoing(packet: f, done: i == fragments.count - 1 ? c : nil))
+            let queued = enqueue(payload, on: channel, handle: handle) { sent in
+                if sent { c.resume() } else { c.resume(throwing: HCIError.connectionClosed(handle: handle)) }
             }
-            if !pumping {
-                pumping = true
-                Task { await self.pump() }
-            }
+            if !queued { c.resume(throwing: HCIError.connectionClosed(handle: handle)) }
         }
+    }
+
+    /// Queues `payload` as one frame on `channel` of connection `handle`, on the loop;
+    /// `done` is called when its last fragment is in the controller's hands (true) or
+    /// was dropped with the connection (false). Returns false, without queueing or
+    /// calling `done`, when the connection is not up.
+    @discardableResult
+    public func enqueue(_ payload: [UInt8], on channel: ChannelID, handle: UInt16, done: (@Sendable (Bool) -> Void)? = nil) -> Bool {
+        guard connections[handle] != nil else { return false }
+        let length = controller.assumeIsolated { $0.info?.leACLDataPacketLength } ?? 27
+        let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
+        if queues[handle] == nil { order.append(handle) }
+        for (i, f) in fragments.enumerated() {
+            queues[handle, default: []].append(Outgoing(packet: f, done: i == fragments.count - 1 ? done : nil))
+        }
+        pump()
+        return true
+    }
+
+    /// Calls `done` once everything queued so far for `handle` is in the controller's
+    /// hands (at once when nothing is queued).
+    public func whenSent(handle: UInt16, _ done: @escaping @Sendable () -> Void) {
+        guard var q = queues[handle], !q.isEmpty else { done(); return }
+        let previous = q[q.count - 1].done
+        q[q.count - 1].done = { sent in previous?(sent); done() }
+        queues[handle] = q
     }
 
     /// Peripheral: asks the central for new connection parameters (§4.20).
@@ -157,27 +203,32 @@ public actor L2CAPHost {
         return id
     }
 
-    /// Sends queued fragments, one per connection in turn.
-    private func pump() async {
+    /// Hands queued fragments to the controller, one per connection in turn, while it
+    /// has buffers; runs again when buffers free up (the controller's credit listener).
+    private func pump() {
         while let handle = order.first {
-            order.removeFirst()
-            guard var q = queues[handle], !q.isEmpty else { queues[handle] = nil; continue }
-            let fragment = q.removeFirst()
-            if q.isEmpty { queues[handle] = nil } else { queues[handle] = q; order.append(handle) }
-            do {
-                try await controller.sendACL(fragment.packet)
-                fragment.done?.resume()
-            } catch {
-                logger.debug("ACL send failed", metadata: ["ble.handle": "\(handle)", "error": "\(error)"])
-                fragment.done?.resume(throwing: error)
-                drop(handle: handle)
+            guard var q = queues[handle], let fragment = q.first else {
+                order.removeFirst()
+                queues[handle] = nil
+                continue
             }
+            let sent = controller.assumeIsolated { $0.sendACLNow(fragment.packet) }
+            guard sent else {
+                if controller.assumeIsolated({ $0.isClosed }) {
+                    for h in Array(queues.keys) { drop(handle: h) }
+                    order.removeAll()
+                }
+                return  // no buffer: the credit listener calls again
+            }
+            order.removeFirst()
+            q.removeFirst()
+            if q.isEmpty { queues[handle] = nil } else { queues[handle] = q; order.append(handle) }
+            fragment.done?(true)
         }
-        pumping = false
     }
 
     private func drop(handle: UInt16) {
-        for f in queues.removeValue(forKey: handle) ?? [] { f.done?.resume(throwing: HCIError.connectionClosed(handle: handle)) }
+        for f in queues.removeValue(forKey: handle) ?? [] { f.done?(false) }
         order.removeAll { $0 == handle }
     }
 
@@ -190,6 +241,10 @@ public actor L2CAPHost {
             let events = c.signaling.receive(frame.payload)
             connections[packet.handle] = c
             for e in events { signaling(e, handle: packet.handle) }
+            return
+        }
+        if let r = receivers[Key(handle: packet.handle, channel: frame.channel)] {
+            r(.frame(frame.payload))
             return
         }
         if let s = connectionSubscribers[Key(handle: packet.handle, channel: frame.channel)] {
@@ -217,7 +272,7 @@ public actor L2CAPHost {
         case .securityManager where connections[handle] != nil:
             // Never answer a Pairing Failed (code 0x05) with another.
             guard frame.payload.first != 0x05 else { return }
-            Task { try? await self.send([0x05, 0x05], on: .securityManager, handle: handle) }
+            enqueue([0x05, 0x05], on: .securityManager, handle: handle)
             return
         default:
             discardedFrames += 1
@@ -228,7 +283,7 @@ public actor L2CAPHost {
     private func signaling(_ e: LESignalingChannel.Event, handle: UInt16) {
         switch e {
         case let .send(bytes):
-            Task { try? await self.send(bytes, on: .leSignaling, handle: handle) }
+            enqueue(bytes, on: .leSignaling, handle: handle)
         case let .updateConnection(p):
             let c = LEConnectionParameters(connectionIntervalMin: p.intervalMin, connectionIntervalMax: p.intervalMax,
                                            maxLatency: p.latency, supervisionTimeout: p.timeout)
@@ -256,6 +311,10 @@ public actor L2CAPHost {
                 c.finish()
                 connectionSubscribers[k] = nil
             }
+            for (k, r) in receivers where k.handle == d.connectionHandle {
+                receivers[k] = nil
+                r(.closed)
+            }
             drop(handle: d.connectionHandle)
         default:
             break
@@ -274,6 +333,9 @@ public actor L2CAPHost {
         subscribers.removeAll()
         for (_, s) in connectionSubscribers { s.finish() }
         connectionSubscribers.removeAll()
+        let closing = receivers.values
+        receivers.removeAll()
+        for r in closing { r(.closed) }
         for (_, k) in connectionContinuations { k.finish() }
         connectionContinuations.removeAll()
         for (_, k) in linkContinuations { k.finish() }

@@ -7,22 +7,46 @@ import Synchronization
 import Testing
 @testable import GATT
 
-/// Two ATT channels wired back to back in memory; counts what each side sends.
+/// Two ATT channels wired back to back in memory, on one loop; counts what each side sends.
 final class ChannelEnd: ATTChannel, @unchecked Sendable {
-    let inbound: AsyncStream<[UInt8]>
-    let continuation: AsyncStream<[UInt8]>.Continuation
     weak var peer: ChannelEnd?
     let loop: any EventLoop
     let sent = Mutex<[[UInt8]]>([])
-    init(loop: any EventLoop) {
-        self.loop = loop
-        (inbound, continuation) = AsyncStream<[UInt8]>.makeStream()
+    private struct Inbox {
+        var deliver: (@Sendable (ATTChannelInput) -> Void)?
+        var pending: [[UInt8]] = []
     }
-    func send(_ pdu: [UInt8]) async throws {
+    private let inbox = Mutex(Inbox())
+
+    init(loop: any EventLoop) { self.loop = loop }
+
+    func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {
+        let pending = inbox.withLock { box in
+            box.deliver = deliver
+            defer { box.pending = [] }
+            return box.pending
+        }
+        for p in pending { deliver(.frame(p)) }
+    }
+
+    func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
         sent.withLock { $0.append(pdu) }
-        peer?.continuation.yield(pdu)
+        peer?.arrive(pdu)
+        done?(true)
+        return true
     }
+
+    /// The peer's PDU: handled on the loop after what runs now (in order), or kept until open.
+    private func arrive(_ pdu: [UInt8]) {
+        let deliver = inbox.withLock { box -> (@Sendable (ATTChannelInput) -> Void)? in
+            if box.deliver == nil { box.pending.append(pdu) }
+            return box.deliver
+        }
+        if let deliver { loop.execute { deliver(.frame(pdu)) } }
+    }
+
     var closeReason: String { "closed" }
+
     static func pair() -> (ChannelEnd, ChannelEnd) {
         let loop = MultiThreadedEventLoopGroup.singleton.next()
         let a = ChannelEnd(loop: loop), b = ChannelEnd(loop: loop)
