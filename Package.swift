@@ -44,7 +44,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict),
-        .target(name: "Snoop", dependencies: ["HCI"], swiftSettings: strict),
+        .target(name: "Snoop", dependencies: ["HCI", .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
         .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
         .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
@@ -54,7 +54,7 @@ let package = Package(
         .target(name: "GATT", dependencies: ["HCI", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "Transports",
-            dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: strict),
         .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .target(

@@ -88,7 +88,7 @@ public actor HCIController {
     private var timers: [UInt64: Task<Void, Never>] = [:]
     private var outbox = Deque<HCIPacket>()
     private var pumping = false
-    private var readerTask: Task<Void, Never>?
+    private var reading = false
     /// Why the transport ended, once it has.
     public private(set) var closedReason: String?
 
@@ -107,20 +107,18 @@ public actor HCIController {
 
     /// Starts reading from the transport. Called by the first command if not before.
     public func start() {
-        guard readerTask == nil else { return }
-        let inbound = transport.inbound
-        readerTask = Task { [weak self] in
-            do {
-                for try await packet in inbound {
-                    guard let self else { return }
-                    // The layer above handles each packet before the next is read: events
-                    // and ACL data reach it in the controller's order, and nothing queues
-                    // between them (a slow layer above slows the reading of the transport).
-                    await self.receive(packet)
+        guard !reading else { return }
+        reading = true
+        // The transport hands packets over on the loop (this actor's executor). The layer
+        // above handles each packet synchronously before the next: events and ACL data
+        // reach it in the controller's order, and nothing queues between them.
+        transport.deliver(on: loop) { [weak self] input in
+            self?.assumeIsolated { controller in
+                switch input {
+                case let .packets(packets): for p in packets { controller.receive(p) }
+                case .ended(nil): controller.transportEnded("closed")
+                case let .ended(error?): controller.transportEnded("\(error)")
                 }
-                await self?.transportEnded("closed")
-            } catch {
-                await self?.transportEnded("\(error)")
             }
         }
     }
@@ -129,7 +127,6 @@ public actor HCIController {
     public func close() async {
         await transport.close()
         transportEnded("closed by the host")
-        readerTask?.cancel()
     }
 
     public var isClosed: Bool { closedReason != nil }
@@ -217,6 +214,13 @@ public actor HCIController {
 
     private func startPump() {
         guard !pumping else { return }
+        if transport.sendsSynchronously {
+            // Written now, on the loop, in order.
+            let packets = Array(outbox)
+            outbox.removeAll()
+            do { try transport.sendNow(packets) } catch { transportEnded("send failed: \(error)") }
+            return
+        }
         pumping = true
         Task { await self.pump() }
     }

@@ -2,6 +2,8 @@
 // TCP or unix socket, a serial tty or pty, the scripted transport for tests and
 // the recording tap. Transports do I/O; nothing above them does.
 
+import NIOCore
+
 /// Why a transport stopped.
 public enum TransportError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Closed by our side (`close()`).
@@ -36,4 +38,40 @@ public protocol HCITransport: AnyObject, Sendable {
     func send(_ packet: HCIPacket) async throws
     /// Closes the link; `inbound` finishes. Idempotent.
     func close() async
+
+    /// Instead of `inbound` (use one or the other): hands inbound packets to `receive`
+    /// on `loop`, in arrival order, then `.ended` once. A transport that reads on its
+    /// own thread hands over batches and stops reading while too many wait on the loop
+    /// (back-pressure reaches the controller's flow control). The default forwards
+    /// `inbound`, one packet at a time, each handled before the next is taken.
+    func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void)
+    /// Whether `sendNow` writes (true) or the caller must use `send` (false, the default).
+    var sendsSynchronously: Bool { get }
+    /// Writes `packets` in order from the caller's thread, one write per packet.
+    func sendNow(_ packets: [HCIPacket]) throws
+}
+
+/// What `HCITransport.deliver(on:_:)` hands over.
+public enum TransportInput: Sendable {
+    case packets([HCIPacket])
+    /// The link ended: nil after `close()`, else why (a `TransportError`).
+    case ended((any Error)?)
+}
+
+extension HCITransport {
+    public func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        let inbound = self.inbound
+        Task {
+            do {
+                for try await p in inbound { try await loop.submit { receive(.packets([p])) }.get() }
+                loop.execute { receive(.ended(nil)) }
+            } catch {
+                loop.execute { receive(.ended(error)) }
+            }
+        }
+    }
+
+    public var sendsSynchronously: Bool { false }
+
+    public func sendNow(_ packets: [HCIPacket]) throws { throw TransportError.unavailable("this transport sends asynchronously") }
 }

@@ -2,6 +2,7 @@
 // and a file sink. Encoders are pure; `TraceFileWriter` is the only file I/O here.
 
 import HCI
+import NIOCore
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Darwin)
@@ -169,7 +170,6 @@ public final class TraceFileWriter: Sendable {
 /// Wraps any transport and records every packet in both directions.
 public final class RecordingTransport: HCITransport {
     public let base: any HCITransport
-    public let inbound: AsyncThrowingStream<HCIPacket, any Error>
     private let sink: @Sendable (TraceRecord) -> Void
     private let now: @Sendable () -> Int64
 
@@ -181,8 +181,12 @@ public final class RecordingTransport: HCITransport {
         self.base = base
         self.sink = sink
         self.now = now
-        let source = base.inbound
-        self.inbound = AsyncThrowingStream { continuation in
+    }
+
+    /// The base's packets, each recorded as it passes (read `inbound` or use `deliver`, not both).
+    public var inbound: AsyncThrowingStream<HCIPacket, any Error> {
+        let source = base.inbound, sink = self.sink, now = self.now
+        return AsyncThrowingStream { continuation in
             let task = Task {
                 do {
                     for try await p in source {
@@ -202,9 +206,26 @@ public final class RecordingTransport: HCITransport {
         self.init(wrapping: base) { writer.write($0) }
     }
 
+    public func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        let sink = self.sink, now = self.now
+        base.deliver(on: loop) { input in
+            if case let .packets(ps) = input {
+                for p in ps { sink(TraceRecord(timestampMicros: now(), packet: p, direction: .controllerToHost)) }
+            }
+            receive(input)
+        }
+    }
+
     public func send(_ packet: HCIPacket) async throws {
         sink(TraceRecord(timestampMicros: now(), packet: packet, direction: .hostToController))
         try await base.send(packet)
+    }
+
+    public var sendsSynchronously: Bool { base.sendsSynchronously }
+
+    public func sendNow(_ packets: [HCIPacket]) throws {
+        for p in packets { sink(TraceRecord(timestampMicros: now(), packet: p, direction: .hostToController)) }
+        try base.sendNow(packets)
     }
 
     public func close() async { await base.close() }

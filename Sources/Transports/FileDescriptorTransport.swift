@@ -2,11 +2,16 @@
 // socket all end up here. One reader thread per transport waits in poll(2) on the
 // descriptor and on a wake-up pipe, so `close()` interrupts it on every kind of
 // descriptor (a tty read does not return when another thread closes it).
-// Framing is the pure `H4Framer`; this file only moves bytes.
+// Framing is the pure `H4Framer`; this file only moves bytes. The thread starts when
+// someone reads: `inbound` (a stream) or `deliver(on:_:)`, which hands each read's
+// packets to the event loop as one batch and stops reading while 8 batches wait
+// there (back-pressure). `sendNow` writes on the caller's thread, one write(2) per
+// packet (on an HCI socket one write is one packet).
 
 import Foundation
 import HCI
 import Logging
+import NIOCore
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -16,7 +21,7 @@ import Glibc
 func errnoString(_ e: Int32) -> String { String(cString: strerror(e)) }
 
 public final class FileDescriptorTransport: HCITransport {
-    public let inbound: AsyncThrowingStream<HCIPacket, any Error>
+    private let stream: AsyncThrowingStream<HCIPacket, any Error>
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
     private let fd: Int32
     private let wake: (read: Int32, write: Int32)
@@ -30,7 +35,12 @@ public final class FileDescriptorTransport: HCITransport {
         var closed = false
         var threadDone = false
         var fdClosed = false
+        var started = false
+        /// Set by `deliver(on:_:)`: where the reader hands packets.
+        var target: (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?
     }
+    /// Batches handed to the loop and not yet handled, at most `window`.
+    private let inFlight = DispatchSemaphore(value: 8)
 
     /// Takes ownership of `fd` (closed by `close()`).
     /// - Parameters:
@@ -52,10 +62,60 @@ public final class FileDescriptorTransport: HCITransport {
         self.label = label
         self.logger = logger
         self.quickAck = quickAck
-        (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .unbounded)
+        (stream, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .unbounded)
+    }
+
+    /// Packets as a stream (buffer: unbounded; prefer `deliver(on:_:)`, which pushes back).
+    public var inbound: AsyncThrowingStream<HCIPacket, any Error> {
+        startReading(nil)
+        return stream
+    }
+
+    public func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        startReading((loop, receive))
+    }
+
+    private func startReading(_ target: (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?) {
+        let start = state.withLock { s -> Bool in
+            guard !s.started else { return false }
+            s.started = true
+            s.target = target
+            return true
+        }
+        guard start else { return }
+        if state.withLock({ $0.closed }) {
+            // Closed before anyone read: the end is all there is.
+            target.map { t in t.loop.execute { t.receive(.ended(nil)) } }
+            return
+        }
         let thread = Thread { [self] in self.readLoop() }
         thread.name = "hci-reader \(label)"
         thread.start()
+    }
+
+    /// Hands one read's packets over: to the loop (waiting while the window is full) or the stream.
+    private func emit(_ packets: [HCIPacket]) {
+        guard !packets.isEmpty else { return }
+        if let t = state.withLock({ $0.target }) {
+            inFlight.wait()
+            let window = inFlight
+            t.loop.execute {
+                t.receive(.packets(packets))
+                window.signal()
+            }
+        } else {
+            for p in packets { continuation.yield(p) }
+        }
+    }
+
+    private func end(_ error: (any Error)?) {
+        if let t = state.withLock({ $0.target }) {
+            t.loop.execute { t.receive(.ended(error)) }
+        } else if let error {
+            continuation.finish(throwing: error)
+        } else {
+            continuation.finish()
+        }
     }
 
     deinit {
@@ -95,9 +155,12 @@ public final class FileDescriptorTransport: HCITransport {
                 break
             }
             framer.append(buffer[0..<n])
+            var packets: [HCIPacket] = []
             do {
-                while let p = try framer.nextPacket() { continuation.yield(p) }
+                while let p = try framer.nextPacket() { packets.append(p) }
+                emit(packets)
             } catch let e as DecodeError {
+                emit(packets)
                 fail(.framing(e))
                 break loop
             } catch {
@@ -115,12 +178,19 @@ public final class FileDescriptorTransport: HCITransport {
         }
         guard first else { return }
         logger.debug("transport failed", metadata: ["transport": "\(label)", "error": "\(error)"])
-        continuation.finish(throwing: error)
+        end(error)
         Glibc.shutdown(fd, Int32(SHUT_RDWR))
     }
 
-    public func send(_ packet: HCIPacket) async throws {
-        let bytes = packet.h4Bytes
+    public func send(_ packet: HCIPacket) async throws { try sendNow([packet]) }
+
+    public var sendsSynchronously: Bool { true }
+
+    public func sendNow(_ packets: [HCIPacket]) throws {
+        for p in packets { try write(p.h4Bytes) }
+    }
+
+    private func write(_ bytes: [UInt8]) throws {
         if state.withLock({ $0.closed }) { throw TransportError.closed }
         try writeLock.withLock { _ in
             var off = 0
@@ -149,7 +219,7 @@ public final class FileDescriptorTransport: HCITransport {
         }
         var b: UInt8 = 1
         _ = Glibc.write(wake.write, &b, 1)
-        if first { continuation.finish() }
+        if first { end(nil) }
         // Wait (bounded) for the reader thread to leave poll before closing the fd it polls.
         for _ in 0..<200 where !state.withLock({ $0.threadDone }) { try? await Task.sleep(for: .milliseconds(5)) }
         writeLock.withLock { _ in
