@@ -75,10 +75,15 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
 struct Figures { var requests = 0; var discover = (0.0, 0.0); var read = (0.0, 0.0); var write = (0.0, 0.0); var notify = (0.0, 0.0); var bytes = 0 }
 
 func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figures {
-    let requests = Mutex(0)
+    let requests = Mutex(0), inbound = Mutex([String: Int]())
     let base = try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: logger)
     let tap = RecordingTransport(wrapping: base, now: { 0 }) { r in
         // Count ATT requests the host sends (first fragments on CID 4).
+        if r.direction == .controllerToHost, let p = r.packet {
+            let key: String
+            switch p { case let .event(code, params): key = "event \(code)" + (code.rawValue == 0x3E ? " \(params.first ?? 0)" : ""); default: key = "\(p.type)" }
+            inbound.withLock { $0[key, default: 0] += 1 }
+        }
         if r.direction == .hostToController, case let .acl(p)? = r.packet, p.boundary != .continuing, p.data.count > 4,
            p.data[2] == 4, p.data[3] == 0, ATTOpcode(rawValue: p.data[4]).kind == .request { requests.withLock { $0 += 1 } }
     }
@@ -98,8 +103,17 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
     guard let rw = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF1) })?.0,
           let (burst, ds) = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF5) }),
           let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else { return f }
+    inbound.withLock { $0.removeAll() }
+    var u0 = rusage(); getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u0)
     t0 = ContinuousClock.now; c0 = cpu()
     for _ in 0..<n { _ = try await client.read(rw.valueHandle) }
+    if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
+        var u1 = rusage(); getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u1)
+        let user = Double(u1.ru_utime.tv_sec - u0.ru_utime.tv_sec) * 1e6 + Double(u1.ru_utime.tv_usec - u0.ru_utime.tv_usec)
+        let sys = Double(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) * 1e6 + Double(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec)
+        print("inbound during reads:", inbound.withLock { $0 }, "user µs/read:", user / Double(n), "sys µs/read:", sys / Double(n),
+              "voluntary switches/read:", Double(u1.ru_nvcsw - u0.ru_nvcsw) / Double(n))
+    }
     f.read = (seconds(ContinuousClock.now - t0), cpu() - c0)
     t0 = ContinuousClock.now; c0 = cpu()
     for _ in 0..<n { try await client.write(rw.valueHandle, value: Array("benchmark!".utf8)) }
@@ -135,8 +149,10 @@ func report(_ name: String, _ f: Figures, n: Int) {
 }
 
 say("== 1. notifications end to end over the virtual radio")
-try await virtualRadioNotifications(mtu: 23, payload: 20, n: 20_000)
-try await virtualRadioNotifications(mtu: 247, payload: 244, n: 20_000)
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil {
+    try await virtualRadioNotifications(mtu: 23, payload: 20, n: 20_000)
+    try await virtualRadioNotifications(mtu: 247, payload: 244, n: 20_000)
+}
 
 say("== 2. Rootcanal, one Bumble GATT server; our client and Bumble's, same run (\(count) reads, \(count) writes, 200×200 B notified)")
 let python = root + "/.venv/bin/python"

@@ -24,12 +24,13 @@ public actor ATTBearer {
     /// The channel's event loop, this actor's executor.
     public nonisolated var loop: any EventLoop { channel.loop }
     public nonisolated var unownedExecutor: UnownedSerialExecutor { channel.loop.executor.asUnownedSerialExecutor() }
-    private let clock: any Clock<Duration>
+    /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
+    private let clock: (any Clock<Duration>)?
     private let logger: Logger
     private let timeout: Duration
     private var state: ATTBearerState
     private var waiters: [UInt64: CheckedContinuation<ATTPDU?, any Error>] = [:]
-    private var timers: [UInt64: Task<Void, Never>] = [:]
+    private var timers: [UInt64: LoopTimer] = [:]
     private var incomingContinuation: AsyncStream<Incoming>.Continuation?
     private var opened = false
     /// PDUs handed to the channel and not yet to the link.
@@ -45,7 +46,7 @@ public actor ATTBearer {
     /// caller's to keep up with). Ends when the bearer closes.
     public nonisolated let incoming: AsyncStream<Incoming>
 
-    public init(channel: any ATTChannel, localRxMTU: UInt16 = 517, clock: any Clock<Duration> = ContinuousClock(),
+    public init(channel: any ATTChannel, localRxMTU: UInt16 = 517, clock: (any Clock<Duration>)? = nil,
                 transactionTimeout: Duration = ATTBearerState.transactionTimeout, logger: Logger) {
         self.channel = channel
         self.clock = clock
@@ -181,10 +182,8 @@ public actor ATTBearer {
                     return
                 }
             case let .startTimer(id):
-                let clock = self.clock, timeout = self.timeout
-                timers[id] = Task { [weak self] in
-                    do { try await clock.sleep(for: timeout) } catch { return }
-                    await self?.timerFired(id)
+                timers[id] = LoopTimer(after: timeout, on: loop, clock: clock) { [weak self] in
+                    self?.assumeIsolated { $0.timerFired(id) }
                 }
             case let .cancelTimer(id):
                 timers.removeValue(forKey: id)?.cancel()

@@ -73,7 +73,8 @@ public actor HCIController {
     public nonisolated let loop: any EventLoop
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
     public let commandTimeout: Duration
-    private let clock: any Clock<Duration>
+    /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
+    private let clock: (any Clock<Duration>)?
     private let logger: Logger
 
     private var flow = CommandFlow()
@@ -85,7 +86,7 @@ public actor HCIController {
     private var sink: HCIInboundSink?
     private var creditListener: (@Sendable () -> Void)?
     private var nextSubscriber: UInt64 = 1
-    private var timers: [UInt64: Task<Void, Never>] = [:]
+    private var timers: [UInt64: LoopTimer] = [:]
     private var outbox = Deque<HCIPacket>()
     private var pumping = false
     private var reading = false
@@ -96,7 +97,7 @@ public actor HCIController {
     public private(set) var info: ControllerInfo?
 
     /// `loop`: the event loop the stack runs on; by default one of NIO's shared loops.
-    public init(transport: any HCITransport, clock: any Clock<Duration> = ContinuousClock(),
+    public init(transport: any HCITransport, clock: (any Clock<Duration>)? = nil,
                 commandTimeout: Duration = .seconds(5), loop: (any EventLoop)? = nil, logger: Logger) {
         self.transport = transport
         self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
@@ -179,10 +180,8 @@ public actor HCIController {
     }
 
     private func armTimer(id: UInt64, opcode: HCIOpcode) {
-        let clock = self.clock, timeout = commandTimeout
-        timers[id] = Task { [weak self] in
-            do { try await clock.sleep(for: timeout) } catch { return }
-            await self?.timerFired(id: id, opcode: opcode)
+        timers[id] = LoopTimer(after: commandTimeout, on: loop, clock: clock) { [weak self] in
+            self?.assumeIsolated { $0.timerFired(id: id, opcode: opcode) }
         }
     }
 

@@ -8,6 +8,7 @@
 // fragment per connection in turn (round robin), while the controller has buffers,
 // so a connection with a long queue cannot starve the others.
 
+import DequeModule
 import HCI
 import Logging
 import NIOCore
@@ -68,8 +69,10 @@ public actor L2CAPHost {
         /// or dropped because the connection or transport went away (false).
         var done: (@Sendable (Bool) -> Void)?
     }
-    private var queues: [UInt16: [Outgoing]] = [:]
-    private var order: [UInt16] = []
+    /// Fragments waiting for a controller buffer, per connection, and the connections
+    /// with fragments in round-robin order.
+    private var queues: [UInt16: Deque<Outgoing>] = [:]
+    private var order = Deque<UInt16>()
     private var started = false
     /// Frames discarded because no channel listens on their CID (or a connection's ATT
     /// frames beyond `earlyLimit` before its bearer subscribed).
@@ -188,10 +191,9 @@ public actor L2CAPHost {
     /// Calls `done` once everything queued so far for `handle` is in the controller's
     /// hands (at once when nothing is queued).
     public func whenSent(handle: UInt16, _ done: @escaping @Sendable () -> Void) {
-        guard var q = queues[handle], !q.isEmpty else { done(); return }
-        let previous = q[q.count - 1].done
-        q[q.count - 1].done = { sent in previous?(sent); done() }
-        queues[handle] = q
+        guard let last = queues[handle]?.indices.last else { done(); return }
+        let previous = queues[handle]?[last].done
+        queues[handle]?[last].done = { sent in previous?(sent); done() }
     }
 
     /// Peripheral: asks the central for new connection parameters (§4.20).
@@ -207,7 +209,7 @@ public actor L2CAPHost {
     /// has buffers; runs again when buffers free up (the controller's credit listener).
     private func pump() {
         while let handle = order.first {
-            guard var q = queues[handle], let fragment = q.first else {
+            guard let fragment = queues[handle]?.first else {
                 order.removeFirst()
                 queues[handle] = nil
                 continue
@@ -221,8 +223,8 @@ public actor L2CAPHost {
                 return  // no buffer: the credit listener calls again
             }
             order.removeFirst()
-            q.removeFirst()
-            if q.isEmpty { queues[handle] = nil } else { queues[handle] = q; order.append(handle) }
+            queues[handle]?.removeFirst()  // in place: no copy of the queue
+            if queues[handle]?.isEmpty ?? true { queues[handle] = nil } else { order.append(handle) }
             fragment.done?(true)
         }
     }
