@@ -72,7 +72,7 @@ let package = Package(
         .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLETesting",
-            dependencies: ["HCI", "Snoop", "Transports", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["HCI", "Snoop", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .executableTarget(
             name: "btctl",
@@ -88,7 +88,7 @@ let package = Package(
         .target(name: "BenchmarkSupport", path: "Benchmarks/BenchmarkSupport", swiftSettings: strict),
         .executableTarget(
             name: "GATTBenchmark",
-            dependencies: ["BenchmarkSupport", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["BenchmarkSupport", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
             path: "Benchmarks/GATTBenchmark", swiftSettings: strict),
         .executableTarget(
             name: "SpeedTestBenchmark",

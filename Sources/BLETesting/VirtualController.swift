@@ -5,12 +5,20 @@
 // Completed Packets as soon as the radio has relayed them.
 
 import HCI
+import NIOCore
+import Synchronization
 
 public actor VirtualController: HCITransport {
     public nonisolated let address: BluetoothAddress
     public nonisolated let inbound: AsyncThrowingStream<HCIPacket, any Error>
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
+    /// Where packets go once the host asked for loop delivery (`deliver(on:_:)`).
+    private nonisolated let outbox = LoopOutbox()
     private weak var radio: VirtualRadio?
+    /// The radio's loop: this controller's executor, and the loop its host prefers.
+    public nonisolated let loop: any EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    public nonisolated var preferredLoop: (any EventLoop)? { loop }
     private var closed = false
 
     /// Advertising transmit power in dBm (also what LE Read Advertising Physical Channel Tx Power says).
@@ -31,8 +39,9 @@ public actor VirtualController: HCITransport {
     static let aclLength: UInt16 = 27
     static let aclCount: UInt8 = 8
 
-    init(radio: VirtualRadio, address: BluetoothAddress) {
+    init(radio: VirtualRadio, loop: any EventLoop, address: BluetoothAddress) {
         self.radio = radio
+        self.loop = loop
         self.address = address
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream()
     }
@@ -65,13 +74,44 @@ public actor VirtualController: HCITransport {
     /// completion (the actor is reentrant while it waits on the radio).
     public func send(_ packet: HCIPacket) async throws {
         guard !closed else { throw TransportError.closed }
-        queue.append(packet)
+        try await send(Optional(packet))
+    }
+
+    /// From a host on this controller's loop: ACL data is relayed at once (when no
+    /// command is being handled before it), commands are handled in order as by `send`.
+    public nonisolated var sendsSynchronously: Bool { true }
+
+    public nonisolated func sendNow(_ packets: [HCIPacket]) throws {
+        guard loop.inEventLoop else {
+            // A host on another loop: in order, in a task.
+            Task { for p in packets { try? await self.send(p) } }
+            return
+        }
+        try assumeIsolated { c in
+            guard !c.closed else { throw TransportError.closed }
+            for p in packets { c.accept(p) }
+        }
+    }
+
+    private func accept(_ p: HCIPacket) {
+        if case let .acl(a) = p, !processing, queue.isEmpty {
+            aclNow(a)
+            return
+        }
+        queue.append(p)
+        guard !processing else { return }
+        Task { try? await self.send(nil) }
+    }
+
+    /// Handles the queue in order (with `packet` appended first, if any).
+    private func send(_ packet: HCIPacket?) async throws {
+        if let packet { queue.append(packet) }
         guard !processing else { return }
         processing = true
         while !queue.isEmpty {
             switch queue.removeFirst() {
             case let .command(opcode, parameters): await command(opcode, parameters)
-            case let .acl(p): await acl(p)
+            case let .acl(p): aclNow(p)
             default: break
             }
         }
@@ -81,11 +121,19 @@ public actor VirtualController: HCITransport {
     public func close() async {
         guard !closed else { return }
         closed = true
-        continuation.finish()
+        if !outbox.end() { continuation.finish() }
     }
 
-    private func emit(_ e: HCIEvent) { if !closed { continuation.yield(e.packet) } }
-    private func emit(_ p: HCIPacket) { if !closed { continuation.yield(p) } }
+    /// Packets go to the host's loop: those emitted before the loop runs are handed over together.
+    public nonisolated func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        outbox.attach(loop: loop, receive)
+    }
+
+    private func emit(_ e: HCIEvent) { emit(e.packet) }
+    private func emit(_ p: HCIPacket) {
+        guard !closed else { return }
+        if !outbox.put(p) { continuation.yield(p) }
+    }
 
     private func complete<R: HCIReturnParameters>(_ op: HCIOpcode, _ r: R) {
         emit(.commandComplete(CommandComplete(commandOpcode: op, returning: r)))
@@ -216,9 +264,10 @@ public actor VirtualController: HCITransport {
 
     // MARK: ACL
 
-    private func acl(_ p: ACLDataPacket) async {
+    /// Relays ACL data through the radio (on this loop, synchronously) and returns the buffer.
+    private func aclNow(_ p: ACLDataPacket) {
         guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
-        if await radio.relay(p, from: self) {
+        if radio.assumeIsolated({ $0.relay(p, from: self) }) {
             emit(.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: p.handle, numCompletedPackets: 1)])))
         }
     }
@@ -267,3 +316,51 @@ public actor VirtualController: HCITransport {
 
     public func setTxPower(_ dBm: Int8) { txPower = dBm }
 }
+
+/// Packets on their way to a host's event loop: collected under a lock, handed over in
+/// one batch per loop turn, in order.
+final class LoopOutbox: Sendable {
+    private struct State {
+        var loop: (any EventLoop)?
+        var receive: (@Sendable (TransportInput) -> Void)?
+        var pending: [HCIPacket] = []
+        var scheduled = false
+    }
+    private let state = Mutex(State())
+
+    func attach(loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        state.withLock { $0.loop = loop; $0.receive = receive }
+    }
+
+    /// Queues `p` for the loop; false when no loop is attached (use the stream).
+    func put(_ p: HCIPacket) -> Bool {
+        let schedule = state.withLock { s -> (any EventLoop)? in
+            guard let loop = s.loop else { return nil }
+            s.pending.append(p)
+            if s.scheduled { return nil }
+            s.scheduled = true
+            return loop
+        }
+        if let loop = schedule { loop.execute { self.flush() } }
+        return state.withLock { $0.loop != nil }
+    }
+
+    private func flush() {
+        let (batch, receive) = state.withLock { s in
+            defer { s.pending = []; s.scheduled = false }
+            return (s.pending, s.receive)
+        }
+        if !batch.isEmpty { receive?(.packets(batch)) }
+    }
+
+    /// The controller closed: after what is queued, the host hears the end. False when no loop is attached.
+    func end() -> Bool {
+        guard let (loop, receive) = state.withLock({ s in s.loop.map { ($0, s.receive) } }) else { return false }
+        loop.execute {
+            self.flush()
+            receive?(.ended(nil))
+        }
+        return true
+    }
+}
+

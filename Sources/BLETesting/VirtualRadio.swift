@@ -14,8 +14,14 @@
 
 import Foundation
 import HCI
+import NIOCore
+import NIOPosix
 
 public actor VirtualRadio {
+    /// The radio, its controllers and (by default) the hosts on them run on this loop:
+    /// one thread, no hand-off between threads, the same order every run.
+    public nonisolated let loop: any EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
     /// RSSI at the scanner for a distance in metres: log-distance path loss,
     /// RSSI = txPower − 41 dB (at 1 m) − 10·n·log10(d), n = `pathLossExponent`.
     public var pathLossExponent = 2.0
@@ -37,11 +43,12 @@ public actor VirtualRadio {
         var peripheralHandle: UInt16
     }
 
-    public init() {}
+    /// `loop`: by default one of NIO's shared loops.
+    public init(loop: (any EventLoop)? = nil) { self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next() }
 
     /// Adds a controller with this public address.
     public func makeController(address: BluetoothAddress) -> VirtualController {
-        let c = VirtualController(radio: self, address: address)
+        let c = VirtualController(radio: self, loop: loop, address: address)
         controllers.append(c)
         return c
     }
@@ -99,13 +106,14 @@ public actor VirtualRadio {
         links.firstIndex { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }
     }
 
-    func relay(_ packet: ACLDataPacket, from sender: VirtualController) async -> Bool {
+    /// On the loop: hands `packet` to the other end of `sender`'s link.
+    func relay(_ packet: ACLDataPacket, from sender: VirtualController) -> Bool {
         guard let i = linkIndex(sender, packet.handle) else { return false }
         let l = links[i]
         let (to, handle) = l.central === sender ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
         // Controller to host, LE: the first fragment is "first automatically flushable".
         let boundary: ACLPacketBoundary = packet.boundary == .continuing ? .continuing : .firstFlushable
-        await to.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: packet.data))
+        to.assumeIsolated { $0.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: packet.data)) }
         return true
     }
 

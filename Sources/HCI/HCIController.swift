@@ -96,11 +96,12 @@ public actor HCIController {
     /// What `initialize()` learned; nil before it ran.
     public private(set) var info: ControllerInfo?
 
-    /// `loop`: the event loop the stack runs on; by default one of NIO's shared loops.
+    /// `loop`: the event loop the stack runs on; by default the transport's preferred
+    /// loop (an in-process controller's), else one of NIO's shared loops.
     public init(transport: any HCITransport, clock: (any Clock<Duration>)? = nil,
                 commandTimeout: Duration = .seconds(5), loop: (any EventLoop)? = nil, logger: Logger) {
         self.transport = transport
-        self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.loop = loop ?? transport.preferredLoop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.clock = clock
         self.commandTimeout = commandTimeout
         self.logger = logger

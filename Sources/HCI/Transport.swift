@@ -45,6 +45,9 @@ public protocol HCITransport: AnyObject, Sendable {
     /// (back-pressure reaches the controller's flow control). The default forwards
     /// `inbound`, one packet at a time, each handled before the next is taken.
     func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void)
+    /// The event loop a host on this transport should run on, if the transport has one
+    /// (an in-process controller does: its host then shares its thread). Default nil.
+    var preferredLoop: (any EventLoop)? { get }
     /// Whether `sendNow` writes (true) or the caller must use `send` (false, the default).
     var sendsSynchronously: Bool { get }
     /// Writes `packets` in order from the caller's thread, one write per packet.
@@ -72,6 +75,8 @@ extension HCITransport {
     }
 
     public var sendsSynchronously: Bool { false }
+
+    public var preferredLoop: (any EventLoop)? { nil }
 
     public func sendNow(_ packets: [HCIPacket]) throws { throw TransportError.unavailable("this transport sends asynchronously") }
 }

@@ -223,6 +223,8 @@ public final class RecordingTransport: HCITransport {
 
     public var sendsSynchronously: Bool { base.sendsSynchronously }
 
+    public var preferredLoop: (any EventLoop)? { base.preferredLoop }
+
     public func sendNow(_ packets: [HCIPacket]) throws {
         for p in packets { sink(TraceRecord(timestampMicros: now(), packet: p, direction: .hostToController)) }
         try base.sendNow(packets)
