@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "BLE", targets: ["BLE"]),
         .library(name: "Transports", targets: ["Transports"]),
         .library(name: "BLETesting", targets: ["BLETesting"]),
+        .library(name: "VirtualHCI", targets: ["VirtualHCI"]),
         .library(name: "FireAlarm", targets: ["FireAlarm"]),
         .executable(name: "btctl", targets: ["btctl"]),
         .executable(name: "FireAlarmSender", targets: ["FireAlarmSender"]),
@@ -60,7 +61,13 @@ let package = Package(
         .target(
             name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "Transports", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
-        .target(name: "FireAlarm", dependencies: ["BLE", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "FireAlarm", dependencies: ["BLE", "VirtualHCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        // The in-process radio with software LE controllers: a product (btctl demo and the
+        // fire-alarm example run on it), not test support.
+        .target(
+            name: "VirtualHCI",
+            dependencies: ["HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            swiftSettings: strict),
         .executableTarget(
             name: "FireAlarmSender",
             dependencies: ["BLE", "FireAlarm", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log")],
@@ -72,7 +79,7 @@ let package = Package(
         .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLETesting",
-            dependencies: ["HCI", "Snoop", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            dependencies: ["HCI", "Snoop", "Transports", "VirtualHCI", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .executableTarget(
             name: "btctl",

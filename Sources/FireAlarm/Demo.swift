@@ -3,7 +3,7 @@
 // Rootcanal, no root. `btctl demo` and the examples' `--transport virtual` run it.
 
 import BLE
-import BLETesting
+import VirtualHCI
 import Foundation
 import Logging
 
