@@ -13,6 +13,7 @@ import GATT
 import HCI
 import L2CAP
 import Logging
+import NIOCore
 
 /// FA01: what the controller is doing.
 public enum HostState: Hashable, Sendable, CustomStringConvertible {
@@ -112,6 +113,10 @@ enum LinkEnd: Hashable, Sendable {
 
 public actor BluetoothHost {
     public nonisolated let controller: HCIController
+    /// The event loop this controller's stack runs on. Code that wants no thread
+    /// hand-off per operation (a daemon notifying at a high rate) can run there: an
+    /// actor whose `unownedExecutor` is this loop's executor.
+    public nonisolated var loop: any EventLoop { controller.loop }
     public nonisolated let l2cap: L2CAPHost
     /// The local GATT server (FA06–FA09 go through `peripheral`).
     public nonisolated let server: GATTServer
