@@ -1,52 +1,7 @@
-// L2CAP for LE over ACL (Core Specification v5.4, Vol 3, Part A): the basic frame,
-// the fixed channels a LE host uses, fragmentation to the controller's LE ACL data
-// length and reassembly per connection. Pure: no I/O, no clock.
+// Reassembly of LE L2CAP basic frames per connection from ACL fragments
+// (Core Specification v5.4, Vol 3, Part A, §7.2). Pure: no I/O, no clock.
 
 import HCI
-
-/// L2CAP channel identifier (§2.1). An open set.
-public struct ChannelID: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-    public var rawValue: UInt16
-    public init(rawValue: UInt16) { self.rawValue = rawValue }
-    public static let att = ChannelID(rawValue: 0x0004)
-    public static let leSignaling = ChannelID(rawValue: 0x0005)
-    public static let securityManager = ChannelID(rawValue: 0x0006)
-    public var description: String {
-        switch rawValue {
-        case 0x0004: return "ATT"
-        case 0x0005: return "LE signaling"
-        case 0x0006: return "SMP"
-        default: return "CID 0x" + String(rawValue, radix: 16)
-        }
-    }
-}
-
-/// A complete L2CAP basic frame (B-frame, §3.1).
-public struct BasicFrame: Hashable, Sendable {
-    public var channel: ChannelID
-    public var payload: [UInt8]
-    public init(channel: ChannelID, payload: [UInt8]) {
-        self.channel = channel
-        self.payload = payload
-    }
-
-    public var bytes: [UInt8] {
-        var w = ByteWriter(capacity: payload.count + 4)
-        w.write(UInt16(truncatingIfNeeded: payload.count)); w.write(channel.rawValue); w.write(contentsOf: payload)
-        return w.bytes
-    }
-
-    /// Splits the frame into ACL packets of at most `maximumDataLength` bytes: the first
-    /// marked "first non-automatically-flushable" (the LE host's), the rest "continuing".
-    public func fragments(handle: UInt16, maximumDataLength: Int) -> [ACLDataPacket] {
-        let all = bytes
-        let size = Swift.max(1, maximumDataLength)
-        return stride(from: 0, to: all.count, by: size).map { i in
-            ACLDataPacket(handle: handle, boundary: i == 0 ? .firstNonFlushable : .continuing,
-                          data: Array(all[i..<Swift.min(i + size, all.count)]))
-        }
-    }
-}
 
 /// Why reassembly dropped data.
 public enum ReassemblyError: Error, Hashable, Sendable, CustomStringConvertible {
