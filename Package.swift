@@ -98,6 +98,10 @@ let package = Package(
             dependencies: ["BenchmarkSupport", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
             path: "Benchmarks/GATTBenchmark", swiftSettings: strict),
         .executableTarget(
+            name: "ScanMemoryBenchmark",
+            dependencies: ["BenchmarkSupport", "BLE", "GAP", "HCI", "VirtualHCI", .product(name: "Logging", package: "swift-log")],
+            path: "Benchmarks/ScanMemoryBenchmark", swiftSettings: strict),
+        .executableTarget(
             name: "SpeedTestBenchmark",
             dependencies: ["BenchmarkSupport", "BLE", "BLETesting", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/SpeedTestBenchmark", swiftSettings: strict),

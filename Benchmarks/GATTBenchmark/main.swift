@@ -55,13 +55,19 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
     await client.start()
     try await client.exchangeMTU()
     let c = DiscoveredCharacteristic(uuid: BluetoothUUID(0xFFF5), declarationHandle: svc.characteristicValues[0] - 1, valueHandle: svc.characteristicValues[0], properties: [.notify], end: svc.end)
-    let values = try await client.subscribe(c, cccd: svc.clientConfigurations[0] ?? 0)
+    // The receiving application takes each value as it arrives, on the loop
+    // (`GATTClient.subscribe(deliver:ended:)`); the sending one runs on the loop too
+    // (an actor whose executor is that loop), paced as the facade's notify is.
+    let received = Mutex(0)
+    let done = AsyncStream<Void>.makeStream()
+    try await client.subscribe(c, cccd: svc.clientConfigurations[0] ?? 0, deliver: { _ in
+        if received.withLock({ $0 += 1; return $0 }) == n { done.continuation.finish() }
+    }, ended: { done.continuation.finish() })
     let value = [UInt8](repeating: 0x5A, count: payload)
     let t0 = ContinuousClock.now, c0 = cpu()
-    // The application's sender and receiver run on the radio's loop (an actor whose
-    // executor is that loop), as a daemon that wants throughput would: no thread
-    // hand-off per notification.
-    let got = await OnLoop(ha.loop).run(n: n, server: server, handle: c.valueHandle, value: value, values: values)
+    await OnLoop(ha.loop).send(n: n, server: server, handle: c.valueHandle, value: value)
+    for await _ in done.stream {}
+    let got = received.withLock { $0 }
     let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
     say(label("virtual radio, MTU \(mtu), \(payload) B") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d in %.2f s, cpu %.2f s)",
           Double(got) / wall, Double(got * payload) / 1024 / wall, got, wall, used))
@@ -74,15 +80,8 @@ actor OnLoop {
     nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
     init(_ loop: any EventLoop) { self.loop = loop }
 
-    func run(n: Int, server: GATTServer, handle: UInt16, value: [UInt8], values: AsyncStream<[UInt8]>) async -> Int {
-        let receiver = Task { () -> Int in
-            _ = self  // runs on this actor's loop
-            var got = 0
-            for await _ in values { got += 1; if got == n { break } }
-            return got
-        }
-        for _ in 0..<n { await server.notify(handle, value: value) }
-        return await receiver.value
+    func send(n: Int, server: GATTServer, handle: UInt16, value: [UInt8]) async {
+        for _ in 0..<n { await server.notify(handle, value: value, waitUntilSent: true) }
     }
 }
 

@@ -205,17 +205,21 @@ public actor RemotePeripheral {
     public func subscribe(to c: RemoteCharacteristic, indications: Bool? = nil, capacity: Int = 256) async throws -> CharacteristicValues {
         guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
         let useIndications = indications ?? !c.properties.contains(.notify)
-        let inner = try await run { try await client.subscribe(c.discovered, cccd: cccd.handle, indications: useIndications) }
         let (stream, cont) = AsyncThrowingStream<[UInt8], any Error>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
         let dropped = DropCounter()
         let host = self.host, id = connection.id, gatt = self.client
-        let feeder = Task {
-            for await v in inner { if case .dropped = cont.yield(v) { dropped.increment() } }
-            // The values ended: the link went (say why), or we unsubscribed.
-            if let end = await host.end(of: id, within: .seconds(1)) { cont.finish(throwing: end.error) } else { cont.finish() }
+        // Values go straight from the link's loop into this stream; no task in between.
+        try await run {
+            try await client.subscribe(c.discovered, cccd: cccd.handle, indications: useIndications,
+                                       deliver: { v in if case .dropped = cont.yield(v) { dropped.increment() } },
+                                       ended: {
+                                           // The values ended: the link went (say why), or we unsubscribed.
+                                           Task {
+                                               if let end = await host.end(of: id, within: .seconds(1)) { cont.finish(throwing: end.error) } else { cont.finish() }
+                                           }
+                                       })
         }
         cont.onTermination = { reason in
-            feeder.cancel()
             // The consumer stopped: tell the peer (unless the link is what stopped it).
             if case .cancelled = reason { Task { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
         }

@@ -11,7 +11,12 @@ public actor GATTClient {
     public nonisolated let bearer: ATTBearer
     /// The bearer's executor: the client runs on its link's event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { bearer.unownedExecutor }
-    private var subscribers: [UInt16: AsyncStream<[UInt8]>.Continuation] = [:]
+    /// Per value handle: where its notifications and indications go (on the loop).
+    private var subscribers: [UInt16: Subscriber] = [:]
+    private struct Subscriber {
+        var deliver: @Sendable ([UInt8]) -> Void
+        var ended: @Sendable () -> Void
+    }
     private var started = false
     /// What `discoverAll()` found, minus what Service Changed has since invalidated.
     public private(set) var discovered: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
@@ -43,7 +48,7 @@ public actor GATTClient {
     private func route(_ item: ATTBearer.Incoming) {
         switch item {
         case let .notification(h, v):
-            subscribers[h]?.yield(v)
+            subscribers[h]?.deliver(v)
         case let .indication(h, v):
             // Confirm first, so a consumer that stops at this value cannot lose the confirmation.
             bearer.assumeIsolated { $0.confirm() }
@@ -51,7 +56,7 @@ public actor GATTClient {
                 let start = UInt16(v[0]) | UInt16(v[1]) << 8, end = UInt16(v[2]) | UInt16(v[3]) << 8
                 if start <= end { invalidate(start...end) }
             }
-            subscribers[h]?.yield(v)
+            subscribers[h]?.deliver(v)
         case .request, .command:
             if let serverHandler { serverHandler(item); return }
             // This client has no server here: §3.4.1.1 Request Not Supported.
@@ -60,8 +65,9 @@ public actor GATTClient {
     }
 
     private func finishSubscriptions() {
-        for (_, c) in subscribers { c.finish() }
+        let ending = subscribers.values
         subscribers.removeAll()
+        for s in ending { s.ended() }
         for c in changeContinuations { c.finish() }
         changeContinuations.removeAll()
     }
@@ -236,17 +242,45 @@ public actor GATTClient {
     // MARK: §4.10–§4.11 Notifications and indications
 
     /// Writes the Client Characteristic Configuration and returns the values that
-    /// arrive. Buffer: unbounded; ends when the bearer closes or on `unsubscribe`.
-    public func subscribe(_ c: DiscoveredCharacteristic, cccd: UInt16, indications: Bool = false) async throws -> AsyncStream<[UInt8]> {
-        let (stream, cont) = AsyncStream<[UInt8]>.makeStream()
-        subscribers[c.valueHandle]?.finish()
-        subscribers[c.valueHandle] = cont
-        try await write(cccd, value: [indications ? 0x02 : 0x01, 0x00])
-        return stream
+    /// arrive. Buffer: the newest `capacity` values; `dropped` counts the rest. Ends
+    /// when the bearer closes, on `unsubscribe`, or when the same value is subscribed again.
+    public func subscribe(_ c: DiscoveredCharacteristic, cccd: UInt16, indications: Bool = false, capacity: Int = 1024) async throws -> GATTValueStream {
+        let (stream, cont) = AsyncStream<[UInt8]>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
+        let dropped = DropCounter()
+        try await subscribe(c, cccd: cccd, indications: indications,
+                            deliver: { v in if case .dropped = cont.yield(v) { dropped.increment() } },
+                            ended: { cont.finish() })
+        return GATTValueStream(base: stream, dropped: dropped)
+    }
+
+    /// Writes the Client Characteristic Configuration; from then on each value is handed
+    /// to `deliver` as it arrives, synchronously on the bearer's loop (indications
+    /// already confirmed). `ended` is called once: when the bearer closes, on
+    /// `unsubscribe`, or when the same value is subscribed again.
+    public func subscribe(_ c: DiscoveredCharacteristic, cccd: UInt16, indications: Bool = false,
+                          deliver: @escaping @Sendable ([UInt8]) -> Void, ended: @escaping @Sendable () -> Void) async throws {
+        subscribers.removeValue(forKey: c.valueHandle)?.ended()
+        subscribers[c.valueHandle] = Subscriber(deliver: deliver, ended: ended)
+        do {
+            try await write(cccd, value: [indications ? 0x02 : 0x01, 0x00])
+        } catch {
+            subscribers.removeValue(forKey: c.valueHandle)?.ended()
+            throw error
+        }
     }
 
     public func unsubscribe(_ c: DiscoveredCharacteristic, cccd: UInt16) async throws {
-        subscribers.removeValue(forKey: c.valueHandle)?.finish()
+        subscribers.removeValue(forKey: c.valueHandle)?.ended()
         try await write(cccd, value: [0, 0])
     }
+}
+
+/// Values of one subscription (`GATTClient.subscribe`). Buffer: the newest N values;
+/// `dropped` counts the ones lost because the consumer fell behind. Ends when the
+/// bearer closes or the subscription is ended.
+public struct GATTValueStream: AsyncSequence, Sendable {
+    public typealias Element = [UInt8]
+    let base: AsyncStream<[UInt8]>
+    public let dropped: DropCounter
+    public func makeAsyncIterator() -> AsyncStream<[UInt8]>.Iterator { base.makeAsyncIterator() }
 }

@@ -30,6 +30,7 @@ public actor VirtualController: HCITransport {
     private var scanResponseData: [UInt8] = []
     public private(set) var isAdvertising = false
     private var scanning = false
+    var isScanning: Bool { scanning }
     private var activeScan = false
     private var filterDuplicates = false
     private var seen: Set<String> = []

@@ -65,8 +65,11 @@ public actor VirtualRadio {
 
     /// Lets time pass: every advertiser is heard once more by every scanner.
     public func tick() async {
+        var scanners: [VirtualController] = []
+        for s in controllers where await s.isScanning { scanners.append(s) }
+        guard !scanners.isEmpty else { return }
         for a in controllers where await a.isAdvertising {
-            for s in controllers where s !== a { await s.hear(a, rssi: await rssi(from: a, to: s)) }
+            for s in scanners where s !== a { await s.hear(a, rssi: await rssi(from: a, to: s)) }
         }
     }
 
