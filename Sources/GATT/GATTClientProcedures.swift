@@ -79,13 +79,13 @@ public enum GATTClientError: Error, Hashable, Sendable, CustomStringConvertible 
         switch self {
         case let .att(e): return "\(e)"
         case let .unexpectedResponse(op): return "unexpected \(op)"
-        case let .reliableWriteMismatch(h): return "reliable write to 0x\(handleHex(h)) came back changed; cancelled"
-        case let .noClientConfiguration(h): return "characteristic 0x\(handleHex(h)) has no Client Characteristic Configuration"
+        case let .reliableWriteMismatch(h): return "reliable write to 0x\(hex4(h)) came back changed; cancelled"
+        case let .noClientConfiguration(h): return "characteristic 0x\(hex4(h)) has no Client Characteristic Configuration"
         case let .emptyResponse(op): return "the server sent an empty \(op)"
         case let .handleOutOfRange(op, h, r):
-            return "the server's \(op) lists handle 0x\(handleHex(h)) outside the range asked for (0x\(handleHex(r.lowerBound))–0x\(handleHex(r.upperBound)))"
-        case let .handlesNotIncreasing(op, p, h): return "the server's \(op) lists handle 0x\(handleHex(h)) after 0x\(handleHex(p)); handles must increase"
-        case let .malformedEntry(op, h, why): return "the server's \(op) entry at 0x\(handleHex(h)) is malformed: \(why)"
+            return "the server's \(op) lists handle 0x\(hex4(h)) outside the range asked for (0x\(hex4(r.lowerBound))–0x\(hex4(r.upperBound)))"
+        case let .handlesNotIncreasing(op, p, h): return "the server's \(op) lists handle 0x\(hex4(h)) after 0x\(hex4(p)); handles must increase"
+        case let .malformedEntry(op, h, why): return "the server's \(op) entry at 0x\(hex4(h)) is malformed: \(why)"
         case let .responseExceedsMTU(op, n, mtu): return "the server's \(op) is \(n) bytes; ATT_MTU is \(mtu)"
         }
     }
@@ -147,11 +147,6 @@ private struct HandleCursor: Sendable {
     func next(after handle: UInt16) -> UInt16? { handle < range.upperBound ? handle + 1 : nil }
 }
 
-private func handleHex(_ v: UInt16) -> String {
-    let h = String(v, radix: 16, uppercase: true)
-    return String(repeating: "0", count: Swift.max(0, 4 - h.count)) + h
-}
-
 private func decodeUUID(_ bytes: [UInt8], _ op: ATTOpcode, handle: UInt16) throws(GATTClientError) -> BluetoothUUID {
     guard bytes.count == 2 || bytes.count == 16, let u = try? BluetoothUUID(littleEndian: bytes) else {
         throw .malformedEntry(op, handle: handle, reason: "a UUID of \(bytes.count) bytes")
@@ -199,7 +194,7 @@ public struct PrimaryServiceDiscovery: GATTClientProcedure {
         guard let last = groups.last else { throw .emptyResponse(answer.opcode) }
         for g in groups {
             try cursor.accept(g.start, from: from)
-            guard g.end >= g.start else { throw .malformedEntry(answer.opcode, handle: g.start, reason: "group ends at 0x\(handleHex(g.end))") }
+            guard g.end >= g.start else { throw .malformedEntry(answer.opcode, handle: g.start, reason: "group ends at 0x\(hex4(g.end))") }
             // The next group must start after this one ends.
             cursor.extend(to: g.end)
             found.append(DiscoveredService(uuid: g.uuid, start: g.start, end: g.end, isPrimary: true))
@@ -255,7 +250,7 @@ public struct IncludedServiceDiscovery: GATTClientProcedure {
                 throw .malformedEntry(answer.opcode, handle: e.handle, reason: "an include declaration of \(e.value.count) bytes")
             }
             let s = uint16(e.value, 0), end = uint16(e.value, 2)
-            guard s != 0, end >= s else { throw .malformedEntry(answer.opcode, handle: e.handle, reason: "included range 0x\(handleHex(s))–0x\(handleHex(end))") }
+            guard s != 0, end >= s else { throw .malformedEntry(answer.opcode, handle: e.handle, reason: "included range 0x\(hex4(s))–0x\(hex4(end))") }
             let inc = DiscoveredInclude(handle: e.handle, service: DiscoveredService(
                 uuid: e.value.count == 6 ? try decodeUUID(Array(e.value[4...5]), answer.opcode, handle: e.handle) : BluetoothUUID(0),
                 start: s, end: end, isPrimary: false))
@@ -313,7 +308,7 @@ public struct CharacteristicDiscovery: GATTClientProcedure {
             }
             let valueHandle = uint16(e.value, 1)
             guard valueHandle > e.handle else {
-                throw .malformedEntry(answer.opcode, handle: e.handle, reason: "value handle 0x\(handleHex(valueHandle)) is not after its declaration")
+                throw .malformedEntry(answer.opcode, handle: e.handle, reason: "value handle 0x\(hex4(valueHandle)) is not after its declaration")
             }
             found.append(DiscoveredCharacteristic(
                 uuid: try decodeUUID(Array(e.value[3...]), answer.opcode, handle: e.handle), declarationHandle: e.handle,
@@ -334,7 +329,7 @@ public struct CharacteristicDiscovery: GATTClientProcedure {
                 chars[i].end = i + 1 < chars.count ? chars[i + 1].declarationHandle - 1 : s.end
                 guard chars[i].valueHandle <= chars[i].end else {
                     throw .malformedEntry(.readByTypeResponse, handle: chars[i].declarationHandle,
-                                          reason: "value handle 0x\(handleHex(chars[i].valueHandle)) lies beyond the characteristic (ends 0x\(handleHex(chars[i].end)))")
+                                          reason: "value handle 0x\(hex4(chars[i].valueHandle)) lies beyond the characteristic (ends 0x\(hex4(chars[i].end)))")
                 }
             }
             out.append(chars)

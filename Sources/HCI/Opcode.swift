@@ -244,7 +244,8 @@ public struct LESubeventCode: RawRepresentable, Hashable, Sendable, CustomString
     return s.count == 1 ? "0" + s : s
 }
 
-@inlinable func hex4(_ v: UInt16) -> String {
+/// Four lowercase hex digits (handles, opcodes, CIDs in messages).
+@inlinable public func hex4(_ v: UInt16) -> String {
     let s = String(v, radix: 16)
     return String(repeating: "0", count: 4 - s.count) + s
 }
