@@ -31,7 +31,7 @@ public actor ATTBearer {
     private var state: ATTBearerState
     private var waiters: [UInt64: CheckedContinuation<ATTPDU?, any Error>] = [:]
     private var timers: [UInt64: LoopTimer] = [:]
-    private var incomingContinuation: AsyncStream<Incoming>.Continuation?
+    private var incomingContinuation: BufferedStream<Incoming>.Continuation?
     private var opened = false
     /// PDUs handed to the channel and not yet to the link.
     private var unsent = 0
@@ -41,10 +41,10 @@ public actor ATTBearer {
     /// Transactions started without a waiter (`startIndication`) and their outcomes until awaited.
     private var detached: Set<UInt64> = []
     private var outcomes: [UInt64: Result<ATTPDU?, any Error>] = [:]
-    /// Incoming requests, commands, notifications and indications, in arrival order.
-    /// Buffer: unbounded (ATT paces requests and indications; notifications are the
-    /// caller's to keep up with). Ends when the bearer closes.
-    public nonisolated let incoming: AsyncStream<Incoming>
+    /// Incoming requests, commands, notifications and indications, in arrival order,
+    /// when no handler is set (`setHandler`, which GATT clients and servers on the same
+    /// loop use). Buffer: the newest 1024, drops counted. Ends when the bearer closes.
+    public nonisolated let incoming: BufferedStream<Incoming>
 
     public init(channel: any ATTChannel, localRxMTU: UInt16 = 517, clock: (any Clock<Duration>)? = nil,
                 transactionTimeout: Duration = ATTBearerState.transactionTimeout, logger: Logger) {
@@ -53,7 +53,7 @@ public actor ATTBearer {
         self.logger = logger
         self.timeout = transactionTimeout
         self.state = ATTBearerState(localRxMTU: localRxMTU)
-        let (stream, c) = AsyncStream<Incoming>.makeStream()
+        let (stream, c) = BufferedStream<Incoming>.makeStream(capacity: 1024)
         self.incoming = stream
         self.incomingContinuation = c
     }

@@ -58,12 +58,3 @@ final class Broadcast<Element: Sendable>: Sendable {
 
     var latest: Element? { state.withLock { $0.latest } }
 }
-
-/// An AsyncSequence the facade hands out: the elements, and how many were dropped
-/// because the consumer fell behind the buffer.
-public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
-    let base: AsyncStream<Element>
-    /// Elements lost because the buffer was full (the oldest are dropped first).
-    public let dropped: DropCounter
-    public func makeAsyncIterator() -> AsyncStream<Element>.Iterator { base.makeAsyncIterator() }
-}

@@ -8,6 +8,7 @@
 @_exported import struct HCI.ControllerInfo
 @_exported import struct HCI.LEConnectionParameters
 @_exported import class HCI.DropCounter
+@_exported import struct HCI.BufferedStream
 @_exported import protocol HCI.HCITransport
 @_exported import struct ATT.ATTErrorCode
 @_exported import struct GATT.CharacteristicProperties

@@ -247,9 +247,9 @@ public struct PeripheralManager: Sendable {
     }
 
     /// Reads and writes of characteristics created with `answersManually`, for the app
-    /// to answer. One consumer: a second call ends the first stream. Buffer: unbounded
-    /// (a central has at most one request outstanding). Without a consumer the server
-    /// answers from the stored value.
+    /// to answer. One consumer: a second call ends the first stream. Buffer: the oldest
+    /// 256 unanswered (a central has at most one request outstanding); beyond that,
+    /// and without a consumer, the server answers from the stored value.
     public func requests() async -> AsyncStream<ReadWriteRequest> { await host.takeRequests() }
 }
 
@@ -367,7 +367,7 @@ extension BluetoothHost {
 
     func takeRequests() -> AsyncStream<ReadWriteRequest> {
         requestContinuation?.finish()
-        let (s, c) = AsyncStream<ReadWriteRequest>.makeStream()
+        let (s, c) = AsyncStream<ReadWriteRequest>.makeStream(bufferingPolicy: .bufferingOldest(256))
         requestGeneration += 1
         let generation = requestGeneration
         requestContinuation = c

@@ -124,11 +124,11 @@ public actor RemotePeripheral {
     /// Service Changed indications from the peer: each changed handle range, as the
     /// peer reports it; the cached discovery is dropped so the next
     /// `discoverServices()` asks again. Nil when the peer has no Service Changed.
-    /// Buffer: unbounded (one element per database change); ends with the link.
-    public func serviceChanges() async throws -> AsyncStream<ClosedRange<UInt16>>? {
+    /// Buffer: the newest 64 changes, drops counted; ends with the link.
+    public func serviceChanges() async throws -> BufferedStream<ClosedRange<UInt16>>? {
         _ = try await discoverServices()
         guard let changes = try await run({ try await client.trackServiceChanges() }) else { return nil }
-        let (stream, cont) = AsyncStream<ClosedRange<UInt16>>.makeStream()
+        let (stream, cont) = BufferedStream<ClosedRange<UInt16>>.makeStream(capacity: 64)
         let feeder = Task { [weak self] in
             for await r in changes {
                 await self?.forgetServices()

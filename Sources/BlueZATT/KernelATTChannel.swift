@@ -20,7 +20,6 @@ public final class KernelATTChannel: ATTChannel, Sendable {
     public let socket: KernelATTSocket
     /// The loop the bearer over this socket runs on.
     public let loop: any EventLoop
-    private let inbound: AsyncStream<[UInt8]>
     private let reason = Reason()
 
     final class Reason: Sendable {
@@ -31,12 +30,19 @@ public final class KernelATTChannel: ATTChannel, Sendable {
 
     /// Takes over a connected socket (from `KernelATTSocket.connect` or `accept`);
     /// `loop` by default one of NIO's shared loops (pass a GATT server's to share it).
+    /// The socket is read once the bearer opens the channel (the kernel keeps what
+    /// arrives before).
     public init(socket: KernelATTSocket, loop: (any EventLoop)? = nil) {
         self.socket = socket
         self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
-        let (stream, continuation) = AsyncStream<[UInt8]>.makeStream()
-        self.inbound = stream
-        let reason = self.reason
+    }
+
+    /// Starts the reader thread: each PDU is handed to the loop; the thread stops
+    /// reading while 8 PDUs wait there (the kernel's socket buffer, then the peer's
+    /// flow control, hold the rest).
+    public func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {
+        let socket = self.socket, loop = self.loop, reason = self.reason
+        let window = DispatchSemaphore(value: 8)
         let thread = Thread {
             while true {
                 do {
@@ -44,25 +50,20 @@ public final class KernelATTChannel: ATTChannel, Sendable {
                         reason.set("the kernel closed the ATT channel")
                         break
                     }
-                    continuation.yield(pdu)
+                    window.wait()
+                    loop.execute {
+                        deliver(.frame(pdu))
+                        window.signal()
+                    }
                 } catch {
                     reason.set("\(error)")
                     break
                 }
             }
-            continuation.finish()
+            loop.execute { deliver(.closed) }
         }
         thread.name = "att-kernel"
         thread.start()
-    }
-
-    public func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {
-        let inbound = self.inbound, loop = self.loop
-        // One task forwards in order; each PDU is handled on the loop.
-        Task {
-            for await pdu in inbound { loop.execute { deliver(.frame(pdu)) } }
-            loop.execute { deliver(.closed) }
-        }
     }
 
     public func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {

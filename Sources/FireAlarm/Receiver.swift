@@ -53,7 +53,7 @@ public actor FireAlarmReceiver {
         let results = try await host.central.scan(filter: ScanFilter(serviceUUIDs: [FireAlarmProfile.service]))
         var seen: [BluetoothAddress: ScanResult] = [:]
         await withTaskGroup(of: Void.self) { g in
-            let (stream, cont) = AsyncStream<ScanResult>.makeStream()
+            let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(256))
             g.addTask {
                 for await r in results { cont.yield(r) }
                 cont.finish()

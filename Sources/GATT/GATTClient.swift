@@ -21,7 +21,7 @@ public actor GATTClient {
     /// What `discoverAll()` found, minus what Service Changed has since invalidated.
     public private(set) var discovered: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
     private var serviceChangedHandle: UInt16?
-    private var changeContinuations: [AsyncStream<ClosedRange<UInt16>>.Continuation] = []
+    private var changeContinuations: [BufferedStream<ClosedRange<UInt16>>.Continuation] = []
 
     /// Where requests and commands from the peer go: a GATT server on the same link
     /// (see `GATTServer.attach(_:connection:security:readsBearer:)`); nil answers
@@ -149,13 +149,13 @@ public actor GATTClient {
 
     /// Subscribes to the server's Service Changed indications (§7.1): each one drops
     /// the discovered services overlapping its range from `discovered` and is reported
-    /// on the returned stream (buffer: unbounded; ends with the bearer). Call after
+    /// on the returned stream (buffer: the newest 64; ends with the bearer). Call after
     /// `discoverAll()`; returns nil when the server has no Service Changed.
-    public func trackServiceChanges() async throws -> AsyncStream<ClosedRange<UInt16>>? {
+    public func trackServiceChanges() async throws -> BufferedStream<ClosedRange<UInt16>>? {
         guard let (c, ds) = discovered.flatMap(\.1).first(where: { $0.0.uuid == BluetoothUUID(0x2A05) }),
               let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else { return nil }
         serviceChangedHandle = c.valueHandle
-        let (stream, cont) = AsyncStream<ClosedRange<UInt16>>.makeStream()
+        let (stream, cont) = BufferedStream<ClosedRange<UInt16>>.makeStream(capacity: 64)
         changeContinuations.append(cont)
         _ = try await subscribe(c, cccd: cccd.handle, indications: true)
         return stream
@@ -245,12 +245,9 @@ public actor GATTClient {
     /// arrive. Buffer: the newest `capacity` values; `dropped` counts the rest. Ends
     /// when the bearer closes, on `unsubscribe`, or when the same value is subscribed again.
     public func subscribe(_ c: DiscoveredCharacteristic, cccd: UInt16, indications: Bool = false, capacity: Int = 1024) async throws -> GATTValueStream {
-        let (stream, cont) = AsyncStream<[UInt8]>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
-        let dropped = DropCounter()
-        try await subscribe(c, cccd: cccd, indications: indications,
-                            deliver: { v in if case .dropped = cont.yield(v) { dropped.increment() } },
-                            ended: { cont.finish() })
-        return GATTValueStream(base: stream, dropped: dropped)
+        let (stream, cont) = GATTValueStream.makeStream(capacity: capacity)
+        try await subscribe(c, cccd: cccd, indications: indications, deliver: { cont.yield($0) }, ended: { cont.finish() })
+        return stream
     }
 
     /// Writes the Client Characteristic Configuration; from then on each value is handed
@@ -278,9 +275,4 @@ public actor GATTClient {
 /// Values of one subscription (`GATTClient.subscribe`). Buffer: the newest N values;
 /// `dropped` counts the ones lost because the consumer fell behind. Ends when the
 /// bearer closes or the subscription is ended.
-public struct GATTValueStream: AsyncSequence, Sendable {
-    public typealias Element = [UInt8]
-    let base: AsyncStream<[UInt8]>
-    public let dropped: DropCounter
-    public func makeAsyncIterator() -> AsyncStream<[UInt8]>.Iterator { base.makeAsyncIterator() }
-}
+public typealias GATTValueStream = BufferedStream<[UInt8]>

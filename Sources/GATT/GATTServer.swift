@@ -25,9 +25,10 @@ public actor GATTServer {
     private var bearers: [UInt16: ATTBearer] = [:]
     private var security: [UInt16: LinkSecurity] = [:]
     private let logger: Logger
-    private let continuation: AsyncStream<Event>.Continuation
-    /// Writes, subscriptions and connection changes. Buffer: unbounded; never ends.
-    public nonisolated let events: AsyncStream<Event>
+    private let continuation: BufferedStream<Event>.Continuation
+    /// Writes, subscriptions and connection changes. Buffer: the newest 4096, drops
+    /// counted in `events.dropped`; never ends.
+    public nonisolated let events: BufferedStream<Event>
 
     /// A read or write of a value the application answers itself (`setManual(_:)`).
     public struct Request: Hashable, Sendable {
@@ -42,11 +43,12 @@ public actor GATTServer {
         public var handle: UInt16
         public var kind: Kind
     }
-    private let requestContinuation: AsyncStream<Request>.Continuation
-    /// Requests for manual handles, in arrival order. Buffer: unbounded (ATT allows one
-    /// request in flight per connection, so it holds at most one per connection plus
-    /// Write Commands); never ends. Answer each with `respond(to:with:)`.
-    public nonisolated let requests: AsyncStream<Request>
+    private let requestContinuation: BufferedStream<Request>.Continuation
+    /// Requests for manual handles, in arrival order. Buffer: the newest 1024 (ATT
+    /// allows one request in flight per connection, so it holds at most one per
+    /// connection plus Write Commands); drops counted; a dropped request is answered
+    /// Unlikely Error after `manualTimeout`. Never ends. Answer each with `respond(to:with:)`.
+    public nonisolated let requests: BufferedStream<Request>
     private var manual: Set<UInt16> = []
     private var pending: [UInt64: CheckedContinuation<Result<[UInt8], ATTErrorCode>, Never>] = [:]
     private var nextRequest: UInt64 = 1
@@ -60,8 +62,8 @@ public actor GATTServer {
         self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.state = GATTServerState(database: database, prepareQueueLimit: prepareQueueLimit)
         self.logger = logger
-        (events, continuation) = AsyncStream<Event>.makeStream()
-        (requests, requestContinuation) = AsyncStream<Request>.makeStream()
+        (events, continuation) = BufferedStream<Event>.makeStream(capacity: 4096)
+        (requests, requestContinuation) = BufferedStream<Request>.makeStream(capacity: 1024)
     }
 
     /// Value handles whose reads and writes go to `requests` instead of the database.

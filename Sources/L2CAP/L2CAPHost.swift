@@ -19,9 +19,9 @@ public struct ChannelFrame: Hashable, Sendable {
     public var payload: [UInt8]
 }
 
-/// Frames of one fixed channel across connections. Buffer: unbounded (the peer is
-/// paced by the link); ends when the controller's transport closes.
-public typealias ChannelFrameStream = AsyncStream<ChannelFrame>
+/// Frames of one fixed channel across connections. Buffer: the newest 1024 frames,
+/// drops counted; ends when the controller's transport closes.
+public typealias ChannelFrameStream = BufferedStream<ChannelFrame>
 
 /// What a channel receiver gets: each frame in order, then `.closed` once.
 public enum ChannelInput: Sendable {
@@ -45,23 +45,23 @@ public actor L2CAPHost {
     public nonisolated let logger: Logger
     private var reassembler: Reassembler
     private var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
-    private var subscribers: [ChannelID: AsyncStream<ChannelFrame>.Continuation] = [:]
+    private var subscribers: [ChannelID: BufferedStream<ChannelFrame>.Continuation] = [:]
     private struct Key: Hashable { var handle: UInt16; var channel: ChannelID }
-    private var connectionSubscribers: [Key: AsyncStream<[UInt8]>.Continuation] = [:]
+    private var connectionSubscribers: [Key: BufferedStream<[UInt8]>.Continuation] = [:]
     /// Synchronous receivers (the ATT bearer of a link), called on the loop.
     private var receivers: [Key: @Sendable (ChannelInput) -> Void] = [:]
     /// Frames for ATT or SMP that arrive before anyone subscribed to that connection's
     /// channel (a central sends Exchange MTU at once); handed over on subscription.
     private var early: [Key: [[UInt8]]] = [:]
     private let earlyLimit = 32
-    private var connectionContinuations: [UInt64: AsyncStream<Connection>.Continuation] = [:]
+    private var connectionContinuations: [UInt64: BufferedStream<Connection>.Continuation] = [:]
     /// A connection's life as this host sees it, in order: a connection is known to
     /// `frames(on:handle:)` before `.connected` is delivered, and gone before `.disconnected`.
     public enum LinkEvent: Sendable, Equatable {
         case connected(Connection)
         case disconnected(Connection, reason: HCIStatus)
     }
-    private var linkContinuations: [UInt64: AsyncStream<LinkEvent>.Continuation] = [:]
+    private var linkContinuations: [UInt64: BufferedStream<LinkEvent>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
     private struct Outgoing {
         var packet: ACLDataPacket
@@ -106,16 +106,18 @@ public actor L2CAPHost {
 
     /// The frames arriving on `channel` (ATT, SMP, ...). One subscriber per channel.
     public func frames(on channel: ChannelID) -> ChannelFrameStream {
-        let (stream, c) = AsyncStream<ChannelFrame>.makeStream()
+        let (stream, c) = BufferedStream<ChannelFrame>.makeStream(capacity: 1024)
         subscribers[channel]?.finish()
         subscribers[channel] = c
         return stream
     }
 
     /// The frames arriving on `channel` of connection `handle` only; takes precedence over
-    /// `frames(on:)` for that connection. Ends when the connection does.
-    public func frames(on channel: ChannelID, handle: UInt16) -> AsyncStream<[UInt8]> {
-        let (stream, c) = AsyncStream<[UInt8]>.makeStream()
+    /// `frames(on:)` for that connection. Buffer: the newest 1024 frames, drops counted
+    /// (a layer that must lose nothing registers a receiver instead). Ends when the
+    /// connection does.
+    public func frames(on channel: ChannelID, handle: UInt16) -> BufferedStream<[UInt8]> {
+        let (stream, c) = BufferedStream<[UInt8]>.makeStream(capacity: 1024)
         let key = Key(handle: handle, channel: channel)
         connectionSubscribers[key]?.finish()
         if connections[handle] == nil {
@@ -141,18 +143,20 @@ public actor L2CAPHost {
         for f in early.removeValue(forKey: key) ?? [] { receiver(.frame(f)) }
     }
 
-    /// New LE connections, as they complete. Buffer: unbounded; ends with the transport.
-    public func newConnections() -> AsyncStream<Connection> {
-        let (stream, c) = AsyncStream<Connection>.makeStream()
+    /// New LE connections, as they complete. Buffer: the newest 256, drops counted;
+    /// ends with the transport.
+    public func newConnections() -> BufferedStream<Connection> {
+        let (stream, c) = BufferedStream<Connection>.makeStream(capacity: 256)
         nextContinuation += 1
         connectionContinuations[nextContinuation] = c
         return stream
     }
 
     /// Connections and disconnections (with the controller's reason), in the order they
-    /// happened. Buffer: unbounded; ends with the transport.
-    public func linkEvents() -> AsyncStream<LinkEvent> {
-        let (stream, c) = AsyncStream<LinkEvent>.makeStream()
+    /// happened. Buffer: the newest 1024, drops counted (a controller has far fewer
+    /// links); ends with the transport.
+    public func linkEvents() -> BufferedStream<LinkEvent> {
+        let (stream, c) = BufferedStream<LinkEvent>.makeStream(capacity: 1024)
         nextContinuation += 1
         linkContinuations[nextContinuation] = c
         return stream
