@@ -6,7 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 graphs=.build/symbol-graphs
 rm -rf "$graphs" && mkdir -p "$graphs/all" "$graphs/BLE"
-swift build --target BLE -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc "$PWD/$graphs/all" >/dev/null
+build_graphs() { swift build --target BLE -Xswiftc -emit-symbol-graph -Xswiftc -emit-symbol-graph-dir -Xswiftc "$PWD/$graphs/all" >/dev/null; }
+build_graphs
+# A build with nothing to compile emits no symbol graph: make BLE compile again.
+if [ ! -f "$graphs/all/BLE.symbols.json" ]; then touch Sources/BLE/Exports.swift; build_graphs; fi
 cp "$graphs/all"/BLE.symbols.json "$graphs/BLE/"
 docc convert Sources/BLE/BLE.docc --additional-symbol-graph-dir "$graphs/BLE" \
   --fallback-display-name BLE --fallback-bundle-identifier org.swift-ble-host.BLE \
