@@ -10,7 +10,11 @@ import Synchronization
 
 public actor VirtualController: HCITransport {
     public nonisolated let address: BluetoothAddress
+    /// Controller-to-host packets for a host that reads the stream instead of using
+    /// `deliver(on:_:)` (HCIController does the latter). Buffer: the newest 65,536
+    /// packets; `droppedInbound` counts the rest.
     public nonisolated let inbound: AsyncThrowingStream<HCIPacket, any Error>
+    public nonisolated let droppedInbound = DropCounter()
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
     /// Where packets go once the host asked for loop delivery (`deliver(on:_:)`).
     private nonisolated let outbox = LoopOutbox()
@@ -44,7 +48,7 @@ public actor VirtualController: HCITransport {
         self.radio = radio
         self.loop = loop
         self.address = address
-        (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream()
+        (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
     }
 
     var isConnectable: Bool { isAdvertising && (advertisingType == 0 || advertisingType == 1) }
@@ -133,7 +137,7 @@ public actor VirtualController: HCITransport {
     private func emit(_ e: HCIEvent) { emit(e.packet) }
     private func emit(_ p: HCIPacket) {
         guard !closed else { return }
-        if !outbox.put(p) { continuation.yield(p) }
+        if !outbox.put(p), case .dropped = continuation.yield(p) { droppedInbound.increment() }
     }
 
     private func complete<R: HCIReturnParameters>(_ op: HCIOpcode, _ r: R) {
