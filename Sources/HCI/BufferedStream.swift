@@ -2,6 +2,16 @@
 // elements are kept, older ones are dropped when the consumer falls behind and
 // counted in `dropped`. Each API that returns one says its capacity and how it ends.
 
+import Synchronization
+
+/// Counts what a bounded stream dropped. Shared between the producer and the consumer.
+public final class DropCounter: Sendable {
+    private let value = Mutex(0)
+    public init() {}
+    public var count: Int { value.withLock { $0 } }
+    public func increment() { value.withLock { $0 += 1 } }
+}
+
 /// An AsyncSequence with a bounded buffer (the newest elements are kept) and the
 /// count of what it dropped because the consumer fell behind.
 public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {

@@ -33,14 +33,6 @@ public enum HCIError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// Counts what a bounded stream dropped. Shared between the producer and the consumer.
-public final class DropCounter: Sendable {
-    private let value = Mutex(0)
-    public init() {}
-    public var count: Int { value.withLock { $0 } }
-    public func increment() { value.withLock { $0 += 1 } }
-}
-
 /// Events from the controller (everything but Command Complete and Command Status,
 /// which answer commands). Buffer: the newest `capacity` events; older ones are
 /// dropped when the consumer falls behind and counted in `dropped`. Ends when the
