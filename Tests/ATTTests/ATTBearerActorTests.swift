@@ -16,8 +16,9 @@ struct ATTBearerActorTests {
         await c.setACLBufferCount(8)
         let host = L2CAPHost(controller: c, logger: Self.logger)
         await host.start()
+        var links = await host.linkEvents().makeAsyncIterator()
         t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .central, peerAddressType: .public, peerAddress: BluetoothAddress("11:22:33:44:55:66")!))))
-        for _ in 0..<500 where await host.currentConnections.isEmpty { await Task.yield() }
+        _ = await links.next()  // the connection is known to L2CAP before this event
         let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), clock: clock, logger: Self.logger)
         await bearer.start()
         return (bearer, t, clock)

@@ -18,8 +18,9 @@ struct L2CAPHostTests {
     }
 
     func connect(_ t: ScriptedTransport, _ host: L2CAPHost, handle: UInt16, role: ConnectionRole = .central) async {
+        var links = await host.linkEvents().makeAsyncIterator()
         t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: handle, role: role, peerAddressType: .random, peerAddress: Self.peer))))
-        for _ in 0..<500 where await !host.currentConnections.contains(where: { $0.handle == handle }) { await Task.yield() }
+        _ = await links.next()  // the connection is known to L2CAP before this event
     }
 
     @Test func inboundFragmentsReachTheChannelSubscriber() async throws {
@@ -38,19 +39,19 @@ struct L2CAPHostTests {
         let (host, c, t) = await setUp(credits: 0)
         await connect(t, host, handle: 1)
         await connect(t, host, handle: 2)
-        // No controller buffers yet: everything queues (send returns once its fragments
-        // are handed over, so it runs in tasks). 5 fragments for 1, one for 2.
-        let one = Task { try await host.send([UInt8](repeating: 0xAA, count: 27 * 5 - 4), on: .att, handle: 1) }
-        let two = Task { try await host.send([0xBB], on: .att, handle: 2) }
-        for _ in 0..<200 { await Task.yield() }
+        // No controller buffers yet: everything queues. 5 fragments for 1, one for 2.
+        let sentOne = AsyncStream<Bool>.makeStream(), sentTwo = AsyncStream<Bool>.makeStream()
+        #expect(await host.enqueue([UInt8](repeating: 0xAA, count: 27 * 5 - 4), on: .att, handle: 1, done: { sentOne.continuation.yield($0) }))
+        #expect(await host.enqueue([0xBB], on: .att, handle: 2, done: { sentTwo.continuation.yield($0) }))
         await c.setACLBufferCount(8)
         var sent: [ACLDataPacket] = []
         for _ in 0..<6 {
             guard case let .acl(p)? = await t.nextSent() else { Issue.record("expected ACL"); return }
             sent.append(p)
         }
-        try await one.value
-        try await two.value
+        var one = sentOne.stream.makeAsyncIterator(), two = sentTwo.stream.makeAsyncIterator()
+        #expect(await one.next() == true)
+        #expect(await two.next() == true)
         #expect(sent.allSatisfy { $0.data.count <= 27 })
         let first = sent.filter { $0.handle == 1 }
         #expect(first.count == 5)
@@ -82,8 +83,9 @@ struct L2CAPHostTests {
     @Test func disconnectionDropsTheConnection() async throws {
         let (host, _, t) = await setUp()
         await connect(t, host, handle: 5)
+        var links = await host.linkEvents().makeAsyncIterator()
         t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 5, reason: .remoteUserTerminatedConnection)))
-        for _ in 0..<500 where await !host.currentConnections.isEmpty { await Task.yield() }
+        _ = await links.next()  // the connection is gone from L2CAP before this event
         await #expect(throws: HCIError.connectionClosed(handle: 5)) { try await host.send([1], on: .att, handle: 5) }
     }
 
