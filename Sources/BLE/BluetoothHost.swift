@@ -125,43 +125,43 @@ public actor BluetoothHost {
     /// What initialisation learned about the controller.
     public private(set) var info: ControllerInfo?
 
-    private let stateBroadcast = Broadcast<HostState>(replaysLatest: true)
-    private let connectionBroadcast = Broadcast<ConnectionEvent>()
+    let stateBroadcast = Broadcast<HostState>(replaysLatest: true)
+    let connectionBroadcast = Broadcast<ConnectionEvent>()
     let peripheralBroadcast = Broadcast<PeripheralEvent>()
     var registry: DeviceRegistry
-    private(set) var active: [UInt16: Connection] = [:]
-    private var ended: [UInt64: LinkEnd] = [:]
-    private var endedOrder: [UInt64] = []
-    private var endWaiters: [UInt64: [UInt64: CheckedContinuation<LinkEnd?, Never>]] = [:]
-    private var nextWaiter: UInt64 = 1
-    private var nextLinkID: UInt64 = 1
-    private var tasks: [Task<Void, Never>] = []
-    private let epoch = ContinuousClock.now
+    var active: [UInt16: Connection] = [:]
+    var ended: [UInt64: LinkEnd] = [:]
+    var endedOrder: [UInt64] = []
+    var endWaiters: [UInt64: [UInt64: CheckedContinuation<LinkEnd?, Never>]] = [:]
+    var nextWaiter: UInt64 = 1
+    var nextLinkID: UInt64 = 1
+    var tasks: [Task<Void, Never>] = []
+    let epoch = ContinuousClock.now
 
     // Central role.
-    private struct ConnectWaiter {
+    struct ConnectWaiter {
         var peer: BluetoothAddress
         var continuation: CheckedContinuation<Connection, any Error>
         var timer: Task<Void, Never>
     }
-    private var connectWaiter: ConnectWaiter?
-    private var connectQueue: [CheckedContinuation<Void, Never>] = []
-    private var connectBusy = false
+    var connectWaiter: ConnectWaiter?
+    var connectQueue: [CheckedContinuation<Void, Never>] = []
+    var connectBusy = false
     var remotes: [UInt64: RemotePeripheral] = [:]
     /// The GATT client of each link (it also reads the bearer for the server).
-    private var clients: [UInt64: GATTClient] = [:]
-    private var mtuExchanged: Set<UInt64> = []
+    var clients: [UInt64: GATTClient] = [:]
+    var mtuExchanged: Set<UInt64> = []
     /// The ATT_MTU this host offers on every link (Exchange MTU, both directions).
     public nonisolated let attMTU: UInt16
-    private struct ScanSubscriber {
+    struct ScanSubscriber {
         var filter: ScanFilter
         var continuation: AsyncStream<ScanResult>.Continuation
         var dropped: DropCounter
     }
-    private var scans: [UInt64: ScanSubscriber] = [:]
-    private var nextScan: UInt64 = 1
-    private var assembler = ExtendedReportAssembler()
-    private let extendedPolicy: ExtendedCommandsPolicy
+    var scans: [UInt64: ScanSubscriber] = [:]
+    var nextScan: UInt64 = 1
+    var assembler = ExtendedReportAssembler()
+    let extendedPolicy: ExtendedCommandsPolicy
     /// Whether this host drives the controller with the extended commands (decided at `start`).
     public private(set) var usesExtendedCommands = false
 
@@ -201,7 +201,7 @@ public actor BluetoothHost {
         return BufferedStream(base: s, dropped: d)
     }
 
-    private func setState(_ s: HostState) {
+    func setState(_ s: HostState) {
         guard state != s else { return }
         if case .transportClosed = state { return }
         state = s
@@ -253,7 +253,7 @@ public actor BluetoothHost {
     }
 
     /// What initialisation learned, and whether to drive the controller with the extended commands.
-    private func adopt(_ i: ControllerInfo) {
+    func adopt(_ i: ControllerInfo) {
         info = i
         usesExtendedCommands = extendedPolicy == .automatic && i.supportsExtendedAdvertising
     }
@@ -279,7 +279,7 @@ public actor BluetoothHost {
         await transportEnded()
     }
 
-    private func transportEnded() async {
+    func transportEnded() async {
         if case .transportClosed = state { return }
         let reason = await controller.closedReason ?? "closed"
         setState(.transportClosed(reason))
@@ -300,115 +300,11 @@ public actor BluetoothHost {
         peripheralBroadcast.finish()
     }
 
-    // MARK: Connections
-
-    /// Connections and disconnections in both roles, as they happen. Buffer: newest 256.
-    public nonisolated func connectionEvents() -> BufferedStream<ConnectionEvent> {
-        let (s, d) = connectionBroadcast.subscribe(capacity: 256)
-        return BufferedStream(base: s, dropped: d)
-    }
-
-    /// Every link now up, in both roles.
-    public var connections: [Connection] { active.values.sorted { $0.handle < $1.handle } }
-
-    private func handle(_ event: L2CAPHost.LinkEvent) async {
-        switch event {
-        case let .connected(c):
-            let conn = Connection(handle: c.handle, role: c.role, peer: c.peer, peerType: c.peerType, id: nextLinkID)
-            nextLinkID += 1
-            active[c.handle] = conn
-            registry.connected(c.peer, type: c.peerType, handle: c.handle, at: now)
-            connectionBroadcast.yield(.connected(conn))
-            // One ATT bearer per link carries both GATT roles: the local server answers the
-            // peer's requests (the client reading the bearer hands them over), and the client
-            // reaches the peer's server, whichever side of the link we are.
-            let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), localRxMTU: attMTU, logger: logger)
-            let server = self.server, handle = c.handle
-            await server.attach(bearer, connection: handle, readsBearer: false)
-            let client = GATTClient(bearer: bearer, server: server.handler(connection: handle))
-            await client.start()
-            clients[conn.id] = client
-            if c.role == .peripheral {
-                // The controller stopped advertising for this connection; ask it to go on so
-                // more centrals can connect (controllers that cannot refuse, and we wait for the
-                // disconnection). Not with the extended commands: Rootcanal 1.10 then never
-                // connects to the set again once this link ends (seen in ST03), so an extended
-                // set resumes at the disconnection only.
-                if let a = advertising, state == .ready, !usesExtendedCommands {
-                    do { try await startAdvertisingNow(a) } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
-                }
-            } else if let w = connectWaiter, w.peer == c.peer {
-                connectWaiter = nil
-                w.timer.cancel()
-                w.continuation.resume(returning: conn)
-            }
-        case let .disconnected(c, reason):
-            guard let conn = active.removeValue(forKey: c.handle) else { return }
-            registry.disconnected(handle: c.handle)
-            // The reason first (operations failing on the dead bearer ask for it at once),
-            // then the server forgets the link before the next link event is handled: the
-            // controller may give the handle to a new link.
-            linkEnded(conn, .disconnected(reason))
-            connectionBroadcast.yield(.disconnected(conn, reason: reason))
-            await server.detach(connection: c.handle)
-            // Legacy advertising stops when a central connects; resume it as asked.
-            if conn.role == .peripheral, let a = advertising, state == .ready {
-                do { try await startAdvertisingNow(a) } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
-            }
-        }
-    }
-
-    private func linkEnded(_ c: Connection, _ end: LinkEnd) {
-        remotes[c.id] = nil
-        clients[c.id] = nil
-        mtuExchanged.remove(c.id)
-        ended[c.id] = end
-        endedOrder.append(c.id)
-        if endedOrder.count > 256 { ended[endedOrder.removeFirst()] = nil }
-        for (_, w) in endWaiters.removeValue(forKey: c.id) ?? [:] { w.resume(returning: end) }
-    }
-
-    /// How link `id` ended: waits for it (at most `limit`), nil if it is still up then.
-    func end(of id: UInt64, within limit: Duration) async -> LinkEnd? {
-        if let e = ended[id] { return e }
-        if !active.values.contains(where: { $0.id == id }) {
-            // Unknown: older than the ended-links memory, or never seen.
-            return .disconnected(.unknownConnectionIdentifier)
-        }
-        let token = nextWaiter
-        nextWaiter += 1
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: limit)
-            await self?.stopWaiting(id, token)
-        }
-        defer { timer.cancel() }
-        return await withCheckedContinuation { endWaiters[id, default: [:]][token] = $0 }
-    }
-
-    private func stopWaiting(_ id: UInt64, _ token: UInt64) {
-        endWaiters[id]?.removeValue(forKey: token)?.resume(returning: nil)
-    }
-
-    /// Whether link `id` is still up.
-    func isActive(_ id: UInt64) -> Bool { active.values.contains { $0.id == id } }
-
-    /// Sends Disconnect and waits (at most 5 s) for Disconnection Complete; returns the reason reported.
-    @discardableResult
-    public func disconnect(_ c: Connection, reason: HCIStatus = .remoteUserTerminatedConnection) async throws -> HCIStatus {
-        guard isActive(c.id) else { throw BLEError.disconnected(reason: ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
-        try await controller.send(Disconnect(connectionHandle: c.handle, reason: reason))
-        switch await end(of: c.id, within: .seconds(5)) {
-        case let .disconnected(r)?: return r
-        case let .transportClosed(r)?: throw BLEError.transportClosed(r)
-        case nil: throw BLEError.notSupported("no Disconnection Complete for 0x\(String(c.handle, radix: 16)) within 5 s")
-        }
-    }
-
     // MARK: Events
 
     var now: Duration { ContinuousClock.now - epoch }
 
-    private func handle(_ event: HCIEvent) async {
+    func handle(_ event: HCIEvent) async {
         switch event {
         case let .le(.advertisingReport(r)):
             for rp in r.reports { received(Advertisement(rp)) }
@@ -430,7 +326,7 @@ public actor BluetoothHost {
     }
 
     /// One advertising PDU: into the registry, and to every scan whose filter the device's merged view matches.
-    private func received(_ a: Advertisement) {
+    func received(_ a: Advertisement) {
         let d = registry.record(a, at: now)
         guard !scans.isEmpty else { return }
         let result = ScanResult(advertisement: a, device: d)
@@ -441,7 +337,7 @@ public actor BluetoothHost {
         }
     }
 
-    private func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {
+    func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {
         // Unknown Connection Identifier follows our own LE Create Connection Cancel; the waiter is gone by then.
         guard let w = connectWaiter else { return }
         connectWaiter = nil
@@ -449,103 +345,4 @@ public actor BluetoothHost {
         w.continuation.resume(throwing: BLEError.connectionFailed(w.peer, status))
     }
 
-    // MARK: Central role (used by `Central`)
-
-    /// LE Create Connection to `peer`, one attempt at a time (the controller allows one);
-    /// on timeout or cancellation sends LE Create Connection Cancel.
-    func connect(to peer: BluetoothAddress, type: AddressType, within limit: Duration,
-                 parameters: LEConnectionParameters) async throws -> Connection {
-        try requireReady()
-        if let c = active.values.first(where: { $0.peer == peer && $0.role == .central }) { return c }
-        await acquireConnectSlot()
-        defer { releaseConnectSlot() }
-        try Task.checkCancellation()
-        return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
-                let timer = Task { [weak self] in
-                    do { try await Task.sleep(for: limit) } catch { return }
-                    await self?.abandonConnect(BLEError.connectionTimeout(peer, within: limit))
-                }
-                connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
-                let extended = usesExtendedCommands
-                Task {
-                    do {
-                        if extended {
-                            try await self.controller.send(LEExtendedCreateConnection(peerAddressType: type, peerAddress: peer,
-                                                                                     phys: [.init(connection: parameters)]))
-                        } else {
-                            try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, connection: parameters))
-                        }
-                    } catch {
-                        await self.abandonConnect(error, cancel: false)
-                    }
-                }
-            }
-        } onCancel: {
-            Task { await self.abandonConnect(CancellationError()) }
-        }
-    }
-
-    private func abandonConnect(_ error: any Error, cancel: Bool = true) async {
-        guard let w = connectWaiter else { return }
-        connectWaiter = nil
-        w.timer.cancel()
-        w.continuation.resume(throwing: error)
-        if cancel { _ = try? await controller.send(LECreateConnectionCancel()) }
-    }
-
-    private func acquireConnectSlot() async {
-        if !connectBusy {
-            connectBusy = true
-            return
-        }
-        await withCheckedContinuation { connectQueue.append($0) }
-    }
-
-    private func releaseConnectSlot() {
-        if connectQueue.isEmpty { connectBusy = false } else { connectQueue.removeFirst().resume() }
-    }
-
-    /// Adds a scan subscriber; scanning starts with the first and stops with the last.
-    func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> BufferedStream<ScanResult> {
-        try requireReady()
-        let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
-        let dropped = DropCounter()
-        let id = nextScan
-        nextScan += 1
-        let first = scans.isEmpty
-        scans[id] = ScanSubscriber(filter: filter, continuation: cont, dropped: dropped)
-        cont.onTermination = { _ in Task { await self.endScan(id) } }
-        if first {
-            do {
-                if usesExtendedCommands {
-                    try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates)
-                } else {
-                    try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates)
-                }
-            } catch {
-                scans[id] = nil
-                throw error
-            }
-        }
-        return BufferedStream(base: stream, dropped: dropped)
-    }
-
-    private func endScan(_ id: UInt64) async {
-        guard scans.removeValue(forKey: id) != nil, scans.isEmpty, state == .ready else { return }
-        if usesExtendedCommands { _ = try? await Scanner.stopExtended(controller) } else { _ = try? await Scanner.stop(controller) }
-    }
-
-    /// The peer's GATT server on link `c`, in either role (a central connected to us may
-    /// serve a database too); nil once the link is gone.
-    public func gattPeer(on c: Connection) -> RemotePeripheral? {
-        if let r = remotes[c.id] { return r }
-        guard isActive(c.id), let client = clients[c.id] else { return nil }
-        let r = RemotePeripheral(host: self, connection: c, client: client)
-        remotes[c.id] = r
-        return r
-    }
-
-    /// True the first time it is asked for link `c` (the central exchanges MTU once).
-    func needsMTUExchange(_ c: Connection) -> Bool { mtuExchanged.insert(c.id).inserted }
 }

@@ -1,0 +1,117 @@
+// BluetoothHost, links: connections and disconnections in both roles as the L2CAP
+// host reports them, the per-link GATT client and bearer, why each link ended (so
+// operations on a dead link fail with the controller's reason), disconnecting.
+
+import ATT
+import GAP
+import GATT
+import HCI
+import L2CAP
+import Logging
+import NIOCore
+
+extension BluetoothHost {
+    // MARK: Connections
+
+    /// Connections and disconnections in both roles, as they happen. Buffer: newest 256.
+    public nonisolated func connectionEvents() -> BufferedStream<ConnectionEvent> {
+        let (s, d) = connectionBroadcast.subscribe(capacity: 256)
+        return BufferedStream(base: s, dropped: d)
+    }
+
+    /// Every link now up, in both roles.
+    public var connections: [Connection] { active.values.sorted { $0.handle < $1.handle } }
+
+    func handle(_ event: L2CAPHost.LinkEvent) async {
+        switch event {
+        case let .connected(c):
+            let conn = Connection(handle: c.handle, role: c.role, peer: c.peer, peerType: c.peerType, id: nextLinkID)
+            nextLinkID += 1
+            active[c.handle] = conn
+            registry.connected(c.peer, type: c.peerType, handle: c.handle, at: now)
+            connectionBroadcast.yield(.connected(conn))
+            // One ATT bearer per link carries both GATT roles: the local server answers the
+            // peer's requests (the client reading the bearer hands them over), and the client
+            // reaches the peer's server, whichever side of the link we are.
+            let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), localRxMTU: attMTU, logger: logger)
+            let server = self.server, handle = c.handle
+            await server.attach(bearer, connection: handle, readsBearer: false)
+            let client = GATTClient(bearer: bearer, server: server.handler(connection: handle))
+            await client.start()
+            clients[conn.id] = client
+            if c.role == .peripheral {
+                // The controller stopped advertising for this connection; ask it to go on so
+                // more centrals can connect (controllers that cannot refuse, and we wait for the
+                // disconnection). Not with the extended commands: Rootcanal 1.10 then never
+                // connects to the set again once this link ends (seen in ST03), so an extended
+                // set resumes at the disconnection only.
+                if let a = advertising, state == .ready, !usesExtendedCommands {
+                    do { try await startAdvertisingNow(a) } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
+                }
+            } else if let w = connectWaiter, w.peer == c.peer {
+                connectWaiter = nil
+                w.timer.cancel()
+                w.continuation.resume(returning: conn)
+            }
+        case let .disconnected(c, reason):
+            guard let conn = active.removeValue(forKey: c.handle) else { return }
+            registry.disconnected(handle: c.handle)
+            // The reason first (operations failing on the dead bearer ask for it at once),
+            // then the server forgets the link before the next link event is handled: the
+            // controller may give the handle to a new link.
+            linkEnded(conn, .disconnected(reason))
+            connectionBroadcast.yield(.disconnected(conn, reason: reason))
+            await server.detach(connection: c.handle)
+            // Legacy advertising stops when a central connects; resume it as asked.
+            if conn.role == .peripheral, let a = advertising, state == .ready {
+                do { try await startAdvertisingNow(a) } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
+            }
+        }
+    }
+
+    func linkEnded(_ c: Connection, _ end: LinkEnd) {
+        remotes[c.id] = nil
+        clients[c.id] = nil
+        mtuExchanged.remove(c.id)
+        ended[c.id] = end
+        endedOrder.append(c.id)
+        if endedOrder.count > 256 { ended[endedOrder.removeFirst()] = nil }
+        for (_, w) in endWaiters.removeValue(forKey: c.id) ?? [:] { w.resume(returning: end) }
+    }
+
+    /// How link `id` ended: waits for it (at most `limit`), nil if it is still up then.
+    func end(of id: UInt64, within limit: Duration) async -> LinkEnd? {
+        if let e = ended[id] { return e }
+        if !active.values.contains(where: { $0.id == id }) {
+            // Unknown: older than the ended-links memory, or never seen.
+            return .disconnected(.unknownConnectionIdentifier)
+        }
+        let token = nextWaiter
+        nextWaiter += 1
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: limit)
+            await self?.stopWaiting(id, token)
+        }
+        defer { timer.cancel() }
+        return await withCheckedContinuation { endWaiters[id, default: [:]][token] = $0 }
+    }
+
+    func stopWaiting(_ id: UInt64, _ token: UInt64) {
+        endWaiters[id]?.removeValue(forKey: token)?.resume(returning: nil)
+    }
+
+    /// Whether link `id` is still up.
+    func isActive(_ id: UInt64) -> Bool { active.values.contains { $0.id == id } }
+
+    /// Sends Disconnect and waits (at most 5 s) for Disconnection Complete; returns the reason reported.
+    @discardableResult
+    public func disconnect(_ c: Connection, reason: HCIStatus = .remoteUserTerminatedConnection) async throws -> HCIStatus {
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
+        try await controller.send(Disconnect(connectionHandle: c.handle, reason: reason))
+        switch await end(of: c.id, within: .seconds(5)) {
+        case let .disconnected(r)?: return r
+        case let .transportClosed(r)?: throw BLEError.transportClosed(r)
+        case nil: throw BLEError.notSupported("no Disconnection Complete for 0x\(String(c.handle, radix: 16)) within 5 s")
+        }
+    }
+}
