@@ -233,13 +233,14 @@ public actor HCIController {
 
     // MARK: ACL data
 
-    /// Sends one ACL packet, waiting for a controller buffer if none is free.
+    /// Queues one ACL packet for the transport (in order with commands), waiting for a
+    /// controller buffer if none is free.
     /// Fails with `.connectionClosed` if the connection disconnects while waiting.
     public func sendACL(_ packet: ACLDataPacket) async throws {
         if let closedReason { throw HCIError.transportClosed(closedReason) }
         start()
         if aclWaiters.isEmpty, acl.take(handle: packet.handle) {
-            try await sendNow(packet)
+            queueACL(packet)
             return
         }
         let id = nextACLWaiter
@@ -251,16 +252,7 @@ public actor HCIController {
         } onCancel: {
             Task { await self.cancelACLWaiter(id: id) }
         }
-        try await sendNow(packet)
-    }
-
-    private func sendNow(_ packet: ACLDataPacket) async throws {
-        do {
-            try await transport.send(.acl(packet))
-        } catch {
-            transportEnded("send failed: \(error)")
-            throw HCIError.transportClosed("\(error)")
-        }
+        queueACL(packet)
     }
 
     /// For the L2CAP host, on the loop: takes a controller buffer for `packet` and queues
@@ -268,9 +260,14 @@ public actor HCIController {
     /// free (the credit listener is called when one frees) or the transport has ended.
     public func sendACLNow(_ packet: ACLDataPacket) -> Bool {
         guard closedReason == nil, aclWaiters.isEmpty, acl.take(handle: packet.handle) else { return false }
+        queueACL(packet)
+        return true
+    }
+
+    /// The one way ACL data goes to the wire: the outbox, behind the commands before it.
+    private func queueACL(_ packet: ACLDataPacket) {
         outbox.append(.acl(packet))
         startPump()
-        return true
     }
 
     /// Called on the loop whenever controller buffers free up (Number Of Completed
