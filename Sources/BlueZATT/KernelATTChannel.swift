@@ -42,7 +42,7 @@ public final class KernelATTChannel: ATTChannel, Sendable {
     /// flow control, hold the rest).
     public func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {
         let socket = self.socket, loop = self.loop, reason = self.reason
-        let window = DispatchSemaphore(value: 8)
+        let window = LoopWindow(loop: loop)
         let thread = Thread {
             while true {
                 do {
@@ -50,11 +50,7 @@ public final class KernelATTChannel: ATTChannel, Sendable {
                         reason.set("the kernel closed the ATT channel")
                         break
                     }
-                    window.wait()
-                    loop.execute {
-                        deliver(.frame(pdu))
-                        window.signal()
-                    }
+                    window.hand { deliver(.frame(pdu)) }
                 } catch {
                     reason.set("\(error)")
                     break

@@ -37,10 +37,8 @@ public final class FileDescriptorTransport: HCITransport {
         var fdClosed = false
         var started = false
         /// Set by `deliver(on:_:)`: where the reader hands packets.
-        var target: (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?
+        var target: (window: LoopWindow, receive: @Sendable (TransportInput) -> Void)?
     }
-    /// Batches handed to the loop and not yet handled, at most `window`.
-    private let inFlight = DispatchSemaphore(value: 8)
 
     /// Takes ownership of `fd` (closed by `close()`).
     /// - Parameters:
@@ -72,10 +70,10 @@ public final class FileDescriptorTransport: HCITransport {
     }
 
     public func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
-        startReading((loop, receive))
+        startReading((LoopWindow(loop: loop), receive))
     }
 
-    private func startReading(_ target: (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?) {
+    private func startReading(_ target: (window: LoopWindow, receive: @Sendable (TransportInput) -> Void)?) {
         let start = state.withLock { s -> Bool in
             guard !s.started else { return false }
             s.started = true
@@ -85,7 +83,7 @@ public final class FileDescriptorTransport: HCITransport {
         guard start else { return }
         if state.withLock({ $0.closed }) {
             // Closed before anyone read: the end is all there is.
-            target.map { t in t.loop.execute { t.receive(.ended(nil)) } }
+            target.map { t in t.window.loop.execute { t.receive(.ended(nil)) } }
             return
         }
         let thread = Thread { [self] in self.readLoop() }
@@ -97,12 +95,7 @@ public final class FileDescriptorTransport: HCITransport {
     private func emit(_ packets: [HCIPacket]) {
         guard !packets.isEmpty else { return }
         if let t = state.withLock({ $0.target }) {
-            inFlight.wait()
-            let window = inFlight
-            t.loop.execute {
-                t.receive(.packets(packets))
-                window.signal()
-            }
+            t.window.hand { t.receive(.packets(packets)) }
         } else {
             for p in packets { continuation.yield(p) }
         }
@@ -110,7 +103,7 @@ public final class FileDescriptorTransport: HCITransport {
 
     private func end(_ error: (any Error)?) {
         if let t = state.withLock({ $0.target }) {
-            t.loop.execute { t.receive(.ended(error)) }
+            t.window.loop.execute { t.receive(.ended(error)) }
         } else if let error {
             continuation.finish(throwing: error)
         } else {
