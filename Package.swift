@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "GATT", dependencies: ["HCI", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "Transports",
-            dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .target(

@@ -83,18 +83,32 @@ actor OnLoop {
     func send(n: Int, server: GATTServer, handle: UInt16, value: [UInt8]) async {
         for _ in 0..<n { await server.notify(handle, value: value, waitUntilSent: true) }
     }
+
+    func reads(n: Int, client: GATTClient, handle: UInt16) async throws {
+        for _ in 0..<n { _ = try await client.read(handle) }
+    }
+
+    func writes(n: Int, client: GATTClient, handle: UInt16, value: [UInt8]) async throws {
+        for _ in 0..<n { try await client.write(handle, value: value) }
+    }
 }
 
 // MARK: 2. Rootcanal + Bumble
 
-struct Figures { var requests = 0; var discover = (0.0, 0.0); var read = (0.0, 0.0); var write = (0.0, 0.0); var notify = (0.0, 0.0); var bytes = 0 }
+struct Figures {
+    var requests = 0; var discover = (0.0, 0.0); var read = (0.0, 0.0); var write = (0.0, 0.0); var notify = (0.0, 0.0); var bytes = 0
+    /// Ours only: the same reads and writes from code isolated to the host's event loop.
+    var onLoop: (read: (Double, Double), write: (Double, Double))?
+}
+
+let debug = ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil
 
 func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figures {
     let requests = Mutex(0), inbound = Mutex([String: Int]())
     let base = try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: logger)
     let tap = RecordingTransport(wrapping: base, now: { 0 }) { r in
         // Count ATT requests the host sends (first fragments on CID 4).
-        if r.direction == .controllerToHost, let p = r.packet {
+        if debug, r.direction == .controllerToHost, let p = r.packet {
             let key: String
             switch p { case let .event(code, params): key = "event \(code)" + (code.rawValue == 0x3E ? " \(params.first ?? 0)" : ""); default: key = "\(p.type)" }
             inbound.withLock { $0[key, default: 0] += 1 }
@@ -122,7 +136,7 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
     var u0 = rusage(); getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u0)
     t0 = ContinuousClock.now; c0 = cpu()
     for _ in 0..<n { _ = try await client.read(rw.valueHandle) }
-    if ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil {
+    if debug {
         var u1 = rusage(); getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u1)
         let user = Double(u1.ru_utime.tv_sec - u0.ru_utime.tv_sec) * 1e6 + Double(u1.ru_utime.tv_usec - u0.ru_utime.tv_usec)
         let sys = Double(u1.ru_stime.tv_sec - u0.ru_stime.tv_sec) * 1e6 + Double(u1.ru_stime.tv_usec - u0.ru_stime.tv_usec)
@@ -133,6 +147,13 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
     t0 = ContinuousClock.now; c0 = cpu()
     for _ in 0..<n { try await client.write(rw.valueHandle, value: Array("benchmark!".utf8)) }
     f.write = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    let app = OnLoop(controller.loop)
+    t0 = ContinuousClock.now; c0 = cpu()
+    try await app.reads(n: n, client: client, handle: rw.valueHandle)
+    let readOnLoop = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    t0 = ContinuousClock.now; c0 = cpu()
+    try await app.writes(n: n, client: client, handle: rw.valueHandle, value: Array("benchmark!".utf8))
+    f.onLoop = (readOnLoop, (seconds(ContinuousClock.now - t0), cpu() - c0))
     t0 = ContinuousClock.now; c0 = cpu()
     let values = try await client.subscribe(burst, cccd: cccd.handle)
     for await v in values { f.bytes += v.count; if f.bytes >= 200 * 200 { break } }
@@ -159,6 +180,10 @@ func report(_ name: String, _ f: Figures, n: Int) {
     say(label("\(name): discover everything") + String(format: "%3d ATT requests  %7.1f ms  (cpu %.1f ms)", f.requests, f.discover.0 * 1000, f.discover.1 * 1000))
     say(label("\(name): read") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", f.read.1 / Double(n) * 1e6, f.read.0 / Double(n) * 1000))
     say(label("\(name): write") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", f.write.1 / Double(n) * 1e6, f.write.0 / Double(n) * 1000))
+    if let l = f.onLoop {
+        say(label("\(name): read, caller on the loop") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", l.read.1 / Double(n) * 1e6, l.read.0 / Double(n) * 1000))
+        say(label("\(name): write, caller on the loop") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", l.write.1 / Double(n) * 1e6, l.write.0 / Double(n) * 1000))
+    }
     let kib = Double(f.bytes) / 1024
     say(label("\(name): notifications") + String(format: "%7.1f µs cpu/KiB    %6.1f KiB/s (%.0f KiB)", f.notify.1 / max(kib, 1) * 1e6, kib / max(f.notify.0, 1e-9), kib))
 }

@@ -1,15 +1,18 @@
 // Opening the byte streams H4 runs over: TCP (TCP_NODELAY set, see DESIGN.md on
 // Rootcanal), unix sockets, serial ttys and ptys (raw termios, chosen baud rate).
+// We connect and configure the descriptor ourselves (so errors carry advice) and
+// hand it to a NIO channel (`ChannelTransport`) read by the host's event loop.
 
 import HCI
 import Logging
+import NIOCore
 #if canImport(Glibc)
 import Glibc
 #endif
 
 public enum StreamTransports {
     /// H4 over TCP. Sets TCP_NODELAY and re-arms TCP_QUICKACK before each read.
-    public static func tcp(host: String, port: UInt16, logger: Logger) throws -> FileDescriptorTransport {
+    public static func tcp(host: String, port: UInt16, on loop: (any EventLoop)? = nil, logger: Logger) throws -> ChannelTransport {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
@@ -27,7 +30,7 @@ public enum StreamTransports {
                 if connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 {
                     var one: Int32 = 1
                     _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-                    return try FileDescriptorTransport(fd: fd, label: "tcp:\(host):\(port)", quickAck: true, logger: logger)
+                    return ChannelTransport(fd: fd, socket: true, label: "tcp:\(host):\(port)", quickAck: true, on: loop, logger: logger)
                 }
                 lastErrno = errno
                 Glibc.close(fd)
@@ -41,7 +44,7 @@ public enum StreamTransports {
     }
 
     /// H4 over a unix stream socket.
-    public static func unix(path: String, logger: Logger) throws -> FileDescriptorTransport {
+    public static func unix(path: String, on loop: (any EventLoop)? = nil, logger: Logger) throws -> ChannelTransport {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else {
             let e = errno
@@ -65,12 +68,12 @@ public enum StreamTransports {
             Glibc.close(fd)
             throw TransportError.io(operation: "connect unix:\(path)", errno: e, reason: errnoString(e))
         }
-        return try FileDescriptorTransport(fd: fd, label: "unix:\(path)", logger: logger)
+        return ChannelTransport(fd: fd, socket: true, label: "unix:\(path)", on: loop, logger: logger)
     }
 
     /// H4 over a serial tty or a pty: raw mode, 8N1, the given baud rate (nil keeps it),
     /// optional RTS/CTS flow control.
-    public static func serial(path: String, baud: Int?, rtscts: Bool = false, logger: Logger) throws -> FileDescriptorTransport {
+    public static func serial(path: String, baud: Int?, rtscts: Bool = false, on loop: (any EventLoop)? = nil, logger: Logger) throws -> ChannelTransport {
         let fd = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC)
         guard fd >= 0 else {
             let e = errno
@@ -100,7 +103,7 @@ public enum StreamTransports {
             throw TransportError.io(operation: "tcsetattr \(path)", errno: e, reason: errnoString(e))
         }
         tcflush(fd, TCIOFLUSH)
-        return try FileDescriptorTransport(fd: fd, label: "serial:\(path)", logger: logger)
+        return ChannelTransport(fd: fd, socket: false, label: "serial:\(path)", on: loop, logger: logger)
     }
 
     static let supportedBauds = [9600, 19200, 38400, 57600, 115_200, 230_400, 460_800, 921_600, 1_000_000, 1_500_000, 2_000_000, 3_000_000]

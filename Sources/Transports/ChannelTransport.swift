@@ -1,0 +1,258 @@
+// H4 over a NIO channel: TCP and unix sockets (ClientBootstrap on a descriptor we
+// connected ourselves, so the errors keep their advice) and serial ttys and ptys
+// (NIOPipeBootstrap after our termios set-up). The channel's event loop reads the
+// descriptor and hands each read's packets to the host synchronously, on the same
+// thread, in arrival order: no reader thread, no hop. The host runs on that loop
+// (`preferredLoop`), so a packet goes from read(2) through HCI, L2CAP, ATT and GATT
+// and its answer back to write(2) without leaving the thread.
+//
+// Back-pressure: the host handles each packet before the loop reads again, so bytes
+// the host has not taken stay in the kernel (and the controller's flow control holds
+// the rest). Reading starts with `deliver(on:_:)` (or `inbound`), never before.
+//
+// The BlueZ HCI socket stays on `FileDescriptorTransport`: there one write(2) is one
+// packet, and a NIO channel may gather several writes into one writev(2).
+
+import HCI
+import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class ChannelTransport: HCITransport {
+    public let label: String
+    private let loop: any EventLoop
+    private let logger: Logger
+    private let quickAck: Bool
+    private let state = Mutex(State())
+    private let stream: AsyncThrowingStream<HCIPacket, any Error>
+    private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
+
+    struct Target {
+        let receive: @Sendable (TransportInput) -> Void
+        let loop: any EventLoop
+    }
+
+    struct State {
+        var channel: (any Channel)?
+        /// Packets `sendNow` took before the channel registered; written when it does.
+        var unsent: [HCIPacket] = []
+        /// Who takes the packets, and on which loop.
+        var target: Target?
+        /// How the link ended, kept until someone takes delivery.
+        var ending: TransportInput?
+        var ended = false
+        var closedByUs = false
+    }
+
+    /// Wraps a connected stream socket (`socket: true`) or a tty/pty descriptor
+    /// (`socket: false`); takes ownership of `fd`.
+    /// - Parameters:
+    ///   - quickAck: re-arm TCP_QUICKACK after each read (TCP peers that write a packet in
+    ///     two segments, like Rootcanal, otherwise stall on our delayed ACK).
+    init(fd: Int32, socket: Bool, label: String, quickAck: Bool = false, on loop: (any EventLoop)? = nil, logger: Logger) {
+        let loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.loop = loop
+        self.label = label
+        self.logger = logger
+        self.quickAck = quickAck
+        (stream, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .unbounded)
+        let initializer: @Sendable (any Channel) -> EventLoopFuture<Void> = { [weak self] channel in
+            guard let self else { return channel.eventLoop.makeFailedFuture(TransportError.closed) }
+            return channel.eventLoop.makeCompletedFuture {
+                try channel.pipeline.syncOperations.addHandler(H4ChannelHandler(transport: self))
+            }
+        }
+        let registered: EventLoopFuture<any Channel>
+        if socket {
+            registered = ClientBootstrap(group: loop)
+                .channelOption(.autoRead, value: false)
+                .channelInitializer(initializer)
+                .withConnectedSocket(fd)
+        } else {
+            registered = NIOPipeBootstrap(group: loop)
+                .channelOption(.autoRead, value: false)
+                .channelInitializer(initializer)
+                .takingOwnershipOfDescriptor(inputOutput: fd)
+        }
+        registered.whenComplete { [weak self] result in
+            switch result {
+            case let .success(channel): self?.registered(channel)
+            case let .failure(error):
+                // Who owns `fd` after a failed registration depends on where it failed;
+                // leaking it is safer than closing a number someone may reuse.
+                self?.end(.io(operation: "register \(label)", errno: 0, reason: "\(error)"))
+            }
+        }
+    }
+
+    public var preferredLoop: (any EventLoop)? { loop }
+
+    /// Packets as a stream (buffer: unbounded; for tools and tests: the host uses
+    /// `deliver(on:_:)`, which reads only as fast as the host takes packets).
+    public var inbound: AsyncThrowingStream<HCIPacket, any Error> {
+        let continuation = self.continuation
+        deliver(on: loop) { input in
+            switch input {
+            case let .packets(ps): for p in ps { continuation.yield(p) }
+            case .ended(nil): continuation.finish()
+            case let .ended(e?): continuation.finish(throwing: e)
+            }
+        }
+        return stream
+    }
+
+    public func deliver(on target: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        let (channel, ending) = state.withLock { s -> ((any Channel)?, TransportInput?) in
+            guard s.target == nil else { return (nil, nil) }
+            s.target = Target(receive: receive, loop: target)
+            defer { s.ending = nil }
+            return (s.channel, s.ending)
+        }
+        if let ending {
+            target.execute { receive(ending) }
+        } else if let channel {
+            startReading(channel)
+        }
+    }
+
+    private func startReading(_ channel: any Channel) {
+        channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { [logger, label] e in
+            logger.debug("cannot start reading", metadata: ["transport": "\(label)", "error": "\(e)"])
+        }
+    }
+
+    private func registered(_ channel: any Channel) {
+        let (unsent, reading, closed) = state.withLock { s -> ([HCIPacket], Bool, Bool) in
+            s.channel = channel
+            defer { s.unsent = [] }
+            return (s.unsent, s.target != nil, s.closedByUs)
+        }
+        if closed {
+            channel.close(promise: nil)
+            return
+        }
+        if !unsent.isEmpty { write(unsent, to: channel) }
+        if reading { startReading(channel) }
+    }
+
+    /// Called on the channel's loop by the handler.
+    fileprivate func received(_ packets: [HCIPacket]) {
+        guard !packets.isEmpty, let target = state.withLock({ $0.target }) else { return }
+        if target.loop.inEventLoop {
+            target.receive(.packets(packets))
+        } else {
+            target.loop.execute { target.receive(.packets(packets)) }
+        }
+    }
+
+    fileprivate func end(_ error: TransportError?) {
+        let (target, input) = state.withLock { s -> (Target?, TransportInput?) in
+            guard !s.ended else { return (nil, nil) }
+            s.ended = true
+            let input = TransportInput.ended(s.closedByUs ? nil : error)
+            if s.target == nil { s.ending = input }
+            return (s.target, input)
+        }
+        guard let input else { return }
+        if let error { logger.debug("transport ended", metadata: ["transport": "\(label)", "error": "\(error)"]) }
+        if let target { target.loop.execute { target.receive(input) } }
+    }
+
+    fileprivate func readCompleted(_ channel: any Channel) {
+        guard quickAck, let options = channel.syncOptions else { return }
+        let option = ChannelOptions.Types.SocketOption(level: .tcp, name: NIOBSDSocket.Option(rawValue: TCP_QUICKACK))
+        try? options.setOption(option, value: 1)
+    }
+
+    public func send(_ packet: HCIPacket) async throws { try sendNow([packet]) }
+
+    public var sendsSynchronously: Bool { true }
+
+    /// Queues `packets` on the channel in order and flushes. On the channel's loop the
+    /// write happens now; from elsewhere it is handed to the loop.
+    public func sendNow(_ packets: [HCIPacket]) throws {
+        let channel = try state.withLock { s -> (any Channel)? in
+            if s.ended || s.closedByUs { throw TransportError.closed }
+            if s.channel == nil { s.unsent += packets }
+            return s.channel
+        }
+        guard let channel else { return }
+        if channel.eventLoop.inEventLoop {
+            write(packets, to: channel)
+        } else {
+            channel.eventLoop.execute { self.write(packets, to: channel) }
+        }
+    }
+
+    private func write(_ packets: [HCIPacket], to channel: any Channel) {
+        for p in packets {
+            let bytes = p.h4Bytes
+            var buffer = channel.allocator.buffer(capacity: bytes.count)
+            buffer.writeBytes(bytes)
+            channel.write(buffer, promise: nil)
+        }
+        channel.flush()
+    }
+
+    deinit {
+        // Dropped without close() (e.g. after the controller hung up): release the socket.
+        state.withLock { $0.channel }?.close(promise: nil)
+    }
+
+    public func close() async {
+        let channel = state.withLock { s -> (any Channel)? in
+            s.closedByUs = true
+            return s.channel
+        }
+        end(nil)
+        try? await channel?.close()
+    }
+}
+
+/// The channel's one handler: bytes in, H4 framing, packets to the transport.
+private final class H4ChannelHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+
+    private weak var transport: ChannelTransport?
+    private var framer = H4Framer()
+    private var failed = false
+
+    init(transport: ChannelTransport) { self.transport = transport }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !failed else { return }
+        let buffer = unwrapInboundIn(data)
+        buffer.withUnsafeReadableBytes { framer.append($0) }
+        var packets: [HCIPacket] = []
+        do {
+            while let p = try framer.nextPacket() { packets.append(p) }
+            transport?.received(packets)
+        } catch let error as DecodeError {
+            transport?.received(packets)
+            failed = true
+            transport?.end(.framing(error))
+            context.close(promise: nil)
+        } catch {
+            failed = true
+            context.close(promise: nil)
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        transport?.readCompleted(context.channel)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        transport?.end(.endOfStream)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        let io = error as? IOError
+        transport?.end(.io(operation: "\(transport?.label ?? "transport")", errno: io?.errnoCode ?? 0, reason: "\(error)"))
+        context.close(promise: nil)
+    }
+}
