@@ -117,6 +117,11 @@ public actor BluetoothHost {
     /// hand-off per operation (a daemon notifying at a high rate) can run there: an
     /// actor whose `unownedExecutor` is this loop's executor.
     public nonisolated var loop: any EventLoop { controller.loop }
+
+    /// The loop as a task executor: a task that prefers it
+    /// (`withTaskExecutorPreference(host.taskExecutor) { ... }`) resumes on the loop
+    /// after each wait inside the stack instead of on Swift's global pool.
+    public nonisolated var taskExecutor: LoopTaskExecutor { controller.taskExecutor }
     public nonisolated let l2cap: L2CAPHost
     /// The local GATT server (FA06–FA09 go through `peripheral`).
     public nonisolated let server: GATTServer

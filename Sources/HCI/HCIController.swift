@@ -63,6 +63,9 @@ public actor HCIController {
     /// it, the ATT bearers of its links and the GATT server and clients on them all use
     /// it as their executor, so they call each other without a thread hop, in order.
     public nonisolated let loop: any EventLoop
+    /// The loop as a task executor (`LoopTaskExecutor`): an application task that prefers
+    /// it resumes on the loop after each wait inside the stack, not on the global pool.
+    public nonisolated let taskExecutor: LoopTaskExecutor
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
     public let commandTimeout: Duration
     /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
@@ -94,6 +97,7 @@ public actor HCIController {
                 commandTimeout: Duration = .seconds(5), loop: (any EventLoop)? = nil, logger: Logger) {
         self.transport = transport
         self.loop = loop ?? transport.preferredLoop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.taskExecutor = LoopTaskExecutor(self.loop)
         self.clock = clock
         self.commandTimeout = commandTimeout
         self.logger = logger

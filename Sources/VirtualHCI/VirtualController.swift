@@ -1,8 +1,9 @@
 // One software LE controller on a `VirtualRadio`, seen by its host as an
 // `HCITransport`. It answers the LE host's working set (the commands its
 // Supported_Commands mask lists) and "Unknown HCI Command" for the rest, like a
-// real controller. Buffers: 8 LE ACL packets of 27 bytes, returned with Number Of
-// Completed Packets as soon as the radio has relayed them.
+// real controller. Buffers: 8 LE ACL packets of 251 bytes, returned with Number Of
+// Completed Packets as soon as the radio has relayed them; on air a link carries 27
+// octets per PDU until LE Set Data Length raises it (up to 251).
 
 import HCI
 import NIOCore
@@ -41,7 +42,7 @@ public actor VirtualController: HCITransport {
     public private(set) var pendingConnection: BluetoothAddress?
     private var connections: [UInt16: BluetoothAddress] = [:]
 
-    static let aclLength: UInt16 = 27
+    static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
 
     init(radio: VirtualRadio, loop: any EventLoop, address: BluetoothAddress) {
@@ -259,9 +260,9 @@ public actor VirtualController: HCITransport {
             emit(.readRemoteVersionInformationComplete(ReadRemoteVersionInformationComplete(connectionHandle: c.connectionHandle, version: 13, companyIdentifier: 0xFFFF, subversion: 0)))
         case .leSetDataLength:
             let c = try LESetDataLength.decode(p)
-            guard connections[c.connectionHandle] != nil else { return complete(op, status: .unknownConnectionIdentifier) }
+            guard connections[c.connectionHandle] != nil, let radio else { return complete(op, status: .unknownConnectionIdentifier) }
             complete(op, HCIConnectionHandleReturn(connectionHandle: c.connectionHandle))
-            emit(.le(.dataLengthChange(LEDataLengthChange(connectionHandle: c.connectionHandle, maxTxOctets: c.txOctets, maxTxTime: c.txTime, maxRxOctets: c.txOctets, maxRxTime: c.txTime))))
+            _ = await radio.setDataLength(self, handle: c.connectionHandle, octets: c.txOctets)
         default:
             complete(op, status: .unknownCommand)
         }
@@ -309,6 +310,10 @@ public actor VirtualController: HCITransport {
     }
 
     func deliver(_ p: ACLDataPacket) { emit(.acl(p)) }
+
+    func dataLengthChanged(handle: UInt16, octets: UInt16, time: UInt16) {
+        emit(.le(.dataLengthChange(LEDataLengthChange(connectionHandle: handle, maxTxOctets: octets, maxTxTime: time, maxRxOctets: octets, maxRxTime: time))))
+    }
 
     func disconnected(handle: UInt16, reason: HCIStatus) {
         connections[handle] = nil

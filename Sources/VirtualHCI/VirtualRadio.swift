@@ -41,6 +41,9 @@ public actor VirtualRadio {
         var centralHandle: UInt16
         var peripheral: VirtualController
         var peripheralHandle: UInt16
+        /// LE data length on air (Vol 6 Part B §4.5.10): 27 octets until a host asks
+        /// for more with LE Set Data Length (up to 251).
+        var dataLength: UInt16 = 27
     }
 
     /// `loop`: by default one of NIO's shared loops.
@@ -115,8 +118,33 @@ public actor VirtualRadio {
         let l = links[i]
         let (to, handle) = l.central === sender ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
         // Controller to host, LE: the first fragment is "first automatically flushable".
-        let boundary: ACLPacketBoundary = packet.boundary == .continuing ? .continuing : .firstFlushable
-        to.assumeIsolated { $0.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: packet.data)) }
+        // Data longer than the link's air PDUs reaches the peer's host as one ACL packet
+        // per air PDU, as a real peer controller delivers it.
+        var boundary: ACLPacketBoundary = packet.boundary == .continuing ? .continuing : .firstFlushable
+        let step = Int(l.dataLength)
+        var offset = 0
+        repeat {
+            let end = Swift.min(packet.data.count, offset + step)
+            let piece = offset == 0 && end == packet.data.count ? packet.data : Array(packet.data[offset..<end])
+            to.assumeIsolated { $0.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: piece)) }
+            boundary = .continuing
+            offset = end
+        } while offset < packet.data.count
+        return true
+    }
+
+    /// On the loop: LE Set Data Length from `sender` (octets clamped to 27...251);
+    /// both ends hear LE Data Length Change when the value changes. False: no such link.
+    func setDataLength(_ sender: VirtualController, handle: UInt16, octets: UInt16) -> Bool {
+        guard let i = linkIndex(sender, handle) else { return false }
+        let octets = Swift.min(251, Swift.max(27, octets))
+        guard links[i].dataLength != octets else { return true }
+        links[i].dataLength = octets
+        let l = links[i]
+        let time = (octets + 14) * 8
+        for (c, h) in [(l.central, l.centralHandle), (l.peripheral, l.peripheralHandle)] {
+            c.assumeIsolated { $0.dataLengthChanged(handle: h, octets: octets, time: time) }
+        }
         return true
     }
 

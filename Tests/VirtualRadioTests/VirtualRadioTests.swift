@@ -41,10 +41,47 @@ struct VirtualRadioTests {
         let radio = VirtualRadio()
         let (ha, _, ia, _) = try await Self.setUp(radio)
         #expect(ia.address == Self.a)
-        #expect(ia.totalNumLEACLDataPackets == 8 && ia.leACLDataPacketLength == 27)
+        #expect(ia.totalNumLEACLDataPackets == 8 && ia.leACLDataPacketLength == 251)
         await #expect(throws: HCIError.commandFailed(opcode: .leSetPHY, status: .unknownCommand)) {
             try await ha.send(LESetPHY(connectionHandle: 1))
         }
+    }
+
+    /// A 251-byte HCI buffer, 27-octet air PDUs until LE Set Data Length: the peer's
+    /// host gets one ACL packet per air PDU, first then continuing fragments.
+    @Test func dataLengthShapesWhatThePeersHostReceives() async throws {
+        let radio = VirtualRadio()
+        let (ha, hb, _, _) = try await Self.setUp(radio)
+        let got = Mutex<[ACLDataPacket]>([]), changes = Mutex<[(UInt16, UInt16)]>([])
+        await ha.setInboundSink { input in
+            switch input {
+            case let .acl(p): got.withLock { $0.append(p) }
+            case let .event(.le(.dataLengthChange(c))): changes.withLock { $0.append((c.connectionHandle, c.maxTxOctets)) }
+            default: break
+            }
+        }
+        let bEvents = await hb.events()
+        try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
+        try await hb.send(LECreateConnection(peerAddressType: .public, peerAddress: Self.a))
+        var handle: UInt16?
+        for await e in bEvents { if case let .le(.connectionComplete(c)) = e { handle = c.connectionHandle; break } }
+        let h = try #require(handle)
+        let data = (0..<100).map { UInt8($0) }
+        try await hb.sendACL(ACLDataPacket(handle: h, boundary: .firstNonFlushable, data: data))
+        try await hb.send(ReadRSSI(connectionHandle: h))  // a round trip on the loop: the relay is done
+        var pieces = got.withLock { $0 }
+        #expect(pieces.map(\.data.count) == [27, 27, 27, 19])
+        #expect(pieces.map(\.boundary) == [.firstFlushable, .continuing, .continuing, .continuing])
+        #expect(pieces.flatMap(\.data) == data)
+        try await hb.send(LESetDataLength(connectionHandle: h, txOctets: 251, txTime: 2120))
+        try await hb.send(ReadRSSI(connectionHandle: h))
+        #expect(changes.withLock { $0.map(\.1) } == [251])
+        got.withLock { $0 = [] }
+        try await hb.sendACL(ACLDataPacket(handle: h, boundary: .firstNonFlushable, data: data))
+        try await hb.send(ReadRSSI(connectionHandle: h))
+        pieces = got.withLock { $0 }
+        #expect(pieces.map(\.data.count) == [100])
+        await ha.close(); await hb.close()
     }
 
     @Test func advertisingReachesScannersWithPathLossRSSI() async throws {
