@@ -44,7 +44,11 @@ public actor L2CAPHost {
     public nonisolated var unownedExecutor: UnownedSerialExecutor { controller.unownedExecutor }
     public nonisolated let logger: Logger
     private var reassembler: Reassembler
-    private var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
+    var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
+    /// SPSMs we accept credit-based channels on (every link's `CreditBasedChannels`
+    /// gets them), and the channels' runtime state (L2CAPHost+Channels.swift).
+    var listening: [UInt16: CreditBasedParameters] = [:]
+    var coc = ChannelRuntime()
     private var subscribers: [ChannelID: BufferedStream<ChannelFrame>.Continuation] = [:]
     private struct Key: Hashable { var handle: UInt16; var channel: ChannelID }
     private var connectionSubscribers: [Key: BufferedStream<[UInt8]>.Continuation] = [:]
@@ -249,6 +253,7 @@ public actor L2CAPHost {
             for e in events { signaling(e, handle: packet.handle) }
             return
         }
+        if channelFrame(frame.payload, cid: frame.channel, handle: packet.handle) { return }
         if let r = receivers[Key(handle: packet.handle, channel: frame.channel)] {
             r(.frame(frame.payload))
             return
@@ -290,6 +295,8 @@ public actor L2CAPHost {
         switch e {
         case let .send(bytes):
             enqueue(bytes, on: .leSignaling, handle: handle)
+        case let .channel(event):
+            channelEvents([event], handle: handle)
         case let .updateConnection(p):
             let c = LEConnectionParameters(connectionIntervalMin: p.intervalMin, connectionIntervalMax: p.intervalMax,
                                            maxLatency: p.latency, supervisionTimeout: p.timeout)
@@ -307,6 +314,7 @@ public actor L2CAPHost {
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
             connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
         case let .disconnectionComplete(d) where d.status.isSuccess:
+            channelsLinkLost(handle: d.connectionHandle, reason: d.reason)
             if let info = connections[d.connectionHandle]?.info {
                 for (_, k) in linkContinuations { k.yield(.disconnected(info, reason: d.reason)) }
             }
@@ -328,7 +336,9 @@ public actor L2CAPHost {
     }
 
     private func connected(_ c: Connection) {
-        connections[c.handle] = (c, LESignalingChannel(role: c.role))
+        var signaling = LESignalingChannel(role: c.role)
+        for (spsm, p) in listening { signaling.channels.listen(spsm: spsm, p) }
+        connections[c.handle] = (c, signaling)
         for (_, k) in connectionContinuations { k.yield(c) }
         for (_, k) in linkContinuations { k.yield(.connected(c)) }
         logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
@@ -347,6 +357,7 @@ public actor L2CAPHost {
         for (_, k) in linkContinuations { k.finish() }
         linkContinuations.removeAll()
         early.removeAll()
+        channelsFinishAll()
         connections.removeAll()
         for h in Array(queues.keys) { drop(handle: h) }
         order.removeAll()

@@ -5,11 +5,14 @@
 //     asks the caller to run LE Connection Update;
 //   - as peripheral, sends that request and matches the response by identifier, and
 //     rejects a request sent to it (only a central may answer one);
-//   - has no connection-oriented channel yet, so answers LE Credit Based Connection
-//     Request (§4.22) and Credit Based Connection Request (§4.25) with result "SPSM
-//     not supported", Credit Based Reconfigure Request (§4.27) with "Destination CID
-//     invalid", and Disconnection Request (§4.6) with Command Reject "Invalid CID in
-//     request" carrying both CIDs (§4.1);
+//   - hands LE credit-based channel commands (§4.22–§4.24) and Disconnection
+//     Request/Response (§4.6, §4.7) to the link's `CreditBasedChannels`, which answers
+//     a request for an SPSM nobody listens on with "SPSM not supported" and a
+//     Disconnection Request for a CID it does not have with Command Reject "Invalid CID
+//     in request" carrying both CIDs (§4.1);
+//   - has no enhanced credit-based channels yet, so answers Credit Based Connection
+//     Request (§4.25) with result "SPSM not supported" and Credit Based Reconfigure
+//     Request (§4.27) with "Destination CID invalid";
 //   - answers every other command it does not support with Command Reject "Command
 //     not understood" (§4.1), ignores unexpected responses and identifier 0x00.
 
@@ -128,11 +131,14 @@ public struct LESignalingChannel: Sendable {
         case rejected(identifier: UInt8, reason: UInt16)
         /// A malformed or unexpected PDU (already answered where the spec says to).
         case ignored(String)
+        /// Something for the link's credit-based channels.
+        case channel(CreditBasedChannels.Event)
     }
 
     public let role: ConnectionRole
-    private var nextIdentifier: UInt8 = 1
     private var outstanding: Set<UInt8> = []
+    /// The link's connection-oriented channels (and its identifier counter).
+    public var channels = CreditBasedChannels()
 
     public init(role: ConnectionRole) { self.role = role }
 
@@ -154,6 +160,9 @@ public struct LESignalingChannel: Sendable {
             return [.ignored("\(error)")]
         }
         guard cmd.identifier != 0 else { return [.ignored("identifier 0x00 is illegal (§4)")] }
+        if cmd.code != .commandReject || channels.isOutstanding(cmd.identifier), let events = channels.receive(cmd) {
+            return events.map { .channel($0) }
+        }
         switch cmd.code {
         case .connectionParameterUpdateRequest:
             guard role == .central else { return [.send(reject(cmd.identifier, .commandNotUnderstood))] }
@@ -174,16 +183,6 @@ public struct LESignalingChannel: Sendable {
         case .commandReject:
             guard outstanding.remove(cmd.identifier) != nil, cmd.data.count >= 2 else { return [.ignored("unexpected Command Reject")] }
             return [.rejected(identifier: cmd.identifier, reason: UInt16(cmd.data[0]) | UInt16(cmd.data[1]) << 8)]
-        case .disconnectionRequest:
-            // No channel of ours has these CIDs (§4.6): Command Reject, Invalid CID, with
-            // our (destination) CID and the peer's (source) CID as the request named them.
-            guard cmd.data.count == 4 else { return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Disconnection Request")] }
-            return [.send(reject(cmd.identifier, .invalidCIDInRequest, data: cmd.data))]
-        case .leCreditBasedConnectionRequest:
-            guard cmd.data.count == 10 else { return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed LE Credit Based Connection Request")] }
-            // §4.23: DCID, MTU, MPS, Initial Credits all 0; Result 0x0002 SPSM not supported.
-            return [.send(SignalingCommand(code: .leCreditBasedConnectionResponse, identifier: cmd.identifier,
-                                           data: [0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x00]).bytes)]
         case .creditBasedConnectionRequest:
             // SPSM, MTU, MPS, Initial Credits, then 1...5 Source CIDs (§4.25).
             let cids = (cmd.data.count - 8) / 2
@@ -209,9 +208,5 @@ public struct LESignalingChannel: Sendable {
         SignalingCommand(code: .commandReject, identifier: identifier, data: [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)] + data).bytes
     }
 
-    private mutating func takeIdentifier() -> UInt8 {
-        let id = nextIdentifier
-        nextIdentifier = nextIdentifier == 0xFF ? 1 : nextIdentifier + 1
-        return id
-    }
+    private mutating func takeIdentifier() -> UInt8 { channels.takeIdentifier() }
 }

@@ -1,0 +1,231 @@
+// LE credit-based connection-oriented channels (Core Specification v5.4, Vol 3,
+// Part A: §3.4.3 K-frames, §4.22–§4.24 signaling, §10.1 flow control), sans I/O.
+// `CreditBasedChannelState` is one channel's data path: SDUs cut into K-frames no
+// larger than the peer's MPS, sent only against the peer's credits; K-frames in,
+// reassembled into SDUs with every check §10.1 asks for. `CreditBasedChannels` is one
+// link's set of them: listening SPSMs, connection requests both ways, credits and
+// disconnection, driven by the signaling commands `LESignalingChannel` parses.
+
+import DequeModule
+import HCI
+
+/// Result of an LE Credit Based Connection Request (§4.23).
+public struct CreditBasedConnectionResult: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+    public static let success = Self(rawValue: 0x0000)
+    public static let spsmNotSupported = Self(rawValue: 0x0002)
+    public static let noResourcesAvailable = Self(rawValue: 0x0004)
+    public static let insufficientAuthentication = Self(rawValue: 0x0005)
+    public static let insufficientAuthorization = Self(rawValue: 0x0006)
+    public static let encryptionKeySizeTooShort = Self(rawValue: 0x0007)
+    public static let insufficientEncryption = Self(rawValue: 0x0008)
+    public static let invalidSourceCID = Self(rawValue: 0x0009)
+    public static let sourceCIDAlreadyAllocated = Self(rawValue: 0x000A)
+    public static let unacceptableParameters = Self(rawValue: 0x000B)
+
+    public var description: String {
+        switch rawValue {
+        case 0x0000: return "success"
+        case 0x0002: return "SPSM not supported"
+        case 0x0004: return "no resources available"
+        case 0x0005: return "insufficient authentication"
+        case 0x0006: return "insufficient authorization"
+        case 0x0007: return "encryption key size too short"
+        case 0x0008: return "insufficient encryption"
+        case 0x0009: return "invalid Source CID"
+        case 0x000A: return "Source CID already allocated"
+        case 0x000B: return "unacceptable parameters"
+        default: return "result 0x" + String(rawValue, radix: 16)
+        }
+    }
+}
+
+/// What one side of a channel receives: SDUs up to `mtu` bytes, K-frames up to `mps`
+/// bytes of payload, and the credits it grants at the start.
+public struct CreditBasedParameters: Hashable, Sendable {
+    public var mtu: UInt16
+    public var mps: UInt16
+    public var initialCredits: UInt16
+    /// MTU ≥ 23; MPS 23...65533 (§4.22).
+    public init(mtu: UInt16 = 512, mps: UInt16 = 247, initialCredits: UInt16 = 8) {
+        self.mtu = mtu
+        self.mps = mps
+        self.initialCredits = initialCredits
+    }
+
+    var isValid: Bool { mtu >= 23 && (23...65533).contains(mps) }
+}
+
+/// Why a channel ended.
+public enum ChannelCloseReason: Hashable, Sendable, CustomStringConvertible {
+    /// We asked (`close()`), and the peer answered or the request timed out.
+    case closedLocally
+    /// The peer sent Disconnection Request.
+    case closedByPeer
+    /// The link went down (the controller's reason).
+    case linkLost(HCIStatus)
+    /// The peer broke §10.1 and we disconnected the channel, as the spec says to.
+    case protocolViolation(String)
+
+    public var description: String {
+        switch self {
+        case .closedLocally: return "closed"
+        case .closedByPeer: return "closed by the peer"
+        case let .linkLost(s): return "link lost (\(s))"
+        case let .protocolViolation(why): return "disconnected: \(why)"
+        }
+    }
+}
+
+/// A channel as the application sees it: its SPSM, both CIDs, both sides' parameters.
+public struct CreditBasedChannelInfo: Hashable, Sendable {
+    public var spsm: UInt16
+    public var localCID: UInt16
+    public var remoteCID: UInt16
+    /// What we receive (our MTU and MPS).
+    public var local: CreditBasedParameters
+    /// What the peer receives: our SDUs are at most `remote.mtu` bytes.
+    public var remote: CreditBasedParameters
+}
+
+/// One channel's data path, both directions.
+public struct CreditBasedChannelState: Sendable {
+    public let spsm: UInt16
+    public let localCID: UInt16
+    public let remoteCID: UInt16
+    /// What we receive.
+    public let local: CreditBasedParameters
+    /// What the peer receives: our SDUs are at most `remote.mtu`, our K-frames `remote.mps`.
+    public let remote: CreditBasedParameters
+    /// K-frames we may still send (the peer's credits).
+    public private(set) var sendCredits: Int
+    /// K-frames the peer may still send us (our credits, not yet used).
+    public private(set) var receiveCredits: Int
+    /// K-frames waiting for credits; the last of each SDU carries its token.
+    private var waiting = Deque<(payload: [UInt8], token: UInt64?)>()
+    /// The SDU being reassembled: its declared length and the bytes so far.
+    private var partial: (length: Int, bytes: [UInt8], frames: Int)?
+
+    public enum Event: Hashable, Sendable {
+        /// Send this K-frame payload on the peer's CID; `token` marks an SDU's last frame.
+        case frame([UInt8], token: UInt64?)
+        /// A whole SDU arrived, carried by `frames` K-frames (credits to give back once consumed).
+        case sdu([UInt8], frames: Int)
+        /// The peer broke the rules: disconnect the channel (§10.1).
+        case violation(String)
+    }
+
+    public init(spsm: UInt16, localCID: UInt16, remoteCID: UInt16, local: CreditBasedParameters, remote: CreditBasedParameters) {
+        self.spsm = spsm
+        self.localCID = localCID
+        self.remoteCID = remoteCID
+        self.local = local
+        self.remote = remote
+        self.sendCredits = Int(remote.initialCredits)
+        self.receiveCredits = Int(local.initialCredits)
+    }
+
+    public var info: CreditBasedChannelInfo {
+        CreditBasedChannelInfo(spsm: spsm, localCID: localCID, remoteCID: remoteCID, local: local, remote: remote)
+    }
+
+    /// K-frames queued behind the peer's credits.
+    public var framesWaiting: Int { waiting.count }
+
+    /// Cuts `sdu` into K-frames (the first with the 2-byte SDU length) and returns those
+    /// the credits allow now; the rest wait for `addCredits`. Throws when the SDU is
+    /// longer than the peer's MTU.
+    public mutating func send(_ sdu: [UInt8], token: UInt64?) throws(ChannelSendError) -> [Event] {
+        guard sdu.count <= Int(remote.mtu) else { throw .sduTooLong(sdu.count, mtu: Int(remote.mtu)) }
+        let mps = Int(remote.mps)
+        var first = ByteWriter(capacity: Swift.min(mps, sdu.count + 2))
+        first.write(UInt16(sdu.count))
+        let head = Swift.min(sdu.count, mps - 2)
+        first.write(contentsOf: sdu[0..<head])
+        var frames = [first.bytes]
+        var offset = head
+        while offset < sdu.count {
+            let end = Swift.min(sdu.count, offset + mps)
+            frames.append(Array(sdu[offset..<end]))
+            offset = end
+        }
+        for (i, f) in frames.enumerated() { waiting.append((f, i == frames.count - 1 ? token : nil)) }
+        return flush()
+    }
+
+    /// The peer granted `credits` more K-frames (Flow Control Credit Indication).
+    public mutating func addCredits(_ credits: UInt16) -> [Event] {
+        guard credits > 0 else { return [] }  // §4.24: 0 is not a valid credit count; ignore
+        guard sendCredits + Int(credits) <= 65535 else {
+            return [.violation("credits overflow 65535 (\(sendCredits) + \(credits))")]
+        }
+        sendCredits += Int(credits)
+        return flush()
+    }
+
+    /// Gives the peer `frames` credits back (after the application took an SDU):
+    /// the count for a Flow Control Credit Indication, 0 when none is due.
+    public mutating func grant(_ frames: Int) -> UInt16 {
+        let room = 65535 - receiveCredits
+        let n = Swift.max(0, Swift.min(frames, room))
+        receiveCredits += n
+        return UInt16(n)
+    }
+
+    /// One K-frame from the peer, with every check of §10.1.
+    public mutating func receive(_ payload: [UInt8]) -> [Event] {
+        guard receiveCredits > 0 else { return [.violation("K-frame received with no credits left")] }
+        receiveCredits -= 1
+        guard payload.count <= Int(local.mps) else { return [.violation("K-frame of \(payload.count) bytes exceeds our MPS \(local.mps)")] }
+        if var p = partial {
+            p.bytes += payload
+            p.frames += 1
+            guard p.bytes.count <= p.length else {
+                return [.violation("K-frames carry \(p.bytes.count) bytes for an SDU of \(p.length)")]
+            }
+            if p.bytes.count == p.length {
+                partial = nil
+                return [.sdu(p.bytes, frames: p.frames)]
+            }
+            partial = p
+            return []
+        }
+        guard payload.count >= 2 else { return [.violation("first K-frame of an SDU without its SDU length")] }
+        let length = Int(payload[0]) | Int(payload[1]) << 8
+        guard length <= Int(local.mtu) else { return [.violation("SDU length \(length) exceeds our MTU \(local.mtu)")] }
+        let bytes = Array(payload[2...])
+        guard bytes.count <= length else { return [.violation("K-frame carries \(bytes.count) bytes for an SDU of \(length)")] }
+        if bytes.count == length { return [.sdu(bytes, frames: 1)] }
+        partial = (length, bytes, 1)
+        return []
+    }
+
+    /// Drops what waits (the channel is closing); returns the tokens of SDUs not sent.
+    public mutating func abandon() -> [UInt64] {
+        defer { waiting.removeAll() }
+        return waiting.compactMap(\.token)
+    }
+
+    private mutating func flush() -> [Event] {
+        var out: [Event] = []
+        while sendCredits > 0, let f = waiting.popFirst() {
+            sendCredits -= 1
+            out.append(.frame(f.payload, token: f.token))
+        }
+        return out
+    }
+}
+
+/// Why an SDU could not be sent.
+public enum ChannelSendError: Error, Hashable, Sendable, CustomStringConvertible {
+    case sduTooLong(Int, mtu: Int)
+    case closed(ChannelCloseReason)
+
+    public var description: String {
+        switch self {
+        case let .sduTooLong(n, mtu): return "SDU of \(n) bytes exceeds the peer's MTU \(mtu)"
+        case let .closed(reason): return "channel \(reason)"
+        }
+    }
+}

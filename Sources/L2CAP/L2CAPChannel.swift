@@ -1,0 +1,87 @@
+// An LE credit-based channel as the application holds it: SDUs in as an
+// AsyncSequence (each SDU's credits go back to the peer when you take it, so the
+// peer can never have more in flight than we buffer), `send` that waits for the
+// peer's credits, `close`. The state lives in the link's `L2CAPHost`, on its loop.
+
+import HCI
+
+/// Why a channel operation failed or a channel's SDU sequence ended abnormally.
+public enum L2CAPChannelError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The peer refused our connection request with this result (§4.23).
+    case refused(CreditBasedConnectionResult)
+    /// No response to our request within the RTX timeout (§6.2.1).
+    case timedOut
+    /// The link is not up (or went down while we waited).
+    case linkClosed(handle: UInt16)
+    /// All 64 LE dynamic CIDs of the link are in use, or the parameters are out of range.
+    case noResources
+    /// The channel ended for this reason.
+    case closed(ChannelCloseReason)
+    /// The SDU is longer than the peer's MTU.
+    case sduTooLong(Int, mtu: Int)
+
+    public var description: String {
+        switch self {
+        case let .refused(r): return "connection refused: \(r)"
+        case .timedOut: return "no response to the connection request"
+        case let .linkClosed(h): return "link 0x\(String(h, radix: 16)) is not connected"
+        case .noResources: return "no channel identifiers left on the link, or parameters out of range"
+        case let .closed(r): return "channel \(r)"
+        case let .sduTooLong(n, mtu): return "SDU of \(n) bytes exceeds the peer's MTU \(mtu)"
+        }
+    }
+}
+
+public final class L2CAPChannel: Sendable, CustomStringConvertible {
+    public let host: L2CAPHost
+    /// The link's connection handle.
+    public let handle: UInt16
+    /// SPSM, both CIDs, both sides' MTU / MPS / initial credits.
+    public let info: CreditBasedChannelInfo
+
+    init(host: L2CAPHost, handle: UInt16, info: CreditBasedChannelInfo) {
+        self.host = host
+        self.handle = handle
+        self.info = info
+    }
+
+    /// The largest SDU `send` takes (the peer's MTU).
+    public var maximumSendSize: Int { Int(info.remote.mtu) }
+
+    /// Sends one SDU; returns once its last K-frame is in the controller's hands, which
+    /// may wait for the peer's credits. Throws `L2CAPChannelError`.
+    public func send(_ sdu: [UInt8]) async throws {
+        try await host.sendSDU(sdu, handle: handle, localCID: info.localCID)
+    }
+
+    /// Closes the channel (Disconnection Request); SDUs not yet sent fail with `closed`.
+    public func close() async {
+        await host.closeChannel(handle: handle, localCID: info.localCID)
+    }
+
+    /// Why the channel ended, once it has.
+    public var closeReason: ChannelCloseReason? {
+        get async { await host.closeReason(handle: handle, localCID: info.localCID) }
+    }
+
+    /// The SDUs the peer sends, in order. Ends (nil) when either side closes the channel;
+    /// throws `L2CAPChannelError.closed` when the link is lost or the peer broke the
+    /// flow-control rules. Buffer: what our credits allow, nothing more. Iterate once.
+    public var sdus: SDUs { SDUs(channel: self) }
+
+    public struct SDUs: AsyncSequence, Sendable {
+        let channel: L2CAPChannel
+        public func makeAsyncIterator() -> Iterator { Iterator(channel: channel) }
+
+        public struct Iterator: AsyncIteratorProtocol {
+            let channel: L2CAPChannel
+            public mutating func next() async throws -> [UInt8]? {
+                try await channel.host.nextSDU(handle: channel.handle, localCID: channel.info.localCID)
+            }
+        }
+    }
+
+    public var description: String {
+        "L2CAP channel SPSM 0x\(String(info.spsm, radix: 16)) on 0x\(String(handle, radix: 16)): CID 0x\(String(info.localCID, radix: 16)) ↔ 0x\(String(info.remoteCID, radix: 16)), MTU \(info.local.mtu)/\(info.remote.mtu), MPS \(info.local.mps)/\(info.remote.mps)"
+    }
+}

@@ -1,0 +1,251 @@
+// L2CAPHost's LE credit-based channels: listening on an SPSM, connecting to a peer's,
+// and the runtime side of each open channel (the SDUs waiting for the application,
+// the application waiting for an SDU or for credits). The protocol itself is the
+// link's `CreditBasedChannels` (sans I/O); this file only turns its events into
+// frames on the wire and resumed callers, on the loop.
+
+import DequeModule
+import HCI
+import NIOCore
+
+/// What the host keeps per link for credit-based channels, beside the protocol state.
+struct ChannelRuntime {
+    struct Key: Hashable {
+        var handle: UInt16
+        var cid: UInt16
+    }
+    struct Endpoint {
+        var channel: L2CAPChannel
+        /// Whole SDUs not yet taken, with the K-frames (credits) each used.
+        var sdus = Deque<(bytes: [UInt8], frames: Int)>()
+        var reader: CheckedContinuation<[UInt8]?, any Error>?
+        var ended: ChannelCloseReason?
+    }
+    var endpoints: [Key: Endpoint] = [:]
+    var listeners: [UInt16: (stream: AsyncStream<L2CAPChannel>.Continuation, dropped: DropCounter)] = [:]
+    /// Our connection requests by (handle, identifier).
+    var connects: [Key: (waiter: CheckedContinuation<L2CAPChannel, any Error>, timer: LoopTimer)] = [:]
+    var sends: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    var nextToken: UInt64 = 1
+}
+
+extension L2CAPHost {
+    /// How long we wait for the answer to a connection request (the RTX timer, §6.2.1:
+    /// 1 to 60 s).
+    public static let signalingTimeout: Duration = .seconds(30)
+
+    /// Accepts LE credit-based channels to `spsm` on every link, offering `parameters`
+    /// (our MTU, MPS and initial credits). The stream holds up to `backlog` channels not
+    /// yet taken; a channel beyond that is closed at once (and counted in `dropped`).
+    /// Ends with the transport, or when listening again on the same SPSM replaces it.
+    public func listen(spsm: UInt16, parameters: CreditBasedParameters = CreditBasedParameters(), backlog: Int = 16) -> BufferedStream<L2CAPChannel> {
+        let (stream, c) = AsyncStream<L2CAPChannel>.makeStream(bufferingPolicy: .bufferingOldest(Swift.max(1, backlog)))
+        let dropped = DropCounter()
+        coc.listeners[spsm]?.stream.finish()
+        coc.listeners[spsm] = (c, dropped)
+        listening[spsm] = parameters
+        for h in Array(connections.keys) { connections[h]?.signaling.channels.listen(spsm: spsm, parameters) }
+        return BufferedStream(base: stream, dropped: dropped)
+    }
+
+    /// Stops accepting channels to `spsm` (open ones stay open).
+    public func stopListening(spsm: UInt16) {
+        coc.listeners.removeValue(forKey: spsm)?.stream.finish()
+        listening[spsm] = nil
+        for h in Array(connections.keys) { connections[h]?.signaling.channels.stopListening(spsm: spsm) }
+    }
+
+    /// Opens an LE credit-based channel to the peer's `spsm` on link `handle`.
+    public func connectChannel(spsm: UInt16, handle: UInt16, parameters: CreditBasedParameters = CreditBasedParameters()) async throws -> L2CAPChannel {
+        guard connections[handle] != nil else { throw L2CAPChannelError.linkClosed(handle: handle) }
+        guard let (id, bytes) = connections[handle]?.signaling.channels.connect(spsm: spsm, parameters) else {
+            throw L2CAPChannelError.noResources
+        }
+        let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
+        return try await withCheckedThrowingContinuation { c in
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
+                self?.assumeIsolated { $0.connectTimedOut(key) }
+            }
+            coc.connects[key] = (c, timer)
+            enqueue(bytes, on: .leSignaling, handle: handle)
+        }
+    }
+
+    private func connectTimedOut(_ key: ChannelRuntime.Key) {
+        guard let pending = coc.connects.removeValue(forKey: key) else { return }
+        connections[key.handle]?.signaling.channels.abandonConnect(identifier: UInt8(truncatingIfNeeded: key.cid))
+        pending.waiter.resume(throwing: L2CAPChannelError.timedOut)
+    }
+
+    func sendSDU(_ sdu: [UInt8], handle: UInt16, localCID: UInt16) async throws {
+        let key = ChannelRuntime.Key(handle: handle, cid: localCID)
+        if let reason = coc.endpoints[key]?.ended { throw L2CAPChannelError.closed(reason) }
+        guard connections[handle] != nil, coc.endpoints[key] != nil else { throw L2CAPChannelError.closed(.closedLocally) }
+        let token = coc.nextToken
+        coc.nextToken += 1
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            do {
+                guard let events = try connections[handle]?.signaling.channels.send(sdu, on: localCID, token: token) else {
+                    return c.resume(throwing: L2CAPChannelError.linkClosed(handle: handle))
+                }
+                coc.sends[token] = c
+                channelEvents(events, handle: handle)
+            } catch let e as ChannelSendError {
+                switch e {
+                case let .sduTooLong(n, mtu): c.resume(throwing: L2CAPChannelError.sduTooLong(n, mtu: mtu))
+                case let .closed(reason): c.resume(throwing: L2CAPChannelError.closed(reason))
+                }
+            } catch {
+                c.resume(throwing: error)
+            }
+        }
+    }
+
+    func nextSDU(handle: UInt16, localCID: UInt16) async throws -> [UInt8]? {
+        let key = ChannelRuntime.Key(handle: handle, cid: localCID)
+        guard var ep = coc.endpoints[key] else { return nil }
+        if let first = ep.sdus.popFirst() {
+            coc.endpoints[key] = ep
+            if ep.ended == nil, let events = connections[handle]?.signaling.channels.consumed(frames: first.frames, on: localCID) {
+                channelEvents(events, handle: handle)
+            }
+            return first.bytes
+        }
+        if let reason = ep.ended {
+            coc.endpoints[key] = nil
+            switch reason {
+            case .closedLocally, .closedByPeer: return nil
+            case .linkLost, .protocolViolation: throw L2CAPChannelError.closed(reason)
+            }
+        }
+        guard ep.reader == nil else { throw L2CAPChannelError.closed(.closedLocally) }  // one reader at a time
+        // Resumed by the next SDU (whose credits then go back at once) or the channel's end.
+        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<[UInt8]?, any Error>) in
+            ep.reader = c
+            coc.endpoints[key] = ep
+        }
+    }
+
+    func closeChannel(handle: UInt16, localCID: UInt16) {
+        guard let events = connections[handle]?.signaling.channels.disconnect(localCID) else { return }
+        channelEvents(events, handle: handle)
+    }
+
+    func closeReason(handle: UInt16, localCID: UInt16) -> ChannelCloseReason? {
+        coc.endpoints[ChannelRuntime.Key(handle: handle, cid: localCID)]?.ended
+    }
+
+    /// A frame on a dynamic CID of `handle`: a K-frame for one of its channels, or nothing.
+    func channelFrame(_ payload: [UInt8], cid: ChannelID, handle: UInt16) -> Bool {
+        guard CreditBasedChannels.dynamicCIDs.contains(cid.rawValue),
+              let events = connections[handle]?.signaling.channels.receive(payload, on: cid.rawValue) else { return false }
+        channelEvents(events, handle: handle)
+        return true
+    }
+
+    /// The link is gone: its channels end with the controller's reason, its requests fail.
+    func channelsLinkLost(handle: UInt16, reason: HCIStatus) {
+        if let events = connections[handle]?.signaling.channels.linkLost(reason) { channelEvents(events, handle: handle) }
+        for (key, pending) in coc.connects where key.handle == handle {
+            coc.connects[key] = nil
+            pending.timer.cancel()
+            pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: handle))
+        }
+    }
+
+    /// The transport ended: every channel and waiter ends.
+    func channelsFinishAll() {
+        for (_, l) in coc.listeners { l.stream.finish() }
+        coc.listeners.removeAll()
+        for (key, pending) in coc.connects {
+            pending.timer.cancel()
+            pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: key.handle))
+        }
+        coc.connects.removeAll()
+        for (key, var ep) in coc.endpoints where ep.ended == nil {
+            ep.ended = .linkLost(.connectionTerminatedByLocalHost)
+            ep.reader?.resume(throwing: L2CAPChannelError.closed(.linkLost(.connectionTerminatedByLocalHost)))
+            ep.reader = nil
+            coc.endpoints[key] = ep
+        }
+        for (_, s) in coc.sends { s.resume(throwing: L2CAPChannelError.closed(.linkLost(.connectionTerminatedByLocalHost))) }
+        coc.sends.removeAll()
+    }
+
+    func channelEvents(_ events: [CreditBasedChannels.Event], handle: UInt16) {
+        for e in events {
+            switch e {
+            case let .signal(bytes):
+                enqueue(bytes, on: .leSignaling, handle: handle)
+            case let .frame(remoteCID, bytes, token):
+                var done: (@Sendable (Bool) -> Void)?
+                if let token {
+                    done = { [weak self] sent in self?.assumeIsolated { $0.sduDone(token, sent: sent, handle: handle) } }
+                }
+                if !enqueue(bytes, on: ChannelID(rawValue: remoteCID), handle: handle, done: done), let token {
+                    sduDone(token, sent: false, handle: handle)
+                }
+            case let .accepted(info):
+                let ch = open(info, handle: handle)
+                guard let l = coc.listeners[info.spsm] else { closeChannel(handle: handle, localCID: info.localCID); continue }
+                if case .dropped = l.stream.yield(ch) {
+                    l.dropped.increment()
+                    closeChannel(handle: handle, localCID: info.localCID)
+                }
+            case let .opened(id, info):
+                let ch = open(info, handle: handle)
+                if let pending = coc.connects.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {
+                    pending.timer.cancel()
+                    pending.waiter.resume(returning: ch)
+                } else {
+                    closeChannel(handle: handle, localCID: info.localCID)  // the caller gave up (timeout)
+                }
+            case let .refused(id, result):
+                if let pending = coc.connects.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {
+                    pending.timer.cancel()
+                    pending.waiter.resume(throwing: L2CAPChannelError.refused(result))
+                }
+            case let .sdu(cid, bytes, frames):
+                let key = ChannelRuntime.Key(handle: handle, cid: cid)
+                guard var ep = coc.endpoints[key] else { continue }
+                if let reader = ep.reader {
+                    ep.reader = nil
+                    coc.endpoints[key] = ep
+                    reader.resume(returning: bytes)
+                    // Taken at once: its credits go straight back.
+                    if let more = connections[handle]?.signaling.channels.consumed(frames: frames, on: cid) { channelEvents(more, handle: handle) }
+                } else {
+                    ep.sdus.append((bytes, frames))
+                    coc.endpoints[key] = ep
+                }
+            case let .closed(cid, reason, unsent):
+                let key = ChannelRuntime.Key(handle: handle, cid: cid)
+                if var ep = coc.endpoints[key] {
+                    ep.ended = reason
+                    let reader = ep.reader
+                    ep.reader = nil
+                    coc.endpoints[key] = ep
+                    // A waiting reader has no SDUs before it: it hears the end now.
+                    switch reason {
+                    case .closedLocally, .closedByPeer: reader?.resume(returning: nil)
+                    case .linkLost, .protocolViolation: reader?.resume(throwing: L2CAPChannelError.closed(reason))
+                    }
+                }
+                for t in unsent { coc.sends.removeValue(forKey: t)?.resume(throwing: L2CAPChannelError.closed(reason)) }
+            case let .ignored(why):
+                logger.debug("credit-based channel signaling ignored", metadata: ["ble.handle": "\(handle)", "why": "\(why)"])
+            }
+        }
+    }
+
+    private func open(_ info: CreditBasedChannelInfo, handle: UInt16) -> L2CAPChannel {
+        let ch = L2CAPChannel(host: self, handle: handle, info: info)
+        coc.endpoints[ChannelRuntime.Key(handle: handle, cid: info.localCID)] = ChannelRuntime.Endpoint(channel: ch)
+        return ch
+    }
+
+    private func sduDone(_ token: UInt64, sent: Bool, handle: UInt16) {
+        guard let c = coc.sends.removeValue(forKey: token) else { return }
+        if sent { c.resume() } else { c.resume(throwing: L2CAPChannelError.linkClosed(handle: handle)) }
+    }
+}
