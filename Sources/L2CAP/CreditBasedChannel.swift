@@ -110,8 +110,11 @@ public struct CreditBasedChannelState: Sendable {
     public enum Event: Hashable, Sendable {
         /// Send this K-frame payload on the peer's CID; `token` marks an SDU's last frame.
         case frame([UInt8], token: UInt64?)
-        /// A whole SDU arrived, carried by `frames` K-frames (credits to give back once consumed).
+        /// A whole SDU arrived; the credit of its last K-frame goes back once it is consumed.
         case sdu([UInt8], frames: Int)
+        /// A K-frame that did not finish its SDU: give its credit back now (the partial
+        /// SDU is bounded by our MTU), so an SDU longer than the credits can complete.
+        case returnCredit
         /// The peer broke the rules: disconnect the channel (§10.1).
         case violation(String)
     }
@@ -186,10 +189,10 @@ public struct CreditBasedChannelState: Sendable {
             }
             if p.bytes.count == p.length {
                 partial = nil
-                return [.sdu(p.bytes, frames: p.frames)]
+                return [.sdu(p.bytes, frames: 1)]
             }
             partial = p
-            return []
+            return [.returnCredit]
         }
         guard payload.count >= 2 else { return [.violation("first K-frame of an SDU without its SDU length")] }
         let length = Int(payload[0]) | Int(payload[1]) << 8
@@ -198,7 +201,7 @@ public struct CreditBasedChannelState: Sendable {
         guard bytes.count <= length else { return [.violation("K-frame carries \(bytes.count) bytes for an SDU of \(length)")] }
         if bytes.count == length { return [.sdu(bytes, frames: 1)] }
         partial = (length, bytes, 1)
-        return []
+        return [.returnCredit]
     }
 
     /// Drops what waits (the channel is closing); returns the tokens of SDUs not sent.

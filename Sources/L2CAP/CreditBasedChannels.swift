@@ -238,6 +238,11 @@ public struct CreditBasedChannels: Sendable {
             switch e {
             case let .frame(bytes, token): out.append(.frame(remoteCID: ch.remoteCID, bytes, token: token))
             case let .sdu(bytes, frames): out.append(.sdu(localCID: ch.localCID, bytes, frames: frames))
+            case .returnCredit:
+                guard var c = channels[ch.localCID] else { continue }
+                let n = c.grant(1)
+                channels[ch.localCID] = c
+                if n > 0 { out.append(.signal(creditIndication(cid: ch.localCID, credits: n))) }
             case let .violation(why):
                 guard var closing = channels.removeValue(forKey: ch.localCID) else { continue }
                 out.append(.signal(disconnectRequest(closing)))

@@ -112,10 +112,13 @@ extension L2CAPHost {
             return first.bytes
         }
         if let reason = ep.ended {
-            coc.endpoints[key] = nil
+            // A clean end stays readable (and `closeReason` answerable) until the link
+            // goes; an abnormal one is reported once.
             switch reason {
             case .closedLocally, .closedByPeer: return nil
-            case .linkLost, .protocolViolation: throw L2CAPChannelError.closed(reason)
+            case .linkLost, .protocolViolation:
+                coc.endpoints[key] = nil
+                throw L2CAPChannelError.closed(reason)
             }
         }
         guard ep.reader == nil else { throw L2CAPChannelError.closed(.closedLocally) }  // one reader at a time
@@ -145,6 +148,7 @@ extension L2CAPHost {
 
     /// The link is gone: its channels end with the controller's reason, its requests fail.
     func channelsLinkLost(handle: UInt16, reason: HCIStatus) {
+        for (key, ep) in coc.endpoints where key.handle == handle && ep.ended != nil { coc.endpoints[key] = nil }
         if let events = connections[handle]?.signaling.channels.linkLost(reason) { channelEvents(events, handle: handle) }
         for (key, pending) in coc.connects where key.handle == handle {
             coc.connects[key] = nil

@@ -28,10 +28,13 @@ struct CreditBasedChannelTests {
     @Test func kFramesReassembleIntoSDUs() {
         var ch = channel(local: CreditBasedParameters(mtu: 100, mps: 23, initialCredits: 10))
         #expect(ch.receive([5, 0, 1, 2, 3, 4, 5]) == [.sdu([1, 2, 3, 4, 5], frames: 1)])
-        #expect(ch.receive([30, 0] + Array(repeating: 1, count: 21)).isEmpty)
-        #expect(ch.receive(Array(repeating: 2, count: 9)) == [.sdu(Array(repeating: 1, count: 21) + Array(repeating: 2, count: 9), frames: 2)])
-        #expect(ch.receiveCredits == 7)
-        #expect(ch.grant(3) == 3 && ch.receiveCredits == 10)
+        // A K-frame that leaves its SDU unfinished gives its credit back at once; the
+        // last one's credit waits until the application takes the SDU.
+        #expect(ch.receive([30, 0] + Array(repeating: 1, count: 21)) == [.returnCredit])
+        #expect(ch.grant(1) == 1)
+        #expect(ch.receive(Array(repeating: 2, count: 9)) == [.sdu(Array(repeating: 1, count: 21) + Array(repeating: 2, count: 9), frames: 1)])
+        #expect(ch.receiveCredits == 8)
+        #expect(ch.grant(2) == 2 && ch.receiveCredits == 10)
     }
 
     @Test(arguments: [
@@ -40,7 +43,7 @@ struct CreditBasedChannelTests {
         ([[3, 0, 1, 2, 3, 4]], "for an SDU of 3"),                                      // first frame longer than its SDU
         ([[4, 0, 1, 2], [3, 4, 5]], "for an SDU of 4"),                                 // continuation overruns the SDU
         ([[9]], "without its SDU length"),
-        ([[30, 0], [1], [2]], "no credits"),                                            // third frame with 2 credits
+        ([[30, 0], [1], [2]], "no credits"),                                            // third frame, 2 credits never returned
     ])
     func aPeerBreakingTheRulesClosesTheChannel(frames: [[UInt8]], why: String) {
         var ch = channel()
