@@ -121,7 +121,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm"],
-            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py", "bumble_firealarm_receiver.py"],
+            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py", "bumble_firealarm_receiver.py", "bumble_l2cap_peer.py"],
             swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

@@ -1,0 +1,126 @@
+// Our LE credit-based channels against Bumble's (`bumble.l2cap.LeCreditBasedChannel`),
+// both hosts on Rootcanal, in both roles: SDUs of several sizes echoed back, credits
+// exhausted and refilled on both sides (small initial credits, small MPS), a refused
+// SPSM, and a clean close from each side.
+
+import BLETesting
+import Foundation
+import GAP
+import HCI
+import L2CAP
+import Logging
+import Testing
+import Transports
+
+@Suite(.serialized) struct BumbleL2CAPTests {
+    static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F6")!
+    /// Bytes each way (`BLE_L2CAP_BYTES`, default 16 KiB); Rootcanal's connection events
+    /// pace the transfer, a few K-frames per 45 ms event.
+    static let total = ProcessInfo.processInfo.environment["BLE_L2CAP_BYTES"].flatMap(Int.init) ?? 16 * 1024
+
+    static func lines(_ pipe: Pipe) -> [[String: Any]] {
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        return String(decoding: data, as: UTF8.self).split(separator: "\n")
+            .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    static func host(_ port: UInt16) async throws -> (HCIController, L2CAPHost, ControllerInfo) {
+        let logger = Interop.logger
+        let controller = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: logger), logger: logger)
+        let info = try await controller.initialize()
+        let host = L2CAPHost(controller: controller, logger: logger)
+        await host.start()
+        return (controller, host, info)
+    }
+
+    @Test func ourChannelToBumblesServer() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, host, _) = try await Self.host(rc.hciPort)
+        let peer = Process()
+        peer.executableURL = URL(fileURLWithPath: python)
+        peer.arguments = [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "server"]
+        let out = Pipe()
+        peer.standardOutput = out
+        peer.standardError = ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" ? FileHandle.standardError : FileHandle.nullDevice
+        try peer.run()
+        defer { RootcanalProcess.kill(peer) }
+
+        let link = try await Central.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
+        // No server on 0x0081: Bumble answers "SPSM not supported".
+        await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) {
+            _ = try await host.connectChannel(spsm: 0x81, handle: link.handle)
+        }
+        // Two credits and a 200-byte MPS our way: Bumble's echoes wait on our credits.
+        let channel = try await host.connectChannel(spsm: 0x80, handle: link.handle, parameters: CreditBasedParameters(mtu: 1024, mps: 200, initialCredits: 2))
+        #expect(channel.info.remote.mtu == 1024 && channel.info.remote.mps == 100 && channel.info.remote.initialCredits == 4)
+        let pattern = [1, 23, 100, 1024, 300, 7, 1023, 64]
+        var sdus: [[UInt8]] = []
+        var left = Self.total, i = 0
+        while left > 0 {
+            let n = min(pattern[i % pattern.count], left)
+            sdus.append((0..<n).map { UInt8(($0 + i) & 0xFF) })
+            left -= n
+            i += 1
+        }
+        let t0 = ContinuousClock.now
+        let toSend = sdus
+        async let sending: Void = { for s in toSend { try await channel.send(s) } }()
+        // Bumble's channel joins what is queued when it sends (its `write` is a byte
+        // stream), so the echo comes back in other SDU boundaries: compare the bytes.
+        var echoed: [UInt8] = []
+        for try await s in channel.sdus {
+            echoed += s
+            if echoed.count >= Self.total { break }
+        }
+        try await sending
+        let elapsed = ContinuousClock.now - t0
+        #expect(echoed == sdus.flatMap { $0 })
+        await channel.close()
+        try await Task.sleep(for: .milliseconds(300))  // let Bumble see the close before the link goes
+        _ = try? await controller.send(Disconnect(connectionHandle: link.handle))
+        peer.waitUntilExit()
+        let events = Self.lines(out)
+        let closed = events.first { $0["event"] as? String == "channel-closed" }
+        #expect(closed?["sdus"] as? Int == sdus.count && closed?["bytes"] as? Int == Self.total, "\(events)")
+        print("BumbleL2CAPTests: \(Self.total) bytes each way in \(elapsed)")
+        await controller.close()
+    }
+
+    @Test func bumblesChannelToOurServer() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, host, info) = try await Self.host(rc.hciPort)
+        // MPS 50 and 2 credits our way: Bumble's 512-byte SDUs need credits back mid-SDU.
+        let accepted = await host.listen(spsm: 0x82, parameters: CreditBasedParameters(mtu: 512, mps: 50, initialCredits: 2))
+        try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20, advertisingType: 0))
+        try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
+
+        let peer = Process()
+        peer.executableURL = URL(fileURLWithPath: python)
+        peer.arguments = [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "client", info.address.description, String(Self.total)]
+        let out = Pipe()
+        peer.standardOutput = out
+        peer.standardError = FileHandle.nullDevice
+        try peer.run()
+        defer { RootcanalProcess.kill(peer) }
+
+        let channel = try #require(await firstElement(accepted, within: .seconds(30)), "Bumble opened no channel")
+        #expect(channel.info.remote.mtu == 512 && channel.info.remote.mps == 60 && channel.info.remote.initialCredits == 3)
+        var bytes = 0
+        // Echo until Bumble closes the channel: the sequence then ends cleanly.
+        for try await sdu in channel.sdus {
+            bytes += sdu.count
+            try await channel.send(sdu)
+        }
+        #expect(bytes == Self.total)
+        #expect(await channel.closeReason == .closedByPeer)
+        peer.waitUntilExit()
+        let events = Self.lines(out)
+        let echoed = events.first { $0["event"] as? String == "echoed" }
+        #expect(echoed?["same"] as? Bool == true && echoed?["bytes"] as? Int == Self.total, "\(events)")
+        await controller.close()
+    }
+}
