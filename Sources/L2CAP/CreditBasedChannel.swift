@@ -6,7 +6,6 @@
 // link's set of them: listening SPSMs, connection requests both ways, credits and
 // disconnection, driven by the signaling commands `LESignalingChannel` parses.
 
-import DequeModule
 import HCI
 
 /// Result of an LE Credit Based Connection Request (§4.23).
@@ -102,8 +101,11 @@ public struct CreditBasedChannelState: Sendable {
     public private(set) var sendCredits: Int
     /// K-frames the peer may still send us (our credits, not yet used).
     public private(set) var receiveCredits: Int
-    /// K-frames waiting for credits; the last of each SDU carries its token.
-    private var waiting = Deque<(payload: [UInt8], token: UInt64?)>()
+    /// K-frames waiting for credits (from `waitingHead` on); the last of each SDU
+    /// carries its token. (A plain array: this file builds into the fuzz targets,
+    /// which take no other package.)
+    private var waiting: [(payload: [UInt8], token: UInt64?)] = []
+    private var waitingHead = 0
     /// The SDU being reassembled: its declared length and the bytes so far.
     private var partial: (length: Int, bytes: [UInt8], frames: Int)?
 
@@ -134,7 +136,7 @@ public struct CreditBasedChannelState: Sendable {
     }
 
     /// K-frames queued behind the peer's credits.
-    public var framesWaiting: Int { waiting.count }
+    public var framesWaiting: Int { waiting.count - waitingHead }
 
     /// Cuts `sdu` into K-frames (the first with the 2-byte SDU length) and returns those
     /// the credits allow now; the rest wait for `addCredits`. Throws when the SDU is
@@ -206,15 +208,24 @@ public struct CreditBasedChannelState: Sendable {
 
     /// Drops what waits (the channel is closing); returns the tokens of SDUs not sent.
     public mutating func abandon() -> [UInt64] {
-        defer { waiting.removeAll() }
-        return waiting.compactMap(\.token)
+        defer { waiting.removeAll(); waitingHead = 0 }
+        return waiting[waitingHead...].compactMap(\.token)
     }
 
     private mutating func flush() -> [Event] {
         var out: [Event] = []
-        while sendCredits > 0, let f = waiting.popFirst() {
+        while sendCredits > 0, waitingHead < waiting.count {
+            let f = waiting[waitingHead]
+            waitingHead += 1
             sendCredits -= 1
             out.append(.frame(f.payload, token: f.token))
+        }
+        if waitingHead == waiting.count {
+            waiting.removeAll(keepingCapacity: true)
+            waitingHead = 0
+        } else if waitingHead > 1024 && waitingHead * 2 > waiting.count {
+            waiting.removeFirst(waitingHead)
+            waitingHead = 0
         }
         return out
     }
