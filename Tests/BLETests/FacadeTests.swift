@@ -153,3 +153,29 @@ import Testing
         #expect(await pair.server.central.connectedPeripherals.isEmpty)
     }
 }
+
+/// L2CAP channels through the facade: a peripheral publishes an SPSM, the central
+/// opens a channel from its RemotePeripheral, SDUs both ways, a refused SPSM, and the
+/// channel ending with the link's reason.
+@Suite struct FacadeChannelTests {
+    @Test func publishOpenSendClose() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        let incoming = await pair.server.publishChannel(spsm: 0x0080, parameters: CreditBasedParameters(mtu: 2000, mps: 100, initialCredits: 3))
+        await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) { _ = try await pair.remote.openChannel(spsm: 0x0081) }
+        let ours = try await pair.remote.openChannel(spsm: 0x0080)
+        let theirs = try #require(await firstElement(incoming, within: .seconds(5)))
+        #expect(ours.maximumSendSize == 2000 && theirs.info.remoteCID == ours.info.localCID)
+        let big = (0..<2000).map { UInt8($0 % 251) }
+        try await ours.send(big)
+        var it = theirs.sdus.makeAsyncIterator()
+        #expect(try await it.next() == big)
+        try await theirs.send([0xAB])
+        var back = ours.sdus.makeAsyncIterator()
+        #expect(try await back.next() == [0xAB])
+        // The link goes: both ends' sequences throw with the reason.
+        _ = try await pair.remote.disconnect()
+        await #expect(throws: L2CAPChannelError.closed(.linkLost(.connectionTerminatedByLocalHost))) { _ = try await back.next() }
+        await #expect(throws: L2CAPChannelError.closed(.linkLost(.remoteUserTerminatedConnection))) { _ = try await it.next() }
+    }
+}
