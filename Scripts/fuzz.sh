@@ -20,7 +20,10 @@ for f in Sources/GATT/GATTTypes.swift Sources/GATT/GATTClientProcedures.swift; d
   sed '/^import ATT$/d' "$f" > "$out/src/$(basename "$f")"
   gatt="$gatt $out/src/$(basename "$f")"
 done
-snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/FrameDecoder.swift Sources/Snoop/JSON.swift"
+snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift"
+# The frame decoder names signaling fields with L2CAP's types; its `import L2CAP` is dropped too.
+sed '/^import L2CAP$/d' Sources/Snoop/FrameDecoder.swift > "$out/src/FrameDecoder.swift"
+snoop="$snoop $out/src/FrameDecoder.swift"
 status=0
 for src in Fuzz/Fuzz*.swift; do
   name=$(basename "$src" .swift)

@@ -210,3 +210,38 @@ public struct LESignalingChannel: Sendable {
 
     private mutating func takeIdentifier() -> UInt8 { channels.takeIdentifier() }
 }
+
+extension SignalingCommand {
+    /// The command's parameters by name, as §4 lays them out (for trace decoders);
+    /// empty when the code is unknown or the data does not fit its layout.
+    public var fields: [(name: String, value: Int)] {
+        let names: [String]
+        switch code {
+        case .commandReject: names = ["reason"]
+        case .disconnectionRequest, .disconnectionResponse: names = ["dcid", "scid"]
+        case .connectionParameterUpdateRequest: names = ["interval_min", "interval_max", "latency", "timeout"]
+        case .connectionParameterUpdateResponse: names = ["result"]
+        case .leCreditBasedConnectionRequest: names = ["spsm", "scid", "mtu", "mps", "initial_credits"]
+        case .leCreditBasedConnectionResponse: names = ["dcid", "mtu", "mps", "initial_credits", "result"]
+        case .flowControlCreditIndication: names = ["cid", "credits"]
+        case .creditBasedConnectionRequest: names = ["spsm", "mtu", "mps", "initial_credits"]
+        case .creditBasedConnectionResponse: names = ["mtu", "mps", "initial_credits", "result"]
+        case .creditBasedReconfigureRequest: names = ["mtu", "mps"]
+        case .creditBasedReconfigureResponse: names = ["result"]
+        default: return []
+        }
+        var r = ByteReader(data, context: "\(code)")
+        var out: [(String, Int)] = []
+        for n in names {
+            guard let v = try? r.readUInt16() else { return out }
+            out.append((n, Int(v)))
+        }
+        // The enhanced commands end with a list of CIDs (§4.25, §4.26, §4.27).
+        var i = 0
+        while let cid = try? r.readUInt16() {
+            out.append(("cid\(i)", Int(cid)))
+            i += 1
+        }
+        return out
+    }
+}

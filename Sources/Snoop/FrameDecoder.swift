@@ -5,6 +5,7 @@
 // opcode so later layers' traffic is visible.
 
 import HCI
+import L2CAP
 
 public struct DecodedFrame: Sendable {
     public var json: JSONValue
@@ -274,7 +275,21 @@ public struct FrameDecoder: Sendable {
             f.summary += text
         case 0x0005:
             f.add("signaling_code", .int(Int(op)))
-            f.summary += " LE signaling code=0x\(hex(op, 2))"
+            guard let cmd = try? SignalingCommand(bytes: payload) else {
+                f.summary += " LE signaling code=0x\(hex(op, 2)) (malformed)"
+                return
+            }
+            f.add("signaling_name", .string(cmd.code.description))
+            f.add("signaling_id", .int(Int(cmd.identifier)))
+            let fields = cmd.fields
+            addParams(fields.map { ($0.name, JSONValue.int($0.value)) }, into: &f)
+            let text = fields.map { $0.name.hasSuffix("cid") || $0.name.hasPrefix("cid") || $0.name == "spsm" ? "\($0.name)=0x\(hex(UInt16(truncatingIfNeeded: $0.value), 4))" : "\($0.name)=\($0.value)" }
+            f.summary += " LE signaling \(cmd.code) id=\(cmd.identifier)" + (text.isEmpty ? "" : " " + text.joined(separator: " "))
+        case 0x0040...0x007F:
+            // A dynamic channel: a K-frame of an LE credit-based channel (its SDU length,
+            // on an SDU's first K-frame, needs the channel's history to tell).
+            f.add("k_frame", .bool(true))
+            f.summary += " L2CAP dynamic cid=0x\(hex(cid, 4)) \(payload.count) bytes"
         case 0x0006:
             f.add("smp_opcode", .int(Int(op)))
             f.summary += " SMP opcode=0x\(hex(op, 2))"

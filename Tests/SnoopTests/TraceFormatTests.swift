@@ -130,6 +130,26 @@ struct TraceFormatTests {
         #expect(Self.file(.btsnoop(datalink: 1002), t.records) == bytes)
     }
 
+    /// LE signaling is decoded to its fields (Vol 3, Part A, §4.22 and §4.24 here), and a
+    /// frame on a dynamic CID is marked as a K-frame.
+    @Test func leSignalingAndKFramesAreDecoded() {
+        let d = FrameDecoder()
+        func acl(_ bytes: [UInt8]) -> TraceRecord {
+            TraceRecord(timestampMicros: 0, packet: .acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable, data: bytes)), direction: .hostToController)
+        }
+        // LE Credit Based Connection Request: SPSM 0x0080, SCID 0x0040, MTU 512, MPS 247, 8 credits.
+        let req = d.decode(acl([0x0E, 0x00, 0x05, 0x00, 0x14, 0x01, 0x0A, 0x00, 0x80, 0x00, 0x40, 0x00, 0x00, 0x02, 0xF7, 0x00, 0x08, 0x00]), number: 1, firstTimestamp: 0)
+        #expect(req.json["signaling_name"] == .string("LE Credit Based Connection Request"))
+        #expect(req.json["signaling_id"] == .int(1))
+        #expect(req.json["params"] == .object([("spsm", .int(0x80)), ("scid", .int(0x40)), ("mtu", .int(512)), ("mps", .int(247)), ("initial_credits", .int(8))]))
+        #expect(req.summary.hasSuffix("LE signaling LE Credit Based Connection Request id=1 spsm=0x0080 scid=0x0040 mtu=512 mps=247 initial_credits=8"))
+        let credit = d.decode(acl([0x08, 0x00, 0x05, 0x00, 0x16, 0x02, 0x04, 0x00, 0x41, 0x00, 0x03, 0x00]), number: 2, firstTimestamp: 0)
+        #expect(credit.summary.hasSuffix("Flow Control Credit Indication id=2 cid=0x0041 credits=3"))
+        let k = d.decode(acl([0x05, 0x00, 0x41, 0x00, 0x03, 0x00, 1, 2, 3]), number: 3, firstTimestamp: 0)
+        #expect(k.json["k_frame"] == .bool(true))
+        #expect(k.summary.hasSuffix("L2CAP dynamic cid=0x0041 5 bytes"))
+    }
+
     @Test func frameDecoderJSONHasTheDocumentedKeys() throws {
         let d = FrameDecoder()
         let report = HCIEvent.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: 0, addressType: .random, address: BluetoothAddress("C0:01:02:03:04:05")!, data: [2, 1, 6, 4, 9, 0x61, 0x62, 0x63], rssi: -70)])))
