@@ -64,12 +64,10 @@ struct AttributeOptions: ParsableArguments {
     }
 }
 
-struct GATTSession {
-    let controller: HCIController
-    let client: GATTClient
-    let connection: L2CAPHost.Connection
-
-    static func open(_ options: ControllerOptions, _ peer: PeerOptions) async throws -> (GATTSession, TraceFileWriter?) {
+/// Open the controller, find the peer (by address, or by scanning for its name) and
+/// connect as central with a timeout: what `btctl gatt` and `btctl l2cap connect` do first.
+enum PeerLink {
+    static func open(_ options: ControllerOptions, _ peer: PeerOptions) async throws -> (HCIController, L2CAPHost, L2CAPHost.Connection, TraceFileWriter?) {
         let (controller, writer) = try await options.openController()
         do {
             try await controller.initialize()
@@ -79,6 +77,23 @@ struct GATTSession {
             let target: (BluetoothAddress, AddressType)
             if let p = peer.peer { target = (p.address, p.type) } else { target = try await Central.find(name: peer.name ?? "", controller: controller, within: limit) }
             let connection = try await Central.connect(to: target.0, type: target.1, host: host, within: limit)
+            return (controller, host, connection, writer)
+        } catch {
+            await controller.close()
+            writer?.close()
+            throw error
+        }
+    }
+}
+
+struct GATTSession {
+    let controller: HCIController
+    let client: GATTClient
+    let connection: L2CAPHost.Connection
+
+    static func open(_ options: ControllerOptions, _ peer: PeerOptions) async throws -> (GATTSession, TraceFileWriter?) {
+        let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
+        do {
             let client = try await Central.gattClient(on: connection, host: host)
             return (GATTSession(controller: controller, client: client, connection: connection), writer)
         } catch {

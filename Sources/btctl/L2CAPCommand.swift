@@ -1,0 +1,192 @@
+// btctl l2cap listen|connect: an LE credit-based channel as netcat does a TCP
+// connection (docs/btctl.md). Standard input goes to the channel in SDUs of at most
+// the peer's MTU; what the peer sends goes to standard output as it arrives (raw
+// bytes, or one JSON object per SDU with --json). After standard input ends, btctl
+// keeps receiving until the peer closes the channel or nothing came for --wait
+// seconds, then closes the channel and the link.
+
+import ArgumentParser
+import Dispatch
+import Foundation
+import GAP
+import HCI
+import L2CAP
+import Snoop
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct L2CAP_: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "l2cap", abstract: "LE credit-based channels, netcat-style.", subcommands: [Listen.self, Connect.self])
+
+    struct ChannelOptions: ParsableArguments {
+        @Option(help: "The largest SDU we take (23...65535).")
+        var mtu: UInt16 = 2048
+        @Option(help: "The largest K-frame payload we take (23...65533).")
+        var mps: UInt16 = 247
+        @Option(help: "Credits (K-frames) we grant at the start.")
+        var credits: UInt16 = 8
+        @Option(help: ArgumentHelp("After standard input ends, seconds to keep receiving while the peer is quiet.", valueName: "SECONDS"))
+        var wait: Double = 2
+
+        var parameters: CreditBasedParameters { CreditBasedParameters(mtu: mtu, mps: mps, initialCredits: credits) }
+
+        func validate() throws {
+            guard mtu >= 23 else { throw ValidationError("--mtu must be at least 23") }
+            guard (23...65533).contains(mps) else { throw ValidationError("--mps must be 23...65533") }
+            guard wait >= 0, wait.isFinite else { throw ValidationError("--wait must be zero or more") }
+        }
+    }
+
+    struct Listen: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Advertise, accept one channel to SPSM, pipe it to stdin/stdout.")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var channel: ChannelOptions
+        @Argument(help: "The SPSM to accept (decimal or 0x hex).", transform: parseSPSM)
+        var spsm: UInt16
+        @Option(help: "The name to advertise.")
+        var name: String = "btctl"
+        @Option(help: ArgumentHelp("Seconds to wait for a peer.", valueName: "SECONDS"))
+        var duration: Double = 60
+
+        func run() async throws {
+            let (controller, writer) = try await options.openController()
+            defer { writer?.close() }
+            try await controller.initialize()
+            let host = L2CAPHost(controller: controller, logger: options.logger)
+            await host.start()
+            let incoming = await host.listen(spsm: spsm, parameters: channel.parameters)
+            var ad = AdvertisingData()
+            ad.flags = 0x06
+            ad.localName = name
+            try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x30, advertisingIntervalMax: 0x30, advertisingType: 0))
+            try await controller.send(LESetAdvertisingData(data: try ad.encoded()))
+            try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
+            say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm))], "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\"")
+            guard let ch = await firstElement(incoming, within: .milliseconds(Int(duration * 1000))) else {
+                await controller.close()
+                throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
+            }
+            _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
+            try await pipe(ch, options: options, wait: channel.wait)
+            _ = try? await controller.send(Disconnect(connectionHandle: ch.handle))
+            await controller.close()
+        }
+    }
+
+    struct Connect: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Connect to a peer's SPSM, pipe the channel to stdin/stdout.")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var peer: PeerOptions
+        @OptionGroup var channel: ChannelOptions
+        @Option(help: "The SPSM to connect to (decimal or 0x hex).", transform: parseSPSM)
+        var spsm: UInt16
+
+        func run() async throws {
+            let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
+            defer { writer?.close() }
+            let ch: L2CAPChannel
+            do {
+                ch = try await host.connectChannel(spsm: spsm, handle: connection.handle, parameters: channel.parameters)
+            } catch {
+                _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+                await controller.close()
+                throw CLIError("cannot open a channel to SPSM 0x\(String(spsm, radix: 16)): \(error)")
+            }
+            try await pipe(ch, options: options, wait: channel.wait)
+            _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+            await controller.close()
+        }
+    }
+}
+
+func parseSPSM(_ s: String) throws -> UInt16 {
+    guard let v = s.hasPrefix("0x") ? UInt16(s.dropFirst(2), radix: 16) : UInt16(s), v > 0 else { throw ValidationError("bad SPSM '\(s)'") }
+    return v
+}
+
+private func say(_ json: Bool, _ fields: KeyValuePairs<String, JSONValue>, _ text: String) {
+    if json { emit(.object(fields.map { ($0.key, $0.value) })) } else { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+}
+
+/// Standard input to `ch`, `ch` to standard output, until both are done.
+private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) async throws {
+    let json = options.json
+    say(json, ["event": .string("open"), "mtu": .int(Int(ch.info.remote.mtu)), "mps": .int(Int(ch.info.remote.mps)),
+               "local_mtu": .int(Int(ch.info.local.mtu))], "\(ch)")
+    let input = StdinChunks(size: ch.maximumSendSize)
+    let lastHeard = LastHeard()
+    let receiving = Task {
+        var bytes = 0
+        do {
+            for try await sdu in ch.sdus {
+                lastHeard.touch()
+                bytes += sdu.count
+                if json { emit(.object([("event", .string("sdu")), ("length", .int(sdu.count)), ("value", .string(sdu.hexString))])) } else { FileHandle.standardOutput.write(Data(sdu)) }
+            }
+            return (bytes, nil as String?)
+        } catch {
+            return (bytes, "\(error)")
+        }
+    }
+    var sent = 0
+    do {
+        for await chunk in input.chunks {
+            try await ch.send(chunk)
+            sent += chunk.count
+            input.taken()
+        }
+    } catch {
+        say(json, ["event": .string("error"), "error": .string("\(error)")], "send failed: \(error)")
+    }
+    // Standard input is done: keep receiving while the peer talks, then close.
+    while await ch.closeReason == nil && !lastHeard.quietFor(wait) {
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    await ch.close()
+    let (received, failure) = await receiving.value
+    let reason = await ch.closeReason
+    say(json, ["event": .string("closed"), "sent": .int(sent), "received": .int(received), "reason": .string(failure ?? reason?.description ?? "closed")],
+        "closed: sent \(sent) bytes, received \(received)\(failure.map { " (\($0))" } ?? "")")
+}
+
+/// When the channel last delivered something.
+private final class LastHeard: Sendable {
+    private let at = Mutex(ContinuousClock.now)
+    func touch() { at.withLock { $0 = .now } }
+    func quietFor(_ seconds: Double) -> Bool { at.withLock { ContinuousClock.now - $0 } >= .milliseconds(Int(seconds * 1000)) }
+}
+
+/// Standard input in chunks of at most `size` bytes, read on a thread of its own that
+/// stops reading while 4 chunks wait to be sent (`taken()` frees a slot): the channel's
+/// credits pace how fast stdin is read. The stream's buffer is bounded by those slots.
+private final class StdinChunks: Sendable {
+    let chunks: AsyncStream<[UInt8]>
+    // Created at 0 and signalled up to 4: libdispatch traps when a semaphore is freed
+    // below its initial value, which the reader leaves it at when input ends.
+    private let slots = DispatchSemaphore(value: 0)
+
+    init(size: Int) {
+        for _ in 0..<4 { slots.signal() }
+        let (stream, continuation) = AsyncStream<[UInt8]>.makeStream(bufferingPolicy: .unbounded)
+        chunks = stream
+        let slots = self.slots
+        let size = Swift.max(1, size)
+        let thread = Thread {
+            var buffer = [UInt8](repeating: 0, count: size)
+            while true {
+                slots.wait()
+                let n = buffer.withUnsafeMutableBytes { Glibc.read(0, $0.baseAddress, size) }
+                if n < 0 && errno == EINTR { slots.signal(); continue }
+                guard n > 0 else { break }
+                continuation.yield(Array(buffer[0..<n]))
+            }
+            continuation.finish()
+        }
+        thread.start()
+    }
+
+    func taken() { slots.signal() }
+}

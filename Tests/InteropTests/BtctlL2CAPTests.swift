@@ -1,0 +1,46 @@
+// `btctl l2cap connect` as a user runs it: a real btctl process on Rootcanal opens a
+// channel to Bumble's echo server (bumble_l2cap_peer.py server), pipes a file in on
+// standard input, and must print the same bytes back on standard output.
+
+import BLETesting
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BtctlL2CAPTests {
+    @Test func connectPipesStdinThroughBumblesEcho() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard FileManager.default.isExecutableFile(atPath: BtctlGATTTests.btctl) else {
+            if Interop.required { Issue.record("btctl is not built at \(BtctlGATTTests.btctl)") }
+            return
+        }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let peer = Process()
+        peer.executableURL = URL(fileURLWithPath: python)
+        peer.arguments = [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "server"]
+        peer.standardOutput = FileHandle.nullDevice
+        peer.standardError = FileHandle.nullDevice
+        try peer.run()
+        defer { RootcanalProcess.kill(peer) }
+
+        let input = (0..<5000).map { UInt8(($0 * 7) & 0xFF) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-l2cap-\(getpid()).bin")
+        try Data(input).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        let btctl = Process()
+        btctl.executableURL = URL(fileURLWithPath: BtctlGATTTests.btctl)
+        btctl.arguments = ["l2cap", "connect", "F1:F2:F3:F4:F5:F6/random", "--spsm", "0x80", "--mtu", "512", "--wait", "2", "-t", rc.transportSpec]
+        btctl.standardInput = try FileHandle(forReadingFrom: file)
+        let out = Pipe(), err = Pipe()
+        btctl.standardOutput = out
+        btctl.standardError = err
+        try btctl.run()
+        defer { if btctl.isRunning { btctl.terminate() } }
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        btctl.waitUntilExit()
+        let messages = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(btctl.terminationStatus == 0, "\(messages)")
+        #expect(Array(output) == input, "\(output.count) bytes back; \(messages)")
+        #expect(messages.contains("sent 5000 bytes, received 5000"), "\(messages)")
+    }
+}
