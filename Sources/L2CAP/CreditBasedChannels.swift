@@ -24,6 +24,9 @@ public struct CreditBasedChannels: Sendable {
         case sdu(localCID: UInt16, [UInt8], frames: Int)
         /// Channel `localCID` ended; `unsent` are the tokens of SDUs that did not go out.
         case closed(localCID: UInt16, ChannelCloseReason, unsent: [UInt64])
+        /// The peer answered our Disconnection Request for `localCID` (or rejected it):
+        /// both sides have let the channel go.
+        case disconnectAnswered(localCID: UInt16)
         /// A malformed or unexpected command (already answered where the spec says to).
         case ignored(String)
     }
@@ -138,7 +141,7 @@ public struct CreditBasedChannels: Sendable {
             if connecting.removeValue(forKey: cmd.identifier) != nil {
                 return [.refused(identifier: cmd.identifier, .spsmNotSupported)]
             }
-            if disconnecting.removeValue(forKey: cmd.identifier) != nil { return [] }
+            if let cid = disconnecting.removeValue(forKey: cmd.identifier) { return [.disconnectAnswered(localCID: cid)] }
             return nil
         default: return nil
         }
@@ -226,8 +229,8 @@ public struct CreditBasedChannels: Sendable {
     }
 
     private mutating func disconnectionResponse(_ cmd: SignalingCommand) -> [Event] {
-        guard disconnecting.removeValue(forKey: cmd.identifier) != nil else { return [.ignored("unexpected Disconnection Response")] }
-        return []
+        guard let cid = disconnecting.removeValue(forKey: cmd.identifier) else { return [.ignored("unexpected Disconnection Response")] }
+        return [.disconnectAnswered(localCID: cid)]
     }
 
     /// Turns one channel's events into the link's: frames get the peer's CID, a rule

@@ -54,7 +54,8 @@ public final class L2CAPChannel: Sendable, CustomStringConvertible {
         try await host.sendSDU(sdu, handle: handle, localCID: info.localCID)
     }
 
-    /// Closes the channel (Disconnection Request); SDUs not yet sent fail with `closed`.
+    /// Closes the channel (Disconnection Request) and returns once the peer answered
+    /// (or 30 s passed, or the link went); SDUs not yet sent fail with `closed`.
     public func close() async {
         await host.closeChannel(handle: handle, localCID: info.localCID)
     }

@@ -26,6 +26,8 @@ struct ChannelRuntime {
     /// Our connection requests by (handle, identifier).
     var connects: [Key: (waiter: CheckedContinuation<L2CAPChannel, any Error>, timer: LoopTimer)] = [:]
     var sends: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    /// `close()` callers waiting for the peer's Disconnection Response, by channel.
+    var closes: [Key: (waiter: CheckedContinuation<Void, Never>, timer: LoopTimer)] = [:]
     var nextToken: UInt64 = 1
 }
 
@@ -129,9 +131,31 @@ extension L2CAPHost {
         }
     }
 
-    func closeChannel(handle: UInt16, localCID: UInt16) {
+    /// Closes our channel and waits (up to the signaling timeout) for the peer's
+    /// Disconnection Response, so that the peer has let it go too.
+    func closeChannel(handle: UInt16, localCID: UInt16) async {
+        let key = ChannelRuntime.Key(handle: handle, cid: localCID)
+        guard let events = connections[handle]?.signaling.channels.disconnect(localCID), !events.isEmpty else { return }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
+                self?.assumeIsolated { $0.closeAnswered(key) }
+            }
+            coc.closes[key] = (c, timer)
+            channelEvents(events, handle: handle)
+        }
+    }
+
+    /// Starts closing without waiting (a channel refused by the backlog, an answer that
+    /// came after its caller gave up).
+    private func closeNow(handle: UInt16, localCID: UInt16) {
         guard let events = connections[handle]?.signaling.channels.disconnect(localCID) else { return }
         channelEvents(events, handle: handle)
+    }
+
+    private func closeAnswered(_ key: ChannelRuntime.Key) {
+        guard let pending = coc.closes.removeValue(forKey: key) else { return }
+        pending.timer.cancel()
+        pending.waiter.resume()
     }
 
     func closeReason(handle: UInt16, localCID: UInt16) -> ChannelCloseReason? {
@@ -155,6 +179,7 @@ extension L2CAPHost {
             pending.timer.cancel()
             pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: handle))
         }
+        for key in coc.closes.keys where key.handle == handle { closeAnswered(key) }
     }
 
     /// The transport ended: every channel and waiter ends.
@@ -174,6 +199,7 @@ extension L2CAPHost {
         }
         for (_, s) in coc.sends { s.resume(throwing: L2CAPChannelError.closed(.linkLost(.connectionTerminatedByLocalHost))) }
         coc.sends.removeAll()
+        for key in coc.closes.keys { closeAnswered(key) }
     }
 
     func channelEvents(_ events: [CreditBasedChannels.Event], handle: UInt16) {
@@ -191,10 +217,10 @@ extension L2CAPHost {
                 }
             case let .accepted(info):
                 let ch = open(info, handle: handle)
-                guard let l = coc.listeners[info.spsm] else { closeChannel(handle: handle, localCID: info.localCID); continue }
+                guard let l = coc.listeners[info.spsm] else { closeNow(handle: handle, localCID: info.localCID); continue }
                 if case .dropped = l.stream.yield(ch) {
                     l.dropped.increment()
-                    closeChannel(handle: handle, localCID: info.localCID)
+                    closeNow(handle: handle, localCID: info.localCID)
                 }
             case let .opened(id, info):
                 let ch = open(info, handle: handle)
@@ -202,7 +228,7 @@ extension L2CAPHost {
                     pending.timer.cancel()
                     pending.waiter.resume(returning: ch)
                 } else {
-                    closeChannel(handle: handle, localCID: info.localCID)  // the caller gave up (timeout)
+                    closeNow(handle: handle, localCID: info.localCID)  // the caller gave up (timeout)
                 }
             case let .refused(id, result):
                 if let pending = coc.connects.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {
@@ -236,6 +262,8 @@ extension L2CAPHost {
                     }
                 }
                 for t in unsent { coc.sends.removeValue(forKey: t)?.resume(throwing: L2CAPChannelError.closed(reason)) }
+            case let .disconnectAnswered(cid):
+                closeAnswered(ChannelRuntime.Key(handle: handle, cid: cid))
             case let .ignored(why):
                 logger.debug("credit-based channel signaling ignored", metadata: ["ble.handle": "\(handle)", "why": "\(why)"])
             }

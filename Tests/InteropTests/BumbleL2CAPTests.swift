@@ -77,8 +77,7 @@ import Transports
         try await sending
         let elapsed = ContinuousClock.now - t0
         #expect(echoed == sdus.flatMap { $0 })
-        await channel.close()
-        try await Task.sleep(for: .milliseconds(300))  // let Bumble see the close before the link goes
+        await channel.close()  // returns once Bumble answered the Disconnection Request
         _ = try? await controller.send(Disconnect(connectionHandle: link.handle))
         peer.waitUntilExit()
         let events = Self.lines(out)

@@ -155,5 +155,9 @@ struct CreditBasedChannelTests {
         #expect(b[0] == 0x06 && Array(b[2...]) == [0x04, 0x00, 0x40, 0x00, 0x40, 0x00])
         #expect(cid == 0x40 && unsent.isEmpty)
         #expect(link.channels.isEmpty)
+        // The peer's Disconnection Response (same identifier, same CIDs) completes it.
+        let answer = SignalingCommand(code: .disconnectionResponse, identifier: b[1], data: [0x40, 0x00, 0x40, 0x00])
+        #expect(link.receive(answer) == [.disconnectAnswered(localCID: 0x40)])
+        guard case .ignored? = link.receive(answer)?.first else { Issue.record("a second answer was taken"); return }
     }
 }
