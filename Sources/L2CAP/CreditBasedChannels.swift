@@ -158,7 +158,7 @@ public struct CreditBasedChannels: Sendable {
         var r = ByteReader(cmd.data, context: "LE Credit Based Connection Request")
         guard let spsm = try? r.readUInt16(), let scid = try? r.readUInt16(), let mtu = try? r.readUInt16(),
               let mps = try? r.readUInt16(), let credits = try? r.readUInt16(), r.isAtEnd else {
-            return [.signal(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed LE Credit Based Connection Request")]
+            return [.signal(SignalingCommand.reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed LE Credit Based Connection Request")]
         }
         func answer(_ result: CreditBasedConnectionResult, dcid: UInt16 = 0, _ p: CreditBasedParameters? = nil) -> Event {
             var w = ByteWriter(capacity: 10)
@@ -215,11 +215,11 @@ public struct CreditBasedChannels: Sendable {
     private mutating func disconnectionRequest(_ cmd: SignalingCommand) -> [Event] {
         var r = ByteReader(cmd.data, context: "Disconnection Request")
         guard let dcid = try? r.readUInt16(), let scid = try? r.readUInt16(), r.isAtEnd else {
-            return [.signal(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Disconnection Request")]
+            return [.signal(SignalingCommand.reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Disconnection Request")]
         }
         // §4.6: both CIDs must name one of our channels, else Command Reject, Invalid CID.
         guard var ch = channels[dcid], ch.remoteCID == scid else {
-            return [.signal(reject(cmd.identifier, .invalidCIDInRequest, data: cmd.data))]
+            return [.signal(SignalingCommand.reject(cmd.identifier, .invalidCIDInRequest, data: cmd.data))]
         }
         channels[dcid] = nil
         var w = ByteWriter(capacity: 4)
@@ -270,7 +270,4 @@ public struct CreditBasedChannels: Sendable {
         return SignalingCommand(code: .flowControlCreditIndication, identifier: takeIdentifier(), data: w.bytes).bytes
     }
 
-    private func reject(_ identifier: UInt8, _ reason: CommandRejectReason, data: [UInt8] = []) -> [UInt8] {
-        SignalingCommand(code: .commandReject, identifier: identifier, data: [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)] + data).bytes
-    }
 }

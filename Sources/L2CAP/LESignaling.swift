@@ -83,6 +83,13 @@ public struct SignalingCommand: Hashable, Sendable {
     }
 }
 
+extension SignalingCommand {
+    /// The bytes of Command Reject (§4.1) for command `identifier`, with the reason's data.
+    static func reject(_ identifier: UInt8, _ reason: CommandRejectReason, data: [UInt8] = []) -> [UInt8] {
+        SignalingCommand(code: .commandReject, identifier: identifier, data: [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)] + data).bytes
+    }
+}
+
 /// Command Reject reasons (§4.1).
 public enum CommandRejectReason: UInt16, Sendable {
     case commandNotUnderstood = 0x0000
@@ -205,7 +212,7 @@ public struct LESignalingChannel: Sendable {
     }
 
     private func reject(_ identifier: UInt8, _ reason: CommandRejectReason, data: [UInt8] = []) -> [UInt8] {
-        SignalingCommand(code: .commandReject, identifier: identifier, data: [UInt8(reason.rawValue & 0xFF), UInt8(reason.rawValue >> 8)] + data).bytes
+        SignalingCommand.reject(identifier, reason, data: data)
     }
 
     private mutating func takeIdentifier() -> UInt8 { channels.takeIdentifier() }
