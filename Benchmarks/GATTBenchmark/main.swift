@@ -34,7 +34,9 @@ func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 34 
 
 // MARK: 1. Virtual radio
 
-func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
+/// Two initialized L2CAP hosts on one virtual radio; `a` is the first one's address.
+/// Keep `radio` alive while they talk (its controllers hold it weakly).
+func twoHosts() async throws -> (radio: VirtualRadio, a: BluetoothAddress, ha: HCIController, hb: HCIController, la: L2CAPHost, lb: L2CAPHost) {
     let radio = VirtualRadio()
     let a = BluetoothAddress("00:00:00:00:00:0A")!
     let ha = HCIController(transport: await radio.makeController(address: a), logger: logger)
@@ -42,6 +44,12 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
     try await ha.initialize(); try await hb.initialize()
     let la = L2CAPHost(controller: ha, logger: logger), lb = L2CAPHost(controller: hb, logger: logger)
     await la.start(); await lb.start()
+    return (radio, a, ha, hb, la, lb)
+}
+
+func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
+    let (radio, a, ha, hb, la, lb) = try await twoHosts()
+    defer { withExtendedLifetime(radio) {} }
     var db = AttributeDatabase()
     let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify])]))
     let server = GATTServer(database: db, loop: ha.loop, logger: logger)
@@ -86,13 +94,8 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
 /// `sdu` bytes, MPS 247 over 251-octet air PDUs, 32 credits, the receiver taking
 /// each SDU on a task as an application would.
 func virtualRadioChannel(total: Int, sdu: Int) async throws {
-    let radio = VirtualRadio()
-    let a = BluetoothAddress("00:00:00:00:00:0A")!
-    let ha = HCIController(transport: await radio.makeController(address: a), logger: logger)
-    let hb = HCIController(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!), logger: logger)
-    try await ha.initialize(); try await hb.initialize()
-    let la = L2CAPHost(controller: ha, logger: logger), lb = L2CAPHost(controller: hb, logger: logger)
-    await la.start(); await lb.start()
+    let (radio, a, ha, hb, la, lb) = try await twoHosts()
+    defer { withExtendedLifetime(radio) {} }
     let parameters = CreditBasedParameters(mtu: UInt16(sdu), mps: 247, initialCredits: 32)
     let accepted = await la.listen(spsm: 0x80, parameters: parameters)
     try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
