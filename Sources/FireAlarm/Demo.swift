@@ -63,6 +63,9 @@ public enum FireAlarmDemo {
             await receiverHost.close()
             throw error
         }
+        // The receiver's acknowledgement reaches the sender's event task asynchronously
+        // (a loaded machine took longer than a fixed pause): wait for it, bounded.
+        _ = await sender.waitForAcknowledgement(within: .seconds(5))
         // Let the sender see the disconnection before closing.
         try? await Task.sleep(for: .milliseconds(50))
         let outcome = Outcome(floorPlan: await receiver.floorPlans.last ?? [], acknowledgements: await sender.acknowledgements)

@@ -91,6 +91,16 @@ public actor FireAlarmSender {
         return false
     }
 
+    /// Waits until a central's acknowledgement has been handled here (the central's write
+    /// returns when our server took it; this side's event arrives a little later).
+    public func waitForAcknowledgement(within limit: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while acknowledgements.isEmpty && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return !acknowledgements.isEmpty
+    }
+
     private func handle(_ e: ConnectionEvent) {
         switch e {
         case let .connected(c) where c.role == .peripheral:
