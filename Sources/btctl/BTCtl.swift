@@ -60,7 +60,7 @@ struct ControllerOptions: ParsableArguments {
         return (RecordingTransport(wrapping: base, writer: w), w)
     }
 
-    var commandTimeout: Duration { .milliseconds(Int(timeout * 1000)) }
+    var commandTimeout: Duration { cliDuration(seconds: timeout) }
 
     /// A controller on the transport (for the commands below the facade: info, gatt).
     func openController() async throws -> (HCIController, TraceFileWriter?) {
@@ -79,6 +79,13 @@ struct ControllerOptions: ParsableArguments {
 struct CLIError: Error, CustomStringConvertible {
     var description: String
     init(_ d: String) { description = d }
+}
+
+/// Seconds from the command line as a Duration, clamped to 0...1 year so that no value
+/// (1e300, inf; NaN becomes 0) can trap the conversion.
+func cliDuration(seconds: Double) -> Duration {
+    let s = seconds.isNaN ? 0 : Swift.min(Swift.max(seconds, 0), 31_536_000)
+    return .milliseconds(Int(s * 1000))
 }
 
 func emit(_ json: JSONValue) {

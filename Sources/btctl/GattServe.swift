@@ -163,7 +163,7 @@ extension Gatt {
                     }
                 }
                 if let duration {
-                    try await Task.sleep(for: .milliseconds(Int(duration * 1000)))
+                    try await Task.sleep(for: cliDuration(seconds: duration))
                 } else {
                     while !Task.isCancelled, await !controller.isClosed { try await Task.sleep(for: .seconds(1)) }
                 }

@@ -73,7 +73,7 @@ enum PeerLink {
             try await controller.initialize()
             let host = L2CAPHost(controller: controller, logger: options.logger)
             await host.start()
-            let limit = Duration.milliseconds(Int(peer.connectTimeout * 1000))
+            let limit = cliDuration(seconds: peer.connectTimeout)
             let target: (BluetoothAddress, AddressType)
             if let p = peer.peer { target = (p.address, p.type) } else { target = try await Central.find(name: peer.name ?? "", controller: controller, within: limit) }
             let connection = try await Central.connect(to: target.0, type: target.1, host: host, within: limit)

@@ -36,7 +36,7 @@ struct L2CAP_: AsyncParsableCommand {
         func validate() throws {
             guard mtu >= 23 else { throw ValidationError("--mtu must be at least 23") }
             guard (23...65533).contains(mps) else { throw ValidationError("--mps must be 23...65533") }
-            guard wait >= 0, wait.isFinite else { throw ValidationError("--wait must be zero or more") }
+            guard wait >= 0, wait <= 3600 else { throw ValidationError("--wait must be 0...3600 seconds") }
         }
     }
 
@@ -50,6 +50,10 @@ struct L2CAP_: AsyncParsableCommand {
         var name: String = "btctl"
         @Option(help: ArgumentHelp("Seconds to wait for a peer.", valueName: "SECONDS"))
         var duration: Double = 60
+
+        func validate() throws {
+            guard duration > 0, duration <= 86_400 else { throw ValidationError("--duration must be 0...86400 seconds") }
+        }
 
         func run() async throws {
             let (controller, writer) = try await options.openController()
@@ -65,7 +69,7 @@ struct L2CAP_: AsyncParsableCommand {
             try await controller.send(LESetAdvertisingData(data: try ad.encoded()))
             try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
             say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm))], "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\"")
-            guard let ch = await firstElement(incoming, within: .milliseconds(Int(duration * 1000))) else {
+            guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration)) else {
                 await controller.close()
                 throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
             }
@@ -156,7 +160,7 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
 private final class LastHeard: Sendable {
     private let at = Mutex(ContinuousClock.now)
     func touch() { at.withLock { $0 = .now } }
-    func quietFor(_ seconds: Double) -> Bool { at.withLock { ContinuousClock.now - $0 } >= .milliseconds(Int(seconds * 1000)) }
+    func quietFor(_ seconds: Double) -> Bool { at.withLock { ContinuousClock.now - $0 } >= cliDuration(seconds: seconds) }
 }
 
 /// Standard input in chunks of at most `size` bytes, read on a thread of its own that

@@ -37,7 +37,7 @@ struct Scan: AsyncParsableCommand {
             let printer = Task {
                 for await r in results { print(json ? Self.json(r.advertisement).rendered : Self.text(r.advertisement)); fflush(nil) }
             }
-            try await Task.sleep(for: .milliseconds(Int(duration * 1000)))
+            try await Task.sleep(for: cliDuration(seconds: duration))
             printer.cancel()
             await host.close()
             if results.dropped.count > 0 { FileHandle.standardError.write(Data("btctl: \(results.dropped.count) advertisements dropped (output too slow)\n".utf8)) }
@@ -169,7 +169,7 @@ struct Advertise: AsyncParsableCommand {
                 print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "") for \(duration) s")
             }
             fflush(nil)
-            try await Task.sleep(for: .milliseconds(Int(duration * 1000)))
+            try await Task.sleep(for: cliDuration(seconds: duration))
             try await host.peripheral.stopAdvertising()
             await host.close()
         } catch let e as AdvertisingDataError {
