@@ -102,9 +102,12 @@ public struct CreditBasedChannels: Sendable {
 
     /// Our Disconnection Request for `localCID` (§4.6). The channel is closed for us at
     /// once; the peer's response only confirms it.
-    public mutating func disconnect(_ localCID: UInt16) -> [Event] {
+    public mutating func disconnect(_ localCID: UInt16) -> [Event] { end(localCID, .closedLocally) }
+
+    /// Removes our channel `localCID`, sends our Disconnection Request, reports the end.
+    private mutating func end(_ localCID: UInt16, _ reason: ChannelCloseReason) -> [Event] {
         guard var ch = channels.removeValue(forKey: localCID) else { return [] }
-        return [.signal(disconnectRequest(ch)), .closed(localCID: localCID, .closedLocally, unsent: ch.abandon())]
+        return [.signal(disconnectRequest(ch)), .closed(localCID: localCID, reason, unsent: ch.abandon())]
     }
 
     /// The link went down: every channel ends with `reason`.
@@ -242,15 +245,9 @@ public struct CreditBasedChannels: Sendable {
             case let .frame(bytes, token): out.append(.frame(remoteCID: ch.remoteCID, bytes, token: token))
             case let .sdu(bytes, frames): out.append(.sdu(localCID: ch.localCID, bytes, frames: frames))
             case .returnCredit:
-                guard var c = channels[ch.localCID] else { continue }
-                let n = c.grant(1)
-                channels[ch.localCID] = c
-                if n > 0 { out.append(.signal(creditIndication(cid: ch.localCID, credits: n))) }
+                out += consumed(frames: 1, on: ch.localCID)
             case let .violation(why):
-                guard var closing = channels.removeValue(forKey: ch.localCID) else { continue }
-                out.append(.signal(disconnectRequest(closing)))
-                out.append(.closed(localCID: ch.localCID, .protocolViolation(why), unsent: closing.abandon()))
-                return out
+                return out + end(ch.localCID, .protocolViolation(why))
             }
         }
         return out
