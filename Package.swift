@@ -17,6 +17,7 @@ let package = Package(
         .library(name: "ATT", targets: ["ATT"]),
         .library(name: "GATT", targets: ["GATT"]),
         .library(name: "BlueZATT", targets: ["BlueZATT"]),
+        .library(name: "SMP", targets: ["SMP"]),
         .library(name: "GAP", targets: ["GAP"]),
         .library(name: "BLE", targets: ["BLE"]),
         .library(name: "Transports", targets: ["Transports"]),
@@ -53,6 +54,10 @@ let package = Package(
             dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "_CryptoExtras", package: "swift-crypto")],
             swiftSettings: strict),
         .target(name: "GATT", dependencies: ["HCI", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
+        .target(
+            name: "SMP",
+            dependencies: ["HCI", "L2CAP", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: strict),
         .target(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
@@ -106,6 +111,7 @@ let package = Package(
             dependencies: ["BenchmarkSupport", "BLE", "BLETesting", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/SpeedTestBenchmark", swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "SMPTests", dependencies: ["SMP", "BLECrypto", "HCI", "L2CAP", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(

@@ -43,9 +43,26 @@ public struct BluetoothAddress: Hashable, Sendable, CustomStringConvertible, Los
     public func encode(into w: inout ByteWriter) { w.write(contentsOf: bytes) }
 }
 
+/// Coded as its text form, `"XX:XX:XX:XX:XX:XX"` (a bond file stays readable).
+extension BluetoothAddress: Codable {
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        let text = try c.decode(String.self)
+        guard let a = BluetoothAddress(text) else {
+            throw DecodingError.dataCorruptedError(in: c, debugDescription: "not a Bluetooth address: \(text)")
+        }
+        self = a
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(description)
+    }
+}
+
 /// LE address type as used in HCI parameters (an open set: 0x00 public, 0x01 random,
 /// 0x02/0x03 identity addresses resolved by the controller, 0xFF anonymous).
-public struct AddressType: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+public struct AddressType: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
     public var rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }
 

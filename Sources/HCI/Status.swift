@@ -8,11 +8,16 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let success = HCIStatus(rawValue: 0x00)
     public static let unknownCommand = HCIStatus(rawValue: 0x01)
     public static let unknownConnectionIdentifier = HCIStatus(rawValue: 0x02)
+    /// PIN or Key Missing: the peripheral's host has no key for this link (LTK negative reply).
+    public static let pinOrKeyMissing = HCIStatus(rawValue: 0x06)
     public static let commandDisallowed = HCIStatus(rawValue: 0x0C)
     public static let unsupportedFeatureOrParameterValue = HCIStatus(rawValue: 0x11)
     public static let invalidCommandParameters = HCIStatus(rawValue: 0x12)
     public static let remoteUserTerminatedConnection = HCIStatus(rawValue: 0x13)
     public static let connectionTerminatedByLocalHost = HCIStatus(rawValue: 0x16)
+    public static let unspecifiedError = HCIStatus(rawValue: 0x1F)
+    /// Connection Terminated due to MIC Failure: the two sides' keys differ.
+    public static let connectionTerminatedDueToMICFailure = HCIStatus(rawValue: 0x3D)
     public static let unknownAdvertisingIdentifier = HCIStatus(rawValue: 0x42)
     public static let operationCancelledByHost = HCIStatus(rawValue: 0x44)
 
