@@ -115,7 +115,7 @@ let package = Package(
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
-            name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
+            name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "SMP"], swiftSettings: strict),
         .testTarget(name: "GAPTests", dependencies: ["GAP", "HCI", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .testTarget(
             name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log")],

@@ -36,6 +36,12 @@ public actor L2CAPHost {
         public var role: ConnectionRole
         public var peer: BluetoothAddress
         public var peerType: AddressType
+        public init(handle: UInt16, role: ConnectionRole, peer: BluetoothAddress, peerType: AddressType) {
+            self.handle = handle
+            self.role = role
+            self.peer = peer
+            self.peerType = peerType
+        }
     }
 
     public nonisolated let controller: HCIController
@@ -67,6 +73,9 @@ public actor L2CAPHost {
     }
     private var linkContinuations: [UInt64: BufferedStream<LinkEvent>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
+    /// Layers that follow the controller's events synchronously (the Security
+    /// Manager), called on the loop after this host has handled each event.
+    private var eventObservers: [@Sendable (HCIEvent) -> Void] = []
     private struct Outgoing {
         var packet: ACLDataPacket
         /// Called once this (last) fragment of a frame is handed to the controller (true)
@@ -102,7 +111,9 @@ public actor L2CAPHost {
 
     private func deliver(_ item: HCIInbound) {
         switch item {
-        case let .event(e): handle(e)
+        case let .event(e):
+            handle(e)
+            for o in eventObservers { o(e) }
         case let .acl(p): receive(p)
         case .closed: finishAll()
         }
@@ -145,6 +156,12 @@ public actor L2CAPHost {
         }
         receivers[key] = receiver
         for f in early.removeValue(forKey: key) ?? [] { receiver(.frame(f)) }
+    }
+
+    /// Calls `observer` with every controller event, on the loop, in order, after this
+    /// host handled it (a new connection is known here first, a closed one is gone).
+    public func addEventObserver(_ observer: @escaping @Sendable (HCIEvent) -> Void) {
+        eventObservers.append(observer)
     }
 
     /// New LE connections, as they complete. Buffer: the newest 256, drops counted;

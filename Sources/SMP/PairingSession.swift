@@ -207,10 +207,13 @@ public struct PairingSession: Sendable {
         self.random = random
     }
 
+    /// Our side's fields: the keys we distribute (only an identity we have) and the
+    /// keys we ask the peer for.
     var localFeatures: PairingFeatures {
-        let keys = configuration.distributable
+        let give = configuration.distributable, take = configuration.keys.intersection(.all)
         return PairingFeatures(ioCapability: configuration.ioCapability, authentication: configuration.authentication,
-                               maximumKeySize: configuration.maximumKeySize, initiatorKeys: keys, responderKeys: keys)
+                               maximumKeySize: configuration.maximumKeySize,
+                               initiatorKeys: isInitiator ? give : take, responderKeys: isInitiator ? take : give)
     }
 
     /// Initiator: sends Pairing Request.

@@ -63,6 +63,7 @@ public actor VirtualController: HCITransport {
         .leCreateConnection, .leCreateConnectionCancel, .disconnect, .leConnectionUpdate, .readRSSI,
         .leReadRemoteFeatures, .readRemoteVersionInformation, .leSetDataLength, .leReadFilterAcceptListSize,
         .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList,
+        .leEnableEncryption, .leLongTermKeyRequestReply, .leLongTermKeyRequestNegativeReply,
     ]
 
     static let supportedCommands: [UInt8] = {
@@ -179,7 +180,7 @@ public actor VirtualController: HCITransport {
         case .leReadBufferSize:
             complete(op, LEReadBufferSize.ReturnParameters(leACLDataPacketLength: Self.aclLength, totalNumLEACLDataPackets: Self.aclCount))
         case .leReadLocalSupportedFeatures:
-            complete(op, HCIMask64Return(mask: 1 << 1))  // Connection Parameters Request Procedure
+            complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1))  // LE Encryption, Connection Parameters Request Procedure
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
         case .setEventMask, .leSetEventMask, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
@@ -263,6 +264,23 @@ public actor VirtualController: HCITransport {
             guard connections[c.connectionHandle] != nil, let radio else { return complete(op, status: .unknownConnectionIdentifier) }
             complete(op, HCIConnectionHandleReturn(connectionHandle: c.connectionHandle))
             _ = await radio.setDataLength(self, handle: c.connectionHandle, octets: c.txOctets)
+        case .leEnableEncryption:
+            let c = try LEEnableEncryption.decode(p)
+            guard connections[c.connectionHandle] != nil, let radio else { return status(op, .unknownConnectionIdentifier) }
+            guard await radio.startEncryption(self, handle: c.connectionHandle, key: c.longTermKey, ediv: c.encryptedDiversifier, rand: c.randomNumber)
+            else { return status(op, .commandDisallowed) }
+            status(op)
+            await radio.requestKey(self, handle: c.connectionHandle)
+        case .leLongTermKeyRequestReply:
+            let c = try LELongTermKeyRequestReply.decode(p)
+            guard connections[c.connectionHandle] != nil, let radio else { return complete(op, status: .unknownConnectionIdentifier) }
+            complete(op, HCIConnectionHandleReturn(connectionHandle: c.connectionHandle))
+            await radio.keyReply(self, handle: c.connectionHandle, key: c.longTermKey)
+        case .leLongTermKeyRequestNegativeReply:
+            let c = try LELongTermKeyRequestNegativeReply.decode(p)
+            guard connections[c.connectionHandle] != nil, let radio else { return complete(op, status: .unknownConnectionIdentifier) }
+            complete(op, HCIConnectionHandleReturn(connectionHandle: c.connectionHandle))
+            await radio.keyReply(self, handle: c.connectionHandle, key: nil)
         default:
             complete(op, status: .unknownCommand)
         }
@@ -310,6 +328,20 @@ public actor VirtualController: HCITransport {
     }
 
     func deliver(_ p: ACLDataPacket) { emit(.acl(p)) }
+
+    func longTermKeyRequested(handle: UInt16, ediv: UInt16, rand: UInt64) {
+        emit(.le(.longTermKeyRequest(LELongTermKeyRequest(connectionHandle: handle, randomNumber: rand, encryptedDiversifier: ediv))))
+    }
+
+    /// Encryption started (Encryption Change) or, on a link already encrypted, the key
+    /// was refreshed (Encryption Key Refresh Complete); or it failed with `status`.
+    func encryptionChanged(handle: UInt16, status: HCIStatus, enabled: Bool, refresh: Bool) {
+        if refresh && status.isSuccess {
+            emit(.encryptionKeyRefreshComplete(EncryptionKeyRefreshComplete(connectionHandle: handle)))
+        } else {
+            emit(.encryptionChange(EncryptionChange(status: status, connectionHandle: handle, encryptionEnabled: enabled ? 1 : 0)))
+        }
+    }
 
     func dataLengthChanged(handle: UInt16, octets: UInt16, time: UInt16) {
         emit(.le(.dataLengthChange(LEDataLengthChange(connectionHandle: handle, maxTxOctets: octets, maxTxTime: time, maxRxOctets: octets, maxRxTime: time))))

@@ -44,6 +44,11 @@ public actor VirtualRadio {
         /// LE data length on air (Vol 6 Part B §4.5.10): 27 octets until a host asks
         /// for more with LE Set Data Length (up to 251).
         var dataLength: UInt16 = 27
+        /// The key the central started encryption with, until the peripheral's host answers.
+        var pendingKey: [UInt8]?
+        /// EDIV and Rand of that start, until the peripheral's host is asked.
+        var pendingRequest: (ediv: UInt16, rand: UInt64)?
+        var encrypted = false
     }
 
     /// `loop`: by default one of NIO's shared loops.
@@ -146,6 +151,47 @@ public actor VirtualRadio {
             c.assumeIsolated { $0.dataLengthChanged(handle: h, octets: octets, time: time) }
         }
         return true
+    }
+
+    /// LE Enable Encryption from `sender`: only the link's central may start it, and
+    /// not while a start is pending. Returns false to refuse (Command Disallowed).
+    func startEncryption(_ sender: VirtualController, handle: UInt16, key: [UInt8], ediv: UInt16, rand: UInt64) -> Bool {
+        guard let i = linkIndex(sender, handle), links[i].central === sender, links[i].pendingKey == nil else { return false }
+        links[i].pendingKey = key
+        links[i].pendingRequest = (ediv, rand)
+        return true
+    }
+
+    /// After the central's Command Status: its peer's host is asked for the key.
+    func requestKey(_ sender: VirtualController, handle: UInt16) async {
+        guard let i = linkIndex(sender, handle), let (ediv, rand) = links[i].pendingRequest else { return }
+        links[i].pendingRequest = nil
+        let l = links[i]
+        await l.peripheral.longTermKeyRequested(handle: l.peripheralHandle, ediv: ediv, rand: rand)
+    }
+
+    /// The peripheral's host answered the LTK request: the same key encrypts the link
+    /// (Encryption Change, or Key Refresh Complete when it already was); a different
+    /// key ends it with MIC Failure, as the controllers' first encrypted PDU would; no
+    /// key (negative reply) fails the central's start with PIN or Key Missing.
+    func keyReply(_ sender: VirtualController, handle: UInt16, key: [UInt8]?) async {
+        guard let i = linkIndex(sender, handle), links[i].peripheral === sender, let pending = links[i].pendingKey else { return }
+        links[i].pendingKey = nil
+        let l = links[i]
+        guard let key else {
+            await l.central.encryptionChanged(handle: l.centralHandle, status: .pinOrKeyMissing, enabled: l.encrypted, refresh: false)
+            return
+        }
+        guard key == pending else {
+            links.remove(at: i)
+            await l.central.disconnected(handle: l.centralHandle, reason: .connectionTerminatedDueToMICFailure)
+            await l.peripheral.disconnected(handle: l.peripheralHandle, reason: .connectionTerminatedDueToMICFailure)
+            return
+        }
+        let refresh = l.encrypted
+        links[i].encrypted = true
+        await l.peripheral.encryptionChanged(handle: l.peripheralHandle, status: .success, enabled: true, refresh: refresh)
+        await l.central.encryptionChanged(handle: l.centralHandle, status: .success, enabled: true, refresh: refresh)
     }
 
     func disconnect(_ sender: VirtualController, handle: UInt16, reason: HCIStatus) async -> Bool {

@@ -1,0 +1,182 @@
+// Where bonds live (Vol 3, Part H, §2.4.1 and Part C, §9.4): a protocol, an
+// in-memory store, and the default file store, one JSON file per adapter written
+// atomically with mode 0600. Keys are never logged; `Bond.description` leaves them out.
+
+import Foundation
+import HCI
+import Synchronization
+
+/// What a bond keeps about one peer.
+public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
+    /// The peer's identity address when it distributed one, else the address the
+    /// link was made with.
+    public var address: BluetoothAddress
+    public var addressType: AddressType
+    public var keys: PairingKeys
+    /// For our GATT server: the client's CCCD values by handle, restored when it reconnects.
+    public var clientConfigurations: [UInt16: UInt16]
+    /// For our GATT client: the peer's Database Hash when we last discovered it.
+    public var databaseHash: [UInt8]?
+
+    public init(address: BluetoothAddress, addressType: AddressType, keys: PairingKeys,
+                clientConfigurations: [UInt16: UInt16] = [:], databaseHash: [UInt8]? = nil) {
+        self.address = address
+        self.addressType = addressType
+        self.keys = keys
+        self.clientConfigurations = clientConfigurations
+        self.databaseHash = databaseHash
+    }
+
+    /// The security a link re-encrypted from this bond has.
+    public var security: LinkSecurityState? { (keys.peerLTK ?? keys.localLTK)?.security }
+
+    /// Address, type and which keys are held; never the keys.
+    public var description: String {
+        var held: [String] = []
+        if keys.peerLTK != nil || keys.localLTK != nil { held.append("LTK") }
+        if keys.peerIdentity != nil { held.append("IRK") }
+        if keys.peerCSRK != nil { held.append("CSRK") }
+        return "\(address) (\(addressType)) keys: \(held.joined(separator: ", "))\(security.map { ", \($0.level)" } ?? "")"
+    }
+
+    /// Whether `address` is this bond's peer: its identity or link address, or a
+    /// resolvable private address its IRK resolves.
+    public func matches(_ address: BluetoothAddress, type: AddressType) -> Bool {
+        if address == self.address && (type.rawValue & 1) == (addressType.rawValue & 1) { return true }
+        guard type.rawValue & 1 == 1, let irk = keys.peerIdentity?.irk else { return false }
+        return ResolvablePrivateAddress.resolves(address, irk: irk)
+    }
+}
+
+/// A place to keep bonds. Implementations are thread-safe; errors are I/O errors.
+public protocol BondStore: Sendable {
+    func bonds() throws -> [Bond]
+    /// Adds or replaces the bond for `bond.address`/`addressType`.
+    func save(_ bond: Bond) throws
+    /// Returns whether a bond was removed.
+    @discardableResult func remove(address: BluetoothAddress, type: AddressType) throws -> Bool
+}
+
+extension BondStore {
+    /// The bond whose peer is `address` (identity, link address or resolved RPA).
+    public func bond(for address: BluetoothAddress, type: AddressType) -> Bond? {
+        (try? bonds())?.first { $0.matches(address, type: type) }
+    }
+}
+
+/// Bonds for the life of the process.
+public final class InMemoryBondStore: BondStore {
+    private let state = Mutex<[Bond]>([])
+    public init(_ bonds: [Bond] = []) { state.withLock { $0 = bonds } }
+    public func bonds() -> [Bond] { state.withLock { $0 } }
+    public func save(_ bond: Bond) {
+        state.withLock { list in
+            list.removeAll { $0.address == bond.address && $0.addressType == bond.addressType }
+            list.append(bond)
+        }
+    }
+    public func remove(address: BluetoothAddress, type: AddressType) -> Bool {
+        state.withLock { list in
+            let before = list.count
+            list.removeAll { $0.address == address && $0.addressType.rawValue & 1 == type.rawValue & 1 }
+            return list.count != before
+        }
+    }
+}
+
+public enum BondStoreError: Error, Equatable, Sendable {
+    case io(path: String, errno: Int32)
+    case corrupt(path: String, reason: String)
+}
+
+/// Bonds in one JSON file per adapter (by default
+/// `$XDG_STATE_HOME/swift-ble/bonds-<adapter address>.json`, else
+/// `~/.local/state/swift-ble/...`), rewritten whole and atomically (a temporary file
+/// with mode 0600, fsync, rename) on every change. A missing file is an empty store.
+public final class FileBondStore: BondStore {
+    public let path: String
+    private let lock = Mutex<[Bond]?>(nil)
+
+    public init(path: String) { self.path = path }
+
+    /// The default file for the adapter whose public address is `adapter`.
+    public static func defaultPath(adapter: BluetoothAddress, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        let base = environment["XDG_STATE_HOME"] ?? ((environment["HOME"] ?? "/tmp") + "/.local/state")
+        return base + "/swift-ble/bonds-" + adapter.description.replacingOccurrences(of: ":", with: "") + ".json"
+    }
+
+    public func bonds() throws -> [Bond] {
+        try lock.withLock { cached in
+            if let cached { return cached }
+            let loaded = try load()
+            cached = loaded
+            return loaded
+        }
+    }
+
+    public func save(_ bond: Bond) throws {
+        try lock.withLock { cached in
+            var list = try cached ?? load()
+            list.removeAll { $0.address == bond.address && $0.addressType == bond.addressType }
+            list.append(bond)
+            try write(list)
+            cached = list
+        }
+    }
+
+    public func remove(address: BluetoothAddress, type: AddressType) throws -> Bool {
+        try lock.withLock { cached in
+            var list = try cached ?? load()
+            let before = list.count
+            list.removeAll { $0.address == address && $0.addressType.rawValue & 1 == type.rawValue & 1 }
+            guard list.count != before else { return false }
+            try write(list)
+            cached = list
+            return true
+        }
+    }
+
+    private struct File: Codable {
+        var version = 1
+        var bonds: [Bond]
+    }
+
+    private func load() throws -> [Bond] {
+        guard FileManager.default.fileExists(atPath: path) else { return [] }
+        guard let data = FileManager.default.contents(atPath: path) else { throw BondStoreError.io(path: path, errno: errno) }
+        do {
+            return try JSONDecoder().decode(File.self, from: data).bonds
+        } catch {
+            throw BondStoreError.corrupt(path: path, reason: "\(error)")
+        }
+    }
+
+    private func write(_ list: [Bond]) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let data = try encoder.encode(File(bonds: list))
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw BondStoreError.io(path: temporary, errno: errno) }
+        var failed: Int32 = 0
+        data.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 { if errno == EINTR { continue }; failed = errno; return }
+                offset += n
+            }
+        }
+        if failed == 0, fsync(fd) != 0 { failed = errno }
+        close(fd)
+        guard failed == 0 else {
+            unlink(temporary)
+            throw BondStoreError.io(path: temporary, errno: failed)
+        }
+        guard rename(temporary, path) == 0 else { throw BondStoreError.io(path: path, errno: errno) }
+    }
+}

@@ -1,0 +1,518 @@
+// The Security Manager of one controller: the SMP fixed channel (CID 0x0006) of
+// every link on the per-controller pipeline, on the controller's event loop. It
+// runs a `PairingSession` per link, owns the 30 s SMP timer (§3.4) and the
+// repeated-attempts back-off (§2.3.6), answers the controller's LTK requests from
+// the session or the bond store, starts encryption as central (from a bond or
+// after pairing), keeps each link's security, and stores bonds.
+
+import HCI
+import L2CAP
+import Logging
+import NIOCore
+
+/// Answers pairing prompts for the application (a terminal, a UI, a fixed policy).
+/// Called off the loop; a prompt unanswered when the pairing ends is ignored.
+public protocol PairingDelegate: Sendable {
+    /// `.displayPasskey` needs no answer (return `.confirmed(true)`); `.enterPasskey`
+    /// wants `.passkey`; the confirmations want `.confirmed`.
+    func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer
+}
+
+/// Accepts Just Works and Numeric Comparison, types `passkey` when asked (or
+/// cancels when it is nil). Suits tests and headless daemons with a fixed passkey.
+public struct AutomaticPairingDelegate: PairingDelegate {
+    public var passkey: UInt32?
+    public var acceptComparisons: Bool
+    public init(passkey: UInt32? = nil, acceptComparisons: Bool = true) {
+        self.passkey = passkey
+        self.acceptComparisons = acceptComparisons
+    }
+    public func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer {
+        switch prompt {
+        case .enterPasskey: return .passkey(passkey)
+        case .displayPasskey: return .confirmed(true)
+        case .confirmNumber, .confirmPairing: return .confirmed(acceptComparisons)
+        }
+    }
+}
+
+/// Why a security request on a link did not give the level asked for.
+public enum SecurityError: Error, Hashable, Sendable, CustomStringConvertible {
+    case pairing(PairingError)
+    /// The link ended or never existed.
+    case notConnected(handle: UInt16)
+    /// Pairing finished but gave less than asked (e.g. Just Works when MITM was needed).
+    case insufficient(got: LinkSecurityState, wanted: SecurityLevel)
+    /// SMP timed out on this link earlier; no more SMP until it reconnects (§3.4).
+    case smpDisabled
+
+    public var description: String {
+        switch self {
+        case let .pairing(e): return "\(e)"
+        case let .notConnected(h): return "no connection 0x\(String(h, radix: 16))"
+        case let .insufficient(got, wanted): return "got \(got), wanted \(wanted)"
+        case .smpDisabled: return "SMP disabled on this link after a timeout"
+        }
+    }
+}
+
+/// Something that happened to a link's security.
+public enum SecurityEvent: Sendable, Equatable {
+    case prompt(handle: UInt16, PairingPrompt)
+    case paired(handle: UInt16, peer: BluetoothAddress, PairingResult)
+    case pairingFailed(handle: UInt16, peer: BluetoothAddress, PairingError)
+    /// The link's encryption changed (pairing, a bond's key, or a refresh).
+    case securityChanged(handle: UInt16, LinkSecurityState)
+    case bonded(Bond)
+}
+
+public actor SecurityManager {
+    public nonisolated let l2cap: L2CAPHost
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { l2cap.unownedExecutor }
+    public nonisolated let logger: Logger
+    public nonisolated let store: any BondStore
+    public var configuration: PairingConfiguration
+    public var delegate: any PairingDelegate
+    let random: SecurityRandom
+    /// A clock for the SMP timer and back-off in tests; nil: the loop's own timers.
+    let clock: (any Clock<Duration>)?
+    /// The SMP timeout (§3.4: 30 s).
+    public var timeout: Duration = .seconds(30)
+
+    struct Link {
+        var connection: L2CAPHost.Connection
+        var local: (BluetoothAddress, AddressType)
+        var session: PairingSession?
+        var security = LinkSecurityState()
+        var timer: LoopTimer?
+        var smpDisabled = false
+        /// Central: a bond's key sent with LE Enable Encryption, until Encryption Change.
+        var encryptingWith: LongTermKey?
+        var waiters: [(level: SecurityLevel, continuation: CheckedContinuation<LinkSecurityState, any Error>)] = []
+        var pairWaiters: [CheckedContinuation<PairingResult, any Error>] = []
+    }
+    var links: [UInt16: Link] = [:]
+    /// §2.3.6: peers whose pairing failed, with how long to refuse them.
+    var backoff: [BluetoothAddress: (failures: Int, until: ContinuousClock.Instant)] = [:]
+    private var continuations: [UInt64: BufferedStream<SecurityEvent>.Continuation] = [:]
+    private var nextContinuation: UInt64 = 0
+    private var started = false
+
+    public init(l2cap: L2CAPHost, configuration: PairingConfiguration = PairingConfiguration(), store: any BondStore = InMemoryBondStore(),
+                delegate: any PairingDelegate = AutomaticPairingDelegate(), random: SecurityRandom = .system,
+                clock: (any Clock<Duration>)? = nil, logger: Logger) {
+        self.l2cap = l2cap
+        self.configuration = configuration
+        self.store = store
+        self.delegate = delegate
+        self.random = random
+        self.clock = clock
+        self.logger = logger
+    }
+
+    /// Starts following the controller's events; links that connect afterwards get SMP.
+    public func start() async {
+        guard !started else { return }
+        started = true
+        await l2cap.addEventObserver { [weak self] e in self?.assumeIsolated { $0.event(e) } }
+        for c in await l2cap.currentConnections { attach(c) }
+    }
+
+    /// Security events (prompts, pairings, encryption changes, new bonds), in order.
+    /// Buffer: the newest 256, drops counted; ends with the transport.
+    public func events() -> BufferedStream<SecurityEvent> {
+        let (stream, c) = BufferedStream<SecurityEvent>.makeStream(capacity: 256)
+        nextContinuation += 1
+        let id = nextContinuation
+        continuations[id] = c
+        let loop = l2cap.loop
+        c.onTermination = { [weak self] _ in
+            guard let self else { return }
+            loop.execute { self.assumeIsolated { $0.continuations[id] = nil } }
+        }
+        return stream
+    }
+
+    public func setDelegate(_ d: any PairingDelegate) { delegate = d }
+    public func setConfiguration(_ c: PairingConfiguration) { configuration = c }
+
+    /// The link's current security (unencrypted for an unknown handle).
+    public func security(handle: UInt16) -> LinkSecurityState { links[handle]?.security ?? LinkSecurityState() }
+
+    // MARK: - Asking for security
+
+    /// Brings the link to at least `level`: as central, from a stored bond's key when
+    /// it is good enough, else by pairing; as peripheral, by a Security Request the
+    /// central answers. Returns the link's security; throws `SecurityError`.
+    public func secure(handle: UInt16, level: SecurityLevel = .encrypted) async throws -> LinkSecurityState {
+        guard let link = links[handle] else { throw SecurityError.notConnected(handle: handle) }
+        if link.security.level >= level { return link.security }
+        guard !link.smpDisabled else { throw SecurityError.smpDisabled }
+        return try await withCheckedThrowingContinuation { c in
+            links[handle]?.waiters.append((level, c))
+            guard links[handle]?.session == nil, links[handle]?.encryptingWith == nil else { return }  // under way
+            if link.connection.role == .central {
+                if let key = bondKey(for: link, level: level) { encrypt(handle: handle, key: key) } else { beginPairing(handle: handle, level: level) }
+            } else {
+                var a = configuration.authentication
+                if level >= .authenticated { a.insert(.mitm) }
+                send(.securityRequest(a), handle: handle)
+            }
+        }
+    }
+
+    /// Pairs (again) even when a bond exists, replacing it on success: as central by
+    /// starting pairing, as peripheral by a Security Request. Returns what the
+    /// pairing produced; throws `SecurityError`.
+    public func pair(handle: UInt16, level: SecurityLevel = .encrypted) async throws -> PairingResult {
+        guard let link = links[handle] else { throw SecurityError.notConnected(handle: handle) }
+        guard !link.smpDisabled else { throw SecurityError.smpDisabled }
+        return try await withCheckedThrowingContinuation { c in
+            links[handle]?.pairWaiters.append(c)
+            guard link.session == nil else { return }
+            if link.connection.role == .central {
+                beginPairing(handle: handle, level: level)
+            } else {
+                var a = configuration.authentication
+                if level >= .authenticated { a.insert(.mitm) }
+                send(.securityRequest(a), handle: handle)
+            }
+        }
+    }
+
+    /// The bonds in the store.
+    public func bonds() throws -> [Bond] { try store.bonds() }
+
+    /// Forgets a bond; returns whether one was removed.
+    @discardableResult
+    public func removeBond(address: BluetoothAddress, type: AddressType) throws -> Bool { try store.remove(address: address, type: type) }
+
+    func bondKey(for link: Link, level: SecurityLevel) -> LongTermKey? {
+        guard let bond = store.bond(for: link.connection.peer, type: link.connection.peerType),
+              let key = bond.keys.encryptionKey(asCentral: link.connection.role == .central) else { return nil }
+        return key.security.level >= level ? key : nil
+    }
+
+    func beginPairing(handle: UInt16, level: SecurityLevel) {
+        guard var link = links[handle], link.session == nil else { return }
+        var config = configuration
+        if level >= .authenticated { config.mitm = true }
+        var session = PairingSession(initiator: true, configuration: config, addresses: addresses(link), random: random)
+        let actions = session.start()
+        link.session = session
+        links[handle] = link
+        perform(actions, handle: handle)
+    }
+
+    func addresses(_ link: Link) -> PairingAddresses {
+        let peer = (link.connection.peer, link.connection.peerType)
+        let (i, r) = link.connection.role == .central ? (link.local, peer) : (peer, link.local)
+        return PairingAddresses(initiator: i.0, initiatorType: i.1, responder: r.0, responderType: r.1)
+    }
+
+    // MARK: - Controller events
+
+    func event(_ e: HCIEvent) {
+        switch e {
+        case let .le(.connectionComplete(c)) where c.status.isSuccess:
+            attach(L2CAPHost.Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+        case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
+            attach(L2CAPHost.Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+        case let .disconnectionComplete(d) where d.status.isSuccess:
+            detach(handle: d.connectionHandle)
+        case let .le(.longTermKeyRequest(r)):
+            keyRequested(r)
+        case let .encryptionChange(c):
+            encryptionChanged(handle: c.connectionHandle, status: c.status, enabled: c.encryptionEnabled != 0)
+        case let .encryptionKeyRefreshComplete(c):
+            encryptionChanged(handle: c.connectionHandle, status: c.status, enabled: true)
+        default:
+            break
+        }
+    }
+
+    func attach(_ c: L2CAPHost.Connection) {
+        guard links[c.handle] == nil else { return }
+        let local = (l2cap.controller.assumeIsolated { $0.info?.address } ?? .zero, AddressType.public)
+        links[c.handle] = Link(connection: c, local: local)
+        l2cap.assumeIsolated { host in
+            host.setReceiver(.securityManager, handle: c.handle) { [weak self] input in
+                self?.assumeIsolated { $0.input(input, handle: c.handle) }
+            }
+        }
+    }
+
+    func detach(handle: UInt16) {
+        guard var link = links.removeValue(forKey: handle) else { return }
+        link.timer?.cancel()
+        if var s = link.session { report(s.disconnected(), link: link) }
+        link.session = nil
+        for w in link.waiters { w.continuation.resume(throwing: SecurityError.notConnected(handle: handle)) }
+        for w in link.pairWaiters { w.resume(throwing: SecurityError.notConnected(handle: handle)) }
+    }
+
+    func input(_ input: ChannelInput, handle: UInt16) {
+        guard case let .frame(bytes) = input, var link = links[handle] else { return }
+        guard !link.smpDisabled else { return }
+        if var session = link.session {
+            let actions = session.receive(bytes)
+            link.session = session
+            links[handle] = link
+            perform(actions, handle: handle)
+            return
+        }
+        guard let pdu = try? SMPPDU(bytes) else {
+            // Not a command we know and no pairing running: the spec's answer (§3.3).
+            if bytes.first != SMPCode.pairingFailed.rawValue { send(.pairingFailed(.commandNotSupported), handle: handle) }
+            return
+        }
+        switch (pdu, link.connection.role) {
+        case (.pairingRequest, .peripheral):
+            if refusedForBackoff(link) {
+                send(.pairingFailed(.repeatedAttempts), handle: handle)
+                return
+            }
+            var session = PairingSession(initiator: false, configuration: configuration, addresses: addresses(link), random: random)
+            let actions = session.receive(bytes)
+            link.session = session
+            links[handle] = link
+            perform(actions, handle: handle)
+        case let (.securityRequest(auth), .central):
+            // §2.4.6: encrypt with a bond's key that meets the request, else pair.
+            let level: SecurityLevel = auth.contains(.mitm) ? .authenticated : .encrypted
+            guard link.security.level < level, link.encryptingWith == nil else { return }
+            if refusedForBackoff(link) {
+                send(.pairingFailed(.repeatedAttempts), handle: handle)
+                return
+            }
+            if let key = bondKey(for: link, level: level) { encrypt(handle: handle, key: key) } else { beginPairing(handle: handle, level: level) }
+        case (.pairingFailed, _), (.keypressNotification, _):
+            return
+        default:
+            send(.pairingFailed(.unspecifiedReason), handle: handle)
+        }
+    }
+
+    /// Peripheral: the central started encryption. The pairing's STK/LTK (EDIV and
+    /// Rand 0), else a bond's key with that EDIV/Rand, else a negative reply.
+    func keyRequested(_ r: LELongTermKeyRequest) {
+        guard let link = links[r.connectionHandle] else { return }
+        var key: [UInt8]?
+        if let k = link.session?.encryptionKey, r.encryptedDiversifier == 0, r.randomNumber == 0 {
+            key = k.key
+        } else if let bond = store.bond(for: link.connection.peer, type: link.connection.peerType),
+                  let k = bond.keys.encryptionKey(asCentral: false), k.ediv == r.encryptedDiversifier, k.rand == r.randomNumber {
+            key = k.key
+            links[r.connectionHandle]?.encryptingWith = k
+        }
+        let controller = l2cap.controller
+        let handle = r.connectionHandle
+        Task {
+            if let key {
+                _ = try? await controller.send(LELongTermKeyRequestReply(connectionHandle: handle, longTermKey: key))
+            } else {
+                _ = try? await controller.send(LELongTermKeyRequestNegativeReply(connectionHandle: handle))
+            }
+        }
+    }
+
+    func encrypt(handle: UInt16, key: LongTermKey) {
+        links[handle]?.encryptingWith = key
+        let controller = l2cap.controller
+        Task {
+            do {
+                try await controller.send(LEEnableEncryption(connectionHandle: handle, randomNumber: key.rand, encryptedDiversifier: key.ediv, longTermKey: key.key))
+            } catch let HCIError.commandFailed(_, status) {
+                self.encryptionChanged(handle: handle, status: status, enabled: false)
+            } catch {
+                self.encryptionChanged(handle: handle, status: .unspecifiedError, enabled: false)
+            }
+        }
+    }
+
+    func encryptionChanged(handle: UInt16, status: HCIStatus, enabled: Bool) {
+        guard var link = links[handle] else { return }
+        if var session = link.session, session.encryptionKey != nil {
+            if status.isSuccess && enabled, let k = session.encryptionKey {
+                link.security = LinkSecurityState(encrypted: true, authenticated: k.authenticated, secureConnections: k.secureConnections, keySize: k.keySize)
+            }
+            let actions = session.encryptionChanged(status: status, enabled: enabled)
+            link.session = session
+            link.encryptingWith = nil
+            links[handle] = link
+            emit(.securityChanged(handle: handle, link.security))
+            perform(actions, handle: handle)
+            return
+        }
+        let bondKey = link.encryptingWith
+        link.encryptingWith = nil
+        if status.isSuccess && enabled {
+            if let k = bondKey { link.security = k.security }
+            links[handle] = link
+            emit(.securityChanged(handle: handle, link.security))
+            resolveWaiters(handle: handle)
+            return
+        }
+        links[handle] = link
+        logger.info("encryption failed", metadata: ["ble.handle": "\(handle)", "hci.status": "\(status)"])
+        // A central whose stored key the peer no longer has (PIN or Key Missing) pairs afresh.
+        if link.connection.role == .central, status == .pinOrKeyMissing, let level = link.waiters.map(\.level).max() {
+            beginPairing(handle: handle, level: level)
+            return
+        }
+        failWaiters(handle: handle, SecurityError.pairing(.encryption(status)))
+    }
+
+    // MARK: - Session actions
+
+    func perform(_ actions: [PairingAction], handle: UInt16) {
+        guard let link = links[handle] else { return }
+        for a in actions {
+            switch a {
+            case let .send(pdu):
+                send(pdu, handle: handle)
+            case let .prompt(p):
+                emit(.prompt(handle: handle, p))
+                let delegate = self.delegate, peer = link.connection.peer
+                if case .displayPasskey = p {
+                    Task { _ = await delegate.answer(p, peer: peer) }
+                } else {
+                    Task {
+                        let answer = await delegate.answer(p, peer: peer)
+                        self.answered(answer, handle: handle)
+                    }
+                }
+            case let .startEncryption(key):
+                encrypt(handle: handle, key: key)
+            case .keypress:
+                break
+            case let .completed(result):
+                finished(handle: handle)
+                completed(result, handle: handle)
+            case let .failed(error):
+                finished(handle: handle)
+                failed(error, handle: handle)
+            }
+        }
+    }
+
+    func answered(_ answer: PairingAnswer, handle: UInt16) {
+        guard var link = links[handle], var session = link.session else { return }
+        let actions = session.answer(answer)
+        link.session = session
+        links[handle] = link
+        perform(actions, handle: handle)
+    }
+
+    func send(_ pdu: SMPPDU, handle: UInt16) {
+        l2cap.assumeIsolated { _ = $0.enqueue(pdu.bytes, on: .securityManager, handle: handle) }
+        // §3.4: the timer restarts whenever a command is queued during a pairing.
+        guard links[handle]?.session != nil else { return }
+        links[handle]?.timer?.cancel()
+        links[handle]?.timer = LoopTimer(after: timeout, on: l2cap.loop, clock: clock) { [weak self] in
+            self?.assumeIsolated { $0.timedOut(handle: handle) }
+        }
+    }
+
+    func timedOut(handle: UInt16) {
+        guard var link = links[handle], var session = link.session else { return }
+        let actions = session.timedOut()
+        link.session = session
+        link.smpDisabled = true
+        links[handle] = link
+        perform(actions, handle: handle)
+    }
+
+    func finished(handle: UInt16) {
+        links[handle]?.timer?.cancel()
+        links[handle]?.timer = nil
+    }
+
+    func completed(_ result: PairingResult, handle: UInt16) {
+        guard var link = links[handle] else { return }
+        link.session = nil
+        link.security = result.security
+        link.security.bonded = result.bonding
+        links[handle] = link
+        backoff[link.connection.peer] = nil
+        logger.info("paired", metadata: ["ble.handle": "\(handle)", "smp.method": "\(result.method)", "smp.security": "\(result.security)"])
+        emit(.paired(handle: handle, peer: link.connection.peer, result))
+        let pairWaiters = link.pairWaiters
+        links[handle]?.pairWaiters = []
+        for w in pairWaiters { w.resume(returning: result) }
+        if result.bonding {
+            let identity = result.keys.peerIdentity
+            var bond = Bond(address: identity?.address ?? link.connection.peer, addressType: identity?.addressType ?? link.connection.peerType, keys: result.keys)
+            if let old = store.bond(for: bond.address, type: bond.addressType) {
+                bond.clientConfigurations = old.clientConfigurations
+            }
+            do {
+                try store.save(bond)
+                emit(.bonded(bond))
+            } catch {
+                logger.error("bond not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
+            }
+        }
+        resolveWaiters(handle: handle)
+    }
+
+    func failed(_ error: PairingError, handle: UInt16) {
+        guard var link = links[handle] else { return }
+        link.session = nil
+        links[handle] = link
+        logger.info("pairing failed", metadata: ["ble.handle": "\(handle)", "smp.error": "\(error)"])
+        switch error {
+        case .local(let r), .remote(let r):
+            if [.confirmValueFailed, .dhKeyCheckFailed, .passkeyEntryFailed, .numericComparisonFailed].contains(r) { recordFailure(link) }
+        default:
+            break
+        }
+        emit(.pairingFailed(handle: handle, peer: link.connection.peer, error))
+        let pairWaiters = link.pairWaiters
+        links[handle]?.pairWaiters = []
+        for w in pairWaiters { w.resume(throwing: SecurityError.pairing(error)) }
+        failWaiters(handle: handle, SecurityError.pairing(error))
+    }
+
+    func resolveWaiters(handle: UInt16) {
+        guard var link = links[handle] else { return }
+        let waiters = link.waiters
+        link.waiters = []
+        links[handle] = link
+        for w in waiters {
+            if link.security.level >= w.level { w.continuation.resume(returning: link.security) }
+            else { w.continuation.resume(throwing: SecurityError.insufficient(got: link.security, wanted: w.level)) }
+        }
+    }
+
+    func failWaiters(handle: UInt16, _ error: SecurityError) {
+        let waiters = links[handle]?.waiters ?? []
+        links[handle]?.waiters = []
+        for w in waiters { w.continuation.resume(throwing: error) }
+    }
+
+    func report(_ actions: [PairingAction], link: Link) {
+        for case let .failed(e) in actions {
+            emit(.pairingFailed(handle: link.connection.handle, peer: link.connection.peer, e))
+        }
+    }
+
+    // MARK: - Repeated attempts (§2.3.6)
+
+    /// After a failed authentication the interval before the same peer may try
+    /// again doubles, from 2 s up to 64 s; a success clears it.
+    func recordFailure(_ link: Link) {
+        let failures = (backoff[link.connection.peer]?.failures ?? 0) + 1
+        let wait = Duration.seconds(1 << min(failures, 6))
+        backoff[link.connection.peer] = (failures, ContinuousClock.now + wait)
+    }
+
+    func refusedForBackoff(_ link: Link) -> Bool {
+        guard let b = backoff[link.connection.peer] else { return false }
+        return ContinuousClock.now < b.until
+    }
+
+    func emit(_ e: SecurityEvent) {
+        for (_, c) in continuations { c.yield(e) }
+    }
+}

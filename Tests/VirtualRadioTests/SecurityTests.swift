@@ -1,0 +1,175 @@
+import BLETesting
+import HCI
+import L2CAP
+import SMP
+import Testing
+
+/// The Security Manager runtime between two of our hosts on the virtual radio:
+/// pairing through the controllers' encryption, bonds, re-encryption from stored
+/// keys, a key mismatch. Interop with Bumble's SMP is BumbleSMPTests.
+struct SecurityTests {
+    struct Side {
+        var l2cap: L2CAPHost
+        var security: SecurityManager
+        var handle: UInt16
+    }
+
+    /// Connects `b` (central) to `a` (peripheral) and gives each a Security Manager.
+    static func link(_ radio: VirtualRadio, a aConfig: PairingConfiguration = PairingConfiguration(), b bConfig: PairingConfiguration = PairingConfiguration(),
+                     aStore: any BondStore = InMemoryBondStore(), bStore: any BondStore = InMemoryBondStore(),
+                     aDelegate: any PairingDelegate = AutomaticPairingDelegate(), bDelegate: any PairingDelegate = AutomaticPairingDelegate())
+        async throws -> (a: Side, b: Side)
+    {
+        let (la, lb, ah, bh) = try await ChannelTests.link(radio)
+        let sa = SecurityManager(l2cap: la, configuration: aConfig, store: aStore, delegate: aDelegate, random: .seeded(1), logger: VirtualRadioTests.logger)
+        let sb = SecurityManager(l2cap: lb, configuration: bConfig, store: bStore, delegate: bDelegate, random: .seeded(2), logger: VirtualRadioTests.logger)
+        await sa.start(); await sb.start()
+        return (Side(l2cap: la, security: sa, handle: ah), Side(l2cap: lb, security: sb, handle: bh))
+    }
+
+    static func reconnect(_ a: Side, _ b: Side) async throws -> (UInt16, UInt16) {
+        let incoming = await a.l2cap.newConnections(), outgoing = await b.l2cap.newConnections()
+        try await a.l2cap.controller.send(LESetAdvertisingEnable(advertisingEnable: true))
+        try await b.l2cap.controller.send(LECreateConnection(peerAddressType: .public, peerAddress: VirtualRadioTests.a))
+        var ia = incoming.makeAsyncIterator(), ib = outgoing.makeAsyncIterator()
+        let pc = try #require(await ia.next()), cc = try #require(await ib.next())
+        return (pc.handle, cc.handle)
+    }
+
+    static func disconnect(_ b: Side, handle: UInt16) async throws {
+        let events = await b.l2cap.linkEvents()
+        try await b.l2cap.controller.send(Disconnect(connectionHandle: handle, reason: .remoteUserTerminatedConnection))
+        for await e in events { if case .disconnected = e { break } }
+    }
+
+    @Test func justWorksBondsThenTheBondReEncryptsWithoutPairing() async throws {
+        let radio = VirtualRadio()
+        let identity = IdentityKey(irk: Array(1...16), address: VirtualRadioTests.a, addressType: .public)
+        let aStore = InMemoryBondStore(), bStore = InMemoryBondStore()
+        let (a, b) = try await Self.link(radio, a: PairingConfiguration(identity: identity), aStore: aStore, bStore: bStore)
+        let aEvents = await a.security.events()
+        let state = try await b.security.secure(handle: b.handle)
+        #expect(state.encrypted && state.secureConnections && !state.authenticated && state.keySize == 16)
+        #expect(state.level == .encrypted)
+        // Both stored the bond; the central knows the peripheral by its identity.
+        #expect(bStore.bonds().map(\.address) == [VirtualRadioTests.a])
+        #expect(bStore.bonds().first?.keys.peerIdentity == identity)
+        #expect(aStore.bonds().map(\.address) == [VirtualRadioTests.b])
+        var it = aEvents.makeAsyncIterator()
+        var sawPaired = false
+        while let e = await it.next() {
+            if case .bonded = e { break }
+            if case .paired = e { sawPaired = true }
+        }
+        #expect(sawPaired)
+        #expect(await a.security.security(handle: a.handle).encrypted)
+
+        // Reconnect: the central encrypts from the bond; no SMP PDU is exchanged.
+        try await Self.disconnect(b, handle: b.handle)
+        let smp = await a.l2cap.frames(on: .securityManager)
+        let (ah, bh) = try await Self.reconnect(a, b)
+        let again = try await b.security.secure(handle: bh)
+        #expect(again.encrypted && again.bonded && again.secureConnections)
+        #expect(await a.security.security(handle: ah).encrypted)
+        _ = smp  // (frames on CID 6 go to the Security Manager's receiver, not this stream)
+    }
+
+    @Test func passkeyEntryAuthenticatesTheLink() async throws {
+        let radio = VirtualRadio()
+        // a (peripheral) displays a fixed passkey; b (central) types it.
+        let (a, b) = try await Self.link(
+            radio, a: PairingConfiguration(ioCapability: .displayOnly, mitm: true),
+            b: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true),
+            aDelegate: DisplayingDelegate(), bDelegate: AutomaticPairingDelegate(passkey: 0))
+        let aEvents = await a.security.events()
+        // The central cannot know the passkey until the peripheral shows it: read it
+        // from the peripheral's prompt and answer with it.
+        let shown = Task {
+            for await e in aEvents { if case let .prompt(_, .displayPasskey(n)) = e { return n } }
+            return UInt32.max
+        }
+        await b.security.setDelegate(RelayDelegate(shown: shown))
+        let state = try await b.security.secure(handle: b.handle, level: .authenticated)
+        #expect(state.level == .secureConnections)
+        #expect(await a.security.security(handle: a.handle).authenticated)
+    }
+
+    @Test func aWrongPasskeyFailsOnBothSidesAndNothingIsStored() async throws {
+        let radio = VirtualRadio()
+        let aStore = InMemoryBondStore(), bStore = InMemoryBondStore()
+        let (a, b) = try await Self.link(
+            radio, a: PairingConfiguration(ioCapability: .displayOnly, mitm: true),
+            b: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true), aStore: aStore, bStore: bStore,
+            bDelegate: AutomaticPairingDelegate(passkey: 1_000_000 - 1))
+        let aEvents = await a.security.events()
+        await #expect(throws: SecurityError.pairing(.remote(.confirmValueFailed))) {
+            try await b.security.secure(handle: b.handle, level: .authenticated)
+        }
+        for await e in aEvents {
+            if case let .pairingFailed(_, _, err) = e {
+                #expect(err == .local(.confirmValueFailed))
+                break
+            }
+        }
+        #expect(aStore.bonds().isEmpty && bStore.bonds().isEmpty)
+        #expect(await !b.security.security(handle: b.handle).encrypted)
+        // Straight away again: the peripheral refuses (repeated attempts back-off).
+        await #expect(throws: SecurityError.pairing(.remote(.repeatedAttempts))) {
+            try await b.security.secure(handle: b.handle, level: .authenticated)
+        }
+    }
+
+    @Test func aForgottenBondOnThePeripheralMakesTheCentralPairAgain() async throws {
+        let radio = VirtualRadio()
+        let aStore = InMemoryBondStore(), bStore = InMemoryBondStore()
+        let (a, b) = try await Self.link(radio, aStore: aStore, bStore: bStore)
+        _ = try await b.security.secure(handle: b.handle)
+        try await Self.disconnect(b, handle: b.handle)
+        // The peripheral forgets: its LTK request gets a negative reply, the central
+        // hears PIN or Key Missing and pairs afresh.
+        #expect(aStore.remove(address: VirtualRadioTests.b, type: .public))
+        let (ah, bh) = try await Self.reconnect(a, b)
+        let bEvents = await b.security.events()
+        let state = try await b.security.secure(handle: bh)
+        #expect(state.encrypted)
+        var paired = false
+        for await e in bEvents { if case .paired = e { paired = true; break } }
+        #expect(paired)
+        #expect(aStore.bonds().count == 1)
+        #expect(await a.security.security(handle: ah).encrypted)
+    }
+
+    @Test func differentKeysEndTheLinkWithMICFailure() async throws {
+        let radio = VirtualRadio()
+        let aStore = InMemoryBondStore(), bStore = InMemoryBondStore()
+        let (a, b) = try await Self.link(radio, aStore: aStore, bStore: bStore)
+        _ = try await b.security.secure(handle: b.handle)
+        try await Self.disconnect(b, handle: b.handle)
+        // Corrupt the peripheral's copy of the LTK.
+        var bond = try #require(aStore.bonds().first)
+        bond.keys.peerLTK?.key[0] ^= 0xFF
+        aStore.save(bond)
+        let (_, bh) = try await Self.reconnect(a, b)
+        let events = await b.l2cap.linkEvents()
+        await #expect(throws: SecurityError.notConnected(handle: bh)) { try await b.security.secure(handle: bh) }
+        for await e in events {
+            if case let .disconnected(_, reason) = e {
+                #expect(reason == .connectionTerminatedDueToMICFailure)
+                break
+            }
+        }
+    }
+}
+
+struct DisplayingDelegate: PairingDelegate {
+    func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer { .confirmed(true) }
+}
+
+/// Types the passkey the other side's prompt showed.
+struct RelayDelegate: PairingDelegate {
+    let shown: Task<UInt32, Never>
+    func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer {
+        guard case .enterPasskey = prompt else { return .confirmed(true) }
+        return .passkey(await shown.value)
+    }
+}
