@@ -126,8 +126,8 @@ let package = Package(
             name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT"],
             swiftSettings: strict),
         .testTarget(
-            name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm"],
-            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py", "bumble_firealarm_receiver.py", "bumble_l2cap_peer.py"],
+            name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm", "SMP"],
+            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py", "bumble_firealarm_receiver.py", "bumble_l2cap_peer.py", "bumble_smp_peer.py"],
             swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

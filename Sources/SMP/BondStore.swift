@@ -17,12 +17,25 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
     public var clientConfigurations: [UInt16: UInt16]
     /// For our GATT client: the peer's Database Hash when we last discovered it.
     public var databaseHash: [UInt8]?
+    /// Other addresses the peer bonded from (a static random address next to the
+    /// public identity it distributed); its private addresses resolve through the IRK.
+    public var linkAddresses: [LinkAddress]
 
-    public init(address: BluetoothAddress, addressType: AddressType, keys: PairingKeys,
+    public struct LinkAddress: Hashable, Sendable, Codable {
+        public var address: BluetoothAddress
+        public var type: AddressType
+        public init(address: BluetoothAddress, type: AddressType) {
+            self.address = address
+            self.type = type
+        }
+    }
+
+    public init(address: BluetoothAddress, addressType: AddressType, keys: PairingKeys, linkAddresses: [LinkAddress] = [],
                 clientConfigurations: [UInt16: UInt16] = [:], databaseHash: [UInt8]? = nil) {
         self.address = address
         self.addressType = addressType
         self.keys = keys
+        self.linkAddresses = linkAddresses
         self.clientConfigurations = clientConfigurations
         self.databaseHash = databaseHash
     }
@@ -43,6 +56,7 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
     /// resolvable private address its IRK resolves.
     public func matches(_ address: BluetoothAddress, type: AddressType) -> Bool {
         if address == self.address && (type.rawValue & 1) == (addressType.rawValue & 1) { return true }
+        if linkAddresses.contains(where: { $0.address == address && $0.type.rawValue & 1 == type.rawValue & 1 }) { return true }
         guard type.rawValue & 1 == 1, let irk = keys.peerIdentity?.irk else { return false }
         return ResolvablePrivateAddress.resolves(address, irk: irk)
     }

@@ -107,11 +107,15 @@ public struct PairingConfiguration: Hashable, Sendable {
     public var keys: KeyDistribution
     /// Our identity, distributed when the peer asks for identity keys.
     public var identity: IdentityKey?
+    /// A fixed passkey to display instead of a random one (what a headless device
+    /// with a printed code does; BlueZ and Bumble offer the same). A fixed passkey
+    /// that leaks loses the MITM protection: prefer a random one.
+    public var passkey: UInt32?
 
     public init(ioCapability: IOCapability = .noInputNoOutput, bonding: Bool = true, mitm: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false, maximumKeySize: UInt8 = 16,
                 minimumKeySize: UInt8 = 7, confirmJustWorks: Bool = false, keys: KeyDistribution = [.encryptionKey, .identityKey],
-                identity: IdentityKey? = nil) {
+                identity: IdentityKey? = nil, passkey: UInt32? = nil) {
         self.ioCapability = ioCapability
         self.bonding = bonding
         self.mitm = mitm
@@ -122,6 +126,7 @@ public struct PairingConfiguration: Hashable, Sendable {
         self.confirmJustWorks = confirmJustWorks
         self.keys = keys
         self.identity = identity
+        self.passkey = passkey.map { $0 % 1_000_000 }
     }
 
     var authentication: AuthenticationRequirements {
@@ -411,7 +416,7 @@ public struct PairingSession: Sendable {
             step = .waitPasskey
             return [.prompt(.enterPasskey)]
         }
-        let value = UInt32(random.uint64() % 1_000_000)
+        let value = configuration.passkey ?? UInt32(random.uint64() % 1_000_000)
         passkey = value
         return [.prompt(.displayPasskey(value))]
     }

@@ -442,9 +442,16 @@ public actor SecurityManager {
         for w in pairWaiters { w.resume(returning: result) }
         if result.bonding {
             let identity = result.keys.peerIdentity
-            var bond = Bond(address: identity?.address ?? link.connection.peer, addressType: identity?.addressType ?? link.connection.peerType, keys: result.keys)
+            let peer = link.connection.peer, peerType = link.connection.peerType
+            var bond = Bond(address: identity?.address ?? peer, addressType: identity?.addressType ?? peerType, keys: result.keys)
+            // The link address is kept too unless it is the identity or a private one the IRK resolves.
+            if !bond.matches(peer, type: peerType) && !ResolvablePrivateAddress.isResolvable(peer) {
+                bond.linkAddresses.append(Bond.LinkAddress(address: peer, type: peerType))
+            }
             if let old = store.bond(for: bond.address, type: bond.addressType) {
                 bond.clientConfigurations = old.clientConfigurations
+                bond.databaseHash = old.databaseHash
+                for a in old.linkAddresses where !bond.linkAddresses.contains(a) { bond.linkAddresses.append(a) }
             }
             do {
                 try store.save(bond)

@@ -1,0 +1,197 @@
+// Our Security Manager against Bumble's (bumble.smp with PairingConfig and a
+// PairingDelegate), both hosts on Rootcanal, in both roles: LE Secure Connections
+// and legacy pairing, Just Works and Passkey Entry with a fixed passkey on Bumble's
+// side, bonding, then a second link encrypted from the stored keys without
+// pairing; a wrong passkey fails with Confirm Value Failed on both sides; a
+// characteristic that needs authentication reads only after pairing.
+
+import ATT
+import BLETesting
+import Foundation
+import GAP
+import GATT
+import HCI
+import L2CAP
+import Logging
+import SMP
+import Testing
+import Transports
+
+@Suite(.serialized) struct BumbleSMPTests {
+    static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F6")!
+
+    struct Peer {
+        let process: Process
+        let out: Pipe
+        func events() -> [[String: Any]] {
+            process.waitUntilExit()
+            return BumbleL2CAPTests.lines(out)
+        }
+    }
+
+    static func launch(_ python: String, _ port: UInt16, _ args: [String]) throws -> Peer {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: python)
+        p.arguments = [Interop.root + "/Tests/InteropTests/bumble_smp_peer.py", String(port)] + args
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" ? FileHandle.standardError : FileHandle.nullDevice
+        try p.run()
+        return Peer(process: p, out: out)
+    }
+
+    static func host(_ port: UInt16, _ config: PairingConfiguration, delegate: any PairingDelegate = AutomaticPairingDelegate())
+        async throws -> (HCIController, L2CAPHost, SecurityManager, ControllerInfo)
+    {
+        let (controller, l2cap, info) = try await BumbleL2CAPTests.host(port)
+        let security = SecurityManager(l2cap: l2cap, configuration: config, delegate: delegate, logger: Interop.logger)
+        await security.start()
+        return (controller, l2cap, security, info)
+    }
+
+    static func named(_ events: [[String: Any]], _ name: String) -> [[String: Any]] { events.filter { $0["event"] as? String == name } }
+
+    /// We are central: pair with Bumble's peripheral, read its protected characteristic,
+    /// reconnect and encrypt from the bond.
+    func centralPairsAndReEncrypts(sc: Bool, mitm: Bool, bumbleIO: String, ours: PairingConfiguration, passkey: UInt32?) async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, l2cap, security, _) = try await Self.host(rc.hciPort, ours, delegate: AutomaticPairingDelegate(passkey: passkey))
+        let peer = try Self.launch(python, rc.hciPort, ["peripheral", sc ? "1" : "0", mitm ? "1" : "0", bumbleIO, "123456"])
+        defer { RootcanalProcess.kill(peer.process) }
+
+        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: link.handle), logger: Interop.logger))
+        await client.start()
+        let chars = try await client.discoverAll().flatMap(\.1).map(\.0)
+        let protected = try #require(chars.first { $0.uuid == BluetoothUUID("3f3e0002-0000-1000-8000-00805f9b34fb") })
+        // Before pairing Bumble refuses the read.
+        await #expect(throws: GATTClientError.self) { _ = try await client.read(protected.valueHandle) }
+        let level: SecurityLevel = mitm ? .authenticated : .encrypted
+        let state = try await security.secure(handle: link.handle, level: level)
+        #expect(state.encrypted && state.secureConnections == sc && state.authenticated == mitm)
+        #expect(state.bonded)
+        // Now the read succeeds (Bumble's READ_REQUIRES_AUTHENTICATION asks for a paired
+        // link, Just Works included). The round trip also lets Bumble finish storing
+        // the keys before we disconnect.
+        #expect(try await client.read(protected.valueHandle) == [0x42, 0x43])
+        let bonds = try await security.bonds()
+        // Bumble distributes its IRK and identity (its controller's public address);
+        // the bond also knows the static random address it connected with.
+        #expect(bonds.count == 1, "\(bonds)")
+        #expect(bonds.first?.keys.peerIdentity != nil)
+        #expect(bonds.first?.matches(Self.bumble, type: .random) == true, "\(bonds)")
+        try await controller.send(Disconnect(connectionHandle: link.handle))
+
+        // Second link: encrypted from the bond, no pairing.
+        let again = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let reencrypted = try await security.secure(handle: again.handle, level: level)
+        #expect(reencrypted.encrypted && reencrypted.authenticated == mitm && reencrypted.bonded)
+        try await controller.send(Disconnect(connectionHandle: again.handle))
+        let bumble = peer.events()
+        #expect(Self.named(bumble, "paired").count == 1, "\(bumble)")
+        #expect(Self.named(bumble, "encryption").count == 2, "\(bumble)")
+        #expect(Self.named(bumble, "pairing-failure").isEmpty, "\(bumble)")
+        await controller.close()
+    }
+
+    @Test func secureConnectionsJustWorksAsCentral() async throws {
+        try await centralPairsAndReEncrypts(sc: true, mitm: false, bumbleIO: "none", ours: PairingConfiguration(), passkey: nil)
+    }
+
+    @Test func secureConnectionsPasskeyAsCentral() async throws {
+        try await centralPairsAndReEncrypts(sc: true, mitm: true, bumbleIO: "display",
+                                            ours: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true), passkey: 123_456)
+    }
+
+    @Test func legacyPasskeyAsCentral() async throws {
+        try await centralPairsAndReEncrypts(sc: false, mitm: true, bumbleIO: "display",
+                                            ours: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: false), passkey: 123_456)
+    }
+
+    @Test func legacyJustWorksAsCentral() async throws {
+        try await centralPairsAndReEncrypts(sc: false, mitm: false, bumbleIO: "none", ours: PairingConfiguration(secureConnections: false), passkey: nil)
+    }
+
+    @Test func aWrongPasskeyFailsOnBothSides() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, l2cap, security, _) = try await Self.host(rc.hciPort, PairingConfiguration(ioCapability: .keyboardOnly, mitm: true),
+                                                                   delegate: AutomaticPairingDelegate(passkey: 111_111))
+        let peer = try Self.launch(python, rc.hciPort, ["peripheral", "1", "1", "display", "123456"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        await #expect(throws: SecurityError.pairing(.remote(.confirmValueFailed))) {
+            try await security.secure(handle: link.handle, level: .authenticated)
+        }
+        #expect(try await security.bonds().isEmpty)
+        try await controller.send(Disconnect(connectionHandle: link.handle))
+        RootcanalProcess.kill(peer.process)
+        let bumble = peer.events()
+        // Bumble checked our confirm and sent Pairing Failed (0x04).
+        #expect(Self.named(bumble, "pairing-failure").first?["reason"] as? Int == 0x04, "\(bumble)")
+        await controller.close()
+    }
+
+    /// We are peripheral: Bumble pairs, disconnects, reconnects and encrypts from
+    /// its stored keys; our LTK request answers come from our bond store.
+    func peripheralIsPairedAndReEncrypted(sc: Bool, mitm: Bool, bumbleIO: String, ours: PairingConfiguration) async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, l2cap, security, info) = try await Self.host(rc.hciPort, ours, delegate: AutomaticPairingDelegate(passkey: 123_456))
+        let events = await security.events()
+        try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20, advertisingType: 0))
+        try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
+        let peer = try Self.launch(python, rc.hciPort, ["central", sc ? "1" : "0", mitm ? "1" : "0", bumbleIO, "123456", info.address.description])
+        defer { RootcanalProcess.kill(peer.process) }
+        // When the first link ends Bumble connects again: advertise again.
+        let links = await l2cap.linkEvents()
+        let readvertise = Task {
+            for await e in links { if case .disconnected = e { _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: true)) } }
+        }
+        defer { readvertise.cancel() }
+        // First link: an encryption change, then the pairing; then the second link's change.
+        let seen = await collect(events.filter {
+            switch $0 {
+            case .paired, .securityChanged, .pairingFailed: return true
+            default: return false
+            }
+        }, count: 3, within: .seconds(40))
+        var changes: [LinkSecurityState] = []
+        var results: [PairingResult] = []
+        for e in seen {
+            switch e {
+            case let .paired(_, _, r): results.append(r)
+            case let .securityChanged(_, s): changes.append(s)
+            case let .pairingFailed(_, _, err): Issue.record("pairing failed: \(err)")
+            default: break
+            }
+        }
+        #expect(results.count == 1)
+        #expect(results.first?.security.secureConnections == sc && results.first?.security.authenticated == mitm)
+        #expect(changes.count == 2 && changes.allSatisfy(\.encrypted))
+        #expect(changes.last?.bonded == true && changes.last?.authenticated == mitm)
+        let bumble = peer.events()
+        #expect(Self.named(bumble, "secured").compactMap { $0["encrypted"] as? Bool } == [true, true], "\(bumble)")
+        #expect(Self.named(bumble, "error").isEmpty, "\(bumble)")
+        await controller.close()
+    }
+
+    @Test func secureConnectionsPasskeyAsPeripheral() async throws {
+        // We display the fixed passkey Bumble types.
+        try await peripheralIsPairedAndReEncrypted(sc: true, mitm: true, bumbleIO: "keyboard",
+                                                   ours: PairingConfiguration(ioCapability: .displayOnly, mitm: true, passkey: 123_456))
+    }
+
+    @Test func legacyJustWorksAsPeripheral() async throws {
+        try await peripheralIsPairedAndReEncrypted(sc: false, mitm: false, bumbleIO: "none", ours: PairingConfiguration(secureConnections: false))
+    }
+
+    @Test func secureConnectionsNumericComparisonAsPeripheral() async throws {
+        try await peripheralIsPairedAndReEncrypted(sc: true, mitm: true, bumbleIO: "display-yes-no",
+                                                   ours: PairingConfiguration(ioCapability: .displayYesNo, mitm: true))
+    }
+}

@@ -1,0 +1,140 @@
+"""Bumble's Security Manager (bumble.smp with a PairingConfig and a PairingDelegate)
+against ours, for InteropTests (BumbleSMPTests).
+
+Usage:
+  bumble_smp_peer.py HCI_PORT peripheral SC MITM IO PASSKEY
+      Advertises as F1:F2:F3:F4:F5:F6 (random static), accepts pairing with
+      PairingConfig(sc=SC, mitm=MITM, bonding=True) and IO capability IO (one of
+      none, display, display-yes-no, keyboard, keyboard-display); displays and types
+      the fixed PASSKEY. Serves one characteristic (service 0x180F-like UUID
+      3f3e0001-..., handle given in the "ready" event) readable only over an
+      authenticated link. Keeps its keys in memory across links; re-advertises after
+      the first link ends and exits when the second ends.
+  bumble_smp_peer.py HCI_PORT central SC MITM IO PASSKEY ADDRESS
+      Connects to ADDRESS (public), pairs (connection.pair()), disconnects,
+      reconnects and encrypts from the stored keys (connection.encrypt()), then
+      disconnects.
+Prints one JSON object per line.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import sys
+
+from bumble import gatt
+from bumble.device import Device
+from bumble.hci import Address
+from bumble.keys import MemoryKeyStore
+from bumble.pairing import PairingConfig, PairingDelegate
+from bumble.transport import open_transport
+
+IO = {
+    "none": PairingDelegate.NO_OUTPUT_NO_INPUT,
+    "display": PairingDelegate.DISPLAY_OUTPUT_ONLY,
+    "display-yes-no": PairingDelegate.DISPLAY_OUTPUT_AND_YES_NO_INPUT,
+    "keyboard": PairingDelegate.KEYBOARD_INPUT_ONLY,
+    "keyboard-display": PairingDelegate.DISPLAY_OUTPUT_AND_KEYBOARD_INPUT,
+}
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+class Delegate(PairingDelegate):
+    def __init__(self, io, passkey):
+        super().__init__(io_capability=io)
+        self.passkey = passkey
+
+    async def generate_passkey(self):
+        return self.passkey
+
+    async def get_number(self):
+        emit(event="enter-passkey", passkey=self.passkey)
+        return self.passkey
+
+    async def display_number(self, number, digits):
+        emit(event="display", number=number)
+
+    async def compare_numbers(self, number, digits):
+        emit(event="compare", number=number)
+        return True
+
+
+def watch(connection, disconnected):
+    connection.on("pairing", lambda keys: emit(
+        event="paired", ltk=keys.ltk is not None or keys.ltk_central is not None or keys.ltk_peripheral is not None,
+        irk=keys.irk is not None, authenticated=bool(keys.ltk.authenticated) if keys.ltk else
+        bool(keys.ltk_peripheral.authenticated) if keys.ltk_peripheral else None))
+    connection.on("pairing_failure", lambda reason: emit(event="pairing-failure", reason=int(reason)))
+    connection.on("connection_encryption_change", lambda: emit(event="encryption", encrypted=connection.is_encrypted,
+                                                               key_size=connection.encryption_key_size if hasattr(connection, "encryption_key_size") else None))
+    connection.on("connection_encryption_key_refresh", lambda: emit(event="key-refresh"))
+    connection.on("disconnection", lambda reason: (emit(event="disconnected", reason=reason), disconnected.set()))
+
+
+async def peripheral(device):
+    protected = gatt.Characteristic(
+        "3f3e0002-0000-1000-8000-00805f9b34fb", gatt.Characteristic.Properties.READ,
+        gatt.Characteristic.READ_REQUIRES_AUTHENTICATION, bytes([0x42, 0x43]))
+    device.add_service(gatt.Service("3f3e0001-0000-1000-8000-00805f9b34fb", [protected]))
+    for round in range(2):
+        disconnected = asyncio.Event()
+        connected = asyncio.Event()
+
+        def on_connection(connection):
+            emit(event="connected", round=round)
+            watch(connection, disconnected)
+            connected.set()
+
+        device.once("connection", on_connection)
+        await device.start_advertising(auto_restart=False)
+        emit(event="advertising", round=round, value_handle=protected.handle)
+        try:
+            await asyncio.wait_for(disconnected.wait(), 60)
+        except asyncio.TimeoutError:
+            emit(event="timeout")
+            return
+
+
+async def central(device, address):
+    for round in range(2):
+        disconnected = asyncio.Event()
+        connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+        emit(event="connected", round=round)
+        watch(connection, disconnected)
+        try:
+            if round == 0:
+                await connection.pair()
+            else:
+                await connection.encrypt()
+            emit(event="secured", round=round, encrypted=connection.is_encrypted)
+        except Exception as e:
+            emit(event="error", round=round, error=type(e).__name__, detail=str(e))
+        await asyncio.sleep(0.2)
+        if connection.is_encrypted or round == 0:
+            await connection.disconnect()
+        await asyncio.wait_for(disconnected.wait(), 10)
+
+
+async def main():
+    if os.environ.get("BUMBLE_LOGLEVEL"):
+        logging.basicConfig(level=os.environ["BUMBLE_LOGLEVEL"].upper())
+    port, mode, sc, mitm, io, passkey = sys.argv[1:7]
+    async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
+        device = Device.with_hci("bumble-smp", Address("F1:F2:F3:F4:F5:F6"), source, sink)
+        device.keystore = MemoryKeyStore()
+        config = PairingConfig(sc=sc == "1", mitm=mitm == "1", bonding=True, delegate=Delegate(IO[io], int(passkey)))
+        device.pairing_config_factory = lambda connection: config
+        await device.power_on()
+        if mode == "peripheral":
+            await peripheral(device)
+        else:
+            await central(device, sys.argv[7])
+        emit(event="done")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
