@@ -64,7 +64,7 @@ let package = Package(
             swiftSettings: strict),
         .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .target(
-            name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
+            name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "SMP", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: strict),
         .target(name: "FireAlarm", dependencies: ["BLE", "VirtualHCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         // The in-process radio with software LE controllers: a product (btctl demo and the

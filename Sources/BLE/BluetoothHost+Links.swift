@@ -9,6 +9,7 @@ import HCI
 import L2CAP
 import Logging
 import NIOCore
+import SMP
 
 extension BluetoothHost {
     // MARK: Connections
@@ -56,6 +57,7 @@ extension BluetoothHost {
         case let .disconnected(c, reason):
             guard let conn = active.removeValue(forKey: c.handle) else { return }
             registry.disconnected(handle: c.handle)
+            securityRequested.remove(c.handle)
             // The reason first (operations failing on the dead bearer ask for it at once),
             // then the server forgets the link before the next link event is handled: the
             // controller may give the handle to a new link.
@@ -67,6 +69,56 @@ extension BluetoothHost {
                 do { try await startAdvertisingNow(a) } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
             }
         }
+    }
+
+    // MARK: Security
+
+    func handle(_ e: SecurityEvent) async {
+        guard case let .securityChanged(handle, state) = e, let conn = active[handle] else { return }
+        securityRequested.remove(handle)
+        await server.setSecurity(LinkSecurity(encrypted: state.encrypted, authenticated: state.authenticated, keySize: state.keySize), connection: handle)
+        connectionBroadcast.yield(.securityChanged(conn, state))
+    }
+
+    /// The local server refused a peripheral link's request for its security: ask the
+    /// central to pair or encrypt (Security Request), once at a time.
+    func securityNeeded(connection handle: UInt16, _ code: ATTErrorCode) {
+        guard securityOptions.requestSecurity, let conn = active[handle], conn.role == .peripheral,
+              !securityRequested.contains(handle) else { return }
+        securityRequested.insert(handle)
+        let level: SecurityLevel = code == .insufficientAuthentication ? .authenticated : .encrypted
+        let security = self.security
+        Task { [weak self] in
+            do { _ = try await security.secure(handle: handle, level: level) } catch {
+                self?.logger.debug("security request unanswered", metadata: ["ble.handle": "\(handle)", "error": "\(error)"])
+            }
+            await self?.securityRequestEnded(handle)
+        }
+    }
+
+    func securityRequestEnded(_ handle: UInt16) { securityRequested.remove(handle) }
+
+    /// The security of `connection` now.
+    public func security(of connection: Connection) async -> LinkSecurityState { await security.security(handle: connection.handle) }
+
+    /// Brings `connection` to at least `level`: encrypts from a bond or pairs (central),
+    /// or asks the central with a Security Request (peripheral). Throws `SecurityError`.
+    @discardableResult
+    public func secure(_ connection: Connection, level: SecurityLevel = .encrypted) async throws -> LinkSecurityState {
+        guard isActive(connection.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        return try await security.secure(handle: connection.handle, level: level)
+    }
+
+    /// Prompts, pairings, failures and new bonds on every link. Buffer: the newest 256.
+    public nonisolated func securityEvents() async -> BufferedStream<SecurityEvent> { await security.events() }
+
+    /// The stored bonds.
+    public func bonds() async throws -> [Bond] { try await security.bonds() }
+
+    /// Forgets the bond with `address`; returns whether there was one.
+    @discardableResult
+    public func removeBond(_ address: BluetoothAddress, type: AddressType) async throws -> Bool {
+        try await security.removeBond(address: address, type: type)
     }
 
     func linkEnded(_ c: Connection, _ end: LinkEnd) {

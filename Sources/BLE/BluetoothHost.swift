@@ -14,6 +14,7 @@ import HCI
 import L2CAP
 import Logging
 import NIOCore
+import SMP
 
 /// FA01: what the controller is doing.
 public enum HostState: Hashable, Sendable, CustomStringConvertible {
@@ -97,6 +98,36 @@ public enum ConnectionEvent: Hashable, Sendable {
     case disconnected(Connection, reason: HCIStatus)
     /// LE Connection Update Complete: interval (1.25 ms units), latency, timeout (10 ms units).
     case parametersUpdated(Connection, interval: UInt16, latency: UInt16, supervisionTimeout: UInt16)
+    /// The link was encrypted (pairing or a bond's key) or its key refreshed.
+    case securityChanged(Connection, LinkSecurityState)
+}
+
+/// The host's security policy: what pairing announces and allows, where bonds are
+/// kept, who answers pairing prompts, and what the GATT roles do on an
+/// Insufficient Authentication or Encryption error.
+public struct SecurityOptions: Sendable {
+    public var pairing: PairingConfiguration
+    /// Where bonds live (default: in memory; `FileBondStore` keeps them across runs).
+    public var store: any BondStore
+    public var delegate: any PairingDelegate
+    /// Where pairing's randoms come from (`.seeded` for reproducible test runs).
+    public var random: SecurityRandom
+    /// As central: pair or encrypt on an Insufficient Authentication/Encryption error
+    /// and retry the operation once (as BlueZ and iOS do).
+    public var pairOnDemand: Bool
+    /// As peripheral: send a Security Request when a central touches a protected attribute.
+    public var requestSecurity: Bool
+
+    public init(pairing: PairingConfiguration = PairingConfiguration(), store: any BondStore = InMemoryBondStore(),
+                delegate: any PairingDelegate = AutomaticPairingDelegate(), random: SecurityRandom = .system,
+                pairOnDemand: Bool = true, requestSecurity: Bool = true) {
+        self.pairing = pairing
+        self.store = store
+        self.delegate = delegate
+        self.random = random
+        self.pairOnDemand = pairOnDemand
+        self.requestSecurity = requestSecurity
+    }
 }
 
 /// How a link ended.
@@ -125,6 +156,11 @@ public actor BluetoothHost {
     public nonisolated let l2cap: L2CAPHost
     /// The local GATT server (FA06–FA09 go through `peripheral`).
     public nonisolated let server: GATTServer
+    /// Pairing, encryption and bonds on every link (SMP).
+    public nonisolated let security: SecurityManager
+    public nonisolated let securityOptions: SecurityOptions
+    /// Peripheral links with a Security Request outstanding (one at a time).
+    var securityRequested: Set<UInt16> = []
     public nonisolated let logger: Logger
     public private(set) var state: HostState = .idle
     /// What initialisation learned about the controller.
@@ -179,7 +215,8 @@ public actor BluetoothHost {
     /// `commandTimeout` bounds every HCI command; `knownDeviceCapacity` bounds the registry.
     public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
                 commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024,
-                extendedCommands: ExtendedCommandsPolicy = .automatic, attMTU: UInt16 = 517) {
+                extendedCommands: ExtendedCommandsPolicy = .automatic, attMTU: UInt16 = 517,
+                security: SecurityOptions = SecurityOptions()) {
         self.logger = logger
         self.attMTU = Swift.max(23, attMTU)
         self.extendedPolicy = extendedCommands
@@ -189,6 +226,9 @@ public actor BluetoothHost {
         // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...).
         _ = try? db.addMandatoryServices(deviceName: "swift-ble-host")
         self.server = GATTServer(database: db, loop: controller.loop, logger: logger)
+        self.securityOptions = security
+        self.security = SecurityManager(l2cap: l2cap, configuration: security.pairing, store: security.store, delegate: security.delegate,
+                                        random: security.random, logger: logger)
         self.registry = DeviceRegistry(capacity: knownDeviceCapacity)
         stateBroadcast.yield(.idle)
     }
@@ -230,7 +270,12 @@ public actor BluetoothHost {
             let events = await controller.events(capacity: 4096)
             let links = await l2cap.linkEvents()
             await l2cap.start()
+            await security.start()
+            let securityEvents = await security.events()
             let serverEvents = server.events, requests = server.requests
+            tasks.append(Task { [weak self] in
+                for await e in securityEvents { await self?.handle(e) }
+            })
             tasks.append(Task { [weak self] in
                 for await e in events { await self?.handle(e) }
                 await self?.transportEnded()

@@ -408,6 +408,8 @@ extension BluetoothHost {
         case let .subscription(h, conn, n, i):
             guard let central = active[conn], let c = lookup(h) else { return }
             peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i))
+        case let .securityNeeded(conn, code):
+            securityNeeded(connection: conn, code)
         case .connected, .disconnected:
             break
         }

@@ -102,8 +102,31 @@ public actor RemotePeripheral {
         return error
     }
 
+    /// Runs a GATT operation. When the peer refuses it for the link's security and the
+    /// host pairs on demand, the link is encrypted (from a bond) or paired to the level
+    /// the error asks for and the operation runs once more.
     private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        do { return try await body() } catch { throw await translate(error) }
+        do { return try await body() } catch {
+            let e = await translate(error)
+            guard host.securityOptions.pairOnDemand, case let BLEError.att(code, _) = e,
+                  [ATTErrorCode.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(code)
+            else { throw e }
+            let current = await host.security(of: connection)
+            // Already encrypted and still refused for encryption: pairing again would not help.
+            let level: SecurityLevel = code == .insufficientAuthentication || current.encrypted ? .authenticated : .encrypted
+            guard current.level < level else { throw e }
+            _ = try await host.secure(connection, level: level)
+            do { return try await body() } catch { throw await translate(error) }
+        }
+    }
+
+    /// The link's security now.
+    public var security: LinkSecurityState { get async { await host.security(of: connection) } }
+
+    /// Encrypts the link (from a bond) or pairs, to at least `level`. Throws `SecurityError`.
+    @discardableResult
+    public func secure(level: SecurityLevel = .encrypted) async throws -> LinkSecurityState {
+        try await host.secure(connection, level: level)
     }
 
     // MARK: FA10

@@ -15,6 +15,10 @@ public actor GATTServer {
         case subscription(valueHandle: UInt16, connection: UInt16, notify: Bool, indicate: Bool)
         case connected(UInt16)
         case disconnected(UInt16)
+        /// A request was refused for the link's security (Insufficient Authentication,
+        /// Encryption or Encryption Key Size): a peripheral answers with a Security
+        /// Request (Vol 3, Part H, §2.4.6).
+        case securityNeeded(connection: UInt16, ATTErrorCode)
     }
 
     /// The event loop the server runs on: the controller's, so serving a request on one
@@ -234,7 +238,7 @@ public actor GATTServer {
             let mtu = bearer.assumeIsolated { $0.mtu }
             let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
             if let response { bearer.assumeIsolated { $0.respond(response) } }
-            report(effects)
+            report(effects, response: response, connection: connection)
         case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
         case .indication:
@@ -251,7 +255,11 @@ public actor GATTServer {
         }
     }
 
-    private func report(_ effects: [GATTServerState.Effect]) {
+    private func report(_ effects: [GATTServerState.Effect], response: ATTPDU?, connection: UInt16) {
+        if case let .errorResponse(_, _, code)? = response,
+           [ATTErrorCode.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(code) {
+            continuation.yield(.securityNeeded(connection: connection, code))
+        }
         for e in effects {
             switch e {
             case let .written(h, v, c): continuation.yield(.written(handle: h, value: v, connection: c))
@@ -270,13 +278,20 @@ public actor GATTServer {
             let mtu = await bearer.mtu
             let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
             if let response { await bearer.respond(response) }
-            report(effects)
+            report(effects, response: response, connection: connection)
         case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
         case .indication:
             // §3.4.7.3: every indication is confirmed, even one nobody here asked for.
             await bearer.confirm()
         }
+    }
+
+    /// What the link now has (after pairing or encryption): later requests are checked
+    /// against it.
+    public func setSecurity(_ s: LinkSecurity, connection handle: UInt16) {
+        guard bearers[handle] != nil else { return }
+        security[handle] = s
     }
 
     /// The connection's bearer is gone: forget what it set. Safe to call more than once.

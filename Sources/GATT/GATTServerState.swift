@@ -12,10 +12,13 @@ public struct LinkSecurity: Hashable, Sendable {
     public var encrypted: Bool
     public var authenticated: Bool
     public var authorized: Bool
-    public init(encrypted: Bool = false, authenticated: Bool = false, authorized: Bool = false) {
+    /// The encryption key size in octets (7...16) while encrypted.
+    public var keySize: Int
+    public init(encrypted: Bool = false, authenticated: Bool = false, authorized: Bool = false, keySize: Int = 16) {
         self.encrypted = encrypted
         self.authenticated = authenticated
         self.authorized = authorized
+        self.keySize = keySize
     }
 }
 
@@ -30,6 +33,9 @@ public struct GATTServerState: Sendable {
     public var database: AttributeDatabase
     /// Prepared writes a connection may queue before Prepare Queue Full.
     public var prepareQueueLimit: Int
+    /// The smallest key size an attribute that needs encryption or authentication
+    /// accepts; a smaller one gets Insufficient Encryption Key Size.
+    public var minimumKeySize = 7
     private var configurations: [UInt16: [UInt16: UInt16]] = [:]  // connection → CCCD handle → value
     private var prepared: [UInt16: [(handle: UInt16, offset: Int, value: [UInt8])]] = [:]
     /// Client Supported Features per connection (§7.2); bit 0 = robust caching.
@@ -224,6 +230,7 @@ public struct GATTServerState: Sendable {
         guard !p.isDisjoint(with: [.read, .readEncrypted, .readAuthenticated, .readAuthorized]) else { return .readNotPermitted }
         if p.contains(.readAuthenticated), !s.authenticated { return .insufficientAuthentication }
         if p.contains(.readEncrypted), !s.encrypted { return .insufficientEncryption }
+        if !p.isDisjoint(with: [.readEncrypted, .readAuthenticated]), s.keySize < minimumKeySize { return .encryptionKeySizeTooShort }
         if p.contains(.readAuthorized), !s.authorized { return .insufficientAuthorization }
         return nil
     }
@@ -234,6 +241,7 @@ public struct GATTServerState: Sendable {
         guard !p.isDisjoint(with: [.write, .writeEncrypted, .writeAuthenticated, .writeAuthorized]) else { return .writeNotPermitted }
         if p.contains(.writeAuthenticated), !s.authenticated { return .insufficientAuthentication }
         if p.contains(.writeEncrypted), !s.encrypted { return .insufficientEncryption }
+        if !p.isDisjoint(with: [.writeEncrypted, .writeAuthenticated]), s.keySize < minimumKeySize { return .encryptionKeySizeTooShort }
         if p.contains(.writeAuthorized), !s.authorized { return .insufficientAuthorization }
         if case .clientConfiguration = a.role, length != 2 { return .invalidAttributeValueLength }
         if a.type == BluetoothUUID(0x2B29), length != 1 { return .invalidAttributeValueLength }

@@ -1,0 +1,84 @@
+// Security through the facade, two of our hosts on the virtual radio: a protected
+// characteristic makes the central pair on demand and retry; the peripheral asks
+// with a Security Request when the central does not; bonds re-encrypt the next link
+// and can be listed and removed; security changes reach the connection events.
+
+import BLE
+import BLETesting
+import Testing
+
+@Suite struct FacadeSecurityTests {
+    static func room(central: SecurityOptions, peripheral: SecurityOptions) async throws -> (BluetoothHost, BluetoothHost, VirtualRadio) {
+        let radio = VirtualRadio()
+        let c = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!), logger: Bench.logger, security: central)
+        let p = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:01:00")!), logger: Bench.logger, security: peripheral)
+        try await c.start()
+        try await p.start()
+        return (c, p, radio)
+    }
+
+    @Test func anEncryptedCharacteristicIsReadAfterPairingOnDemand() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(1)), peripheral: SecurityOptions(random: .seeded(2)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let secret = Characteristic(uuid: uuidB, properties: [.read], permissions: [.readEncrypted], value: [7, 7])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [secret]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let events = c.connectionEvents()
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        #expect(await !remote.security.encrypted)
+        let rc = try await remote.characteristic(uuidB)
+        // Insufficient Encryption → the central pairs (Just Works) and reads again.
+        #expect(try await remote.read(rc) == [7, 7])
+        let state = await remote.security
+        #expect(state.encrypted && state.bonded && state.level == .encrypted)
+        let seen = await collect(events.filter { if case .securityChanged = $0 { return true }; return false }, count: 1, within: .seconds(2))
+        guard case let .securityChanged(conn, s)? = seen.first else { Issue.record("no security event"); return }
+        #expect(conn.handle == remote.connection.handle && s.encrypted)
+        #expect(try await c.bonds().map(\.address) == [BluetoothAddress("C0:00:00:00:01:00")!])
+        #expect(try await p.bonds().map(\.address) == [BluetoothAddress("C0:00:00:00:00:01")!])
+
+        // Next link: the bond's key, no pairing; after removing the bond, refused again.
+        _ = try await remote.disconnect()
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let again = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        let securityEvents = await c.securityEvents()
+        #expect(try await again.secure().bonded)
+        #expect(try await again.read(try await again.characteristic(uuidB)) == [7, 7])
+        let pairings = await collect(securityEvents.filter { if case .paired = $0 { return true }; return false }, count: 1, within: .milliseconds(200))
+        #expect(pairings.isEmpty)
+        #expect(try await c.removeBond(BluetoothAddress("C0:00:00:00:01:00")!, type: .public))
+        #expect(try await c.bonds().isEmpty)
+    }
+
+    @Test func thePeripheralAsksForSecurityWhenTheCentralDoesNotPairOnDemand() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(3), pairOnDemand: false),
+                                                peripheral: SecurityOptions(random: .seeded(4)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let secret = Characteristic(uuid: uuidB, properties: [.read], permissions: [.readEncrypted], value: [9])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [secret]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let peripheralEvents = p.connectionEvents()
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        let rc = try await remote.characteristic(uuidB)
+        await #expect(throws: BLEError.att(.insufficientEncryption, handle: rc.valueHandle)) { _ = try await remote.read(rc) }
+        // The refusal made the peripheral send a Security Request; the central paired.
+        let seen = await collect(peripheralEvents.filter { if case .securityChanged = $0 { return true }; return false }, count: 1, within: .seconds(5))
+        #expect(seen.count == 1)
+        #expect(await remote.security.encrypted)
+        #expect(try await remote.read(rc) == [9])
+    }
+
+    @Test func anAuthenticatedCharacteristicCannotBeReachedWithJustWorks() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(5)), peripheral: SecurityOptions(random: .seeded(6)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let secret = Characteristic(uuid: uuidB, properties: [.read], permissions: [.readAuthenticated], value: [1])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [secret]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        let rc = try await remote.characteristic(uuidB)
+        // Both sides NoInputNoOutput: MITM is impossible; the central, which asked for it,
+        // ends the pairing with Authentication Requirements once it sees the response.
+        await #expect(throws: SecurityError.pairing(.local(.authenticationRequirements))) { _ = try await remote.read(rc) }
+        #expect(await !remote.security.encrypted)
+    }
+}
