@@ -24,14 +24,36 @@ snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/S
 # The frame decoder names signaling fields with L2CAP's types; its `import L2CAP` is dropped too.
 sed '/^import L2CAP$/d' Sources/Snoop/FrameDecoder.swift > "$out/src/FrameDecoder.swift"
 snoop="$snoop $out/src/FrameDecoder.swift"
+# The SMP pairing session needs the security toolbox: BLECrypto and swift-crypto come
+# from the debug build (`swift build`), linked uninstrumented; the SMP sources that do
+# no I/O join the module (their `import HCI` refers to it).
+smp="Sources/SMP/SMPPDU.swift Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift"
+debug=$(swift build --show-bin-path 2>/dev/null || echo .build/debug)
+crypto_objects() {
+  find "$debug"/{BLECrypto,Crypto,_CryptoExtras,CCryptoBoringSSL,CCryptoBoringSSLShims,CryptoBoringWrapper,SwiftASN1}.build -name '*.o' 2>/dev/null
+}
+crypto_flags=(-I "$debug/Modules"
+  -Xcc -fmodule-map-file=.build/checkouts/swift-crypto/Sources/CCryptoBoringSSL/include/module.modulemap
+  -Xcc -fmodule-map-file=.build/checkouts/swift-crypto/Sources/CCryptoBoringSSLShims/include/module.modulemap
+  -Xcc -fmodule-map-file="$debug/CryptoBoringWrapper.build/include/module.modulemap"
+  -Xcc -fmodule-map-file="$debug/Crypto.build/include/module.modulemap"
+  -Xcc -fmodule-map-file="$debug/_CryptoExtras.build/include/module.modulemap"
+  -Xcc -fmodule-map-file="$debug/BLECrypto.build/include/module.modulemap")
 status=0
 for src in Fuzz/Fuzz*.swift; do
   name=$(basename "$src" .swift)
   [ -n "$only" ] && [ "$only" != "$name" ] && continue
   mkdir -p "$out/$name/corpus"
+  extra=()
+  if [ "$name" = FuzzSMP ]; then
+    [ -f "$debug/Modules/BLECrypto.swiftmodule" ] || swift build --target BLECrypto >/dev/null
+    mapfile -t objects < <(crypto_objects)
+    # shellcheck disable=SC2206
+    extra=($smp "${crypto_flags[@]}" "${objects[@]}" -lstdc++)
+  fi
   # One module; the `import HCI` lines in Snoop sources refer to it and are ignored.
   swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name HCI -suppress-warnings \
-    $hci $l2cap $gatt $snoop "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
+    $hci $l2cap $gatt $snoop "${extra[@]}" "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
   cp Fixtures/*.btsnoop "$out/$name/corpus/" 2>/dev/null || true
   args=(-artifact_prefix="$out/$name/" -print_final_stats=0)
   [ "$seconds" != 0 ] && args+=(-max_total_time="$seconds")

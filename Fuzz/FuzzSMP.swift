@@ -1,0 +1,101 @@
+// libFuzzer target: two pairing sessions (`PairingSession`, initiator and responder)
+// wired back to back, with the input steering what happens to each PDU in flight
+// and to the prompts. The first bytes choose both sides' configurations (IO
+// capabilities, SC, MITM, key sizes, keys); then per PDU one op byte: deliver,
+// deliver with one byte changed (position, xor), drop it, deliver it to its sender,
+// inject a PDU of the input's bytes, answer a pending prompt (value bytes), fail
+// encryption, time out a side. Nothing may trap; each side ends at most once and
+// says nothing after; every PDU a session sends decodes; when both complete, they
+// hold the same encryption key.
+import BLECrypto
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
+    let bytes = Array(UnsafeBufferPointer(start: data, count: size))
+    var i = 0
+    func take(_ n: Int) -> [UInt8] {
+        let end = Swift.min(bytes.count, i + n)
+        defer { i = end }
+        return Array(bytes[i..<end])
+    }
+    func byte() -> UInt8 { take(1).first ?? 0 }
+    func config() -> PairingConfiguration {
+        let b = take(3) + [0, 0, 0]
+        return PairingConfiguration(
+            ioCapability: IOCapability(rawValue: b[0] % 6), bonding: b[1] & 1 != 0, mitm: b[1] & 2 != 0,
+            secureConnections: b[1] & 4 != 0, secureConnectionsOnly: b[1] & 8 != 0, maximumKeySize: 7 + b[2] % 10,
+            minimumKeySize: 7 + (b[2] >> 4) % 10, confirmJustWorks: b[1] & 16 != 0,
+            keys: KeyDistribution(rawValue: b[1] >> 5),
+            identity: b[1] & 0x80 != 0 ? IdentityKey(irk: Array(repeating: 1, count: 16), address: .zero, addressType: .public) : nil)
+    }
+    let addresses = PairingAddresses(initiator: .zero, initiatorType: .random, responder: .zero, responderType: .public)
+    var sides = [
+        PairingSession(initiator: true, configuration: config(), addresses: addresses, random: .seeded(1)),
+        PairingSession(initiator: false, configuration: config(), addresses: addresses, random: .seeded(2)),
+    ]
+    var ended = [false, false]
+    var results: [PairingResult?] = [nil, nil]
+    var queue: [(Int, PairingAction)] = sides[0].start().map { (0, $0) }
+    var prompts: [Int] = []
+    var steps = 0
+    func absorb(_ side: Int, _ actions: [PairingAction]) {
+        if ended[side] && !actions.isEmpty { fatalError("side \(side) spoke after it ended: \(actions)") }
+        queue += actions.map { (side, $0) }
+    }
+    while steps < 2_000 {
+        steps += 1
+        if queue.isEmpty {
+            guard !prompts.isEmpty, i < bytes.count else { break }
+            let side = prompts.removeFirst()
+            let v = take(3) + [0, 0, 0]
+            let answer: PairingAnswer = v[0] & 1 == 0 ? .confirmed(v[0] & 2 == 0) : .passkey(v[0] & 2 == 0 ? nil : UInt32(v[1]) << 12 | UInt32(v[2]))
+            absorb(side, sides[side].answer(answer))
+            continue
+        }
+        let (side, action) = queue.removeFirst()
+        let other = 1 - side
+        switch action {
+        case let .send(pdu):
+            let wire = pdu.bytes
+            guard (try? SMPPDU(wire)) == pdu else { fatalError("sent PDU does not decode: \(wire)") }
+            switch byte() % 8 {
+            case 1:
+                var m = wire
+                let at = Int(byte()) % m.count
+                m[at] ^= byte() | 1
+                absorb(other, sides[other].receive(m))
+            case 2:
+                break  // lost
+            case 3:
+                absorb(side, sides[side].receive(wire))
+            case 4:
+                absorb(other, sides[other].receive(take(Int(byte() % 70))))
+                absorb(other, sides[other].receive(wire))
+            case 5:
+                absorb(other, sides[other].timedOut())
+            default:
+                absorb(other, sides[other].receive(wire))
+            }
+        case .prompt:
+            prompts.append(side)
+        case .startEncryption:
+            let ok = byte() % 8 != 0
+            let status: HCIStatus = ok ? .success : .pinOrKeyMissing
+            absorb(other, sides[other].encryptionChanged(status: status, enabled: ok))
+            absorb(side, sides[side].encryptionChanged(status: status, enabled: ok))
+        case .keypress:
+            break
+        case let .completed(r):
+            if ended[side] { fatalError("side \(side) ended twice") }
+            ended[side] = true
+            results[side] = r
+        case .failed:
+            if ended[side] { fatalError("side \(side) ended twice") }
+            ended[side] = true
+        }
+    }
+    if let a = results[0], let b = results[1], a.keys.encryptionKey(asCentral: true) != nil || b.keys.encryptionKey(asCentral: false) != nil {
+        if sides[0].encryptionKey != sides[1].encryptionKey { fatalError("both completed with different keys") }
+    }
+    return 0
+}
