@@ -21,13 +21,14 @@ for f in Sources/GATT/GATTTypes.swift Sources/GATT/GATTClientProcedures.swift; d
   gatt="$gatt $out/src/$(basename "$f")"
 done
 snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift"
-# The frame decoder names signaling fields with L2CAP's types; its `import L2CAP` is dropped too.
-sed '/^import L2CAP$/d' Sources/Snoop/FrameDecoder.swift > "$out/src/FrameDecoder.swift"
-snoop="$snoop $out/src/FrameDecoder.swift"
+# The frame decoder names signaling fields with L2CAP's types and decodes SMP with
+# SMP's PDU codec (which needs only HCI); its `import L2CAP`/`import SMP` are dropped too.
+sed -e '/^import L2CAP$/d' -e '/^import SMP$/d' Sources/Snoop/FrameDecoder.swift > "$out/src/FrameDecoder.swift"
+snoop="$snoop $out/src/FrameDecoder.swift Sources/SMP/SMPPDU.swift"
 # The SMP pairing session needs the security toolbox: BLECrypto and swift-crypto come
 # from the debug build (`swift build`), linked uninstrumented; the SMP sources that do
 # no I/O join the module (their `import HCI` refers to it).
-smp="Sources/SMP/SMPPDU.swift Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift"
+smp="Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift"
 debug=$(swift build --show-bin-path 2>/dev/null || echo .build/debug)
 crypto_objects() {
   find "$debug"/{BLECrypto,Crypto,_CryptoExtras,CCryptoBoringSSL,CCryptoBoringSSLShims,CryptoBoringWrapper,SwiftASN1}.build -name '*.o' 2>/dev/null

@@ -6,6 +6,7 @@
 
 import HCI
 import L2CAP
+import SMP
 
 public struct DecodedFrame: Sendable {
     public var json: JSONValue
@@ -14,7 +15,11 @@ public struct DecodedFrame: Sendable {
 }
 
 public struct FrameDecoder: Sendable {
-    public init() {}
+    /// Show key material (LTK, IRK, CSRK, SMP confirm/random/DHKey check values, the
+    /// LTK in LE Enable Encryption and LTK Request Reply). Off: shown as "<redacted>".
+    public var showKeys: Bool
+
+    public init(showKeys: Bool = false) { self.showKeys = showKeys }
 
     public func decode(_ record: TraceRecord, number: Int, firstTimestamp: Int64) -> DecodedFrame {
         var f = Builder()
@@ -69,7 +74,7 @@ public struct FrameDecoder: Sendable {
             f.summary = "command  \(opcode) [0x\(hex(opcode.rawValue, 4))]"
             do {
                 if let c = try HCICommandRegistry.decode(opcode: opcode, parameters: params) {
-                    let fields = Self.fields(of: c)
+                    let fields = redact(Self.fields(of: c))
                     addParams(fields, into: &f)
                 } else if !params.isEmpty {
                     f.add("params_hex", .string(params.hexString))
@@ -118,7 +123,7 @@ public struct FrameDecoder: Sendable {
                 line += " status=\(s)"
                 let rest = Array(cc.returnParameters.dropFirst())
                 if s.isSuccess, let r = try? HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: rest) {
-                    addParams(Self.fields(of: r), into: &f)
+                    addParams(redact(Self.fields(of: r)), into: &f)
                 } else if !rest.isEmpty {
                     f.add("params_hex", .string(rest.hexString))
                     f.details.append("return parameters: \(rest.hexString)")
@@ -292,10 +297,78 @@ public struct FrameDecoder: Sendable {
             f.summary += " L2CAP dynamic cid=0x\(hex(cid, 4)) \(payload.count) bytes"
         case 0x0006:
             f.add("smp_opcode", .int(Int(op)))
-            f.summary += " SMP opcode=0x\(hex(op, 2))"
+            // A PDU longer than this fragment (Pairing Public Key over 27-byte buffers)
+            // continues in the next ACL packets: named here, not decoded.
+            guard payload.count >= l2len else {
+                f.add("l2cap_fragment", .bool(true))
+                let name = SMPCode(rawValue: op)?.name ?? "opcode 0x\(hex(op, 2))"
+                f.summary += " SMP \(name) (first fragment: \(payload.count) of \(l2len) bytes)"
+                return
+            }
+            decodeSMP(payload, into: &f)
         default:
             f.summary += " L2CAP cid=0x\(hex(cid, 4))"
         }
+    }
+
+    /// An SMP command (Vol 3, Part H, §3), field by field; key material only with `showKeys`.
+    func decodeSMP(_ payload: [UInt8], into f: inout Builder) {
+        let pdu: SMPPDU
+        do { pdu = try SMPPDU(payload) } catch {
+            f.add("smp_error", .string("\(error)"))
+            f.summary += " SMP opcode=0x\(hex(payload[0], 2)) (\(error))"
+            return
+        }
+        f.add("smp_name", .string(pdu.code.name))
+        var fields: [(String, JSONValue)] = []
+        func key(_ name: String, _ bytes: [UInt8]) {
+            // Values on the wire are least significant octet first; shown as the spec writes them.
+            fields.append((name, .string(showKeys ? Array(bytes.reversed()).hexString : "<redacted>")))
+        }
+        func features(_ p: PairingFeatures) {
+            fields += [("io_capability", .string(p.ioCapability.description)), ("oob", .bool(p.oobDataPresent)),
+                       ("bonding", .bool(p.authentication.contains(.bonding))), ("mitm", .bool(p.authentication.contains(.mitm))),
+                       ("sc", .bool(p.authentication.contains(.secureConnections))), ("keypress", .bool(p.authentication.contains(.keypress))),
+                       ("ct2", .bool(p.authentication.contains(.ct2))), ("max_key_size", .int(Int(p.maximumKeySize))),
+                       ("initiator_keys", .string(Self.keyNames(p.initiatorKeys))), ("responder_keys", .string(Self.keyNames(p.responderKeys)))]
+        }
+        switch pdu {
+        case let .pairingRequest(p), let .pairingResponse(p): features(p)
+        case let .pairingConfirm(v): key("confirm", v)
+        case let .pairingRandom(v): key("random", v)
+        case let .pairingFailed(r): fields += [("reason", .int(Int(r.rawValue))), ("reason_name", .string(r.description))]
+        case let .encryptionInformation(ltk): key("ltk", ltk)
+        case let .centralIdentification(ediv, rand):
+            fields += [("ediv", .string(showKeys ? "0x" + hex(ediv, 4) : "<redacted>")), ("rand", .string(showKeys ? "0x" + String(rand, radix: 16) : "<redacted>"))]
+        case let .identityInformation(irk): key("irk", irk)
+        case let .identityAddressInformation(type, address): fields += [("address_type", .string(type.description)), ("address", .string(address.description))]
+        case let .signingInformation(csrk): key("csrk", csrk)
+        case let .securityRequest(a):
+            fields += [("bonding", .bool(a.contains(.bonding))), ("mitm", .bool(a.contains(.mitm))), ("sc", .bool(a.contains(.secureConnections)))]
+        case let .pairingPublicKey(x, y):
+            // Public keys are not secret.
+            fields += [("x", .string(Array(x.reversed()).hexString)), ("y", .string(Array(y.reversed()).hexString))]
+        case let .pairingDHKeyCheck(v): key("dhkey_check", v)
+        case let .keypressNotification(t): fields.append(("notification", .string(t.description)))
+        }
+        addParams(fields, into: &f)
+        let brief = fields.filter { ["io_capability", "mitm", "sc", "reason_name", "address"].contains($0.0) }.map { "\($0.0)=\(Self.text($0.1))" }
+        f.summary += " SMP \(pdu.code.name)" + (brief.isEmpty ? "" : " " + brief.joined(separator: " "))
+    }
+
+    static func keyNames(_ k: KeyDistribution) -> String {
+        var names: [String] = []
+        if k.contains(.encryptionKey) { names.append("EncKey") }
+        if k.contains(.identityKey) { names.append("IdKey") }
+        if k.contains(.signingKey) { names.append("SignKey") }
+        if k.contains(.linkKey) { names.append("LinkKey") }
+        return names.isEmpty ? "none" : names.joined(separator: "|")
+    }
+
+    /// Hides the LTK in LE Enable Encryption / LTK Request Reply unless `showKeys`.
+    func redact(_ fields: [(String, JSONValue)]) -> [(String, JSONValue)] {
+        guard !showKeys else { return fields }
+        return fields.map { $0.0 == "longTermKey" ? ($0.0, .string("<redacted>")) : $0 }
     }
 
     func addParams(_ fields: [(String, JSONValue)], into f: inout Builder) {

@@ -18,13 +18,16 @@ struct Trace: AsyncParsableCommand {
         @Flag(help: "One JSON object per frame on stdout (schema: docs/trace-json.md).")
         var json = false
 
+        @Flag(help: "Show key material (LTK, IRK, CSRK, SMP confirm/random values); hidden by default.")
+        var showKeys = false
+
         func run() async throws {
             guard let data = FileManager.default.contents(atPath: file) else {
                 throw CLIError("cannot read \(file): \(FileManager.default.fileExists(atPath: file) ? "permission denied" : "no such file")")
             }
             let trace: Snoop.Trace
             do { trace = try TraceReader.read([UInt8](data)) } catch { throw CLIError("\(file): \(error)") }
-            let decoder = FrameDecoder()
+            let decoder = FrameDecoder(showKeys: showKeys)
             let first = trace.records.first?.timestampMicros ?? 0
             var out = ""
             out.reserveCapacity(1 << 16)

@@ -14,6 +14,7 @@ import HCI
 import L2CAP
 import Logging
 import SMP
+import Snoop
 import Testing
 import Transports
 
@@ -40,10 +41,19 @@ import Transports
         return Peer(process: p, out: out)
     }
 
-    static func host(_ port: UInt16, _ config: PairingConfiguration, delegate: any PairingDelegate = AutomaticPairingDelegate())
+    static func host(_ port: UInt16, _ config: PairingConfiguration, delegate: any PairingDelegate = AutomaticPairingDelegate(), record: String? = nil)
         async throws -> (HCIController, L2CAPHost, SecurityManager, ControllerInfo)
     {
-        let (controller, l2cap, info) = try await BumbleL2CAPTests.host(port)
+        let (controller, l2cap, info): (HCIController, L2CAPHost, ControllerInfo)
+        if let record {
+            let transport = RecordingTransport(wrapping: try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: Interop.logger), writer: try TraceFileWriter(path: record))
+            controller = HCIController(transport: transport, logger: Interop.logger)
+            info = try await controller.initialize()
+            l2cap = L2CAPHost(controller: controller, logger: Interop.logger)
+            await l2cap.start()
+        } else {
+            (controller, l2cap, info) = try await BumbleL2CAPTests.host(port)
+        }
         let security = SecurityManager(l2cap: l2cap, configuration: config, delegate: delegate, logger: Interop.logger)
         await security.start()
         return (controller, l2cap, security, info)
@@ -53,11 +63,13 @@ import Transports
 
     /// We are central: pair with Bumble's peripheral, read its protected characteristic,
     /// reconnect and encrypt from the bond.
-    func centralPairsAndReEncrypts(sc: Bool, mitm: Bool, bumbleIO: String, ours: PairingConfiguration, passkey: UInt32?) async throws {
+    func centralPairsAndReEncrypts(sc: Bool, mitm: Bool, bumbleIO: String, ours: PairingConfiguration, passkey: UInt32?, fixture: String? = nil) async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
-        let (controller, l2cap, security, _) = try await Self.host(rc.hciPort, ours, delegate: AutomaticPairingDelegate(passkey: passkey))
+        let trace = fixture.map { _ in FileManager.default.temporaryDirectory.appendingPathComponent("smp-\(getpid())-\(UInt32.random(in: 0...UInt32.max)).btsnoop").path }
+        defer { if let trace { try? FileManager.default.removeItem(atPath: trace) } }
+        let (controller, l2cap, security, _) = try await Self.host(rc.hciPort, ours, delegate: AutomaticPairingDelegate(passkey: passkey), record: trace)
         let peer = try Self.launch(python, rc.hciPort, ["peripheral", sc ? "1" : "0", mitm ? "1" : "0", bumbleIO, "123456"])
         defer { RootcanalProcess.kill(peer.process) }
 
@@ -94,6 +106,13 @@ import Transports
         #expect(Self.named(bumble, "encryption").count == 2, "\(bumble)")
         #expect(Self.named(bumble, "pairing-failure").isEmpty, "\(bumble)")
         await controller.close()
+        if let trace, let fixture {
+            try await SMPTraceTests.compareWithTshark(trace)
+            if let keep = ProcessInfo.processInfo.environment["BLE_RECORD_FIXTURES"] {
+                try? FileManager.default.removeItem(atPath: keep + "/" + fixture)
+                try FileManager.default.copyItem(atPath: trace, toPath: keep + "/" + fixture)
+            }
+        }
     }
 
     @Test func secureConnectionsJustWorksAsCentral() async throws {
@@ -102,12 +121,14 @@ import Transports
 
     @Test func secureConnectionsPasskeyAsCentral() async throws {
         try await centralPairsAndReEncrypts(sc: true, mitm: true, bumbleIO: "display",
-                                            ours: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true), passkey: 123_456)
+                                            ours: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true), passkey: 123_456,
+                                            fixture: "rootcanal-smp-sc-passkey.btsnoop")
     }
 
     @Test func legacyPasskeyAsCentral() async throws {
         try await centralPairsAndReEncrypts(sc: false, mitm: true, bumbleIO: "display",
-                                            ours: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: false), passkey: 123_456)
+                                            ours: PairingConfiguration(ioCapability: .keyboardOnly, mitm: true, secureConnections: false), passkey: 123_456,
+                                            fixture: "rootcanal-smp-legacy-passkey.btsnoop")
     }
 
     @Test func legacyJustWorksAsCentral() async throws {
@@ -193,5 +214,57 @@ import Transports
     @Test func secureConnectionsNumericComparisonAsPeripheral() async throws {
         try await peripheralIsPairedAndReEncrypted(sc: true, mitm: true, bumbleIO: "display-yes-no",
                                                    ours: PairingConfiguration(ioCapability: .displayYesNo, mitm: true))
+    }
+}
+
+/// Our decode of SMP frames in captures of real pairings (recorded from the Bumble
+/// sessions above; committed under Fixtures/), field by field against tshark's.
+@Suite struct SMPTraceTests {
+    static func compareWithTshark(_ path: String) async throws {
+        guard let tshark = try Interop.tshark() else { return }
+        let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))
+        let ours = trace.records.enumerated().map { FrameDecoder(showKeys: true).decode($1, number: $0 + 1, firstTimestamp: 0).json }
+        let fields = ["frame.number", "btsmp.opcode", "btsmp.io_capability", "btsmp.max_enc_key_size", "btsmp.reason", "btsmp.long_term_key", "btsmp.bd_addr"]
+        let out = try await Interop.run(tshark, ["-r", path, "-Y", "btsmp", "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })
+        let rows = out.split(separator: "\n").map { $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init) }
+        let smpFrames = ours.filter { $0["smp_opcode"] != nil }
+        #expect(rows.count == smpFrames.count && rows.count >= 8, "tshark SMP frames \(rows.count), ours \(smpFrames.count)")
+        func num(_ s: String) -> Int? { s.hasPrefix("0x") ? Int(s.dropFirst(2), radix: 16) : Int(s) }
+        // In order: tshark numbers a reassembled PDU by its last fragment, we by its first.
+        for (row, j) in zip(rows, smpFrames) where row.count == fields.count {
+            let n = row[0]
+            #expect(j["smp_opcode"] == num(row[1]).map(JSONValue.int), "frame \(n)")
+            #expect(j["smp_error"] == nil, "frame \(n)")
+            guard case let .object(params)? = j["params"] else { continue }
+            let p = Dictionary(params, uniquingKeysWith: { a, _ in a })
+            if let io = num(row[2]) { #expect(p["io_capability"] == .string(IOCapability(rawValue: UInt8(io)).description), "frame \(n)") }
+            if let size = num(row[3]) { #expect(p["max_key_size"] == .int(size), "frame \(n)") }
+            if let reason = num(row[4]) { #expect(p["reason"] == .int(reason), "frame \(n)") }
+            if !row[5].isEmpty {
+                // tshark prints the key bytes in wire order; we print them as the spec writes them.
+                let wire = row[5].replacingOccurrences(of: ":", with: "")
+                let ourKey = { if case let .string(s)? = p["ltk"] { return s }; return "" }()
+                #expect(Array(wire.utf8.chunked()).reversed().joined() == ourKey, "frame \(n)")
+            }
+            if !row[6].isEmpty { #expect(p["address"] == .string(row[6].uppercased()), "frame \(n)") }
+        }
+    }
+
+    @Test(arguments: ["rootcanal-smp-sc-passkey.btsnoop", "rootcanal-smp-legacy-passkey.btsnoop"])
+    func fixturesAgreeWithTshark(fixture: String) async throws {
+        try await Self.compareWithTshark(Interop.root + "/Fixtures/" + fixture)
+    }
+}
+
+extension Sequence where Element == UInt8 {
+    /// Hex text split into two-character octets.
+    func chunked() -> [String] {
+        var out: [String] = []
+        var current: [UInt8] = []
+        for c in self {
+            current.append(c)
+            if current.count == 2 { out.append(String(decoding: current, as: UTF8.self)); current = [] }
+        }
+        return out
     }
 }

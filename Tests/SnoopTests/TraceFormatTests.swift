@@ -179,3 +179,32 @@ struct TraceFormatTests {
         #expect(status["status"] == .int(0))
     }
 }
+
+/// SMP in captures of our pairings with Bumble (Fixtures/rootcanal-smp-*.btsnoop,
+/// recorded by BumbleSMPTests; tshark's view of the same files is checked there).
+struct SMPDecodeTests {
+    static func frames(_ fixture: String, showKeys: Bool) throws -> [JSONValue] {
+        let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
+        let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: root + "/Fixtures/" + fixture))))
+        let d = FrameDecoder(showKeys: showKeys)
+        return trace.records.enumerated().map { d.decode($1, number: $0 + 1, firstTimestamp: 0).json }
+    }
+
+    @Test(arguments: ["rootcanal-smp-sc-passkey.btsnoop", "rootcanal-smp-legacy-passkey.btsnoop"])
+    func everySMPFrameDecodesAndKeysStayHiddenUnlessAsked(fixture: String) throws {
+        let hidden = try Self.frames(fixture, showKeys: false).filter { $0["smp_opcode"] != nil }
+        let shown = try Self.frames(fixture, showKeys: true).filter { $0["smp_opcode"] != nil }
+        #expect(hidden.count >= 8)
+        #expect(hidden.allSatisfy { $0["smp_error"] == nil })
+        let names = Set(hidden.compactMap { if case let .string(s)? = $0["smp_name"] { return s }; return nil })
+        #expect(names.isSuperset(of: ["Pairing Request", "Pairing Response", "Pairing Confirm", "Pairing Random", "Identity Information"]))
+        func keys(_ frames: [JSONValue]) -> [String] {
+            frames.compactMap { f -> String? in
+                guard case let .object(p)? = f["params"] else { return nil }
+                return p.first { ["irk", "ltk", "confirm", "random", "dhkey_check"].contains($0.0) }.flatMap { if case let .string(s) = $0.1 { return s }; return nil }
+            }
+        }
+        #expect(!keys(hidden).isEmpty && keys(hidden).allSatisfy { $0 == "<redacted>" })
+        #expect(keys(shown).allSatisfy { $0.count == 32 && $0 != "<redacted>" })
+    }
+}
