@@ -89,7 +89,7 @@ let package = Package(
         .executableTarget(
             name: "btctl",
             dependencies: [
-                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm",
+                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm", "SMP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

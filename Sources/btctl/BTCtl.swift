@@ -16,7 +16,7 @@ struct BTCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "btctl",
         abstract: "Drive a Bluetooth LE controller over HCI, and read HCI traces.",
-        subcommands: [Demo.self, Info.self, List.self, Scan.self, Advertise.self, Trace.self, Gatt.self, L2CAP_.self])
+        subcommands: [Demo.self, Info.self, List.self, Scan.self, Advertise.self, Trace.self, Gatt.self, L2CAP_.self, Pair.self, Bonds.self])
 }
 
 /// Options every controller-facing command takes.

@@ -1,0 +1,178 @@
+// btctl pair / btctl bonds: pairing with a peer from the terminal (prompts on the
+// terminal, or as JSON events with --json), and the bonds kept in the per-adapter
+// bond file (docs/btctl.md).
+
+import ArgumentParser
+import Foundation
+import HCI
+import L2CAP
+import SMP
+import Snoop
+import Transports
+
+/// Where bonds are kept: --bonds FILE, else the adapter's default file.
+struct BondOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("The bond file (default: $XDG_STATE_HOME/swift-ble/bonds-<adapter>.json).", valueName: "FILE"))
+    var bonds: String?
+
+    func store(adapter: BluetoothAddress) -> FileBondStore { FileBondStore(path: bonds ?? FileBondStore.defaultPath(adapter: adapter)) }
+}
+
+struct Pair: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Connect to a peer as central and pair (bonding unless --no-bond).",
+        discussion: "Prompts (passkey to type, number to compare) go to the terminal, or with --json are events on stdout answered on stdin.")
+    @OptionGroup var options: ControllerOptions
+    @OptionGroup var peer: PeerOptions
+    @OptionGroup var store: BondOptions
+    @Option(help: "Our IO capability: display-only, display-yes-no, keyboard-only, no-input-no-output, keyboard-display.",
+            transform: { s in
+                guard let io = IOCapability(argument: s) else { throw ValidationError("unknown IO capability '\(s)'") }
+                return io
+            })
+    var ioCapability: IOCapability = .keyboardDisplay
+    @Flag(help: "Require MITM protection (an authenticated key).")
+    var mitm = false
+    @Flag(help: "LE legacy pairing only (no Secure Connections).")
+    var legacy = false
+    @Flag(help: "Refuse LE legacy pairing.")
+    var secureConnectionsOnly = false
+    @Flag(inversion: .prefixedNo, help: "Store the keys (bond).")
+    var bond = true
+    @Option(help: "Type this passkey when asked instead of reading it from the terminal.")
+    var passkey: UInt32?
+    @Flag(help: "Accept numeric comparison and Just Works without asking.")
+    var yes = false
+    @Option(help: "The smallest encryption key size accepted (7...16).")
+    var minimumKeySize: UInt8 = 7
+
+    func validate() throws {
+        guard (7...16).contains(minimumKeySize) else { throw ValidationError("--minimum-key-size must be 7...16") }
+        if let passkey, passkey > 999_999 { throw ValidationError("--passkey must be 0...999999") }
+        if legacy && secureConnectionsOnly { throw ValidationError("--legacy and --secure-connections-only exclude each other") }
+    }
+
+    func run() async throws {
+        let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
+        defer { writer?.close() }
+        let adapter = await controller.info?.address ?? .zero
+        let config = PairingConfiguration(ioCapability: ioCapability, bonding: bond, mitm: mitm, secureConnections: !legacy,
+                                          secureConnectionsOnly: secureConnectionsOnly, minimumKeySize: minimumKeySize)
+        let security = SecurityManager(l2cap: host, configuration: config, store: store.store(adapter: adapter),
+                                       delegate: TerminalPairingDelegate(json: options.json, passkey: passkey, yes: yes), logger: options.logger)
+        await security.start()
+        let target = "\(connection.peer)\(connection.peerType == .random ? "/random" : "")"
+        let level: SecurityLevel = mitm ? .authenticated : .encrypted
+        do {
+            let result = try await security.pair(handle: connection.handle, level: level)
+            let s = result.security
+            if options.json {
+                emit(.object([("event", .string("paired")), ("peer", .string(target)), ("method", .string(result.method.description)),
+                              ("level", .string(s.level.description)), ("key_size", .int(s.keySize)), ("secure_connections", .bool(s.secureConnections)),
+                              ("bonded", .bool(result.bonding)), ("identity", result.keys.peerIdentity.map { .string($0.address.description) } ?? .null)]))
+            } else {
+                print("paired with \(target): \(result.method), \(s)" + (result.keys.peerIdentity.map { ", identity \($0.address)" } ?? ""))
+            }
+        } catch {
+            _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+            await controller.close()
+            throw CLIError("pairing with \(target) failed: \(error)")
+        }
+        _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+        await controller.close()
+    }
+}
+
+/// Prompts on the terminal: the passkey to show, the passkey to type, a number to
+/// confirm. With --json each prompt is an event on stdout and the answer a line on stdin.
+struct TerminalPairingDelegate: PairingDelegate {
+    let json: Bool
+    let passkey: UInt32?
+    let yes: Bool
+
+    func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer {
+        switch prompt {
+        case let .displayPasskey(n):
+            say(["event": .string("display-passkey"), "passkey": .string(PairingPrompt.sixDigits(n))], "passkey for \(peer): \(PairingPrompt.sixDigits(n))")
+            return .confirmed(true)
+        case .enterPasskey:
+            if let passkey { return .passkey(passkey) }
+            say(["event": .string("enter-passkey")], "enter the passkey \(peer) shows: ")
+            guard let line = await readLine(), let v = UInt32(line.trimmingCharacters(in: .whitespaces)), v <= 999_999 else { return .passkey(nil) }
+            return .passkey(v)
+        case let .confirmNumber(n):
+            if yes { return .confirmed(true) }
+            say(["event": .string("confirm-number"), "number": .string(PairingPrompt.sixDigits(n))], "does \(peer) show \(PairingPrompt.sixDigits(n))? [y/N] ")
+            return .confirmed(await readLine().map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
+        case .confirmPairing:
+            if yes { return .confirmed(true) }
+            say(["event": .string("confirm-pairing")], "pair with \(peer) (Just Works, no MITM protection)? [y/N] ")
+            return .confirmed(await readLine().map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
+        }
+    }
+
+    func say(_ fields: KeyValuePairs<String, JSONValue>, _ text: String) {
+        if json { emit(.object(fields.map { ($0.key, $0.value) })) } else { FileHandle.standardError.write(Data(text.utf8) + (text.hasSuffix(" ") ? Data() : Data("\n".utf8))) }
+    }
+
+    /// A line from standard input, read off the cooperative pool.
+    func readLine() async -> String? {
+        await withCheckedContinuation { c in
+            Thread.detachNewThread { c.resume(returning: Swift.readLine()) }
+        }
+    }
+}
+
+struct Bonds: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List or remove the bonds in the adapter's bond file.", subcommands: [List.self, Remove.self], defaultSubcommand: List.self)
+
+    /// The bond store: --bonds FILE, else the default file of the adapter -t names (its BD_ADDR is read).
+    static func store(_ options: ControllerOptions, _ bonds: BondOptions) async throws -> FileBondStore {
+        if let path = bonds.bonds { return FileBondStore(path: path) }
+        let (controller, writer) = try await options.openController()
+        defer { writer?.close() }
+        let address = try await controller.send(ReadBDADDR()).address
+        await controller.close()
+        return bonds.store(adapter: address)
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the bonds (never the keys).")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var bonds: BondOptions
+
+        func run() async throws {
+            let store = try await Bonds.store(options, bonds)
+            let list: [Bond]
+            do { list = try store.bonds() } catch { throw CLIError("\(store.path): \(error)") }
+            for b in list {
+                if options.json {
+                    emit(.object([("address", .string(b.address.description)), ("type", .string(b.addressType.description)),
+                                  ("level", .string(b.security?.level.description ?? "none")), ("key_size", .int(b.security?.keySize ?? 0)),
+                                  ("irk", .bool(b.keys.peerIdentity != nil)), ("csrk", .bool(b.keys.peerCSRK != nil)),
+                                  ("link_addresses", .array(b.linkAddresses.map { .string($0.address.description) }))]))
+                } else {
+                    print(b.description)
+                }
+            }
+            if !options.json && list.isEmpty { FileHandle.standardError.write(Data("no bonds in \(store.path)\n".utf8)) }
+        }
+    }
+
+    struct Remove: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Forget the bond with a peer.")
+        @OptionGroup var options: ControllerOptions
+        @OptionGroup var bonds: BondOptions
+        @Argument(help: "The peer: XX:XX:XX:XX:XX:XX[/random|/public] (default public).")
+        var peer: PeerAddress
+
+        func run() async throws {
+            let store = try await Bonds.store(options, bonds)
+            let removed: Bool
+            do { removed = try store.remove(address: peer.address, type: peer.type) } catch { throw CLIError("\(store.path): \(error)") }
+            guard removed else { throw CLIError("no bond with \(peer.description) in \(store.path)") }
+            if options.json { emit(.object([("event", .string("removed")), ("peer", .string(peer.description))])) } else { print("removed \(peer.description)") }
+        }
+    }
+}

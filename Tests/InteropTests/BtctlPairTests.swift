@@ -1,0 +1,62 @@
+// `btctl pair` and `btctl bonds` as a user runs them: a real btctl process on
+// Rootcanal pairs with Bumble's peripheral (Secure Connections, Bumble displays the
+// passkey, btctl types it from --passkey), stores the bond in a 0600 file, lists it
+// (no keys printed) and removes it.
+
+import BLETesting
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BtctlPairTests {
+    static func run(_ args: [String]) throws -> (status: Int32, out: String, err: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: BtctlGATTTests.btctl)
+        p.arguments = args
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        defer { if p.isRunning { p.terminate() } }
+        let o = out.fileHandleForReading.readDataToEndOfFile(), e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    }
+
+    @Test func pairStoresABondThatBondsListsAndRemoves() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard FileManager.default.isExecutableFile(atPath: BtctlGATTTests.btctl) else {
+            if Interop.required { Issue.record("btctl is not built at \(BtctlGATTTests.btctl)") }
+            return
+        }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral", "1", "1", "display", "123456"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-\(getpid()).json").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+
+        let paired = try Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
+                                   "--bonds", file, "--json", "-t", rc.transportSpec])
+        #expect(paired.status == 0, "\(paired.err)")
+        #expect(paired.out.contains("\"event\":\"paired\"") && paired.out.contains("\"method\":\"Passkey Entry\"") && paired.out.contains("\"level\":\"secure-connections\""), "\(paired.out)")
+        let attributes = try FileManager.default.attributesOfItem(atPath: file)
+        #expect((attributes[.posixPermissions] as? Int) == 0o600)
+
+        let listed = try Self.run(["bonds", "list", "--bonds", file, "--json"])
+        #expect(listed.status == 0, "\(listed.err)")
+        #expect(listed.out.split(separator: "\n").count == 1 && listed.out.contains("\"irk\":true"), "\(listed.out)")
+        // Keys are never printed.
+        let text = try Self.run(["bonds", "--bonds", file])
+        let stored = try String(contentsOfFile: file, encoding: .utf8)
+        #expect(text.out.contains("secure-connections") && !text.out.contains("key\":"), "\(text.out)")
+        #expect(stored.contains("\"key\""))  // (they are in the file, which only we can read)
+
+        let identity = try #require(listed.out.split(separator: "\"").drop { $0 != "address" }.dropFirst(2).first.map(String.init))
+        let removed = try Self.run(["bonds", "remove", identity, "--bonds", file])
+        #expect(removed.status == 0, "\(removed.err)")
+        #expect(try Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
+        let again = try Self.run(["bonds", "remove", identity, "--bonds", file])
+        #expect(again.status != 0 && again.err.contains("no bond"), "\(again.err)")
+    }
+}
