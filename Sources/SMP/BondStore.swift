@@ -178,9 +178,10 @@ public final class FileBondStore: BondStore {
         guard fd >= 0 else { throw BondStoreError.io(path: temporary, errno: errno) }
         var failed: Int32 = 0
         data.withUnsafeBytes { raw in
+            guard let base = raw.baseAddress else { return }
             var offset = 0
             while offset < raw.count {
-                let n = Glibc.write(fd, raw.baseAddress! + offset, raw.count - offset)
+                let n = Glibc.write(fd, base + offset, raw.count - offset)
                 if n < 0 { if errno == EINTR { continue }; failed = errno; return }
                 offset += n
             }

@@ -193,7 +193,6 @@ public struct PairingSession: Sendable {
     var na: [UInt8] = [], nb: [UInt8] = []
     var passkey: UInt32?
     var round = 0
-    var userConfirmed = false
     var peerCheck: [UInt8]?
     var macKey: [UInt8] = []
 
@@ -300,7 +299,6 @@ public struct PairingSession: Sendable {
                 return try passkeyKnown(value)
             case let (.confirmed(ok), .waitUser):
                 guard ok else { return fail(method == .numericComparison ? .numericComparisonFailed : .unspecifiedReason) }
-                userConfirmed = true
                 return try userAccepted()
             default:
                 return []
@@ -577,7 +575,6 @@ public struct PairingSession: Sendable {
             step = .waitUser
             return out + [.prompt(.confirmPairing)]
         }
-        userConfirmed = true
         return out + (try stageTwo())
     }
 

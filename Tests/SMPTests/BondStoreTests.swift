@@ -1,0 +1,66 @@
+// The file bond store: written atomically with mode 0600, read back by a new store
+// (a restart), replaced and removed per peer, a corrupt file is a typed error; and
+// resolvable private addresses against the spec's ah example.
+
+import Foundation
+import HCI
+import SMP
+import Testing
+
+@Suite struct BondStoreTests {
+    static func bond(_ text: String, irk: [UInt8]? = nil) -> Bond {
+        let address = BluetoothAddress(text)!
+        let ltk = LongTermKey(key: Array(0..<16), authenticated: true, secureConnections: true)
+        return Bond(address: address, addressType: .public,
+                    keys: PairingKeys(peerLTK: ltk, peerIdentity: irk.map { IdentityKey(irk: $0, address: address, addressType: .public) }))
+    }
+
+    @Test func aFileStoreSurvivesARestartAndKeepsItsFilePrivate() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-\(getpid())-\(UInt32.random(in: 0...UInt32.max))").path
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/nested/bonds.json"
+        let store = FileBondStore(path: path)
+        #expect(try store.bonds().isEmpty)  // no file yet: empty
+        try store.save(Self.bond("00:11:22:33:44:55"))
+        try store.save(Self.bond("00:11:22:33:44:66"))
+        var replaced = Self.bond("00:11:22:33:44:55")
+        replaced.clientConfigurations = [0x0012: 0x0001]
+        try store.save(replaced)
+        let attributes = try FileManager.default.attributesOfItem(atPath: path)
+        #expect(attributes[.posixPermissions] as? Int == 0o600)
+        #expect(!FileManager.default.fileExists(atPath: path + ".tmp"))
+
+        let reopened = FileBondStore(path: path)
+        let bonds = try reopened.bonds()
+        #expect(bonds.count == 2)
+        #expect(bonds.first { $0.address == BluetoothAddress("00:11:22:33:44:55")! }?.clientConfigurations == [0x0012: 0x0001])
+        #expect(bonds.first?.keys.peerLTK?.key == Array(0..<16))
+        #expect(try reopened.remove(address: BluetoothAddress("00:11:22:33:44:66")!, type: .public))
+        #expect(try !reopened.remove(address: BluetoothAddress("00:11:22:33:44:66")!, type: .public))
+        #expect(try FileBondStore(path: path).bonds().count == 1)
+        // The description names the keys held, never their bytes.
+        #expect(!bonds[0].description.contains("0, 1, 2"))
+
+        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: path))
+        #expect(throws: BondStoreError.self) { try FileBondStore(path: path).bonds() }
+    }
+
+    @Test func aBondRecognisesItsPeersPrivateAddresses() throws {
+        // ah's example (Vol 3, Part H, D.7): IRK ec0234a3..., prand 708194 → hash 0dfbaa,
+        // so the RPA is 70:81:94:0D:FB:AA. IRKs are kept least significant octet first.
+        let irk = Array(hex("ec0234a3 57c8ad05 341010a6 0a397d9b").reversed())
+        let rpa = BluetoothAddress("70:81:94:0D:FB:AA")!
+        #expect(ResolvablePrivateAddress.isResolvable(rpa))
+        #expect(ResolvablePrivateAddress.resolves(rpa, irk: irk))
+        #expect(!ResolvablePrivateAddress.resolves(BluetoothAddress("70:81:94:0D:FB:AB")!, irk: irk))
+        let b = Self.bond("00:11:22:33:44:55", irk: irk)
+        #expect(b.matches(rpa, type: .random))
+        #expect(!b.matches(rpa, type: .public))
+        #expect(InMemoryBondStore([b]).bond(for: rpa, type: .random) == b)
+        // Generated addresses resolve under their IRK and are fresh each time.
+        let random = SecurityRandom.seeded(9)
+        let a1 = try #require(ResolvablePrivateAddress.generate(irk: irk, random: random))
+        let a2 = try #require(ResolvablePrivateAddress.generate(irk: irk, random: random))
+        #expect(a1 != a2 && ResolvablePrivateAddress.resolves(a1, irk: irk) && ResolvablePrivateAddress.resolves(a2, irk: irk))
+    }
+}
