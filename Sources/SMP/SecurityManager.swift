@@ -76,8 +76,8 @@ public actor SecurityManager {
     let random: SecurityRandom
     /// A clock for the SMP timer and back-off in tests; nil: the loop's own timers.
     let clock: (any Clock<Duration>)?
-    /// The SMP timeout (§3.4: 30 s).
-    public var timeout: Duration = .seconds(30)
+    /// The SMP timeout (§3.4: 30 s): a pairing, or a Security Request nobody answers.
+    public let timeout: Duration
 
     struct Link {
         var connection: L2CAPHost.Connection
@@ -100,8 +100,9 @@ public actor SecurityManager {
 
     public init(l2cap: L2CAPHost, configuration: PairingConfiguration = PairingConfiguration(), store: any BondStore = InMemoryBondStore(),
                 delegate: any PairingDelegate = AutomaticPairingDelegate(), random: SecurityRandom = .system,
-                clock: (any Clock<Duration>)? = nil, logger: Logger) {
+                clock: (any Clock<Duration>)? = nil, timeout: Duration = .seconds(30), logger: Logger) {
         self.l2cap = l2cap
+        self.timeout = timeout
         self.configuration = configuration
         self.store = store
         self.delegate = delegate
@@ -286,7 +287,11 @@ public actor SecurityManager {
                 return
             }
             if let key = bondKey(for: link, level: level) { encrypt(handle: handle, key: key) } else { beginPairing(handle: handle, level: level) }
-        case (.pairingFailed, _), (.keypressNotification, _):
+        case let (.pairingFailed(reason), _):
+            // The answer to our Security Request (e.g. a central without SMP: Pairing Not Supported).
+            finished(handle: handle)
+            failWaiters(handle: handle, SecurityError.pairing(.remote(reason)), pairing: true)
+        case (.keypressNotification, _):
             return
         default:
             send(.pairingFailed(.unspecifiedReason), handle: handle)
@@ -406,8 +411,9 @@ public actor SecurityManager {
 
     func send(_ pdu: SMPPDU, handle: UInt16) {
         l2cap.assumeIsolated { _ = $0.enqueue(pdu.bytes, on: .securityManager, handle: handle) }
-        // §3.4: the timer restarts whenever a command is queued during a pairing.
-        guard links[handle]?.session != nil else { return }
+        // §3.4: the timer restarts whenever a command is queued during a pairing; a
+        // Security Request starts it too, so an unanswered one ends its waiters.
+        guard links[handle]?.session != nil || pdu.code == .securityRequest else { return }
         links[handle]?.timer?.cancel()
         links[handle]?.timer = LoopTimer(after: timeout, on: l2cap.loop, clock: clock) { [weak self] in
             self?.assumeIsolated { $0.timedOut(handle: handle) }
@@ -415,7 +421,13 @@ public actor SecurityManager {
     }
 
     func timedOut(handle: UInt16) {
-        guard var link = links[handle], var session = link.session else { return }
+        guard var link = links[handle] else { return }
+        guard var session = link.session else {
+            // A Security Request nobody answered.
+            links[handle]?.timer = nil
+            failWaiters(handle: handle, SecurityError.pairing(.timeout), pairing: true)
+            return
+        }
         let actions = session.timedOut()
         link.session = session
         link.smpDisabled = true
@@ -475,10 +487,7 @@ public actor SecurityManager {
             break
         }
         emit(.pairingFailed(handle: handle, peer: link.connection.peer, error))
-        let pairWaiters = link.pairWaiters
-        links[handle]?.pairWaiters = []
-        for w in pairWaiters { w.resume(throwing: SecurityError.pairing(error)) }
-        failWaiters(handle: handle, SecurityError.pairing(error))
+        failWaiters(handle: handle, SecurityError.pairing(error), pairing: true)
     }
 
     func resolveWaiters(handle: UInt16) {
@@ -492,10 +501,15 @@ public actor SecurityManager {
         }
     }
 
-    func failWaiters(handle: UInt16, _ error: SecurityError) {
+    /// Ends the link's `secure` waiters (and, with `pairing`, its `pair` waiters) with `error`.
+    func failWaiters(handle: UInt16, _ error: SecurityError, pairing: Bool = false) {
         let waiters = links[handle]?.waiters ?? []
         links[handle]?.waiters = []
         for w in waiters { w.continuation.resume(throwing: error) }
+        guard pairing else { return }
+        let pairWaiters = links[handle]?.pairWaiters ?? []
+        links[handle]?.pairWaiters = []
+        for w in pairWaiters { w.resume(throwing: error) }
     }
 
     func report(_ actions: [PairingAction], link: Link) {

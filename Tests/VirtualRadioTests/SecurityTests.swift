@@ -161,6 +161,29 @@ struct SecurityTests {
     }
 }
 
+extension SecurityTests {
+    @Test func aSecurityRequestToACentralWithoutSMPEndsWithItsAnswer() async throws {
+        let radio = VirtualRadio()
+        let (la, lb, ah, _) = try await ChannelTests.link(radio)  // the central (b) has no Security Manager
+        let sa = SecurityManager(l2cap: la, random: .seeded(1), logger: VirtualRadioTests.logger)
+        await sa.start()
+        // Its L2CAP answers SMP with Pairing Failed, Pairing Not Supported.
+        await #expect(throws: SecurityError.pairing(.remote(.pairingNotSupported))) { try await sa.secure(handle: ah) }
+        #expect(await lb.currentConnections.count == 1)  // (b stays alive to answer)
+    }
+
+    @Test func anUnansweredSecurityRequestTimesOut() async throws {
+        let radio = VirtualRadio()
+        let (la, lb, ah, _) = try await ChannelTests.link(radio)
+        let swallowed = await lb.frames(on: .securityManager)  // the central reads SMP and never answers
+        let sa = SecurityManager(l2cap: la, random: .seeded(1), timeout: .milliseconds(200), logger: VirtualRadioTests.logger)
+        await sa.start()
+        await #expect(throws: SecurityError.pairing(.timeout)) { try await sa.secure(handle: ah) }
+        var it = swallowed.makeAsyncIterator()
+        #expect(await it.next()?.payload.first == SMPCode.securityRequest.rawValue)
+    }
+}
+
 struct DisplayingDelegate: PairingDelegate {
     func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer { .confirmed(true) }
 }
