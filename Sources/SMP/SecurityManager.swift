@@ -155,9 +155,7 @@ public actor SecurityManager {
             if link.connection.role == .central {
                 if let key = bondKey(for: link, level: level) { encrypt(handle: handle, key: key) } else { beginPairing(handle: handle, level: level) }
             } else {
-                var a = configuration.authentication
-                if level >= .authenticated { a.insert(.mitm) }
-                send(.securityRequest(a), handle: handle)
+                requestSecurity(handle: handle, level: level)
             }
         }
     }
@@ -171,13 +169,7 @@ public actor SecurityManager {
         return try await withCheckedThrowingContinuation { c in
             links[handle]?.pairWaiters.append(c)
             guard link.session == nil else { return }
-            if link.connection.role == .central {
-                beginPairing(handle: handle, level: level)
-            } else {
-                var a = configuration.authentication
-                if level >= .authenticated { a.insert(.mitm) }
-                send(.securityRequest(a), handle: handle)
-            }
+            if link.connection.role == .central { beginPairing(handle: handle, level: level) } else { requestSecurity(handle: handle, level: level) }
         }
     }
 
@@ -203,6 +195,14 @@ public actor SecurityManager {
         link.session = session
         links[handle] = link
         perform(actions, handle: handle)
+    }
+
+    /// Peripheral: asks the central to pair or encrypt (Security Request, §3.6.7),
+    /// with MITM when `level` needs authentication.
+    func requestSecurity(handle: UInt16, level: SecurityLevel) {
+        var a = configuration.authentication
+        if level >= .authenticated { a.insert(.mitm) }
+        send(.securityRequest(a), handle: handle)
     }
 
     func addresses(_ link: Link) -> PairingAddresses {
