@@ -194,7 +194,6 @@ public struct PairingSession: Sendable {
     var passkey: UInt32?
     var round = 0
     var peerCheck: [UInt8]?
-    var macKey: [UInt8] = []
 
     /// The key the link is (to be) encrypted with: the STK or SC LTK, PDU order.
     public private(set) var encryptionKey: LongTermKey?
@@ -359,7 +358,6 @@ public struct PairingSession: Sendable {
         // The responder sets only keys the initiator asked for (§3.6.1).
         rsp.initiatorKeys = f.initiatorKeys.intersection(rsp.initiatorKeys)
         rsp.responderKeys = f.responderKeys.intersection(rsp.responderKeys)
-        rsp.authentication.formIntersection(AuthenticationRequirements([.bonding, .mitm, .secureConnections]))
         if !f.authentication.contains(.bonding) { rsp.authentication.remove(.bonding) }
         response = rsp
         var out: [PairingAction] = [.send(.pairingResponse(rsp))]
@@ -590,7 +588,6 @@ public struct PairingSession: Sendable {
         let a1 = [addresses.initiatorType.rawValue & 1] + addresses.initiator.bytes.reversed()
         let a2 = [addresses.responderType.rawValue & 1] + addresses.responder.bytes.reversed()
         let (mac, ltk) = try SecurityToolbox.f5(w: dhKey, n1: na, n2: nb, a1: a1, a2: a2)
-        macKey = mac
         encryptionKey = LongTermKey(key: mask(ltk).reversed(), keySize: keySize, authenticated: method?.authenticated ?? false, secureConnections: true)
         let r = passkey.map(Self.passkeyBlock) ?? [UInt8](repeating: 0, count: 16)
         let ioA = [req.authentication.rawValue, req.oobDataPresent ? 1 : 0, req.ioCapability.rawValue]

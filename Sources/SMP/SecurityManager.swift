@@ -339,7 +339,9 @@ public actor SecurityManager {
         guard var link = links[handle] else { return }
         if var session = link.session, session.encryptionKey != nil {
             if status.isSuccess && enabled, let k = session.encryptionKey {
-                link.security = LinkSecurityState(encrypted: true, authenticated: k.authenticated, secureConnections: k.secureConnections, keySize: k.keySize)
+                // The pairing's key; bonded only once the pairing completes and is stored.
+                link.security = k.security
+                link.security.bonded = false
             }
             let actions = session.encryptionChanged(status: status, enabled: enabled)
             link.session = session
