@@ -5,7 +5,10 @@
 // I/O; Transports is the only target that touches file descriptors.
 import PackageDescription
 
-let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
+// NonisolatedNonsendingByDefault: a nonisolated async function runs on its caller's executor, so the
+// stack stays on the controller's loop instead of hopping to the global pool and back
+// (which made the order of events across tasks depend on thread timing).
+let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("NonisolatedNonsendingByDefault")]
 
 let package = Package(
     name: "swift-ble-host",
@@ -64,7 +67,8 @@ let package = Package(
             swiftSettings: strict),
         .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
         .target(
-            name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "SMP", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],
+            name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "SMP", "Snoop", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
+                                      .product(name: "DequeModule", package: "swift-collections")],
             swiftSettings: strict),
         .target(name: "FireAlarm", dependencies: ["BLE", "VirtualHCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         // The in-process radio with software LE controllers: a product (btctl demo and the
@@ -118,7 +122,7 @@ let package = Package(
             name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "SMP"], swiftSettings: strict),
         .testTarget(name: "GAPTests", dependencies: ["GAP", "HCI", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .testTarget(
-            name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log")],
+            name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "L2CAP", "HCI", "BLETesting", "BLECrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),

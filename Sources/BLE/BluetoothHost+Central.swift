@@ -17,6 +17,7 @@ extension BluetoothHost {
     /// on timeout or cancellation sends LE Create Connection Cancel.
     func connect(to peer: BluetoothAddress, type: AddressType, within limit: Duration,
                  parameters: LEConnectionParameters) async throws -> Connection {
+        await settle()
         try requireReady()
         if let c = active.values.first(where: { $0.peer == peer && $0.role == .central }) { return c }
         await acquireConnectSlot()
@@ -70,6 +71,7 @@ extension BluetoothHost {
 
     /// Adds a scan subscriber; scanning starts with the first and stops with the last.
     func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> BufferedStream<ScanResult> {
+        await settle()
         try requireReady()
         let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
         let dropped = DropCounter()
@@ -77,7 +79,11 @@ extension BluetoothHost {
         nextScan += 1
         let first = scans.isEmpty
         scans[id] = ScanSubscriber(filter: filter, continuation: cont, dropped: dropped)
-        cont.onTermination = { _ in Task { await self.endScan(id) } }
+        // The consumer let go: the scan stops before the program's next operation goes out.
+        cont.onTermination = { [weak self] _ in
+            guard let host = self else { return }
+            host.owe { await host.endScan(id) }
+        }
         if first {
             do {
                 if usesExtendedCommands {

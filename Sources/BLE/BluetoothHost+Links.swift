@@ -105,6 +105,7 @@ extension BluetoothHost {
     /// or asks the central with a Security Request (peripheral). Throws `SecurityError`.
     @discardableResult
     public func secure(_ connection: Connection, level: SecurityLevel = .encrypted) async throws -> LinkSecurityState {
+        await settle()
         guard isActive(connection.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         return try await security.secure(handle: connection.handle, level: level)
     }
@@ -158,6 +159,7 @@ extension BluetoothHost {
     /// Sends Disconnect and waits (at most 5 s) for Disconnection Complete; returns the reason reported.
     @discardableResult
     public func disconnect(_ c: Connection, reason: HCIStatus = .remoteUserTerminatedConnection) async throws -> HCIStatus {
+        await settle()
         guard isActive(c.id) else { throw BLEError.disconnected(reason: ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
         try await controller.send(Disconnect(connectionHandle: c.handle, reason: reason))
         switch await end(of: c.id, within: .seconds(5)) {

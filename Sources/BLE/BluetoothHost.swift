@@ -144,6 +144,8 @@ enum LinkEnd: Hashable, Sendable {
 
 public actor BluetoothHost {
     public nonisolated let controller: HCIController
+    /// The facade runs on the controller's loop, as the layers below it do (see Ordering.swift).
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { controller.unownedExecutor }
     /// The event loop this controller's stack runs on. Code that wants no thread
     /// hand-off per operation (a daemon notifying at a high rate) can run there: an
     /// actor whose `unownedExecutor` is this loop's executor.
@@ -177,6 +179,13 @@ public actor BluetoothHost {
     var nextWaiter: UInt64 = 1
     var nextLinkID: UInt64 = 1
     var tasks: [Task<Void, Never>] = []
+    /// Traffic owed by streams the application let go of (Ordering.swift).
+    let owed = OwedWork()
+    var settling = false
+    var settleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Link events being handled, and who waits for none to be (`close()`).
+    var reacting = 0
+    var quietWaiters: [CheckedContinuation<Void, Never>] = []
     let epoch = ContinuousClock.now
 
     // Central role.
@@ -273,22 +282,16 @@ public actor BluetoothHost {
             await security.start()
             let securityEvents = await security.events()
             let serverEvents = server.events, requests = server.requests
-            tasks.append(Task { [weak self] in
-                for await e in securityEvents { await self?.handle(e) }
+            // Each stream is followed by a task isolated to the host: its events are handled
+            // on the loop in the order they were produced.
+            tasks.append(Task { await self.follow(securityEvents) })
+            tasks.append(Task {
+                await self.follow(events)
+                await self.transportEnded()
             })
-            tasks.append(Task { [weak self] in
-                for await e in events { await self?.handle(e) }
-                await self?.transportEnded()
-            })
-            tasks.append(Task { [weak self] in
-                for await l in links { await self?.handle(l) }
-            })
-            tasks.append(Task { [weak self] in
-                for await e in serverEvents { await self?.handle(e) }
-            })
-            tasks.append(Task { [weak self] in
-                for await r in requests { await self?.handle(r) }
-            })
+            tasks.append(Task { await self.follow(links) })
+            tasks.append(Task { await self.follow(serverEvents) })
+            tasks.append(Task { await self.follow(requests) })
         }
         setState(.initializing)
         do {
@@ -323,8 +326,13 @@ public actor BluetoothHost {
         }
     }
 
-    /// Closes the transport: every link ends, every stream finishes.
+    /// Closes the transport: every link ends, every stream finishes. What the host
+    /// owes or is doing goes out first: traffic owed by streams the application let go
+    /// of (a scan stop, a CCCD write), and its reaction to a link that came or went
+    /// (advertising resumed), so a recording ends at the same place every run.
     public func close() async {
+        await settle()
+        await quiesce()
         await controller.close()
         await transportEnded()
     }

@@ -34,10 +34,14 @@ public struct Central: Sendable {
         try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, capacity: capacity)
     }
 
-    /// Scans until a device matching `filter` shows up, within `limit`.
+    /// Scans until a device matching `filter` shows up, within `limit`. The scan has
+    /// stopped (LE Set Scan Enable off sent and answered) when this returns, unless
+    /// another scan of this host is still running.
     public func first(matching filter: ScanFilter, within limit: Duration) async throws -> ScanResult? {
-        let results = try await scan(filter: filter)
-        return await firstElement(results, within: limit)
+        let found = await firstElement(try await scan(filter: filter), within: limit)
+        // Letting go of the results queued the scan stop; send it now.
+        await host.settle()
+        return found
     }
 
     /// FA03: every device seen or connected, most recently seen first.

@@ -72,6 +72,8 @@ public actor RemotePeripheral {
     /// The GATT client on this link, for procedures the facade does not wrap.
     public nonisolated let client: GATTClient
     private var services: [RemoteService]?
+    /// On the controller's loop, with the host (see Ordering.swift).
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { host.unownedExecutor }
 
     init(host: BluetoothHost, connection: Connection, client: GATTClient) {
         self.host = host
@@ -106,6 +108,7 @@ public actor RemotePeripheral {
     /// host pairs on demand, the link is encrypted (from a bond) or paired to the level
     /// the error asks for and the operation runs once more.
     private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        await host.settle()
         do { return try await body() } catch {
             let e = await translate(error)
             guard host.securityOptions.pairOnDemand, case let BLEError.att(code, _) = e,
@@ -243,8 +246,9 @@ public actor RemotePeripheral {
                                        })
         }
         cont.onTermination = { reason in
-            // The consumer stopped: tell the peer (unless the link is what stopped it).
-            if case .cancelled = reason { Task { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
+            // The consumer stopped: tell the peer (unless the link is what stopped it), before
+            // anything the program does next goes out.
+            if case .cancelled = reason { host.owe { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
         }
         return CharacteristicValues(base: stream, dropped: dropped)
     }
@@ -295,6 +299,7 @@ public actor RemotePeripheral {
     /// Disconnects and returns the reason the controller reported.
     @discardableResult
     public func disconnect() async throws -> HCIStatus {
+        await host.settle()
         await client.bearer.drain()
         return try await host.disconnect(connection)
     }

@@ -21,6 +21,13 @@ public struct FrameDecoder: Sendable {
 
     public init(showKeys: Bool = false) { self.showKeys = showKeys }
 
+    /// One packet by name, as `trace show` prints it: the summary, then its fields.
+    public func describe(_ packet: HCIPacket) -> String {
+        var f = Builder()
+        decodePacket(packet, into: &f)
+        return ([f.summary] + f.details.map { String($0.drop { $0 == " " }) }).joined(separator: "; ")
+    }
+
     public func decode(_ record: TraceRecord, number: Int, firstTimestamp: Int64) -> DecodedFrame {
         var f = Builder()
         f.add("frame", .int(number))

@@ -17,6 +17,19 @@ public struct TraceEncoder: Sendable {
         case pcap(linkType: UInt32)
         /// One section, one interface of this link type, microsecond timestamps, Enhanced Packet Blocks.
         case pcapng(linkType: UInt32)
+
+        /// By the file name: `.pcap` and `.pcapng` as named (H4 with the direction
+        /// pseudo-header, which Wireshark reads), anything else btsnoop (H4).
+        public init(forPath path: String) {
+            let lower = path.lowercased()
+            if lower.hasSuffix(".pcapng") {
+                self = .pcapng(linkType: TraceFormat.linkTypeH4WithPHDR)
+            } else if lower.hasSuffix(".pcap") {
+                self = .pcap(linkType: TraceFormat.linkTypeH4WithPHDR)
+            } else {
+                self = .btsnoop(datalink: TraceFormat.btsnoopH4)
+            }
+        }
     }
     public var output: Output
 
@@ -172,6 +185,8 @@ public final class RecordingTransport: HCITransport {
     public let base: any HCITransport
     private let sink: @Sendable (TraceRecord) -> Void
     private let now: @Sendable () -> Int64
+    /// The file this transport writes and closes with itself (`init(wrapping:recordingTo:)`).
+    public let file: TraceFileWriter?
 
     /// - Parameters:
     ///   - now: microseconds since the Unix epoch (injected so replays are deterministic).
@@ -181,6 +196,19 @@ public final class RecordingTransport: HCITransport {
         self.base = base
         self.sink = sink
         self.now = now
+        self.file = nil
+    }
+
+    /// Records into a new file at `path` (truncated), in the format its extension names
+    /// (`TraceEncoder.Output(forPath:)`); the file is closed, everything written, when
+    /// the transport closes.
+    public init(wrapping base: any HCITransport, recordingTo path: String,
+                now: @escaping @Sendable () -> Int64 = RecordingTransport.wallClockMicros) throws {
+        let w = try TraceFileWriter(path: path, output: TraceEncoder.Output(forPath: path))
+        self.base = base
+        self.sink = { w.write($0) }
+        self.now = now
+        self.file = w
     }
 
     /// The base's packets, each recorded as it passes (read `inbound` or use `deliver`, not both).
@@ -230,7 +258,10 @@ public final class RecordingTransport: HCITransport {
         try base.sendNow(packets)
     }
 
-    public func close() async { await base.close() }
+    public func close() async {
+        await base.close()
+        file?.close()
+    }
 
     public static let wallClockMicros: @Sendable () -> Int64 = {
         var ts = timespec()

@@ -1,0 +1,82 @@
+// The facade's ordering guarantee: the same program on the same inputs sends the
+// same HCI conversation. Two pieces make it hold.
+//
+// 1. The facade runs on the controller's event loop, as the layers below it do:
+//    `BluetoothHost` and `RemotePeripheral` are actors whose executor is that loop, and
+//    the host follows the layers' events in tasks isolated to it, so events are
+//    handled in the order the loop produced them, never in the order a thread pool
+//    happened to pick them up.
+// 2. What ends synchronously in the application's task (it leaves a `for await` over
+//    a scan or a subscription, or the task iterating is cancelled) owes the
+//    controller traffic: a scan stop, a CCCD write. That work is queued, in order,
+//    and every facade operation first finishes what is owed (`settle()`), so the
+//    owed traffic goes out before the traffic of whatever the program does next.
+//    Queued work also starts by itself at once, for a program that does nothing next.
+
+import DequeModule
+import GATT
+import HCI
+import L2CAP
+import SMP
+import Synchronization
+
+/// Work owed to the controller by something that ended outside the host (a consumer
+/// letting go of a stream), in the order it was owed.
+final class OwedWork: Sendable {
+    typealias Job = @Sendable () async -> Void
+    private let jobs = Mutex(Deque<Job>())
+
+    func add(_ job: @escaping Job) { jobs.withLock { $0.append(job) } }
+    func next() -> Job? { jobs.withLock { $0.popFirst() } }
+}
+
+extension BluetoothHost {
+    /// Queues work owed to the controller (from any thread, synchronously, so the
+    /// program's next operation finds it) and starts it.
+    nonisolated func owe(_ job: @escaping @Sendable () async -> Void) {
+        owed.add(job)
+        Task { await self.settle() }
+    }
+
+    /// Finishes the owed work, in order; a second caller waits for the first to finish it.
+    /// Every facade operation that sends anything calls this first.
+    func settle() async {
+        if settling {
+            await withCheckedContinuation { settleWaiters.append($0) }
+            return
+        }
+        settling = true
+        while let job = owed.next() { await job() }
+        settling = false
+        let waiters = settleWaiters
+        settleWaiters.removeAll()
+        for w in waiters { w.resume() }
+    }
+}
+
+extension BluetoothHost {
+    // The layers' events, each stream followed on the loop (isolated to the host).
+    func follow(_ s: HCIEventStream) async { for await e in s { await handle(e) } }
+    func follow(_ s: BufferedStream<L2CAPHost.LinkEvent>) async {
+        for await e in s {
+            // A link's start or end may resume advertising: `close()` lets that finish.
+            reacting += 1
+            await handle(e)
+            reacting -= 1
+            if reacting == 0 {
+                let waiters = quietWaiters
+                quietWaiters.removeAll()
+                for w in waiters { w.resume() }
+            }
+        }
+    }
+
+    /// Waits until the host has finished reacting to the links' events it has received.
+    func quiesce() async {
+        guard reacting > 0 else { return }
+        await withCheckedContinuation { quietWaiters.append($0) }
+    }
+    func follow(_ s: BufferedStream<SecurityEvent>) async { for await e in s { await handle(e) } }
+    func follow(_ s: BufferedStream<GATTServer.Event>) async { for await e in s { handle(e) } }
+    func follow(_ s: BufferedStream<GATTServer.Request>) async { for await r in s { await handle(r) } }
+}

@@ -1,0 +1,371 @@
+// Replaying a capture against a host: the transport plays the recorded controller.
+// The controller's packets are injected in recorded order, each once every host
+// packet recorded before it has been sent; the host's packets are checked against
+// the recording as they are sent. A difference fails the transport at once with a
+// `ReplayMismatch` (the frame number, both packets decoded by name), so whatever the
+// host was doing fails with that reason instead of timing out later.
+//
+// `ReplayFlows` is the comparison a per-flow replay makes, for tests that compare two
+// runs the same way.
+
+import Foundation
+import HCI
+import Snoop
+import Synchronization
+
+/// What a replay lets differ between the recording and the host under test.
+public struct ReplayOptions: Sendable {
+    public enum Ordering: Sendable, Equatable {
+        /// Every host packet in the recorded order.
+        case total
+        /// In the recorded order within each flow: the commands, and each link's data
+        /// (by connection handle). Between flows the host may interleave differently, as
+        /// concurrent work does (a peripheral restarting its advertising while it answers
+        /// the central's first requests). The default.
+        case perFlow
+    }
+
+    public enum Trailing: Sendable, Equatable {
+        /// A host packet after the recording's end is a mismatch. The default.
+        case refused
+        /// Accepted and dropped; a command is answered with a bare success Command Complete
+        /// (a test that closes the host while it still finishes something).
+        case accepted
+    }
+
+    public var ordering: Ordering
+    /// Commands the host may send or not (LE Rand, LE Encrypt, ...): left out of the
+    /// recording and not checked; when the host sends one, it gets the recorded
+    /// answer to the next such command, else a bare success Command Complete.
+    public var ignoredCommands: Set<HCIOpcode>
+    /// Addresses in the recording and what the test uses instead (a random address it
+    /// fixes, a peer in another room): replaced in every recorded packet, both ways.
+    public var addresses: [BluetoothAddress: BluetoothAddress]
+    public var trailing: Trailing
+    /// How long the host may stay silent while the recording expects a packet from it.
+    public var timeout: Duration
+
+    public init(ordering: Ordering = .perFlow, ignoredCommands: Set<HCIOpcode> = [], addresses: [BluetoothAddress: BluetoothAddress] = [:],
+                trailing: Trailing = .refused, timeout: Duration = .seconds(5)) {
+        self.ordering = ordering
+        self.ignoredCommands = ignoredCommands
+        self.addresses = addresses
+        self.trailing = trailing
+        self.timeout = timeout
+    }
+}
+
+/// Where a host left the recording.
+public struct ReplayMismatch: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The capture's frame number (from 1) of the packet expected; one past the last
+    /// frame when the recording had ended.
+    public var frame: Int
+    /// What the recording has there; nil when it had ended.
+    public var expected: HCIPacket?
+    /// What the host sent; nil when it sent nothing within the timeout.
+    public var actual: HCIPacket?
+    /// Both packets by name and field (the trace decoder's words).
+    public var expectedDecoded: String?
+    public var actualDecoded: String?
+    /// How long the host was silent, when that is the mismatch.
+    public var silence: Duration?
+
+    init(frame: Int, expected: HCIPacket?, actual: HCIPacket?, silence: Duration? = nil) {
+        self.frame = frame
+        self.expected = expected
+        self.actual = actual
+        self.silence = silence
+        let decoder = FrameDecoder()
+        expectedDecoded = expected.map(decoder.describe)
+        actualDecoded = actual.map(decoder.describe)
+    }
+
+    public var description: String {
+        let want = expected.map { "\(expectedDecoded ?? "") [\($0.h4Bytes.hexString)]" } ?? "the end of the recording"
+        let got: String
+        if let actual { got = "\(actualDecoded ?? "") [\(actual.h4Bytes.hexString)]" } else { got = "nothing within \(silence ?? .zero)" }
+        return "replay mismatch at frame \(frame): expected host to send \(want); it sent \(got)"
+    }
+}
+
+/// The packets of a host's traffic grouped by flow (commands; each connection handle's
+/// data), each flow in order: equal for two runs that differ only in how flows interleave.
+public struct ReplayFlows: Equatable, Sendable {
+    public var flows: [Int: [HCIPacket]]
+    public init(_ packets: [HCIPacket]) {
+        var f: [Int: [HCIPacket]] = [:]
+        for p in packets { f[Self.flow(of: p), default: []].append(p) }
+        flows = f
+    }
+
+    /// Commands are flow 0; ACL, SCO and ISO data one flow per type and handle.
+    public static func flow(of p: HCIPacket) -> Int {
+        switch p {
+        case .command: return 0
+        case let .acl(a): return 0x1_0000 | Int(a.handle)
+        default: return 0x2_0000 | Int(p.type.rawValue) << 12 | Int(p.h4Bytes.count > 2 ? (UInt16(p.h4Bytes[1]) | UInt16(p.h4Bytes[2]) << 8) & 0x0FFF : 0)
+        }
+    }
+}
+
+/// A transport that plays a recorded controller to the host (see the file comment).
+public final class ReplayTransport: HCITransport {
+    struct Step {
+        var frame: Int
+        var fromHost: Bool
+        var packet: HCIPacket
+        var flow: Int
+    }
+
+    public let inbound: AsyncThrowingStream<HCIPacket, any Error>
+    private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
+    private let steps: [Step]
+    private let options: ReplayOptions
+    private let lastFrame: Int
+    private let state: Mutex<State>
+
+    struct State {
+        var consumed: [Bool]
+        /// The first step not yet played (injected, or sent by the host).
+        var cursor = 0
+        var canned: [HCIOpcode: [HCIPacket]] = [:]
+        var failure: ReplayMismatch?
+        var closed = false
+        var progress: UInt64 = 0
+        var finishWaiters: [CheckedContinuation<Void, Never>] = []
+        var watchdog: Task<Void, Never>?
+    }
+
+    /// A replay of `trace` (btsnoop, pcap or pcapng, as `TraceReader` reads them).
+    public init(trace: Trace, options: ReplayOptions = ReplayOptions()) {
+        self.options = options
+        (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .unbounded)
+        var steps: [Step] = [], canned: [HCIOpcode: [HCIPacket]] = [:]
+        for (i, r) in trace.records.enumerated() {
+            guard var p = r.packet, r.direction != .unknown else { continue }
+            p = Self.substitute(options.addresses, in: p)
+            if let op = Self.commandOpcode(p), options.ignoredCommands.contains(op) {
+                if r.direction == .controllerToHost { canned[op, default: []].append(p) }
+                continue
+            }
+            steps.append(Step(frame: i + 1, fromHost: r.direction == .hostToController, packet: p, flow: ReplayFlows.flow(of: p)))
+        }
+        self.steps = steps
+        lastFrame = trace.records.count
+        var s = State(consumed: steps.map { !$0.fromHost })
+        s.canned = canned
+        state = Mutex(s)
+        // The recording may begin with controller packets (a capture started mid-session).
+        let ready = state.withLock { advance(&$0) }
+        for p in ready { continuation.yield(p) }
+        // Holds the transport only while it looks: a replay nobody closes still goes away.
+        let timeout = options.timeout
+        let watchdog = Task { [weak self] in
+            var seen: UInt64 = .max
+            while true {
+                do { try await Task.sleep(for: timeout) } catch { return }
+                guard let replay = self, replay.keepWatching(&seen) else { return }
+            }
+        }
+        state.withLock { $0.watchdog = watchdog }
+    }
+
+    /// A replay of the capture at `path`.
+    public convenience init(contentsOf path: String, options: ReplayOptions = ReplayOptions()) throws {
+        self.init(trace: try TraceReader.read(try readCapture(path)), options: options)
+    }
+
+    deinit { state.withLock { $0.watchdog?.cancel() } }
+
+    // MARK: HCITransport
+
+    public func send(_ packet: HCIPacket) async throws {
+        let (inject, failure) = state.withLock { s -> ([HCIPacket], ReplayMismatch?) in
+            if let f = s.failure { return ([], f) }
+            if s.closed { return ([], nil) }
+            return accept(packet, &s)
+        }
+        for p in inject { continuation.yield(p) }
+        if let failure {
+            fail(failure)
+            throw failure
+        }
+    }
+
+    public func close() async {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            s.closed = true
+            defer { s.finishWaiters.removeAll() }
+            return s.finishWaiters
+        }
+        state.withLock { $0.watchdog?.cancel() }
+        continuation.finish()
+        for w in waiters { w.resume() }
+    }
+
+    // MARK: Progress
+
+    /// The mismatch that failed the replay, if any.
+    public var mismatch: ReplayMismatch? { state.withLock { $0.failure } }
+
+    /// Whether every recorded frame has been played.
+    public var isComplete: Bool { state.withLock { $0.cursor == steps.count } }
+
+    /// Waits until every recorded frame has been played (the host sent all it should).
+    /// Throws the `ReplayMismatch` that failed the replay, or one naming the packet still
+    /// expected when `limit` passes first or the transport closes before the end.
+    public func finished(within limit: Duration = .seconds(5)) async throws {
+        let waiter = Task { [weak self] in
+            try? await Task.sleep(for: limit)
+            self?.wakeFinishWaiters()
+        }
+        defer { waiter.cancel() }
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { s -> Bool in
+                if s.failure != nil || s.cursor == steps.count || s.closed { return true }
+                s.finishWaiters.append(c)
+                return false
+            }
+            if done { c.resume() }
+        }
+        let (failure, cursor) = state.withLock { ($0.failure, $0.cursor) }
+        if let failure { throw failure }
+        if cursor < steps.count { throw ReplayMismatch(frame: steps[cursor].frame, expected: steps[cursor].packet, actual: nil, silence: limit) }
+    }
+
+    private func wakeFinishWaiters() {
+        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+            defer { s.finishWaiters.removeAll() }
+            return s.finishWaiters
+        }
+        for w in waiters { w.resume() }
+    }
+
+    // MARK: Playing
+
+    /// Checks a host packet; returns the controller packets it unblocks, or the mismatch.
+    private func accept(_ p: HCIPacket, _ s: inout State) -> ([HCIPacket], ReplayMismatch?) {
+        if let op = Self.commandOpcode(p), options.ignoredCommands.contains(op) {
+            if var answers = s.canned[op], !answers.isEmpty {
+                let a = answers.removeFirst()
+                s.canned[op] = answers
+                return ([a], nil)
+            }
+            return ([Self.bareSuccess(op)], nil)
+        }
+        let flow = ReplayFlows.flow(of: p)
+        let candidate = s.cursor < steps.count
+            ? (s.cursor..<steps.count).first { steps[$0].fromHost && !s.consumed[$0] && (options.ordering == .total || steps[$0].flow == flow) }
+            : nil
+        guard let i = candidate else {
+            if s.cursor == steps.count, options.trailing == .accepted {
+                return (Self.commandOpcode(p).map { [Self.bareSuccess($0)] } ?? [], nil)
+            }
+            // Nothing more of this flow: say what the recording expects next, if anything.
+            let next = (s.cursor..<steps.count).first { steps[$0].fromHost && !s.consumed[$0] }
+            let m = ReplayMismatch(frame: next.map { steps[$0].frame } ?? lastFrame + 1, expected: next.map { steps[$0].packet }, actual: p)
+            s.failure = m
+            return ([], m)
+        }
+        guard steps[i].packet == p else {
+            let m = ReplayMismatch(frame: steps[i].frame, expected: steps[i].packet, actual: p)
+            s.failure = m
+            return ([], m)
+        }
+        s.consumed[i] = true
+        s.progress &+= 1
+        let out = advance(&s)
+        if s.cursor == steps.count { wakeLater(&s) }
+        return (out, nil)
+    }
+
+    /// Moves the cursor past what has been played; returns the controller packets it passes.
+    private func advance(_ s: inout State) -> [HCIPacket] {
+        var out: [HCIPacket] = []
+        while s.cursor < steps.count {
+            let step = steps[s.cursor]
+            if step.fromHost {
+                guard s.consumed[s.cursor] else { break }
+            } else {
+                out.append(step.packet)
+            }
+            s.cursor += 1
+        }
+        return out
+    }
+
+    private func wakeLater(_ s: inout State) {
+        let waiters = s.finishWaiters
+        s.finishWaiters.removeAll()
+        for w in waiters { w.resume() }
+    }
+
+    private func fail(_ m: ReplayMismatch) {
+        continuation.finish(throwing: m)
+        wakeFinishWaiters()
+    }
+
+    /// After each `timeout`: fails the replay when the host made no progress while a
+    /// packet of its is due. False when there is nothing more to watch.
+    private func keepWatching(_ seen: inout UInt64) -> Bool {
+        let verdict = state.withLock { s -> ReplayMismatch?? in
+            guard s.failure == nil, !s.closed, s.cursor < steps.count else { return .some(nil) }
+            defer { seen = s.progress }
+            guard s.progress == seen else { return .none }
+            let step = steps[s.cursor]
+            let m = ReplayMismatch(frame: step.frame, expected: step.packet, actual: nil, silence: options.timeout)
+            s.failure = m
+            return .some(m)
+        }
+        switch verdict {
+        case .none: return true
+        case .some(nil): return false
+        case let .some(m?):
+            fail(m)
+            return false
+        }
+    }
+
+    // MARK: Helpers
+
+    static func commandOpcode(_ p: HCIPacket) -> HCIOpcode? {
+        switch p {
+        case let .command(opcode, _): return opcode
+        case .event:
+            switch try? HCIEvent(p) {
+            case let .commandComplete(c)?: return c.commandOpcode
+            case let .commandStatus(c)?: return c.commandOpcode
+            default: return nil
+            }
+        default: return nil
+        }
+    }
+
+    static func bareSuccess(_ op: HCIOpcode) -> HCIPacket {
+        HCIEvent.commandComplete(CommandComplete(commandOpcode: op, returnParameters: [HCIStatus.success.rawValue])).packet
+    }
+
+    /// `p` with every recorded address (6 bytes, little-endian) replaced.
+    static func substitute(_ addresses: [BluetoothAddress: BluetoothAddress], in p: HCIPacket) -> HCIPacket {
+        guard !addresses.isEmpty else { return p }
+        var bytes = p.h4Bytes
+        for (from, to) in addresses {
+            let f = from.bytes, t = to.bytes
+            var i = 1
+            while i + 6 <= bytes.count {
+                if Array(bytes[i..<i + 6]) == f {
+                    bytes.replaceSubrange(i..<i + 6, with: t)
+                    i += 6
+                } else {
+                    i += 1
+                }
+            }
+        }
+        return (try? HCIPacket(h4: bytes)) ?? p
+    }
+}
+
+/// The bytes of a capture file.
+func readCapture(_ path: String) throws -> [UInt8] {
+    [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
+}
