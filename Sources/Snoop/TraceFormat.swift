@@ -35,6 +35,12 @@ public struct Trace: Sendable {
     public var records: [TraceRecord]
     /// Set when the file ends in a damaged or truncated record.
     public var damage: TraceDamage?
+
+    public init(format: TraceFormat, records: [TraceRecord], damage: TraceDamage? = nil) {
+        self.format = format
+        self.records = records
+        self.damage = damage
+    }
 }
 
 /// Microseconds between 0000-01-01 (btsnoop's epoch) and 1970-01-01.

@@ -31,55 +31,76 @@ func firstDifference(_ a: [HCIPacket], _ b: [HCIPacket]) -> String {
     return "identical"
 }
 
-@Suite struct DeterminismTests {
-    static let runs = 50
+/// The two programs of the Battery Service flow, as a daemon author writes them.
+enum BatteryFlow {
+    /// Opens once the peripheral advertises.
+    final class Advertising: Sendable {
+        private let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        func open() { continuation.yield(); continuation.finish() }
+        func wait() async { for await _ in stream {} }
+    }
 
-    /// The Battery Service flow of the issue: a peripheral publishing 0x180F/0x2A19
-    /// with notifications; a central that scans with `first(matching:)`, connects,
-    /// reads, takes three notified values from a subscription loop, leaves the loop
-    /// and disconnects.
-    static func batterySession() async throws -> (central: [HCIPacket], peripheral: [HCIPacket]) {
-        let radio = VirtualRadio()
-        let centralTraffic = HostTraffic(), peripheralTraffic = HostTraffic()
-        let a = BluetoothAddress("C0:00:00:00:0B:01")!, b = BluetoothAddress("C0:00:00:00:0B:02")!
-        let central = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: a), sink: centralTraffic.record),
-                                    logger: Bench.logger)
-        let peripheral = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: b), sink: peripheralTraffic.record),
-                                       logger: Bench.logger)
-        try await central.start()
-        try await peripheral.start()
+    /// Publishes 0x180F/0x2A19 (read, notify), advertises as "Battery", notifies three
+    /// values once a central subscribes, returns when that central has left.
+    static func peripheral(_ host: BluetoothHost, advertising: Advertising? = nil) async throws {
         let level = Characteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [100])
-        try await peripheral.peripheral.add(Service(uuid: BluetoothUUID(0x180F), characteristics: [level]))
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0x180F), characteristics: [level]))
         var ad = AdvertisingData()
         ad.localName = "Battery"
         ad.serviceUUIDs = [BluetoothUUID(0x180F)]
-        try await peripheral.peripheral.startAdvertising(ad)
-        let events = peripheral.peripheral.events()
-        // A child task: it shares the session's executor preference.
-        async let notified: Void = {
-            for await e in events {
-                if case .subscriptionChanged(_, _, notify: true, _) = e {
-                    for v: UInt8 in [99, 98, 97] { try await peripheral.peripheral.notify(level, value: [v]) }
-                    return
-                }
+        let events = host.peripheral.events(), links = host.connectionEvents()
+        try await host.peripheral.startAdvertising(ad)
+        advertising?.open()
+        for await e in events {
+            if case .subscriptionChanged(_, _, notify: true, _) = e {
+                for v: UInt8 in [99, 98, 97] { try await host.peripheral.notify(level, value: [v]) }
+                break
             }
-        }()
+        }
+        for await e in links { if case .disconnected = e { break } }
+    }
 
-        let found = try #require(try await central.central.first(matching: ScanFilter(names: ["Battery"]), within: .seconds(5)))
-        let remote = try await central.central.connect(to: found)
+    /// Scans with `first(matching:)`, connects, reads, takes three values from a
+    /// subscription loop, leaves the loop, disconnects. Returns the values.
+    static func central(_ host: BluetoothHost) async throws -> [[UInt8]] {
+        guard let found = try await host.central.first(matching: ScanFilter(names: ["Battery"]), within: .seconds(5)) else {
+            throw BLEError.notSupported("no Battery peripheral found")
+        }
+        let remote = try await host.central.connect(to: found)
         let c = try await remote.characteristic(BluetoothUUID(0x2A19))
-        #expect(try await remote.read(c) == [100])
+        guard try await remote.read(c) == [100] else { throw BLEError.notSupported("unexpected battery level") }
         var values: [[UInt8]] = []
         for try await v in try await remote.subscribe(to: c) {
             values.append(v)
             if values.count == 3 { break }
         }
-        #expect(values == [[99], [98], [97]])
-        let peripheralLinks = peripheral.connectionEvents()
         try await remote.disconnect()
-        try await notified
-        // The peripheral's program ends when its side of the link has ended (it then resumes advertising).
-        for await e in peripheralLinks { if case .disconnected = e { break } }
+        return values
+    }
+}
+
+@Suite struct DeterminismTests {
+    static let runs = 50
+
+    /// The Battery Service flow of the issue on the virtual radio, both hosts recorded.
+    static func batterySession(recordCentralTo path: String? = nil, recordPeripheralTo ppath: String? = nil) async throws
+        -> (central: [HCIPacket], peripheral: [HCIPacket]) {
+        let radio = VirtualRadio()
+        let centralTraffic = HostTraffic(), peripheralTraffic = HostTraffic()
+        let a = BluetoothAddress("C0:00:00:00:0B:01")!, b = BluetoothAddress("C0:00:00:00:0B:02")!
+        func tap(_ t: any HCITransport, _ traffic: HostTraffic) -> any HCITransport { RecordingTransport(wrapping: t, sink: traffic.record) }
+        let ct = tap(await radio.makeController(address: a), centralTraffic), pt = tap(await radio.makeController(address: b), peripheralTraffic)
+        let central = try path.map { try BluetoothHost(transport: ct, recordingTo: $0, logger: Bench.logger) } ?? BluetoothHost(transport: ct, logger: Bench.logger)
+        let peripheral = try ppath.map { try BluetoothHost(transport: pt, recordingTo: $0, logger: Bench.logger) } ?? BluetoothHost(transport: pt, logger: Bench.logger)
+        try await central.start()
+        try await peripheral.start()
+        try await withThrowingTaskGroup(of: Void.self) { g in
+            let advertising = BatteryFlow.Advertising()
+            g.addTask { try await BatteryFlow.peripheral(peripheral, advertising: advertising) }
+            await advertising.wait()
+            #expect(try await BatteryFlow.central(central) == [[99], [98], [97]])
+            try await g.waitForAll()
+        }
         await central.close()
         await peripheral.close()
         return (centralTraffic.sent, peripheralTraffic.sent)

@@ -36,6 +36,8 @@ import Testing
         #expect(event("done") != nil)
         // Bumble confirmed the indication, and its acknowledgement reached the sender.
         #expect(try await alarm.value.count == 1)
+        // The write reaches the sender's event task after Bumble has printed "done".
+        #expect(await sender.waitForAcknowledgement(within: .seconds(5)))
         #expect(await sender.acknowledgements == ["bumble"])
         await sender.stop()
         await host.close()

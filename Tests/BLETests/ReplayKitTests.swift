@@ -1,0 +1,186 @@
+// The replay kit at the facade: a session recorded with `BluetoothHost(transport:
+// recordingTo:)` replays against the same program, run after run; a program that
+// deviates fails at once with the frame and both packets by name; the controller side
+// of a capture feeds a scanner.
+
+import BLE
+import BLETesting
+import Foundation
+import HCI
+import Snoop
+import Testing
+
+@Suite struct ReplayKitTests {
+    static func temporaryPath(_ name: String) -> String {
+        NSTemporaryDirectory() + "replay-\(getpid())-\(UInt64.random(in: 0...UInt64.max))-\(name)"
+    }
+
+    /// Records both hosts of the battery flow once (btsnoop for the central, pcapng for
+    /// the peripheral: the recording format follows the extension).
+    static func recordBatterySession() async throws -> (central: String, peripheral: String) {
+        let c = temporaryPath("central.btsnoop"), p = temporaryPath("peripheral.pcapng")
+        _ = try await DeterminismTests.batterySession(recordCentralTo: c, recordPeripheralTo: p)
+        return (c, p)
+    }
+
+    @Test func recordingsAreCompleteCapturesInTheirFormats() async throws {
+        let (c, p) = try await Self.recordBatterySession()
+        defer { unlink(c); unlink(p) }
+        let central = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: c))))
+        let peripheral = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: p))))
+        #expect(central.format == .btsnoop(datalink: TraceFormat.btsnoopH4))
+        guard case .pcapng = peripheral.format else { Issue.record("\(peripheral.format)"); return }
+        #expect(central.damage == nil && peripheral.damage == nil)
+        // Closed with the host: the last frames are the Disconnection Complete's aftermath, not cut short.
+        #expect(central.records.contains { $0.packet == Disconnect(connectionHandle: 0x40).packet })
+        #expect(central.records.first?.packet == Reset().packet)
+    }
+
+    @Test func theCentralReplaysAgainstItsRecordingEveryRun() async throws {
+        let (c, p) = try await Self.recordBatterySession()
+        defer { unlink(c); unlink(p) }
+        for _ in 0..<20 {
+            let replay = try ReplayTransport(contentsOf: c)
+            let host = BluetoothHost(transport: replay, logger: Bench.logger)
+            try await host.start()
+            #expect(try await BatteryFlow.central(host) == [[99], [98], [97]])
+            try await replay.finished(within: .seconds(5))
+            await host.close()
+        }
+    }
+
+    @Test func thePeripheralReplaysAgainstItsRecording() async throws {
+        let (c, p) = try await Self.recordBatterySession()
+        defer { unlink(c); unlink(p) }
+        for _ in 0..<10 {
+            let replay = try ReplayTransport(contentsOf: p)
+            let host = BluetoothHost(transport: replay, logger: Bench.logger)
+            try await host.start()
+            try await BatteryFlow.peripheral(host)
+            await host.close()
+            try await replay.finished(within: .seconds(5))
+        }
+    }
+
+    @Test func aDeviatingHostFailsAtOnceWithTheDecodedMismatch() async throws {
+        let (c, p) = try await Self.recordBatterySession()
+        defer { unlink(c); unlink(p) }
+        let replay = try ReplayTransport(contentsOf: c)
+        let host = BluetoothHost(transport: replay, logger: Bench.logger)
+        try await host.start()
+        let found = try #require(try await host.central.first(matching: ScanFilter(names: ["Battery"]), within: .seconds(5)))
+        let remote = try await host.central.connect(to: found)
+        let level = try await remote.characteristic(BluetoothUUID(0x2A19))
+        // The recording reads here; this program writes instead.
+        let start = ContinuousClock.now
+        do {
+            try await remote.write([1], to: level)
+            Issue.record("the write went through a replay that expected a read")
+        } catch {
+            #expect(ContinuousClock.now - start < .seconds(1), "failed only after \(ContinuousClock.now - start)")
+            #expect("\(error)".contains("replay mismatch at frame"), "\(error)")
+        }
+        let m = try #require(replay.mismatch)
+        #expect(m.expectedDecoded?.contains("Read Request") == true, "\(m)")
+        #expect(m.actualDecoded?.contains("Write Request") == true, "\(m)")
+        #expect(m.frame > 20)
+        await #expect(throws: m) { try await replay.finished(within: .seconds(1)) }
+        await host.close()
+    }
+
+    @Test func aSilentHostFailsAfterTheReplayTimeout() async throws {
+        let (c, p) = try await Self.recordBatterySession()
+        defer { unlink(c); unlink(p) }
+        let replay = try ReplayTransport(contentsOf: c, options: ReplayOptions(timeout: .milliseconds(200)))
+        let host = BluetoothHost(transport: replay, logger: Bench.logger)
+        try await host.start()
+        // The recording goes on with a scan; this program does nothing.
+        let error = await #expect(throws: ReplayMismatch.self) { try await replay.finished(within: .seconds(5)) }
+        #expect(error?.actual == nil)
+        #expect(error?.expected?.type == .command, "\(String(describing: error))")
+        // The host learns it from its transport: closed, with the mismatch as the reason.
+        let closed = await firstElement(host.states().filter { if case .transportClosed = $0 { true } else { false } }, within: .seconds(5))
+        #expect("\(String(describing: closed))".contains("replay mismatch at frame"), "\(String(describing: closed))")
+        await host.close()
+    }
+
+    @Test func optionsLetRecordedDifferencesPass() async throws {
+        // A recording whose host also asked for LE Rand, with the peer at another address:
+        // the program here never asks for LE Rand, and the peer it meets is elsewhere.
+        let (c, p) = try await Self.recordBatterySession()
+        defer { unlink(c); unlink(p) }
+        var trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: c))))
+        let rand = TraceRecord(timestampMicros: 0, packet: .command(opcode: .leRand, parameters: []), direction: .hostToController)
+        let randDone = TraceRecord(timestampMicros: 0, packet: HCIEvent.commandComplete(CommandComplete(commandOpcode: .leRand,
+                                   returnParameters: [0, 7, 0, 0, 0, 0, 0, 0, 0])).packet, direction: .controllerToHost)
+        let eventMask = try #require(trace.records.firstIndex { if case .command(.leSetEventMask, _)? = $0.packet { true } else { false } })
+        trace.records.insert(contentsOf: [rand, randDone], at: eventMask + 2)
+        let strict = ReplayTransport(trace: trace, options: ReplayOptions(timeout: .milliseconds(300)))
+        let strictHost = BluetoothHost(transport: strict, logger: Bench.logger)
+        await #expect(throws: (any Error).self) { try await strictHost.start(); _ = try await BatteryFlow.central(strictHost) }
+        await strictHost.close()
+
+        let replay = ReplayTransport(trace: trace, options: ReplayOptions(ignoredCommands: [.leRand]))
+        let host = BluetoothHost(transport: replay, logger: Bench.logger)
+        try await host.start()
+        #expect(try await BatteryFlow.central(host).count == 3)
+        try await replay.finished()
+        await host.close()
+    }
+
+    @Test func addressesAreSubstituted() async throws {
+        let (c, p) = try await Self.recordBatterySession()
+        defer { unlink(c); unlink(p) }
+        let recorded = BluetoothAddress("C0:00:00:00:0B:02")!, elsewhere = BluetoothAddress("C0:00:00:00:0B:99")!
+        let replay = try ReplayTransport(contentsOf: c, options: ReplayOptions(addresses: [recorded: elsewhere]))
+        let host = BluetoothHost(transport: replay, logger: Bench.logger)
+        try await host.start()
+        let found = try #require(try await host.central.first(matching: ScanFilter(names: ["Battery"]), within: .seconds(5)))
+        #expect(found.address == elsewhere)
+        await host.close()
+    }
+
+    @Test func theControllerSideOfACaptureFeedsAScanner() async throws {
+        // A real capture (Rootcanal, one legacy report) and reports a phone's capture
+        // carries: extended reports, one with an AD structure cut short.
+        let rootcanal = try await CaptureFeed(contentsOf: Bench.root + "/Fixtures/rootcanal-scan.btsnoop")
+        #expect(rootcanal.packets.count == 1)
+        let host = BluetoothHost(transport: rootcanal, logger: Bench.logger)
+        try await host.start()
+        let results = try await host.central.scan()
+        #expect(try await rootcanal.play() == 1)
+        let seen = await collect(results, count: 1, within: .seconds(5))
+        #expect(seen.map(\.name) == ["swift-ble"])
+        await host.close()
+
+        let phone = BluetoothAddress("5A:11:22:33:44:55")!, watch = BluetoothAddress("C4:00:00:00:00:07")!
+        func extended(_ address: BluetoothAddress, _ data: [UInt8]) -> TraceRecord {
+            let r = LEExtendedAdvertisingReport(reports: [.init(eventType: 0x0013, addressType: .random, address: address, rssi: -60, data: data)])
+            return TraceRecord(timestampMicros: 0, packet: HCIEvent.le(.extendedAdvertisingReport(r)).packet, direction: .controllerToHost)
+        }
+        let capture = TraceEncoder(.pcapng(linkType: TraceFormat.linkTypeH4WithPHDR))
+        var bytes = capture.header
+        for r in [extended(phone, [0x06, 0x09] + Array("Pixel".utf8)),
+                  // Complete Local Name claims 9 bytes, 4 follow: the name is damaged, the flags before it are not.
+                  extended(watch, [0x02, 0x01, 0x06, 0x0A, 0x09] + Array("Watc".utf8))] {
+            bytes += capture.record(r) ?? []
+        }
+        let feed = await CaptureFeed(trace: try TraceReader.read(bytes))
+        let scanner = BluetoothHost(transport: feed, logger: Bench.logger)
+        try await scanner.start()
+        let scan = try await scanner.central.scan()
+        #expect(try await feed.play() == 2)
+        let both = await collect(scan, count: 2, within: .seconds(5))
+        #expect(both.map(\.address) == [phone, watch])
+        #expect(both.first?.name == "Pixel")
+        #expect(both.last?.name == nil)
+        #expect(both.last?.advertisement.data.flags != nil)
+        #expect(await scanner.central.knownPeripherals.count == 2)
+        await scanner.close()
+    }
+
+    @Test func playingBeforeTheHostStartsSaysWhatToDo() async throws {
+        let feed = await CaptureFeed(trace: Trace(format: .btsnoop(datalink: TraceFormat.btsnoopH4), records: [], damage: nil))
+        await #expect(throws: BLETestingError.notStarted("CaptureFeed.play(): start the host first")) { try await feed.play() }
+    }
+}
