@@ -16,15 +16,25 @@ public enum FireAlarmDemo {
     }
 
     /// Runs sender and receiver until the receiver has handled one alarm (the sender
-    /// raises it `alarmAfter` the receiver subscribed); at most `limit`.
-    public static func run(distance: Double = 3.5, alarmAfter: Duration = .milliseconds(300), limit: Duration = .seconds(30),
-                           saveDirectory: String? = nil, logger: Logger = Logger(label: "demo") { _ in SwiftLogNoOpLogHandler() },
+    /// raises it `alarmAfter` the receiver subscribed); at most `limit`. The receiver
+    /// listens `scanTime` before it picks the nearest sender. `recordSenderTo` and
+    /// `recordReceiverTo` record each host's HCI conversation (btsnoop, pcap or pcapng
+    /// by the extension), complete when this returns.
+    public static func run(distance: Double = 3.5, alarmAfter: Duration = .milliseconds(300), scanTime: Duration = .milliseconds(300),
+                           limit: Duration = .seconds(30), saveDirectory: String? = nil,
+                           recordSenderTo: String? = nil, recordReceiverTo: String? = nil,
+                           logger: Logger = Logger(label: "demo") { _ in SwiftLogNoOpLogHandler() },
                            log: @escaping FireAlarmLog) async throws -> Outcome {
         let radio = VirtualRadio()
         let senderAddress = BluetoothAddress("C0:FF:EE:00:00:01")!, receiverAddress = BluetoothAddress("C0:FF:EE:00:00:02")!
         await radio.setDistance(distance, between: senderAddress, and: receiverAddress)
-        let senderHost = BluetoothHost(transport: await radio.makeController(address: senderAddress), logger: logger)
-        let receiverHost = BluetoothHost(transport: await radio.makeController(address: receiverAddress), logger: logger)
+        func host(_ address: BluetoothAddress, recordingTo path: String?) async throws -> BluetoothHost {
+            let controller = await radio.makeController(address: address)
+            guard let path else { return BluetoothHost(transport: controller, logger: logger) }
+            return try BluetoothHost(transport: controller, recordingTo: path, logger: logger)
+        }
+        let senderHost = try await host(senderAddress, recordingTo: recordSenderTo)
+        let receiverHost = try await host(receiverAddress, recordingTo: recordReceiverTo)
         // The radio has no timers: advertising is heard when time passes, here every 50 ms.
         let ticker = Task {
             while !Task.isCancelled {
@@ -38,7 +48,7 @@ public enum FireAlarmDemo {
         log(FireAlarmEvent(role: "radio", event: "virtual", detail: "sender \(senderAddress) and receiver \(receiverAddress), \(distance) m apart"))
         let sender = FireAlarmSender(host: senderHost, name: "FireAlarm-B3", log: log)
         let receiver = FireAlarmReceiver(host: receiverHost, name: "receiver-\(receiverAddress.description.suffix(2))",
-                                         scanTime: .milliseconds(300), saveDirectory: saveDirectory, log: log)
+                                         scanTime: scanTime, saveDirectory: saveDirectory, log: log)
         try await sender.start()
         do {
             try await withThrowingTaskGroup(of: Void.self) { g in

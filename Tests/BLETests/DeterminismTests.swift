@@ -124,4 +124,53 @@ enum BatteryFlow {
             if !central || !peripheral { return }
         }
     }
+
+    /// One fire-alarm session on the virtual radio (short scan and alarm delay: CI
+    /// time), both hosts recorded to files; returns each host's packets.
+    static func fireAlarmSession(keep: Bool = false) async throws -> (receiver: [HCIPacket], sender: [HCIPacket], files: (String, String)) {
+        let r = ReplayKitTests.temporaryPath("receiver.btsnoop"), s = ReplayKitTests.temporaryPath("sender.btsnoop")
+        defer { if !keep { unlink(r); unlink(s) } }
+        let outcome = try await FireAlarmDemo.run(alarmAfter: .milliseconds(5), scanTime: .milliseconds(20), limit: .seconds(20),
+                                                  recordSenderTo: s, recordReceiverTo: r, logger: Bench.logger, log: { _ in })
+        #expect(outcome.acknowledgements.count == 1)
+        func sent(_ path: String) throws -> [HCIPacket] {
+            try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))).records
+                .filter { $0.direction == .hostToController }.compactMap(\.packet)
+        }
+        return (try sent(r), try sent(s), (r, s))
+    }
+
+    /// The receiver is a program run to its end: the same conversation every run. The
+    /// sender raises its alarm on a timer and resumes advertising while the receiver
+    /// talks to it, so it is compared flow by flow.
+    @Test func fireAlarmSessionSendsTheSameConversationEveryRun() async throws {
+        let first = try await Self.fireAlarmSession()
+        #expect(first.receiver.count > 30)
+        for run in 2...Self.runs {
+            let again = try await Self.fireAlarmSession()
+            let receiver = again.receiver == first.receiver
+            let sender = ReplayFlows(again.sender) == ReplayFlows(first.sender)
+            #expect(receiver, "receiver, run \(run): \(firstDifference(first.receiver, again.receiver))")
+            #expect(sender, "sender, run \(run): \(firstDifference(first.sender, again.sender))")
+            if !receiver || !sender { return }
+        }
+    }
+
+    /// The fire-alarm receiver replayed against its own recording: it finds the sender,
+    /// subscribes, handles the alarm (text, RSSI, floor plan, acknowledgement) with no
+    /// sender and no radio, just the recorded controller.
+    @Test func fireAlarmReceiverReplaysAgainstItsRecording() async throws {
+        let recorded = try await Self.fireAlarmSession(keep: true)
+        defer { unlink(recorded.files.0); unlink(recorded.files.1) }
+        for _ in 0..<5 {
+            let replay = try ReplayTransport(contentsOf: recorded.files.0)
+            let host = BluetoothHost(transport: replay, logger: Bench.logger)
+            try await host.start()
+            let receiver = FireAlarmReceiver(host: host, name: "receiver-02", scanTime: .milliseconds(20), log: { _ in })
+            try await receiver.run(once: true)
+            #expect(await receiver.floorPlans.last == FireAlarmProfile.defaultFloorPlan)
+            await host.close()
+            try await replay.finished()
+        }
+    }
 }
