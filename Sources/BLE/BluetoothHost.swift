@@ -60,9 +60,16 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case let .notReady(s): return "the controller is not ready (\(s))"
+        case let .notReady(s):
+            switch s {
+            case .idle: return "the host is not started: call start() first"
+            case .initializing: return "the host is still starting: wait for start() to return"
+            case .resetting: return "the host is resetting: wait for reset() to return"
+            case let .failed(why): return "the controller failed (\(why)): call reset(), or close() the host and open a new one"
+            case .ready, .transportClosed: return "the controller is not ready (\(s))"
+            }
         case let .disconnected(r): return "disconnected: \(r)"
-        case let .transportClosed(r): return "transport closed: \(r)"
+        case let .transportClosed(r): return "the transport is closed (\(r)): this host cannot be used any more; open a new one"
         case let .connectionTimeout(a, d): return "no connection to \(a) within \(d) (is it advertising as connectable, and is the address type right?)"
         case let .connectionFailed(a, s): return "connection to \(a) failed: \(s)"
         case let .att(code, h): return "peer refused (handle 0x\(String(h, radix: 16))): \(code)"
@@ -158,6 +165,8 @@ public actor BluetoothHost {
     public nonisolated let l2cap: L2CAPHost
     /// The local GATT server (FA06–FA09 go through `peripheral`).
     public nonisolated let server: GATTServer
+    /// Where the GAP and GATT services' characteristics are in `server`.
+    public nonisolated let mandatory: MandatoryHandles
     /// Pairing, encryption and bonds on every link (SMP).
     public nonisolated let security: SecurityManager
     public nonisolated let securityOptions: SecurityOptions
@@ -222,18 +231,23 @@ public actor BluetoothHost {
     var requestGeneration: UInt64 = 0
 
     /// `commandTimeout` bounds every HCI command; `knownDeviceCapacity` bounds the registry.
+    /// `deviceName` and `appearance` are what the GAP service tells a central that
+    /// reads them (the name also goes into advertising only when the advertising data
+    /// says so); `setDeviceName(_:)` and `setAppearance(_:)` change them later.
     public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
                 commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024,
                 extendedCommands: ExtendedCommandsPolicy = .automatic, attMTU: UInt16 = 517,
-                security: SecurityOptions = SecurityOptions()) {
+                security: SecurityOptions = SecurityOptions(), deviceName: String = "swift-ble-host", appearance: UInt16 = 0) {
         self.logger = logger
         self.attMTU = Swift.max(23, attMTU)
         self.extendedPolicy = extendedCommands
         self.controller = HCIController(transport: transport, commandTimeout: commandTimeout, logger: logger)
         self.l2cap = L2CAPHost(controller: controller, logger: logger)
         var db = AttributeDatabase()
-        // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...).
-        _ = try? db.addMandatoryServices(deviceName: "swift-ble-host")
+        // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...):
+        // the first services of an empty database, so this cannot fail.
+        self.mandatory = (try? db.addMandatoryServices(deviceName: deviceName, appearance: appearance))
+            ?? .none
         self.server = GATTServer(database: db, loop: controller.loop, logger: logger)
         self.securityOptions = security
         self.security = SecurityManager(l2cap: l2cap, configuration: security.pairing, store: security.store, delegate: security.delegate,

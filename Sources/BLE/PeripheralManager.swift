@@ -436,3 +436,27 @@ extension BluetoothHost {
         }
     }
 }
+
+extension BluetoothHost {
+    // MARK: GAP service
+
+    /// The GAP Device Name a central reads (at most 248 bytes of UTF-8). The Database
+    /// Hash does not cover characteristic values, so it stays as it is: a bonded
+    /// central's cache remains valid. Advertising carries a name only in its data.
+    public func setDeviceName(_ name: String) async {
+        await settle()
+        await server.setValue(Array(name.utf8.prefix(248)), at: mandatory.deviceName)
+    }
+
+    /// The GAP Appearance (a category from the Bluetooth SIG's Assigned Numbers, 0 =
+    /// unknown), as a central reads it; the Database Hash stays as it is.
+    public func setAppearance(_ appearance: UInt16) async {
+        await settle()
+        await server.setValue([UInt8(appearance & 0xFF), UInt8(appearance >> 8)], at: mandatory.appearance)
+    }
+
+    /// The GAP Device Name now.
+    public var deviceName: String {
+        get async { String(decoding: await server.database.attribute(mandatory.deviceName)?.value ?? [], as: UTF8.self) }
+    }
+}

@@ -17,10 +17,15 @@ public enum GATTCharacteristicType {
 /// Handles of the mandatory services' characteristics in a database.
 public struct MandatoryHandles: Hashable, Sendable {
     public var deviceName: UInt16
+    public var appearance: UInt16
     public var serviceChanged: UInt16
     public var serviceChangedConfiguration: UInt16
     public var clientSupportedFeatures: UInt16
     public var databaseHash: UInt16
+
+    /// No mandatory services (every handle 0, which no attribute has).
+    public static let none = MandatoryHandles(deviceName: 0, appearance: 0, serviceChanged: 0, serviceChangedConfiguration: 0,
+                                              clientSupportedFeatures: 0, databaseHash: 0)
 }
 
 extension AttributeDatabase {
@@ -36,7 +41,7 @@ extension AttributeDatabase {
             GATTCharacteristic(uuid: GATTCharacteristicType.databaseHash, properties: [.read], permissions: [.read], value: [UInt8](repeating: 0, count: 16)),
         ]))
         let handles = MandatoryHandles(
-            deviceName: gap.characteristicValues[0], serviceChanged: gatt.characteristicValues[0],
+            deviceName: gap.characteristicValues[0], appearance: gap.characteristicValues[1], serviceChanged: gatt.characteristicValues[0],
             serviceChangedConfiguration: gatt.clientConfigurations[0] ?? 0, clientSupportedFeatures: gatt.characteristicValues[1],
             databaseHash: gatt.characteristicValues[2])
         try refreshDatabaseHash(at: handles.databaseHash)
