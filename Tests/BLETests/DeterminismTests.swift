@@ -132,7 +132,7 @@ enum BatteryFlow {
         defer { if !keep { unlink(r); unlink(s) } }
         let outcome = try await FireAlarmDemo.run(alarmAfter: .milliseconds(5), scanTime: .milliseconds(20), limit: .seconds(20),
                                                   recordSenderTo: s, recordReceiverTo: r, logger: Bench.logger, log: { _ in })
-        #expect(outcome.acknowledgements.count == 1)
+        #expect(outcome.floorPlan == FireAlarmProfile.defaultFloorPlan)
         func sent(_ path: String) throws -> [HCIPacket] {
             try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))).records
                 .filter { $0.direction == .hostToController }.compactMap(\.packet)
