@@ -8,6 +8,9 @@ Scripts/setup.sh
 swift build --build-tests
 # BLE_REQUIRE_INTEROP=1: a missing Rootcanal or tshark fails the run instead of skipping.
 BLE_REQUIRE_INTEROP=1 timeout 1800 swift test --skip-build
+# The example daemon package, built and tested as a separate package depending on this one
+# (its test replays a session recorded on Rootcanal).
+(cd Examples/BatteryDaemon && swift build --build-tests && swift test --skip-build)
 # The DocC catalog must build without a warning (symbol links, articles).
 Scripts/docs.sh
 Scripts/fuzz.sh "${FUZZ_SECONDS:-15}"

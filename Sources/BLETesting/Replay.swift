@@ -22,7 +22,8 @@ public struct ReplayOptions: Sendable {
         /// In the recorded order within each flow: the commands, and each link's data
         /// (by connection handle). Between flows the host may interleave differently, as
         /// concurrent work does (a peripheral restarting its advertising while it answers
-        /// the central's first requests). The default.
+        /// the central's first requests), but never ahead of a controller packet the
+        /// recorded host had received first. The default.
         case perFlow
     }
 
@@ -265,6 +266,14 @@ public final class ReplayTransport: HCITransport {
             // Nothing more of this flow: say what the recording expects next, if anything.
             let next = (s.cursor..<steps.count).first { steps[$0].fromHost && !s.consumed[$0] }
             let m = ReplayMismatch(frame: next.map { steps[$0].frame } ?? lastFrame + 1, expected: next.map { steps[$0].packet }, actual: p)
+            s.failure = m
+            return ([], m)
+        }
+        // Causality holds in either ordering: the host may not send what the recorded host
+        // sent only after a controller packet that has not been delivered yet.
+        if let blocked = (s.cursor..<i).first(where: { !steps[$0].fromHost }) {
+            let next = (s.cursor..<blocked).first { steps[$0].fromHost && !s.consumed[$0] } ?? i
+            let m = ReplayMismatch(frame: steps[next].frame, expected: steps[next].packet, actual: p)
             s.failure = m
             return ([], m)
         }
