@@ -9,8 +9,8 @@
 // 2. What ends synchronously in the application's task (it leaves a `for await` over
 //    a scan or a subscription, or the task iterating is cancelled) owes the
 //    controller traffic: a scan stop, a CCCD write. That work is queued, in order,
-//    and every facade operation first finishes what is owed (`settle()`), so the
-//    owed traffic goes out before the traffic of whatever the program does next.
+//    and the host's operations first finish what is owed (`settle()`), so the owed
+//    traffic goes out before the traffic of whatever the program does next.
 //    Queued work also starts by itself at once, for a program that does nothing next.
 
 import DequeModule
@@ -39,7 +39,10 @@ extension BluetoothHost {
     }
 
     /// Finishes the owed work, in order; a second caller waits for the first to finish it.
-    /// Every facade operation that sends anything calls this first.
+    /// Called first by the operations that can follow a scan or subscription the
+    /// program let go of: scanning and connecting, every `RemotePeripheral` operation,
+    /// `disconnect`, `secure`, `close` and the GAP setters. (The peripheral role's
+    /// operations owe nothing and do not wait.)
     func settle() async {
         if settling {
             await withCheckedContinuation { settleWaiters.append($0) }
@@ -71,12 +74,13 @@ extension BluetoothHost {
         }
     }
 
+    func follow(_ s: BufferedStream<SecurityEvent>) async { for await e in s { await handle(e) } }
+    func follow(_ s: BufferedStream<GATTServer.Event>) async { for await e in s { handle(e) } }
+    func follow(_ s: BufferedStream<GATTServer.Request>) async { for await r in s { await handle(r) } }
+
     /// Waits until the host has finished reacting to the links' events it has received.
     func quiesce() async {
         guard reacting > 0 else { return }
         await withCheckedContinuation { quietWaiters.append($0) }
     }
-    func follow(_ s: BufferedStream<SecurityEvent>) async { for await e in s { await handle(e) } }
-    func follow(_ s: BufferedStream<GATTServer.Event>) async { for await e in s { handle(e) } }
-    func follow(_ s: BufferedStream<GATTServer.Request>) async { for await r in s { await handle(r) } }
 }

@@ -112,17 +112,27 @@ enum BatteryFlow {
     /// ATT responses interleave follows thread timing, but each flow (its commands, its
     /// data on each link) must be identical in every run, which is what a replay checks.
     @Test func batteryFlowSendsTheSameConversationEveryRun() async throws {
-        let first = try await Self.batterySession()
-        #expect(first.central.count > 20)
-        #expect(first.peripheral.count > 20)
-        for run in 2...Self.runs {
-            let again = try await Self.batterySession()
-            let central = again.central == first.central
-            let peripheral = ReplayFlows(again.peripheral) == ReplayFlows(first.peripheral)
-            #expect(central, "central, run \(run): \(firstDifference(first.central, again.central))")
-            #expect(peripheral, "peripheral, run \(run): \(firstDifference(first.peripheral, again.peripheral))")
-            if !central || !peripheral { return }
+        let first = try await Self.expectRepeats(names: ("central", "peripheral")) {
+            let run = try await Self.batterySession()
+            return (run.central, run.peripheral)
         }
+        #expect(first.program.count > 20 && first.server.count > 20)
+    }
+
+    /// Runs a session `runs` times: the program's conversation must equal the first
+    /// run's in total order, the server's flow by flow. Returns the first run's.
+    static func expectRepeats(names: (String, String), _ session: () async throws -> (program: [HCIPacket], server: [HCIPacket])) async throws
+        -> (program: [HCIPacket], server: [HCIPacket]) {
+        let first = try await session()
+        for run in 2...runs {
+            let again = try await session()
+            let program = again.program == first.program
+            let server = ReplayFlows(again.server) == ReplayFlows(first.server)
+            #expect(program, "\(names.0), run \(run): \(firstDifference(first.program, again.program))")
+            #expect(server, "\(names.1), run \(run): \(firstDifference(first.server, again.server))")
+            if !program || !server { break }
+        }
+        return first
     }
 
     /// One fire-alarm session on the virtual radio (short scan and alarm delay: CI
@@ -144,16 +154,11 @@ enum BatteryFlow {
     /// sender raises its alarm on a timer and resumes advertising while the receiver
     /// talks to it, so it is compared flow by flow.
     @Test func fireAlarmSessionSendsTheSameConversationEveryRun() async throws {
-        let first = try await Self.fireAlarmSession()
-        #expect(first.receiver.count > 30)
-        for run in 2...Self.runs {
-            let again = try await Self.fireAlarmSession()
-            let receiver = again.receiver == first.receiver
-            let sender = ReplayFlows(again.sender) == ReplayFlows(first.sender)
-            #expect(receiver, "receiver, run \(run): \(firstDifference(first.receiver, again.receiver))")
-            #expect(sender, "sender, run \(run): \(firstDifference(first.sender, again.sender))")
-            if !receiver || !sender { return }
+        let first = try await Self.expectRepeats(names: ("receiver", "sender")) {
+            let run = try await Self.fireAlarmSession()
+            return (run.receiver, run.sender)
         }
+        #expect(first.program.count > 30)
     }
 
     /// The fire-alarm receiver replayed against its own recording: it finds the sender,
