@@ -136,6 +136,10 @@ public final class ReplayTransport: HCITransport {
         var progress: UInt64 = 0
         var finishWaiters: [CheckedContinuation<Void, Never>] = []
         var watchdog: Task<Void, Never>?
+        /// The host's loop and receiver (`deliver(on:_:)`), else packets go to `inbound`.
+        var target: (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?
+        /// Injected before the host attached.
+        var early: [HCIPacket] = []
     }
 
     /// A replay of `trace` (btsnoop, pcap or pcapng, as `TraceReader` reads them).
@@ -158,8 +162,12 @@ public final class ReplayTransport: HCITransport {
         s.canned = canned
         state = Mutex(s)
         // The recording may begin with controller packets (a capture started mid-session).
-        let ready = state.withLock { advance(&$0) }
-        for p in ready { continuation.yield(p) }
+        // Kept for `deliver(on:_:)`, and in `inbound` for a reader of it (one or the other is used).
+        let early = state.withLock { s -> [HCIPacket] in
+            s.early = advance(&s)
+            return s.early
+        }
+        for p in early { continuation.yield(p) }
         // Holds the transport only while it looks: a replay nobody closes still goes away.
         let timeout = options.timeout
         let watchdog = Task { [weak self] in
@@ -181,27 +189,58 @@ public final class ReplayTransport: HCITransport {
 
     // MARK: HCITransport
 
-    public func send(_ packet: HCIPacket) async throws {
-        let (inject, failure) = state.withLock { s -> ([HCIPacket], ReplayMismatch?) in
-            if let f = s.failure { return ([], f) }
-            if s.closed { return ([], nil) }
-            return accept(packet, &s)
+    public func send(_ packet: HCIPacket) async throws { try sendNow([packet]) }
+
+    /// Checked at once, on the caller's thread (the host's loop): the controller
+    /// packets a host packet unblocks are handed to the host in one later loop job, in
+    /// order, so a replay schedules the host's work the same way every run.
+    public var sendsSynchronously: Bool { true }
+
+    public func sendNow(_ packets: [HCIPacket]) throws {
+        for packet in packets {
+            let (inject, failure) = state.withLock { s -> ([HCIPacket], ReplayMismatch?) in
+                if let f = s.failure { return ([], f) }
+                if s.closed { return ([], nil) }
+                return accept(packet, &s)
+            }
+            hand(inject)
+            if let failure {
+                fail(failure)
+                throw failure
+            }
         }
-        for p in inject { continuation.yield(p) }
-        if let failure {
-            fail(failure)
-            throw failure
+    }
+
+    /// The host's loop delivers what the replay injects (the usual path: a host
+    /// attaches this way).
+    public func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        let early = state.withLock { s -> [HCIPacket] in
+            s.target = (loop, receive)
+            defer { s.early = [] }
+            return s.early
+        }
+        hand(early)
+    }
+
+    /// Hands controller packets to the host: on its loop when attached, else to `inbound`.
+    private func hand(_ packets: [HCIPacket]) {
+        guard !packets.isEmpty else { return }
+        if let (loop, receive) = state.withLock({ $0.target }) {
+            loop.execute { receive(.packets(packets)) }
+        } else {
+            for p in packets { continuation.yield(p) }
         }
     }
 
     public func close() async {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+        let (waiters, target) = state.withLock { s -> ([CheckedContinuation<Void, Never>], (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?) in
             s.closed = true
             defer { s.finishWaiters.removeAll() }
-            return s.finishWaiters
+            return (s.finishWaiters, s.target)
         }
         state.withLock { $0.watchdog?.cancel() }
         continuation.finish()
+        if let (loop, receive) = target { loop.execute { receive(.ended(nil)) } }
         for w in waiters { w.resume() }
     }
 
@@ -312,6 +351,7 @@ public final class ReplayTransport: HCITransport {
 
     private func fail(_ m: ReplayMismatch) {
         continuation.finish(throwing: m)
+        if let (loop, receive) = state.withLock({ $0.target }) { loop.execute { receive(.ended(m)) } }
         wakeFinishWaiters()
     }
 

@@ -86,6 +86,9 @@ public actor L2CAPHost {
     /// with fragments in round-robin order.
     private var queues: [UInt16: Deque<Outgoing>] = [:]
     private var order = Deque<UInt16>()
+    /// Counts `drop(handle:)`s: a write that fails synchronously ends the transport
+    /// inside `pump()`, and the queues it was walking are gone.
+    private var drops: UInt64 = 0
     private var started = false
     /// Frames discarded because no channel listens on their CID (or a connection's ATT
     /// frames beyond `earlyLimit` before its bearer subscribed).
@@ -239,7 +242,10 @@ public actor L2CAPHost {
                 queues[handle] = nil
                 continue
             }
+            let dropsBefore = drops
             let sent = controller.assumeIsolated { $0.sendACLNow(fragment.packet) }
+            // The write ended the transport (every queued fragment, this one too, was told).
+            guard drops == dropsBefore else { return }
             guard sent else {
                 if controller.assumeIsolated({ $0.isClosed }) {
                     for h in Array(queues.keys) { drop(handle: h) }
@@ -255,6 +261,7 @@ public actor L2CAPHost {
     }
 
     private func drop(handle: UInt16) {
+        drops &+= 1
         for f in queues.removeValue(forKey: handle) ?? [] { f.done?(false) }
         order.removeAll { $0 == handle }
     }
