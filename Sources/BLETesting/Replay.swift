@@ -126,6 +126,8 @@ public final class ReplayTransport: HCITransport {
     private let lastFrame: Int
     private let state: Mutex<State>
 
+    typealias Target = (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)
+
     struct State {
         var consumed: [Bool]
         /// The first step not yet played (injected, or sent by the host).
@@ -137,7 +139,7 @@ public final class ReplayTransport: HCITransport {
         var finishWaiters: [CheckedContinuation<Void, Never>] = []
         var watchdog: Task<Void, Never>?
         /// The host's loop and receiver (`deliver(on:_:)`), else packets go to `inbound`.
-        var target: (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?
+        var target: Target?
         /// Injected before the host attached.
         var early: [HCIPacket] = []
     }
@@ -208,6 +210,7 @@ public final class ReplayTransport: HCITransport {
                 fail(failure)
                 throw failure
             }
+            if isComplete { wakeFinishWaiters() }
         }
     }
 
@@ -233,15 +236,14 @@ public final class ReplayTransport: HCITransport {
     }
 
     public func close() async {
-        let (waiters, target) = state.withLock { s -> ([CheckedContinuation<Void, Never>], (loop: any EventLoop, receive: @Sendable (TransportInput) -> Void)?) in
+        let target = state.withLock { s -> Target? in
             s.closed = true
-            defer { s.finishWaiters.removeAll() }
-            return (s.finishWaiters, s.target)
+            s.watchdog?.cancel()
+            return s.target
         }
-        state.withLock { $0.watchdog?.cancel() }
         continuation.finish()
         if let (loop, receive) = target { loop.execute { receive(.ended(nil)) } }
-        for w in waiters { w.resume() }
+        wakeFinishWaiters()
     }
 
     // MARK: Progress
@@ -294,38 +296,31 @@ public final class ReplayTransport: HCITransport {
             }
             return ([Self.bareSuccess(op)], nil)
         }
-        let flow = ReplayFlows.flow(of: p)
-        let candidate = s.cursor < steps.count
-            ? (s.cursor..<steps.count).first { steps[$0].fromHost && !s.consumed[$0] && (options.ordering == .total || steps[$0].flow == flow) }
-            : nil
-        guard let i = candidate else {
-            if s.cursor == steps.count, options.trailing == .accepted {
-                return (Self.commandOpcode(p).map { [Self.bareSuccess($0)] } ?? [], nil)
-            }
-            // Nothing more of this flow: say what the recording expects next, if anything.
-            let next = (s.cursor..<steps.count).first { steps[$0].fromHost && !s.consumed[$0] }
-            let m = ReplayMismatch(frame: next.map { steps[$0].frame } ?? lastFrame + 1, expected: next.map { steps[$0].packet }, actual: p)
+        // What the recording expects next: the cursor stops at the first host packet not yet sent.
+        let due = s.cursor < steps.count ? s.cursor : nil
+        func refuse(expecting i: Int?) -> ([HCIPacket], ReplayMismatch?) {
+            let m = ReplayMismatch(frame: i.map { steps[$0].frame } ?? lastFrame + 1, expected: i.map { steps[$0].packet }, actual: p)
             s.failure = m
             return ([], m)
+        }
+        let flow = ReplayFlows.flow(of: p)
+        let candidate = (s.cursor..<steps.count).first {
+            steps[$0].fromHost && !s.consumed[$0] && (options.ordering == .total || steps[$0].flow == flow)
+        }
+        guard let i = candidate else {
+            if due == nil, options.trailing == .accepted {
+                return (Self.commandOpcode(p).map { [Self.bareSuccess($0)] } ?? [], nil)
+            }
+            // Nothing more of this flow.
+            return refuse(expecting: due)
         }
         // Causality holds in either ordering: the host may not send what the recorded host
         // sent only after a controller packet that has not been delivered yet.
-        if let blocked = (s.cursor..<i).first(where: { !steps[$0].fromHost }) {
-            let next = (s.cursor..<blocked).first { steps[$0].fromHost && !s.consumed[$0] } ?? i
-            let m = ReplayMismatch(frame: steps[next].frame, expected: steps[next].packet, actual: p)
-            s.failure = m
-            return ([], m)
-        }
-        guard steps[i].packet == p else {
-            let m = ReplayMismatch(frame: steps[i].frame, expected: steps[i].packet, actual: p)
-            s.failure = m
-            return ([], m)
-        }
+        if (s.cursor..<i).contains(where: { !steps[$0].fromHost }) { return refuse(expecting: due) }
+        guard steps[i].packet == p else { return refuse(expecting: i) }
         s.consumed[i] = true
         s.progress &+= 1
-        let out = advance(&s)
-        if s.cursor == steps.count { wakeLater(&s) }
-        return (out, nil)
+        return (advance(&s), nil)
     }
 
     /// Moves the cursor past what has been played; returns the controller packets it passes.
@@ -341,12 +336,6 @@ public final class ReplayTransport: HCITransport {
             s.cursor += 1
         }
         return out
-    }
-
-    private func wakeLater(_ s: inout State) {
-        let waiters = s.finishWaiters
-        s.finishWaiters.removeAll()
-        for w in waiters { w.resume() }
     }
 
     private func fail(_ m: ReplayMismatch) {
