@@ -8,16 +8,22 @@ import Testing
 @Suite(.serialized) struct BtctlGATTTests {
     static var btctl: String { Interop.root + "/.build/debug/btctl" }
 
+    /// Whether btctl is built; when it is not, a run that requires interop records why.
+    static func isBuilt(sourceLocation: SourceLocation = #_sourceLocation) -> Bool {
+        guard FileManager.default.isExecutableFile(atPath: btctl) else {
+            if Interop.required { Issue.record("btctl is not built at \(btctl)", sourceLocation: sourceLocation) }
+            return false
+        }
+        return true
+    }
+
     static func run(_ args: [String]) async throws -> (status: Int32, out: String) {
         try await Interop.execute(btctl, args, timeout: 30, mergeStderr: true)
     }
 
     @Test func serveDiscoverReadWriteByName() async throws {
         guard let binary = try Interop.rootcanal() else { return }
-        guard FileManager.default.isExecutableFile(atPath: Self.btctl) else {
-            if Interop.required { Issue.record("btctl is not built at \(Self.btctl)") }
-            return
-        }
+        guard Self.isBuilt() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let t = rc.transportSpec

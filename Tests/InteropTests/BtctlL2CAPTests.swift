@@ -9,10 +9,7 @@ import Testing
 @Suite(.serialized) struct BtctlL2CAPTests {
     @Test func connectPipesStdinThroughBumblesEcho() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard FileManager.default.isExecutableFile(atPath: BtctlGATTTests.btctl) else {
-            if Interop.required { Issue.record("btctl is not built at \(BtctlGATTTests.btctl)") }
-            return
-        }
+        guard BtctlGATTTests.isBuilt() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let peer = Process()
