@@ -93,7 +93,7 @@ let package = Package(
         .executableTarget(
             name: "btctl",
             dependencies: [
-                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm", "SMP",
+                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm", "SMP", "VirtualHCI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -351,6 +351,33 @@ public actor BluetoothHost {
         await transportEnded()
     }
 
+    /// Ends the session the way a person quitting expects, then closes: every scan
+    /// stops (its stream finishes), advertising stops, every link is disconnected
+    /// (Remote User Terminated Connection) and its Disconnection Complete awaited, all
+    /// within `limit`; a controller that does not answer does not keep the host open.
+    /// `btctl` calls it on SIGINT and SIGTERM. Without links, scans or advertising it is
+    /// `close()`.
+    public func shutdown(within limit: Duration = .seconds(2)) async {
+        if state == .ready {
+            await settle()
+            let deadline = ContinuousClock.now + limit
+            for id in scans.keys.sorted() {
+                let s = scans[id]
+                await endScan(id)
+                s?.continuation.finish()
+            }
+            if advertising != nil { try? await setAdvertising(nil) }
+            let links = active.values.sorted { $0.handle < $1.handle }
+            for c in links { _ = try? await controller.send(Disconnect(connectionHandle: c.handle)) }
+            for c in links {
+                let left = deadline - ContinuousClock.now
+                guard left > .zero else { break }
+                _ = await end(of: c.id, within: left)
+            }
+        }
+        await close()
+    }
+
     func transportEnded() async {
         if case .transportClosed = state { return }
         let reason = await controller.closedReason ?? "closed"

@@ -44,6 +44,20 @@ public enum Central {
         return c
     }
 
+    /// Sends Disconnect (Remote User Terminated Connection) and waits at most `limit`
+    /// for the link's Disconnection Complete; returns the reason reported, nil when none
+    /// came (the controller refused, or the transport is gone).
+    @discardableResult
+    public static func disconnect(_ connection: L2CAPHost.Connection, host: L2CAPHost, within limit: Duration) async -> HCIStatus? {
+        let events = await host.linkEvents()
+        guard (try? await host.controller.send(Disconnect(connectionHandle: connection.handle))) != nil else { return nil }
+        let ended = events.compactMap { e -> HCIStatus? in
+            if case let .disconnected(c, reason) = e, c.handle == connection.handle { return reason }
+            return nil
+        }
+        return await firstElement(ended, within: limit)
+    }
+
     /// A started GATT client on `connection`, with the MTU exchanged.
     public static func gattClient(on connection: L2CAPHost.Connection, host: L2CAPHost, localRxMTU: UInt16 = 517) async throws -> GATTClient {
         let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: connection.handle), localRxMTU: localRxMTU, logger: host.logger))

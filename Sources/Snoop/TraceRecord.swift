@@ -38,6 +38,16 @@ public struct TraceRecord: Sendable, Equatable {
         self.init(timestampMicros: timestampMicros, direction: direction, content: .packet(packet))
     }
 
+    /// The packet type and the bytes after the H4 indicator, as read (also for a
+    /// record that did not decode); nil for a monitor-only record.
+    public var hciBytes: (type: HCIPacketType, body: [UInt8])? {
+        switch content {
+        case let .packet(p): return (p.type, p.body)
+        case let .undecodable(type?, bytes, _): return (type, bytes)
+        default: return nil
+        }
+    }
+
     public var packet: HCIPacket? {
         if case let .packet(p) = content { return p }
         return nil

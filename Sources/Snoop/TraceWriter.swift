@@ -57,22 +57,24 @@ public struct TraceEncoder: Sendable {
     }
 
     /// The encoded record, or nil when this output cannot represent the record
-    /// (a monitor-only record in an H4 file).
+    /// (a monitor-only record in an H4 file, bytes of no known packet type). A record
+    /// whose bytes did not decode is written as it was read, so a conversion keeps it.
     public func record(_ rec: TraceRecord) -> [UInt8]? {
         let received = rec.direction == .controllerToHost
         var payload: [UInt8]
         var flags: UInt32 = received ? 1 : 0
         switch output {
         case .btsnoop(TraceFormat.btsnoopH1):
-            guard let p = rec.packet else { return nil }
-            payload = p.body
-            if p.type == .command || p.type == .event { flags |= 2 }
+            guard let (type, body) = rec.hciBytes else { return nil }
+            payload = body
+            if type == .command || type == .event { flags |= 2 }
         case .btsnoop(TraceFormat.btsnoopMonitor), .pcap(TraceFormat.linkTypeMonitor), .pcapng(TraceFormat.linkTypeMonitor):
             let opcode: UInt16
             switch rec.content {
-            case let .packet(p):
-                payload = p.body
-                switch p.type {
+            case .packet, .undecodable(type: _?, _, _):
+                guard let (type, body) = rec.hciBytes else { return nil }
+                payload = body
+                switch type {
                 case .command: opcode = 2
                 case .event: opcode = 3
                 case .acl: opcode = received ? 5 : 4
@@ -82,7 +84,7 @@ public struct TraceEncoder: Sendable {
             case let .monitor(op, data):
                 opcode = op
                 payload = data
-            case .undecodable:
+            case .undecodable(type: .none, _, _):
                 return nil
             }
             let index = rec.adapterIndex ?? 0
@@ -92,14 +94,14 @@ public struct TraceEncoder: Sendable {
                 payload = [UInt8(index >> 8), UInt8(index & 0xFF), UInt8(opcode >> 8), UInt8(opcode & 0xFF)] + payload
             }
         case .pcap(TraceFormat.linkTypeH4), .pcapng(TraceFormat.linkTypeH4):
-            guard let p = rec.packet else { return nil }
-            payload = p.h4Bytes
+            guard let (type, body) = rec.hciBytes else { return nil }
+            payload = [type.rawValue] + body
         case .pcap, .pcapng:
-            guard let p = rec.packet else { return nil }
-            payload = [0, 0, 0, received ? 1 : 0] + p.h4Bytes
+            guard let (type, body) = rec.hciBytes else { return nil }
+            payload = [0, 0, 0, received ? 1 : 0, type.rawValue] + body
         case .btsnoop:
-            guard let p = rec.packet else { return nil }
-            payload = p.h4Bytes
+            guard let (type, body) = rec.hciBytes else { return nil }
+            payload = [type.rawValue] + body
         }
         var w = ByteWriter(capacity: payload.count + 24)
         switch output {
@@ -131,11 +133,12 @@ public struct TraceEncoder: Sendable {
 public final class TraceFileWriter: Sendable {
     private let fd: Int32
     private let encoder: TraceEncoder
-    private let state = Mutex<(closed: Bool, error: String?)>((false, nil))
+    private let state = Mutex<(closed: Bool, error: String?, written: Int, unrepresentable: Int)>((false, nil, 0, 0))
 
-    /// Creates (truncates) `path` and writes the header.
+    /// Creates (truncates) `path` and writes the header; `-` is standard output (for
+    /// `wireshark -k -i -`).
     public init(path: String, output: TraceEncoder.Output = .btsnoop(datalink: TraceFormat.btsnoopH4)) throws {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let fd = path == "-" ? dup(1) : open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
             let e = errno
             throw TransportError.io(operation: "open \(path)", errno: e, reason: String(cString: strerror(e)))
@@ -146,9 +149,18 @@ public final class TraceFileWriter: Sendable {
     }
 
     public func write(_ record: TraceRecord) {
-        guard let bytes = encoder.record(record) else { return }
-        do { try writeAll(bytes) } catch { state.withLock { $0.error = "\(error)" } }
+        guard let bytes = encoder.record(record) else {
+            state.withLock { $0.unrepresentable += 1 }
+            return
+        }
+        do {
+            try writeAll(bytes)
+            state.withLock { $0.written += 1 }
+        } catch { state.withLock { $0.error = $0.error ?? "\(error)" } }
     }
+
+    /// Records written, and records this output cannot represent (left out, counted).
+    public var counts: (written: Int, unrepresentable: Int) { state.withLock { ($0.written, $0.unrepresentable) } }
 
     /// The first write error, if any (a recording never fails the session it records).
     public var error: String? { state.withLock { $0.error } }

@@ -29,9 +29,10 @@ public enum TransportSpec: Sendable, Equatable, CustomStringConvertible {
             }
         } else if s.hasPrefix("tcp:") {
             let rest = s.dropFirst(4)
-            guard let colon = rest.lastIndex(of: ":"), let port = UInt16(rest[rest.index(after: colon)...]), port > 0 else {
-                throw bad("needs HOST:PORT")
-            }
+            guard let colon = rest.lastIndex(of: ":") else { throw bad("needs HOST:PORT") }
+            let portText = rest[rest.index(after: colon)...]
+            guard let number = Int(portText) else { throw bad("port '\(portText)' is not a number") }
+            guard let port = UInt16(exactly: number), port > 0 else { throw bad("port \(number) is out of range 1...65535") }
             var host = String(rest[..<colon])
             if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
             guard !host.isEmpty else { throw bad("empty host") }

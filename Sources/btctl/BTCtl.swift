@@ -10,18 +10,72 @@ import HCI
 import Logging
 import Snoop
 import Transports
+import VirtualHCI
 
 @main
 struct BTCtl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "btctl",
         abstract: "Drive a Bluetooth LE controller over HCI, and read HCI traces.",
+        discussion: """
+        Exit status: 0 success; 1 the operation failed (the reason is on stderr); 64 a \
+        command-line error (the command's usage follows); 130 interrupted by SIGINT, 143 by \
+        SIGTERM, after the command cleaned up (scanning and advertising stopped, links \
+        disconnected, the trace closed). A second signal exits at once.
+        """,
+        version: btctlVersion,
         subcommands: [Demo.self, Info.self, List.self, Scan.self, Advertise.self, Trace.self, Gatt.self, L2CAP_.self, Pair.self, Bonds.self])
+
+    /// Parses, runs, and exits with the documented status. A validation error a command
+    /// finds while running is reported with that command's usage, like a parse error.
+    static func main() async {
+        Interrupt.install()
+        var command: any ParsableCommand
+        do {
+            command = try parseAsRoot()
+        } catch {
+            exit(withError: error)
+        }
+        do {
+            if var c = command as? any AsyncParsableCommand { try await c.run() } else { try command.run() }
+        } catch is StandardOutputClosed {
+            // The reader went away (`| head`): nothing more to say.
+        } catch {
+            if let status = Interrupt.exitStatus {
+                await Interrupt.finishCleanups()
+                Foundation.exit(status)
+            }
+            if let v = error as? ValidationError {
+                FileHandle.standardError.write(Data("Error: \(v.message)\n\(usageString(for: type(of: command)))\n  See 'btctl \(commandPath(type(of: command))) --help' for more.\n".utf8))
+                Foundation.exit(ExitCode.validationFailure.rawValue)
+            }
+            exit(withError: error)
+        }
+        if let status = Interrupt.exitStatus {
+            await Interrupt.finishCleanups()
+            Foundation.exit(status)
+        }
+    }
+
+    /// "gatt read" for `Gatt.Read`: the words that select a subcommand.
+    static func commandPath(_ type: any ParsableCommand.Type) -> String {
+        func path(_ t: any ParsableCommand.Type, in node: any ParsableCommand.Type) -> [String]? {
+            if t == node { return [] }
+            for sub in node.configuration.subcommands {
+                if let rest = path(t, in: sub) { return [sub._commandName] + rest }
+            }
+            return nil
+        }
+        return (path(type, in: BTCtl.self) ?? []).joined(separator: " ")
+    }
 }
+
+/// What `btctl --version` prints.
+let btctlVersion = "0.2.0"
 
 /// Options every controller-facing command takes.
 struct ControllerOptions: ParsableArguments {
-    @Option(name: [.customShort("t"), .long], help: ArgumentHelp("Controller transport: \(TransportSpec.help). Default: $BTCTL_TRANSPORT, else hci0.", valueName: "SPEC"))
+    @Option(name: [.customShort("t"), .long], help: ArgumentHelp("Controller transport: \(TransportSpec.help), virtual (the in-process radio, with a fire-alarm sender on it as a peer). Default: $BTCTL_TRANSPORT, else hci0.", valueName: "SPEC"))
     var transport: String?
 
     @Flag(help: "One JSON object per line on stdout.")
@@ -30,16 +84,41 @@ struct ControllerOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Record the session's HCI traffic to a btsnoop file.", valueName: "FILE"))
     var btsnoop: String?
 
-    @Option(help: ArgumentHelp("Command timeout in seconds.", valueName: "SECONDS"))
+    @Option(help: ArgumentHelp("Record the session's HCI traffic as pcap (link type 201, what Wireshark reads); - streams it to stdout, e.g. `| wireshark -k -i -` (then stdout carries nothing else).", valueName: "FILE"))
+    var pcap: String?
+
+    @Option(parsing: .unconditional, help: ArgumentHelp("Command timeout in seconds (0.01 to 3600).", valueName: "SECONDS"))
     var timeout: Double = 5
 
     @Flag(name: .shortAndLong, help: "Log protocol traffic to stderr.")
     var verbose = false
 
-    var spec: TransportSpec {
+    func validate() throws {
+        guard timeout.isFinite, (0.01...3600).contains(timeout) else { throw ValidationError("--timeout must be between 0.01 and 3600 seconds, not \(timeout)") }
+        if btsnoop != nil, pcap != nil { throw ValidationError("give --btsnoop or --pcap, not both") }
+        if pcap == "-", json { throw ValidationError("--pcap - writes the capture to stdout, so --json cannot go there too") }
+        _ = try transportChoice
+    }
+
+    /// Where the controller is: a transport spec, or the in-process virtual radio.
+    enum TransportChoice { case spec(TransportSpec), virtual }
+
+    var transportChoice: TransportChoice {
         get throws {
             let s = transport ?? ProcessInfo.processInfo.environment["BTCTL_TRANSPORT"] ?? "hci0"
-            do { return try TransportSpec(parsing: s) } catch { throw ValidationError("\(error)") }
+            if s == "virtual" { return .virtual }
+            do { return .spec(try TransportSpec(parsing: s)) } catch {
+                throw ValidationError("--transport: \(error)\(transport == nil ? " (from $BTCTL_TRANSPORT)" : ""), or virtual")
+            }
+        }
+    }
+
+    /// The transport as a person wrote it (for messages).
+    var transportName: String {
+        switch try? transportChoice {
+        case let .spec(s)?: return s.description
+        case .virtual?: return "virtual"
+        case nil: return transport ?? "?"
         }
     }
 
@@ -49,29 +128,46 @@ struct ControllerOptions: ParsableArguments {
         return l
     }
 
-    /// Opens the transport, wrapped in a recording tap when --btsnoop is given.
-    func openTransport() throws -> (any HCITransport, TraceFileWriter?) {
-        let spec = try spec
-        guard timeout > 0, timeout.isFinite else { throw ValidationError("--timeout must be a positive number of seconds") }
+    /// Opens the transport, wrapped in a recording tap when --btsnoop or --pcap is given.
+    /// The recording is closed (complete) on SIGINT/SIGTERM after the command's cleanups.
+    func openTransport() async throws -> (any HCITransport, TraceFileWriter?) {
         let base: any HCITransport
-        do { base = try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
-        guard let path = btsnoop else { return (base, nil) }
-        let w = try TraceFileWriter(path: path)
+        switch try transportChoice {
+        case .virtual:
+            base = try await VirtualPeer.controller(logger: logger)
+        case let .spec(spec):
+            do { base = try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
+        }
+        guard let path = btsnoop ?? pcap else { return (base, nil) }
+        let w: TraceFileWriter
+        do {
+            w = try TraceFileWriter(path: path, output: pcap != nil ? .pcap(linkType: TraceFormat.linkTypeH4WithPHDR) : .btsnoop(datalink: TraceFormat.btsnoopH4))
+        } catch {
+            await base.close()
+            throw CLIError("cannot record to \(path): \(error)")
+        }
+        Interrupt.atExit { w.close() }
         return (RecordingTransport(wrapping: base, writer: w), w)
     }
 
     var commandTimeout: Duration { cliDuration(seconds: timeout) }
 
     /// A controller on the transport (for the commands below the facade: info, gatt).
+    /// On a signal it is closed (after the command's own cleanups).
     func openController() async throws -> (HCIController, TraceFileWriter?) {
-        let (t, w) = try openTransport()
-        return (HCIController(transport: t, commandTimeout: commandTimeout, logger: logger), w)
+        let (t, w) = try await openTransport()
+        let controller = HCIController(transport: t, commandTimeout: commandTimeout, logger: logger)
+        Interrupt.atExit { await controller.close() }
+        return (controller, w)
     }
 
-    /// A facade host on the transport, not started.
+    /// A facade host on the transport, not started. On a signal it shuts down: scans and
+    /// advertising stop, links are disconnected, then it closes.
     func openHost() async throws -> (BluetoothHost, TraceFileWriter?) {
-        let (t, w) = try openTransport()
-        return (BluetoothHost(transport: t, logger: logger, commandTimeout: commandTimeout), w)
+        let (t, w) = try await openTransport()
+        let host = BluetoothHost(transport: t, logger: logger, commandTimeout: commandTimeout)
+        Interrupt.onSignal { await host.shutdown() }
+        return (host, w)
     }
 }
 
@@ -86,6 +182,16 @@ struct CLIError: Error, CustomStringConvertible {
 func cliDuration(seconds: Double) -> Duration {
     let s = seconds.isNaN ? 0 : Swift.min(Swift.max(seconds, 0), 31_536_000)
     return .milliseconds(Int(s * 1000))
+}
+
+/// A message for the person on stderr ("btctl: ..."), never on stdout.
+func note(_ text: String) {
+    FileHandle.standardError.write(Data("btctl: \(text)\n".utf8))
+}
+
+/// "10 s", "2.5 s".
+func secondsText(_ s: Double) -> String {
+    s == s.rounded() && abs(s) < 1e15 ? "\(Int(s)) s" : String(format: "%.1f s", s)
 }
 
 func emit(_ json: JSONValue) {

@@ -77,6 +77,8 @@ enum PeerLink {
             let target: (BluetoothAddress, AddressType)
             if let p = peer.peer { target = (p.address, p.type) } else { target = try await Central.find(name: peer.name ?? "", controller: controller, within: limit) }
             let connection = try await Central.connect(to: target.0, type: target.1, host: host, within: limit)
+            // On SIGINT/SIGTERM the link ends with a Disconnect, not with the process.
+            Interrupt.onSignal { await Central.disconnect(connection, host: host, within: .seconds(2)) }
             return (controller, host, connection, writer)
         } catch {
             await controller.close()
@@ -88,6 +90,7 @@ enum PeerLink {
 
 struct GATTSession {
     let controller: HCIController
+    let host: L2CAPHost
     let client: GATTClient
     let connection: L2CAPHost.Connection
 
@@ -95,7 +98,7 @@ struct GATTSession {
         let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
         do {
             let client = try await Central.gattClient(on: connection, host: host)
-            return (GATTSession(controller: controller, client: client, connection: connection), writer)
+            return (GATTSession(controller: controller, host: host, client: client, connection: connection), writer)
         } catch {
             await controller.close()
             writer?.close()
@@ -105,7 +108,7 @@ struct GATTSession {
 
     func close() async {
         await client.bearer.drain()
-        _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+        await Central.disconnect(connection, host: host, within: .seconds(2))
         await controller.close()
     }
 

@@ -18,11 +18,11 @@ struct Info: AsyncParsableCommand {
         do {
             // On the raw channel the kernel owns the adapter: do not reset it under its feet.
             var shared = false
-            if case .hci(_, .raw) = try options.spec { shared = true }
+            if case .spec(.hci(_, .raw)) = try options.transportChoice { shared = true }
             info = try await controller.initialize(reset: !shared)
         } catch {
             await controller.close()
-            throw CLIError("initialising the controller on \(try options.spec) failed: \(error)")
+            throw CLIError("initialising the controller on \(options.transportName) failed: \(error)")
         }
         await controller.close()
         if options.json {

@@ -1,6 +1,7 @@
 // btctl scan and btctl advertise (docs/btctl.md).
 
 import ArgumentParser
+import BLE
 import Foundation
 import GAP
 import HCI
@@ -9,46 +10,68 @@ import Snoop
 struct Scan: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Scan for advertisements and print each one, decoded.")
     @OptionGroup var options: ControllerOptions
-    @Option(help: "Seconds to scan.") var duration: Double = 10
+    @Option(parsing: .unconditional, help: "Seconds to scan (0.1 to 86400).") var duration: Double = 10
     @Flag(help: "Passive scanning (no scan requests, so no scan responses).") var passive = false
     @Flag(help: "Report every advertisement, not only the first per device.") var duplicates = false
     @Option(help: "Only devices advertising this name (repeatable).") var name: [String] = []
     @Option(help: "Only devices listing this service UUID (repeatable).") var service: [String] = []
     @Option(help: "Only this address (repeatable).") var address: [String] = []
-    @Option(help: "Only reports at or above this RSSI (dBm).") var minRssi: Int?
+    @Option(parsing: .unconditional, help: "Only reports at or above this RSSI (dBm, -127 to 20), e.g. --min-rssi -70.") var minRssi: Int?
 
     func validate() throws {
-        guard duration > 0, duration.isFinite else { throw ValidationError("--duration must be positive") }
-        for s in service where BluetoothUUID(s) == nil { throw ValidationError("bad UUID '\(s)'") }
-        for a in address where BluetoothAddress(a) == nil { throw ValidationError("bad address '\(a)' (XX:XX:XX:XX:XX:XX)") }
-        if let m = minRssi, !(-127...20).contains(m) { throw ValidationError("--min-rssi must be between -127 and 20") }
+        guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
+        for s in service where BluetoothUUID(s) == nil { throw ValidationError("--service: bad UUID '\(s)' (16-bit like 180F, 32-bit, or 128-bit)") }
+        for a in address where BluetoothAddress(a) == nil { throw ValidationError("--address: bad address '\(a)' (XX:XX:XX:XX:XX:XX)") }
+        if let m = minRssi, !(-127...20).contains(m) { throw ValidationError("--min-rssi must be between -127 and 20 dBm, not \(m)") }
     }
 
     func run() async throws {
         let (host, writer) = try await options.openHost()
         defer { writer?.close() }
+        let json = options.json
+        let live = !json && isatty(2) != 0
+        let summary: ScanSummary
+        let dropped: Int
         do {
             try await host.start()
             let filter = ScanFilter(names: name, serviceUUIDs: service.compactMap(BluetoothUUID.init), addresses: address.compactMap(BluetoothAddress.init),
                                     minimumRSSI: minRssi.map { Int8($0) })
             // Filters apply to each device's advertisement and scan response together.
             let results = try await host.central.scan(filter: filter, active: !passive, filterDuplicates: !duplicates)
-            let json = options.json
-            let printer = Task {
-                for await r in results { print(json ? Self.json(r.advertisement).rendered : Self.text(r.advertisement)); fflush(nil) }
+            if !json {
+                note("scanning \(passive ? "passively" : "actively") for \(secondsText(duration))\(duplicates ? ", every report" : ", first report per device")\(name.isEmpty && service.isEmpty && address.isEmpty && minRssi == nil ? "" : ", filtered"); Ctrl-C stops")
             }
-            try await Task.sleep(for: cliDuration(seconds: duration))
+            let printer = Task {
+                var summary = ScanSummary()
+                for await r in results {
+                    summary.add(r)
+                    print(json ? Self.json(r.advertisement).rendered : Self.text(r.advertisement))
+                    fflush(nil)
+                    if live { summary.showProgress() }
+                }
+                return summary
+            }
+            await Interrupt.sleep(for: cliDuration(seconds: duration))
             printer.cancel()
-            await host.close()
-            if results.dropped.count > 0 { FileHandle.standardError.write(Data("btctl: \(results.dropped.count) advertisements dropped (output too slow)\n".utf8)) }
+            summary = await printer.value
+            dropped = results.dropped.count
+            await host.shutdown()
         } catch {
             await host.close()
             throw CLIError("scan failed: \(error)")
+        }
+        if live { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if json {
+            emit(summary.json(dropped: dropped))
+        } else {
+            summary.printTable()
+            if dropped > 0 { note("\(dropped) advertisements dropped (output too slow)") }
         }
     }
 
     static func fields(_ a: Advertisement) -> [(String, JSONValue)] {
         var o: [(String, JSONValue)] = [
+            ("event", .string(a.isScanResponse ? "scan_response" : "advertisement")),
             ("address", .string(a.address.description)), ("address_type", .string(a.addressType.description)), ("rssi", .int(Int(a.rssi))),
             ("event_type", .int(Int(a.eventType))), ("connectable", .bool(a.isConnectable)), ("scan_response", .bool(a.isScanResponse)),
         ]
@@ -90,6 +113,68 @@ struct Scan: AsyncParsableCommand {
     }
 }
 
+/// What `scan` heard, per device, for its closing table.
+struct ScanSummary {
+    struct Device {
+        var address: String
+        var name: String?
+        var reports = 0
+        var lastRSSI: Int8 = 0
+        var bestRSSI: Int8 = -128
+    }
+    private(set) var devices: [String: Device] = [:]
+    private(set) var order: [String] = []
+    private(set) var reports = 0
+    private var lastProgress = ContinuousClock.now - .seconds(1)
+
+    mutating func add(_ r: ScanResult) {
+        let key = "\(r.address)\(r.addressType == .random ? "/random" : "")"
+        if devices[key] == nil { order.append(key) }
+        var d = devices[key] ?? Device(address: key)
+        d.name = r.name ?? d.name
+        d.reports += 1
+        d.lastRSSI = r.rssi
+        d.bestRSSI = Swift.max(d.bestRSSI, r.rssi)
+        devices[key] = d
+        reports += 1
+    }
+
+    /// The live count on a terminal's stderr, at most ten times a second.
+    mutating func showProgress() {
+        let now = ContinuousClock.now
+        guard now - lastProgress >= .milliseconds(100) else { return }
+        lastProgress = now
+        FileHandle.standardError.write(Data("\r\u{1B}[K\(reports) reports from \(devices.count) devices".utf8))
+    }
+
+    func printTable() {
+        guard !devices.isEmpty else {
+            note("nothing heard")
+            return
+        }
+        print("")
+        print("\(devices.count) device\(devices.count == 1 ? "" : "s"), \(reports) report\(reports == 1 ? "" : "s"):")
+        print("  " + "address".padding(toLength: 25, withPad: " ", startingAt: 0) + "reports  best dBm  last dBm  name")
+        for key in order.sorted(by: { (devices[$0]?.bestRSSI ?? 0) > (devices[$1]?.bestRSSI ?? 0) }) {
+            guard let d = devices[key] else { continue }
+            print("  " + d.address.padding(toLength: 25, withPad: " ", startingAt: 0) + pad(d.reports, 7) + "  " + pad(Int(d.bestRSSI), 8) + "  " + pad(Int(d.lastRSSI), 8) + "  " + (d.name ?? ""))
+        }
+    }
+
+    private func pad(_ n: Int, _ width: Int) -> String {
+        let s = String(n)
+        return String(repeating: " ", count: Swift.max(0, width - s.count)) + s
+    }
+
+    func json(dropped: Int) -> JSONValue {
+        .object([("event", .string("summary")), ("reports", .int(reports)), ("dropped", .int(dropped)),
+                 ("devices", .array(order.compactMap { devices[$0] }.map { d in
+                     .object([("address", .string(d.address)), ("name", d.name.map { .string($0) } ?? .null), ("reports", .int(d.reports)),
+                              ("best_rssi", .int(Int(d.bestRSSI))), ("last_rssi", .int(Int(d.lastRSSI)))])
+                 }))])
+    }
+}
+
 struct Advertise: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Advertise a name, services, manufacturer data, an iBeacon or an Eddystone URL.")
     @OptionGroup var options: ControllerOptions
@@ -98,9 +183,15 @@ struct Advertise: AsyncParsableCommand {
     @Option(help: "Manufacturer data as COMPANY:HEX, e.g. 004c:0102.") var manufacturer: String?
     @Option(help: "iBeacon as UUID:MAJOR:MINOR:POWER.") var ibeacon: String?
     @Option(help: "Eddystone-URL to advertise.") var eddystoneUrl: String?
-    @Option(help: "TX Power Level to advertise (dBm).") var txPower: Int?
+    @Option(parsing: .unconditional, help: "TX Power Level to advertise (dBm, -127 to 20), e.g. --tx-power -8.") var txPower: Int?
     @Flag(help: "Non-connectable advertising.") var nonConnectable = false
-    @Option(help: "Seconds to advertise.") var duration: Double = 30
+    @Option(parsing: .unconditional, help: "Seconds to advertise (0.1 to 86400).") var duration: Double = 30
+
+    func validate() throws {
+        guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
+        if let t = txPower, !(-127...20).contains(t) { throw ValidationError("--tx-power must be between -127 and 20 dBm, not \(t)") }
+        _ = try payloads()
+    }
 
     /// Packs the pieces greedily: beacons and flags into the advertisement, then
     /// services, TX power and the name wherever they fit (advertisement first, then the
@@ -169,9 +260,9 @@ struct Advertise: AsyncParsableCommand {
                 print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "") for \(duration) s")
             }
             fflush(nil)
-            try await Task.sleep(for: cliDuration(seconds: duration))
-            try await host.peripheral.stopAdvertising()
-            await host.close()
+            await Interrupt.sleep(for: cliDuration(seconds: duration))
+            await host.shutdown()
+            if options.json { emit(.object([("event", .string("stopped"))])) }
         } catch let e as AdvertisingDataError {
             await host.close()
             throw CLIError("\(e)")

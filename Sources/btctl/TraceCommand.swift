@@ -1,4 +1,6 @@
 // btctl trace show FILE: decode every frame of a btsnoop / pcap / pcapng file.
+// btctl trace convert IN OUT: rewrite a trace in another format (for Wireshark).
+// Both stream the file record by record: memory stays flat in the file's size.
 
 import ArgumentParser
 import Foundation
@@ -7,7 +9,12 @@ import Snoop
 
 struct Trace: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Read HCI traces (btsnoop, pcap, pcapng).", subcommands: [Show.self])
+        abstract: "Read HCI traces (btsnoop, pcap, pcapng).", subcommands: [Show.self, Convert.self])
+
+    /// Opens a trace for streaming, with a message that names the file.
+    static func open(_ file: String) throws -> TraceStream {
+        do { return try TraceStream(path: file) } catch { throw CLIError("\(file): \(error)") }
+    }
 
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Decode every frame of a trace file.")
@@ -22,17 +29,16 @@ struct Trace: AsyncParsableCommand {
         var showKeys = false
 
         func run() async throws {
-            guard let data = FileManager.default.contents(atPath: file) else {
-                throw CLIError("cannot read \(file): \(FileManager.default.fileExists(atPath: file) ? "permission denied" : "no such file")")
-            }
-            let trace: Snoop.Trace
-            do { trace = try TraceReader.read([UInt8](data)) } catch { throw CLIError("\(file): \(error)") }
+            var stream = try Trace.open(file)
             let decoder = FrameDecoder(showKeys: showKeys)
-            let first = trace.records.first?.timestampMicros ?? 0
+            var first: Int64?
             var out = ""
-            out.reserveCapacity(1 << 16)
-            for (i, r) in trace.records.enumerated() {
-                let f = decoder.decode(r, number: i + 1, firstTimestamp: first)
+            out.reserveCapacity(1 << 17)
+            var number = 0
+            while let r = try stream.next() {
+                number += 1
+                let f = decoder.decode(r, number: number, firstTimestamp: first ?? r.timestampMicros)
+                if first == nil { first = r.timestampMicros }
                 if json {
                     f.json.render(into: &out)
                     out += "\n"
@@ -41,13 +47,81 @@ struct Trace: AsyncParsableCommand {
                     for d in f.details { out += "                          " + d + "\n" }
                 }
                 if out.utf8.count > 1 << 16 {
-                    FileHandle.standardOutput.write(Data(out.utf8))
+                    try StandardOutput.write(out)
                     out.removeAll(keepingCapacity: true)
                 }
+                if Interrupt.requested { break }
             }
-            FileHandle.standardOutput.write(Data(out.utf8))
-            if let damage = trace.damage {
-                throw CLIError("\(file): \(trace.records.count) frames decoded, then the file is \(damage)")
+            try StandardOutput.write(out)
+            if let damage = stream.damage {
+                throw CLIError("\(file): \(number) frames decoded, then the file is \(damage)")
+            }
+        }
+    }
+
+    struct Convert: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Rewrite a trace as btsnoop, pcap or pcapng.",
+            discussion: """
+            The output format comes from OUT's extension (.pcap, .pcapng, anything else btsnoop) \
+            or --to; `-` writes to standard output (then --to is required), e.g. \
+            `btctl trace convert capture.btsnoop - --to pcap | wireshark -k -i -`. H4 traces stay \
+            H4 (pcap and pcapng with the direction pseudo-header, link type 201); Linux monitor \
+            traces (btsnoop 2001, link type 254) stay monitor traces unless --link h4, which \
+            leaves out the records that carry no HCI packet (counted on stderr).
+            """)
+
+        enum Format: String, ExpressibleByArgument, CaseIterable { case btsnoop, pcap, pcapng }
+        enum Link: String, ExpressibleByArgument, CaseIterable { case h4, monitor }
+
+        @Argument(help: "The trace to read (btsnoop, pcap or pcapng).") var input: String
+        @Argument(help: "The file to write, or - for standard output.") var output: String
+        @Option(help: "Output format (default: by OUT's extension).") var to: Format?
+        @Option(help: "Output link type (default: the input's: monitor stays monitor, anything else h4).") var link: Link?
+
+        func validate() throws {
+            if output == "-", to == nil { throw ValidationError("--to is required when OUT is - (standard output)") }
+            if output != "-", URL(fileURLWithPath: output).standardizedFileURL.path == URL(fileURLWithPath: input).standardizedFileURL.path {
+                throw ValidationError("OUT must differ from IN (the input is read while the output is written)")
+            }
+        }
+
+        func run() async throws {
+            var stream = try Trace.open(input)
+            let monitorIn: Bool
+            switch stream.format {
+            case let .btsnoop(d): monitorIn = d == TraceFormat.btsnoopMonitor
+            case let .pcap(l, _, _): monitorIn = l == TraceFormat.linkTypeMonitor
+            case .pcapng: monitorIn = false  // decided per interface; H4 unless asked
+            }
+            let monitor = (link ?? (monitorIn ? .monitor : .h4)) == .monitor
+            let format = to ?? {
+                switch TraceEncoder.Output(forPath: output) {
+                case .pcap: return .pcap
+                case .pcapng: return .pcapng
+                case .btsnoop: return .btsnoop
+                }
+            }()
+            let encoding: TraceEncoder.Output
+            switch format {
+            case .btsnoop: encoding = .btsnoop(datalink: monitor ? TraceFormat.btsnoopMonitor : TraceFormat.btsnoopH4)
+            case .pcap: encoding = .pcap(linkType: monitor ? TraceFormat.linkTypeMonitor : TraceFormat.linkTypeH4WithPHDR)
+            case .pcapng: encoding = .pcapng(linkType: monitor ? TraceFormat.linkTypeMonitor : TraceFormat.linkTypeH4WithPHDR)
+            }
+            let writer: TraceFileWriter
+            do { writer = try TraceFileWriter(path: output, output: encoding) } catch { throw CLIError("cannot write \(output): \(error)") }
+            defer { writer.close() }
+            while let r = try stream.next() {
+                writer.write(r)
+                if Interrupt.requested { break }
+            }
+            if let e = writer.error { throw CLIError("cannot write \(output): \(e)") }
+            let (written, left) = writer.counts
+            var note = "\(written) records written to \(output == "-" ? "standard output" : output) (\(encoding))"
+            if left > 0 { note += "; \(left) records left out: they carry no HCI packet (use --link monitor to keep them)" }
+            FileHandle.standardError.write(Data((note + "\n").utf8))
+            if let damage = stream.damage {
+                throw CLIError("\(input): \(written + left) records converted, then the file is \(damage)")
             }
         }
     }

@@ -1,0 +1,37 @@
+// `--transport virtual`: a controller on the in-process virtual radio, with a peer to
+// talk to: a fire-alarm sender ("FireAlarm-B3" at C0:FF:EE:00:00:01, 3.5 m away)
+// advertising and serving its database (docs/fire-alarm.md). btctl's own controller
+// is C0:FF:EE:00:00:02. Everything lives until btctl exits.
+
+import BLE
+import FireAlarm
+import Logging
+import Synchronization
+import VirtualHCI
+
+enum VirtualPeer {
+    static let peerAddress = BluetoothAddress("C0:FF:EE:00:00:01")!  // safe: a literal
+    static let ownAddress = BluetoothAddress("C0:FF:EE:00:00:02")!  // safe: a literal
+
+    /// What keeps the radio (controllers hold it weakly), the peer and the radio's clock alive.
+    private static let world = Mutex<[any Sendable]>([])
+
+    static func controller(logger: Logger) async throws -> VirtualController {
+        let radio = VirtualRadio()
+        await radio.setDistance(3.5, between: peerAddress, and: ownAddress)
+        let peerHost = BluetoothHost(transport: await radio.makeController(address: peerAddress),
+                                     logger: Logger(label: "virtual-peer") { _ in SwiftLogNoOpLogHandler() })
+        // The radio has no timers: advertising is heard as time passes, here every 50 ms.
+        let ticker = Task {
+            while !Task.isCancelled {
+                await radio.tick()
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        try await peerHost.start()
+        let sender = FireAlarmSender(host: peerHost, name: "FireAlarm-B3", log: { _ in })
+        try await sender.start()
+        world.withLock { $0 += [radio, peerHost, sender, ticker] }
+        return await radio.makeController(address: ownAddress)
+    }
+}
