@@ -388,6 +388,7 @@ public struct FrameDecoder: Sendable {
         switch v {
         case let .string(s): return s
         case let .int(i): return String(i)
+        case .double: return v.rendered
         case let .bool(b): return String(b)
         case .null: return "null"
         case let .array(a): return "[" + a.map(text).joined(separator: ", ") + "]"

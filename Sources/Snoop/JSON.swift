@@ -2,6 +2,8 @@
 
 public indirect enum JSONValue: Sendable, Equatable {
     case int(Int)
+    /// A number with a fraction; NaN and infinities render as null (JSON has neither).
+    case double(Double)
     case string(String)
     case bool(Bool)
     case array([JSONValue])
@@ -19,6 +21,7 @@ public indirect enum JSONValue: Sendable, Equatable {
     public func render(into s: inout String) {
         switch self {
         case let .int(i): s += String(i)
+        case let .double(d): s += d.isFinite ? (d == d.rounded() && abs(d) < 1e15 ? String(Int(d)) : String(d)) : "null"
         case let .bool(b): s += b ? "true" : "false"
         case .null: s += "null"
         case let .string(str): JSONValue.escape(str, into: &s)

@@ -110,6 +110,10 @@ struct Gatt: AsyncParsableCommand {
         @Flag(help: "Indications instead of notifications.") var indicate = false
         @Option(help: "Stop after this many values (default: until interrupted or the link drops).") var count: Int?
 
+        func validate() throws {
+            if let count, count < 1 { throw ValidationError("--count must be at least 1, not \(count)") }
+        }
+
         func run() async throws {
             let (session, writer) = try await GATTSession.open(options, peer)
             defer { writer?.close() }
@@ -119,10 +123,17 @@ struct Gatt: AsyncParsableCommand {
                     throw CLIError("characteristic \(c.uuid) has no Client Characteristic Configuration descriptor: it cannot notify or indicate")
                 }
                 let values = try await session.client.subscribe(c, cccd: cccd.handle, indications: indicate)
+                let kind = indicate ? "indication" : "notification"
+                if options.json {
+                    emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicate))]))
+                } else {
+                    note("subscribed to \(c.uuid) (value 0x\(String(c.valueHandle, radix: 16))) for \(kind)s; Ctrl-C stops")
+                }
+                fflush(nil)
                 var n = 0
                 for await v in values {
                     n += 1
-                    if options.json { emit(.object(valueJSON(c.valueHandle, v))) } else { print(valueLine(c.valueHandle, v)) }
+                    if options.json { emit(.object([("event", .string(kind))] + valueJSON(c.valueHandle, v))) } else { print(valueLine(c.valueHandle, v)) }
                     fflush(nil)
                     if let count, n >= count { break }
                 }

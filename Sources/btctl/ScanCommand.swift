@@ -82,7 +82,7 @@ struct Scan: AsyncParsableCommand {
         if !d.manufacturerData.isEmpty {
             o.append(("manufacturer_data", .array(d.manufacturerData.map { .object([("company", .int(Int($0.companyIdentifier))), ("data", .string($0.data.hexString))]) })))
         }
-        if let m = a.estimatedMetres { o.append(("distance_m", .string(String(format: "%.1f", m)))) }
+        if let m = a.estimatedMetres { o.append(("distance_m", .double((m * 10).rounded() / 10))) }
         if let b = d.iBeacon {
             o.append(("ibeacon", .object([("uuid", .string(b.uuid.description)), ("major", .int(Int(b.major))), ("minor", .int(Int(b.minor))), ("measured_power", .int(Int(b.measuredPower)))])))
         }
@@ -90,7 +90,7 @@ struct Scan: AsyncParsableCommand {
             switch e {
             case let .url(tx, url): o.append(("eddystone_url", .object([("url", .string(url)), ("tx_power", .int(Int(tx)))])))
             case let .uid(tx, ns, inst): o.append(("eddystone_uid", .object([("namespace", .string(ns.hexString)), ("instance", .string(inst.hexString)), ("tx_power", .int(Int(tx)))])))
-            case let .tlm(b, t, n, s): o.append(("eddystone_tlm", .object([("battery_mv", .int(Int(b))), ("temperature_c", t.map { .string(String(format: "%.2f", $0)) } ?? .null), ("adv_count", .int(Int(n))), ("uptime_ds", .int(Int(s)))])))
+            case let .tlm(b, t, n, s): o.append(("eddystone_tlm", .object([("battery_mv", .int(Int(b))), ("temperature_c", t.map { .double(Double($0)) } ?? .null), ("adv_count", .int(Int(n))), ("uptime_ds", .int(Int(s)))])))
             case let .eid(tx, id): o.append(("eddystone_eid", .object([("eid", .string(id.hexString)), ("tx_power", .int(Int(tx)))])))
             }
         }

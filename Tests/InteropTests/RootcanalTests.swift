@@ -33,7 +33,10 @@ enum Interop {
     /// stdout (with stderr too when `mergeStderr`). Never blocks a cooperative thread:
     /// the output is read on its own thread and the exit is polled with Task.sleep, so
     /// tests that serve a peer in-process keep running while the peer's program does.
-    static func execute(_ path: String, _ args: [String], timeout: TimeInterval = 60, mergeStderr: Bool = false) async throws -> (status: Int32, out: String) {
+    /// `interrupt`: sends that signal once the output contains the text (a person's
+    /// Ctrl-C once the command is under way).
+    static func execute(_ path: String, _ args: [String], timeout: TimeInterval = 60, mergeStderr: Bool = false,
+                        interrupt: (signal: Int32, whenOutputContains: String)? = nil) async throws -> (status: Int32, out: String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: path)
         p.arguments = args
@@ -41,22 +44,28 @@ enum Interop {
         p.standardOutput = out
         p.standardError = mergeStderr ? out : FileHandle.nullDevice
         try p.run()
-        let collected = Mutex<Data?>(nil)
+        let collected = Mutex<(data: Data, done: Bool)>((Data(), false))
         let reader = out.fileHandleForReading
         Thread.detachNewThread {
-            let d = reader.readDataToEndOfFile()
-            collected.withLock { $0 = d }
+            while true {
+                let d = reader.availableData
+                collected.withLock { d.isEmpty ? ($0.done = true) : $0.data.append(d) }
+                if d.isEmpty { break }
+            }
         }
         let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        var interrupted = false
+        while p.isRunning && Date() < deadline {
+            if let (sig, marker) = interrupt, !interrupted, collected.withLock({ String(decoding: $0.data, as: UTF8.self).contains(marker) }) {
+                kill(p.processIdentifier, sig)
+                interrupted = true
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
         if p.isRunning { p.terminate() }
         while p.isRunning { try await Task.sleep(for: .milliseconds(20)) }
-        var data: Data?
-        while data == nil {
-            data = collected.withLock { $0 }
-            if data == nil { try await Task.sleep(for: .milliseconds(10)) }
-        }
-        return (p.terminationStatus, String(decoding: data ?? Data(), as: UTF8.self))
+        while !collected.withLock({ $0.done }) { try await Task.sleep(for: .milliseconds(10)) }
+        return (p.terminationStatus, String(decoding: collected.withLock { $0.data }, as: UTF8.self))
     }
 
     static func run(_ path: String, _ args: [String]) async throws -> String { try await execute(path, args).out }

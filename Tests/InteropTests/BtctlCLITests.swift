@@ -1,0 +1,120 @@
+// btctl behaving as a Unix tool (docs/btctl.md "Exit status"): signals end commands
+// cleanly with 130/143, arguments are validated with the command's usage, negative
+// numbers parse, `-t virtual` runs on the in-process radio, and `trace convert`
+// writes captures tshark reads without a malformed frame.
+
+import Foundation
+import HCI
+import Snoop
+import Testing
+
+@Suite(.serialized) struct BtctlCLITests {
+    static func run(_ args: [String], interrupt: (signal: Int32, whenOutputContains: String)? = nil) async throws -> (status: Int32, out: String) {
+        try await Interop.execute(BtctlGATTTests.btctl, args, timeout: 60, mergeStderr: true, interrupt: interrupt)
+    }
+
+    static func temporary(_ name: String) -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-cli-\(getpid())").path
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir + "/" + name
+    }
+
+    @Test func versionAndArgumentErrors() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let version = try await Self.run(["--version"])
+        #expect(version.status == 0)
+        #expect(version.out.split(separator: ".").count == 3, "\(version.out)")
+
+        let negative = try await Self.run(["scan", "-t", "virtual", "--timeout", "-1"])
+        #expect(negative.status == 64)
+        #expect(negative.out.contains("--timeout must be between 0.01 and 3600 seconds, not -1.0"), "\(negative.out)")
+        #expect(negative.out.contains("Usage: btctl scan"), "the subcommand's usage, not the top level's: \(negative.out)")
+
+        let port = try await Self.run(["info", "-t", "tcp:127.0.0.1:99999"])
+        #expect(port.status == 64)
+        #expect(port.out.contains("port 99999 is out of range 1...65535"), "\(port.out)")
+        #expect(port.out.contains("Usage: btctl info"), "\(port.out)")
+
+        let rssi = try await Self.run(["scan", "-t", "virtual", "--min-rssi", "-200"])
+        #expect(rssi.out.contains("--min-rssi must be between -127 and 20 dBm, not -200"), "\(rssi.out)")
+
+        let parse = try await Self.run(["gatt", "read", "--bogus"])
+        #expect(parse.status == 64)
+        #expect(parse.out.contains("Usage: btctl gatt read"), "\(parse.out)")
+    }
+
+    /// A negative RSSI floor parses; the virtual radio's sender is heard at -52 dBm
+    /// (3.5 m); JSON carries numbers and booleans as such and ends with a summary.
+    @Test func scanOnTheVirtualRadio() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let r = try await Self.run(["scan", "-t", "virtual", "--min-rssi", "-70", "--duration", "1.5", "--json"])
+        #expect(r.status == 0, "\(r.out)")
+        let objects = r.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let first = try #require(objects.first { $0["event"] as? String == "advertisement" }, "\(r.out)")
+        #expect(first["name"] as? String == "FireAlarm-B3")
+        #expect(first["rssi"] as? Int == -52)
+        #expect(first["connectable"] as? Bool == true)
+        #expect((first["distance_m"] as? Double).map { abs($0 - 3.5) < 0.2 } == true, "\(first)")
+        let summary = try #require(objects.last)
+        #expect(summary["event"] as? String == "summary")
+        #expect((summary["devices"] as? [[String: Any]])?.first?["name"] as? String == "FireAlarm-B3")
+    }
+
+    /// Ctrl-C during a scan: scanning stops before the exit, the trace is complete, 130.
+    @Test func sigintEndsAScanCleanly() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let trace = Self.temporary("scan-int.btsnoop")
+        let r = try await Self.run(["scan", "-t", "virtual", "--duration", "60", "--btsnoop", trace], interrupt: (SIGINT, "FireAlarm-B3"))
+        #expect(r.status == 130, "\(r.out)")
+        #expect(r.out.contains("1 device"), "the summary table is printed: \(r.out)")
+        let t = try TraceReader.read(contentsOf: trace)
+        #expect(t.damage == nil)
+        let commands = t.records.compactMap { r -> HCIOpcode? in
+            if case let .command(op, _)? = r.packet { return op }
+            return nil
+        }
+        #expect([HCIOpcode.leSetScanEnable, .leSetExtendedScanEnable].contains(commands.last), "the scan is stopped: \(commands)")
+    }
+
+    /// SIGTERM while subscribed: the link ends with Disconnect (Remote User Terminated
+    /// Connection) and its Disconnection Complete, then 143.
+    @Test func sigtermDisconnectsBeforeExiting() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let trace = Self.temporary("subscribe-term.btsnoop")
+        let r = try await Self.run(["gatt", "subscribe", "--name", "FireAlarm-B3", "-t", "virtual", "--indicate",
+                                    "--uuid", "F1DE0001-2C4B-4D5E-8F60-7A8B9CADBEEF", "--btsnoop", trace],
+                                   interrupt: (SIGTERM, "subscribed to"))
+        #expect(r.status == 143, "\(r.out)")
+        let packets = try TraceReader.read(contentsOf: trace).records.compactMap(\.packet)
+        let disconnect = packets.lastIndex { if case .command(.disconnect, let p) = $0 { return p.last == 0x13 } else { return false } }
+        let complete = packets.lastIndex { if case .event(.disconnectionComplete, _) = $0 { return true } else { return false } }
+        #expect(disconnect != nil && complete != nil && disconnect! < complete!, "Disconnect (0x13) then Disconnection Complete")
+    }
+
+    /// Every conversion of a recorded Rootcanal session reads back with the same
+    /// packets, and tshark reads each output with no malformed frame.
+    @Test(arguments: ["pcap", "pcapng", "btsnoop"])
+    func traceConvert(to format: String) async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let source = Interop.root + "/Fixtures/rootcanal-gatt-read.btsnoop"
+        let out = Self.temporary("converted." + format)
+        let r = try await Self.run(["trace", "convert", source, out])
+        #expect(r.status == 0, "\(r.out)")
+        let original = try TraceReader.read(contentsOf: source)
+        let converted = try TraceReader.read(contentsOf: out)
+        #expect(converted.records.map(\.packet) == original.records.map(\.packet))
+        #expect(converted.records.map(\.direction) == original.records.map(\.direction))
+        #expect(converted.records.map(\.timestampMicros) == original.records.map(\.timestampMicros))
+
+        // `-`: the same bytes on stdout (the report goes to stderr).
+        let piped = Self.temporary("piped." + format)
+        let shell = try await Interop.execute("/bin/sh", ["-c", "\"$0\" trace convert \"$1\" - --to \(format) > \"$2\"", BtctlGATTTests.btctl, source, piped])
+        #expect(shell.status == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: piped)) == Data(contentsOf: URL(fileURLWithPath: out)))
+        guard let tshark = try Interop.tshark() else { return }
+        let frames = try await Interop.run(tshark, ["-r", out])
+        #expect(frames.split(separator: "\n").count == original.records.count, "\(frames)")
+        let malformed = try await Interop.run(tshark, ["-r", out, "-Y", "_ws.malformed || _ws.expert.severity == error"])
+        #expect(malformed.isEmpty, "\(malformed)")
+    }
+}
