@@ -65,17 +65,52 @@ public enum FireAlarmProfile {
 }
 
 /// One step of a sender's or receiver's session, printed as it happens.
-public struct FireAlarmEvent: Sendable, Encodable {
+/// A field of a fire-alarm event, typed so JSON carries numbers and booleans as such.
+public enum FireAlarmField: Sendable, Equatable, CustomStringConvertible, ExpressibleByStringInterpolation, ExpressibleByIntegerLiteral {
+    case text(String)
+    case integer(Int)
+    case number(Double)
+    case flag(Bool)
+
+    public init(stringLiteral value: String) { self = .text(value) }
+    public init(integerLiteral value: Int) { self = .integer(value) }
+
+    public var description: String {
+        switch self {
+        case let .text(t): return t
+        case let .integer(i): return String(i)
+        case let .number(d): return String(d)
+        case let .flag(b): return String(b)
+        }
+    }
+
+    var jsonObject: Any {
+        switch self {
+        case let .text(t): return t
+        case let .integer(i): return i
+        case let .number(d): return d.isFinite ? d : NSNull()
+        case let .flag(b): return b
+        }
+    }
+}
+
+public struct FireAlarmEvent: Sendable {
     public var role: String
+    /// The step as the text output shows it ("floor plan", "ALARM").
     public var event: String
     public var detail: String
-    public var fields: [String: String]
+    public var fields: [String: FireAlarmField]
 
-    public init(role: String, event: String, detail: String, fields: [String: String] = [:]) {
+    public init(role: String, event: String, detail: String, fields: [String: FireAlarmField] = [:]) {
         self.role = role
         self.event = event
         self.detail = detail
         self.fields = fields
+    }
+
+    /// The step's stable name in JSON: lower-case snake_case ("floor_plan", "alarm").
+    public var eventName: String {
+        String(event.lowercased().map { $0 == " " || $0 == "-" ? "_" : $0 })
     }
 
     /// `role     | event        detail`
@@ -85,15 +120,15 @@ public struct FireAlarmEvent: Sendable, Encodable {
         return "\(r)| \(e) \(detail)"
     }
 
-    /// One JSON object: role, event, detail and the fields, keys sorted.
+    /// One JSON object: role, event (snake_case), detail and the fields (numbers and
+    /// booleans as such), keys sorted (schema: docs/schemas/demo.schema.json).
     public var json: String {
-        var o: [String: String] = fields
+        var o: [String: Any] = fields.mapValues(\.jsonObject)
         o["role"] = role
-        o["event"] = event
+        o["event"] = eventName
         o["detail"] = detail
-        let enc = JSONEncoder()
-        enc.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return (try? enc.encode(o)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+        guard let data = try? JSONSerialization.data(withJSONObject: o, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
     }
 }
 

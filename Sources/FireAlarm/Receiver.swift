@@ -24,7 +24,7 @@ public actor FireAlarmReceiver {
         self.log = log
     }
 
-    private func emit(_ event: String, _ detail: String, _ fields: [String: String] = [:]) {
+    private func emit(_ event: String, _ detail: String, _ fields: [String: FireAlarmField] = [:]) {
         log(FireAlarmEvent(role: "receiver", event: event, detail: detail, fields: fields))
     }
 
@@ -75,14 +75,14 @@ public actor FireAlarmReceiver {
         let metres = best.estimatedMetres.map { String(format: "~%.1f m", $0) } ?? "distance unknown"
         let level = best.device.smoothedRSSI.map { "\(Int($0.rounded())) dBm" } ?? "RSSI not available"
         emit("found", "\(best.name ?? "?") at \(best.address), \(level), \(metres) (\(seen.count) sender(s) heard)",
-             ["address": best.address.description, "name": best.name ?? "", "rssi": "\(best.rssi)"])
+             ["address": .text(best.address.description), "name": .text(best.name ?? ""), "rssi": .integer(Int(best.rssi))])
         return best
     }
 
     /// One connection: subscribe, wait for alarms. Returns true once an alarm was handled.
     private func session(with target: ScanResult, once: Bool) async throws -> Bool {
         let p = try await host.central.connect(to: target, within: .seconds(10))
-        emit("connected", "\(p.address), ATT MTU \(await p.mtu)", ["address": p.address.description])
+        emit("connected", "\(p.address), ATT MTU \(await p.mtu)", ["address": .text(p.address.description)])
         let state = try await p.characteristic(FireAlarmProfile.alarmState)
         let alarms = try await p.subscribe(to: state)
         emit("subscribed", "to the alarm state")
@@ -107,11 +107,11 @@ public actor FireAlarmReceiver {
     private func handle(_ p: RemotePeripheral) async throws {
         emit("ALARM", "from \(p.address)")
         let text = String(decoding: try await p.read(try await p.characteristic(FireAlarmProfile.alarmText)), as: UTF8.self)
-        emit("text", text, ["text": text])
+        emit("text", text, ["text": .text(text)])
         let (rssi, metres) = try await p.estimateDistance()
         let rssiText = rssi.map { "RSSI \($0) dBm" } ?? "no RSSI from this controller"
         emit("distance", rssiText + " → " + (metres.map { String(format: "~%.1f m", $0) } ?? "distance unknown"),
-             ["rssi": rssi.map { "\($0)" } ?? "", "metres": metres.map { String(format: "%.2f", $0) } ?? ""])
+             ["rssi": rssi.map { .integer(Int($0)) } ?? .text(""), "metres": metres.map { .number(($0 * 100).rounded() / 100) } ?? .text("")])
         let image = try await downloadFloorPlan(p)
         let who = name
         try await p.write(Array(who.utf8), to: try await p.characteristic(FireAlarmProfile.acknowledge))
@@ -154,7 +154,7 @@ public actor FireAlarmReceiver {
             let path = dir + "/floor-plan-\(p.address.description.replacingOccurrences(of: ":", with: "")).svg"
             detail += FileManager.default.createFile(atPath: path, contents: Data(image)) ? ", saved to \(path)" : ", NOT saved (cannot write \(path))"
         }
-        emit("floor plan", detail, ["bytes": "\(image.count)", "crc_ok": "\(ok)"])
+        emit("floor plan", detail, ["bytes": .integer(image.count), "crc_ok": .flag(ok)])
         guard ok else { throw BLEError.notSupported("floor plan damaged: \(image.count) of \(header.size) bytes, CRC mismatch") }
         return image
     }

@@ -37,7 +37,7 @@ public actor FireAlarmSender {
                                      descriptors: [.userDescription("Acknowledge")])
     }
 
-    private func emit(_ event: String, _ detail: String, _ fields: [String: String] = [:]) {
+    private func emit(_ event: String, _ detail: String, _ fields: [String: FireAlarmField] = [:]) {
         log(FireAlarmEvent(role: "sender", event: event, detail: detail, fields: fields))
     }
 
@@ -57,7 +57,7 @@ public actor FireAlarmSender {
         try await host.peripheral.startAdvertising(ad, scanResponse: rsp)
         let address = await host.info?.address.description ?? "?"
         emit("advertising", "\(name) at \(address), TX power \(FireAlarmProfile.advertisedTxPower) dBm, floor plan \(image.count) bytes",
-             ["name": name, "address": address])
+             ["name": .text(name), "address": .text(address)])
     }
 
     public func stop() {
@@ -71,7 +71,7 @@ public actor FireAlarmSender {
         isAlarm = true
         emit("alarm", "raised")
         let confirmed = try await host.peripheral.indicate(alarmState, value: [1])
-        emit("indicated", "confirmed by \(confirmed.count) central(s)", ["confirmed": confirmed.map(\.peer.description).joined(separator: ",")])
+        emit("indicated", "confirmed by \(confirmed.count) central(s)", ["confirmed": .text(confirmed.map(\.peer.description).joined(separator: ","))])
         return confirmed
     }
 
@@ -104,9 +104,9 @@ public actor FireAlarmSender {
     private func handle(_ e: ConnectionEvent) {
         switch e {
         case let .connected(c) where c.role == .peripheral:
-            emit("connected", "central \(c.peer)", ["central": c.peer.description])
+            emit("connected", "central \(c.peer)", ["central": .text(c.peer.description)])
         case let .disconnected(c, reason) where c.role == .peripheral:
-            emit("disconnected", "central \(c.peer): \(reason)", ["central": c.peer.description, "reason": "\(reason)"])
+            emit("disconnected", "central \(c.peer): \(reason)", ["central": .text(c.peer.description), "reason": "\(reason)"])
         default:
             break
         }
@@ -115,13 +115,13 @@ public actor FireAlarmSender {
     private func handle(_ e: PeripheralEvent) {
         switch e {
         case let .subscriptionChanged(c, central, _, indicate) where c === alarmState:
-            emit(indicate ? "subscribed" : "unsubscribed", "\(central.peer) to the alarm state", ["central": central.peer.description])
+            emit(indicate ? "subscribed" : "unsubscribed", "\(central.peer) to the alarm state", ["central": .text(central.peer.description)])
         case let .subscriptionChanged(c, central, notify, _) where c === floorPlan && notify:
             tasks.append(Task { [weak self] in await self?.sendFloorPlan(to: central) })
         case let .written(c, value, central) where c === acknowledge:
             let who = String(decoding: value, as: UTF8.self)
             acknowledgements.append(who)
-            emit("acknowledged", "\(who) (\(central.peer))", ["central": central.peer.description, "by": who])
+            emit("acknowledged", "\(who) (\(central.peer))", ["central": .text(central.peer.description), "by": .text(who)])
         default:
             break
         }
@@ -143,7 +143,7 @@ public actor FireAlarmSender {
         }
         let ms = (ContinuousClock.now - start).milliseconds
         emit("floor plan", "sent \(image.count) bytes in \(count) notifications of ≤ \(piece) bytes (\(ms) ms)",
-             ["bytes": "\(image.count)", "notifications": "\(count)"])
+             ["bytes": .integer(image.count), "notifications": .integer(count)])
     }
 }
 

@@ -49,6 +49,7 @@ public enum Central {
     /// came (the controller refused, or the transport is gone).
     @discardableResult
     public static func disconnect(_ connection: L2CAPHost.Connection, host: L2CAPHost, within limit: Duration) async -> HCIStatus? {
+        guard await host.currentConnections.contains(where: { $0.handle == connection.handle }) else { return nil }
         let events = await host.linkEvents()
         guard (try? await host.controller.send(Disconnect(connectionHandle: connection.handle))) != nil else { return nil }
         let ended = events.compactMap { e -> HCIStatus? in

@@ -18,12 +18,19 @@ struct Demo: AsyncParsableCommand {
 
     @Flag(help: "One JSON object per event on stdout.") var json = false
     @Flag(name: .shortAndLong, help: "Log protocol traffic to stderr.") var verbose = false
-    @Option(help: ArgumentHelp("Metres between sender and receiver (the radio's path-loss model sets the RSSI).", valueName: "METRES"))
+    @Option(parsing: .unconditional, help: ArgumentHelp("Metres between sender and receiver, 0.1 to 1000 (the radio's path-loss model sets the RSSI).", valueName: "METRES"))
     var distance: Double = 3.5
     @Option(help: ArgumentHelp("Save the downloaded floor plan in this directory.", valueName: "DIR")) var save: String?
 
     func validate() throws {
-        guard distance >= 0.1, distance <= 1000, distance.isFinite else { throw ValidationError("--distance must be between 0.1 and 1000 metres") }
+        guard distance >= 0.1, distance <= 1000, distance.isFinite else { throw ValidationError("--distance must be between 0.1 and 1000 metres, not \(distance)") }
+        if let save {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: save, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw ValidationError("--save: \(save) is not a directory (create it first)")
+            }
+            guard FileManager.default.isWritableFile(atPath: save) else { throw ValidationError("--save: \(save) is not writable") }
+        }
     }
 
     func run() async throws {

@@ -28,20 +28,20 @@ struct Gatt: AsyncParsableCommand {
             await session.close()
             for (s, chars) in all {
                 if options.json {
-                    emit(.object([("type", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.start))), ("end", .int(Int(s.end)))]))
+                    emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.start))), ("end", .int(Int(s.end)))]))
                 } else {
                     print("service \(s.uuid)  handles 0x\(String(s.start, radix: 16))–0x\(String(s.end, radix: 16))")
                 }
                 for (c, ds) in chars {
                     if options.json {
-                        emit(.object([("type", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
+                        emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
                                       ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))]))
                     } else {
                         print("  characteristic \(c.uuid)  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
                     }
                     for d in ds {
                         if options.json {
-                            emit(.object([("type", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))]))
+                            emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))]))
                         } else {
                             print("    descriptor \(d.uuid)  0x\(String(d.handle, radix: 16))")
                         }
@@ -64,7 +64,7 @@ struct Gatt: AsyncParsableCommand {
                 let handle = try await session.valueHandle(attribute)
                 let value = try await session.client.read(handle)
                 await session.close()
-                if options.json { emit(.object(valueJSON(handle, value))) } else { print(valueLine(handle, value)) }
+                if options.json { emit(.object([("event", .string("value"))] + valueJSON(handle, value))) } else { print(valueLine(handle, value)) }
             } catch {
                 await session.close()
                 throw CLIError("read failed: \(error)")
@@ -94,7 +94,7 @@ struct Gatt: AsyncParsableCommand {
                 let handle = try await session.valueHandle(attribute)
                 if withoutResponse { try await session.client.writeWithoutResponse(handle, value: bytes) } else { try await session.client.write(handle, value: bytes) }
                 await session.close()
-                if options.json { emit(.object([("handle", .int(Int(handle))), ("written", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(String(handle, radix: 16))") }
+                if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(handle))), ("length", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(String(handle, radix: 16))") }
             } catch {
                 await session.close()
                 throw CLIError("write failed: \(error)")

@@ -4,6 +4,7 @@
 import ArgumentParser
 import ATT
 import Foundation
+import GAP
 import GATT
 import HCI
 import L2CAP
@@ -102,7 +103,11 @@ extension Gatt {
         static let configuration = CommandConfiguration(abstract: "Serve and advertise a GATT database described in a JSON file.")
         @OptionGroup var options: ControllerOptions
         @Argument(help: "The database (docs/gatt-serve.md).") var file: String
-        @Option(help: ArgumentHelp("Stop after this many seconds (default: until interrupted).", valueName: "SECONDS")) var duration: Double?
+        @Option(parsing: .unconditional, help: ArgumentHelp("Stop after this many seconds, 0.1 to 86400 (default: until interrupted).", valueName: "SECONDS")) var duration: Double?
+
+        func validate() throws {
+            if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
+        }
 
         func run() async throws {
             guard let data = FileManager.default.contents(atPath: file) else { throw CLIError("cannot read \(file)") }
@@ -142,7 +147,7 @@ extension Gatt {
                 // Advertising stops when a central connects; start it again when the link drops.
                 let readvertiser = Task {
                     for await e in hciEvents {
-                        if case let .disconnectionComplete(d) = e {
+                        if case let .disconnectionComplete(d) = e, !Interrupt.requested {
                             report([("event", .string("disconnected")), ("handle", .int(Int(d.connectionHandle))), ("reason", .string(d.reason.description))],
                                    "disconnected: handle 0x\(String(d.connectionHandle, radix: 16)), \(d.reason)")
                             try? await advertise()
@@ -162,10 +167,15 @@ extension Gatt {
                         }
                     }
                 }
+                // On SIGINT/SIGTERM: stop advertising, disconnect every central, then exit.
+                Interrupt.onSignal {
+                    _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
+                    for c in await host.currentConnections { await Central.disconnect(c, host: host, within: .seconds(2)) }
+                }
                 if let duration {
-                    try await Task.sleep(for: cliDuration(seconds: duration))
+                    await Interrupt.sleep(for: cliDuration(seconds: duration))
                 } else {
-                    while !Task.isCancelled, await !controller.isClosed { try await Task.sleep(for: .seconds(1)) }
+                    while !Interrupt.requested, await !controller.isClosed { await Interrupt.sleep(for: .seconds(1)) }
                 }
                 acceptor.cancel(); readvertiser.cancel(); printer.cancel()
                 _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))

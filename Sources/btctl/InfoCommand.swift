@@ -35,6 +35,7 @@ struct Info: AsyncParsableCommand {
 
     static func json(_ i: ControllerInfo) -> JSONValue {
         var o: [(String, JSONValue)] = [
+            ("event", .string("controller")),
             ("address", .string(i.address.description)),
             ("hci_version", .int(Int(i.version.hciVersion))), ("hci_version_name", .string(CoreVersion.name(i.version.hciVersion))),
             ("hci_subversion", .int(Int(i.version.hciSubversion))),
@@ -43,7 +44,7 @@ struct Info: AsyncParsableCommand {
             ("manufacturer", .int(Int(i.version.companyIdentifier))),
             ("manufacturer_name", .string(CompanyIdentifier.name(i.version.companyIdentifier))),
             ("le_features", .array(i.leFeatures.names.map { .string($0) })),
-            ("le_features_mask", .string("0x" + String(i.leFeatures.rawValue, radix: 16))),
+            ("le_features_mask", .int(Int(truncatingIfNeeded: i.leFeatures.rawValue))),
             ("le_acl_data_packet_length", .int(i.leACLDataPacketLength)),
             ("le_acl_data_packets", .int(i.totalNumLEACLDataPackets)),
             ("supported_commands_count", .int(i.supportedCommands.count)),
@@ -104,12 +105,12 @@ struct List: AsyncParsableCommand {
         let adapters: [AdapterInfo]
         do { adapters = try BlueZ.adapters() } catch { throw CLIError("\(error)") }
         if adapters.isEmpty {
-            if json { emit(.object([("adapters", .array([]))])) } else { print("The kernel has Bluetooth support but no adapters.") }
+            note("the kernel has Bluetooth support but no adapters")
             return
         }
         for a in adapters {
             if json {
-                emit(.object([("index", .int(Int(a.index))), ("name", .string(a.name)), ("address", .string(a.address.description)),
+                emit(.object([("event", .string("adapter")), ("index", .int(Int(a.index))), ("name", .string(a.name)), ("address", .string(a.address.description)),
                               ("up", .bool(a.isUp)), ("bus", .string(a.busName)), ("acl_mtu", .int(Int(a.aclMTU))),
                               ("acl_packets", .int(Int(a.aclPackets)))]))
             } else {

@@ -93,20 +93,20 @@ struct TerminalPairingDelegate: PairingDelegate {
     func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer {
         switch prompt {
         case let .displayPasskey(n):
-            say(["event": .string("display-passkey"), "passkey": .string(PairingPrompt.sixDigits(n))], "passkey for \(peer): \(PairingPrompt.sixDigits(n))")
+            say(["event": .string("display_passkey"), "passkey": .int(Int(n)), "passkey_text": .string(PairingPrompt.sixDigits(n))], "passkey for \(peer): \(PairingPrompt.sixDigits(n))")
             return .confirmed(true)
         case .enterPasskey:
             if let passkey { return .passkey(passkey) }
-            say(["event": .string("enter-passkey")], "enter the passkey \(peer) shows: ")
+            say(["event": .string("enter_passkey")], "enter the passkey \(peer) shows: ")
             guard let line = await readLine(), let v = UInt32(line.trimmingCharacters(in: .whitespaces)), v <= 999_999 else { return .passkey(nil) }
             return .passkey(v)
         case let .confirmNumber(n):
             if yes { return .confirmed(true) }
-            say(["event": .string("confirm-number"), "number": .string(PairingPrompt.sixDigits(n))], "does \(peer) show \(PairingPrompt.sixDigits(n))? [y/N] ")
+            say(["event": .string("confirm_number"), "number": .int(Int(n)), "number_text": .string(PairingPrompt.sixDigits(n))], "does \(peer) show \(PairingPrompt.sixDigits(n))? [y/N] ")
             return .confirmed(await readLine().map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
         case .confirmPairing:
             if yes { return .confirmed(true) }
-            say(["event": .string("confirm-pairing")], "pair with \(peer) (Just Works, no MITM protection)? [y/N] ")
+            say(["event": .string("confirm_pairing")], "pair with \(peer) (Just Works, no MITM protection)? [y/N] ")
             return .confirmed(await readLine().map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
         }
     }
@@ -148,7 +148,7 @@ struct Bonds: AsyncParsableCommand {
             do { list = try store.bonds() } catch { throw CLIError("\(store.path): \(error)") }
             for b in list {
                 if options.json {
-                    emit(.object([("address", .string(b.address.description)), ("type", .string(b.addressType.description)),
+                    emit(.object([("event", .string("bond")), ("address", .string(b.address.description)), ("address_type", .string(b.addressType.description)),
                                   ("level", .string(b.security?.level.description ?? "none")), ("key_size", .int(b.security?.keySize ?? 0)),
                                   ("irk", .bool(b.keys.peerIdentity != nil)), ("csrk", .bool(b.keys.peerCSRK != nil)),
                                   ("link_addresses", .array(b.linkAddresses.map { .string($0.address.description) }))]))

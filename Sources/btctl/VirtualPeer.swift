@@ -20,7 +20,7 @@ enum VirtualPeer {
         let radio = VirtualRadio()
         await radio.setDistance(3.5, between: peerAddress, and: ownAddress)
         let peerHost = BluetoothHost(transport: await radio.makeController(address: peerAddress),
-                                     logger: Logger(label: "virtual-peer") { _ in SwiftLogNoOpLogHandler() })
+                                     logger: Logger(label: "virtual-peer") { _ in SwiftLogNoOpLogHandler() }, deviceName: "FireAlarm-B3")
         // The radio has no timers: advertising is heard as time passes, here every 50 ms.
         let ticker = Task {
             while !Task.isCancelled {

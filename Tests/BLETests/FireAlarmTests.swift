@@ -21,8 +21,8 @@ final class EventLog: Sendable {
         #expect(outcome.floorPlan == FireAlarmProfile.defaultFloorPlan)
         #expect(outcome.acknowledgements.count == 1)
         // 5 m gives −54.98 dBm, reported as the integer −55, which the model reads back as 5.01 m.
-        #expect(log.all.first { $0.event == "distance" }?.fields["rssi"] == "-55")
-        #expect(log.all.first { $0.event == "distance" }?.fields["metres"] == "5.01")
+        #expect(log.all.first { $0.event == "distance" }?.fields["rssi"] == .integer(-55))
+        #expect(log.all.first { $0.event == "distance" }?.fields["metres"] == .number(5.01))
     }
 
     @Test func receiverReconnectsWhenTheLinkDrops() async throws {

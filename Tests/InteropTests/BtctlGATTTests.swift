@@ -38,9 +38,9 @@ import Testing
         let discover = try await Self.run(["gatt", "discover", "--name", "btctl-battery", "-t", t, "--json"])
         #expect(discover.status == 0, "\(discover.out)")
         let lines = discover.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-        #expect(lines.contains { $0["type"] as? String == "service" && $0["uuid"] as? String == "180F" })
-        #expect(lines.contains { $0["type"] as? String == "characteristic" && $0["uuid"] as? String == "2A19" && ($0["properties"] as? [String]) == ["read", "notify"] })
-        #expect(lines.contains { $0["type"] as? String == "descriptor" && $0["uuid"] as? String == "2901" })
+        #expect(lines.contains { $0["event"] as? String == "service" && $0["uuid"] as? String == "180F" })
+        #expect(lines.contains { $0["event"] as? String == "characteristic" && $0["uuid"] as? String == "2A19" && ($0["properties"] as? [String]) == ["read", "notify"] })
+        #expect(lines.contains { $0["event"] as? String == "descriptor" && $0["uuid"] as? String == "2901" })
 
         let read = try await Self.run(["gatt", "read", "--name", "btctl-battery", "--uuid", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E", "-t", t, "--json"])
         #expect(read.status == 0)

@@ -13,8 +13,16 @@ import Testing
         return nil
     }
 
+    /// Each JSON line's fields as text (numbers and booleans by their JSON spelling).
     static func events(_ out: String) -> [[String: String]] {
-        out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: String] }
+        out.split(separator: "\n").compactMap { line -> [String: String]? in
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+            return o.mapValues { v in
+                if let text = v as? String { return text }
+                let fragment = try? JSONSerialization.data(withJSONObject: v, options: .fragmentsAllowed)
+                return fragment.map { String(decoding: $0, as: UTF8.self) } ?? "\(v)"
+            }
+        }
     }
 
     @Test func senderAndReceiverProcessesOnRootcanal() async throws {
@@ -40,11 +48,11 @@ import Testing
         #expect(receiver.status == 0, "\(receiver.out)")
         let r = Self.events(receiver.out)
         let steps = r.map { $0["event"] ?? "" }
-        for step in ["found", "connected", "subscribed", "ALARM", "text", "distance", "floor plan", "acknowledged"] {
+        for step in ["found", "connected", "subscribed", "alarm", "text", "distance", "floor_plan", "acknowledged"] {
             #expect(steps.contains(step), "receiver never reached '\(step)': \(steps)")
         }
         #expect(r.first { $0["event"] == "found" }?["name"] == "FireAlarm-RC")
-        #expect(r.first { $0["event"] == "floor plan" }?["crc_ok"] == "true")
+        #expect(r.first { $0["event"] == "floor_plan" }?["crc_ok"] == "true")
         #expect(r.first { $0["event"] == "text" }?["text"]?.hasPrefix("FIRE in building B") == true)
         let saved = try FileManager.default.contentsOfDirectory(atPath: dir)
         #expect(saved.count == 1)
@@ -64,11 +72,13 @@ import Testing
         let out = try await Interop.execute(btctl, ["demo", "--json", "--distance", "10"], timeout: 60)
         #expect(out.status == 0, "\(out.out)")
         let e = Self.events(out.out)
-        #expect(e.first { $0["role"] == "receiver" && $0["event"] == "distance" }?["metres"] == "10.00")
-        #expect(e.first { $0["role"] == "receiver" && $0["event"] == "floor plan" }?["crc_ok"] == "true")
+        #expect(e.first { $0["role"] == "receiver" && $0["event"] == "distance" }?["metres"].flatMap(Double.init) == 10)
+        #expect(e.first { $0["role"] == "receiver" && $0["event"] == "floor_plan" }?["crc_ok"] == "true")
         #expect(e.contains { $0["role"] == "sender" && $0["event"] == "acknowledged" })
         // Bad arguments: a clear message and a non-zero status.
         let bad = try await Interop.execute(btctl, ["demo", "--distance", "-1"], timeout: 30, mergeStderr: true)
-        #expect(bad.status != 0 && bad.out.contains("--distance"))
+        #expect(bad.status == 64 && bad.out.contains("--distance must be between 0.1 and 1000 metres"), "\(bad.out)")
+        let missing = try await Interop.execute(btctl, ["demo", "--save", "/nonexistent/folder"], timeout: 30, mergeStderr: true)
+        #expect(missing.status == 64 && missing.out.contains("--save: /nonexistent/folder is not a directory"), "\(missing.out)")
     }
 }
