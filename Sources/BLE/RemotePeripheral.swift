@@ -309,3 +309,15 @@ public actor RemotePeripheral {
         await host.end(of: connection.id, within: limit)?.error
     }
 }
+
+extension RemoteCharacteristic: CustomStringConvertible {
+    /// "2A19 (Battery Level), value 0x3, read,notify": the assigned name when the UUID has one.
+    public var description: String {
+        let props = properties.names.joined(separator: ",")
+        return "\(uuid)\(uuid.name.map { " (\($0))" } ?? ""), value 0x\(String(valueHandle, radix: 16)), \(props)"
+    }
+
+    /// The value as a person reads it for the common SIG characteristics (Battery Level
+    /// as "87 %", Device Name as text, PnP ID field by field), nil for others.
+    public func formatted(_ value: [UInt8]) -> String? { CharacteristicFormatter.describe(value, of: uuid) }
+}

@@ -19,6 +19,14 @@ public enum GATTType {
 
 /// Characteristic Properties (§3.3.1.1).
 public struct CharacteristicProperties: OptionSet, Hashable, Sendable {
+    /// The properties set, by name: broadcast, read, write-without-response, write,
+    /// notify, indicate, signed-write, extended (as btctl prints them).
+    public var names: [String] {
+        let all: [(CharacteristicProperties, String)] = [(.broadcast, "broadcast"), (.read, "read"), (.writeWithoutResponse, "write-without-response"),
+            (.write, "write"), (.notify, "notify"), (.indicate, "indicate"), (.authenticatedSignedWrites, "signed-write"), (.extendedProperties, "extended")]
+        return all.filter { contains($0.0) }.map(\.1)
+    }
+
     public let rawValue: UInt8
     public init(rawValue: UInt8) { self.rawValue = rawValue }
     public static let broadcast = CharacteristicProperties(rawValue: 0x01)

@@ -104,22 +104,8 @@ public enum CoreVersion {
 /// Company identifiers (Assigned Numbers §7.1). A hand-picked subset: the controller
 /// vendors a Linux host meets; every other value prints as its number.
 public enum CompanyIdentifier {
+    /// The company's name from the assigned numbers, or "unknown (0xNNNN)".
     public static func name(_ id: UInt16) -> String {
-        names[id] ?? "unknown (0x\(hex4(id)))"
+        AssignedNumbers.companyName(id) ?? "unknown (0x\(hex4(id)))"
     }
-
-    static let names: [UInt16: String] = [
-        0x0000: "Ericsson AB", 0x0001: "Nokia Mobile Phones", 0x0002: "Intel Corp.", 0x0003: "IBM Corp.",
-        0x0004: "Toshiba Corp.", 0x0005: "3Com", 0x0006: "Microsoft", 0x0007: "Lucent", 0x0008: "Motorola",
-        0x0009: "Infineon Technologies AG", 0x000A: "Qualcomm Technologies International, Ltd. (QTIL)",
-        0x000B: "Silicon Wave", 0x000C: "Digianswer A/S", 0x000D: "Texas Instruments Inc.",
-        0x000F: "Broadcom Corporation", 0x001D: "Qualcomm", 0x0030: "ST Microelectronics",
-        0x0046: "MediaTek, Inc.", 0x0048: "Marvell Technology Group Ltd.", 0x004C: "Apple, Inc.",
-        0x0059: "Nordic Semiconductor ASA", 0x005D: "Realtek Semiconductor Corporation",
-        0x0075: "Samsung Electronics Co. Ltd.", 0x0087: "Garmin International, Inc.", 0x00E0: "Google",
-        0x0131: "Cypress Semiconductor", 0x0171: "Amazon.com Services, LLC", 0x02E5: "Espressif Systems (Shanghai) Co., Ltd.",
-        0x02FF: "Silicon Laboratories", 0x05F1: "The Linux Foundation",
-       
-        0xFFFF: "internal use (0xFFFF)",
-    ]
 }

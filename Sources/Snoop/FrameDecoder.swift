@@ -226,6 +226,28 @@ public struct FrameDecoder: Sendable {
     }
 
     /// One advertising report: its detail line, then each AD structure, and its JSON.
+    /// Assigned-number names for an AD structure's value: the services a UUID list names,
+    /// the company of manufacturer data, the appearance, a service data UUID.
+    static func adMeaning(_ s: ADStructure) -> String? {
+        func uuids(_ width: Int) -> String? {
+            guard width > 0, s.data.count % width == 0 else { return nil }
+            let names = stride(from: 0, to: s.data.count, by: width).compactMap { i -> String? in
+                (try? BluetoothUUID(littleEndian: Array(s.data[i..<i + width])))?.name
+            }
+            return names.isEmpty ? nil : names.joined(separator: ", ")
+        }
+        func u16(_ i: Int) -> UInt16? { s.data.count >= i + 2 ? UInt16(s.data[i]) | UInt16(s.data[i + 1]) << 8 : nil }
+        switch s.type {
+        case 0x02, 0x03, 0x14: return uuids(2)
+        case 0x04, 0x05, 0x1F: return uuids(4)
+        case 0x06, 0x07, 0x15: return uuids(16)
+        case 0x16: return u16(0).flatMap { BluetoothUUID($0).name }
+        case 0x19: return u16(0).flatMap(AssignedNumbers.appearanceName)
+        case 0xFF: return u16(0).flatMap(AssignedNumbers.companyName)
+        default: return nil
+        }
+    }
+
     func report(_ line: String, address: BluetoothAddress, type: AddressType, rssi: Int8, eventType: Int, data: [UInt8],
                 into f: inout Builder) -> JSONValue {
         f.details.append(line)
@@ -239,8 +261,11 @@ public struct FrameDecoder: Sendable {
             } else {
                 value = s.data.hexString
             }
-            f.details.append("  AD 0x\(hex(s.type, 2)) \(name): \(value)")
-            ad.append(.object([("type", .int(Int(s.type))), ("name", .string(name)), ("value", .string(value))]))
+            let meaning = Self.adMeaning(s)
+            f.details.append("  AD 0x\(hex(s.type, 2)) \(name): \(value)" + (meaning.map { " (\($0))" } ?? ""))
+            var o: [(String, JSONValue)] = [("type", .int(Int(s.type))), ("name", .string(name)), ("value", .string(value))]
+            if let meaning { o.append(("meaning", .string(meaning))) }
+            ad.append(.object(o))
         }
         if let damage { f.details.append("  AD damaged: \(damage)") }
         var o: [(String, JSONValue)] = [

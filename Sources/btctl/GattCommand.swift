@@ -28,22 +28,22 @@ struct Gatt: AsyncParsableCommand {
             await session.close()
             for (s, chars) in all {
                 if options.json {
-                    emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.start))), ("end", .int(Int(s.end)))]))
+                    emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.start))), ("end", .int(Int(s.end)))] + nameField(s.uuid)))
                 } else {
-                    print("service \(s.uuid)  handles 0x\(String(s.start, radix: 16))–0x\(String(s.end, radix: 16))")
+                    print("service \(named(s.uuid))  handles 0x\(String(s.start, radix: 16))–0x\(String(s.end, radix: 16))")
                 }
                 for (c, ds) in chars {
                     if options.json {
                         emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
-                                      ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))]))
+                                      ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))] + nameField(c.uuid)))
                     } else {
-                        print("  characteristic \(c.uuid)  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
+                        print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
                     }
                     for d in ds {
                         if options.json {
-                            emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))]))
+                            emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))] + nameField(d.uuid)))
                         } else {
-                            print("    descriptor \(d.uuid)  0x\(String(d.handle, radix: 16))")
+                            print("    descriptor \(named(d.uuid))  0x\(String(d.handle, radix: 16))")
                         }
                     }
                 }
@@ -64,7 +64,7 @@ struct Gatt: AsyncParsableCommand {
                 let handle = try await session.valueHandle(attribute)
                 let value = try await session.client.read(handle)
                 await session.close()
-                if options.json { emit(.object([("event", .string("value"))] + valueJSON(handle, value))) } else { print(valueLine(handle, value)) }
+                if options.json { emit(.object([("event", .string("value"))] + valueJSON(handle, value, uuid: attribute.uuid))) } else { print(valueLine(handle, value, uuid: attribute.uuid)) }
             } catch {
                 await session.close()
                 throw CLIError("read failed: \(error)")
@@ -125,15 +125,15 @@ struct Gatt: AsyncParsableCommand {
                 let values = try await session.client.subscribe(c, cccd: cccd.handle, indications: indicate)
                 let kind = indicate ? "indication" : "notification"
                 if options.json {
-                    emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicate))]))
+                    emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicate))] + nameField(c.uuid)))
                 } else {
-                    note("subscribed to \(c.uuid) (value 0x\(String(c.valueHandle, radix: 16))) for \(kind)s; Ctrl-C stops")
+                    note("subscribed to \(named(c.uuid)) (value 0x\(String(c.valueHandle, radix: 16))) for \(kind)s; Ctrl-C stops")
                 }
                 fflush(nil)
                 var n = 0
                 for await v in values {
                     n += 1
-                    if options.json { emit(.object([("event", .string(kind))] + valueJSON(c.valueHandle, v))) } else { print(valueLine(c.valueHandle, v)) }
+                    if options.json { emit(.object([("event", .string(kind))] + valueJSON(c.valueHandle, v, uuid: c.uuid))) } else { print(valueLine(c.valueHandle, v, uuid: c.uuid)) }
                     fflush(nil)
                     if let count, n >= count { break }
                 }

@@ -132,22 +132,36 @@ struct GATTSession {
     }
 }
 
-func propertyNames(_ p: CharacteristicProperties) -> [String] {
-    let names: [(CharacteristicProperties, String)] = [(.broadcast, "broadcast"), (.read, "read"), (.writeWithoutResponse, "write-without-response"),
-        (.write, "write"), (.notify, "notify"), (.indicate, "indicate"), (.authenticatedSignedWrites, "signed-write"), (.extendedProperties, "extended")]
-    return names.filter { p.contains($0.0) }.map(\.1)
+func propertyNames(_ p: CharacteristicProperties) -> [String] { p.names }
+
+/// A value as btctl prints it: `0xHANDLE: hex  "text"` (text only when printable), or
+/// `0xHANDLE: hex  87 %` when the characteristic is one whose format btctl knows.
+func valueLine(_ handle: UInt16, _ v: [UInt8], uuid: BluetoothUUID? = nil) -> String {
+    let shown = uuid.flatMap { CharacteristicFormatter.describe(v, of: $0) } ?? valueText(v).map { "\"\($0)\"" }
+    return "0x\(String(handle, radix: 16)): \(v.hexString)\(shown.map { "  " + $0 } ?? "")"
 }
 
-/// A value as btctl prints it: `0xHANDLE: hex  "text"` (text only when printable).
-func valueLine(_ handle: UInt16, _ v: [UInt8]) -> String {
-    "0x\(String(handle, radix: 16)): \(v.hexString)\(valueText(v).map { "  \"\($0)\"" } ?? "")"
-}
-
-/// A value as JSON fields: handle, hex value, and text when printable.
-func valueJSON(_ handle: UInt16, _ v: [UInt8]) -> [(String, JSONValue)] {
+/// A value as JSON fields: handle, hex value, text when printable, the formatted value
+/// for a known characteristic, and its UUID and name when known.
+func valueJSON(_ handle: UInt16, _ v: [UInt8], uuid: BluetoothUUID? = nil) -> [(String, JSONValue)] {
     var o: [(String, JSONValue)] = [("handle", .int(Int(handle))), ("value", .string(v.hexString))]
     if let t = valueText(v) { o.append(("text", .string(t))) }
+    if let uuid {
+        if let f = CharacteristicFormatter.describe(v, of: uuid) { o.append(("formatted", .string(f))) }
+        o.append(("uuid", .string(uuid.description)))
+        o += nameField(uuid)
+    }
     return o
+}
+
+/// `2A19 (Battery Level)`, or the UUID alone when it has no assigned name.
+func named(_ uuid: BluetoothUUID) -> String {
+    uuid.name.map { "\(uuid) (\($0))" } ?? uuid.description
+}
+
+/// `[("name", "Battery Level")]` when the UUID has an assigned name.
+func nameField(_ uuid: BluetoothUUID) -> [(String, JSONValue)] {
+    uuid.name.map { [("name", .string($0))] } ?? []
 }
 
 /// Hex, plus the text when every byte is printable UTF-8.

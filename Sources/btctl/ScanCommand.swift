@@ -77,10 +77,14 @@ struct Scan: AsyncParsableCommand {
         ]
         let d = a.data
         if let n = d.localName { o.append(("name", .string(n))) }
-        if !d.serviceUUIDs.isEmpty { o.append(("services", .array(d.serviceUUIDs.map { .string($0.description) }))) }
+        if !d.serviceUUIDs.isEmpty {
+            o.append(("services", .array(d.serviceUUIDs.map { .string($0.description) })))
+            let names = d.serviceUUIDs.compactMap(\.name)
+            if !names.isEmpty { o.append(("service_names", .array(names.map { .string($0) }))) }
+        }
         if let t = d.txPowerLevel { o.append(("tx_power", .int(Int(t)))) }
         if !d.manufacturerData.isEmpty {
-            o.append(("manufacturer_data", .array(d.manufacturerData.map { .object([("company", .int(Int($0.companyIdentifier))), ("data", .string($0.data.hexString))]) })))
+            o.append(("manufacturer_data", .array(d.manufacturerData.map { .object([("company", .int(Int($0.companyIdentifier)))] + (AssignedNumbers.companyName($0.companyIdentifier).map { [("company_name", .string($0))] } ?? []) + [("data", .string($0.data.hexString))]) })))
         }
         if let m = a.estimatedMetres { o.append(("distance_m", .double((m * 10).rounded() / 10))) }
         if let b = d.iBeacon {
@@ -103,9 +107,11 @@ struct Scan: AsyncParsableCommand {
     static func text(_ a: Advertisement) -> String {
         var parts = ["\(a.address)\(a.addressType == .random ? "/random" : "")", "\(a.rssi) dBm", a.isScanResponse ? "scan-rsp" : (a.isConnectable ? "connectable" : "non-connectable")]
         if let n = a.data.localName { parts.append("\"\(n)\"") }
-        if !a.data.serviceUUIDs.isEmpty { parts.append("services " + a.data.serviceUUIDs.map(\.description).joined(separator: ",")) }
+        if !a.data.serviceUUIDs.isEmpty { parts.append("services " + a.data.serviceUUIDs.map(named).joined(separator: ",")) }
         if let t = a.data.txPowerLevel { parts.append("tx \(t) dBm") }
-        for m in a.data.manufacturerData { parts.append("mfr 0x\(String(m.companyIdentifier, radix: 16)):\(m.data.hexString)") }
+        for m in a.data.manufacturerData {
+            parts.append("mfr 0x\(String(m.companyIdentifier, radix: 16))\(AssignedNumbers.companyName(m.companyIdentifier).map { " (\($0))" } ?? ""):\(m.data.hexString)")
+        }
         if let d = a.estimatedMetres { parts.append(String(format: "~%.1f m", d)) }
         if let b = a.data.iBeacon { parts.append("iBeacon \(b.uuid) \(b.major)/\(b.minor)") }
         for e in a.data.eddystone { if case let .url(_, u) = e { parts.append("Eddystone \(u)") } else { parts.append("Eddystone \(e)") } }
