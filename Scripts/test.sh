@@ -13,6 +13,7 @@ BLE_REQUIRE_INTEROP=1 timeout 1800 swift test --skip-build
 (cd Examples/BatteryDaemon && swift build --build-tests && swift test --skip-build)
 # The DocC catalog must build without a warning (symbol links, articles).
 Scripts/docs.sh
+Scripts/man.sh --check
 Scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 # The real-kernel tests (HCI user and raw channels, errors) in a QEMU guest.
 if Scripts/guest.sh available; then

@@ -12,7 +12,15 @@ import Synchronization
 
 /// Produces the bytes of a trace file: `header` once, then `record(_:)` per frame.
 public struct TraceEncoder: Sendable {
-    public enum Output: Sendable, Equatable {
+    public enum Output: Sendable, Equatable, CustomStringConvertible {
+        public var description: String {
+            switch self {
+            case let .btsnoop(d): return "btsnoop, datalink \(d)"
+            case let .pcap(l): return "pcap, link type \(l)"
+            case let .pcapng(l): return "pcapng, link type \(l)"
+            }
+        }
+
         case btsnoop(datalink: UInt32)
         case pcap(linkType: UInt32)
         /// One section, one interface of this link type, microsecond timestamps, Enhanced Packet Blocks.

@@ -119,7 +119,7 @@ struct Trace: AsyncParsableCommand {
             let (written, left) = writer.counts
             var note = "\(written) records written to \(output == "-" ? "standard output" : output) (\(encoding))"
             if left > 0 { note += "; \(left) records left out: they carry no HCI packet (use --link monitor to keep them)" }
-            FileHandle.standardError.write(Data((note + "\n").utf8))
+            btctl.note(note)
             if let damage = stream.damage {
                 throw CLIError("\(input): \(written + left) records converted, then the file is \(damage)")
             }
