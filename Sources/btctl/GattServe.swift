@@ -47,6 +47,40 @@ struct DatabaseFile: Decodable {
         "read-authorized": .readAuthorized, "write-authorized": .writeAuthorized,
     ]
 
+    /// Checks what Decodable lets through: unknown keys (a typo such as "servces" or
+    /// "propertes" would otherwise be ignored), both `value` and `text` on one
+    /// attribute, a descriptor listed twice, and a Client Characteristic Configuration
+    /// descriptor in the file (the server adds it to every notify/indicate
+    /// characteristic). Each error names the JSON path.
+    static func validate(_ data: Data) throws {
+        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }  // the decoder reports syntax
+        func keys(_ o: [String: Any], _ allowed: Set<String>, _ path: String) throws {
+            for k in o.keys.sorted() where !allowed.contains(k) {
+                throw CLIError("\(path.isEmpty ? "" : path + ": ")unknown key '\(k)' (known: \(allowed.sorted().joined(separator: ", ")))")
+            }
+            if o["value"] != nil, o["text"] != nil { throw CLIError("\(path): give 'value' (hex) or 'text', not both") }
+        }
+        try keys(root, ["name", "services"], "")
+        for (i, s) in ((root["services"] as? [[String: Any]]) ?? []).enumerated() {
+            let sp = "services[\(i)]"
+            try keys(s, ["uuid", "primary", "characteristics"], sp)
+            for (j, c) in ((s["characteristics"] as? [[String: Any]]) ?? []).enumerated() {
+                let cp = "\(sp).characteristics[\(j)]"
+                try keys(c, ["uuid", "properties", "value", "text", "permissions", "maxLength", "descriptors"], cp)
+                var seen: Set<BluetoothUUID> = []
+                for (k, d) in ((c["descriptors"] as? [[String: Any]]) ?? []).enumerated() {
+                    let dp = "\(cp).descriptors[\(k)]"
+                    try keys(d, ["uuid", "value", "text", "permissions"], dp)
+                    guard let u = (d["uuid"] as? String).flatMap(BluetoothUUID.init) else { continue }
+                    if u == GATTType.clientCharacteristicConfiguration {
+                        throw CLIError("\(dp): 2902 (Client Characteristic Configuration) is added by the server to every notify/indicate characteristic; remove it")
+                    }
+                    if !seen.insert(u).inserted { throw CLIError("\(dp): descriptor \(u) is listed twice") }
+                }
+            }
+        }
+    }
+
     /// Builds the database (the mandatory GAP and GATT services first, then the
     /// file's); every error names the JSON path of the bad field.
     func database() throws -> AttributeDatabase {
@@ -112,6 +146,7 @@ extension Gatt {
         func run() async throws {
             guard let data = FileManager.default.contents(atPath: file) else { throw CLIError("cannot read \(file)") }
             let spec: DatabaseFile
+            do { try DatabaseFile.validate(data) } catch let e as CLIError { throw CLIError("\(file): \(e)") }
             do { spec = try JSONDecoder().decode(DatabaseFile.self, from: data) } catch { throw CLIError("\(file): not a valid database file: \(error)") }
             let db = try spec.database()
             let (controller, writer) = try await options.openController()

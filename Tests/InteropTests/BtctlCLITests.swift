@@ -117,4 +117,24 @@ import Testing
         let malformed = try await Interop.run(tshark, ["-r", out, "-Y", "_ws.malformed || _ws.expert.severity == error"])
         #expect(malformed.isEmpty, "\(malformed)")
     }
+
+    /// `gatt serve` refuses what Decodable would let through, naming the JSON path.
+    @Test func gattServeRejectsWhatItWouldIgnore() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let cases: [(String, String)] = [
+            (#"{"name":"x","servces":[]}"#, "unknown key 'servces'"),
+            (#"{"services":[{"uuid":"180F","characteristics":[{"uuid":"2A19","properties":["read"],"value":"01","text":"a"}]}]}"#,
+             "services[0].characteristics[0]: give 'value' (hex) or 'text', not both"),
+            (#"{"services":[{"uuid":"180F","characteristics":[{"uuid":"2A19","properties":["notify"],"descriptors":[{"uuid":"2902"}]}]}]}"#,
+             "services[0].characteristics[0].descriptors[0]: 2902 (Client Characteristic Configuration) is added by the server"),
+            (#"{"services":[{"uuid":"180F","characteristics":[{"uuid":"2A19","properties":["read"],"descriptors":[{"uuid":"2901"},{"uuid":"2901"}]}]}]}"#,
+             "services[0].characteristics[0].descriptors[1]: descriptor 2901 is listed twice"),
+        ]
+        for (i, (json, message)) in cases.enumerated() {
+            let path = Self.temporary("db-\(i).json")
+            try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+            let r = try await Self.run(["gatt", "serve", path, "-t", "virtual", "--duration", "1"])
+            #expect(r.status == 1 && r.out.contains(message), "\(r.out)")
+        }
+    }
 }
