@@ -50,16 +50,17 @@ let btsnoopEpochDelta: Int64 = 0x00DC_DDB3_0F2F_8000
 public enum TraceReader {
     /// Reads a whole trace held in memory, detecting its format from the header.
     public static func read(_ bytes: [UInt8]) throws -> Trace {
-        var stream = try TraceStream(bytes: bytes)
-        var records: [TraceRecord] = []
-        while let r = try stream.next() { records.append(r) }
-        return Trace(format: stream.format, records: records, damage: stream.damage)
+        try collect(TraceStream(bytes: bytes))
     }
 
     /// Reads a whole trace file (streaming it through `TraceStream`; the file's bytes
     /// are not held twice).
     public static func read(contentsOf path: String) throws -> Trace {
-        var stream = try TraceStream(path: path)
+        try collect(TraceStream(path: path))
+    }
+
+    private static func collect(_ stream: TraceStream) throws -> Trace {
+        var stream = stream
         var records: [TraceRecord] = []
         while let r = try stream.next() { records.append(r) }
         return Trace(format: stream.format, records: records, damage: stream.damage)
@@ -175,16 +176,16 @@ struct TraceParser: Sendable {
                     if !atEnd { return nil }
                     throw TraceFormatError(reason: "pcap header truncated: \(head.count) of 24 bytes")
                 }
-                var p = TraceParser(format: .pcapng)
-                p.bigEndian = le == 0xD4C3_B2A1 || le == 0x4D3C_B2A1
-                p.nanoseconds = le == 0xA1B2_3C4D || le == 0x4D3C_B2A1
+                let bigEndian = le == 0xD4C3_B2A1 || le == 0x4D3C_B2A1
+                let nanoseconds = le == 0xA1B2_3C4D || le == 0x4D3C_B2A1
                 var r = ByteReader(head, context: "pcap header")
                 try? r.skip(20)  // magic, version (2+2), thiszone, sigfigs, snaplen
-                p.linkType = p.u32(&r) & 0x0FFF_FFFF
-                guard [TraceFormat.linkTypeH4, TraceFormat.linkTypeH4WithPHDR, TraceFormat.linkTypeMonitor].contains(p.linkType) else {
-                    throw TraceFormatError(reason: "pcap link type \(p.linkType) is not supported (187, 201, 254 are)")
+                let linkType = ((bigEndian ? try? r.readUInt32BE() : try? r.readUInt32()) ?? 0) & 0x0FFF_FFFF
+                guard [TraceFormat.linkTypeH4, TraceFormat.linkTypeH4WithPHDR, TraceFormat.linkTypeMonitor].contains(linkType) else {
+                    throw TraceFormatError(reason: "pcap link type \(linkType) is not supported (187, 201, 254 are)")
                 }
-                p.format = .pcap(linkType: p.linkType, nanoseconds: p.nanoseconds, bigEndian: p.bigEndian)
+                var p = TraceParser(format: .pcap(linkType: linkType, nanoseconds: nanoseconds, bigEndian: bigEndian))
+                (p.bigEndian, p.nanoseconds, p.linkType) = (bigEndian, nanoseconds, linkType)
                 return (p, 24)
             case 0x0A0D_0D0A:
                 return (TraceParser(format: .pcapng), 0)  // the section header is a block like the others

@@ -41,20 +41,21 @@ struct BTCtl: AsyncParsableCommand {
         } catch is StandardOutputClosed {
             // The reader went away (`| head`): nothing more to say.
         } catch {
-            if let status = Interrupt.exitStatus {
-                await Interrupt.finishCleanups()
-                Foundation.exit(status)
-            }
+            await exitIfInterrupted()
             if let v = error as? ValidationError {
                 FileHandle.standardError.write(Data("Error: \(v.message)\n\(usageString(for: type(of: command)))\n  See 'btctl \(commandPath(type(of: command))) --help' for more.\n".utf8))
                 Foundation.exit(ExitCode.validationFailure.rawValue)
             }
             exit(withError: error)
         }
-        if let status = Interrupt.exitStatus {
-            await Interrupt.finishCleanups()
-            Foundation.exit(status)
-        }
+        await exitIfInterrupted()
+    }
+
+    /// After a signal, however the command ended: let its cleanups finish, exit 128 + signal.
+    static func exitIfInterrupted() async {
+        guard let status = Interrupt.exitStatus else { return }
+        await Interrupt.finishCleanups()
+        Foundation.exit(status)
     }
 
     /// "gatt read" for `Gatt.Read`: the words that select a subcommand.
