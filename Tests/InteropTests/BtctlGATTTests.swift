@@ -55,8 +55,8 @@ import Testing
         #expect(missing.out.contains("no device named 'nobody'"))
 
         server.terminate()
-        server.waitUntilExit()
-        let served = String(decoding: serverOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        _ = await Interop.exit(of: server)
+        let served = String(decoding: await Interop.readAll(serverOut), as: UTF8.self)
         #expect(served.contains("\"event\":\"written\""), "\(served)")
         #expect(served.contains(Array(long.utf8).map { String(format: "%02x", $0) }.joined()), "the 100-byte write did not arrive whole")
     }

@@ -32,11 +32,11 @@ import Testing
         btctl.standardOutput = out
         btctl.standardError = err
         try btctl.run()
-        defer { if btctl.isRunning { btctl.terminate() } }
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        btctl.waitUntilExit()
-        let messages = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        #expect(btctl.terminationStatus == 0, "\(messages)")
+        async let read = Interop.readAll(out), readErr = Interop.readAll(err)
+        let status = await Interop.exit(of: btctl)
+        let output = await read
+        let messages = String(decoding: await readErr, as: UTF8.self)
+        #expect(status == 0, "\(messages)")
         #expect(Array(output) == input, "\(output.count) bytes back; \(messages)")
         #expect(messages.contains("sent 5000 bytes, received 5000"), "\(messages)")
     }

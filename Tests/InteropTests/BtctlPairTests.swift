@@ -8,7 +8,7 @@ import Foundation
 import Testing
 
 @Suite(.serialized) struct BtctlPairTests {
-    static func run(_ args: [String]) throws -> (status: Int32, out: String, err: String) {
+    static func run(_ args: [String]) async throws -> (status: Int32, out: String, err: String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: BtctlGATTTests.btctl)
         p.arguments = args
@@ -17,10 +17,9 @@ import Testing
         p.standardError = err
         p.standardInput = FileHandle.nullDevice
         try p.run()
-        defer { if p.isRunning { p.terminate() } }
-        let o = out.fileHandleForReading.readDataToEndOfFile(), e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+        async let o = Interop.readAll(out), e = Interop.readAll(err)
+        let status = await Interop.exit(of: p)
+        return (status, String(decoding: await o, as: UTF8.self), String(decoding: await e, as: UTF8.self))
     }
 
     @Test func pairStoresABondThatBondsListsAndRemoves() async throws {
@@ -33,27 +32,27 @@ import Testing
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-\(getpid()).json").path
         defer { try? FileManager.default.removeItem(atPath: file) }
 
-        let paired = try Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
+        let paired = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
                                    "--bonds", file, "--json", "-t", rc.transportSpec])
         #expect(paired.status == 0, "\(paired.err)")
         #expect(paired.out.contains("\"event\":\"paired\"") && paired.out.contains("\"method\":\"Passkey Entry\"") && paired.out.contains("\"level\":\"secure-connections\""), "\(paired.out)")
         let attributes = try FileManager.default.attributesOfItem(atPath: file)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
 
-        let listed = try Self.run(["bonds", "list", "--bonds", file, "--json"])
+        let listed = try await Self.run(["bonds", "list", "--bonds", file, "--json"])
         #expect(listed.status == 0, "\(listed.err)")
         #expect(listed.out.split(separator: "\n").count == 1 && listed.out.contains("\"irk\":true"), "\(listed.out)")
         // Keys are never printed.
-        let text = try Self.run(["bonds", "--bonds", file])
+        let text = try await Self.run(["bonds", "--bonds", file])
         let stored = try String(contentsOfFile: file, encoding: .utf8)
         #expect(text.out.contains("secure-connections") && !text.out.contains("key\":"), "\(text.out)")
         #expect(stored.contains("\"key\""))  // (they are in the file, which only we can read)
 
         let identity = try #require(listed.out.split(separator: "\"").drop { $0 != "address" }.dropFirst(2).first.map(String.init))
-        let removed = try Self.run(["bonds", "remove", identity, "--bonds", file])
+        let removed = try await Self.run(["bonds", "remove", identity, "--bonds", file])
         #expect(removed.status == 0, "\(removed.err)")
-        #expect(try Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
-        let again = try Self.run(["bonds", "remove", identity, "--bonds", file])
+        #expect(try await Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
+        let again = try await Self.run(["bonds", "remove", identity, "--bonds", file])
         #expect(again.status != 0 && again.err.contains("no bond"), "\(again.err)")
     }
 }

@@ -101,7 +101,7 @@ import Testing
         await host.close()
         // Bumble, as GATT client on the same link, found our central's services and name.
         RootcanalProcess.kill(peripheral)
-        let lines = String(decoding: bumbleOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let lines = String(decoding: await Interop.readAll(bumbleOut), as: UTF8.self)
             .split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         let uuids = (lines.first { $0["event"] as? String == "central-services" }?["uuids"] as? [String]) ?? []
         #expect(uuids.contains { $0.contains("1800") } && uuids.contains { $0.contains("1801") } && uuids.contains { $0.contains("ABCD") }, "\(lines)")

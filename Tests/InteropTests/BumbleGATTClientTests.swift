@@ -82,9 +82,8 @@ import Transports
         #expect(mtu > 23)
 
         try await controller.send(Disconnect(connectionHandle: connection.handle))
-        let deadline = Date().addingTimeInterval(10)
-        while peripheral.isRunning && Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
-        let lines = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        _ = await Interop.exit(of: peripheral, timeout: 10)
+        let lines = String(decoding: await Interop.readAll(out), as: UTF8.self)
             .split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         await controller.close()
         let written = lines.filter { $0["event"] as? String == "written" }

@@ -18,8 +18,8 @@ import Transports
     /// pace the transfer, a few K-frames per 45 ms event.
     static let total = ProcessInfo.processInfo.environment["BLE_L2CAP_BYTES"].flatMap(Int.init) ?? 16 * 1024
 
-    static func lines(_ pipe: Pipe) -> [[String: Any]] {
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    static func lines(_ pipe: Pipe) async -> [[String: Any]] {
+        let data = await Interop.readAll(pipe)
         return String(decoding: data, as: UTF8.self).split(separator: "\n")
             .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
@@ -79,8 +79,8 @@ import Transports
         #expect(echoed == sdus.flatMap { $0 })
         await channel.close()  // returns once Bumble answered the Disconnection Request
         _ = try? await controller.send(Disconnect(connectionHandle: link.handle))
-        peer.waitUntilExit()
-        let events = Self.lines(out)
+        _ = await Interop.exit(of: peer)
+        let events = await Self.lines(out)
         let closed = events.first { $0["event"] as? String == "channel-closed" }
         #expect(closed?["sdus"] as? Int == sdus.count && closed?["bytes"] as? Int == Self.total, "\(events)")
         print("BumbleL2CAPTests: \(Self.total) bytes each way in \(elapsed)")
@@ -116,8 +116,8 @@ import Transports
         }
         #expect(bytes == Self.total)
         #expect(await channel.closeReason == .closedByPeer)
-        peer.waitUntilExit()
-        let events = Self.lines(out)
+        _ = await Interop.exit(of: peer)
+        let events = await Self.lines(out)
         let echoed = events.first { $0["event"] as? String == "echoed" }
         #expect(echoed?["same"] as? Bool == true && echoed?["bytes"] as? Int == Self.total, "\(events)")
         await controller.close()

@@ -24,9 +24,9 @@ import Transports
     struct Peer {
         let process: Process
         let out: Pipe
-        func events() -> [[String: Any]] {
-            process.waitUntilExit()
-            return BumbleL2CAPTests.lines(out)
+        func events() async -> [[String: Any]] {
+            _ = await Interop.exit(of: process)
+            return await BumbleL2CAPTests.lines(out)
         }
     }
 
@@ -101,7 +101,7 @@ import Transports
         let reencrypted = try await security.secure(handle: again.handle, level: level)
         #expect(reencrypted.encrypted && reencrypted.authenticated == mitm && reencrypted.bonded)
         try await controller.send(Disconnect(connectionHandle: again.handle))
-        let bumble = peer.events()
+        let bumble = await peer.events()
         #expect(Self.named(bumble, "paired").count == 1, "\(bumble)")
         #expect(Self.named(bumble, "encryption").count == 2, "\(bumble)")
         #expect(Self.named(bumble, "pairing-failure").isEmpty, "\(bumble)")
@@ -150,7 +150,7 @@ import Transports
         #expect(try await security.bonds().isEmpty)
         try await controller.send(Disconnect(connectionHandle: link.handle))
         RootcanalProcess.kill(peer.process)
-        let bumble = peer.events()
+        let bumble = await peer.events()
         // Bumble checked our confirm and sent Pairing Failed (0x04).
         #expect(Self.named(bumble, "pairing-failure").first?["reason"] as? Int == 0x04, "\(bumble)")
         await controller.close()
@@ -195,7 +195,7 @@ import Transports
         #expect(results.first?.security.secureConnections == sc && results.first?.security.authenticated == mitm)
         #expect(changes.count == 2 && changes.allSatisfy(\.encrypted))
         #expect(changes.last?.bonded == true && changes.last?.authenticated == mitm)
-        let bumble = peer.events()
+        let bumble = await peer.events()
         #expect(Self.named(bumble, "secured").compactMap { $0["encrypted"] as? Bool } == [true, true], "\(bumble)")
         #expect(Self.named(bumble, "error").isEmpty, "\(bumble)")
         await controller.close()

@@ -61,8 +61,8 @@ import Testing
         }
 
         sender.terminate()
-        sender.waitUntilExit()
-        let s = Self.events(String(decoding: senderOut.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self))
+        _ = await Interop.exit(of: sender)
+        let s = Self.events(String(decoding: await Interop.readAll(senderOut), as: UTF8.self))
         #expect(s.contains { $0["event"] == "acknowledged" && $0["by"] == "rc-receiver" }, "\(s)")
         #expect(s.contains { $0["event"] == "indicated" && $0["confirmed"]?.isEmpty == false }, "\(s)")
     }

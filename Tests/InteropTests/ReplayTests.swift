@@ -21,9 +21,12 @@ struct ReplayTests {
         let trace = try TraceReader.read(bytes)
         let transport = ScriptedTransport()
         let script = ScriptedTransport.script(from: trace)
-        let played = Task { try await transport.play(script) }
+        // Generous wall-clock bounds: they only stop a broken test, and with the whole suite
+        // sharing two cores (Rootcanal, Bumble and btctl processes starting) a step can wait
+        // seconds for a thread; the recording, not the timing, is under test.
+        let played = Task { try await transport.play(script, timeout: .seconds(30)) }
 
-        let controller = HCIController(transport: transport, logger: Interop.logger)
+        let controller = HCIController(transport: transport, commandTimeout: .seconds(30), logger: Interop.logger)
         try await controller.initialize()
         let host = L2CAPHost(controller: controller, logger: Interop.logger)
         await host.start()

@@ -29,6 +29,33 @@ enum Interop {
         return nil
     }
 
+    /// Runs blocking work (a pipe read to its end, a wait for a child's exit) on its own
+    /// thread: on this 2-core machine the cooperative pool has two threads, and two tests
+    /// blocking them stalled every other test's tasks for seconds (a 5 s HCI Reset
+    /// timeout in the replay test when the whole suite ran).
+    static func offPool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { c in Thread.detachNewThread { c.resume(returning: body()) } }
+    }
+
+    /// Everything a child wrote to `pipe` until it closed it, read off the pool.
+    static func readAll(_ pipe: Pipe) async -> Data {
+        let handle = pipe.fileHandleForReading
+        return await offPool { handle.readDataToEndOfFile() }
+    }
+
+    /// Waits off the pool for `process` to exit; SIGKILLs it after `timeout` seconds.
+    static func exit(of process: Process, timeout: TimeInterval = 60) async -> Int32 {
+        let pid = process.processIdentifier
+        return await offPool {
+            let deadline = Date().addingTimeInterval(timeout)
+            while process.isRunning {
+                if Date() >= deadline { kill(pid, SIGKILL) }
+                usleep(10_000)
+            }
+            return process.terminationStatus
+        }
+    }
+
     /// Runs a program to completion (killed after `timeout`), returning its status and
     /// stdout (with stderr too when `mergeStderr`). Never blocks a cooperative thread:
     /// the output is read on its own thread and the exit is polled with Task.sleep, so
