@@ -136,6 +136,53 @@ public struct AdvertisingData: Hashable, Sendable {
     }
 }
 
+extension AdvertisingData {
+    /// What a connectable GATT server advertises with legacy advertising (`limit` bytes
+    /// in each of the advertising and scan response data), the way phones and BlueZ do:
+    /// flags, then as many of `serviceUUIDs` as fit (16-bit ones first; the lists are
+    /// marked incomplete when some are left out), then the complete local name when it
+    /// still fits. Otherwise the name goes in the scan response, shortened (on a
+    /// character boundary) when longer than `limit - 2` bytes. An active scanner sees
+    /// both; a passive one sees the services.
+    public static func server(name: String, serviceUUIDs: [BluetoothUUID], flags: UInt8 = 0x06,
+                              limit: Int = 31) -> (advertising: AdvertisingData, scanResponse: AdvertisingData) {
+        var adv = AdvertisingData()
+        adv.flags = flags
+        var used = 3
+        var seen: Set<BluetoothUUID> = []
+        let unique = serviceUUIDs.filter { seen.insert($0).inserted }
+        let short = unique.filter { $0.uint16 != nil }, long = unique.filter { $0.uint16 == nil }
+        var advertised: [BluetoothUUID] = []
+        for (list, size) in [(short, 2), (long, 16)] where !list.isEmpty {
+            let room = limit - used - 2
+            let n = room >= size ? Swift.min(list.count, room / size) : 0
+            guard n > 0 else { continue }
+            advertised += list.prefix(n)
+            used += 2 + n * size
+        }
+        adv.serviceUUIDs = advertised
+        adv.serviceUUIDsComplete = advertised.count == unique.count
+        var response = AdvertisingData()
+        let nameBytes = Array(name.utf8)
+        if nameBytes.isEmpty {
+            // Nothing to name.
+        } else if used + 2 + nameBytes.count <= limit {
+            adv.localName = name
+        } else if nameBytes.count <= limit - 2 {
+            response.localName = name
+        } else {
+            var cut = ""
+            for c in name {
+                guard cut.utf8.count + String(c).utf8.count <= limit - 2 else { break }
+                cut.append(c)
+            }
+            response.localName = cut
+            response.nameIsShortened = true
+        }
+        return (adv, response)
+    }
+}
+
 public enum AdvertisingDataError: Error, Equatable, Sendable, CustomStringConvertible {
     case tooLong(length: Int, limit: Int)
     public var description: String {

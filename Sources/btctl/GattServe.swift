@@ -10,31 +10,17 @@ import HCI
 import L2CAP
 import Snoop
 
-/// The database file.
-struct DatabaseFile: Decodable {
+/// The database file, read from a strict JSON document: every error names the JSON
+/// path and the line and column of the value it is about.
+struct DatabaseFile {
     var name: String?
     var services: [Service]
 
-    struct Service: Decodable {
-        var uuid: String
-        var primary: Bool?
-        var characteristics: [Characteristic]?
-    }
-    struct Characteristic: Decodable {
-        var uuid: String
-        var properties: [String]
-        /// Hex bytes; or `text` for UTF-8.
-        var value: String?
-        var text: String?
-        var permissions: [String]?
-        var maxLength: Int?
-        var descriptors: [Descriptor]?
-    }
-    struct Descriptor: Decodable {
-        var uuid: String
-        var value: String?
-        var text: String?
-        var permissions: [String]?
+    struct Service {
+        var node: JSONNode
+        var uuid: BluetoothUUID
+        var primary: Bool
+        var characteristics: [GATTCharacteristic]
     }
 
     static let propertyNames: [String: CharacteristicProperties] = [
@@ -47,108 +33,282 @@ struct DatabaseFile: Decodable {
         "read-authorized": .readAuthorized, "write-authorized": .writeAuthorized,
     ]
 
-    /// Checks what Decodable lets through: unknown keys (a typo such as "servces" or
-    /// "propertes" would otherwise be ignored), both `value` and `text` on one
-    /// attribute, a descriptor listed twice, and a Client Characteristic Configuration
-    /// descriptor in the file (the server adds it to every notify/indicate
-    /// characteristic). Each error names the JSON path.
-    static func validate(_ data: Data) throws {
-        guard let root = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }  // the decoder reports syntax
-        func keys(_ o: [String: Any], _ allowed: Set<String>, _ path: String) throws {
-            for k in o.keys.sorted() where !allowed.contains(k) {
-                throw CLIError("\(path.isEmpty ? "" : path + ": ")unknown key '\(k)' (known: \(allowed.sorted().joined(separator: ", ")))")
+    /// Parses and checks the whole file: JSON syntax (strict: no trailing commas, no
+    /// repeated keys), then the schema: unknown keys (a typo such as "servces" would
+    /// otherwise be ignored), types, both `value` and `text` on one attribute, a
+    /// descriptor listed twice, a Client Characteristic Configuration descriptor (the
+    /// server adds it to every notify/indicate characteristic), values longer than the
+    /// characteristic allows.
+    init(parsing bytes: [UInt8]) throws {
+        let root = try JSONObjectReader(try JSONDocument.parse(bytes), path: "")
+        try root.allowOnly(["name", "services"])
+        name = try root.string("name")
+        guard let list = try root.array("services") else { throw JSONSchemaError(root.node, "", "missing 'services'") }
+        services = []
+        for (i, node) in list.enumerated() {
+            let s = try JSONObjectReader(node, path: "services[\(i)]")
+            try s.allowOnly(["uuid", "primary", "characteristics"])
+            var chars: [GATTCharacteristic] = []
+            for (j, c) in (try s.array("characteristics") ?? []).enumerated() {
+                chars.append(try Self.characteristic(try JSONObjectReader(c, path: "\(s.path).characteristics[\(j)]")))
             }
-            if o["value"] != nil, o["text"] != nil { throw CLIError("\(path): give 'value' (hex) or 'text', not both") }
-        }
-        try keys(root, ["name", "services"], "")
-        for (i, s) in ((root["services"] as? [[String: Any]]) ?? []).enumerated() {
-            let sp = "services[\(i)]"
-            try keys(s, ["uuid", "primary", "characteristics"], sp)
-            for (j, c) in ((s["characteristics"] as? [[String: Any]]) ?? []).enumerated() {
-                let cp = "\(sp).characteristics[\(j)]"
-                try keys(c, ["uuid", "properties", "value", "text", "permissions", "maxLength", "descriptors"], cp)
-                var seen: Set<BluetoothUUID> = []
-                for (k, d) in ((c["descriptors"] as? [[String: Any]]) ?? []).enumerated() {
-                    let dp = "\(cp).descriptors[\(k)]"
-                    try keys(d, ["uuid", "value", "text", "permissions"], dp)
-                    guard let u = (d["uuid"] as? String).flatMap(BluetoothUUID.init) else { continue }
-                    if u == GATTType.clientCharacteristicConfiguration {
-                        throw CLIError("\(dp): 2902 (Client Characteristic Configuration) is added by the server to every notify/indicate characteristic; remove it")
-                    }
-                    if !seen.insert(u).inserted { throw CLIError("\(dp): descriptor \(u) is listed twice") }
-                }
-            }
+            services.append(Service(node: node, uuid: try Self.uuid(s), primary: try s.bool("primary") ?? true, characteristics: chars))
         }
     }
 
-    /// Builds the database (the mandatory GAP and GATT services first, then the
-    /// file's); every error names the JSON path of the bad field.
+    private static func uuid(_ o: JSONObjectReader) throws(JSONSchemaError) -> BluetoothUUID {
+        let text = try o.requiredString("uuid")
+        guard let u = BluetoothUUID(text) else { throw JSONSchemaError(o.member("uuid") ?? o.node, o.path("uuid"), "'\(text)' is not a UUID (use 180F or a 128-bit UUID)") }
+        return u
+    }
+
+    /// `value` (hex) or `text` (UTF-8), not both; empty when neither.
+    private static func value(_ o: JSONObjectReader, maximumLength: Int) throws(JSONSchemaError) -> [UInt8] {
+        let hex = try o.string("value"), text = try o.string("text")
+        if hex != nil, text != nil { throw JSONSchemaError(o.node, o.path, "give 'value' (hex) or 'text', not both") }
+        let bytes: [UInt8]
+        if let text {
+            bytes = Array(text.utf8)
+        } else if let hex {
+            guard let b = [UInt8](hex: hex) else { throw JSONSchemaError(o.member("value") ?? o.node, o.path("value"), "'\(hex)' is not hex bytes") }
+            bytes = b
+        } else {
+            bytes = []
+        }
+        if bytes.count > maximumLength {
+            throw JSONSchemaError(o.member("value") ?? o.member("text") ?? o.node, o.path, "the value is \(bytes.count) bytes, longer than its maximum of \(maximumLength)")
+        }
+        return bytes
+    }
+
+    private static func permissions(_ o: JSONObjectReader) throws(JSONSchemaError) -> AttributePermissions? {
+        guard let names = try o.strings("permissions") else { return nil }
+        var p: AttributePermissions = []
+        for (n, node) in names {
+            guard let v = permissionNames[n] else {
+                throw JSONSchemaError(node, o.path("permissions"), "unknown '\(n)' (known: \(permissionNames.keys.sorted().joined(separator: ", ")))")
+            }
+            p.insert(v)
+        }
+        return p
+    }
+
+    private static func characteristic(_ c: JSONObjectReader) throws(JSONSchemaError) -> GATTCharacteristic {
+        try c.allowOnly(["uuid", "properties", "value", "text", "permissions", "maxLength", "descriptors"])
+        let uuid = try uuid(c)
+        guard let names = try c.strings("properties") else { throw JSONSchemaError(c.node, c.path, "missing 'properties'") }
+        var props: CharacteristicProperties = []
+        for (n, node) in names {
+            guard let p = propertyNames[n] else {
+                throw JSONSchemaError(node, c.path("properties"), "unknown '\(n)' (known: \(propertyNames.keys.sorted().joined(separator: ", ")))")
+            }
+            props.insert(p)
+        }
+        let maxLength = try c.int("maxLength", in: 0...512) ?? 512
+        var descriptors: [GATTDescriptor] = []
+        var seen: Set<BluetoothUUID> = []
+        for (k, node) in (try c.array("descriptors") ?? []).enumerated() {
+            let d = try JSONObjectReader(node, path: "\(c.path).descriptors[\(k)]")
+            try d.allowOnly(["uuid", "value", "text", "permissions"])
+            let u = try Self.uuid(d)
+            if u == GATTType.clientCharacteristicConfiguration {
+                throw JSONSchemaError(node, d.path, "2902 (Client Characteristic Configuration) is added by the server to every notify/indicate characteristic; remove it")
+            }
+            guard seen.insert(u).inserted else { throw JSONSchemaError(node, d.path, "descriptor \(u) is listed twice") }
+            descriptors.append(GATTDescriptor(uuid: u, permissions: try permissions(d) ?? .read, value: try value(d, maximumLength: 512)))
+        }
+        return GATTCharacteristic(uuid: uuid, properties: props, permissions: try permissions(c), value: try value(c, maximumLength: maxLength),
+                                  maximumLength: maxLength, descriptors: descriptors)
+    }
+
+    /// Builds the database: the mandatory GAP and GATT services first, then the file's.
     func database() throws -> AttributeDatabase {
         var db = AttributeDatabase()
         _ = try db.addMandatoryServices(deviceName: name ?? "btctl")
-        func uuid(_ s: String, _ path: String) throws -> BluetoothUUID {
-            guard let u = BluetoothUUID(s) else { throw CLIError("\(path): '\(s)' is not a UUID (use 180F or a 128-bit UUID)") }
-            return u
-        }
-        func bytes(_ hex: String?, _ text: String?, _ path: String) throws -> [UInt8] {
-            if let text { return Array(text.utf8) }
-            guard let hex else { return [] }
-            guard let b = [UInt8](hex: hex) else { throw CLIError("\(path).value: '\(hex)' is not hex bytes") }
-            return b
-        }
-        func permissions(_ names: [String]?, _ path: String) throws -> AttributePermissions? {
-            guard let names else { return nil }
-            var p: AttributePermissions = []
-            for n in names {
-                guard let v = Self.permissionNames[n] else { throw CLIError("\(path).permissions: unknown '\(n)' (known: \(Self.permissionNames.keys.sorted().joined(separator: ", ")))") }
-                p.insert(v)
-            }
-            return p
-        }
         for (i, s) in services.enumerated() {
-            let sp = "services[\(i)]"
-            var chars: [GATTCharacteristic] = []
-            for (j, c) in (s.characteristics ?? []).enumerated() {
-                let cp = "\(sp).characteristics[\(j)]"
-                var props: CharacteristicProperties = []
-                for n in c.properties {
-                    guard let p = Self.propertyNames[n] else { throw CLIError("\(cp).properties: unknown '\(n)' (known: \(Self.propertyNames.keys.sorted().joined(separator: ", ")))") }
-                    props.insert(p)
-                }
-                var descriptors: [GATTDescriptor] = []
-                for (k, d) in (c.descriptors ?? []).enumerated() {
-                    let dp = "\(cp).descriptors[\(k)]"
-                    descriptors.append(GATTDescriptor(uuid: try uuid(d.uuid, dp), permissions: try permissions(d.permissions, dp) ?? .read, value: try bytes(d.value, d.text, dp)))
-                }
-                chars.append(GATTCharacteristic(uuid: try uuid(c.uuid, cp), properties: props, permissions: try permissions(c.permissions, cp),
-                                                value: try bytes(c.value, c.text, cp), maximumLength: c.maxLength ?? 512, descriptors: descriptors))
-            }
             do {
-                try db.add(GATTService(uuid: try uuid(s.uuid, sp), isPrimary: s.primary ?? true, characteristics: chars))
-            } catch let e as CLIError { throw e } catch { throw CLIError("\(sp): \(error)") }
+                try db.add(GATTService(uuid: s.uuid, isPrimary: s.primary, characteristics: s.characteristics))
+            } catch {
+                throw JSONSchemaError(s.node, "services[\(i)]", "\(error)")
+            }
         }
         if let hash = db.attributes.first(where: { $0.type == GATTCharacteristicType.databaseHash })?.handle { try db.refreshDatabaseHash(at: hash) }
         return db
+    }
+
+    /// The primary services' UUIDs, in file order, for advertising.
+    var primaryServiceUUIDs: [BluetoothUUID] { services.filter(\.primary).map(\.uuid) }
+}
+
+/// A line typed on `gatt serve`'s standard input (docs/gatt-serve.md "Commands").
+enum ServeCommand: Equatable {
+    /// A characteristic: its value handle (`0x0012`) or its UUID (the first with it).
+    enum Target: Equatable, CustomStringConvertible {
+        case handle(UInt16)
+        case uuid(BluetoothUUID)
+        var description: String {
+            switch self {
+            case let .handle(h): return "0x" + String(h, radix: 16)
+            case let .uuid(u): return named(u)
+            }
+        }
+    }
+    case set(Target, [UInt8])
+    case notify(Target, [UInt8]?)
+    case indicate(Target, [UInt8]?)
+    case help
+    case quit
+
+    static let usage = """
+        commands (one per line on standard input):
+          set CHAR VALUE         store a value (what reads return); nobody is told
+          notify CHAR [VALUE]    store VALUE if given, then notify the subscribed centrals
+          indicate CHAR [VALUE]  store VALUE if given, then indicate and wait for confirmations
+          help                   this text
+          quit                   stop serving (as at the end of --duration)
+        CHAR is a characteristic UUID (2A19, or 128-bit) or its value handle (0x0012);
+        VALUE is hex bytes (64, 01ff, 01:ff or 01 ff) or "quoted text" (sent as UTF-8).
+        """
+
+    /// Parses one line; nil for a blank line or a `#` comment.
+    static func parse(_ line: String) throws(CLIError) -> ServeCommand? {
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        if trimmed.isEmpty || trimmed.hasPrefix("#") { return nil }
+        let words = trimmed.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true).map(String.init)
+        let verb = words[0].lowercased()
+        switch verb {
+        case "help", "?": return .help
+        case "quit", "exit": return .quit
+        case "set", "notify", "indicate":
+            guard words.count >= 2 else { throw CLIError("\(verb) needs a characteristic (a UUID such as 2A19, or a value handle such as 0x0012)") }
+            let target = try Self.target(words[1])
+            let value = try words.count > 2 ? Self.value(words[2]) : nil
+            switch verb {
+            case "set":
+                guard let value else { throw CLIError("set needs a value: hex bytes or \"quoted text\"") }
+                return .set(target, value)
+            case "notify": return .notify(target, value)
+            default: return .indicate(target, value)
+            }
+        default:
+            throw CLIError("unknown command '\(words[0])' (set, notify, indicate, help, quit)")
+        }
+    }
+
+    private static func target(_ word: String) throws(CLIError) -> Target {
+        if word.lowercased().hasPrefix("0x") {
+            guard let h = UInt16(word.dropFirst(2), radix: 16), h > 0 else { throw CLIError("'\(word)' is not a handle (0x0001 to 0xFFFF)") }
+            return .handle(h)
+        }
+        guard let u = BluetoothUUID(word) else { throw CLIError("'\(word)' is neither a UUID (2A19, or 128-bit) nor a handle (0x0012)") }
+        return .uuid(u)
+    }
+
+    private static func value(_ text: String) throws(CLIError) -> [UInt8] {
+        let t = text.trimmingCharacters(in: .whitespaces)
+        if t.count >= 2, t.hasPrefix("\""), t.hasSuffix("\"") { return Array(t.dropFirst().dropLast().utf8) }
+        var hex = t.filter { $0 != " " && $0 != ":" }
+        if hex.lowercased().hasPrefix("0x") { hex.removeFirst(2) }
+        guard !hex.isEmpty, let b = [UInt8](hex: hex) else { throw CLIError("'\(t)' is neither hex bytes nor \"quoted text\"") }
+        return b
+    }
+
+    /// The characteristic value attribute `target` names in `db`, checked for the
+    /// property the command needs and the value's length.
+    func resolve(_ target: Target, in db: AttributeDatabase, value: [UInt8]?, needs property: CharacteristicProperties?) throws(CLIError) -> Attribute {
+        let found = db.attributes.first { a in
+            guard case .characteristicValue = a.role else { return false }
+            switch target {
+            case let .handle(h): return a.handle == h
+            case let .uuid(u): return a.type == u
+            }
+        }
+        guard let a = found, case let .characteristicValue(properties) = a.role else {
+            throw CLIError("no characteristic \(target) in the database")
+        }
+        if let property, !properties.contains(property) {
+            throw CLIError("\(named(a.type)) at 0x\(String(a.handle, radix: 16)) cannot \(property == .notify ? "notify" : "indicate") (properties: \(properties.names.joined(separator: ", ")))")
+        }
+        if let value, value.count > a.maximumLength {
+            throw CLIError("the value is \(value.count) bytes; \(named(a.type)) holds at most \(a.maximumLength)")
+        }
+        return a
+    }
+}
+
+/// Lines from standard input, one at a time: the reading thread waits until the
+/// command before is done (back-pressure, nothing buffered beyond one line). Ends at
+/// end of file, or at once when btctl runs in the background of a terminal (reading
+/// would stop the job with SIGTTIN; with SIGTTIN ignored the read fails instead).
+/// Reads file descriptor 0 itself, not through stdio: `readLine` would hold stdin's
+/// stdio lock while it waits, and `fflush(nil)` after each printed event takes every
+/// stream's lock, so printing would hang until a line came.
+enum StandardInputLines {
+    static func start() -> (lines: AsyncStream<String>, done: @Sendable () -> Void) {
+        let (lines, continuation) = AsyncStream.makeStream(of: String.self, bufferingPolicy: .bufferingOldest(1))
+        let taken = DispatchSemaphore(value: 0)
+        _ = Glibc.signal(SIGTTIN, SIG_IGN)
+        Thread.detachNewThread {
+            var pending: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            func deliver(_ line: ArraySlice<UInt8>) {
+                var text = String(decoding: line, as: UTF8.self)
+                if text.hasSuffix("\r") { text.removeLast() }
+                continuation.yield(text)
+                taken.wait()
+            }
+            reading: while true {
+                let n = chunk.withUnsafeMutableBytes { Glibc.read(0, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                guard n > 0 else { break reading }  // end of input, or EIO in the background
+                pending += chunk[..<n]
+                while let newline = pending.firstIndex(of: 0x0A) {
+                    deliver(pending[..<newline])
+                    pending.removeSubrange(...newline)
+                }
+                // A line longer than 64 KiB is not a command: deliver it to be refused.
+                if pending.count > 65_536 {
+                    deliver(pending[...])
+                    pending.removeAll()
+                }
+            }
+            if !pending.isEmpty { deliver(pending[...]) }
+            continuation.finish()
+        }
+        return (lines, { taken.signal() })
     }
 }
 
 extension Gatt {
     struct Serve: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Serve and advertise a GATT database described in a JSON file.")
+        static let configuration = CommandConfiguration(
+            abstract: "Serve and advertise a GATT database described in a JSON file.",
+            discussion: "Advertises connectably with the primary services' UUIDs and the name (in the scan response when the advertising data is full). "
+                + "Reads commands from standard input: set, notify and indicate a characteristic (docs/gatt-serve.md).\n\n" + ServeCommand.usage)
         @OptionGroup var options: ControllerOptions
         @Argument(help: "The database (docs/gatt-serve.md).") var file: String
-        @Option(parsing: .unconditional, help: ArgumentHelp("Stop after this many seconds, 0.1 to 86400 (default: until interrupted).", valueName: "SECONDS")) var duration: Double?
+        @Option(parsing: .unconditional, help: ArgumentHelp("Stop after this many seconds, 0.1 to 86400 (default: until interrupted or 'quit').", valueName: "SECONDS")) var duration: Double?
+        @Flag(help: "Advertise the name only, not the primary services' UUIDs.") var noServiceUUIDs = false
 
         func validate() throws {
             if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
         }
 
-        func run() async throws {
+        /// Parses the file; errors read `FILE:LINE:COLUMN: path: message`.
+        func load() throws -> (DatabaseFile, AttributeDatabase) {
             guard let data = FileManager.default.contents(atPath: file) else { throw CLIError("cannot read \(file)") }
-            let spec: DatabaseFile
-            do { try DatabaseFile.validate(data) } catch let e as CLIError { throw CLIError("\(file): \(e)") }
-            do { spec = try JSONDecoder().decode(DatabaseFile.self, from: data) } catch { throw CLIError("\(file): not a valid database file: \(error)") }
-            let db = try spec.database()
+            do {
+                let spec = try DatabaseFile(parsing: [UInt8](data))
+                return (spec, try spec.database())
+            } catch let e as JSONSyntaxError {
+                throw CLIError("\(file):\(e.line):\(e.column): invalid JSON: \(e.message)")
+            } catch let e as JSONSchemaError {
+                throw CLIError("\(file):\(e)")
+            }
+        }
+
+        func run() async throws {
+            let (spec, db) = try load()
             let (controller, writer) = try await options.openController()
             defer { writer?.close() }
             do {
@@ -158,11 +318,13 @@ extension Gatt {
                 let server = GATTServer(database: db, loop: controller.loop, logger: options.logger)
                 let connections = await host.newConnections()
                 let hciEvents = await controller.events()
-                let name = Array((spec.name ?? "btctl").utf8.prefix(26))
-                let adv = ADStructure.encode([ADStructure(type: 0x01, data: [0x06]), ADStructure(type: 0x09, data: name)])
+                let name = spec.name ?? "btctl"
+                let uuids = noServiceUUIDs ? [] : spec.primaryServiceUUIDs
+                let (adv, response) = AdvertisingData.server(name: name, serviceUUIDs: uuids)
                 let advertise: @Sendable () async throws -> Void = {
                     try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x00A0, advertisingIntervalMax: 0x00A0, advertisingType: 0))
-                    try await controller.send(LESetAdvertisingData(data: adv))
+                    try await controller.send(LESetAdvertisingData(data: adv.bytes))
+                    try await controller.send(LESetScanResponseData(data: response.bytes))
                     try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
                 }
                 try await advertise()
@@ -171,8 +333,10 @@ extension Gatt {
                     if json { emit(.object(o)) } else { print(text) }
                     fflush(nil)
                 }
-                report([("event", .string("advertising")), ("name", .string(String(decoding: name, as: UTF8.self))), ("attributes", .int(db.attributes.count))],
-                       "advertising \"\(String(decoding: name, as: UTF8.self))\", serving \(db.attributes.count) attributes")
+                let shown = adv.serviceUUIDs.map(\.description)
+                report([("event", .string("advertising")), ("name", .string(name)), ("services", .array(shown.map { .string($0) })),
+                        ("complete", .bool(adv.serviceUUIDsComplete)), ("attributes", .int(db.attributes.count))],
+                       "advertising \"\(name)\"\(shown.isEmpty ? "" : " with services " + shown.joined(separator: ", ") + (adv.serviceUUIDsComplete ? "" : " (not all fit)")), serving \(db.attributes.count) attributes; type 'help' for commands")
                 let acceptor = Task {
                     for await c in connections {
                         report([("event", .string("connected")), ("handle", .int(Int(c.handle))), ("peer", .string("\(c.peer)"))], "connected: \(c.peer) (handle 0x\(String(c.handle, radix: 16)))")
@@ -207,18 +371,71 @@ extension Gatt {
                     _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
                     for c in await host.currentConnections { await Central.disconnect(c, host: host, within: .seconds(2)) }
                 }
-                if let duration {
-                    await Interrupt.sleep(for: cliDuration(seconds: duration))
-                } else {
-                    while !Interrupt.requested, await !controller.isClosed { await Interrupt.sleep(for: .seconds(1)) }
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        if let duration {
+                            await Interrupt.sleep(for: cliDuration(seconds: duration))
+                        } else {
+                            while !Interrupt.requested, !Task.isCancelled, await !controller.isClosed { await Interrupt.sleep(for: .seconds(1)) }
+                        }
+                    }
+                    group.addTask {
+                        // `quit` ends serving; at end of input serving goes on.
+                        if await Self.console(server: server, json: json, report: report) { return }
+                        await Interrupt.waitForSignal()
+                    }
+                    await group.next()
+                    group.cancelAll()
                 }
                 acceptor.cancel(); readvertiser.cancel(); printer.cancel()
                 _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
+                for c in await host.currentConnections where !Interrupt.requested { await Central.disconnect(c, host: host, within: .seconds(2)) }
                 await controller.close()
             } catch {
                 await controller.close()
                 throw CLIError("serve failed: \(error)")
             }
+        }
+
+        /// Runs the commands typed on standard input until `quit` (returns true) or the
+        /// end of input (false). Each result is reported; a bad command is an `error`
+        /// event (on standard error in text mode) and serving goes on.
+        static func console(server: GATTServer, json: Bool, report: (_ o: [(String, JSONValue)], _ text: String) -> Void) async -> Bool {
+            let (lines, done) = StandardInputLines.start()
+            for await line in lines {
+                defer { done() }
+                do {
+                    guard let command = try ServeCommand.parse(line) else { continue }
+                    let db = await server.database
+                    switch command {
+                    case .quit: return true
+                    case .help: FileHandle.standardError.write(Data((ServeCommand.usage + "\n").utf8))
+                    case let .set(t, v):
+                        let a = try command.resolve(t, in: db, value: v, needs: nil)
+                        await server.setValue(v, at: a.handle)
+                        report([("event", .string("set"))] + valueJSON(a.handle, v, uuid: a.type), "set " + valueLine(a.handle, v, uuid: a.type))
+                    case let .notify(t, v):
+                        let a = try command.resolve(t, in: db, value: v, needs: .notify)
+                        let value = v ?? a.value
+                        let sent = await server.notify(a.handle, value: value)
+                        report([("event", .string("notified"))] + valueJSON(a.handle, value, uuid: a.type) + [("connections", .array(sent.map { .int(Int($0)) }))],
+                               "notified " + valueLine(a.handle, value, uuid: a.type) + " to \(sent.count) subscriber\(sent.count == 1 ? "" : "s")")
+                    case let .indicate(t, v):
+                        let a = try command.resolve(t, in: db, value: v, needs: .indicate)
+                        let value = v ?? a.value
+                        let confirmed = await server.indicate(a.handle, value: value)
+                        report([("event", .string("indicated"))] + valueJSON(a.handle, value, uuid: a.type) + [("confirmed", .array(confirmed.map { .int(Int($0)) }))],
+                               "indicated " + valueLine(a.handle, value, uuid: a.type) + ", confirmed by \(confirmed.count) subscriber\(confirmed.count == 1 ? "" : "s")")
+                    }
+                } catch {
+                    if json {
+                        report([("event", .string("error")), ("command", .string(line)), ("message", .string(error.description))], "")
+                    } else {
+                        FileHandle.standardError.write(Data("btctl: \(error)\n".utf8))
+                    }
+                }
+            }
+            return false
         }
     }
 }

@@ -39,6 +39,31 @@ struct AdvertisingDataTests {
         #expect("\(AdvertisingDataError.tooLong(length: 42, limit: 31))".contains("remove 11 bytes"))
     }
 
+    /// A GATT server's advertisement: services first, the name where it still fits,
+    /// else in the scan response; byte for byte (Supplement Part A §1.1, §1.2).
+    @Test func aServerAdvertisesItsServicesAndItsName() throws {
+        let uart = try #require(BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E"))
+        // Both lists and a short name fit in 31 bytes: 3 + 4 + 18 + 5.
+        let (a, r) = AdvertisingData.server(name: "bat", serviceUUIDs: [BluetoothUUID(0x180F), uart])
+        #expect(a.bytes == [UInt8](hex: "020106 0409626174 03030f18 1107 9ecadc240ee5a9e093f3a3b5 01 00 40 6e")!)
+        #expect(r.bytes.isEmpty)
+        // The name no longer fits next to them: complete in the scan response.
+        let (b, s) = AdvertisingData.server(name: "btctl-battery", serviceUUIDs: [BluetoothUUID(0x180F), uart])
+        #expect(b.localName == nil && b.serviceUUIDsComplete && b.bytes.count == 25)
+        #expect(s.bytes == [UInt8](hex: "0e09")! + Array("btctl-battery".utf8))
+        // Three 128-bit services: one fits; the list says it is incomplete (type 0x06).
+        let many = (1...3).map { try! BluetoothUUID(littleEndian: [UInt8](repeating: UInt8($0), count: 16)) }
+        let (c, _) = AdvertisingData.server(name: "x", serviceUUIDs: many + [BluetoothUUID(0x1812), BluetoothUUID(0x1812)])
+        #expect(c.serviceUUIDs == [BluetoothUUID(0x1812), many[0]] && !c.serviceUUIDsComplete)
+        #expect(c.structures.map(\.type) == [0x01, 0x09, 0x02, 0x06])
+        // A name longer than 29 bytes is shortened on a character boundary (é is 2 bytes).
+        let long = String(repeating: "a", count: 28) + "éb"
+        let (_, t) = AdvertisingData.server(name: long, serviceUUIDs: [])
+        #expect(t.nameIsShortened && t.localName == String(repeating: "a", count: 28) && t.bytes.count == 30)
+        let (d, e) = AdvertisingData.server(name: "", serviceUUIDs: [])
+        #expect(d.bytes == [2, 1, 6] && e.bytes.isEmpty)
+    }
+
     @Test func uriWithSchemeCode() {
         var ad = AdvertisingData()
         ad.uri = "https://example.org"

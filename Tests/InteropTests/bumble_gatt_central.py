@@ -1,16 +1,20 @@
 """Bumble as a GATT client (central) against our GATT server, for InteropTests.
 
-Usage: bumble_gatt_central.py HCI_PORT TARGET_ADDRESS
-Connects over Rootcanal (tcp-client:127.0.0.1:HCI_PORT) to TARGET_ADDRESS (public),
+Usage: bumble_gatt_central.py HCI_PORT TARGET
+Connects over Rootcanal (tcp-client:127.0.0.1:HCI_PORT) to TARGET: a public address, or
+name:NAME to scan (actively) for the device advertising that local name first and report
+what its advertising and scan response data carry (an "advertisement" event). Then it
 discovers everything, reads every readable characteristic (long reads included),
-writes the first writable one, subscribes to every notify/indicate characteristic,
+writes every writable one outside the GAP and GATT services, subscribes to every notify/indicate characteristic,
 waits for one value on each, disconnects. Prints one JSON object per line on stdout.
 """
 import asyncio
 import json
 import sys
 
+from bumble.core import AdvertisingData
 from bumble.device import Device, Peer
+from bumble.gatt import GATT_GENERIC_ACCESS_SERVICE, GATT_GENERIC_ATTRIBUTE_SERVICE, GATT_SERVICE_CHANGED_CHARACTERISTIC
 from bumble.hci import Address
 from bumble.transport import open_transport
 
@@ -23,7 +27,29 @@ async def main(port: str, target: str) -> None:
     async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
         device = Device.with_hci("bumble-central", Address("F0:F1:F2:F3:F4:F5"), source, sink)
         await device.power_on()
-        connection = await asyncio.wait_for(device.connect(f"{target}/P"), 15)
+        if target.startswith("name:"):
+            name = target[len("name:"):]
+            found = asyncio.get_running_loop().create_future()
+
+            def on_advertisement(advertisement):
+                if advertisement.data.get(AdvertisingData.COMPLETE_LOCAL_NAME) == name and not found.done():
+                    found.set_result(advertisement)
+
+            device.on("advertisement", on_advertisement)
+            await device.start_scanning(active=True, filter_duplicates=False)
+            advertisement = await asyncio.wait_for(found, 15)
+            await device.stop_scanning()
+            uuids = []
+            for kind in (AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS,
+                         AdvertisingData.INCOMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS,
+                         AdvertisingData.COMPLETE_LIST_OF_128_BIT_SERVICE_CLASS_UUIDS,
+                         AdvertisingData.INCOMPLETE_LIST_OF_128_BIT_SERVICE_CLASS_UUIDS):
+                uuids += [str(u) for u in (advertisement.data.get(kind) or [])]
+            emit(event="advertisement", name=name, connectable=advertisement.is_connectable, uuids=uuids,
+                 flags=advertisement.data.get(AdvertisingData.FLAGS))
+            connection = await asyncio.wait_for(device.connect(advertisement.address), 15)
+        else:
+            connection = await asyncio.wait_for(device.connect(f"{target}/P"), 15)
         peer = Peer(connection)
         mtu = await peer.request_mtu(247)
         emit(event="mtu", mtu=mtu)
@@ -40,7 +66,9 @@ async def main(port: str, target: str) -> None:
                 if c.properties & 0x02:
                     value = await peer.read_value(c)
                     emit(event="read", uuid=str(c.uuid), value=bytes(value).hex())
-                if c.properties & 0x08:
+                # The GAP and GATT services' writable characteristics (Client Supported
+                # Features) take defined values, not test bytes.
+                if c.properties & 0x08 and service.uuid not in (GATT_GENERIC_ACCESS_SERVICE, GATT_GENERIC_ATTRIBUTE_SERVICE):
                     await peer.write_value(c, b"from-bumble", with_response=True)
                     emit(event="write", uuid=str(c.uuid))
                 if c.properties & 0x30:
@@ -53,7 +81,9 @@ async def main(port: str, target: str) -> None:
 
                     await peer.subscribe(c, on_value, prefer_notify=bool(c.properties & 0x10))
                     emit(event="subscribed", uuid=uuid)
-                    waiters.append((uuid, future))
+                    # Service Changed is indicated only when the database changes.
+                    if c.uuid != GATT_SERVICE_CHANGED_CHARACTERISTIC:
+                        waiters.append((uuid, future))
         for uuid, future in waiters:
             value = await asyncio.wait_for(future, 10)
             emit(event="value", uuid=uuid, value=value)

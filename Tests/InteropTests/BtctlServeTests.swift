@@ -1,0 +1,81 @@
+// `btctl gatt serve` as a developer prototypes with it, against Bumble (Google's
+// Python host) on Rootcanal: Bumble finds the server by name with an active scan and
+// reads the primary service UUIDs from its advertisement; once Bumble has subscribed,
+// values typed on btctl's standard input reach it as a notification and an indication,
+// and btctl reports each as a JSON event. Also: the strict JSON reader's line and
+// column for syntax and schema errors.
+
+import BLETesting
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BtctlServeTests {
+    static func events(_ text: String) -> [[String: Any]] {
+        text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    @Test func bumbleSeesTheAdvertisedServicesAndTheValuesTypedOnStdin() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", rc.transportSpec, "--json"])
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort), "name:btctl-battery"])
+        // Bumble subscribes to Battery Level (notify; value handle 16 in battery.json's
+        // layout) and the UART TX characteristic (indicate; 23), after Service Changed (8).
+        let subscribed = await server.waitForOutput(within: .seconds(45)) { out in
+            Set(Self.events(out).filter { $0["event"] as? String == "subscription" }.compactMap { $0["handle"] as? Int }).isSuperset(of: [16, 23])
+        }
+        #expect(subscribed, "\(server.output)\n\(bumble.output)")
+        server.send("notify 2A19 4b")
+        server.send("indicate 6E400003-B5A3-F393-E0A9-E50E24DCCA9E \"fire\"")
+        server.send("notify 2A00")  // not a notifying characteristic: an error event, serving goes on
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"done\"") }, "\(bumble.output)")
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"disconnected\"") }, "\(server.output)")
+        server.send("quit")  // ends serving as --duration would: exit status 0
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        _ = await bumble.stop()
+
+        let b = Self.events(bumble.output)
+        let ad = try #require(b.first { $0["event"] as? String == "advertisement" }, "\(b)")
+        let uuids = (ad["uuids"] as? [String] ?? []).map { $0.uppercased() }
+        #expect(uuids.contains { $0.contains("180F") } && uuids.contains("6E400001-B5A3-F393-E0A9-E50E24DCCA9E"), "\(ad)")
+        #expect(ad["connectable"] as? Bool == true)
+        let values = b.filter { $0["event"] as? String == "value" }
+        #expect(values.contains { ($0["uuid"] as? String)?.contains("2A19") == true && $0["value"] as? String == "4b" }, "\(b)")
+        #expect(values.contains { ($0["uuid"] as? String)?.uppercased() == "6E400003-B5A3-F393-E0A9-E50E24DCCA9E" && $0["value"] as? String == Array("fire".utf8).hexString }, "\(b)")
+
+        let s = try JSONSchemaTests.check(server.output, against: "gatt-serve")
+        let notified = try #require(s.first { $0["event"] as? String == "notified" }, "\(s)")
+        #expect(notified["uuid"] as? String == "2A19" && notified["formatted"] as? String == "75 %" && (notified["connections"] as? [Int])?.count == 1)
+        let indicated = try #require(s.first { $0["event"] as? String == "indicated" }, "\(s)")
+        #expect(indicated["text"] as? String == "fire" && (indicated["confirmed"] as? [Int])?.count == 1, "\(indicated)")
+        let error = try #require(s.first { $0["event"] as? String == "error" }, "\(s)")
+        #expect((error["message"] as? String)?.contains("cannot notify") == true, "\(error)")
+    }
+
+    /// Syntax errors (strict JSON: no trailing comma, no repeated key) and schema errors
+    /// name the file, line and column, the way a compiler does.
+    @Test func errorsInTheDatabaseFileNameLineAndColumn() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let cases: [(String, String)] = [
+            ("{\n  \"services\": [],\n}", ":3:1: invalid JSON: trailing comma before '}'"),
+            ("{\"services\": [{\"uuid\": \"180F\", \"uuid\": \"180A\"}]}", ":1:32: invalid JSON: key 'uuid' appears twice"),
+            ("{\"name\": \"é\",\n \"servces\": []}", ":2:2: unknown key 'servces'"),
+            ("{\"services\": [{\"uuid\": \"180F\",\n  \"characteristics\": [{\"uuid\": \"2A19\", \"properties\": [\"reed\"]}]}]}",
+             ":2:55: services[0].characteristics[0].properties: unknown 'reed'"),
+            ("{\"services\": [{\"uuid\": 1}]}", ":1:24: services[0].uuid: expected a string, found a number"),
+            ("{\"name\": \"a\nb\"}", ":1:12: invalid JSON: unterminated string"),
+            (String(repeating: "[", count: 300), ":1:257: invalid JSON: nested deeper than 256 levels"),
+            ("", ":1:1: invalid JSON: unexpected end of file"),
+        ]
+        for (i, (json, message)) in cases.enumerated() {
+            let path = BtctlCLITests.temporary("syntax-\(i).json")
+            try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+            let r = try await BtctlCLITests.run(["gatt", "serve", path, "-t", "virtual", "--duration", "0.1"])
+            #expect(r.status == 1 && r.out.contains(path + message), "\(r.out)")
+        }
+    }
+}
