@@ -82,8 +82,10 @@ public enum TraceReader {
         }
     }
 
-    /// Linux monitor opcodes (BlueZ src/shared/btsnoop.h) that carry HCI packets.
-    static func monitorRecord(index: UInt16, opcode: UInt16, data: [UInt8], ts: Int64) -> TraceRecord {
+    /// A Linux monitor record (btsnoop 2001, pcap 254, the kernel's HCI monitor
+    /// channel): opcodes that carry HCI packets (BlueZ src/shared/btsnoop.h) become
+    /// packets with their direction, the rest `.monitor` records.
+    public static func monitorRecord(index: UInt16, opcode: UInt16, data: [UInt8], ts: Int64) -> TraceRecord {
         let mapping: (HCIPacketType, TraceRecord.Direction)?
         switch opcode {
         case 2: mapping = (.command, .hostToController)

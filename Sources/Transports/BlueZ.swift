@@ -5,6 +5,8 @@
 import CBlueZ
 import HCI
 import Logging
+import Snoop
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,8 +30,10 @@ public struct BlueZError: Error, Equatable, Sendable, CustomStringConvertible {
                 + "load the module with `sudo modprobe bluetooth`, or use a kernel built with CONFIG_BT; "
                 + "without one, use an H4 transport such as `--transport tcp:127.0.0.1:6402` (Rootcanal)"
         case EPERM, EACCES:
-            let cap = channel == .raw && !operation.contains("HCIDEV") ? "CAP_NET_RAW" : "CAP_NET_ADMIN"
-            description = "\(base): opening \(name) on the \(channel?.rawValue ?? "HCI") channel needs \(cap); "
+            let monitor = operation.contains("monitor")
+            let cap = (channel == .raw || monitor) && !operation.contains("HCIDEV") ? "CAP_NET_RAW" : "CAP_NET_ADMIN"
+            let what = monitor ? "the HCI monitor channel" : "\(name) on the \(channel?.rawValue ?? "HCI") channel"
+            description = "\(base): opening \(what) needs \(cap); "
                 + "run as root or grant it once: `sudo setcap 'cap_net_admin,cap_net_raw+eip' \"$(command -v btctl)\"`"
         case EBUSY:
             description = "\(base): \(name) is up or held by bluetoothd; the user channel needs it down and unclaimed: "
@@ -150,3 +154,59 @@ public enum BlueZ {
         return try FileDescriptorTransport(fd: fd, label: "hci\(index)\(channel == .raw ? ":raw" : "")", logger: logger)
     }
 }
+
+/// The kernel's HCI monitor channel, what btmon reads: every adapter's traffic (and
+/// adapters coming and going, system notes) as the kernel's Bluetooth stack sees it,
+/// read-only, alongside whoever uses the adapters. Needs CAP_NET_RAW.
+public final class KernelMonitor: Sendable {
+    private let fd: Int32
+    private let closed = Atomic<Bool>(false)
+
+    public init() throws {
+        let fd = cbluez_hci_socket()
+        guard fd >= 0 else { throw BlueZError(operation: "socket(AF_BLUETOOTH, BTPROTO_HCI) for the monitor channel", errno: errno) }
+        guard cbluez_hci_bind(fd, 0xFFFF, UInt16(CBLUEZ_HCI_CHANNEL_MONITOR)) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw BlueZError(operation: "binding the HCI monitor channel", errno: e)
+        }
+        self.fd = fd
+    }
+
+    /// The next record (blocking; call it from a thread of its own): one datagram is a
+    /// 6-byte header (opcode, adapter index, length, little-endian) and its payload.
+    /// Nil once `close()` was called (seen within 200 ms: the socket is polled).
+    public func next(timestampMicros: () -> Int64) throws -> TraceRecord? {
+        var buffer = [UInt8](repeating: 0, count: 6 + 65_536)
+        while true {
+            if closed.load(ordering: .acquiring) { return nil }
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = Glibc.poll(&p, 1, 200)
+            if ready == 0 || (ready < 0 && errno == EINTR) { continue }
+            let n = buffer.withUnsafeMutableBytes { Glibc.recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 {
+                let e = errno
+                if e == EINTR { continue }
+                if e == EBADF || e == EINVAL { return nil }
+                throw BlueZError(operation: "reading the HCI monitor channel", errno: e)
+            }
+            if n == 0 { return nil }
+            let ts = timestampMicros()
+            guard n >= 6 else {
+                return TraceRecord(timestampMicros: ts, direction: .unknown, content: .undecodable(
+                    type: nil, bytes: Array(buffer[..<n]), error: .truncated(what: "monitor header", offset: 0, needed: 6, available: n)))
+            }
+            let opcode = UInt16(buffer[0]) | UInt16(buffer[1]) << 8
+            let index = UInt16(buffer[2]) | UInt16(buffer[3]) << 8
+            let length = Int(UInt16(buffer[4]) | UInt16(buffer[5]) << 8)
+            let payload = Array(buffer[6..<min(n, 6 + length)])
+            return TraceReader.monitorRecord(index: index, opcode: opcode, data: payload, ts: ts)
+        }
+    }
+
+    /// Ends `next()`; the socket closes with this object.
+    public func close() { closed.store(true, ordering: .releasing) }
+
+    deinit { Glibc.close(fd) }
+}
+

@@ -6,6 +6,7 @@
 import HCI
 import Logging
 import NIOCore
+import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -126,3 +127,76 @@ public enum StreamTransports {
         }
     }
 }
+
+/// A TCP port a host connects to, H4 as on Rootcanal's HCI port: `btctl monitor
+/// --listen` puts itself between a host (Bumble, a daemon) and the controller and
+/// decodes what passes. Binds at once (port 0 picks a free port, see `port`); each
+/// `accept` takes one host.
+public final class H4Listener: Sendable {
+    private let fd: Int32
+    public let host: String
+    /// The port bound (the one picked when asked for 0).
+    public let port: UInt16
+
+    public init(host: String, port: UInt16) throws {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_PASSIVE
+        var res: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &res)
+        guard rc == 0, let a = res else { throw TransportError.unavailable("cannot resolve \(host): \(String(cString: gai_strerror(rc)))") }
+        defer { freeaddrinfo(res) }
+        let fd = socket(a.pointee.ai_family, a.pointee.ai_socktype | Int32(SOCK_CLOEXEC.rawValue), a.pointee.ai_protocol)
+        guard fd >= 0 else {
+            let e = errno
+            throw TransportError.io(operation: "socket", errno: e, reason: errnoString(e))
+        }
+        var one: Int32 = 1
+        _ = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        guard bind(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0, Glibc.listen(fd, 1) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw TransportError.io(operation: "listen tcp:\(host):\(port)", errno: e, reason: errnoString(e) + (e == EADDRINUSE ? " (another program has that port)" : ""))
+        }
+        var storage = sockaddr_storage()
+        var len = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        _ = withUnsafeMutablePointer(to: &storage) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        let bound: UInt16 = withUnsafePointer(to: &storage) { p in
+            p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt16(bigEndian: $0.pointee.sin_port) }  // sin6_port sits at the same offset
+        }
+        self.fd = fd
+        self.host = host
+        self.port = bound
+    }
+
+    /// Waits (on its own thread, not the event loop) for a host to connect; throws
+    /// once `close()` was called.
+    public func accept(on loop: (any EventLoop)? = nil, logger: Logger) async throws -> ChannelTransport {
+        let fd = self.fd, label = "tcp:\(host):\(port)"
+        let client: Int32 = try await withCheckedThrowingContinuation { c in
+            Thread.detachNewThread {
+                while true {
+                    let s = Glibc.accept(fd, nil, nil)
+                    if s >= 0 {
+                        _ = fcntl(s, F_SETFD, FD_CLOEXEC)
+                        return c.resume(returning: s)
+                    }
+                    let e = errno
+                    if e == EINTR { continue }
+                    return c.resume(throwing: TransportError.io(operation: "accept \(label)", errno: e, reason: errnoString(e)))
+                }
+            }
+        }
+        var one: Int32 = 1
+        _ = setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        return ChannelTransport(fd: client, socket: true, label: "host on \(label)", quickAck: true, on: loop, logger: logger)
+    }
+
+    /// Stops listening; a waiting `accept` throws.
+    public func close() {
+        _ = shutdown(fd, Int32(SHUT_RDWR))
+        Glibc.close(fd)
+    }
+}
+

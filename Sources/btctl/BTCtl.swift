@@ -24,7 +24,7 @@ struct BTCtl: AsyncParsableCommand {
         disconnected, the trace closed). A second signal exits at once.
         """,
         version: btctlVersion,
-        subcommands: [Demo.self, Info.self, List.self, Scan.self, Advertise.self, Trace.self, Gatt.self, L2CAP_.self, Pair.self, Bonds.self])
+        subcommands: [Demo.self, Info.self, List.self, Scan.self, Advertise.self, Monitor.self, Trace.self, Gatt.self, L2CAP_.self, Pair.self, Bonds.self])
 
     /// Parses, runs, and exits with the documented status. A validation error a command
     /// finds while running is reported with that command's usage, like a parse error.
@@ -132,23 +132,38 @@ struct ControllerOptions: ParsableArguments {
     /// Opens the transport, wrapped in a recording tap when --btsnoop or --pcap is given.
     /// The recording is closed (complete) on SIGINT/SIGTERM after the command's cleanups.
     func openTransport() async throws -> (any HCITransport, TraceFileWriter?) {
-        let base: any HCITransport
+        let base = try await openBaseTransport()
+        let w: TraceFileWriter?
+        do { w = try openRecording() } catch {
+            await base.close()
+            throw error
+        }
+        guard let w else { return (base, nil) }
+        return (RecordingTransport(wrapping: base, writer: w), w)
+    }
+
+    /// The transport alone, not recorded.
+    func openBaseTransport() async throws -> any HCITransport {
         switch try transportChoice {
         case .virtual:
-            base = try await VirtualPeer.controller(logger: logger)
+            return try await VirtualPeer.controller(logger: logger)
         case let .spec(spec):
-            do { base = try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
+            do { return try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
         }
-        guard let path = btsnoop ?? pcap else { return (base, nil) }
+    }
+
+    /// The --btsnoop or --pcap file (nil without either), closed at exit on a signal.
+    /// `monitor`: the Linux monitor link (btsnoop 2001, pcap 254), which keeps the
+    /// adapter index and the records that are not HCI packets.
+    func openRecording(monitor: Bool = false) throws -> TraceFileWriter? {
+        guard let path = btsnoop ?? pcap else { return nil }
+        let output: TraceEncoder.Output = pcap != nil
+            ? .pcap(linkType: monitor ? TraceFormat.linkTypeMonitor : TraceFormat.linkTypeH4WithPHDR)
+            : .btsnoop(datalink: monitor ? TraceFormat.btsnoopMonitor : TraceFormat.btsnoopH4)
         let w: TraceFileWriter
-        do {
-            w = try TraceFileWriter(path: path, output: pcap != nil ? .pcap(linkType: TraceFormat.linkTypeH4WithPHDR) : .btsnoop(datalink: TraceFormat.btsnoopH4))
-        } catch {
-            await base.close()
-            throw CLIError("cannot record to \(path): \(error)")
-        }
+        do { w = try TraceFileWriter(path: path, output: output) } catch { throw CLIError("cannot record to \(path): \(error)") }
         Interrupt.atExit { w.close() }
-        return (RecordingTransport(wrapping: base, writer: w), w)
+        return w
     }
 
     var commandTimeout: Duration { cliDuration(seconds: timeout) }

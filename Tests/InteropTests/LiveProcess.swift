@@ -99,11 +99,13 @@ final class LiveProcess: Sendable {
         }
     }
 
-    /// Closes standard input, sends SIGTERM unless the program already ended, and waits
-    /// (off the pool, SIGKILL after `timeout` seconds) for its exit status.
-    func stop(timeout: TimeInterval = 20) async -> Int32 {
+    /// Closes standard input, sends `signal` unless the program already ended, and waits
+    /// (off the pool, SIGKILL after `timeout` seconds) for its exit status. SIGKILL by
+    /// default: a child started from a test's worker thread inherits a signal mask in
+    /// which SIGTERM is blocked (see `RootcanalProcess.stop`).
+    func stop(signal: Int32 = SIGKILL, timeout: TimeInterval = 20) async -> Int32 {
         try? input.close()
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        if process.isRunning { kill(process.processIdentifier, signal) }
         return await Interop.exit(of: process, timeout: timeout)
     }
 
