@@ -215,7 +215,7 @@ enum ServeCommand: Equatable {
 
     /// The characteristic value attribute `target` names in `db`, checked for the
     /// property the command needs and the value's length.
-    func resolve(_ target: Target, in db: AttributeDatabase, value: [UInt8]?, needs property: CharacteristicProperties?) throws(CLIError) -> Attribute {
+    static func resolve(_ target: Target, in db: AttributeDatabase, value: [UInt8]?, needs property: CharacteristicProperties?) throws(CLIError) -> Attribute {
         let found = db.attributes.first { a in
             guard case .characteristicValue = a.role else { return false }
             switch target {
@@ -411,21 +411,18 @@ extension Gatt {
                     case .quit: return true
                     case .help: FileHandle.standardError.write(Data((ServeCommand.usage + "\n").utf8))
                     case let .set(t, v):
-                        let a = try command.resolve(t, in: db, value: v, needs: nil)
+                        let a = try ServeCommand.resolve(t, in: db, value: v, needs: nil)
                         await server.setValue(v, at: a.handle)
                         report([("event", .string("set"))] + valueJSON(a.handle, v, uuid: a.type), "set " + valueLine(a.handle, v, uuid: a.type))
-                    case let .notify(t, v):
-                        let a = try command.resolve(t, in: db, value: v, needs: .notify)
+                    case let .notify(t, v), let .indicate(t, v):
+                        let notify = if case .notify = command { true } else { false }
+                        let a = try ServeCommand.resolve(t, in: db, value: v, needs: notify ? .notify : .indicate)
                         let value = v ?? a.value
-                        let sent = await server.notify(a.handle, value: value)
-                        report([("event", .string("notified"))] + valueJSON(a.handle, value, uuid: a.type) + [("connections", .array(sent.map { .int(Int($0)) }))],
-                               "notified " + valueLine(a.handle, value, uuid: a.type) + " to \(sent.count) subscriber\(sent.count == 1 ? "" : "s")")
-                    case let .indicate(t, v):
-                        let a = try command.resolve(t, in: db, value: v, needs: .indicate)
-                        let value = v ?? a.value
-                        let confirmed = await server.indicate(a.handle, value: value)
-                        report([("event", .string("indicated"))] + valueJSON(a.handle, value, uuid: a.type) + [("confirmed", .array(confirmed.map { .int(Int($0)) }))],
-                               "indicated " + valueLine(a.handle, value, uuid: a.type) + ", confirmed by \(confirmed.count) subscriber\(confirmed.count == 1 ? "" : "s")")
+                        // Notified: the links notified. Indicated: the links that confirmed.
+                        let reached = notify ? await server.notify(a.handle, value: value) : await server.indicate(a.handle, value: value)
+                        let (event, key, how) = notify ? ("notified", "connections", " to") : ("indicated", "confirmed", ", confirmed by")
+                        report([("event", .string(event))] + valueJSON(a.handle, value, uuid: a.type) + [(key, .array(reached.map { .int(Int($0)) }))],
+                               "\(event) " + valueLine(a.handle, value, uuid: a.type) + "\(how) \(reached.count) subscriber\(reached.count == 1 ? "" : "s")")
                     }
                 } catch {
                     if json {
