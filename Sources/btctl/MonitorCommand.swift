@@ -60,7 +60,6 @@ struct Monitor: AsyncParsableCommand {
         if let listen { _ = try Self.parseListen(listen) }
         if listen == nil, options.transport != nil { throw ValidationError("-t names the controller a tap forwards to; give --listen too (without it, monitor reads the kernel's monitor channel)") }
         if listen != nil, index != nil { throw ValidationError("--index selects an adapter on the kernel's monitor channel; a tap has one controller") }
-        if options.pcap == "-", options.btsnoop == nil, options.json { throw ValidationError("--pcap - writes the capture to stdout, so --json cannot go there too") }
     }
 
     static func parseHandle(_ s: String) throws -> UInt16 {
@@ -115,25 +114,26 @@ struct Monitor: AsyncParsableCommand {
             return true
         }
 
-        /// Records the frame, and prints it when the filters let it through.
+        /// Records the frame, and prints it when the filters let it through. Under the
+        /// lock: the two directions of a tap number, record and print in one order.
         func take(_ r: TraceRecord) {
-            writer?.write(r)
-            let text: String? = state.withLock { s in
+            state.withLock { s in
+                writer?.write(r)
                 s.number += 1
                 if s.first == nil { s.first = r.timestampMicros }
-                guard !quiet, shows(r) else { return nil }
+                guard !quiet, shows(r) else { return }
                 s.shown += 1
                 let f = s.decoder.decode(r, number: s.number, firstTimestamp: s.first ?? r.timestampMicros)
+                var out = ""
                 if json {
-                    var out = ""
                     f.json.render(into: &out)
-                    return out + "\n"
+                    out += "\n"
+                } else {
+                    out = f.summary + "\n"
+                    if !brief { for d in f.details { out += "                          " + d + "\n" } }
                 }
-                var out = f.summary + "\n"
-                if !brief { for d in f.details { out += "                          " + d + "\n" } }
-                return out
+                try? StandardOutput.write(out)
             }
-            if let text { try? StandardOutput.write(text) }
         }
     }
 
