@@ -7,6 +7,7 @@ import HCI
 import Logging
 import NIOCore
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -134,6 +135,7 @@ public enum StreamTransports {
 /// `accept` takes one host.
 public final class H4Listener: Sendable {
     private let fd: Int32
+    private let closed = Atomic<Bool>(false)
     public let host: String
     /// The port bound (the one picked when asked for 0).
     public let port: UInt16
@@ -193,8 +195,10 @@ public final class H4Listener: Sendable {
         return ChannelTransport(fd: client, socket: true, label: "host on \(label)", quickAck: true, on: loop, logger: logger)
     }
 
-    /// Stops listening; a waiting `accept` throws.
+    /// Stops listening; a waiting `accept` throws. Idempotent: the descriptor is
+    /// closed once (a second close could hit a descriptor reused meanwhile).
     public func close() {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         _ = shutdown(fd, Int32(SHUT_RDWR))
         Glibc.close(fd)
     }
