@@ -173,13 +173,13 @@ public final class KernelMonitor: Sendable {
         self.fd = fd
     }
 
-    /// The next record (blocking; call it from a thread of its own): one datagram is a
-    /// 6-byte header (opcode, adapter index, length, little-endian) and its payload.
-    /// Nil once `close()` was called (seen within 200 ms: the socket is polled).
-    public func next(timestampMicros: () -> Int64) throws -> TraceRecord? {
+    /// Reads records until `close()` (seen within 200 ms: the socket is polled), handing
+    /// each to `body` (blocking; call it from a thread of its own). One datagram is a
+    /// 6-byte header (opcode, adapter index, length, little-endian) and its payload; one
+    /// receive buffer serves every datagram.
+    public func read(timestampMicros: () -> Int64, _ body: (TraceRecord) -> Void) throws {
         var buffer = [UInt8](repeating: 0, count: 6 + 65_536)
-        while true {
-            if closed.load(ordering: .acquiring) { return nil }
+        while !closed.load(ordering: .acquiring) {
             var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             let ready = Glibc.poll(&p, 1, 200)
             if ready == 0 || (ready < 0 && errno == EINTR) { continue }
@@ -187,24 +187,24 @@ public final class KernelMonitor: Sendable {
             if n < 0 {
                 let e = errno
                 if e == EINTR { continue }
-                if e == EBADF || e == EINVAL { return nil }
+                if e == EBADF || e == EINVAL { return }
                 throw BlueZError(operation: "reading the HCI monitor channel", errno: e)
             }
-            if n == 0 { return nil }
+            if n == 0 { return }
             let ts = timestampMicros()
             guard n >= 6 else {
-                return TraceRecord(timestampMicros: ts, direction: .unknown, content: .undecodable(
-                    type: nil, bytes: Array(buffer[..<n]), error: .truncated(what: "monitor header", offset: 0, needed: 6, available: n)))
+                body(TraceRecord(timestampMicros: ts, direction: .unknown, content: .undecodable(
+                    type: nil, bytes: Array(buffer[..<n]), error: .truncated(what: "monitor header", offset: 0, needed: 6, available: n))))
+                continue
             }
             let opcode = UInt16(buffer[0]) | UInt16(buffer[1]) << 8
             let index = UInt16(buffer[2]) | UInt16(buffer[3]) << 8
             let length = Int(UInt16(buffer[4]) | UInt16(buffer[5]) << 8)
-            let payload = Array(buffer[6..<min(n, 6 + length)])
-            return TraceReader.monitorRecord(index: index, opcode: opcode, data: payload, ts: ts)
+            body(TraceReader.monitorRecord(index: index, opcode: opcode, data: Array(buffer[6..<min(n, 6 + length)]), ts: ts))
         }
     }
 
-    /// Ends `next()`; the socket closes with this object.
+    /// Ends `read`; the socket closes with this object.
     public func close() { closed.store(true, ordering: .releasing) }
 
     deinit { Glibc.close(fd) }

@@ -235,7 +235,7 @@ struct Monitor: AsyncParsableCommand {
                 // recv blocks: a thread of its own, not the cooperative pool.
                 Thread.detachNewThread {
                     do {
-                        while let r = try monitor.next(timestampMicros: RecordingTransport.wallClockMicros) { printer.take(r) }
+                        try monitor.read(timestampMicros: RecordingTransport.wallClockMicros) { printer.take($0) }
                     } catch {
                         failure.set("\(error)")
                     }
