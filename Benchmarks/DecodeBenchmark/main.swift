@@ -20,6 +20,7 @@ var frames = 200_000
 var runs = 3
 var btctl = ".build/release/btctl"
 var tshark = "/usr/bin/tshark"
+var keep: String?
 var args = CommandLine.arguments.dropFirst().makeIterator()
 while let a = args.next() {
     switch a {
@@ -27,6 +28,7 @@ while let a = args.next() {
     case "--runs": runs = Int(args.next() ?? "") ?? runs
     case "--btctl": btctl = args.next() ?? btctl
     case "--tshark": tshark = args.next() ?? tshark
+    case "--keep": keep = args.next()
     default:
         FileHandle.standardError.write(Data("usage: DecodeBenchmark [--frames N] [--runs R] [--btctl PATH] [--tshark PATH]\n".utf8))
         exit(2)
@@ -93,8 +95,8 @@ func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 28 
 
 func median(_ ms: [Measurement]) -> Measurement { ms.sorted { $0.wall < $1.wall }[ms.count / 2] }
 
-let path = FileManager.default.temporaryDirectory.appendingPathComponent("decode-bench-\(getpid()).btsnoop").path
-defer { try? FileManager.default.removeItem(atPath: path) }
+let path = keep ?? FileManager.default.temporaryDirectory.appendingPathComponent("decode-bench-\(getpid()).btsnoop").path
+defer { if keep == nil { try? FileManager.default.removeItem(atPath: path) } }
 try makeCapture(path: path, frames: frames)
 let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
 print("capture: \(frames) frames, \(size / 1024) KiB (btsnoop 1002): adv reports, commands, ACL/ATT, NOCP")
@@ -104,11 +106,12 @@ do {
     let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
     let t0 = ContinuousClock.now
     let trace = try TraceReader.read(bytes)
-    var out = ""
-    for (i, r) in trace.records.enumerated() { FrameDecoder().decode(r, number: i + 1, firstTimestamp: 0).json.render(into: &out); out += "\n" }
+    var out = OutputBuffer(capacity: 1 << 20)
+    var decoder = FrameDecoder()
+    for (i, r) in trace.records.enumerated() { decoder.write(r, number: i + 1, firstTimestamp: 0, style: .json, into: &out) }
     let d = ContinuousClock.now - t0
     let s = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
-    print(label("in-process decode+JSON") + String(format: "%10.0f frames/s  (%.2f s, %d bytes of JSON)", Double(trace.records.count) / s, s, out.utf8.count))
+    print(label("in-process decode+JSON") + String(format: "%10.0f frames/s  (%.2f s, %d bytes of JSON)", Double(trace.records.count) / s, s, out.bytes.count))
 }
 
 var rows: [(String, Measurement)] = []

@@ -32,18 +32,29 @@ public struct ADStructure: Hashable, Sendable {
     /// with its offset, never trusted.
     public static func parse(_ bytes: [UInt8]) -> (structures: [ADStructure], damage: DecodeError?) {
         var out: [ADStructure] = []
+        let damage = forEach(in: bytes) { out.append(ADStructure(type: $0, data: Array($1))) }
+        return (out, damage)
+    }
+
+    /// Walks the AD structures in `bytes` without copying them: `body` gets each type and
+    /// its data. Returns the damage `parse` reports (nil when the data is well formed).
+    @discardableResult
+    public static func forEach(in bytes: [UInt8], _ body: (UInt8, ArraySlice<UInt8>) throws -> Void) rethrows -> DecodeError? {
         var i = 0
         while i < bytes.count {
             let len = Int(bytes[i])
             if len == 0 { break }
             guard i + 1 + len <= bytes.count else {
-                return (out, .truncated(what: "AD structure at offset \(i)", offset: i, needed: len, available: bytes.count - i - 1))
+                return .truncated(what: "AD structure at offset \(i)", offset: i, needed: len, available: bytes.count - i - 1)
             }
-            out.append(ADStructure(type: bytes[i + 1], data: Array(bytes[(i + 2)..<(i + 1 + len)])))
+            try body(bytes[i + 1], bytes[(i + 2)..<(i + 1 + len)])
             i += 1 + len
         }
-        return (out, nil)
+        return nil
     }
+
+    /// The Assigned Numbers name of AD type `type`, or nil if not known here.
+    public static func typeName(_ type: UInt8) -> String? { names[type] }
 
     /// Encodes structures back to bytes (length, type, data each).
     public static func encode(_ structures: [ADStructure]) -> [UInt8] {

@@ -5,7 +5,7 @@
 // return parameters (the bytes after Status); a command answered by Command Status
 // sets `completesWithStatus` and its outcome arrives later as its own event.
 
-public protocol HCICommand: Sendable, Equatable {
+public protocol HCICommand: Sendable, Equatable, FieldListing {
     associatedtype ReturnParameters: HCIReturnParameters = HCINoReturnParameters
     static var opcode: HCIOpcode { get }
     /// True when the controller answers with Command Status (the work finishes later).
@@ -36,7 +36,7 @@ extension HCICommand {
 }
 
 /// Return parameters of a Command Complete, after the Status byte.
-public protocol HCIReturnParameters: Sendable, Equatable {
+public protocol HCIReturnParameters: Sendable, Equatable, FieldListing {
     init(returnParameters r: inout ByteReader) throws
     func encode(into w: inout ByteWriter)
 }

@@ -6,7 +6,7 @@
 // the specification append fields); shorter ones throw `DecodeError.truncated`.
 
 /// A typed event parameter block.
-public protocol HCIEventParameters: Sendable, Hashable {
+public protocol HCIEventParameters: Sendable, Hashable, FieldListing {
     init(parameters r: inout ByteReader) throws
     func encode(into w: inout ByteWriter)
 }

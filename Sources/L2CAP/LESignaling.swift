@@ -40,6 +40,10 @@ public struct SignalingCode: RawRepresentable, Hashable, Sendable, CustomStringC
     public var description: String {
         switch rawValue {
         case 0x01: return "Command Reject"
+        case 0x02: return "Connection Request"
+        case 0x03: return "Connection Response"
+        case 0x04: return "Configuration Request"
+        case 0x05: return "Configuration Response"
         case 0x06: return "Disconnection Request"
         case 0x07: return "Disconnection Response"
         case 0x12: return "Connection Parameter Update Request"
@@ -51,6 +55,8 @@ public struct SignalingCode: RawRepresentable, Hashable, Sendable, CustomStringC
         case 0x18: return "Credit Based Connection Response"
         case 0x19: return "Credit Based Reconfigure Request"
         case 0x1A: return "Credit Based Reconfigure Response"
+        case 0x0A: return "Information Request"
+        case 0x0B: return "Information Response"
         default: return "unknown 0x" + String(rawValue, radix: 16)
         }
     }
@@ -225,6 +231,13 @@ extension SignalingCommand {
         let names: [String]
         switch code {
         case .commandReject: names = ["reason"]
+        // BR/EDR signaling (CID 0x0001, §4.2–§4.5, §4.10, §4.11): the fixed leading fields.
+        case SignalingCode(rawValue: 0x02): names = ["psm", "scid"]
+        case SignalingCode(rawValue: 0x03): names = ["dcid", "scid", "result", "status"]
+        case SignalingCode(rawValue: 0x04): names = ["dcid", "flags"]
+        case SignalingCode(rawValue: 0x05): names = ["scid", "flags", "result"]
+        case SignalingCode(rawValue: 0x0A): names = ["info_type"]
+        case SignalingCode(rawValue: 0x0B): names = ["info_type", "result"]
         case .disconnectionRequest, .disconnectionResponse: names = ["dcid", "scid"]
         case .connectionParameterUpdateRequest: names = ["interval_min", "interval_max", "latency", "timeout"]
         case .connectionParameterUpdateResponse: names = ["result"]
@@ -243,7 +256,9 @@ extension SignalingCommand {
             guard let v = try? r.readUInt16() else { return out }
             out.append((n, Int(v)))
         }
-        // The enhanced commands end with a list of CIDs (§4.25, §4.26, §4.27).
+        // The enhanced commands end with a list of CIDs (§4.25, §4.26, §4.27), as does a
+        // Command Reject for an invalid CID (§4.1); other commands' options are not listed.
+        guard [0x01, 0x17, 0x18, 0x19].contains(code.rawValue) else { return out }
         var i = 0
         while let cid = try? r.readUInt16() {
             out.append(("cid\(i)", Int(cid)))

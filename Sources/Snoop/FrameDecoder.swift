@@ -1,8 +1,11 @@
-// Turns trace records into what `btctl trace show` prints: one human summary line
-// plus detail lines, and one JSON object per frame (schema: docs/trace-json.md).
-// Command and event parameters are listed field by field from the typed codecs;
-// ACL frames are opened down to the L2CAP channel and the ATT / SMP / signaling
-// opcode so later layers' traffic is visible.
+// Turns trace records into what `btctl trace show` and `btctl monitor` print: one
+// JSON object per frame (schema: docs/trace-json.md), or a human summary line plus
+// detail lines. Frames are written straight into an output buffer through a
+// `FrameSink` (FrameOutput.swift); command and event parameters are listed by name
+// from the typed codecs (`FieldListing`, no reflection). ACL frames are opened down
+// to the L2CAP channel and the ATT / SMP / signaling PDU, including ATT carried on
+// dynamic channels (EATT, ATT over BR/EDR PSM 0x001F), which the decoder recognises
+// by following the signaling that opened them: it keeps that state between frames.
 
 import HCI
 import L2CAP
@@ -15,377 +18,662 @@ public struct DecodedFrame: Sendable {
 }
 
 public struct FrameDecoder: Sendable {
+    /// How `write` prints a frame.
+    public enum Style: Sendable {
+        /// One JSON object per line.
+        case json
+        /// A summary line and its detail lines.
+        case text
+        /// The summary line only.
+        case brief
+    }
+
     /// Show key material (LTK, IRK, CSRK, SMP confirm/random/DHKey check values, the
     /// LTK in LE Enable Encryption and LTK Request Reply). Off: shown as "<redacted>".
     public var showKeys: Bool
 
+    /// Dynamic L2CAP channels learned from signaling, by where their frames go.
+    var channels = ChannelTable()
+
     public init(showKeys: Bool = false) { self.showKeys = showKeys }
+
+    /// Appends one record, printed in `style`, to `out`. `firstTimestamp` is the
+    /// trace's first record's time (the text view shows seconds since then).
+    public mutating func write(_ record: TraceRecord, number: Int, firstTimestamp: Int64, style: Style, into out: inout OutputBuffer) {
+        switch style {
+        case .json:
+            var sink = JSONFrameSink(out: take(&out), showKeys: showKeys)
+            frame(record, number: number, firstTimestamp: firstTimestamp, into: &sink)
+            out = sink.out
+        case .text, .brief:
+            var sink = TextFrameSink(out: take(&out), showKeys: showKeys, brief: style == .brief)
+            frame(record, number: number, firstTimestamp: firstTimestamp, into: &sink)
+            out = sink.out
+        }
+    }
+
+    /// Moves the buffer out (so the sink holds the only reference and appends in place).
+    private func take(_ out: inout OutputBuffer) -> OutputBuffer {
+        let b = out
+        out = OutputBuffer(capacity: 0)
+        return b
+    }
+
+    /// One record as a JSON value, a summary line and detail lines (for tests and tools
+    /// that inspect frames; `write` is the fast path).
+    public mutating func decode(_ record: TraceRecord, number: Int, firstTimestamp: Int64) -> DecodedFrame {
+        var scratch = self
+        var j = OutputBuffer(capacity: 1024)
+        scratch.write(record, number: number, firstTimestamp: firstTimestamp, style: .json, into: &j)
+        var t = OutputBuffer(capacity: 1024)
+        write(record, number: number, firstTimestamp: firstTimestamp, style: .text, into: &t)
+        let json = (try? JSONValue(parsing: j.bytes)) ?? .null
+        var lines = String(decoding: t.bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        if lines.last == "" { lines.removeLast() }
+        let summary = lines.first ?? ""
+        let details = lines.dropFirst().map { String($0.dropFirst(TextFrameSink.indent)) }
+        return DecodedFrame(json: json, summary: summary, details: Array(details))
+    }
 
     /// One packet by name, as `trace show` prints it: the summary, then its fields.
     public func describe(_ packet: HCIPacket) -> String {
-        var f = Builder()
-        decodePacket(packet, into: &f)
-        return ([f.summary] + f.details.map { String($0.drop { $0 == " " }) }).joined(separator: "; ")
+        var copy = self
+        let f = copy.decode(TraceRecord(timestampMicros: 0, packet: packet, direction: .unknown), number: 0, firstTimestamp: 0)
+        let head = f.summary.dropFirst(TextFrameSink.indent)
+        return ([String(head)] + f.details.map { String($0.drop { $0 == " " }) }).joined(separator: "; ")
     }
 
-    public func decode(_ record: TraceRecord, number: Int, firstTimestamp: Int64) -> DecodedFrame {
-        var f = Builder()
-        f.add("frame", .int(number))
-        f.add("ts_us", .int(Int(record.timestampMicros)))
-        f.add("dir", .string(record.direction.rawValue))
-        if let idx = record.adapterIndex { f.add("index", .int(Int(idx))) }
-        let rel = record.timestampMicros &- firstTimestamp
-        let numberColumn: String = pad("#\(number)", 7)
-        let dirColumn: String = pad(record.direction.rawValue, 7)
-        let head: String = numberColumn + " " + formatSeconds(rel) + "  " + dirColumn + " "
+    mutating func frame<S: FrameSink>(_ record: TraceRecord, number: Int, firstTimestamp: Int64, into s: inout S) {
+        s.begin(number: number, timestampMicros: record.timestampMicros, relative: record.timestampMicros &- firstTimestamp,
+                direction: record.direction, index: record.adapterIndex)
         switch record.content {
         case let .packet(p):
-            f.add("type", .string(p.type.description))
-            decodePacket(p, into: &f)
+            s.field("type", string: p.type.description)
+            packet(p, direction: record.direction, into: &s)
         case let .undecodable(type, bytes, error):
-            f.add("type", .string(type?.description ?? "unknown"))
-            f.add("error", .string(error.description))
-            f.add("bytes", .string(bytes.hexString))
-            f.summary = "\(type?.description ?? "unknown") (malformed: \(error))"
+            let name = type?.description ?? "unknown"
+            s.field("type", string: name)
+            s.field("error", string: error.description)
+            s.field("bytes", hex: bytes)
+            s.summary { o in
+                o.put(name)
+                o.put(" (malformed: ")
+                o.put(error.description)
+                o.put(")")
+            }
         case let .monitor(opcode, data):
-            f.add("type", .string("monitor"))
-            f.add("monitor_opcode", .int(Int(opcode)))
-            let name = monitorNames[Int(opcode)] ?? "Opcode \(opcode)"
-            f.add("name", .string(name))
+            s.field("type", "monitor")
+            s.field("monitor_opcode", int: Int(opcode))
+            let name = Self.monitorNames[Int(opcode)]
+            s.key("name")
+            if let name { s.string(name) } else { s.string("Opcode \(opcode)") }
+            s.summary { o in
+                o.put("monitor ")
+                if let name { o.put(name) } else { o.put("Opcode "); o.decimal(Int(opcode)) }
+            }
             if opcode == 12 || opcode == 13 {  // system note, user logging
                 let text = String(decoding: data.prefix { $0 != 0 }, as: UTF8.self)
-                f.add("text", .string(text))
-                f.summary = "monitor \(name): \(text)"
+                s.field("text", string: text)
+                s.summary { o in
+                    o.put(": ")
+                    o.put(text)
+                }
             } else {
-                f.add("bytes", .string(data.hexString))
-                f.summary = "monitor \(name)"
+                s.field("bytes", hex: data)
             }
         }
-        return DecodedFrame(json: .object(f.fields), summary: head + f.summary, details: f.details)
+        s.end()
     }
 
-    struct Builder {
-        var fields: [(String, JSONValue)] = []
-        var summary = ""
-        var details: [String] = []
-        mutating func add(_ k: String, _ v: JSONValue) { fields.append((k, v)) }
-    }
-
-    func decodePacket(_ p: HCIPacket, into f: inout Builder) {
+    mutating func packet<S: FrameSink>(_ p: HCIPacket, direction: TraceRecord.Direction, into s: inout S) {
         switch p {
         case let .command(opcode, params):
-            f.add("opcode", .int(Int(opcode.rawValue)))
-            f.add("ogf", .int(Int(opcode.ogf)))
-            f.add("ocf", .int(Int(opcode.ocf)))
-            f.add("name", .string(opcode.description))
-            f.summary = "command  \(opcode) [0x\(hex(opcode.rawValue, 4))]"
+            s.field("opcode", int: Int(opcode.rawValue))
+            s.field("ogf", int: Int(opcode.ogf))
+            s.field("ocf", int: Int(opcode.ocf))
+            s.field("name", string: opcode.description)
+            s.summary { o in
+                o.put("command  ")
+                o.put(opcode.description)
+                o.put(" [0x")
+                o.hex(UInt64(opcode.rawValue), width: 4)
+                o.put("]")
+            }
             do {
                 if let c = try HCICommandRegistry.decode(opcode: opcode, parameters: params) {
-                    let fields = redact(Self.fields(of: c))
-                    addParams(fields, into: &f)
+                    Self.params(c, into: &s)
                 } else if !params.isEmpty {
-                    f.add("params_hex", .string(params.hexString))
-                    f.details.append("parameters: \(params.hexString)")
+                    s.field("params_hex", hex: params)
+                    s.detail { o in o.put("parameters: "); o.hexBytes(params) }
                 }
             } catch {
-                f.add("error", .string("\(error)"))
-                f.add("params_hex", .string(params.hexString))
-                f.details.append("malformed parameters (\(error)): \(params.hexString)")
+                Self.malformed(error, params, into: &s)
             }
         case let .event(code, params):
-            f.add("event", .int(Int(code.rawValue)))
-            f.summary = "event    \(code)"
+            s.field("event", int: Int(code.rawValue))
             do {
                 let e = try HCIEvent(code: code, parameters: params)
-                decodeEvent(e, into: &f)
+                event(e, into: &s)
             } catch {
-                f.add("name", .string(code.description))
-                f.add("error", .string("\(error)"))
-                f.add("params_hex", .string(params.hexString))
-                f.details.append("malformed parameters (\(error)): \(params.hexString)")
+                s.field("name", string: code.description)
+                s.summary { o in o.put("event    "); o.put(code.description) }
+                Self.malformed(error, params, into: &s)
             }
         case let .acl(a):
-            decodeACL(a, into: &f)
+            acl(a, direction: direction, into: &s)
         case let .sco(raw), let .iso(raw):
             let handle = raw.count >= 2 ? Int(UInt16(raw[0]) | UInt16(raw[1] & 0x0F) << 8) : 0
-            f.add("handle", .int(handle))
-            f.add("length", .int(Swift.max(0, raw.count - (p.type == .iso ? 4 : 3))))
-            f.summary = "\(p.type)      handle=0x\(hex(UInt16(handle), 4)) \(raw.count) bytes"
+            s.field("handle", int: handle)
+            s.field("length", int: Swift.max(0, raw.count - (p.type == .iso ? 4 : 3)))
+            s.summary { o in
+                o.put(p.type.description)
+                o.put("      handle=0x")
+                o.hex(UInt64(handle), width: 4)
+                o.put(" ")
+                o.decimal(raw.count)
+                o.put(" bytes")
+            }
         }
     }
 
-    func decodeEvent(_ e: HCIEvent, into f: inout Builder) {
+    static func malformed<S: FrameSink>(_ error: any Error, _ params: [UInt8], into s: inout S) {
+        let text = "\(error)"
+        s.field("error", string: text)
+        s.field("params_hex", hex: params)
+        s.detail { o in
+            o.put("malformed parameters (")
+            o.put(text)
+            o.put("): ")
+            o.hexBytes(params)
+        }
+    }
+
+    /// A codec value's fields as `params` (JSON) or `name: value` detail lines.
+    static func params<S: FrameSink>(_ value: some FieldListing, into s: inout S) {
+        var probe = FieldCounter()
+        value.listFields(into: &probe)
+        guard probe.count > 0 else { return }
+        s.beginParams()
+        value.listFields(into: &s)
+        s.endParams()
+    }
+
+    static func opcodeFields<S: FrameSink>(_ op: HCIOpcode, ncmd: UInt8, into s: inout S) {
+        s.field("opcode", int: Int(op.rawValue))
+        s.field("ogf", int: Int(op.ogf))
+        s.field("ocf", int: Int(op.ocf))
+        s.field("command", string: op.description)
+        s.field("ncmd", int: Int(ncmd))
+    }
+
+    mutating func event<S: FrameSink>(_ e: HCIEvent, into s: inout S) {
         switch e {
         case let .commandComplete(cc):
-            f.add("name", .string("Command Complete"))
-            f.add("opcode", .int(Int(cc.commandOpcode.rawValue)))
-            f.add("ogf", .int(Int(cc.commandOpcode.ogf)))
-            f.add("ocf", .int(Int(cc.commandOpcode.ocf)))
-            f.add("command", .string(cc.commandOpcode.description))
-            f.add("ncmd", .int(Int(cc.numHCICommandPackets)))
-            var line = "event    Command Complete: \(cc.commandOpcode)"
-            if let s = cc.status {
-                f.add("status", .int(Int(s.rawValue)))
-                f.add("status_name", .string(s.name ?? "unknown"))
-                line += " status=\(s)"
+            s.field("name", "Command Complete")
+            Self.opcodeFields(cc.commandOpcode, ncmd: cc.numHCICommandPackets, into: &s)
+            s.summary { o in
+                o.put("event    Command Complete: ")
+                o.put(cc.commandOpcode.description)
+            }
+            if let st = cc.status {
+                s.field("status", int: Int(st.rawValue))
+                s.field("status_name", string: st.name ?? "unknown")
+                s.summary { o in o.put(" status="); o.put(st.description) }
                 let rest = Array(cc.returnParameters.dropFirst())
-                if s.isSuccess, let r = try? HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: rest) {
-                    addParams(redact(Self.fields(of: r)), into: &f)
+                if st.isSuccess, let r = try? HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: rest) {
+                    Self.params(r, into: &s)
                 } else if !rest.isEmpty {
-                    f.add("params_hex", .string(rest.hexString))
-                    f.details.append("return parameters: \(rest.hexString)")
+                    s.field("params_hex", hex: rest)
+                    s.detail { o in o.put("return parameters: "); o.hexBytes(rest) }
                 }
             }
-            f.summary = line
         case let .commandStatus(cs):
-            f.add("name", .string("Command Status"))
-            f.add("opcode", .int(Int(cs.commandOpcode.rawValue)))
-            f.add("ogf", .int(Int(cs.commandOpcode.ogf)))
-            f.add("ocf", .int(Int(cs.commandOpcode.ocf)))
-            f.add("command", .string(cs.commandOpcode.description))
-            f.add("ncmd", .int(Int(cs.numHCICommandPackets)))
-            f.add("status", .int(Int(cs.status.rawValue)))
-            f.add("status_name", .string(cs.status.name ?? "unknown"))
-            f.summary = "event    Command Status: \(cs.commandOpcode) status=\(cs.status)"
+            s.field("name", "Command Status")
+            Self.opcodeFields(cs.commandOpcode, ncmd: cs.numHCICommandPackets, into: &s)
+            s.field("status", int: Int(cs.status.rawValue))
+            s.field("status_name", string: cs.status.name ?? "unknown")
+            s.summary { o in
+                o.put("event    Command Status: ")
+                o.put(cs.commandOpcode.description)
+                o.put(" status=")
+                o.put(cs.status.description)
+            }
         case let .le(le):
-            f.add("name", .string(le.subevent.description))
-            f.add("subevent", .int(Int(le.subevent.rawValue)))
-            f.summary = "event    LE Meta: \(le.subevent)"
-            decodeLE(le, into: &f)
+            s.field("name", string: le.subevent.description)
+            s.field("subevent", int: Int(le.subevent.rawValue))
+            s.summary { o in o.put("event    LE Meta: "); o.put(le.subevent.description) }
+            leEvent(le, into: &s)
         case let .unknown(code, params):
-            f.add("name", .string(code.description))
+            s.field("name", string: code.description)
+            s.summary { o in o.put("event    "); o.put(code.description) }
             if !params.isEmpty {
-                f.add("params_hex", .string(params.hexString))
-                f.details.append("parameters: \(params.hexString)")
+                s.field("params_hex", hex: params)
+                s.detail { o in o.put("parameters: "); o.hexBytes(params) }
             }
         default:
-            f.add("name", .string(e.code.description))
-            let fields = Self.fields(of: Self.payload(of: e))
-            if let s = fields.first(where: { $0.0 == "status" }), case let .int(v) = s.1 { f.add("status", .int(v)) }
-            if let h = fields.first(where: { $0.0 == "connectionHandle" }), case let .int(v) = h.1 { f.add("handle", .int(v)) }
-            addParams(fields, into: &f)
+            s.field("name", string: e.code.description)
+            s.summary { o in o.put("event    "); o.put(e.code.description) }
+            switch e {
+            case let .disconnectionComplete(x):
+                Self.handleAndParams(x, into: &s)
+                channels.forget(handle: x.connectionHandle)
+            case let .numberOfCompletedPackets(x): Self.handleAndParams(x, into: &s)
+            case let .encryptionChange(x): Self.handleAndParams(x, into: &s)
+            case let .encryptionKeyRefreshComplete(x): Self.handleAndParams(x, into: &s)
+            case let .readRemoteVersionInformationComplete(x): Self.handleAndParams(x, into: &s)
+            case let .hardwareError(x): Self.handleAndParams(x, into: &s)
+            case let .dataBufferOverflow(x): Self.handleAndParams(x, into: &s)
+            default: break
+            }
         }
     }
 
-    static func payload(of e: HCIEvent) -> Any {
-        switch e {
-        case let .disconnectionComplete(x): return x
-        case let .numberOfCompletedPackets(x): return x
-        case let .encryptionChange(x): return x
-        case let .encryptionKeyRefreshComplete(x): return x
-        case let .readRemoteVersionInformationComplete(x): return x
-        case let .hardwareError(x): return x
-        case let .dataBufferOverflow(x): return x
-        default: return ()
-        }
+    /// An event's `handle` (when it has a `connectionHandle`), then its parameters.
+    static func handleAndParams<S: FrameSink>(_ x: some FieldListing, into s: inout S) {
+        var finder = HandleFinder()
+        x.listFields(into: &finder)
+        if let h = finder.handle { s.field("handle", int: h) }
+        params(x, into: &s)
     }
 
-    func decodeLE(_ le: LEMetaEvent, into f: inout Builder) {
+    mutating func leEvent<S: FrameSink>(_ le: LEMetaEvent, into s: inout S) {
         switch le {
         case let .advertisingReport(r):
-            f.add("reports", .array(r.reports.enumerated().map { i, rp in
-                report("report \(i): \(advTypeName(rp.eventType)) \(rp.address) (\(rp.addressType)) rssi=\(rp.rssi) dBm",
-                       address: rp.address, type: rp.addressType, rssi: rp.rssi, eventType: Int(rp.eventType), data: rp.data, into: &f)
-            }))
-        case let .extendedAdvertisingReport(r):
-            f.add("reports", .array(r.reports.enumerated().map { i, rp in
-                report("report \(i): event_type=0x\(hex(rp.eventType, 4)) \(rp.address) (\(rp.addressType)) rssi=\(rp.rssi) dBm tx_power=\(rp.txPower)",
-                       address: rp.address, type: rp.addressType, rssi: rp.rssi, eventType: Int(rp.eventType), data: rp.data, into: &f)
-            }))
-        case let .directedAdvertisingReport(r):
-            var reports: [JSONValue] = []
-            for rp in r.reports {
-                f.details.append("report: \(rp.address) (\(rp.addressType)) → \(rp.directAddress) rssi=\(rp.rssi) dBm")
-                reports.append(.object([("address", .string(rp.address.description)), ("address_type", .string(rp.addressType.description)),
-                                        ("rssi", .int(Int(rp.rssi))), ("ad_types", .array([]))]))
+            s.key("reports")
+            s.beginArray()
+            for (i, rp) in r.reports.enumerated() {
+                s.detail { o in
+                    o.put("report ")
+                    o.decimal(i)
+                    o.put(": ")
+                    if let n = Self.advTypeNames[safe: Int(rp.eventType)] { o.put(n) } else { o.put("type "); o.decimal(Int(rp.eventType)) }
+                    Self.addressRSSI(rp.address, rp.addressType, rp.rssi, into: &o)
+                }
+                Self.report(address: rp.address, type: rp.addressType, rssi: rp.rssi, eventType: Int(rp.eventType), data: rp.data, into: &s)
             }
-            f.add("reports", .array(reports))
+            s.endArray()
+        case let .extendedAdvertisingReport(r):
+            s.key("reports")
+            s.beginArray()
+            for (i, rp) in r.reports.enumerated() {
+                s.detail { o in
+                    o.put("report ")
+                    o.decimal(i)
+                    o.put(": event_type=0x")
+                    o.hex(UInt64(rp.eventType), width: 4)
+                    Self.addressRSSI(rp.address, rp.addressType, rp.rssi, into: &o)
+                    o.put(" tx_power=")
+                    o.decimal(Int(rp.txPower))
+                }
+                Self.report(address: rp.address, type: rp.addressType, rssi: rp.rssi, eventType: Int(rp.eventType), data: rp.data, into: &s)
+            }
+            s.endArray()
+        case let .directedAdvertisingReport(r):
+            s.key("reports")
+            s.beginArray()
+            for rp in r.reports {
+                s.detail { o in
+                    o.put("report: ")
+                    o.address(rp.address)
+                    o.put(" (")
+                    o.put(rp.addressType.description)
+                    o.put(") → ")
+                    o.address(rp.directAddress)
+                    o.put(" rssi=")
+                    o.decimal(Int(rp.rssi))
+                    o.put(" dBm")
+                }
+                s.beginObject()
+                s.key("address"); s.address(rp.address)
+                s.field("address_type", string: rp.addressType.description)
+                s.field("rssi", int: Int(rp.rssi))
+                s.key("ad_types"); s.beginArray(); s.endArray()
+                s.endObject()
+            }
+            s.endArray()
         case .scanTimeout:
             break
         case let .unknown(_, params):
-            if !params.isEmpty { f.add("params_hex", .string(params.hexString)) }
-        default:
-            let payload: Any
-            switch le {
-            case let .connectionComplete(x): payload = x
-            case let .connectionUpdateComplete(x): payload = x
-            case let .readRemoteFeaturesComplete(x): payload = x
-            case let .longTermKeyRequest(x): payload = x
-            case let .dataLengthChange(x): payload = x
-            case let .enhancedConnectionComplete(x): payload = x
-            case let .phyUpdateComplete(x): payload = x
-            case let .advertisingSetTerminated(x): payload = x
-            case let .channelSelectionAlgorithm(x): payload = x
-            default: payload = ()
-            }
-            let fields = Self.fields(of: payload)
-            if let s = fields.first(where: { $0.0 == "status" }), case let .int(v) = s.1 { f.add("status", .int(v)) }
-            if let h = fields.first(where: { $0.0 == "connectionHandle" }), case let .int(v) = h.1 { f.add("handle", .int(v)) }
-            addParams(fields, into: &f)
+            if !params.isEmpty { s.field("params_hex", hex: params) }
+        case let .connectionComplete(x): Self.handleAndParams(x, into: &s)
+        case let .connectionUpdateComplete(x): Self.handleAndParams(x, into: &s)
+        case let .readRemoteFeaturesComplete(x): Self.handleAndParams(x, into: &s)
+        case let .longTermKeyRequest(x): Self.handleAndParams(x, into: &s)
+        case let .dataLengthChange(x): Self.handleAndParams(x, into: &s)
+        case let .enhancedConnectionComplete(x): Self.handleAndParams(x, into: &s)
+        case let .phyUpdateComplete(x): Self.handleAndParams(x, into: &s)
+        case let .advertisingSetTerminated(x): Self.handleAndParams(x, into: &s)
+        case let .channelSelectionAlgorithm(x): Self.handleAndParams(x, into: &s)
         }
     }
 
-    /// One advertising report: its detail line, then each AD structure, and its JSON.
+    static func addressRSSI(_ a: BluetoothAddress, _ t: AddressType, _ rssi: Int8, into o: inout OutputBuffer) {
+        o.put(" ")
+        o.address(a)
+        o.put(" (")
+        o.put(t.description)
+        o.put(") rssi=")
+        o.decimal(Int(rssi))
+        o.put(" dBm")
+    }
+
     /// Assigned-number names for an AD structure's value: the services a UUID list names,
     /// the company of manufacturer data, the appearance, a service data UUID.
-    static func adMeaning(_ s: ADStructure) -> String? {
+    static func adMeaning(type: UInt8, _ data: ArraySlice<UInt8>) -> String? {
         func uuids(_ width: Int) -> String? {
-            guard width > 0, s.data.count % width == 0 else { return nil }
-            let names = stride(from: 0, to: s.data.count, by: width).compactMap { i -> String? in
-                (try? BluetoothUUID(littleEndian: Array(s.data[i..<i + width])))?.name
+            guard width > 0, data.count % width == 0 else { return nil }
+            let names = stride(from: data.startIndex, to: data.endIndex, by: width).compactMap { i -> String? in
+                (try? BluetoothUUID(littleEndian: Array(data[i..<i + width])))?.name
             }
             return names.isEmpty ? nil : names.joined(separator: ", ")
         }
-        func u16(_ i: Int) -> UInt16? { s.data.count >= i + 2 ? UInt16(s.data[i]) | UInt16(s.data[i + 1]) << 8 : nil }
-        switch s.type {
+        func u16() -> UInt16? {
+            data.count >= 2 ? UInt16(data[data.startIndex]) | UInt16(data[data.startIndex + 1]) << 8 : nil
+        }
+        switch type {
         case 0x02, 0x03, 0x14: return uuids(2)
         case 0x04, 0x05, 0x1F: return uuids(4)
         case 0x06, 0x07, 0x15: return uuids(16)
-        case 0x16: return u16(0).flatMap { BluetoothUUID($0).name }
-        case 0x19: return u16(0).flatMap(AssignedNumbers.appearanceName)
-        case 0xFF: return u16(0).flatMap(AssignedNumbers.companyName)
+        case 0x16: return u16().flatMap { BluetoothUUID($0).name }
+        case 0x19: return u16().flatMap(AssignedNumbers.appearanceName)
+        case 0xFF: return u16().flatMap(AssignedNumbers.companyName)
         default: return nil
         }
     }
 
-    func report(_ line: String, address: BluetoothAddress, type: AddressType, rssi: Int8, eventType: Int, data: [UInt8],
-                into f: inout Builder) -> JSONValue {
-        f.details.append(line)
-        let (ads, damage) = ADStructure.parse(data)
-        var ad: [JSONValue] = []
-        for s in ads {
-            let name = s.typeName ?? "Unknown AD type"
-            let value: String
-            if s.type == 0x08 || s.type == 0x09 || s.type == 0x30 {
-                value = "\"" + String(decoding: s.data, as: UTF8.self) + "\""
-            } else {
-                value = s.data.hexString
+    /// One advertising report as JSON, and a detail line per AD structure.
+    static func report<S: FrameSink>(address: BluetoothAddress, type: AddressType, rssi: Int8, eventType: Int, data: [UInt8],
+                                     into s: inout S) {
+        s.beginObject()
+        s.key("address"); s.address(address)
+        s.field("address_type", string: type.description)
+        s.field("rssi", int: Int(rssi))
+        s.field("event_type", int: eventType)
+        s.key("ad_types")
+        s.beginArray()
+        let damage = ADStructure.forEach(in: data) { t, _ in s.int(Int(t)) }
+        s.endArray()
+        s.key("ad")
+        s.beginArray()
+        _ = ADStructure.forEach(in: data) { t, value in
+            let name = ADStructure.typeName(t) ?? "Unknown AD type"
+            let isText = t == 0x08 || t == 0x09 || t == 0x30
+            let meaning = adMeaning(type: t, value)
+            s.detail { o in
+                o.put("  AD 0x")
+                o.hex(UInt64(t), width: 2)
+                o.put(" ")
+                o.put(name)
+                o.put(": ")
+                if isText { o.put(UInt8(ascii: "\"")); o.put(String(decoding: value, as: UTF8.self)); o.put(UInt8(ascii: "\"")) } else { o.hexBytes(value) }
+                if let meaning { o.put(" ("); o.put(meaning); o.put(")") }
             }
-            let meaning = Self.adMeaning(s)
-            f.details.append("  AD 0x\(hex(s.type, 2)) \(name): \(value)" + (meaning.map { " (\($0))" } ?? ""))
-            var o: [(String, JSONValue)] = [("type", .int(Int(s.type))), ("name", .string(name)), ("value", .string(value))]
-            if let meaning { o.append(("meaning", .string(meaning))) }
-            ad.append(.object(o))
+            s.beginObject()
+            s.field("type", int: Int(t))
+            s.field("name", string: name)
+            if isText {
+                s.field("value", string: "\"" + String(decoding: value, as: UTF8.self) + "\"")
+            } else {
+                s.field("value", hex: value)
+            }
+            if let meaning { s.field("meaning", string: meaning) }
+            s.endObject()
         }
-        if let damage { f.details.append("  AD damaged: \(damage)") }
-        var o: [(String, JSONValue)] = [
-            ("address", .string(address.description)), ("address_type", .string(type.description)),
-            ("rssi", .int(Int(rssi))), ("event_type", .int(eventType)),
-            ("ad_types", .array(ads.map { .int(Int($0.type)) })), ("ad", .array(ad)),
-        ]
-        if let damage { o.append(("ad_error", .string(damage.description))) }
-        return .object(o)
+        s.endArray()
+        if let damage {
+            s.detail { o in o.put("  AD damaged: "); o.put(damage.description) }
+            s.field("ad_error", string: damage.description)
+        }
+        s.endObject()
     }
 
-    func decodeACL(_ a: ACLDataPacket, into f: inout Builder) {
-        f.add("handle", .int(Int(a.handle)))
-        f.add("pb", .int(Int(a.boundary.rawValue)))
-        f.add("bc", .int(Int(a.broadcast)))
-        f.add("length", .int(a.data.count))
-        f.summary = "acl      handle=0x\(hex(a.handle, 4)) pb=\(a.boundary) \(a.data.count) bytes"
+    mutating func acl<S: FrameSink>(_ a: ACLDataPacket, direction: TraceRecord.Direction, into s: inout S) {
+        s.field("handle", int: Int(a.handle))
+        s.field("pb", int: Int(a.boundary.rawValue))
+        s.field("bc", int: Int(a.broadcast))
+        s.field("length", int: a.data.count)
+        s.summary { o in
+            o.put("acl      handle=0x")
+            o.hex(UInt64(a.handle), width: 4)
+            o.put(" pb=")
+            o.put(a.boundary.description)
+            o.put(" ")
+            o.decimal(a.data.count)
+            o.put(" bytes")
+        }
         guard a.boundary != .continuing, a.data.count >= 4 else { return }
         let l2len = Int(UInt16(a.data[0]) | UInt16(a.data[1]) << 8)
         let cid = UInt16(a.data[2]) | UInt16(a.data[3]) << 8
-        f.add("l2cap_length", .int(l2len))
-        f.add("cid", .int(Int(cid)))
-        let payload = Array(a.data.dropFirst(4))
+        s.field("l2cap_length", int: l2len)
+        s.field("cid", int: Int(cid))
+        let payload = a.data[4...]
         guard let op = payload.first else {
-            f.summary += " L2CAP cid=0x\(hex(cid, 4))"
+            s.summary { o in o.put(" L2CAP cid=0x"); o.hex(UInt64(cid), width: 4) }
             return
         }
         switch cid {
         case 0x0004:
-            f.add("att_opcode", .int(Int(op)))
-            let name = attNames[op] ?? "ATT opcode 0x\(hex(op, 2))"
-            f.add("att_name", .string(name))
-            var text = " ATT \(name)"
-            if [0x01].contains(op), payload.count >= 5 {
-                let h = Int(UInt16(payload[2]) | UInt16(payload[3]) << 8)
-                f.add("att_handle", .int(h))
-                f.add("att_error", .int(Int(payload[4])))
-                text += " handle=0x\(hex(UInt16(h), 4)) error=0x\(hex(payload[4], 2))"
-            } else if [0x0A, 0x0C, 0x12, 0x16, 0x17, 0x1B, 0x1D, 0x52, 0xD2].contains(op), payload.count >= 3 {
-                let h = Int(UInt16(payload[1]) | UInt16(payload[2]) << 8)
-                f.add("att_handle", .int(h))
-                text += " handle=0x\(hex(UInt16(h), 4))"
-            }
-            f.summary += text
-        case 0x0005:
-            f.add("signaling_code", .int(Int(op)))
-            guard let cmd = try? SignalingCommand(bytes: payload) else {
-                f.summary += " LE signaling code=0x\(hex(op, 2)) (malformed)"
-                return
-            }
-            f.add("signaling_name", .string(cmd.code.description))
-            f.add("signaling_id", .int(Int(cmd.identifier)))
-            let fields = cmd.fields
-            addParams(fields.map { ($0.name, JSONValue.int($0.value)) }, into: &f)
-            let text = fields.map { $0.name.hasSuffix("cid") || $0.name.hasPrefix("cid") || $0.name == "spsm" ? "\($0.name)=0x\(hex(UInt16(truncatingIfNeeded: $0.value), 4))" : "\($0.name)=\($0.value)" }
-            f.summary += " LE signaling \(cmd.code) id=\(cmd.identifier)" + (text.isEmpty ? "" : " " + text.joined(separator: " "))
-        case 0x0040...0x007F:
-            // A dynamic channel: a K-frame of an LE credit-based channel (its SDU length,
-            // on an SDU's first K-frame, needs the channel's history to tell).
-            f.add("k_frame", .bool(true))
-            f.summary += " L2CAP dynamic cid=0x\(hex(cid, 4)) \(payload.count) bytes"
-        case 0x0006:
-            f.add("smp_opcode", .int(Int(op)))
+            Self.att(payload, into: &s)
+        case 0x0001, 0x0005:
+            signaling(Array(payload), handle: a.handle, direction: direction, le: cid == 0x0005, into: &s)
+        case 0x0006, 0x0007:
+            s.field("smp_opcode", int: Int(op))
             // A PDU longer than this fragment (Pairing Public Key over 27-byte buffers)
             // continues in the next ACL packets: named here, not decoded.
             guard payload.count >= l2len else {
-                f.add("l2cap_fragment", .bool(true))
-                let name = SMPCode(rawValue: op)?.name ?? "opcode 0x\(hex(op, 2))"
-                f.summary += " SMP \(name) (first fragment: \(payload.count) of \(l2len) bytes)"
+                s.field("l2cap_fragment", bool: true)
+                let name = SMPCode(rawValue: op)?.name
+                s.summary { o in
+                    o.put(" SMP ")
+                    if let name { o.put(name) } else { o.put("opcode 0x"); o.hex(UInt64(op), width: 2) }
+                    o.put(" (first fragment: ")
+                    o.decimal(payload.count)
+                    o.put(" of ")
+                    o.decimal(l2len)
+                    o.put(" bytes)")
+                }
                 return
             }
-            decodeSMP(payload, into: &f)
+            smp(Array(payload.prefix(l2len)), into: &s)
+        case 0x0040...:
+            dynamicChannel(cid, payload, handle: a.handle, direction: direction, into: &s)
         default:
-            f.summary += " L2CAP cid=0x\(hex(cid, 4))"
+            s.summary { o in o.put(" L2CAP cid=0x"); o.hex(UInt64(cid), width: 4) }
         }
     }
 
-    /// An SMP command (Vol 3, Part H, §3), field by field; key material only with `showKeys`.
-    func decodeSMP(_ payload: [UInt8], into f: inout Builder) {
-        let pdu: SMPPDU
-        do { pdu = try SMPPDU(payload) } catch {
-            f.add("smp_error", .string("\(error)"))
-            f.summary += " SMP opcode=0x\(hex(payload[0], 2)) (\(error))"
+    /// An ATT PDU's opcode, its name and (for the PDUs that carry one) the handle.
+    static func att<S: FrameSink>(_ payload: ArraySlice<UInt8>, into s: inout S) {
+        guard let op = payload.first else { return }
+        let b = payload.startIndex
+        s.field("att_opcode", int: Int(op))
+        let name = attNames[op]
+        s.key("att_name")
+        if let name { s.string(name) } else { s.string("ATT opcode 0x" + hex(op, 2)) }
+        s.summary { o in
+            o.put(" ATT ")
+            if let name { o.put(name) } else { o.put("ATT opcode 0x"); o.hex(UInt64(op), width: 2) }
+        }
+        if op == 0x01, payload.count >= 5 {
+            let h = UInt16(payload[b + 2]) | UInt16(payload[b + 3]) << 8
+            s.field("att_handle", int: Int(h))
+            s.field("att_error", int: Int(payload[b + 4]))
+            s.summary { o in
+                o.put(" handle=0x")
+                o.hex(UInt64(h), width: 4)
+                o.put(" error=0x")
+                o.hex(UInt64(payload[b + 4]), width: 2)
+            }
+        } else if [0x0A, 0x0C, 0x12, 0x16, 0x17, 0x1B, 0x1D, 0x52, 0xD2].contains(op), payload.count >= 3 {
+            let h = UInt16(payload[b + 1]) | UInt16(payload[b + 2]) << 8
+            s.field("att_handle", int: Int(h))
+            s.summary { o in o.put(" handle=0x"); o.hex(UInt64(h), width: 4) }
+        }
+    }
+
+    /// A signaling command (LE: CID 0x0005; BR/EDR: CID 0x0001), its fields, and what it
+    /// says about dynamic channels.
+    mutating func signaling<S: FrameSink>(_ payload: [UInt8], handle: UInt16, direction: TraceRecord.Direction, le: Bool,
+                                         into s: inout S) {
+        s.field("signaling_code", int: Int(payload[0]))
+        let kind: StaticString = le ? "LE signaling" : "signaling"
+        guard let cmd = try? SignalingCommand(bytes: payload) else {
+            s.summary { o in
+                o.put(" ")
+                o.put(kind)
+                o.put(" code=0x")
+                o.hex(UInt64(payload[0]), width: 2)
+                o.put(" (malformed)")
+            }
             return
         }
-        f.add("smp_name", .string(pdu.code.name))
-        var fields: [(String, JSONValue)] = []
-        func key(_ name: String, _ bytes: [UInt8]) {
+        s.field("signaling_name", string: cmd.code.description)
+        s.field("signaling_id", int: Int(cmd.identifier))
+        let fields = cmd.fields
+        if !fields.isEmpty {
+            s.beginParams()
+            for f in fields {
+                s.key(f.name)
+                s.int(f.value)
+            }
+            s.endParams()
+        }
+        s.summary { o in
+            o.put(" ")
+            o.put(kind)
+            o.put(" ")
+            o.put(cmd.code.description)
+            o.put(" id=")
+            o.decimal(Int(cmd.identifier))
+            for f in fields {
+                o.put(" ")
+                o.put(f.name)
+                o.put("=")
+                if f.name.hasSuffix("cid") || f.name.hasPrefix("cid") || f.name == "spsm" || f.name == "psm" {
+                    o.put("0x")
+                    o.hex(UInt64(UInt16(truncatingIfNeeded: f.value)), width: 4)
+                } else {
+                    o.decimal(f.value)
+                }
+            }
+        }
+        channels.learn(cmd, fields: fields, handle: handle, direction: direction)
+    }
+
+    /// A frame on a dynamic channel: a K-frame of a credit-based channel, or a B-frame of
+    /// a BR/EDR basic-mode channel. ATT inside is decoded when the signaling that opened
+    /// the channel named EATT (SPSM 0x0027) or ATT (PSM 0x001F).
+    mutating func dynamicChannel<S: FrameSink>(_ cid: UInt16, _ payload: ArraySlice<UInt8>, handle: UInt16,
+                                              direction: TraceRecord.Direction, into s: inout S) {
+        guard let channel = channels.channel(handle: handle, cid: cid, direction: direction) else {
+            // Opened before the trace began: an LE K-frame (its SDU length, on an SDU's
+            // first K-frame, needs the channel's history to tell) or a B-frame.
+            s.field("k_frame", bool: true)
+            s.summary { o in
+                o.put(" L2CAP dynamic cid=0x")
+                o.hex(UInt64(cid), width: 4)
+                o.put(" ")
+                o.decimal(payload.count)
+                o.put(" bytes")
+            }
+            return
+        }
+        s.field("psm", int: Int(channel.psm))
+        if let name = channel.psmName { s.field("psm_name", name) }
+        var sdu = payload
+        if channel.creditBased {
+            s.field("k_frame", bool: true)
+            let start = channels.startsSDU(handle: handle, cid: cid, direction: direction, payload: payload)
+            if let sduLength = start {
+                s.field("sdu_length", int: sduLength)
+            } else {
+                s.field("sdu_continuation", bool: true)
+            }
+            sdu = start == nil ? [] : payload.dropFirst(2)
+        }
+        s.summary { o in
+            o.put(" L2CAP cid=0x")
+            o.hex(UInt64(cid), width: 4)
+            o.put(" psm=0x")
+            o.hex(UInt64(channel.psm), width: 4)
+            if let name = channel.psmName { o.put(" ("); o.put(name); o.put(")") }
+            if channel.creditBased, sdu.isEmpty { o.put(" SDU continuation "); o.decimal(payload.count); o.put(" bytes") }
+        }
+        if channel.carriesATT, !sdu.isEmpty { Self.att(sdu, into: &s) }
+    }
+
+    /// An SMP command (Vol 3, Part H, §3), field by field; key material only with `showKeys`.
+    func smp<S: FrameSink>(_ payload: [UInt8], into s: inout S) {
+        let pdu: SMPPDU
+        do { pdu = try SMPPDU(payload) } catch {
+            let text = "\(error)"
+            s.field("smp_error", string: text)
+            s.summary { o in
+                o.put(" SMP opcode=0x")
+                o.hex(UInt64(payload[0]), width: 2)
+                o.put(" (")
+                o.put(text)
+                o.put(")")
+            }
+            return
+        }
+        s.field("smp_name", string: pdu.code.name)
+        s.summary { o in o.put(" SMP "); o.put(pdu.code.name) }
+        let keys = showKeys
+        func key(_ name: StaticString, _ bytes: [UInt8]) {
             // Values on the wire are least significant octet first; shown as the spec writes them.
-            fields.append((name, .string(showKeys ? Array(bytes.reversed()).hexString : "<redacted>")))
+            s.key(name)
+            if keys { s.string(Array(bytes.reversed()).hexString) } else { s.string("<redacted>") }
         }
-        func features(_ p: PairingFeatures) {
-            fields += [("io_capability", .string(p.ioCapability.description)), ("oob", .bool(p.oobDataPresent)),
-                       ("bonding", .bool(p.authentication.contains(.bonding))), ("mitm", .bool(p.authentication.contains(.mitm))),
-                       ("sc", .bool(p.authentication.contains(.secureConnections))), ("keypress", .bool(p.authentication.contains(.keypress))),
-                       ("ct2", .bool(p.authentication.contains(.ct2))), ("max_key_size", .int(Int(p.maximumKeySize))),
-                       ("initiator_keys", .string(Self.keyNames(p.initiatorKeys))), ("responder_keys", .string(Self.keyNames(p.responderKeys)))]
+        func flag(_ name: StaticString, _ v: Bool) {
+            s.key(name)
+            s.bool(v)
+            s.summary { o in o.put(" "); o.put(name); o.put(v ? "=true" : "=false") }
         }
+        func named(_ name: StaticString, _ v: String, brief: Bool) {
+            s.key(name)
+            s.string(v)
+            if brief { s.summary { o in o.put(" "); o.put(name); o.put("="); o.put(v) } }
+        }
+        s.beginParams()
         switch pdu {
-        case let .pairingRequest(p), let .pairingResponse(p): features(p)
+        case let .pairingRequest(p), let .pairingResponse(p):
+            named("io_capability", p.ioCapability.description, brief: true)
+            s.field("oob", bool: p.oobDataPresent)
+            s.field("bonding", bool: p.authentication.contains(.bonding))
+            flag("mitm", p.authentication.contains(.mitm))
+            flag("sc", p.authentication.contains(.secureConnections))
+            s.field("keypress", bool: p.authentication.contains(.keypress))
+            s.field("ct2", bool: p.authentication.contains(.ct2))
+            s.field("max_key_size", int: Int(p.maximumKeySize))
+            s.field("initiator_keys", string: Self.keyNames(p.initiatorKeys))
+            s.field("responder_keys", string: Self.keyNames(p.responderKeys))
         case let .pairingConfirm(v): key("confirm", v)
         case let .pairingRandom(v): key("random", v)
-        case let .pairingFailed(r): fields += [("reason", .int(Int(r.rawValue))), ("reason_name", .string(r.description))]
+        case let .pairingFailed(r):
+            s.field("reason", int: Int(r.rawValue))
+            named("reason_name", r.description, brief: true)
         case let .encryptionInformation(ltk): key("ltk", ltk)
         case let .centralIdentification(ediv, rand):
-            fields += [("ediv", .string(showKeys ? "0x" + hex(ediv, 4) : "<redacted>")), ("rand", .string(showKeys ? "0x" + String(rand, radix: 16) : "<redacted>"))]
+            s.field("ediv", string: showKeys ? "0x" + hex(ediv, 4) : "<redacted>")
+            s.field("rand", string: showKeys ? "0x" + String(rand, radix: 16) : "<redacted>")
         case let .identityInformation(irk): key("irk", irk)
-        case let .identityAddressInformation(type, address): fields += [("address_type", .string(type.description)), ("address", .string(address.description))]
+        case let .identityAddressInformation(type, address):
+            s.field("address_type", string: type.description)
+            named("address", address.description, brief: true)
         case let .signingInformation(csrk): key("csrk", csrk)
         case let .securityRequest(a):
-            fields += [("bonding", .bool(a.contains(.bonding))), ("mitm", .bool(a.contains(.mitm))), ("sc", .bool(a.contains(.secureConnections)))]
+            s.field("bonding", bool: a.contains(.bonding))
+            flag("mitm", a.contains(.mitm))
+            flag("sc", a.contains(.secureConnections))
         case let .pairingPublicKey(x, y):
             // Public keys are not secret.
-            fields += [("x", .string(Array(x.reversed()).hexString)), ("y", .string(Array(y.reversed()).hexString))]
+            s.field("x", string: Array(x.reversed()).hexString)
+            s.field("y", string: Array(y.reversed()).hexString)
         case let .pairingDHKeyCheck(v): key("dhkey_check", v)
-        case let .keypressNotification(t): fields.append(("notification", .string(t.description)))
+        case let .keypressNotification(t): s.field("notification", string: t.description)
         }
-        addParams(fields, into: &f)
-        let brief = fields.filter { ["io_capability", "mitm", "sc", "reason_name", "address"].contains($0.0) }.map { "\($0.0)=\(Self.text($0.1))" }
-        f.summary += " SMP \(pdu.code.name)" + (brief.isEmpty ? "" : " " + brief.joined(separator: " "))
+        s.endParams()
     }
 
     static func keyNames(_ k: KeyDistribution) -> String {
@@ -397,76 +685,13 @@ public struct FrameDecoder: Sendable {
         return names.isEmpty ? "none" : names.joined(separator: "|")
     }
 
-    /// Hides the LTK in LE Enable Encryption / LTK Request Reply unless `showKeys`.
-    func redact(_ fields: [(String, JSONValue)]) -> [(String, JSONValue)] {
-        guard !showKeys else { return fields }
-        return fields.map { $0.0 == "longTermKey" ? ($0.0, .string("<redacted>")) : $0 }
-    }
-
-    func addParams(_ fields: [(String, JSONValue)], into f: inout Builder) {
-        guard !fields.isEmpty else { return }
-        f.add("params", .object(fields))
-        for (k, v) in fields { f.details.append("\(k): \(Self.text(v))") }
-    }
-
-    static func text(_ v: JSONValue) -> String {
-        switch v {
-        case let .string(s): return s
-        case let .int(i): return String(i)
-        case .double: return v.rendered
-        case let .bool(b): return String(b)
-        case .null: return "null"
-        case let .array(a): return "[" + a.map(text).joined(separator: ", ") + "]"
-        case let .object(o): return "{" + o.map { "\($0.0)=\(text($0.1))" }.joined(separator: ", ") + "}"
-        }
-    }
-
-    /// The stored properties of a codec value as JSON, by reflection (names are the
-    /// Swift property names; the types are the codecs', so this cannot drift from them).
-    static func fields(of value: Any) -> [(String, JSONValue)] {
-        Mirror(reflecting: value).children.compactMap { child in
-            guard let label = child.label else { return nil }
-            return (label, json(child.value))
-        }
-    }
-
-    static func json(_ v: Any) -> JSONValue {
-        switch v {
-        case let b as [UInt8]: return .string(b.hexString)
-        case let i as UInt8: return .int(Int(i))
-        case let i as Int8: return .int(Int(i))
-        case let i as UInt16: return .int(Int(i))
-        case let i as UInt32: return .int(Int(i))
-        case let i as UInt64: return i <= UInt64(Int.max) ? .int(Int(i)) : .string(String(i))
-        case let i as Int: return .int(i)
-        case let b as Bool: return .bool(b)
-        case let s as HCIStatus: return .string(s.description)
-        case let a as BluetoothAddress: return .string(a.description)
-        case let c as any CustomStringConvertible where !(v is any Collection) && Mirror(reflecting: v).displayStyle != .struct:
-            return .string(c.description)
-        default:
-            let m = Mirror(reflecting: v)
-            if m.displayStyle == .optional {
-                guard let inner = m.children.first?.value else { return .null }
-                return json(inner)
-            }
-            if m.displayStyle == .collection { return .array(m.children.map { json($0.value) }) }
-            if let rv = (v as? any RawRepresentable)?.rawValue as? UInt8 {
-                let d = (v as? any CustomStringConvertible)?.description
-                return d.map { .string($0) } ?? .int(Int(rv))
-            }
-            if m.children.isEmpty { return .string("\(v)") }
-            return .object(fields(of: v))
-        }
-    }
-
-    let monitorNames: [Int: String] = [
+    static let monitorNames: [Int: String] = [
         0: "New Index", 1: "Delete Index", 8: "Open Index", 9: "Close Index", 10: "Index Info", 11: "Vendor Diagnostic",
         12: "System Note", 13: "User Logging", 14: "Control Open", 15: "Control Close", 16: "Control Command",
         17: "Control Event",
     ]
 
-    let attNames: [UInt8: String] = [
+    static let attNames: [UInt8: String] = [
         0x01: "Error Response", 0x02: "Exchange MTU Request", 0x03: "Exchange MTU Response",
         0x04: "Find Information Request", 0x05: "Find Information Response", 0x06: "Find By Type Value Request",
         0x07: "Find By Type Value Response", 0x08: "Read By Type Request", 0x09: "Read By Type Response",
@@ -479,9 +704,43 @@ public struct FrameDecoder: Sendable {
         0x23: "Multiple Handle Value Notification", 0x52: "Write Command", 0xD2: "Signed Write Command",
     ]
 
-    func advTypeName(_ t: UInt8) -> String {
-        ["ADV_IND", "ADV_DIRECT_IND", "ADV_SCAN_IND", "ADV_NONCONN_IND", "SCAN_RSP"][safe: Int(t)] ?? "type \(t)"
+    static let advTypeNames = ["ADV_IND", "ADV_DIRECT_IND", "ADV_SCAN_IND", "ADV_NONCONN_IND", "SCAN_RSP"]
+}
+
+/// Counts a value's fields (to leave out an empty `params`).
+struct FieldCounter: FieldVisitor {
+    var count = 0
+    mutating func key(_ name: StaticString) { count += 1 }
+    mutating func int(_ value: Int) {}
+    mutating func uint64(_ value: UInt64) {}
+    mutating func bool(_ value: Bool) {}
+    mutating func null() {}
+    mutating func text(_ value: String) {}
+    mutating func hex(_ bytes: [UInt8]) {}
+    mutating func beginObject() {}
+    mutating func endObject() {}
+    mutating func beginArray() {}
+    mutating func endArray() {}
+}
+
+/// Finds a value's top-level `connectionHandle`.
+struct HandleFinder: FieldVisitor {
+    var handle: Int?
+    private var depth = 0
+    private var wanted = false
+    mutating func key(_ name: StaticString) {
+        wanted = depth == 0 && name.utf8CodeUnitCount == 16 && name.withUTF8Buffer { $0.elementsEqual("connectionHandle".utf8) }
     }
+    mutating func int(_ value: Int) { if wanted { handle = value }; wanted = false }
+    mutating func uint64(_ value: UInt64) { wanted = false }
+    mutating func bool(_ value: Bool) { wanted = false }
+    mutating func null() { wanted = false }
+    mutating func text(_ value: String) { wanted = false }
+    mutating func hex(_ bytes: [UInt8]) { wanted = false }
+    mutating func beginObject() { depth += 1; wanted = false }
+    mutating func endObject() { depth -= 1 }
+    mutating func beginArray() { depth += 1; wanted = false }
+    mutating func endArray() { depth -= 1 }
 }
 
 extension Array {
@@ -491,16 +750,4 @@ extension Array {
 func hex<T: BinaryInteger>(_ v: T, _ width: Int) -> String {
     let s = String(v, radix: 16)
     return String(repeating: "0", count: Swift.max(0, width - s.count)) + s
-}
-
-/// Microseconds as seconds with six decimals ("-0.000001" for negative values).
-func formatSeconds(_ micros: Int64) -> String {
-    let sign = micros < 0 ? "-" : ""
-    let m = micros.magnitude
-    let fs = String(m % 1_000_000)
-    return sign + String(m / 1_000_000) + "." + String(repeating: "0", count: 6 - fs.count) + fs
-}
-
-func pad(_ s: String, _ width: Int) -> String {
-    s.count >= width ? s : s + String(repeating: " ", count: width - s.count)
 }

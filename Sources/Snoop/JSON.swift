@@ -70,3 +70,22 @@ public indirect enum JSONValue: Sendable, Equatable {
         return nil
     }
 }
+
+extension JSONValue {
+    /// Parses one JSON text (a frame `trace show --json` wrote, for instance); numbers
+    /// without a fraction or exponent become `.int`.
+    public init(parsing bytes: [UInt8]) throws {
+        self.init(try JSONDocument.parse(bytes))
+    }
+
+    init(_ node: JSONNode) {
+        switch node.value {
+        case .null: self = .null
+        case let .bool(b): self = .bool(b)
+        case let .number(t): self = Int(t).map(JSONValue.int) ?? .double(Double(t) ?? .nan)
+        case let .string(s): self = .string(s)
+        case let .array(a): self = .array(a.map(JSONValue.init))
+        case let .object(o): self = .object(o.map { ($0.key, JSONValue($0.value)) })
+        }
+    }
+}

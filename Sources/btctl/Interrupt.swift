@@ -128,16 +128,22 @@ enum Interrupt {
 enum StandardOutput {
     static func write(_ text: String) throws {
         var text = text
-        try text.withUTF8 { buf in
-            var off = 0
-            while off < buf.count {
-                let n = Glibc.write(1, buf.baseAddress! + off, buf.count - off)  // safe: off < count, so the buffer is non-empty
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw StandardOutputClosed()
-                }
-                off += n
+        try text.withUTF8 { try write($0) }
+    }
+
+    static func write(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBufferPointer { try write($0) }
+    }
+
+    static func write(_ buf: UnsafeBufferPointer<UInt8>) throws {
+        var off = 0
+        while off < buf.count {
+            let n = Glibc.write(1, buf.baseAddress! + off, buf.count - off)  // safe: off < count, so the buffer is non-empty
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StandardOutputClosed()
             }
+            off += n
         }
     }
 }

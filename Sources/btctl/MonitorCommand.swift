@@ -123,16 +123,10 @@ struct Monitor: AsyncParsableCommand {
                 if s.first == nil { s.first = r.timestampMicros }
                 guard !quiet, shows(r) else { return }
                 s.shown += 1
-                let f = s.decoder.decode(r, number: s.number, firstTimestamp: s.first ?? r.timestampMicros)
-                var out = ""
-                if json {
-                    f.json.render(into: &out)
-                    out += "\n"
-                } else {
-                    out = f.summary + "\n"
-                    if !brief { for d in f.details { out += "                          " + d + "\n" } }
-                }
-                try? StandardOutput.write(out)
+                var out = OutputBuffer(capacity: 1024)
+                s.decoder.write(r, number: s.number, firstTimestamp: s.first ?? r.timestampMicros,
+                                style: json ? .json : brief ? .brief : .text, into: &out)
+                try? StandardOutput.write(out.bytes)
             }
         }
     }

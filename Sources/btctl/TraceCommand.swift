@@ -30,29 +30,21 @@ struct Trace: AsyncParsableCommand {
 
         func run() async throws {
             var stream = try Trace.open(file)
-            let decoder = FrameDecoder(showKeys: showKeys)
+            var decoder = FrameDecoder(showKeys: showKeys)
             var first: Int64?
-            var out = ""
-            out.reserveCapacity(1 << 17)
+            var out = OutputBuffer(capacity: 1 << 17)
             var number = 0
             while let r = try stream.next() {
                 number += 1
-                let f = decoder.decode(r, number: number, firstTimestamp: first ?? r.timestampMicros)
                 if first == nil { first = r.timestampMicros }
-                if json {
-                    f.json.render(into: &out)
-                    out += "\n"
-                } else {
-                    out += f.summary + "\n"
-                    for d in f.details { out += "                          " + d + "\n" }
-                }
-                if out.utf8.count > 1 << 16 {
-                    try StandardOutput.write(out)
-                    out.removeAll(keepingCapacity: true)
+                decoder.write(r, number: number, firstTimestamp: first ?? r.timestampMicros, style: json ? .json : .text, into: &out)
+                if out.bytes.count > 1 << 16 {
+                    try StandardOutput.write(out.bytes)
+                    out.bytes.removeAll(keepingCapacity: true)
                 }
                 if Interrupt.requested { break }
             }
-            try StandardOutput.write(out)
+            try StandardOutput.write(out.bytes)
             if let damage = stream.damage {
                 throw CLIError("\(file): \(number) frames decoded, then the file is \(damage)")
             }

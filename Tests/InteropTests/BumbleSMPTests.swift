@@ -223,7 +223,8 @@ import Transports
     static func compareWithTshark(_ path: String) async throws {
         guard let tshark = try Interop.tshark() else { return }
         let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))
-        let ours = trace.records.enumerated().map { FrameDecoder(showKeys: true).decode($1, number: $0 + 1, firstTimestamp: 0).json }
+        var decoder = FrameDecoder(showKeys: true)
+        let ours = trace.records.enumerated().map { decoder.decode($1, number: $0 + 1, firstTimestamp: 0).json }
         let fields = ["frame.number", "btsmp.opcode", "btsmp.io_capability", "btsmp.max_enc_key_size", "btsmp.reason", "btsmp.long_term_key", "btsmp.bd_addr"]
         let out = try await Interop.run(tshark, ["-r", path, "-Y", "btsmp", "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })
         let rows = out.split(separator: "\n").map { $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init) }

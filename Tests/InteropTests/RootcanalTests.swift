@@ -207,7 +207,8 @@ enum Interop {
         guard let tshark = try Interop.tshark() else { return }
         let path = Interop.root + "/Fixtures/" + fixture
         let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))
-        let ours = trace.records.enumerated().map { FrameDecoder().decode($1, number: $0 + 1, firstTimestamp: 0).json }
+        var decoder = FrameDecoder()
+        let ours = trace.records.enumerated().map { decoder.decode($1, number: $0 + 1, firstTimestamp: 0).json }
         let fields = ["frame.number", "hci_h4.direction", "hci_h4.type", "bthci_cmd.opcode", "bthci_evt.code",
                       "bthci_evt.le_meta_subevent", "bthci_acl.chandle", "bthci_evt.bd_addr", "bthci_evt.rssi"]
         let out = try await Interop.run(tshark, ["-r", path, "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })

@@ -97,7 +97,8 @@ struct TraceFormatTests {
         w.writeBE(UInt64(0x8000_0000_0000_0001))
         let t = try TraceReader.read(TraceEncoder(.btsnoop(datalink: 1002)).header + w.bytes + body)
         #expect(t.records.count == 1)
-        let frame = FrameDecoder().decode(t.records[0], number: 1, firstTimestamp: Int64.max)
+        var d = FrameDecoder()
+        let frame = d.decode(t.records[0], number: 1, firstTimestamp: Int64.max)
         #expect(frame.summary.contains("Reset"))
         #expect(TraceEncoder(.btsnoop(datalink: 1002)).record(t.records[0]) != nil)
     }
@@ -161,7 +162,7 @@ struct TraceFormatTests {
     /// LE signaling is decoded to its fields (Vol 3, Part A, §4.22 and §4.24 here), and a
     /// frame on a dynamic CID is marked as a K-frame.
     @Test func leSignalingAndKFramesAreDecoded() {
-        let d = FrameDecoder()
+        var d = FrameDecoder()
         func acl(_ bytes: [UInt8]) -> TraceRecord {
             TraceRecord(timestampMicros: 0, packet: .acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable, data: bytes)), direction: .hostToController)
         }
@@ -179,7 +180,7 @@ struct TraceFormatTests {
     }
 
     @Test func frameDecoderJSONHasTheDocumentedKeys() throws {
-        let d = FrameDecoder()
+        var d = FrameDecoder()
         let report = HCIEvent.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: 0, addressType: .random, address: BluetoothAddress("C0:01:02:03:04:05")!, data: [2, 1, 6, 4, 9, 0x61, 0x62, 0x63], rssi: -70)])))
         let j = d.decode(TraceRecord(timestampMicros: 5, packet: report.packet, direction: .controllerToHost), number: 3, firstTimestamp: 0).json
         #expect(j["frame"] == .int(3))
@@ -214,7 +215,7 @@ struct SMPDecodeTests {
     static func frames(_ fixture: String, showKeys: Bool) throws -> [JSONValue] {
         let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
         let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: root + "/Fixtures/" + fixture))))
-        let d = FrameDecoder(showKeys: showKeys)
+        var d = FrameDecoder(showKeys: showKeys)
         return trace.records.enumerated().map { d.decode($1, number: $0 + 1, firstTimestamp: 0).json }
     }
 

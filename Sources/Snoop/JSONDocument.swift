@@ -8,8 +8,8 @@
 // stack overflow; a number is kept as its text and read as Double or Int on demand.
 
 /// A parsed JSON value and where it starts (1-based line and column, in characters).
-struct JSONNode: Sendable {
-    enum Value: Sendable {
+package struct JSONNode: Sendable {
+    package enum Value: Sendable {
         case null
         case bool(Bool)
         case number(String)
@@ -18,14 +18,14 @@ struct JSONNode: Sendable {
         /// Members in file order; keys are unique (a repeated key is a syntax error).
         case object([JSONMember])
     }
-    var value: Value
-    var line: Int
-    var column: Int
+    package var value: Value
+    package var line: Int
+    package var column: Int
 
-    var position: String { "\(line):\(column)" }
+    package var position: String { "\(line):\(column)" }
 
     /// The JSON type's name, for messages ("expected a string, found an array").
-    var kind: String {
+    package var kind: String {
         switch value {
         case .null: return "null"
         case .bool: return "a boolean"
@@ -38,22 +38,22 @@ struct JSONNode: Sendable {
 }
 
 /// An object's member, with where its key starts.
-struct JSONMember: Sendable {
-    var key: String
-    var line: Int
-    var column: Int
-    var value: JSONNode
+package struct JSONMember: Sendable {
+    package var key: String
+    package var line: Int
+    package var column: Int
+    package var value: JSONNode
 }
 
-struct JSONSyntaxError: Error, Equatable, CustomStringConvertible {
-    var line: Int
-    var column: Int
-    var message: String
-    var description: String { "\(line):\(column): \(message)" }
+package struct JSONSyntaxError: Error, Equatable, CustomStringConvertible {
+    package var line: Int
+    package var column: Int
+    package var message: String
+    package var description: String { "\(line):\(column): \(message)" }
 }
 
-struct JSONDocument {
-    static let maximumDepth = 256
+package struct JSONDocument {
+    package static let maximumDepth = 256
 
     private let bytes: [UInt8]
     private var index = 0
@@ -64,7 +64,7 @@ struct JSONDocument {
     private var continuations = 0
 
     /// Parses one JSON value filling the whole input (whitespace around it allowed).
-    static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> JSONNode {
+    package static func parse(_ bytes: [UInt8]) throws(JSONSyntaxError) -> JSONNode {
         var parser = JSONDocument(bytes: bytes)
         parser.skipWhitespace()
         let value = try parser.value(depth: 0)
@@ -285,61 +285,61 @@ struct JSONDocument {
 
 /// An error in a document that parsed, at the position of the value it is about:
 /// `line:column: path: message`.
-struct JSONSchemaError: Error, CustomStringConvertible {
-    var line: Int
-    var column: Int
-    var path: String
-    var message: String
-    init(_ node: JSONNode, _ path: String, _ message: String) {
+package struct JSONSchemaError: Error, CustomStringConvertible {
+    package var line: Int
+    package var column: Int
+    package var path: String
+    package var message: String
+    package init(_ node: JSONNode, _ path: String, _ message: String) {
         (line, column, self.path, self.message) = (node.line, node.column, path, message)
     }
-    init(key member: JSONMember, _ path: String, _ message: String) {
+    package init(key member: JSONMember, _ path: String, _ message: String) {
         (line, column, self.path, self.message) = (member.line, member.column, path, message)
     }
-    var description: String { "\(line):\(column): \(path.isEmpty ? "" : path + ": ")\(message)" }
+    package var description: String { "\(line):\(column): \(path.isEmpty ? "" : path + ": ")\(message)" }
 }
 
 /// An object member by member, with its JSON path: typed getters that name the path
 /// and position of a value of the wrong type, and a check that no unknown key is left.
-struct JSONObjectReader {
-    let node: JSONNode
-    let path: String
+package struct JSONObjectReader {
+    package let node: JSONNode
+    package let path: String
     private let members: [JSONMember]
 
-    init(_ node: JSONNode, path: String) throws(JSONSchemaError) {
+    package init(_ node: JSONNode, path: String) throws(JSONSchemaError) {
         guard case let .object(m) = node.value else { throw JSONSchemaError(node, path, "expected an object, found \(node.kind)") }
         (self.node, self.path, members) = (node, path, m)
     }
 
-    func member(_ key: String) -> JSONNode? { members.first { $0.key == key }?.value }
-    func path(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+    package func member(_ key: String) -> JSONNode? { members.first { $0.key == key }?.value }
+    package func path(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
 
     /// Refuses keys outside `allowed`, naming the first unknown one where it is.
-    func allowOnly(_ allowed: Set<String>) throws(JSONSchemaError) {
+    package func allowOnly(_ allowed: Set<String>) throws(JSONSchemaError) {
         for m in members where !allowed.contains(m.key) {
             throw JSONSchemaError(key: m, path, "unknown key '\(m.key)' (known: \(allowed.sorted().joined(separator: ", ")))")
         }
     }
 
-    func string(_ key: String) throws(JSONSchemaError) -> String? {
+    package func string(_ key: String) throws(JSONSchemaError) -> String? {
         guard let v = member(key) else { return nil }
         guard case let .string(s) = v.value else { throw JSONSchemaError(v, path(key), "expected a string, found \(v.kind)") }
         return s
     }
 
-    func requiredString(_ key: String) throws(JSONSchemaError) -> String {
+    package func requiredString(_ key: String) throws(JSONSchemaError) -> String {
         guard let s = try string(key) else { throw JSONSchemaError(node, path, "missing '\(key)'") }
         return s
     }
 
-    func bool(_ key: String) throws(JSONSchemaError) -> Bool? {
+    package func bool(_ key: String) throws(JSONSchemaError) -> Bool? {
         guard let v = member(key) else { return nil }
         guard case let .bool(b) = v.value else { throw JSONSchemaError(v, path(key), "expected true or false, found \(v.kind)") }
         return b
     }
 
     /// An integer within `range`.
-    func int(_ key: String, in range: ClosedRange<Int>) throws(JSONSchemaError) -> Int? {
+    package func int(_ key: String, in range: ClosedRange<Int>) throws(JSONSchemaError) -> Int? {
         guard let v = member(key) else { return nil }
         guard case let .number(text) = v.value, let i = Int(text), range.contains(i) else {
             throw JSONSchemaError(v, path(key), "expected an integer from \(range.lowerBound) to \(range.upperBound)")
@@ -347,14 +347,14 @@ struct JSONObjectReader {
         return i
     }
 
-    func array(_ key: String) throws(JSONSchemaError) -> [JSONNode]? {
+    package func array(_ key: String) throws(JSONSchemaError) -> [JSONNode]? {
         guard let v = member(key) else { return nil }
         guard case let .array(a) = v.value else { throw JSONSchemaError(v, path(key), "expected an array, found \(v.kind)") }
         return a
     }
 
     /// An array of strings, each with its node (for errors about one element).
-    func strings(_ key: String) throws(JSONSchemaError) -> [(String, JSONNode)]? {
+    package func strings(_ key: String) throws(JSONSchemaError) -> [(String, JSONNode)]? {
         guard let a = try array(key) else { return nil }
         var out: [(String, JSONNode)] = []
         for (i, e) in a.enumerated() {
