@@ -106,12 +106,12 @@ do {
     let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
     let t0 = ContinuousClock.now
     let trace = try TraceReader.read(bytes)
-    var out = OutputBuffer(capacity: 1 << 20)
+    let out = OutputBuffer(capacity: 1 << 20)
     var decoder = FrameDecoder()
-    for (i, r) in trace.records.enumerated() { decoder.write(r, number: i + 1, firstTimestamp: 0, style: .json, into: &out) }
+    for (i, r) in trace.records.enumerated() { decoder.write(r, number: i + 1, firstTimestamp: 0, style: .json, into: out) }
     let d = ContinuousClock.now - t0
     let s = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
-    print(label("in-process decode+JSON") + String(format: "%10.0f frames/s  (%.2f s, %d bytes of JSON)", Double(trace.records.count) / s, s, out.bytes.count))
+    print(label("in-process decode+JSON") + String(format: "%10.0f frames/s  (%.2f s, %d bytes of JSON)", Double(trace.records.count) / s, s, out.count))
 }
 
 var rows: [(String, Measurement)] = []

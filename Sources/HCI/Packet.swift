@@ -112,8 +112,20 @@ public enum HCIPacket: Hashable, Sendable {
 
     /// Decodes a complete packet body of the given type. The length field must match
     /// the body exactly.
+    /// The name errors carry (a literal: no String built per packet).
+    static func readerContext(_ type: HCIPacketType) -> String {
+        switch type {
+        case .command: return "HCI command packet"
+        case .event: return "HCI event packet"
+        case .acl: return "HCI ACL packet"
+        case .sco: return "HCI SCO packet"
+        case .iso: return "HCI ISO packet"
+        default: return "HCI packet"
+        }
+    }
+
     public init(type: HCIPacketType, body: [UInt8]) throws {
-        var r = ByteReader(body, context: "HCI \(type) packet")
+        var r = ByteReader(body, context: Self.readerContext(type))
         switch type {
         case .command:
             let opcode = HCIOpcode(rawValue: try r.readUInt16("opcode"))

@@ -39,34 +39,27 @@ public struct FrameDecoder: Sendable {
 
     /// Appends one record, printed in `style`, to `out`. `firstTimestamp` is the
     /// trace's first record's time (the text view shows seconds since then).
-    public mutating func write(_ record: TraceRecord, number: Int, firstTimestamp: Int64, style: Style, into out: inout OutputBuffer) {
+    public mutating func write(_ record: TraceRecord, number: Int, firstTimestamp: Int64, style: Style, into out: OutputBuffer) {
         switch style {
         case .json:
-            var sink = JSONFrameSink(out: take(&out), showKeys: showKeys)
+            var sink = JSONFrameSink(out: out.main, showKeys: showKeys)
             frame(record, number: number, firstTimestamp: firstTimestamp, into: &sink)
-            out = sink.out
+            out.main = sink.out
         case .text, .brief:
-            var sink = TextFrameSink(out: take(&out), showKeys: showKeys, brief: style == .brief)
+            var sink = TextFrameSink(out: out.main, details: out.side, showKeys: showKeys, brief: style == .brief)
             frame(record, number: number, firstTimestamp: firstTimestamp, into: &sink)
-            out = sink.out
+            (out.main, out.side) = (sink.out, sink.details)
         }
-    }
-
-    /// Moves the buffer out (so the sink holds the only reference and appends in place).
-    private func take(_ out: inout OutputBuffer) -> OutputBuffer {
-        let b = out
-        out = OutputBuffer(capacity: 0)
-        return b
     }
 
     /// One record as a JSON value, a summary line and detail lines (for tests and tools
     /// that inspect frames; `write` is the fast path).
     public mutating func decode(_ record: TraceRecord, number: Int, firstTimestamp: Int64) -> DecodedFrame {
         var scratch = self
-        var j = OutputBuffer(capacity: 1024)
-        scratch.write(record, number: number, firstTimestamp: firstTimestamp, style: .json, into: &j)
-        var t = OutputBuffer(capacity: 1024)
-        write(record, number: number, firstTimestamp: firstTimestamp, style: .text, into: &t)
+        let j = OutputBuffer(capacity: 1024)
+        scratch.write(record, number: number, firstTimestamp: firstTimestamp, style: .json, into: j)
+        let t = OutputBuffer(capacity: 1024)
+        write(record, number: number, firstTimestamp: firstTimestamp, style: .text, into: t)
         let json = (try? JSONValue(parsing: j.bytes)) ?? .null
         var lines = String(decoding: t.bytes, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
         if lines.last == "" { lines.removeLast() }
@@ -347,7 +340,7 @@ public struct FrameDecoder: Sendable {
         }
     }
 
-    static func addressRSSI(_ a: BluetoothAddress, _ t: AddressType, _ rssi: Int8, into o: inout OutputBuffer) {
+    static func addressRSSI(_ a: BluetoothAddress, _ t: AddressType, _ rssi: Int8, into o: inout OutputBytes) {
         o.put(" ")
         o.address(a)
         o.put(" (")
@@ -362,6 +355,7 @@ public struct FrameDecoder: Sendable {
     static func adMeaning(type: UInt8, _ data: ArraySlice<UInt8>) -> String? {
         func uuids(_ width: Int) -> String? {
             guard width > 0, data.count % width == 0 else { return nil }
+            if width == 2, data.count == 2 { return u16().flatMap { BluetoothUUID($0).name } }
             let names = stride(from: data.startIndex, to: data.endIndex, by: width).compactMap { i -> String? in
                 (try? BluetoothUUID(littleEndian: Array(data[i..<i + width])))?.name
             }
@@ -412,7 +406,8 @@ public struct FrameDecoder: Sendable {
             s.field("type", int: Int(t))
             s.field("name", string: name)
             if isText {
-                s.field("value", string: "\"" + String(decoding: value, as: UTF8.self) + "\"")
+                s.key("value")
+                s.quotedText(value)
             } else {
                 s.field("value", hex: value)
             }

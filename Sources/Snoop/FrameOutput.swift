@@ -6,115 +6,218 @@
 
 import HCI
 
-/// Output bytes, appended without intermediate Strings.
-public struct OutputBuffer: Sendable {
-    public var bytes: [UInt8] = []
+/// Where decoded frames accumulate: memory this object owns, written through
+/// `OutputBytes` while a frame is decoded; a caller hands the bytes to write(2) and
+/// empties it (`btctl trace show` does so every 64 KiB).
+public final class OutputBuffer {
+    var main: OutputBytes
+    /// The text view's detail lines of the frame being written.
+    var side: OutputBytes
 
-    public init(capacity: Int = 1 << 17) { bytes.reserveCapacity(capacity) }
-
-    @inline(__always) mutating func put(_ s: StaticString) {
-        s.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    public init(capacity: Int = 1 << 17) {
+        main = OutputBytes(capacity: capacity)
+        side = OutputBytes(capacity: 4096)
     }
 
-    @inline(__always) mutating func put(_ b: UInt8) { bytes.append(b) }
+    deinit {
+        main.free()
+        side.free()
+    }
+
+    public var count: Int { main.count }
+    public var isEmpty: Bool { main.count == 0 }
+
+    /// The bytes written so far.
+    public var bytes: [UInt8] { withBytes { Array($0) } }
+
+    public func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws -> R) rethrows -> R {
+        try body(UnsafeBufferPointer(start: main.base, count: main.count))
+    }
+
+    public func removeAll() { main.count = 0 }
+}
+
+/// A growable byte region with its own pointer arithmetic, bounds-checked by `reserve`
+/// before every write. Owned by an `OutputBuffer`; a sink holds it only while one frame
+/// is written and gives it back (it may have moved when it grew).
+struct OutputBytes {
+    private(set) var base: UnsafeMutablePointer<UInt8>
+    var count = 0
+    private(set) var capacity: Int
+
+    init(capacity: Int) {
+        self.capacity = Swift.max(capacity, 64)
+        base = .allocate(capacity: self.capacity)
+    }
+
+    func free() { base.deallocate() }
+
+    /// Room for `n` more bytes.
+    @inline(__always) mutating func reserve(_ n: Int) {
+        if capacity - count < n { grow(n) }
+    }
+
+    private mutating func grow(_ n: Int) {
+        var c = capacity
+        while c - count < n { c *= 2 }
+        let b = UnsafeMutablePointer<UInt8>.allocate(capacity: c)
+        b.update(from: base, count: count)
+        base.deallocate()
+        (base, capacity) = (b, c)
+    }
+
+    @inline(__always) mutating func put(_ b: UInt8) {
+        reserve(1)
+        base[count] = b
+        count += 1
+    }
+
+    mutating func put(_ p: UnsafeBufferPointer<UInt8>) {
+        guard let src = p.baseAddress, p.count > 0 else { return }
+        reserve(p.count)
+        if p.count <= 16 {
+            // Keys and punctuation: a loop beats a call to memmove.
+            for k in 0..<p.count { base[count + k] = src[k] }
+        } else {
+            (base + count).update(from: src, count: p.count)
+        }
+        count += p.count
+    }
+
+    @inline(__always) mutating func put(_ s: StaticString) {
+        s.withUTF8Buffer { put($0) }
+    }
 
     mutating func put(_ s: String) {
         var s = s
-        s.withUTF8 { bytes.append(contentsOf: $0) }
+        s.withUTF8 { put($0) }
     }
 
-    mutating func put(_ s: some Sequence<UInt8>) { bytes.append(contentsOf: s) }
+    mutating func put(_ s: some Collection<UInt8>) {
+        reserve(s.count)
+        for b in s {
+            base[count] = b
+            count += 1
+        }
+    }
+
+    mutating func put(_ other: OutputBytes) {
+        put(UnsafeBufferPointer(start: other.base, count: other.count))
+    }
 
     mutating func spaces(_ n: Int) {
-        for _ in 0..<Swift.max(0, n) { bytes.append(0x20) }
+        guard n > 0 else { return }
+        reserve(n)
+        (base + count).update(repeating: 0x20, count: n)
+        count += n
     }
 
     mutating func decimal(_ v: Int) {
         if v < 0 {
-            bytes.append(UInt8(ascii: "-"))
-            decimal(v.magnitude)
+            put(UInt8(ascii: "-"))
+            decimal(UInt64(v.magnitude))
         } else {
-            decimal(UInt(v))
+            decimal(UInt64(v))
         }
     }
 
-    mutating func decimal(_ v: UInt) { decimal(UInt64(v)) }
-
     mutating func decimal(_ v: UInt64) {
+        reserve(20)
         if v < 10 {
-            bytes.append(0x30 &+ UInt8(truncatingIfNeeded: v))
+            base[count] = 0x30 &+ UInt8(truncatingIfNeeded: v)
+            count += 1
             return
         }
-        var digits: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64,
-                     UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var n = 0
+        var digits = 0
         var x = v
-        withUnsafeMutableBytes(of: &digits) { d in
-            while x > 0 {
-                d[n] = 0x30 &+ UInt8(truncatingIfNeeded: x % 10)
-                x /= 10
-                n += 1
-            }
-            while n > 0 {
-                n -= 1
-                bytes.append(d[n])
-            }
+        while x > 0 { digits += 1; x /= 10 }
+        x = v
+        var i = count + digits
+        while x > 0 {
+            i -= 1
+            base[i] = 0x30 &+ UInt8(truncatingIfNeeded: x % 10)
+            x /= 10
         }
+        count += digits
     }
 
     /// `width` lowercase hex digits (more if the value needs them).
     mutating func hex(_ v: UInt64, width: Int) {
         var digits = 1
         while digits < 16, v >> (4 * UInt64(digits)) != 0 { digits += 1 }
-        for _ in digits..<Swift.max(digits, width) { bytes.append(0x30) }
-        var i = digits
-        while i > 0 {
-            i -= 1
-            bytes.append(Self.lower[Int((v >> (4 * UInt64(i))) & 0xF)])
+        let total = Swift.max(digits, Swift.min(width, 64))
+        reserve(total)
+        for k in 0..<total {
+            let shift = 4 * (total - 1 - k)
+            base[count + k] = shift < 64 ? Self.digit(UInt8(truncatingIfNeeded: (v >> UInt64(shift)) & 0xF)) : 0x30
         }
+        count += total
     }
 
-    static let lower: [UInt8] = Array("0123456789abcdef".utf8)
-    static let upper: [UInt8] = Array("0123456789ABCDEF".utf8)
+    @inline(__always) static func digit(_ n: UInt8) -> UInt8 { n < 10 ? 0x30 &+ n : 0x57 &+ n }
+    @inline(__always) static func upperDigit(_ n: UInt8) -> UInt8 { n < 10 ? 0x30 &+ n : 0x37 &+ n }
 
     /// Bytes as lowercase hex, no separators (`[UInt8].hexString`).
     mutating func hexBytes(_ b: some Collection<UInt8>) {
-        bytes.reserveCapacity(bytes.count + 2 * b.count)
+        reserve(2 * b.count)
         for x in b {
-            bytes.append(Self.lower[Int(x >> 4)])
-            bytes.append(Self.lower[Int(x & 0xF)])
+            base[count] = Self.digit(x >> 4)
+            base[count + 1] = Self.digit(x & 0xF)
+            count += 2
         }
     }
 
     /// A Bluetooth address as written: most significant octet first, uppercase, colons.
     mutating func address(_ a: BluetoothAddress) {
+        let b = a.bytes
+        reserve(3 * b.count)
         var first = true
-        for x in a.bytes.reversed() {
-            if !first { bytes.append(UInt8(ascii: ":")) }
+        for x in b.reversed() {
+            if !first { base[count] = UInt8(ascii: ":"); count += 1 }
             first = false
-            bytes.append(Self.upper[Int(x >> 4)])
-            bytes.append(Self.upper[Int(x & 0xF)])
+            base[count] = Self.upperDigit(x >> 4)
+            base[count + 1] = Self.upperDigit(x & 0xF)
+            count += 2
         }
     }
 
     /// Seconds with six decimals from microseconds ("-0.000001" for negative values).
     mutating func seconds(_ micros: Int64) {
-        if micros < 0 { bytes.append(UInt8(ascii: "-")) }
+        if micros < 0 { put(UInt8(ascii: "-")) }
         let m = micros.magnitude
         decimal(m / 1_000_000)
-        bytes.append(UInt8(ascii: "."))
-        let f = m % 1_000_000
-        var scale: UInt64 = 100_000
-        while scale > 0 {
-            bytes.append(0x30 &+ UInt8(truncatingIfNeeded: (f / scale) % 10))
-            scale /= 10
+        reserve(7)
+        base[count] = UInt8(ascii: ".")
+        var f = m % 1_000_000
+        for k in stride(from: 6, to: 0, by: -1) {
+            base[count + k] = 0x30 &+ UInt8(truncatingIfNeeded: f % 10)
+            f /= 10
         }
+        count += 7
     }
 
     /// A JSON string literal of UTF-8 text (quotes, backslash and control characters escaped).
-    mutating func jsonString(utf8 s: some Collection<UInt8>) {
-        bytes.append(UInt8(ascii: "\""))
+    mutating func jsonString(utf8 s: UnsafeBufferPointer<UInt8>) {
+        put(UInt8(ascii: "\""))
+        jsonEscaped(utf8: s)
+        put(UInt8(ascii: "\""))
+    }
+
+    /// `"text"` (with its quotes) as a JSON string: `"\"text\""`.
+    mutating func jsonQuotedText(utf8 s: UnsafeBufferPointer<UInt8>) {
+        put("\"\\\"")
+        jsonEscaped(utf8: s)
+        put("\\\"\"")
+    }
+
+    /// The inside of a JSON string: text copied in one piece unless it needs escapes.
+    mutating func jsonEscaped(utf8 s: UnsafeBufferPointer<UInt8>) {
+        var plain = true
+        for b in s where b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { plain = false; break }
+        if plain {
+            put(s)
+            return
+        }
         for b in s {
             switch b {
             case UInt8(ascii: "\""): put("\\\"")
@@ -124,12 +227,11 @@ public struct OutputBuffer: Sendable {
             case 0x09: put("\\t")
             case 0..<0x20:
                 put("\\u00")
-                bytes.append(Self.lower[Int(b >> 4)])
-                bytes.append(Self.lower[Int(b & 0xF)])
-            default: bytes.append(b)
+                put(Self.digit(b >> 4))
+                put(Self.digit(b & 0xF))
+            default: put(b)
             }
         }
-        bytes.append(UInt8(ascii: "\""))
     }
 
     mutating func jsonString(_ s: String) {
@@ -196,8 +298,12 @@ protocol FrameSink: FieldVisitor {
     mutating func string(_ s: String)
     mutating func beginParams()
     mutating func endParams()
-    mutating func summary(_ body: (inout OutputBuffer) -> Void)
-    mutating func detail(_ body: (inout OutputBuffer) -> Void)
+    /// Bytes as a hex string value (never redacted).
+    mutating func hex(slice: ArraySlice<UInt8>)
+    /// UTF-8 text shown in double quotes (a local name): the value is the quoted text.
+    mutating func quotedText(_ utf8: ArraySlice<UInt8>)
+    mutating func summary(_ body: (inout OutputBytes) -> Void)
+    mutating func detail(_ body: (inout OutputBytes) -> Void)
 }
 
 extension FrameSink {
@@ -205,12 +311,8 @@ extension FrameSink {
     mutating func field(_ k: StaticString, _ s: StaticString) { key(k); string(s) }
     mutating func field(_ k: StaticString, string s: String) { key(k); string(s) }
     mutating func field(_ k: StaticString, bool b: Bool) { key(k); bool(b) }
-    mutating func field(_ k: StaticString, hex b: some Collection<UInt8>) {
-        key(k)
-        var h = OutputBuffer(capacity: 2 * b.count)
-        h.hexBytes(b)
-        string(String(decoding: h.bytes, as: UTF8.self))
-    }
+    mutating func field(_ k: StaticString, hex b: [UInt8]) { key(k); hex(slice: b[...]) }
+    mutating func field(_ k: StaticString, hex b: ArraySlice<UInt8>) { key(k); hex(slice: b) }
 }
 
 /// Whether `name` is a parameter that holds a long-term key.
@@ -220,12 +322,12 @@ func isKeyParameter(_ name: StaticString) -> Bool {
 
 /// One JSON object per frame, one per line.
 struct JSONFrameSink: FrameSink {
-    var out: OutputBuffer
+    var out: OutputBytes
     let showKeys: Bool
     private var nesting = Nesting()
     private var redactNext = false
 
-    init(out: OutputBuffer, showKeys: Bool) { (self.out, self.showKeys) = (out, showKeys) }
+    init(out: OutputBytes, showKeys: Bool) { (self.out, self.showKeys) = (out, showKeys) }
 
     mutating func begin(number: Int, timestampMicros: Int64, relative: Int64, direction: TraceRecord.Direction, index: UInt16?) {
         nesting = Nesting()
@@ -289,24 +391,41 @@ struct JSONFrameSink: FrameSink {
         out.hexBytes(b)
         out.put(UInt8(ascii: "\""))
     }
+    mutating func quotedText(_ utf8: ArraySlice<UInt8>) {
+        startValue()
+        if utf8.allSatisfy({ $0 < 0x80 }) {
+            utf8.withUnsafeBufferPointer { out.jsonQuotedText(utf8: $0) }
+        } else {
+            // Not plain ASCII: decoding repairs invalid UTF-8 (U+FFFD), so the JSON stays valid.
+            var text = String(decoding: utf8, as: UTF8.self)
+            text.withUTF8 { out.jsonQuotedText(utf8: $0) }
+        }
+    }
+    mutating func hex(slice b: ArraySlice<UInt8>) {
+        startValue()
+        out.put(UInt8(ascii: "\""))
+        out.hexBytes(b)
+        out.put(UInt8(ascii: "\""))
+    }
     mutating func beginObject() { startValue(); out.put(UInt8(ascii: "{")); nesting.push() }
     mutating func endObject() { out.put(UInt8(ascii: "}")); nesting.pop() }
     mutating func beginArray() { startValue(); out.put(UInt8(ascii: "[")); nesting.push() }
     mutating func endArray() { out.put(UInt8(ascii: "]")); nesting.pop() }
     mutating func beginParams() { key("params"); beginObject() }
     mutating func endParams() { endObject() }
-    mutating func summary(_ body: (inout OutputBuffer) -> Void) {}
-    mutating func detail(_ body: (inout OutputBuffer) -> Void) {}
+    mutating func summary(_ body: (inout OutputBytes) -> Void) {}
+    mutating func detail(_ body: (inout OutputBytes) -> Void) {}
 }
 
 /// The text view: `#N  seconds  dir  summary`, then one indented line per detail
 /// (parameters as `name: value`, nested values as `{k=v, ...}` and `[a, b]`).
 struct TextFrameSink: FrameSink {
-    var out: OutputBuffer
+    var out: OutputBytes
+    /// The frame's detail lines, printed after its summary.
+    var details: OutputBytes
     let showKeys: Bool
     /// Summary lines only (`btctl monitor --brief`).
     let brief: Bool
-    private var details = OutputBuffer(capacity: 4096)
     private var nesting = Nesting()
     private var inParams = false
     private var lineOpen = false
@@ -314,14 +433,16 @@ struct TextFrameSink: FrameSink {
 
     static let indent = 26
 
-    init(out: OutputBuffer, showKeys: Bool, brief: Bool = false) { (self.out, self.showKeys, self.brief) = (out, showKeys, brief) }
+    init(out: OutputBytes, details: OutputBytes, showKeys: Bool, brief: Bool = false) {
+        (self.out, self.details, self.showKeys, self.brief) = (out, details, showKeys, brief)
+    }
 
     mutating func begin(number: Int, timestampMicros: Int64, relative: Int64, direction: TraceRecord.Direction, index: UInt16?) {
-        details.bytes.removeAll(keepingCapacity: true)
-        let start = out.bytes.count
+        details.count = 0
+        let start = out.count
         out.put(UInt8(ascii: "#"))
         out.decimal(number)
-        out.spaces(7 - (out.bytes.count - start))
+        out.spaces(7 - (out.count - start))
         out.put(UInt8(ascii: " "))
         out.seconds(relative)
         out.put("  ")
@@ -335,12 +456,12 @@ struct TextFrameSink: FrameSink {
 
     mutating func end() {
         out.put(UInt8(ascii: "\n"))
-        if !brief { out.put(details.bytes) }
+        if !brief { out.put(details) }
     }
 
-    mutating func summary(_ body: (inout OutputBuffer) -> Void) { body(&out) }
+    mutating func summary(_ body: (inout OutputBytes) -> Void) { body(&out) }
 
-    mutating func detail(_ body: (inout OutputBuffer) -> Void) {
+    mutating func detail(_ body: (inout OutputBytes) -> Void) {
         guard !brief else { return }
         details.spaces(Self.indent)
         body(&details)
@@ -407,6 +528,13 @@ struct TextFrameSink: FrameSink {
         } else {
             details.hexBytes(b)
         }
+    }
+    mutating func hex(slice b: ArraySlice<UInt8>) { if startValue() { details.hexBytes(b) } }
+    mutating func quotedText(_ utf8: ArraySlice<UInt8>) {
+        guard startValue() else { return }
+        details.put(UInt8(ascii: "\""))
+        details.put(String(decoding: utf8, as: UTF8.self))
+        details.put(UInt8(ascii: "\""))
     }
     mutating func beginObject() { if startValue() { details.put(UInt8(ascii: "{")); nesting.push() } }
     mutating func endObject() { if inParams { details.put(UInt8(ascii: "}")); nesting.pop() } }

@@ -123,10 +123,10 @@ struct Monitor: AsyncParsableCommand {
                 if s.first == nil { s.first = r.timestampMicros }
                 guard !quiet, shows(r) else { return }
                 s.shown += 1
-                var out = OutputBuffer(capacity: 1024)
+                let out = OutputBuffer(capacity: 1024)
                 s.decoder.write(r, number: s.number, firstTimestamp: s.first ?? r.timestampMicros,
-                                style: json ? .json : brief ? .brief : .text, into: &out)
-                try? StandardOutput.write(out.bytes)
+                                style: json ? .json : brief ? .brief : .text, into: out)
+                try? out.withBytes(StandardOutput.write)
             }
         }
     }

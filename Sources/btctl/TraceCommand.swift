@@ -32,19 +32,20 @@ struct Trace: AsyncParsableCommand {
             var stream = try Trace.open(file)
             var decoder = FrameDecoder(showKeys: showKeys)
             var first: Int64?
-            var out = OutputBuffer(capacity: 1 << 17)
+            let out = OutputBuffer(capacity: 1 << 17)
             var number = 0
+            let style: FrameDecoder.Style = json ? .json : .text  // read the flag once, not per frame
             while let r = try stream.next() {
                 number += 1
                 if first == nil { first = r.timestampMicros }
-                decoder.write(r, number: number, firstTimestamp: first ?? r.timestampMicros, style: json ? .json : .text, into: &out)
-                if out.bytes.count > 1 << 16 {
-                    try StandardOutput.write(out.bytes)
-                    out.bytes.removeAll(keepingCapacity: true)
+                decoder.write(r, number: number, firstTimestamp: first ?? r.timestampMicros, style: style, into: out)
+                if out.count > 1 << 16 {
+                    try out.withBytes(StandardOutput.write)
+                    out.removeAll()
                 }
                 if Interrupt.requested { break }
             }
-            try StandardOutput.write(out.bytes)
+            try out.withBytes(StandardOutput.write)
             if let damage = stream.damage {
                 throw CLIError("\(file): \(number) frames decoded, then the file is \(damage)")
             }
