@@ -128,18 +128,38 @@ struct OutputBytes {
             count += 1
             return
         }
-        var digits = 0
+        var digits = 2
+        while digits < 20, v >= Self.powersOfTen[digits] { digits += 1 }
         var x = v
-        while x > 0 { digits += 1; x /= 10 }
-        x = v
         var i = count + digits
-        while x > 0 {
-            i -= 1
-            base[i] = 0x30 &+ UInt8(truncatingIfNeeded: x % 10)
-            x /= 10
+        // Two digits per division.
+        while x >= 100 {
+            let pair = Int(x % 100) * 2
+            x /= 100
+            i -= 2
+            base[i] = Self.digitPairs[pair]
+            base[i + 1] = Self.digitPairs[pair + 1]
+        }
+        if x >= 10 {
+            let pair = Int(x) * 2
+            base[i - 2] = Self.digitPairs[pair]
+            base[i - 1] = Self.digitPairs[pair + 1]
+        } else {
+            base[i - 1] = 0x30 &+ UInt8(truncatingIfNeeded: x)
         }
         count += digits
     }
+
+    static let powersOfTen: [UInt64] = (0..<20).map { (0..<$0).reduce(UInt64(1)) { a, _ in a &* 10 } }
+    static let digitPairs: [UInt8] = {
+        var d: [UInt8] = []
+        for n in 0..<100 {
+            let tens = UInt8(n / 10), ones = UInt8(n % 10)
+            d.append(0x30 + tens)
+            d.append(0x30 + ones)
+        }
+        return d
+    }()
 
     /// `width` lowercase hex digits (more if the value needs them).
     mutating func hex(_ v: UInt64, width: Int) {
@@ -210,15 +230,19 @@ struct OutputBytes {
         put("\\\"\"")
     }
 
-    /// The inside of a JSON string: text copied in one piece unless it needs escapes.
+    /// The inside of a JSON string: bytes copied as they are until one needs an escape.
     mutating func jsonEscaped(utf8 s: UnsafeBufferPointer<UInt8>) {
-        var plain = true
-        for b in s where b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { plain = false; break }
-        if plain {
-            put(s)
-            return
+        reserve(s.count)
+        var k = 0
+        while k < s.count {
+            let b = s[k]
+            if b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { break }
+            base[count + k] = b
+            k += 1
         }
-        for b in s {
+        count += k
+        while k < s.count {
+            let b = s[k]
             switch b {
             case UInt8(ascii: "\""): put("\\\"")
             case UInt8(ascii: "\\"): put("\\\\")
@@ -231,7 +255,30 @@ struct OutputBytes {
                 put(Self.digit(b & 0xF))
             default: put(b)
             }
+            k += 1
         }
+    }
+
+    /// `,"name":` (the comma when `separator`) for a key known to need no escapes.
+    @inline(__always) mutating func jsonKey(_ name: StaticString, separator: Bool) {
+        guard name.hasPointerRepresentation else {
+            // A one-scalar literal ("x") is stored as the scalar, not as UTF-8 bytes.
+            if separator { put(UInt8(ascii: ",")) }
+            put(UInt8(ascii: "\""))
+            put(name)
+            put("\":")
+            return
+        }
+        let n = name.utf8CodeUnitCount
+        reserve(n + 4)
+        var i = count
+        if separator { base[i] = UInt8(ascii: ","); i += 1 }
+        base[i] = UInt8(ascii: "\"")
+        (base + i + 1).update(from: name.utf8Start, count: n)
+        i += n + 1
+        base[i] = UInt8(ascii: "\"")
+        base[i + 1] = UInt8(ascii: ":")
+        count = i + 2
     }
 
     mutating func jsonString(_ s: String) {
@@ -316,7 +363,7 @@ extension FrameSink {
 }
 
 /// Whether `name` is a parameter that holds a long-term key.
-func isKeyParameter(_ name: StaticString) -> Bool {
+@inline(__always) func isKeyParameter(_ name: StaticString) -> Bool {
     name.utf8CodeUnitCount == 11 && name.withUTF8Buffer { $0.elementsEqual("longTermKey".utf8) }
 }
 
@@ -351,10 +398,7 @@ struct JSONFrameSink: FrameSink {
     private mutating func startValue() { if nesting.value() { out.put(UInt8(ascii: ",")) } }
 
     mutating func key(_ name: StaticString) {
-        if nesting.key() { out.put(UInt8(ascii: ",")) }
-        out.put(UInt8(ascii: "\""))
-        out.put(name)
-        out.put("\":")
+        out.jsonKey(name, separator: nesting.key())
         redactNext = !showKeys && isKeyParameter(name)
     }
 

@@ -217,9 +217,15 @@ struct TraceParser: Sendable {
             guard included <= 65_535 + 64, UInt32(included) <= original || original == 0 else {
                 return .damage("impossible record length \(included) (original \(original))")
             }
-            guard let data = try? r.readBytes(included) else {
+            guard r.remaining >= included else {
                 return atEnd ? .damage("truncated record: \(included) bytes announced, \(available - 24) present") : .needMore
             }
+            if datalink == TraceFormat.btsnoopH4, included > 0, let type = try? r.readUInt8(), let body = try? r.readBytes(included - 1) {
+                // H4: the packet indicator, then the body copied once.
+                return .record(TraceRecord(timestampMicros: ts, direction: flags & 1 != 0 ? .controllerToHost : .hostToController,
+                                           content: TraceRecord.content(type: HCIPacketType(rawValue: type), body: body)), consumed: 24 + included)
+            }
+            let data = (try? r.readBytes(included)) ?? []
             return .record(TraceReader.btsnoopRecord(datalink: datalink, flags: flags, data: data, ts: ts), consumed: 24 + included)
         case .pcap:
             guard available >= 16 else { return atEnd ? .damage("truncated record header: \(available) of 16 bytes") : .needMore }
