@@ -1,22 +1,27 @@
-// Decode benchmark: frames per second for `btctl trace show --json` over a large
-// capture, with tshark decoding the same file in the same run as the reference.
+// Decode benchmark: frames per second for `btctl trace show` (text and --json) over a
+// large mixed capture, with tshark decoding the same file in the same run as the
+// reference: its full dissection (-V), its JSON (-T json) and its summary lines.
 //
-//   swift build -c release --product btctl --product DecodeBenchmark
-//   .build/release/DecodeBenchmark [--frames N] [--runs R] [--btctl PATH] [--tshark PATH]
+//   swift build -c release --product btctl
+//   swift build -c release --product DecodeBenchmark
+//   .build/release/DecodeBenchmark [--frames N] [--runs R] [--btctl PATH] [--tshark PATH] [--keep PATH]
 //
-// The capture mixes what a scanning, connected LE host sees: advertising reports
-// (with AD structures), commands and their Command Complete, ACL data carrying ATT,
-// and Number Of Completed Packets. Wall time and child CPU time are measured per run;
-// the median run is reported.
+// The capture mixes what a scanning, connected LE host sees: legacy and extended
+// advertising reports (with AD structures), commands with Command Complete and Command
+// Status, ATT over the fixed channel and over an EATT channel (opened by Credit Based
+// Connection Request/Response at the start), L2CAP signaling, SMP pairing PDUs,
+// connection updates and Number Of Completed Packets. Wall time and child CPU time are
+// measured per run; the median run is reported.
 
 import Foundation
 import HCI
 import Snoop
+import SMP
 #if canImport(Glibc)
 import Glibc
 #endif
 
-var frames = 200_000
+var frames = 500_000
 var runs = 3
 var btctl = ".build/release/btctl"
 var tshark = "/usr/bin/tshark"
@@ -30,7 +35,7 @@ while let a = args.next() {
     case "--tshark": tshark = args.next() ?? tshark
     case "--keep": keep = args.next()
     default:
-        FileHandle.standardError.write(Data("usage: DecodeBenchmark [--frames N] [--runs R] [--btctl PATH] [--tshark PATH]\n".utf8))
+        FileHandle.standardError.write(Data("usage: DecodeBenchmark [--frames N] [--runs R] [--btctl PATH] [--tshark PATH] [--keep PATH]\n".utf8))
         exit(2)
     }
 }
@@ -48,22 +53,51 @@ func makeCapture(path: String, frames: Int) throws {
         writer.write(TraceRecord(timestampMicros: ts, packet: p, direction: d))
         i += 1
     }
+    func acl(_ l2cap: [UInt8], cid: UInt16, _ d: TraceRecord.Direction) {
+        let len = UInt16(l2cap.count)
+        put(.acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable, data: [UInt8(len & 0xFF), UInt8(len >> 8), UInt8(cid & 0xFF), UInt8(cid >> 8)] + l2cap)), d)
+    }
+    // EATT: Credit Based Connection Request (SPSM 0x0027, MTU 512, MPS 247, 10 credits, SCIDs 0x0040/0x0041)
+    // and its response (DCIDs 0x0050/0x0051), so K-frames on those CIDs decode as ATT.
+    acl([0x17, 1, 12, 0, 0x27, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0x40, 0, 0x41, 0], cid: 5, .hostToController)
+    acl([0x18, 1, 12, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0, 0, 0x50, 0, 0x51, 0], cid: 5, .controllerToHost)
+    let smp: [[UInt8]] = [
+        SMPPDU.pairingRequest(PairingFeatures(ioCapability: .keyboardDisplay, authentication: [.bonding, .mitm, .secureConnections],
+                                              initiatorKeys: [.encryptionKey, .identityKey], responderKeys: [.encryptionKey, .identityKey])).bytes,
+        SMPPDU.pairingConfirm(Array(repeating: 0x5A, count: 16)).bytes,
+        SMPPDU.pairingRandom(Array(repeating: 0xA5, count: 16)).bytes,
+        SMPPDU.pairingFailed(.confirmValueFailed).bytes,
+    ]
+    var cycle = 0
     while i < frames {
-        switch i % 10 {
-        case 0, 1, 2, 3:
+        switch i % 20 {
+        case 0...7:
             put(HCIEvent.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: 0, addressType: .random, address: peer, data: ad, rssi: -60)]))).packet, .controllerToHost)
-        case 4:
-            put(ReadRSSI(connectionHandle: 0x40).packet, .hostToController)
-        case 5:
-            put(HCIEvent.commandComplete(CommandComplete(commandOpcode: .readRSSI, returning: ReadRSSI.ReturnParameters(connectionHandle: 0x40, rssi: -55))).packet, .controllerToHost)
-        case 6:
-            put(.acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable, data: [3, 0, 4, 0, 0x0A, 0x2A, 0x00])), .hostToController)
-        case 7:
-            put(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: [9, 0, 4, 0, 0x0B] + Array("fire!!!!".utf8))), .controllerToHost)
         case 8:
+            put(HCIEvent.le(.extendedAdvertisingReport(LEExtendedAdvertisingReport(reports: [.init(eventType: 0x13, addressType: .random, address: peer, rssi: -58, data: ad)]))).packet, .controllerToHost)
+        case 9:
+            put(ReadRSSI(connectionHandle: 0x40).packet, .hostToController)
+        case 10:
+            put(HCIEvent.commandComplete(CommandComplete(commandOpcode: .readRSSI, returning: ReadRSSI.ReturnParameters(connectionHandle: 0x40, rssi: -55))).packet, .controllerToHost)
+        case 11:
+            acl([0x0A, 0x2A, 0x00], cid: 4, .hostToController)
+        case 12:
+            acl([0x0B] + Array("fire!!!!".utf8), cid: 4, .controllerToHost)
+        case 13:
+            acl([0x1B, 0x2A, 0x00, 0x01], cid: 4, .controllerToHost)
+        case 14:
             put(HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 0x40, numCompletedPackets: 1)])).packet, .controllerToHost)
+        case 15:
+            acl([0x16, UInt8(truncatingIfNeeded: cycle), 4, 0, 0x50, 0, 1, 0], cid: 5, .controllerToHost)  // Flow Control Credit Indication
+        case 16:
+            acl([5, 0, 0x1B, 0x2C, 0x00, 0x42, 0x43], cid: 0x0040, .controllerToHost)  // EATT K-frame: SDU length 5, a notification
+        case 17:
+            acl(smp[cycle % smp.count], cid: 6, cycle % 2 == 0 ? .hostToController : .controllerToHost)
+        case 18:
+            put(HCIEvent.commandStatus(CommandStatus(status: .success, commandOpcode: .leCreateConnection)).packet, .controllerToHost)
         default:
-            put(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: [5, 0, 4, 0, 0x1B, 0x2A, 0x00, 0x01])), .controllerToHost)
+            put(HCIEvent.le(.connectionUpdateComplete(LEConnectionUpdateComplete(connectionHandle: 0x40, connectionInterval: 24, peripheralLatency: 0, supervisionTimeout: 500))).packet, .controllerToHost)
+            cycle += 1
         }
     }
 }
@@ -99,28 +133,17 @@ let path = keep ?? FileManager.default.temporaryDirectory.appendingPathComponent
 defer { if keep == nil { try? FileManager.default.removeItem(atPath: path) } }
 try makeCapture(path: path, frames: frames)
 let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
-print("capture: \(frames) frames, \(size / 1024) KiB (btsnoop 1002): adv reports, commands, ACL/ATT, NOCP")
-
-// In-process: decode + JSON render, the work `trace show --json` does, without process start-up.
-do {
-    let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
-    let t0 = ContinuousClock.now
-    let trace = try TraceReader.read(bytes)
-    let out = OutputBuffer(capacity: 1 << 20)
-    var decoder = FrameDecoder()
-    for (i, r) in trace.records.enumerated() { decoder.write(r, number: i + 1, firstTimestamp: 0, style: .json, into: out) }
-    let d = ContinuousClock.now - t0
-    let s = Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
-    print(label("in-process decode+JSON") + String(format: "%10.0f frames/s  (%.2f s, %d bytes of JSON)", Double(trace.records.count) / s, s, out.count))
-}
+print("capture: \(frames) frames, \(size / 1024) KiB (btsnoop 1002): adv and extended adv reports, commands, ATT on CID 4 and EATT, signaling, SMP, NOCP")
 
 var rows: [(String, Measurement)] = []
 if FileManager.default.isExecutableFile(atPath: btctl) {
     rows.append(("btctl trace show --json", median(try (0..<runs).map { _ in try measure(btctl, ["trace", "show", "--json", path]) })))
+    rows.append(("btctl trace show (text)", median(try (0..<runs).map { _ in try measure(btctl, ["trace", "show", path]) })))
 } else {
     print("btctl not found at \(btctl): build it with `swift build -c release --product btctl`")
 }
 if FileManager.default.isExecutableFile(atPath: tshark) {
+    rows.append(("tshark -V (full dissection)", median(try (0..<runs).map { _ in try measure(tshark, ["-r", path, "-V"]) })))
     rows.append(("tshark -T json", median(try (0..<runs).map { _ in try measure(tshark, ["-r", path, "-T", "json"]) })))
     rows.append(("tshark (summary lines)", median(try (0..<runs).map { _ in try measure(tshark, ["-r", path]) })))
 } else {
@@ -129,6 +152,11 @@ if FileManager.default.isExecutableFile(atPath: tshark) {
 for (name, m) in rows {
     print(label(name) + String(format: "%10.0f frames/s  (wall %.2f s, cpu %.2f s, median of %d)", Double(frames) / m.wall, m.wall, m.cpu, runs))
 }
-if rows.count >= 2 {
-    print(String(format: "btctl vs tshark -T json: %.1fx the frames per second", rows[1].1.wall / rows[0].1.wall))
+let measured = rows
+func wall(_ name: String) -> Double? { measured.first { $0.0 == name }?.1.wall }
+if let full = wall("tshark -V (full dissection)"), let tjson = wall("tshark -T json") {
+    for ours in ["btctl trace show --json", "btctl trace show (text)"] {
+        guard let w = wall(ours) else { continue }
+        print(ours + String(format: ": %.1fx the frames per second of tshark -V, %.1fx of tshark -T json", full / w, tjson / w))
+    }
 }

@@ -54,7 +54,10 @@ public struct ADStructure: Hashable, Sendable {
     }
 
     /// The Assigned Numbers name of AD type `type`, or nil if not known here.
-    public static func typeName(_ type: UInt8) -> String? { names[type] }
+    public static func typeName(_ type: UInt8) -> String? { nameTable[Int(type)] }
+
+    /// `names` indexed by type (a decoder looks a name up per AD structure).
+    static let nameTable: [String?] = (0..<256).map { names[UInt8($0)] }
 
     /// Encodes structures back to bytes (length, type, data each).
     public static func encode(_ structures: [ADStructure]) -> [UInt8] {

@@ -56,80 +56,80 @@ public struct ByteReader: Sendable {
     public var remaining: Int { end - offset }
     public var isAtEnd: Bool { offset >= end }
 
-    mutating func take(_ count: Int, _ what: String) throws -> Int {
+    mutating func take(_ count: Int, _ what: @autoclosure () -> String) throws -> Int {
         guard count >= 0, end - offset >= count else {
             throw DecodeError.truncated(
-                what: "\(context): \(what)", offset: offset, needed: count, available: Swift.max(0, end - offset))
+                what: "\(context): \(what())", offset: offset, needed: count, available: Swift.max(0, end - offset))
         }
         let start = offset
         offset += count
         return start
     }
 
-    public mutating func readUInt8(_ what: String = "UInt8") throws -> UInt8 {
-        storage[try take(1, what)]
+    public mutating func readUInt8(_ what: @autoclosure () -> String = "UInt8") throws -> UInt8 {
+        storage[try take(1, what())]
     }
 
-    public mutating func readInt8(_ what: String = "Int8") throws -> Int8 {
-        Int8(bitPattern: try readUInt8(what))
+    public mutating func readInt8(_ what: @autoclosure () -> String = "Int8") throws -> Int8 {
+        Int8(bitPattern: try readUInt8(what()))
     }
 
-    public mutating func readUInt16(_ what: String = "UInt16") throws -> UInt16 {
-        let i = try take(2, what)
+    public mutating func readUInt16(_ what: @autoclosure () -> String = "UInt16") throws -> UInt16 {
+        let i = try take(2, what())
         return UInt16(storage[i]) | UInt16(storage[i + 1]) << 8
     }
 
-    public mutating func readUInt24(_ what: String = "UInt24") throws -> UInt32 {
-        let i = try take(3, what)
+    public mutating func readUInt24(_ what: @autoclosure () -> String = "UInt24") throws -> UInt32 {
+        let i = try take(3, what())
         return UInt32(storage[i]) | UInt32(storage[i + 1]) << 8 | UInt32(storage[i + 2]) << 16
     }
 
-    public mutating func readUInt32(_ what: String = "UInt32") throws -> UInt32 {
-        let i = try take(4, what)
+    public mutating func readUInt32(_ what: @autoclosure () -> String = "UInt32") throws -> UInt32 {
+        let i = try take(4, what())
         var v: UInt32 = 0
         for k in 0..<4 { v |= UInt32(storage[i + k]) << (8 * k) }
         return v
     }
 
-    public mutating func readUInt64(_ what: String = "UInt64") throws -> UInt64 {
-        let i = try take(8, what)
+    public mutating func readUInt64(_ what: @autoclosure () -> String = "UInt64") throws -> UInt64 {
+        let i = try take(8, what())
         var v: UInt64 = 0
         for k in 0..<8 { v |= UInt64(storage[i + k]) << (8 * k) }
         return v
     }
 
-    public mutating func readUInt16BE(_ what: String = "UInt16") throws -> UInt16 {
-        let i = try take(2, what)
+    public mutating func readUInt16BE(_ what: @autoclosure () -> String = "UInt16") throws -> UInt16 {
+        let i = try take(2, what())
         return UInt16(storage[i]) << 8 | UInt16(storage[i + 1])
     }
 
-    public mutating func readUInt32BE(_ what: String = "UInt32") throws -> UInt32 {
-        let i = try take(4, what)
+    public mutating func readUInt32BE(_ what: @autoclosure () -> String = "UInt32") throws -> UInt32 {
+        let i = try take(4, what())
         var v: UInt32 = 0
         for k in 0..<4 { v = v << 8 | UInt32(storage[i + k]) }
         return v
     }
 
-    public mutating func readUInt64BE(_ what: String = "UInt64") throws -> UInt64 {
-        let i = try take(8, what)
+    public mutating func readUInt64BE(_ what: @autoclosure () -> String = "UInt64") throws -> UInt64 {
+        let i = try take(8, what())
         var v: UInt64 = 0
         for k in 0..<8 { v = v << 8 | UInt64(storage[i + k]) }
         return v
     }
 
-    public mutating func readBytes(_ count: Int, _ what: String = "bytes") throws -> [UInt8] {
-        let i = try take(count, what)
+    public mutating func readBytes(_ count: Int, _ what: @autoclosure () -> String = "bytes") throws -> [UInt8] {
+        let i = try take(count, what())
         return Array(storage[i..<(i + count)])
     }
 
     /// A reader over the next `count` bytes; this reader skips past them.
-    public mutating func readReader(_ count: Int, _ what: String) throws -> ByteReader {
-        let i = try take(count, what)
-        return ByteReader(storage: storage, start: i, end: i + count, context: "\(context): \(what)")
+    public mutating func readReader(_ count: Int, _ what: @autoclosure () -> String) throws -> ByteReader {
+        let i = try take(count, what())
+        return ByteReader(storage: storage, start: i, end: i + count, context: "\(context): \(what())")
     }
 
-    public mutating func skip(_ count: Int, _ what: String = "bytes") throws {
-        _ = try take(count, what)
+    public mutating func skip(_ count: Int, _ what: @autoclosure () -> String = "bytes") throws {
+        _ = try take(count, what())
     }
 
     public mutating func readRemaining() -> [UInt8] {

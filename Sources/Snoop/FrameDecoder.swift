@@ -482,7 +482,7 @@ public struct FrameDecoder: Sendable {
         guard let op = payload.first else { return }
         let b = payload.startIndex
         s.field("att_opcode", int: Int(op))
-        let name = attNames[op]
+        let name = attNameTable[Int(op)]
         s.key("att_name")
         if let name { s.string(name) } else { s.string("ATT opcode 0x" + hex(op, 2)) }
         s.summary { o in
@@ -698,6 +698,9 @@ public struct FrameDecoder: Sendable {
         0x20: "Read Multiple Variable Request", 0x21: "Read Multiple Variable Response",
         0x23: "Multiple Handle Value Notification", 0x52: "Write Command", 0xD2: "Signed Write Command",
     ]
+
+    /// `attNames` indexed by opcode.
+    static let attNameTable: [String?] = (0..<256).map { attNames[UInt8($0)] }
 
     static let advTypeNames = ["ADV_IND", "ADV_DIRECT_IND", "ADV_SCAN_IND", "ADV_NONCONN_IND", "SCAN_RSP"]
 }

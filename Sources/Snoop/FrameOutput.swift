@@ -128,38 +128,22 @@ struct OutputBytes {
             count += 1
             return
         }
-        var digits = 2
-        while digits < 20, v >= Self.powersOfTen[digits] { digits += 1 }
+        // Digits backwards into a scratch word pair, then copied forwards (no tables:
+        // a static table costs a lazy-initialization check on every call).
         var x = v
-        var i = count + digits
-        // Two digits per division.
-        while x >= 100 {
-            let pair = Int(x % 100) * 2
-            x /= 100
-            i -= 2
-            base[i] = Self.digitPairs[pair]
-            base[i + 1] = Self.digitPairs[pair + 1]
-        }
-        if x >= 10 {
-            let pair = Int(x) * 2
-            base[i - 2] = Self.digitPairs[pair]
-            base[i - 1] = Self.digitPairs[pair + 1]
-        } else {
-            base[i - 1] = 0x30 &+ UInt8(truncatingIfNeeded: x)
+        var digits = 0
+        var scratch: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &scratch) { d in
+            while x > 0 {
+                d[23 - digits] = 0x30 &+ UInt8(truncatingIfNeeded: x % 10)
+                x /= 10
+                digits += 1
+            }
+            let start = 24 - digits
+            for k in 0..<digits { base[count + k] = d[start + k] }
         }
         count += digits
     }
-
-    static let powersOfTen: [UInt64] = (0..<20).map { (0..<$0).reduce(UInt64(1)) { a, _ in a &* 10 } }
-    static let digitPairs: [UInt8] = {
-        var d: [UInt8] = []
-        for n in 0..<100 {
-            let tens = UInt8(n / 10), ones = UInt8(n % 10)
-            d.append(0x30 + tens)
-            d.append(0x30 + ones)
-        }
-        return d
-    }()
 
     /// `width` lowercase hex digits (more if the value needs them).
     mutating func hex(_ v: UInt64, width: Int) {
@@ -291,44 +275,45 @@ struct OutputBytes {
     }
 }
 
-/// Separators for nested lists and objects: whether the next member is the first at
-/// its level, and whether a value follows its key.
+/// Separators for nested lists and objects: whether the current level already has a
+/// member (so the next one needs a separator), and whether a value follows its key.
+/// A closed list or object is a member of its parent, so the parent always has one
+/// when its child ends: no stack is needed.
 struct Nesting {
-    private var firstBits: UInt64 = 1
     private(set) var depth = 0
+    private var hasMember = false
     private var afterKey = false
 
-    mutating func push() {
+    @inline(__always) mutating func push() {
         depth += 1
-        if depth < 64 { firstBits |= 1 << UInt64(depth) }
+        hasMember = false
+        afterKey = false
     }
 
-    mutating func pop() {
+    @inline(__always) mutating func pop() {
         if depth > 0 { depth -= 1 }
+        hasMember = true
         afterKey = false
     }
 
     /// Starts a key; true when a separator goes before it.
-    mutating func key() -> Bool {
-        let sep = !isFirst
-        markUsed()
+    @inline(__always) mutating func key() -> Bool {
+        let sep = hasMember
+        hasMember = true
         afterKey = true
         return sep
     }
 
     /// Starts a value; true when a separator goes before it (a list's later element).
-    mutating func value() -> Bool {
+    @inline(__always) mutating func value() -> Bool {
         if afterKey {
             afterKey = false
             return false
         }
-        let sep = !isFirst
-        markUsed()
+        let sep = hasMember
+        hasMember = true
         return sep
     }
-
-    private var isFirst: Bool { depth >= 64 || firstBits & (1 << UInt64(depth)) != 0 }
-    private mutating func markUsed() { if depth < 64 { firstBits &= ~(1 << UInt64(depth)) } }
 }
 
 /// Where the decoder writes a frame. The value operations (keys, numbers, strings,
