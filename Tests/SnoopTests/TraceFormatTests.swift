@@ -179,6 +179,62 @@ struct TraceFormatTests {
         #expect(k.summary.hasSuffix("L2CAP dynamic cid=0x0041 5 bytes"))
     }
 
+    /// ATT on dynamic channels: EATT (SPSM 0x0027, opened by Credit Based Connection
+    /// Request/Response, Vol 3, Part A, §4.25, §4.26) and ATT over BR/EDR PSM 0x001F
+    /// (Connection Request/Response, §4.2, §4.3). The decoder learns each channel's CIDs
+    /// per direction from the signaling, finds SDU starts in K-frames, and forgets a
+    /// channel on Disconnection Response.
+    @Test func attOnEATTAndBREDRChannelsIsDecoded() {
+        var d = FrameDecoder()
+        var n = 0
+        func frame(_ cid: UInt16, _ l2: [UInt8], _ dir: TraceRecord.Direction) -> DecodedFrame {
+            n += 1
+            let data = [UInt8(l2.count & 0xFF), UInt8(l2.count >> 8), UInt8(cid & 0xFF), UInt8(cid >> 8)] + l2
+            return d.decode(TraceRecord(timestampMicros: 0, packet: .acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable, data: data)), direction: dir),
+                            number: n, firstTimestamp: 0)
+        }
+        // Before any signaling, a dynamic CID is only a K-frame.
+        #expect(frame(0x0040, [3, 0, 0x0B, 1, 2], .controllerToHost).json["att_opcode"] == nil)
+        // We ask for two EATT channels (source CIDs 0x0040, 0x0041); the peer accepts with 0x0050, 0x0051.
+        _ = frame(0x0005, [0x17, 7, 12, 0, 0x27, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0x40, 0, 0x41, 0], .hostToController)
+        _ = frame(0x0005, [0x18, 7, 12, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0, 0, 0x50, 0, 0x51, 0], .controllerToHost)
+        let rsp = frame(0x0040, [3, 0, 0x0B, 1, 2], .controllerToHost)
+        #expect(rsp.json["psm"] == .int(0x27))
+        #expect(rsp.json["psm_name"] == .string("EATT"))
+        #expect(rsp.json["sdu_length"] == .int(3))
+        #expect(rsp.json["att_opcode"] == .int(0x0B))
+        #expect(rsp.summary.hasSuffix("L2CAP cid=0x0040 psm=0x0027 (EATT) ATT Read Response"))
+        let write = frame(0x0051, [5, 0, 0x12, 0x2A, 0x00, 1, 2], .hostToController)
+        #expect(write.json["att_handle"] == .int(0x2A))
+        // Frames towards the peer use the peer's CIDs: 0x0040 from us is not EATT.
+        #expect(frame(0x0040, [3, 0, 0x0B, 1, 2], .hostToController).json["psm"] == nil)
+        // An SDU of 10 bytes over two K-frames: the second is a continuation, not ATT.
+        let first = frame(0x0041, [10, 0, 0x1B, 0x2C, 0x00, 9], .controllerToHost)
+        #expect(first.json["att_name"] == .string("Handle Value Notification"))
+        let rest = frame(0x0041, [1, 2, 3, 4, 5, 6], .controllerToHost)
+        #expect(rest.json["sdu_continuation"] == .bool(true))
+        #expect(rest.json["att_opcode"] == nil)
+        #expect(frame(0x0041, [3, 0, 0x1E, 0, 0], .controllerToHost).json["att_name"] == .string("Handle Value Confirmation"))
+
+        // BR/EDR: Connection Request for PSM 0x001F from us (source CID 0x0045), accepted as 0x0060.
+        let req = frame(0x0001, [0x02, 9, 4, 0, 0x1F, 0, 0x45, 0], .hostToController)
+        #expect(req.summary.hasSuffix("signaling Connection Request id=9 psm=0x001f scid=0x0045"))
+        _ = frame(0x0001, [0x03, 9, 8, 0, 0x60, 0, 0x45, 0, 0, 0, 0, 0], .controllerToHost)
+        let notification = frame(0x0045, [0x1B, 0x03, 0x00, 0x01], .controllerToHost)
+        #expect(notification.json["psm_name"] == .string("ATT"))
+        #expect(notification.json["k_frame"] == nil)
+        #expect(notification.json["att_handle"] == .int(3))
+        #expect(frame(0x0060, [0x0A, 0x03, 0x00], .hostToController).json["att_name"] == .string("Read Request"))
+        // We close it (Disconnection Request dcid 0x0060 scid 0x0045; the response echoes them).
+        _ = frame(0x0001, [0x06, 10, 4, 0, 0x60, 0, 0x45, 0], .hostToController)
+        _ = frame(0x0001, [0x07, 10, 4, 0, 0x60, 0, 0x45, 0], .controllerToHost)
+        #expect(frame(0x0045, [0x1B, 0x03, 0x00, 0x01], .controllerToHost).json["psm"] == nil)
+
+        // SMP over BR/EDR (CID 0x0007) decodes like LE SMP.
+        let smp = frame(0x0007, [0x01, 0x03, 0x00, 0x0D, 0x10, 0x03, 0x03], .hostToController)
+        #expect(smp.json["smp_name"] == .string("Pairing Request"))
+    }
+
     @Test func frameDecoderJSONHasTheDocumentedKeys() throws {
         var d = FrameDecoder()
         let report = HCIEvent.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: 0, addressType: .random, address: BluetoothAddress("C0:01:02:03:04:05")!, data: [2, 1, 6, 4, 9, 0x61, 0x62, 0x63], rssi: -70)])))
