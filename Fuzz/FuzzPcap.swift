@@ -12,7 +12,17 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         file = Array(bytes.dropFirst())
     }
     if let t = try? TraceReader.read(file) {
-        for (i, r) in t.records.enumerated() { _ = FrameDecoder().decode(r, number: i, firstTimestamp: 0).json.rendered }
+        // Both output styles through one decoder (its channel table carries over), and the
+        // JSON a frame prints must parse back.
+        var d = FrameDecoder()
+        let out = OutputBuffer()
+        for (i, r) in t.records.enumerated() {
+            d.write(r, number: i, firstTimestamp: 0, style: .text, into: out)
+            out.removeAll()
+            d.write(r, number: i, firstTimestamp: 0, style: .json, into: out)
+            precondition((try? JSONValue(parsing: out.bytes)) != nil, "frame \(i) printed invalid JSON")
+            out.removeAll()
+        }
     }
     return 0
 }

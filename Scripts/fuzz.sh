@@ -20,11 +20,14 @@ for f in Sources/GATT/GATTTypes.swift Sources/GATT/GATTClientProcedures.swift; d
   sed '/^import ATT$/d' "$f" > "$out/src/$(basename "$f")"
   gatt="$gatt $out/src/$(basename "$f")"
 done
-snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift"
+snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift Sources/Snoop/JSONDocument.swift Sources/Snoop/FrameOutput.swift"
 # The frame decoder names signaling fields with L2CAP's types and decodes SMP with
 # SMP's PDU codec (which needs only HCI); its `import L2CAP`/`import SMP` are dropped too.
-sed -e '/^import L2CAP$/d' -e '/^import SMP$/d' Sources/Snoop/FrameDecoder.swift > "$out/src/FrameDecoder.swift"
-snoop="$snoop $out/src/FrameDecoder.swift Sources/SMP/SMPPDU.swift"
+for f in FrameDecoder ChannelTable; do
+  sed -e '/^import L2CAP$/d' -e '/^import SMP$/d' "Sources/Snoop/$f.swift" > "$out/src/$f.swift"
+  snoop="$snoop $out/src/$f.swift"
+done
+snoop="$snoop Sources/SMP/SMPPDU.swift"
 # The SMP pairing session needs the security toolbox: BLECrypto and swift-crypto come
 # from the debug build (`swift build`), linked uninstrumented; the SMP sources that do
 # no I/O join the module (their `import HCI` refers to it).
@@ -53,7 +56,7 @@ for src in Fuzz/Fuzz*.swift; do
     extra=($smp "${crypto_flags[@]}" "${objects[@]}" -lstdc++)
   fi
   # One module; the `import HCI` lines in Snoop sources refer to it and are ignored.
-  swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name HCI -suppress-warnings \
+  swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name HCI -package-name swiftble -suppress-warnings \
     $hci $l2cap $gatt $snoop "${extra[@]}" "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
   cp Fixtures/*.btsnoop "$out/$name/corpus/" 2>/dev/null || true
   args=(-artifact_prefix="$out/$name/" -print_final_stats=0)
