@@ -107,7 +107,7 @@ struct ChannelTable: Sendable {
             pending[request] = (psm, creditBased, scids)
         }
         /// A response in `direction` pairs the requester's source CIDs with the responder's.
-        func open(_ dcids: [UInt16]) {
+        func accept(_ dcids: [UInt16]) {
             guard let p = pending.removeValue(forKey: answered) else { return }
             for (scid, dcid) in zip(p.sourceCIDs, dcids) where dcid != 0 {
                 let c = Channel(psm: p.psm, creditBased: p.creditBased)
@@ -117,15 +117,15 @@ struct ChannelTable: Sendable {
         }
         switch cmd.code.rawValue {
         case 0x02: remember(value("psm"), creditBased: false, value("scid").map { [$0] } ?? [])
-        case 0x03: if value("result") == 0, let d = value("dcid") { open([d]) } else if value("result") != 1 { pending[answered] = nil }
+        case 0x03: if value("result") == 0, let d = value("dcid") { accept([d]) } else if value("result") != 1 { pending[answered] = nil }
         case 0x14: remember(value("spsm"), creditBased: true, value("scid").map { [$0] } ?? [])
-        case 0x15: if value("result") == 0, let d = value("dcid") { open([d]) } else { pending[answered] = nil }
+        case 0x15: if value("result") == 0, let d = value("dcid") { accept([d]) } else { pending[answered] = nil }
         case 0x17: remember(value("spsm"), creditBased: true, cids)
-        case 0x18: open(cids)
+        case 0x18: accept(cids)
         case 0x07:  // Disconnection Response: dcid is the responder's CID, scid the requester's
             if let d = value("dcid"), let s = value("scid") {
-                self.open[Key(handle: handle, cid: d, direction: Self.opposite(direction))] = nil
-                self.open[Key(handle: handle, cid: s, direction: direction)] = nil
+                open[Key(handle: handle, cid: d, direction: Self.opposite(direction))] = nil
+                open[Key(handle: handle, cid: s, direction: direction)] = nil
             }
         default: break
         }

@@ -181,11 +181,9 @@ public struct FrameDecoder: Sendable {
         }
     }
 
-    /// A codec value's fields as `params` (JSON) or `name: value` detail lines.
+    /// A codec value's fields as `params` (JSON) or `name: value` detail lines; nothing
+    /// for a value without fields.
     static func params<S: FrameSink>(_ value: some FieldListing, into s: inout S) {
-        var probe = FieldCounter()
-        value.listFields(into: &probe)
-        guard probe.count > 0 else { return }
         s.beginParams()
         value.listFields(into: &s)
         s.endParams()
@@ -703,22 +701,6 @@ public struct FrameDecoder: Sendable {
     static let attNameTable: [String?] = (0..<256).map { attNames[UInt8($0)] }
 
     static let advTypeNames = ["ADV_IND", "ADV_DIRECT_IND", "ADV_SCAN_IND", "ADV_NONCONN_IND", "SCAN_RSP"]
-}
-
-/// Counts a value's fields (to leave out an empty `params`).
-struct FieldCounter: FieldVisitor {
-    var count = 0
-    mutating func key(_ name: StaticString) { count += 1 }
-    mutating func int(_ value: Int) {}
-    mutating func uint64(_ value: UInt64) {}
-    mutating func bool(_ value: Bool) {}
-    mutating func null() {}
-    mutating func text(_ value: String) {}
-    mutating func hex(_ bytes: [UInt8]) {}
-    mutating func beginObject() {}
-    mutating func endObject() {}
-    mutating func beginArray() {}
-    mutating func endArray() {}
 }
 
 /// Finds a value's top-level `connectionHandle`.

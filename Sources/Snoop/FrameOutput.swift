@@ -358,6 +358,8 @@ struct JSONFrameSink: FrameSink {
     let showKeys: Bool
     private var nesting = Nesting()
     private var redactNext = false
+    private var paramsPending = false
+    private var paramsOpen = false
 
     init(out: OutputBytes, showKeys: Bool) { (self.out, self.showKeys) = (out, showKeys) }
 
@@ -383,11 +385,13 @@ struct JSONFrameSink: FrameSink {
     private mutating func startValue() { if nesting.value() { out.put(UInt8(ascii: ",")) } }
 
     mutating func key(_ name: StaticString) {
+        openParams()
         out.jsonKey(name, separator: nesting.key())
         redactNext = !showKeys && isKeyParameter(name)
     }
 
     mutating func key(_ name: String) {
+        openParams()
         if nesting.key() { out.put(UInt8(ascii: ",")) }
         out.jsonString(name)
         out.put(UInt8(ascii: ":"))
@@ -440,8 +444,22 @@ struct JSONFrameSink: FrameSink {
     mutating func endObject() { out.put(UInt8(ascii: "}")); nesting.pop() }
     mutating func beginArray() { startValue(); out.put(UInt8(ascii: "[")); nesting.push() }
     mutating func endArray() { out.put(UInt8(ascii: "]")); nesting.pop() }
-    mutating func beginParams() { key("params"); beginObject() }
-    mutating func endParams() { endObject() }
+    /// `params` is written when its first field comes: a value without fields has none.
+    mutating func beginParams() { paramsPending = true }
+
+    private mutating func openParams() {
+        guard paramsPending else { return }
+        paramsPending = false
+        key("params")
+        beginObject()
+        paramsOpen = true
+    }
+
+    mutating func endParams() {
+        paramsPending = false
+        if paramsOpen { endObject() }
+        paramsOpen = false
+    }
     mutating func summary(_ body: (inout OutputBytes) -> Void) {}
     mutating func detail(_ body: (inout OutputBytes) -> Void) {}
 }
