@@ -71,6 +71,11 @@ extension BluetoothHost {
 
     /// Adds a scan subscriber; scanning starts with the first and stops with the last.
     func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> BufferedStream<ScanResult> {
+        try await addScan(filter: filter, active: active, filterDuplicates: filterDuplicates, capacity: capacity).stream
+    }
+
+    /// `startScan`, also returning the subscriber's id (for `finishScan`).
+    func addScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> (id: UInt64, stream: BufferedStream<ScanResult>) {
         await settle()
         try requireReady()
         let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
@@ -86,22 +91,85 @@ extension BluetoothHost {
         }
         if first {
             do {
-                if usesExtendedCommands {
-                    try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates)
-                } else {
-                    try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates)
+                try await scanCommand {
+                    if usesExtendedCommands {
+                        try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates)
+                    } else {
+                        try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates)
+                    }
                 }
             } catch {
                 scans[id] = nil
                 throw error
             }
         }
-        return BufferedStream(base: stream, dropped: dropped)
+        return (id, BufferedStream(base: stream, dropped: dropped))
     }
 
     func endScan(_ id: UInt64) async {
         guard scans.removeValue(forKey: id) != nil, scans.isEmpty, state == .ready else { return }
-        if usesExtendedCommands { _ = try? await Scanner.stopExtended(controller) } else { _ = try? await Scanner.stop(controller) }
+        _ = try? await stopScanning()
+    }
+
+    private func stopScanning() async throws {
+        try await scanCommand {
+            if usesExtendedCommands { try await Scanner.stopExtended(controller) } else { try await Scanner.stop(controller) }
+        }
+    }
+
+    /// Ends scan `id` so that its stream carries exactly the reports the controller
+    /// sent before it answered the scan stop, whatever the threads' timing: when this
+    /// was the last scan, the stream finishes once the event follower reaches that
+    /// answer; otherwise (the controller keeps scanning for the others) at once.
+    func finishScan(_ id: UInt64) async {
+        await settle()
+        guard let s = scans.removeValue(forKey: id) else { return }
+        guard scans.isEmpty, state == .ready else { return s.continuation.finish() }
+        // Draining from before the stop goes out: the follower may reach reports the
+        // controller sends meanwhile while this task still awaits the answer.
+        let before = scanAnswersOwed
+        draining.append((s, before + 1))
+        do {
+            try await stopScanning()
+            finishDrained()
+        } catch {
+            // An answer with an error status is still an answer the follower comes to;
+            // without one (timed out, transport gone) nothing is left to wait for.
+            if scanAnswersOwed == before { flushDraining() } else { finishDrained() }
+        }
+    }
+
+    /// Runs a scan enable or disable and counts its answer, which the event follower
+    /// also comes to (a Command Complete, with any status).
+    private func scanCommand(_ body: () async throws -> Void) async throws {
+        do {
+            try await body()
+            scanAnswersOwed += 1
+        } catch let e as HCIError {
+            switch e {
+            case let .commandFailed(op, _) where op == .leSetScanEnable || op == .leSetExtendedScanEnable,
+                 let .malformedResponse(op, _) where op == .leSetScanEnable || op == .leSetExtendedScanEnable:
+                scanAnswersOwed += 1
+            default:
+                break
+            }
+            throw e
+        }
+    }
+
+    /// Finishes the windowed scans whose stop the event follower has come to.
+    func finishDrained() {
+        while let d = draining.first, d.answer <= scanAnswersSeen {
+            draining.removeFirst()
+            d.subscriber.continuation.finish()
+        }
+    }
+
+    /// Finishes every windowed scan at once (the answers will not come).
+    func flushDraining() {
+        for d in draining { d.subscriber.continuation.finish() }
+        draining.removeAll()
+        scanAnswersSeen = scanAnswersOwed
     }
 
     /// The peer's GATT server on link `c`, in either role (a central connected to us may

@@ -218,6 +218,12 @@ public actor BluetoothHost {
         var dropped: DropCounter
     }
     var scans: [UInt64: ScanSubscriber] = [:]
+    /// Windowed scans that have ended: each still gets the reports the controller sent
+    /// before it answered the scan stop, then finishes (see `finishScan`).
+    var draining: [(subscriber: ScanSubscriber, answer: Int)] = []
+    /// Answers to scan enable/disable commands: how many the host has seen returned
+    /// (`scanAnswersOwed`) and how many the event follower has come to in its stream.
+    var scanAnswersOwed = 0, scanAnswersSeen = 0
     var nextScan: UInt64 = 1
     var assembler = ExtendedReportAssembler()
     let extendedPolicy: ExtendedCommandsPolicy
@@ -290,7 +296,7 @@ public actor BluetoothHost {
     public func start(reset: Bool = true) async throws -> ControllerInfo {
         if tasks.isEmpty {
             await controller.start()
-            let events = await controller.events(capacity: 4096)
+            let events = await controller.events(capacity: 4096, answers: true)
             let links = await l2cap.linkEvents()
             await l2cap.start()
             await security.start()
@@ -393,6 +399,7 @@ public actor BluetoothHost {
         }
         for (_, s) in scans { s.continuation.finish() }
         scans.removeAll()
+        flushDraining()
         requestContinuation?.finish()
         stateBroadcast.finish()
         connectionBroadcast.finish()
@@ -419,6 +426,9 @@ public actor BluetoothHost {
             connectFailed(c.peerAddress, c.status)
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
+        case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:
+            scanAnswersSeen += 1
+            finishDrained()
         default:
             break
         }
@@ -427,13 +437,15 @@ public actor BluetoothHost {
     /// One advertising PDU: into the registry, and to every scan whose filter the device's merged view matches.
     func received(_ a: Advertisement) {
         let d = registry.record(a, at: now)
-        guard !scans.isEmpty else { return }
+        guard !scans.isEmpty || !draining.isEmpty else { return }
         let result = ScanResult(advertisement: a, device: d)
         // Filters look at what the device said in its advertisement and scan response together.
         let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
-        for (_, s) in scans where s.filter.matches(merged) {
-            if case .dropped = s.continuation.yield(result) { s.dropped.increment() }
+        func offer(_ s: ScanSubscriber) {
+            if s.filter.matches(merged), case .dropped = s.continuation.yield(result) { s.dropped.increment() }
         }
+        for (_, s) in scans { offer(s) }
+        for d in draining { offer(d.subscriber) }
     }
 
     func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {

@@ -34,6 +34,32 @@ public struct Central: Sendable {
         try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, capacity: capacity)
     }
 
+    /// Scans for `window` and returns every result heard, in the order heard. The
+    /// window is measured on this host's clock, but what it holds is decided by the
+    /// HCI conversation alone: a report counts when the controller sent it before it
+    /// answered LE Set Scan Enable (off), however late the host's threads got to it,
+    /// so a replay of a recording picks the same results as the recorded run did.
+    /// The scan has stopped when this returns (unless another scan of this host is
+    /// still running; then the results are those handed over within the window).
+    /// Cancelling stops the scan and throws `CancellationError`. At most `capacity`
+    /// results are kept (the newest).
+    public func scan(for window: Duration, filter: ScanFilter = ScanFilter(), active: Bool = true,
+                     capacity: Int = 1024) async throws -> [ScanResult] {
+        let (id, stream) = try await host.addScan(filter: filter, active: active, filterDuplicates: false, capacity: capacity)
+        var results: [ScanResult] = []
+        await withTaskGroup(of: Void.self) { g in
+            g.addTask { [host] in
+                try? await Task.sleep(for: window)
+                await host.finishScan(id)
+            }
+            // Ends when the follower reaches the stop's answer (or on cancellation).
+            for await r in stream { results.append(r) }
+            g.cancelAll()
+        }
+        try Task.checkCancellation()
+        return results
+    }
+
     /// Scans until a device matching `filter` shows up, within `limit`. The scan has
     /// stopped (LE Set Scan Enable off sent and answered) when this returns, unless
     /// another scan of this host is still running.

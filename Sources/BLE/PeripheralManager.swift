@@ -345,14 +345,24 @@ extension BluetoothHost {
 
     func setAdvertising(_ a: AdvertisingConfiguration?) async throws {
         try requireReady()
-        if let a {
-            try await startAdvertisingNow(a)
-        } else if usesExtendedCommands {
-            try await Advertiser.stopExtended(controller)
-        } else {
-            try await Advertiser.stop(controller)
-        }
+        // Recorded before the commands go out: a central may connect as soon as the
+        // controller has answered the enable, and the event follower may handle that
+        // connection before this task resumes; whether advertising resumes for it must
+        // follow the HCI conversation, not which task ran first.
+        let previous = advertising
         advertising = a
+        do {
+            if let a {
+                try await startAdvertisingNow(a)
+            } else if usesExtendedCommands {
+                try await Advertiser.stopExtended(controller)
+            } else {
+                try await Advertiser.stop(controller)
+            }
+        } catch {
+            advertising = previous
+            throw error
+        }
     }
 
     func startAdvertisingNow(_ a: AdvertisingConfiguration) async throws {

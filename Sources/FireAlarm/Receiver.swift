@@ -50,23 +50,17 @@ public actor FireAlarmReceiver {
     /// distance estimate, else strongest RSSI); nil if none was heard.
     private func findNearest() async throws -> ScanResult? {
         emit("scanning", "for fire-alarm senders (\(scanTime))")
-        let results = try await host.central.scan(filter: ScanFilter(serviceUUIDs: [FireAlarmProfile.service]))
+        // Every report the controller sent before it answered the scan stop counts:
+        // the choice follows the HCI conversation, so a replay makes the same one.
         var seen: [BluetoothAddress: ScanResult] = [:]
-        await withTaskGroup(of: Void.self) { g in
-            let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(256))
-            g.addTask {
-                for await r in results { cont.yield(r) }
-                cont.finish()
-            }
-            g.addTask { [scanTime] in
-                try? await Task.sleep(for: scanTime)
-                cont.finish()
-            }
-            for await r in stream where r.device.isConnectable { seen[r.address] = r }
-            g.cancelAll()
+        for r in try await host.central.scan(for: scanTime, filter: ScanFilter(serviceUUIDs: [FireAlarmProfile.service]))
+        where r.device.isConnectable {
+            seen[r.address] = r
         }
+        // Ties go to the lower address, not to the dictionary's order.
         let ranked = seen.values.sorted { a, b in
-            (a.estimatedMetres ?? .infinity, -Int(a.device.smoothedRSSI ?? -127)) < (b.estimatedMetres ?? .infinity, -Int(b.device.smoothedRSSI ?? -127))
+            (a.estimatedMetres ?? .infinity, -Int(a.device.smoothedRSSI ?? -127), a.address.description)
+                < (b.estimatedMetres ?? .infinity, -Int(b.device.smoothedRSSI ?? -127), b.address.description)
         }
         guard let best = ranked.first else {
             emit("nothing heard", "no sender within \(scanTime)")

@@ -33,8 +33,8 @@ public enum HCIError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 }
 
-/// Events from the controller (everything but Command Complete and Command Status,
-/// which answer commands). Buffer: the newest `capacity` events; older ones are
+/// Events from the controller: everything but Command Complete and Command Status
+/// (which answer commands), unless the subscriber asked for those too. Buffer: the newest `capacity` events; older ones are
 /// dropped when the consumer falls behind and counted in `dropped`. Ends when the
 /// transport closes.
 public struct HCIEventStream: AsyncSequence, Sendable {
@@ -78,6 +78,8 @@ public actor HCIController {
     private var aclWaiters = Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>()
     private var nextACLWaiter: UInt64 = 1
     private var eventSubscribers: [UInt64: (AsyncStream<HCIEvent>.Continuation, DropCounter)] = [:]
+    /// The subscribers that also get Command Complete and Command Status.
+    private var answerSubscribers: Set<UInt64> = []
     private var sink: HCIInboundSink?
     private var creditListener: (@Sendable () -> Void)?
     private var nextSubscriber: UInt64 = 1
@@ -305,8 +307,11 @@ public actor HCIController {
 
     // MARK: Subscriptions
 
-    /// A stream of events; see `HCIEventStream` for its buffer policy.
-    public func events(capacity: Int = 1024) -> HCIEventStream {
+    /// A stream of events; see `HCIEventStream` for its buffer policy. With `answers`,
+    /// Command Complete and Command Status come too, each in its place among the other
+    /// events and before the command it answers returns: a follower can tell which
+    /// events the controller sent before it answered a command.
+    public func events(capacity: Int = 1024, answers: Bool = false) -> HCIEventStream {
         let (stream, continuation) = AsyncStream<HCIEvent>.makeStream(bufferingPolicy: .bufferingNewest(capacity))
         let counter = DropCounter()
         if closedReason != nil {
@@ -315,6 +320,7 @@ public actor HCIController {
             let id = nextSubscriber
             nextSubscriber += 1
             eventSubscribers[id] = (continuation, counter)
+            if answers { answerSubscribers.insert(id) }
             continuation.onTermination = { _ in Task { await self.removeEventSubscriber(id) } }
         }
         start()
@@ -335,7 +341,10 @@ public actor HCIController {
         start()
     }
 
-    private func removeEventSubscriber(_ id: UInt64) { eventSubscribers[id] = nil }
+    private func removeEventSubscriber(_ id: UInt64) {
+        eventSubscribers[id] = nil
+        answerSubscribers.remove(id)
+    }
 
     // MARK: Inbound
 
@@ -362,11 +371,13 @@ public actor HCIController {
     private func handle(_ event: HCIEvent) -> Bool {
         switch event {
         case let .commandComplete(cc):
+            yieldAnswer(event)
             let (finished, toSend) = flow.commandComplete(cc)
             if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
             put(toSend)
             return false
         case let .commandStatus(cs):
+            yieldAnswer(event)
             let (finished, toSend) = flow.commandStatus(cs)
             if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
             put(toSend)
@@ -390,6 +401,13 @@ public actor HCIController {
         return true
     }
 
+    private func yieldAnswer(_ event: HCIEvent) {
+        for id in answerSubscribers {
+            guard let (c, counter) = eventSubscribers[id] else { continue }
+            if case .dropped = c.yield(event) { counter.increment() }
+        }
+    }
+
     private func failACLWaiters(handle: UInt16) {
         let (gone, kept) = aclWaiters.reduce(into: ([(UInt64, UInt16, CheckedContinuation<Void, any Error>)](), Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>())) {
             if $1.handle == handle { $0.0.append(($1.id, $1.handle, $1.continuation)) } else { $0.1.append($1) }
@@ -409,6 +427,7 @@ public actor HCIController {
         aclWaiters.removeAll()
         for (_, (c, _)) in eventSubscribers { c.finish() }
         eventSubscribers.removeAll()
+        answerSubscribers.removeAll()
         if let sink {
             self.sink = nil
             sink(.closed(reason))

@@ -178,4 +178,51 @@ enum BatteryFlow {
             try await replay.finished()
         }
     }
+
+    /// A windowed scan holds what the controller sent before it answered the scan
+    /// stop, however late the host got to it: a recording's reports moved to just
+    /// before that answer (the controller sent them while the host was already
+    /// stopping) still count in the replay; moved after it, none does.
+    @Test func aWindowedScanHoldsTheReportsSentBeforeTheStopWasAnswered() async throws {
+        let radio = VirtualRadio()
+        let path = ReplayKitTests.temporaryPath("window.btsnoop")
+        defer { unlink(path) }
+        let advertiser = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:01")!), logger: Bench.logger)
+        let scanner = try BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:02")!),
+                                        recordingTo: path, logger: Bench.logger)
+        try await advertiser.start()
+        try await scanner.start()
+        var ad = AdvertisingData()
+        ad.localName = "Window"
+        try await advertiser.peripheral.startAdvertising(ad)
+        let heard = try await scanner.central.scan(for: .milliseconds(30))
+        #expect(!heard.isEmpty && heard.allSatisfy { $0.name == "Window" })
+        await scanner.close()
+        await advertiser.close()
+
+        let recorded = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))
+        let isReport = { (r: TraceRecord) in r.packet.map(CaptureFeed.advertisingReports) ?? false }
+        let reports = recorded.records.filter(isReport)
+        let rest = recorded.records.filter { !isReport($0) }
+        // The host's LE Set Scan Enable (off) and the Command Complete answering it.
+        let stop = LESetScanEnable(scanEnable: false).packet
+        let sent = try #require(rest.firstIndex { $0.direction == .hostToController && $0.packet == stop })
+        let answered = try #require(rest[sent...].firstIndex { r in
+            guard case let .commandComplete(cc)? = r.packet.flatMap({ try? HCIEvent($0) }) else { return false }
+            return cc.commandOpcode == .leSetScanEnable
+        })
+        func replayed(_ records: [TraceRecord]) async throws -> [ScanResult] {
+            let replay = ReplayTransport(trace: Trace(format: recorded.format, records: records))
+            let host = BluetoothHost(transport: replay, logger: Bench.logger)
+            try await host.start()
+            let results = try await host.central.scan(for: .milliseconds(30))
+            await host.close()
+            try await replay.finished()
+            return results
+        }
+        let late = Array(rest[..<answered]) + reports + Array(rest[answered...])
+        #expect(try await replayed(late).map(\.name) == heard.map(\.name))
+        let tooLate = Array(rest[...answered]) + reports + Array(rest[(answered + 1)...])
+        #expect(try await replayed(tooLate).isEmpty)
+    }
 }
