@@ -76,8 +76,9 @@ public enum FireAlarmDemo {
         // The receiver's acknowledgement reaches the sender's event task asynchronously
         // (a loaded machine took longer than a fixed pause): wait for it, bounded.
         _ = await sender.waitForAcknowledgement(within: .seconds(5))
-        // Let the sender see the disconnection before closing.
-        try? await Task.sleep(for: .milliseconds(50))
+        // The sender's host handles the receiver's disconnection (and resumes advertising)
+        // before it closes, however loaded the machine: every run ends at the same place.
+        _ = await sender.waitForCentralsToLeave(within: .seconds(5))
         let outcome = Outcome(floorPlan: await receiver.floorPlans.last ?? [], acknowledgements: await sender.acknowledgements)
         await sender.stop()
         await senderHost.close()

@@ -19,6 +19,8 @@ public actor FireAlarmSender {
     public private(set) var isAlarm = false
     /// Who acknowledged, in order.
     public private(set) var acknowledgements: [String] = []
+    /// The centrals connected now, as this sender has seen them come and go.
+    public private(set) var centrals: Set<BluetoothAddress> = []
 
     public init(host: BluetoothHost, name: String = "FireAlarm", text: String = FireAlarmProfile.defaultText,
                 floorPlan image: [UInt8] = FireAlarmProfile.defaultFloorPlan, log: @escaping FireAlarmLog) {
@@ -101,11 +103,23 @@ public actor FireAlarmSender {
         return !acknowledgements.isEmpty
     }
 
+    /// Waits until every central has left, as this sender saw it (at most `limit`):
+    /// the host has then handled the disconnection (and resumes advertising).
+    public func waitForCentralsToLeave(within limit: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while !centrals.isEmpty && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return centrals.isEmpty
+    }
+
     private func handle(_ e: ConnectionEvent) {
         switch e {
         case let .connected(c) where c.role == .peripheral:
+            centrals.insert(c.peer)
             emit("connected", "central \(c.peer)", ["central": .text(c.peer.description)])
         case let .disconnected(c, reason) where c.role == .peripheral:
+            centrals.remove(c.peer)
             emit("disconnected", "central \(c.peer): \(reason)", ["central": .text(c.peer.description), "reason": "\(reason)"])
         default:
             break
