@@ -235,6 +235,8 @@ public actor BluetoothHost {
     var advertising: AdvertisingConfiguration?
     var requestContinuation: AsyncStream<ReadWriteRequest>.Continuation?
     var requestGeneration: UInt64 = 0
+    /// Requests handed to a `requests()` consumer, with its generation, possibly unanswered.
+    var handedRequests: [(UInt64, GATTServer.Request)] = []
 
     /// `commandTimeout` bounds every HCI command; `knownDeviceCapacity` bounds the registry.
     /// `deviceName` and `appearance` are what the GAP service tells a central that

@@ -381,13 +381,44 @@ extension BluetoothHost {
         requestGeneration += 1
         let generation = requestGeneration
         requestContinuation = c
-        c.onTermination = { _ in Task { await self.requestsEnded(generation) } }
+        // Queued in order with the program's other let-go work (`owe`), so the stored
+        // values answer from the program's next operation on, the same way every run.
+        c.onTermination = { [weak self] termination in
+            guard let host = self else { return }
+            host.owe { await host.requestsEnded(generation, consumerGone: termination != .finished) }
+        }
         return s
     }
 
-    /// A consumer that stopped leaves the stored values to answer.
-    private func requestsEnded(_ generation: UInt64) {
+    /// A consumer that stopped leaves the stored values to answer, also the requests it
+    /// had buffered but never took (finished by a newer `requests()`, the old consumer
+    /// may still take and answer what it buffered).
+    private func requestsEnded(_ generation: UInt64, consumerGone: Bool) async {
         if generation == requestGeneration { requestContinuation = nil }
+        let (ended, kept) = handedRequests.reduce(into: ([GATTServer.Request](), [(UInt64, GATTServer.Request)]())) {
+            if consumerGone && $1.0 == generation { $0.0.append($1.1) } else { $0.1.append($1) }
+        }
+        handedRequests = kept
+        for r in ended where await server.isPending(r.id) { await answerFromStoredValue(r) }
+    }
+
+    /// Remembers a request handed to the consumer of `requests()` until it is answered
+    /// (checked when the list grows, so it holds the unanswered ones and a few more).
+    private func handed(_ r: GATTServer.Request) async {
+        handedRequests.append((requestGeneration, r))
+        guard handedRequests.count > 64 else { return }
+        var kept: [(UInt64, GATTServer.Request)] = []
+        for h in handedRequests where await server.isPending(h.1.id) { kept.append(h) }
+        handedRequests = kept
+    }
+
+    private func answerFromStoredValue(_ r: GATTServer.Request) async {
+        switch r.kind {
+        case .read: await server.respond(to: r.id, with: .success(await server.database.attribute(r.handle)?.value ?? []))
+        case let .write(v, _):
+            await server.setValue(v, at: r.handle)
+            await server.respond(to: r.id, with: .success([]))
+        }
     }
 
     private func lookup(_ valueHandle: UInt16) -> Characteristic? {
@@ -436,14 +467,13 @@ extension BluetoothHost {
         case let .write(v, w): kind = .write(value: v, withResponse: w)
         }
         let request = ReadWriteRequest(characteristic: c, central: central, kind: kind, id: r.id, server: server)
-        if let k = requestContinuation, case .enqueued = k.yield(request) { return }
-        // Nobody answers: the stored value does.
-        switch r.kind {
-        case .read: await server.respond(to: r.id, with: .success(await server.database.attribute(r.handle)?.value ?? []))
-        case let .write(v, _):
-            await server.setValue(v, at: r.handle)
-            await server.respond(to: r.id, with: .success([]))
+        if let k = requestContinuation, case .enqueued = k.yield(request) {
+            // A Write Command has no answer to wait for.
+            if case .write(_, withResponse: false) = r.kind { return }
+            return await handed(r)
         }
+        // Nobody answers: the stored value does.
+        await answerFromStoredValue(r)
     }
 }
 

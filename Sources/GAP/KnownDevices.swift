@@ -32,12 +32,22 @@ public struct KnownDevice: Hashable, Sendable {
             m.localName = n
             m.nameIsShortened = a.nameIsShortened
         }
+        // Complete when a part that lists services says its list is complete (an
+        // incomplete list in the advertisement stays incomplete unless the scan
+        // response completes it).
+        let listing = [a, m].filter { !$0.serviceUUIDs.isEmpty }
+        m.serviceUUIDsComplete = listing.isEmpty || listing.contains { $0.serviceUUIDsComplete }
         m.serviceUUIDs = a.serviceUUIDs + m.serviceUUIDs.filter { !a.serviceUUIDs.contains($0) }
         m.txPowerLevel = a.txPowerLevel ?? m.txPowerLevel
         m.appearance = a.appearance ?? m.appearance
         m.serviceData = a.serviceData + m.serviceData
         m.manufacturerData = a.manufacturerData + m.manufacturerData
+        m.connectionIntervalRange = a.connectionIntervalRange ?? m.connectionIntervalRange
         m.uri = a.uri ?? m.uri
+        m.leRole = a.leRole ?? m.leRole
+        m.advertisingInterval = a.advertisingInterval ?? m.advertisingInterval
+        m.other = a.other + m.other
+        m.damage = a.damage ?? m.damage
         return m
     }
 

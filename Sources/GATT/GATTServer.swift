@@ -84,6 +84,9 @@ public actor GATTServer {
         pending.removeValue(forKey: id)?.resume(returning: result)
     }
 
+    /// Whether request `id` still waits for its answer.
+    public func isPending(_ id: UInt64) -> Bool { pending[id] != nil }
+
     private func ask(_ connection: UInt16, _ handle: UInt16, _ kind: Request.Kind) async -> Result<[UInt8], ATTErrorCode> {
         let id = nextRequest
         nextRequest += 1

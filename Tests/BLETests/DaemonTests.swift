@@ -50,4 +50,20 @@ import Testing
         #expect(try await read(0x2B2A) == hash)
         try await remote.disconnect()
     }
+
+    /// The DocC tutorial shows the example package as it is: its last step of each
+    /// file is that file, byte for byte (the example package is built and tested).
+    @Test func theTutorialShowsTheExamplePackage() throws {
+        let resources = Bench.root + "/Sources/BLE/BLE.docc/Resources/", example = Bench.root + "/Examples/BatteryDaemon/"
+        for (shown, file) in [("battery-package.swift", "Package.swift"), ("battery-kit-02.swift", "Sources/BatteryKit/Battery.swift"),
+                              ("battery-daemon-main.swift", "Sources/battery-daemon/main.swift"),
+                              ("battery-replay-02.swift", "Tests/BatteryKitTests/ReplayTests.swift")] {
+            let a = try String(contentsOfFile: resources + shown, encoding: .utf8), b = try String(contentsOfFile: example + file, encoding: .utf8)
+            #expect(a == b, "\(shown) differs from Examples/BatteryDaemon/\(file): copy it over")
+        }
+        // The earlier steps are the final file cut short, not another program.
+        let first = try String(contentsOfFile: resources + "battery-kit-01.swift", encoding: .utf8)
+        let last = try String(contentsOfFile: resources + "battery-kit-02.swift", encoding: .utf8)
+        #expect(last.hasPrefix(String(first.prefix(while: { $0 != "}" }))))
+    }
 }

@@ -81,6 +81,26 @@ import Testing
         #expect(try await pair.server.peripheral.value(of: dynamic) == Array("stored".utf8))
     }
 
+    /// A consumer of `requests()` that lets go of the stream with a request taken but
+    /// not answered: the stored value answers it at once, not the 20 s timeout.
+    @Test func aRequestLeftUnansweredIsAnsweredFromTheStoredValue() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        let dynamic = Characteristic(uuid: uuidB, properties: [.read], value: Array("stored".utf8), answersManually: true)
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [dynamic]))
+        let rc = try await pair.remote.characteristic(uuidB)
+        let remote = pair.remote
+        let read = Task { try await remote.read(rc) }
+        do {
+            let requests = await pair.server.peripheral.requests()
+            var taken = requests.makeAsyncIterator()
+            #expect(await taken.next()?.kind == .read(offset: 0))
+        }
+        let start = ContinuousClock.now
+        #expect(try await read.value == Array("stored".utf8))
+        #expect(ContinuousClock.now - start < .seconds(5))
+    }
+
     @Test func writeCommandsArePacedNotDropped() async throws {
         let pair = try await Pair()
         defer { Task { await pair.room.close() } }

@@ -53,7 +53,8 @@ import Testing
         let (c, p) = try await Self.recordBatterySession()
         defer { unlink(c); unlink(p) }
         for _ in 0..<10 {
-            let replay = try ReplayTransport(contentsOf: p)
+            // Same inputs, same conversation: in the recorded total order, not only per flow.
+            let replay = try ReplayTransport(contentsOf: p, options: ReplayOptions(ordering: .total))
             let host = BluetoothHost(transport: replay, logger: Bench.logger)
             try await host.start()
             try await BatteryFlow.peripheral(host)
@@ -177,6 +178,37 @@ import Testing
         #expect(both.last?.advertisement.data.flags != nil)
         #expect(await scanner.central.knownPeripherals.count == 2)
         await scanner.close()
+    }
+
+    /// Two Android phones' scans (Fixtures/android-scan.btsnoop: the advertising
+    /// reports of their HCI snoop logs, addresses replaced): what a scanner recognises.
+    @Test func aPhonesCaptureFeedsAScanner() async throws {
+        let feed = try await CaptureFeed(contentsOf: Bench.root + "/Fixtures/android-scan.btsnoop")
+        #expect(feed.packets.count == 408)
+        let host = BluetoothHost(transport: feed, logger: Bench.logger)
+        try await host.start()
+        let results = try await host.central.scan(capacity: 1024)
+        #expect(try await feed.play() == 408)
+        let seen = await collect(results, count: 408, within: .seconds(10))
+        #expect(seen.count == 408 && results.dropped.count == 0)
+        let known = await host.central.knownPeripherals
+        #expect(known.count == 14)
+        #expect(Set(known.compactMap(\.name)) == ["SM-3BE4", "Highway controller", "RDL51822", "EL_B0PUmFAH"])
+        // A 128-bit UUID in the advertisement, name and appearance in the scan response: one device.
+        let highway = try #require(known.first { $0.name == "Highway controller" })
+        #expect(highway.merged.serviceUUIDs == [BluetoothUUID("61444D74-538E-4EE0-B432-3D8B67775561")!])
+        #expect(!highway.merged.serviceUUIDsComplete)
+        #expect(highway.isConnectable && highway.reports == 24)
+        // An iBeacon (Apple's manufacturer data, type 0x02 0x15).
+        let beacons = known.compactMap { $0.merged.iBeacon }
+        #expect(beacons == [IBeacon(uuid: BluetoothUUID("FDA50693-A4E2-4FB1-AFCF-C6EB07647825")!, major: 5, minor: 6, measuredPower: -80)])
+        // ADV_NONCONN_IND from a non-resolvable random address; ADV_SCAN_IND: neither connectable.
+        #expect(known.first { $0.address == BluetoothAddress("00:FE:ED:00:00:04")! }?.isConnectable == false)
+        #expect(known.first { $0.address == BluetoothAddress("C0:FE:ED:00:00:02")! }?.isConnectable == false)
+        // Company identifiers as the phones heard them: Apple, Microsoft, Samsung, LG, Imagination.
+        let companies = Set(known.flatMap { $0.merged.manufacturerData.map(\.companyIdentifier) })
+        #expect(companies == [0x004C, 0x0006, 0x0075, 0x00C4, 0x02F9])
+        await host.close()
     }
 
     @Test func playingBeforeTheHostStartsSaysWhatToDo() async throws {

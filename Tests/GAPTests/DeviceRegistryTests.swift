@@ -23,6 +23,25 @@ struct DeviceRegistryTests {
         #expect(r.matching(ScanFilter(names: ["fire-alarm-sender"], serviceUUIDs: [BluetoothUUID(0x180F)])).map(\.address) == [Self.a])
     }
 
+    /// What only the advertisement says survives the merge: an incomplete service
+    /// list stays incomplete unless the scan response completes it, and the
+    /// structures the merge has no field for are kept.
+    @Test func theMergeKeepsWhatOnlyTheAdvertisementSays() {
+        var r = DeviceRegistry()
+        r.record(Self.adv(Self.a, rssi: -60) {
+            $0.serviceUUIDs = [BluetoothUUID(0x180F)]
+            $0.serviceUUIDsComplete = false
+            $0.connectionIntervalRange = 6...12
+            $0.advertisingInterval = 160
+            $0.leRole = 0
+        }, at: .seconds(1))
+        let d = r.record(Self.adv(Self.a, rssi: -62, scanResponse: true) { $0.localName = "x" }, at: .seconds(2))
+        #expect(!d.merged.serviceUUIDsComplete)
+        #expect(d.merged.connectionIntervalRange == 6...12 && d.merged.advertisingInterval == 160 && d.merged.leRole == 0)
+        let completed = r.record(Self.adv(Self.a, rssi: -62, scanResponse: true) { $0.serviceUUIDs = [BluetoothUUID(0x1802)] }, at: .seconds(3))
+        #expect(completed.merged.serviceUUIDsComplete)
+    }
+
     @Test func keptAcrossReconnectionsAndBounded() {
         var r = DeviceRegistry(capacity: 2)
         r.connected(Self.a, type: .public, handle: 0x40, at: .seconds(1))
