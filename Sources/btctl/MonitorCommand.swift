@@ -84,6 +84,10 @@ struct Monitor: AsyncParsableCommand {
             var number = 0
             var shown = 0
             var first: Int64?
+            /// Standard output went away (the reader quit): nothing more is printed.
+            var outputClosed = false
+            /// Where hidden frames are decoded and dropped.
+            let scratch = OutputBuffer(capacity: 1024)
         }
         private let state: Mutex<State>
         private let json: Bool, brief: Bool, quiet: Bool
@@ -116,17 +120,27 @@ struct Monitor: AsyncParsableCommand {
 
         /// Records the frame, and prints it when the filters let it through. Under the
         /// lock: the two directions of a tap number, record and print in one order.
-        func take(_ r: TraceRecord) {
+        /// Returns false once standard output has closed (`btctl monitor | head`): the
+        /// monitor then ends as it does on a signal.
+        @discardableResult
+        func take(_ r: TraceRecord) -> Bool {
             state.withLock { s in
                 writer?.write(r)
                 s.number += 1
                 if s.first == nil { s.first = r.timestampMicros }
-                guard !quiet, shows(r) else { return }
+                guard !quiet, !s.outputClosed else { return !s.outputClosed }
+                guard shows(r) else {
+                    // A hidden frame still teaches the decoder (a channel opened in it).
+                    s.decoder.write(r, number: s.number, firstTimestamp: s.first ?? r.timestampMicros, style: .brief, into: s.scratch)
+                    s.scratch.removeAll()
+                    return true
+                }
                 s.shown += 1
                 let out = OutputBuffer(capacity: 1024)
                 s.decoder.write(r, number: s.number, firstTimestamp: s.first ?? r.timestampMicros,
                                 style: json ? .json : brief ? .brief : .text, into: out)
-                try? out.withBytes(StandardOutput.write)
+                do { try out.withBytes(StandardOutput.write) } catch { s.outputClosed = true }
+                return !s.outputClosed
             }
         }
     }
@@ -144,6 +158,9 @@ struct Monitor: AsyncParsableCommand {
                                               writer: try options.openRecording(monitor: true)))
         }
     }
+
+    /// Why a monitor ends when its reader quits (not an error: exit status 0).
+    static let outputClosed = "standard output closed"
 
     static func note(_ text: String) { FileHandle.standardError.write(Data("btctl: \(text)\n".utf8)) }
 
@@ -193,7 +210,9 @@ struct Monitor: AsyncParsableCommand {
                 defer { sideEndedSignal.yield() }
                 do {
                     for try await p in from.inbound {
-                        printer.take(TraceRecord(timestampMicros: now(), packet: p, direction: direction))
+                        guard printer.take(TraceRecord(timestampMicros: now(), packet: p, direction: direction)) else {
+                            return ended.set(Self.outputClosed)
+                        }
                         do { try await to.send(p) } catch {
                             return ended.set("\(toName): \(error)")
                         }
@@ -229,7 +248,12 @@ struct Monitor: AsyncParsableCommand {
                 // recv blocks: a thread of its own, not the cooperative pool.
                 Thread.detachNewThread {
                     do {
-                        try monitor.read(timestampMicros: RecordingTransport.wallClockMicros) { printer.take($0) }
+                        try monitor.read(timestampMicros: RecordingTransport.wallClockMicros) {
+                            if !printer.take($0) {
+                                failure.set(Self.outputClosed)
+                                monitor.close()
+                            }
+                        }
                     } catch {
                         failure.set("\(error)")
                     }
@@ -241,7 +265,7 @@ struct Monitor: AsyncParsableCommand {
         monitor.close()
         await reader.value
         summary(printer, failure.reason ?? "stopped")
-        if let f = failure.reason { throw CLIError(f) }
+        if let f = failure.reason, f != Self.outputClosed { throw CLIError(f) }
     }
 }
 

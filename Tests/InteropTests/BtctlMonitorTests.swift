@@ -67,4 +67,22 @@ import Testing
         let port = try await BtctlCLITests.run(["monitor", "--listen", "127.0.0.1:70000", "-t", "virtual"])
         #expect(port.status == 64 && port.out.contains("--listen takes [HOST:]PORT"), "\(port.out)")
     }
+
+    /// `btctl monitor … | head`: once the reader has quit, the tap ends as on a signal
+    /// (both sides closed, the summary on stderr) and exits 0, instead of forwarding on.
+    @Test func aClosedStandardOutputEndsTheTap() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        // The reader is gone before the first frame; btctl's stderr and its exit status come to us on fd 3.
+        let script = "{ \"$0\" monitor --listen 127.0.0.1:0 -t virtual --json 2>&3 | true; echo \"status ${PIPESTATUS[0]}\" >&3; } 3>&1"
+        let tap = try LiveProcess("/bin/bash", ["-c", script, BtctlGATTTests.btctl])
+        #expect(await tap.waitForOutput { $0.contains("for a host;") }, "\(tap.output)")
+        let port = try #require(tap.output.split(separator: "\n").first { $0.contains("listening on tcp:127.0.0.1:") }
+            .flatMap { $0.split(separator: ":").dropFirst(3).first?.split(separator: " ").first }.flatMap { UInt16($0) }, "\(tap.output)")
+        // A host initialising the controller through the tap: far more than two frames.
+        _ = try await BtctlCLITests.run(["info", "-t", "tcp:127.0.0.1:\(port)"])
+        #expect(await tap.waitForOutput { $0.contains("status ") }, "\(tap.output)")
+        #expect(tap.output.contains("btctl: standard output closed: "), "\(tap.output)")
+        #expect(tap.output.contains("status 0"), "\(tap.output)")
+        _ = await tap.stop()
+    }
 }
