@@ -122,7 +122,10 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
                "local_mtu": .int(Int(ch.info.local.mtu))], "\(ch)")
     let input = StdinChunks(size: ch.maximumSendSize)
     let lastHeard = LastHeard()
+    // Finishes when the channel's SDUs end (the peer closed or the link went).
+    let (channelEnded, endChannel) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     let receiving = Task {
+        defer { endChannel.finish() }
         var bytes = 0
         do {
             for try await sdu in ch.sdus {
@@ -145,9 +148,19 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
     } catch {
         say(json, ["event": .string("error"), "error": .string("\(error)")], "send failed: \(error)")
     }
-    // Standard input is done: keep receiving while the peer talks, then close.
-    while await ch.closeReason == nil && !lastHeard.quietFor(wait) {
-        try await Task.sleep(for: .milliseconds(50))
+    // Standard input is done: keep receiving until the peer closes the channel or has
+    // been quiet for `wait` (a timer to that moment, moved on by what arrives), then close.
+    await withTaskGroup(of: Void.self) { g in
+        g.addTask { for await _ in channelEnded {} }
+        g.addTask {
+            while !Task.isCancelled {
+                let left = lastHeard.left(of: wait)
+                if left <= .zero { return }
+                try? await Task.sleep(for: left)
+            }
+        }
+        await g.next()
+        g.cancelAll()
     }
     await ch.close()
     let (received, failure) = await receiving.value
@@ -160,7 +173,8 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
 private final class LastHeard: Sendable {
     private let at = Mutex(ContinuousClock.now)
     func touch() { at.withLock { $0 = .now } }
-    func quietFor(_ seconds: Double) -> Bool { at.withLock { ContinuousClock.now - $0 } >= cliDuration(seconds: seconds) }
+    /// How long until the channel has been quiet for `seconds`.
+    func left(of seconds: Double) -> Duration { cliDuration(seconds: seconds) - at.withLock { ContinuousClock.now - $0 } }
 }
 
 /// Standard input in chunks of at most `size` bytes, read on a thread of its own that
