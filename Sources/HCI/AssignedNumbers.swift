@@ -52,10 +52,13 @@ public enum AssignedNumbers {
     /// 0x27xx units, 0x28xx declarations, 0x29xx descriptors, 0x2Axx–0x2Bxx
     /// characteristics; member UUIDs 0xFCxx–0xFExx as services), a 128-bit one by value.
     public static func name(of uuid: BluetoothUUID) -> String? {
-        if let short = uuid.uint16 {
-            return services[short] ?? characteristics[short] ?? descriptors[short] ?? declarations[short] ?? units[short]
-        }
+        if let short = uuid.uint16 { return name(ofShort: short) }
         return longUUIDs[uuid.description]
+    }
+
+    /// The name of a 16-bit UUID (see `name(of:)`), without building the UUID.
+    public static func name(ofShort short: UInt16) -> String? {
+        services[short] ?? characteristics[short] ?? descriptors[short] ?? declarations[short] ?? units[short]
     }
 }
 

@@ -28,8 +28,11 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
         return i < Self.names.count ? Self.names[i] : nil
     }
 
-    public var description: String {
-        "\(name ?? "unknown") (0x\(hex2(rawValue)))"
+    public var description: String { Self.descriptions[Int(rawValue)] }
+
+    /// "Success (0x00)" for every code, built once (decoders describe a status per frame).
+    private static let descriptions: [String] = (0...255).map { code in
+        "\(HCIStatus(rawValue: UInt8(code)).name ?? "unknown") (0x\(hex2(UInt8(code))))"
     }
 
     /// Names from Vol 1, Part F, §1.3, indexed by code.

@@ -353,9 +353,10 @@ public struct FrameDecoder: Sendable {
     static func adMeaning(type: UInt8, _ data: ArraySlice<UInt8>) -> String? {
         func uuids(_ width: Int) -> String? {
             guard width > 0, data.count % width == 0 else { return nil }
-            if width == 2, data.count == 2 { return u16().flatMap { BluetoothUUID($0).name } }
+            if width == 2, data.count == 2 { return u16().flatMap(AssignedNumbers.name(ofShort:)) }
             let names = stride(from: data.startIndex, to: data.endIndex, by: width).compactMap { i -> String? in
-                (try? BluetoothUUID(littleEndian: Array(data[i..<i + width])))?.name
+                if width == 2 { return AssignedNumbers.name(ofShort: UInt16(data[i]) | UInt16(data[i + 1]) << 8) }
+                return (try? BluetoothUUID(littleEndian: Array(data[i..<i + width])))?.name
             }
             return names.isEmpty ? nil : names.joined(separator: ", ")
         }
@@ -366,7 +367,7 @@ public struct FrameDecoder: Sendable {
         case 0x02, 0x03, 0x14: return uuids(2)
         case 0x04, 0x05, 0x1F: return uuids(4)
         case 0x06, 0x07, 0x15: return uuids(16)
-        case 0x16: return u16().flatMap { BluetoothUUID($0).name }
+        case 0x16: return u16().flatMap(AssignedNumbers.name(ofShort:))
         case 0x19: return u16().flatMap(AssignedNumbers.appearanceName)
         case 0xFF: return u16().flatMap(AssignedNumbers.companyName)
         default: return nil
@@ -397,7 +398,7 @@ public struct FrameDecoder: Sendable {
                 o.put(" ")
                 o.put(name)
                 o.put(": ")
-                if isText { o.put(UInt8(ascii: "\"")); o.put(String(decoding: value, as: UTF8.self)); o.put(UInt8(ascii: "\"")) } else { o.hexBytes(value) }
+                if isText { o.put(UInt8(ascii: "\"")); o.text(utf8: value); o.put(UInt8(ascii: "\"")) } else { o.hexBytes(value) }
                 if let meaning { o.put(" ("); o.put(meaning); o.put(")") }
             }
             s.beginObject()

@@ -75,9 +75,9 @@ struct OutputBytes {
     mutating func put(_ p: UnsafeBufferPointer<UInt8>) {
         guard let src = p.baseAddress, p.count > 0 else { return }
         reserve(p.count)
-        if p.count <= 16 {
-            // Keys and punctuation: a loop beats a call to memmove.
-            for k in 0..<p.count { base[count + k] = src[k] }
+        if p.count <= 32 {
+            // Keys and punctuation: word copies beat a call to memmove.
+            Self.copyShort(from: src, to: base + count, count: p.count)
         } else {
             (base + count).update(from: src, count: p.count)
         }
@@ -98,6 +98,16 @@ struct OutputBytes {
         for b in s {
             base[count] = b
             count += 1
+        }
+    }
+
+    /// UTF-8 text from a peer as it reads: ASCII as it is, anything else decoded, so
+    /// invalid sequences show as U+FFFD.
+    mutating func text(utf8 b: ArraySlice<UInt8>) {
+        if b.allSatisfy({ $0 < 0x80 }) {
+            b.withUnsafeBufferPointer { put($0) }
+        } else {
+            put(String(decoding: b, as: UTF8.self))
         }
     }
 
@@ -128,22 +138,41 @@ struct OutputBytes {
             count += 1
             return
         }
-        // Digits backwards into a scratch word pair, then copied forwards (no tables:
-        // a static table costs a lazy-initialization check on every call).
+        // Two digits at a time backwards into a scratch word triple, then copied
+        // forwards. The pairs come from a string literal: constant data, no lazy
+        // initialization to check on every call as a static array would need.
         var x = v
-        var digits = 0
+        var at = 24
         var scratch: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &scratch) { d in
-            while x > 0 {
-                d[23 - digits] = 0x30 &+ UInt8(truncatingIfNeeded: x % 10)
-                x /= 10
-                digits += 1
+        Self.digitPairs.withUTF8Buffer { pairs in
+            withUnsafeMutableBytes(of: &scratch) { d in
+                while x >= 100 {
+                    let r = Int(truncatingIfNeeded: x % 100)
+                    x /= 100
+                    at -= 2
+                    d[at] = pairs[2 * r]
+                    d[at + 1] = pairs[2 * r + 1]
+                }
+                if x >= 10 {
+                    let r = Int(truncatingIfNeeded: x)
+                    at -= 2
+                    d[at] = pairs[2 * r]
+                    d[at + 1] = pairs[2 * r + 1]
+                } else {
+                    at -= 1
+                    d[at] = 0x30 &+ UInt8(truncatingIfNeeded: x)
+                }
+                for k in 0..<(24 - at) { base[count + k] = d[at + k] }
             }
-            let start = 24 - digits
-            for k in 0..<digits { base[count + k] = d[start + k] }
         }
-        count += digits
+        count += 24 - at
     }
+
+    private static let digitPairs: StaticString = """
+        00010203040506070809101112131415161718192021222324252627282930313233343536373839\
+        40414243444546474849505152535455565758596061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899
+        """
 
     /// `width` lowercase hex digits (more if the value needs them).
     mutating func hex(_ v: UInt64, width: Int) {
@@ -214,19 +243,29 @@ struct OutputBytes {
         put("\\\"\"")
     }
 
-    /// The inside of a JSON string: bytes copied as they are until one needs an escape.
+    /// The inside of a JSON string: bytes copied as they are until one needs an escape
+    /// (looked for eight at a time).
     mutating func jsonEscaped(utf8 s: UnsafeBufferPointer<UInt8>) {
-        reserve(s.count)
+        guard let src = s.baseAddress else { return }
+        let n = s.count
+        reserve(n)
         var k = 0
-        while k < s.count {
-            let b = s[k]
+        let to = UnsafeMutableRawPointer(base + count)
+        while k &+ 8 <= n {
+            let w = UnsafeRawPointer(src + k).loadUnaligned(as: UInt64.self)
+            if Self.needsEscape(w) { break }
+            to.storeBytes(of: w, toByteOffset: k, as: UInt64.self)
+            k &+= 8
+        }
+        while k < n {
+            let b = src[k]
             if b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") { break }
-            base[count + k] = b
-            k += 1
+            to.storeBytes(of: b, toByteOffset: k, as: UInt8.self)
+            k &+= 1
         }
         count += k
-        while k < s.count {
-            let b = s[k]
+        while k < n {
+            let b = src[k]
             switch b {
             case UInt8(ascii: "\""): put("\\\"")
             case UInt8(ascii: "\\"): put("\\\\")
@@ -241,6 +280,31 @@ struct OutputBytes {
             }
             k += 1
         }
+    }
+
+    /// Copies `n` bytes (a key, a name: short) a word at a time, never reading or
+    /// writing past either end: cheaper than a call to memmove at these sizes.
+    @inline(__always) static func copyShort(from src: UnsafePointer<UInt8>, to dst: UnsafeMutablePointer<UInt8>, count n: Int) {
+        let from = UnsafeRawPointer(src), to = UnsafeMutableRawPointer(dst)
+        var k = 0
+        while k &+ 8 <= n {
+            to.storeBytes(of: from.loadUnaligned(fromByteOffset: k, as: UInt64.self), toByteOffset: k, as: UInt64.self)
+            k &+= 8
+        }
+        while k < n {
+            to.storeBytes(of: from.load(fromByteOffset: k, as: UInt8.self), toByteOffset: k, as: UInt8.self)
+            k &+= 1
+        }
+    }
+
+    /// Whether any of the eight bytes of `w` is below 0x20, a quote or a backslash
+    /// (the exact "has a zero byte" and "has a byte less than n" word tests).
+    @inline(__always) static func needsEscape(_ w: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        let below = (w &- ones &* 0x20) & ~w & highs
+        let q = w ^ (ones &* 0x22), bs = w ^ (ones &* 0x5C)
+        let quote = (q &- ones) & ~q & highs, backslash = (bs &- ones) & ~bs & highs
+        return (below | quote | backslash) != 0
     }
 
     /// `,"name":` (the comma when `separator`) for a key known to need no escapes.
@@ -258,7 +322,7 @@ struct OutputBytes {
         var i = count
         if separator { base[i] = UInt8(ascii: ","); i += 1 }
         base[i] = UInt8(ascii: "\"")
-        (base + i + 1).update(from: name.utf8Start, count: n)
+        Self.copyShort(from: name.utf8Start, to: base + i + 1, count: n)
         i += n + 1
         base[i] = UInt8(ascii: "\"")
         base[i + 1] = UInt8(ascii: ":")
@@ -580,7 +644,7 @@ struct TextFrameSink: FrameSink {
     mutating func quotedText(_ utf8: ArraySlice<UInt8>) {
         guard startValue() else { return }
         details.put(UInt8(ascii: "\""))
-        details.put(String(decoding: utf8, as: UTF8.self))
+        details.text(utf8: utf8)
         details.put(UInt8(ascii: "\""))
     }
     mutating func beginObject() { if startValue() { details.put(UInt8(ascii: "{")); nesting.push() } }
