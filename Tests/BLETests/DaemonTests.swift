@@ -51,19 +51,27 @@ import Testing
         try await remote.disconnect()
     }
 
-    /// The DocC tutorial shows the example package as it is: its last step of each
-    /// file is that file, byte for byte (the example package is built and tested).
+    /// The DocC tutorial shows the example package as it is: each file's last step is a
+    /// link to the example's file (built and tested by the test command), and the earlier
+    /// steps are that file cut short, not another program.
     @Test func theTutorialShowsTheExamplePackage() throws {
         let resources = Bench.root + "/Sources/BLE/BLE.docc/Resources/", example = Bench.root + "/Examples/BatteryDaemon/"
         for (shown, file) in [("battery-package.swift", "Package.swift"), ("battery-kit-02.swift", "Sources/BatteryKit/Battery.swift"),
                               ("battery-daemon-main.swift", "Sources/battery-daemon/main.swift"),
                               ("battery-replay-02.swift", "Tests/BatteryKitTests/ReplayTests.swift")] {
-            let a = try String(contentsOfFile: resources + shown, encoding: .utf8), b = try String(contentsOfFile: example + file, encoding: .utf8)
-            #expect(a == b, "\(shown) differs from Examples/BatteryDaemon/\(file): copy it over")
+            let target = try FileManager.default.destinationOfSymbolicLink(atPath: resources + shown)
+            #expect(URL(fileURLWithPath: resources + target).standardizedFileURL.path == URL(fileURLWithPath: example + file).standardizedFileURL.path,
+                    "\(shown) must link to Examples/BatteryDaemon/\(file)")
         }
-        // The earlier steps are the final file cut short, not another program.
-        let first = try String(contentsOfFile: resources + "battery-kit-01.swift", encoding: .utf8)
-        let last = try String(contentsOfFile: resources + "battery-kit-02.swift", encoding: .utf8)
-        #expect(last.hasPrefix(String(first.prefix(while: { $0 != "}" }))))
+        func read(_ path: String) throws -> String { try String(contentsOfFile: path, encoding: .utf8) }
+        // The first monitor: the service and the monitor up to the read, then it disconnects.
+        let kit = try read(example + "Sources/BatteryKit/Battery.swift"), kit1 = try read(resources + "battery-kit-01.swift")
+        let monitor = try #require(kit1.range(of: "public struct BatteryMonitor"))
+        let upToRead = try #require(kit1.range(of: "        try await peripheral.disconnect()"))
+        #expect(kit.hasPrefix(String(kit1[..<kit1.range(of: "public struct")!.lowerBound])))
+        #expect(kit.contains(String(kit1[monitor.lowerBound..<upToRead.lowerBound])))
+        // The first test file: the replay test alone.
+        let tests = try read(example + "Tests/BatteryKitTests/ReplayTests.swift"), tests1 = try read(resources + "battery-replay-01.swift")
+        #expect(tests.hasPrefix(String(tests1.dropLast(2))))
     }
 }
