@@ -41,8 +41,9 @@ public struct Central: Sendable {
     /// so a replay of a recording picks the same results as the recorded run did.
     /// The scan has stopped when this returns (unless another scan of this host is
     /// still running; then the results are those handed over within the window).
-    /// Cancelling stops the scan and throws `CancellationError`. At most `capacity`
-    /// results are kept (the newest).
+    /// Cancelling stops the scan and throws `CancellationError`. The results are taken
+    /// as they come; `capacity` bounds those waiting to be taken (beyond it the oldest
+    /// waiting would go, which a caller that only waits here does not reach).
     public func scan(for window: Duration, filter: ScanFilter = ScanFilter(), active: Bool = true,
                      capacity: Int = 1024) async throws -> [ScanResult] {
         let (id, stream) = try await host.addScan(filter: filter, active: active, filterDuplicates: false, capacity: capacity)
