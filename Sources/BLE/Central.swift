@@ -52,6 +52,10 @@ public struct Central: Sendable {
             g.addTask { [host] in
                 try? await Task.sleep(for: window)
                 await host.finishScan(id)
+                // The answer's Command Complete reaches the follower at once; should it
+                // have been lost (the event buffer overran), end the wait anyway.
+                try? await Task.sleep(for: .seconds(2))
+                if !Task.isCancelled { await host.flushDraining() }
             }
             // Ends when the follower reaches the stop's answer (or on cancellation).
             for await r in stream { results.append(r) }

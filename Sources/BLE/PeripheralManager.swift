@@ -390,9 +390,10 @@ extension BluetoothHost {
         return s
     }
 
-    /// A consumer that stopped leaves the stored values to answer, also the requests it
-    /// had buffered but never took (finished by a newer `requests()`, the old consumer
-    /// may still take and answer what it buffered).
+    /// From now on the stored values answer. When the consumer is gone (it let go of
+    /// the stream), they also answer what it was handed and did not answer; a stream
+    /// finished by a newer `requests()` keeps its requests (its consumer may still take
+    /// and answer them).
     private func requestsEnded(_ generation: UInt64, consumerGone: Bool) async {
         if generation == requestGeneration { requestContinuation = nil }
         let (ended, kept) = handedRequests.reduce(into: ([GATTServer.Request](), [(UInt64, GATTServer.Request)]())) {
