@@ -85,32 +85,31 @@ public actor FireAlarmSender {
 
     /// Waits until some central subscribes to the alarm state (at most `limit`).
     public func waitForSubscriber(within limit: Duration) async -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while ContinuousClock.now < deadline {
-            if let s = try? await host.peripheral.subscribers(of: alarmState), !s.isEmpty { return true }
-            try? await Task.sleep(for: .milliseconds(20))
+        await waitUntil(within: limit, every: .milliseconds(20)) {
+            if let s = try? await host.peripheral.subscribers(of: alarmState) { !s.isEmpty } else { false }
         }
-        return false
     }
 
     /// Waits until a central's acknowledgement has been handled here (the central's write
     /// returns when our server took it; this side's event arrives a little later).
     public func waitForAcknowledgement(within limit: Duration) async -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while acknowledgements.isEmpty && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        return !acknowledgements.isEmpty
+        await waitUntil(within: limit) { !acknowledgements.isEmpty }
     }
 
     /// Waits until every central has left, as this sender saw it (at most `limit`):
     /// the host has then handled the disconnection (and resumes advertising).
     public func waitForCentralsToLeave(within limit: Duration) async -> Bool {
+        await waitUntil(within: limit) { centrals.isEmpty }
+    }
+
+    /// Checks `done` every `interval` until it holds or `limit` has passed; whether it held.
+    private func waitUntil(within limit: Duration, every interval: Duration = .milliseconds(10), _ done: () async -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + limit
-        while !centrals.isEmpty && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
+        while ContinuousClock.now < deadline {
+            if await done() { return true }
+            try? await Task.sleep(for: interval)
         }
-        return centrals.isEmpty
+        return await done()
     }
 
     private func handle(_ e: ConnectionEvent) {
