@@ -603,8 +603,13 @@ public struct FrameDecoder: Sendable {
             let text = "\(error)"
             s.field("smp_error", string: text)
             s.summary { o in
-                o.put(" SMP opcode=0x")
-                o.hex(UInt64(payload[0]), width: 2)
+                // An L2CAP length of 0 leaves no opcode to show.
+                if let op = payload.first {
+                    o.put(" SMP opcode=0x")
+                    o.hex(UInt64(op), width: 2)
+                } else {
+                    o.put(" SMP")
+                }
                 o.put(" (")
                 o.put(text)
                 o.put(")")

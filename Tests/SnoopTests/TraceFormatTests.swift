@@ -179,6 +179,17 @@ struct TraceFormatTests {
         #expect(k.summary.hasSuffix("L2CAP dynamic cid=0x0041 5 bytes"))
     }
 
+    /// An SMP frame whose L2CAP length is 0 (with bytes after it) has no opcode: the
+    /// decoder says it is malformed rather than reading past the PDU (found by FuzzACL).
+    @Test func anSMPFrameOfLengthZeroIsMalformedNotATrap() throws {
+        var d = FrameDecoder()
+        let body: [UInt8] = [0x2A, 0x00, 0x06, 0x00, 0x00, 0x00, 0x06, 0x00, 0x09, 0x00]
+        let packet = try HCIPacket(type: .acl, body: body)
+        let f = d.decode(TraceRecord(timestampMicros: 0, packet: packet, direction: .controllerToHost), number: 1, firstTimestamp: 0)
+        #expect(f.json["smp_error"] != nil)
+        #expect(f.summary.contains(" SMP ("))
+    }
+
     /// ATT on dynamic channels: EATT (SPSM 0x0027, opened by Credit Based Connection
     /// Request/Response, Vol 3, Part A, §4.25, §4.26) and ATT over BR/EDR PSM 0x001F
     /// (Connection Request/Response, §4.2, §4.3). The decoder learns each channel's CIDs
