@@ -7,7 +7,7 @@ import HCI
 
 public enum ResolvablePrivateAddress {
     /// Whether `address` is a resolvable private address (top bits 0b01).
-    public static func isResolvable(_ address: BluetoothAddress) -> Bool { address.bytes[5] >> 6 == 0b01 }
+    public static func isResolvable(_ address: BluetoothAddress) -> Bool { address.octet(5) >> 6 == 0b01 }
 
     /// Whether `irk` (16 octets, least significant first) resolves `address`.
     public static func resolves(_ address: BluetoothAddress, irk: [UInt8]) -> Bool {

@@ -377,18 +377,23 @@ public struct FrameDecoder: Sendable {
     /// One advertising report as JSON, and a detail line per AD structure.
     static func report<S: FrameSink>(address: BluetoothAddress, type: AddressType, rssi: Int8, eventType: Int, data: [UInt8],
                                      into s: inout S) {
-        s.beginObject()
-        s.key("address"); s.address(address)
-        s.field("address_type", string: type.description)
-        s.field("rssi", int: Int(rssi))
-        s.field("event_type", int: eventType)
-        s.key("ad_types")
-        s.beginArray()
-        let damage = ADStructure.forEach(in: data) { t, _ in s.int(Int(t)) }
-        s.endArray()
-        s.key("ad")
-        s.beginArray()
-        _ = ADStructure.forEach(in: data) { t, value in
+        // Text shows the report's AD structures as detail lines only: the list of types
+        // and the JSON objects are skipped there.
+        let fields = s.writesFields
+        if fields {
+            s.beginObject()
+            s.key("address"); s.address(address)
+            s.field("address_type", string: type.description)
+            s.field("rssi", int: Int(rssi))
+            s.field("event_type", int: eventType)
+            s.key("ad_types")
+            s.beginArray()
+            _ = ADStructure.forEach(in: data) { t, _ in s.int(Int(t)) }
+            s.endArray()
+            s.key("ad")
+            s.beginArray()
+        }
+        let damage = ADStructure.forEach(in: data) { t, value in
             let name = ADStructure.typeName(t) ?? "Unknown AD type"
             let isText = t == 0x08 || t == 0x09 || t == 0x30
             let meaning = adMeaning(type: t, value)
@@ -401,6 +406,7 @@ public struct FrameDecoder: Sendable {
                 if isText { o.put(UInt8(ascii: "\"")); o.text(utf8: value); o.put(UInt8(ascii: "\"")) } else { o.hexBytes(value) }
                 if let meaning { o.put(" ("); o.put(meaning); o.put(")") }
             }
+            guard fields else { return }
             s.beginObject()
             s.field("type", int: Int(t))
             s.field("name", string: name)
@@ -413,12 +419,12 @@ public struct FrameDecoder: Sendable {
             if let meaning { s.field("meaning", string: meaning) }
             s.endObject()
         }
-        s.endArray()
+        if fields { s.endArray() }
         if let damage {
             s.detail { o in o.put("  AD damaged: "); o.put(damage.description) }
-            s.field("ad_error", string: damage.description)
+            if fields { s.field("ad_error", string: damage.description) }
         }
-        s.endObject()
+        if fields { s.endObject() }
     }
 
     mutating func acl<S: FrameSink>(_ a: ACLDataPacket, direction: TraceRecord.Direction, into s: inout S) {

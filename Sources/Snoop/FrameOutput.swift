@@ -202,15 +202,13 @@ struct OutputBytes {
 
     /// A Bluetooth address as written: most significant octet first, uppercase, colons.
     mutating func address(_ a: BluetoothAddress) {
-        let b = a.bytes
-        reserve(3 * b.count)
-        var first = true
-        for x in b.reversed() {
-            if !first { base[count] = UInt8(ascii: ":"); count += 1 }
-            first = false
+        reserve(17)
+        for i in stride(from: 5, through: 0, by: -1) {
+            let x = a.octet(i)
             base[count] = Self.upperDigit(x >> 4)
             base[count + 1] = Self.upperDigit(x & 0xF)
-            count += 2
+            if i > 0 { base[count + 2] = UInt8(ascii: ":") }
+            count += i > 0 ? 3 : 2
         }
     }
 
@@ -387,6 +385,9 @@ struct Nesting {
 protocol FrameSink: FieldVisitor {
     /// Whether key material is shown (otherwise a `longTermKey` parameter reads "<redacted>").
     var showKeys: Bool { get }
+    /// Whether fields given now are written (JSON: always; text: inside the parameters
+    /// only), so a decoder can skip work whose only product is fields.
+    var writesFields: Bool { get }
     mutating func begin(number: Int, timestampMicros: Int64, relative: Int64, direction: TraceRecord.Direction, index: UInt16?)
     mutating func end()
     mutating func key(_ name: String)
@@ -420,6 +421,7 @@ extension FrameSink {
 struct JSONFrameSink: FrameSink {
     var out: OutputBytes
     let showKeys: Bool
+    var writesFields: Bool { true }
     private var nesting = Nesting()
     private var redactNext = false
     private var paramsPending = false
@@ -541,6 +543,7 @@ struct TextFrameSink: FrameSink {
     private var inParams = false
     private var lineOpen = false
     private var redactNext = false
+    var writesFields: Bool { inParams }
 
     static let indent = 26
 
