@@ -284,14 +284,26 @@ struct OutputBytes {
     /// writing past either end: cheaper than a call to memmove at these sizes.
     @inline(__always) static func copyShort(from src: UnsafePointer<UInt8>, to dst: UnsafeMutablePointer<UInt8>, count n: Int) {
         let from = UnsafeRawPointer(src), to = UnsafeMutableRawPointer(dst)
-        var k = 0
-        while k &+ 8 <= n {
-            to.storeBytes(of: from.loadUnaligned(fromByteOffset: k, as: UInt64.self), toByteOffset: k, as: UInt64.self)
-            k &+= 8
+        // Whole words, then the tail as one more word (or half, quarter word) ending at
+        // byte n, overlapping what was copied: no byte loop, nothing outside [0, n).
+        @inline(__always) func copy<T: FixedWidthInteger>(_: T.Type, at k: Int) {
+            to.storeBytes(of: from.loadUnaligned(fromByteOffset: k, as: T.self), toByteOffset: k, as: T.self)
         }
-        while k < n {
-            to.storeBytes(of: from.load(fromByteOffset: k, as: UInt8.self), toByteOffset: k, as: UInt8.self)
-            k &+= 1
+        if n >= 8 {
+            var k = 0
+            while k &+ 8 < n {
+                copy(UInt64.self, at: k)
+                k &+= 8
+            }
+            copy(UInt64.self, at: n &- 8)
+        } else if n >= 4 {
+            copy(UInt32.self, at: 0)
+            copy(UInt32.self, at: n &- 4)
+        } else if n >= 2 {
+            copy(UInt16.self, at: 0)
+            copy(UInt16.self, at: n &- 2)
+        } else if n == 1 {
+            copy(UInt8.self, at: 0)
         }
     }
 
