@@ -205,6 +205,61 @@ func note(_ text: String) {
     FileHandle.standardError.write(Data("btctl: \(text)\n".utf8))
 }
 
+/// A progress line on standard error when it is a terminal (never in --json mode, never
+/// into a pipe or file): rewritten in place at most ten times a second, cleared before
+/// the closing summary. When standard output is the same terminal, `willPrint()` erases
+/// the line before each output line and the next `update` draws it again below, so the
+/// two never mix. Only the task that owns it writes.
+struct LiveStatus {
+    let enabled: Bool
+    private let sharesTerminal: Bool
+    private var last = ContinuousClock.now - .seconds(1)
+    private var shown = false
+    private var erased = false
+
+    init(json: Bool) {
+        enabled = !json && isatty(2) != 0
+        sharesTerminal = enabled && isatty(1) != 0
+    }
+
+    /// Shows `text()` if a tenth of a second has passed since the last update, or at
+    /// once if `willPrint()` erased the line.
+    mutating func update(_ text: @autoclosure () -> String) {
+        guard enabled else { return }
+        let now = ContinuousClock.now
+        guard erased || now - last >= .milliseconds(100) else { return }
+        (last, shown, erased) = (now, true, false)
+        FileHandle.standardError.write(Data("\r\u{1B}[K\(text())".utf8))
+    }
+
+    /// Call before writing a line to standard output.
+    mutating func willPrint() {
+        guard sharesTerminal, shown else { return }
+        clear()
+        erased = true
+    }
+
+    /// Erases the line (before the summary is printed).
+    mutating func clear() {
+        guard shown else { return }
+        shown = false
+        FileHandle.standardError.write(Data("\r\u{1B}[K".utf8))
+    }
+}
+
+/// Seconds since `start`, to a tenth (closing summaries).
+func tenthsOfSecondsSince(_ start: ContinuousClock.Instant) -> Double {
+    let d = ContinuousClock.now - start
+    return ((Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18) * 10).rounded() / 10
+}
+
+/// "1.2 KiB", "3.4 MiB": a byte count for a person.
+func bytesText(_ n: Int) -> String {
+    if n < 1024 { return "\(n) B" }
+    if n < 1024 * 1024 { return String(format: "%.1f KiB", Double(n) / 1024) }
+    return String(format: "%.1f MiB", Double(n) / 1_048_576)
+}
+
 /// "10 s", "2.5 s".
 func secondsText(_ s: Double) -> String {
     s == s.rounded() && abs(s) < 1e15 ? "\(Int(s)) s" : String(format: "%.1f s", s)

@@ -131,13 +131,25 @@ struct Gatt: AsyncParsableCommand {
                 }
                 fflush(nil)
                 var n = 0
+                let started = ContinuousClock.now
+                var live = LiveStatus(json: options.json)
                 for await v in values {
                     n += 1
+                    live.willPrint()
                     if options.json { emit(.object([("event", .string(kind))] + valueJSON(c.valueHandle, v, uuid: c.uuid))) } else { print(valueLine(c.valueHandle, v, uuid: c.uuid)) }
                     fflush(nil)
+                    live.update("\(n) \(kind)s")
                     if let count, n >= count { break }
                 }
+                live.clear()
+                let seconds = tenthsOfSecondsSince(started)
                 await session.close()
+                // The closing summary: how many values came in how long (after an interrupt too).
+                if options.json {
+                    emit(.object([("event", .string("summary")), ("values", .int(n)), ("seconds", .double(seconds))]))
+                } else {
+                    note("\(n) \(kind)\(n == 1 ? "" : "s") in \(seconds) s")
+                }
                 if let count, n < count { throw CLIError("the link ended after \(n) of \(count) values") }
             } catch let e as CLIError {
                 await session.close()

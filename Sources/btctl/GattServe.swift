@@ -9,6 +9,7 @@ import GATT
 import HCI
 import L2CAP
 import Snoop
+import Synchronization
 
 /// The database file, read from a strict JSON document: every error names the JSON
 /// path and the line and column of the value it is about.
@@ -329,7 +330,10 @@ extension Gatt {
                 }
                 try await advertise()
                 let json = options.json
-                func report(_ o: [(String, JSONValue)], _ text: String) {
+                let started = ContinuousClock.now
+                let tally = EventTally()
+                @Sendable func report(_ o: [(String, JSONValue)], _ text: String) {
+                    tally.count(o)
                     if json { emit(.object(o)) } else { print(text) }
                     fflush(nil)
                 }
@@ -391,6 +395,16 @@ extension Gatt {
                 _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
                 for c in await host.currentConnections where !Interrupt.requested { await Central.disconnect(c, host: host, within: .seconds(2)) }
                 await controller.close()
+                let n = tally.counts
+                let seconds = tenthsOfSecondsSince(started)
+                func plural(_ k: Int, _ one: String) -> String { "\(k) \(one)\(k == 1 ? "" : "s")" }
+                let fields: [(String, Int)] = [("connections", n["connected", default: 0]), ("writes", n["written", default: 0]),
+                                               ("subscriptions", n["subscription", default: 0]), ("notified", n["notified", default: 0]),
+                                               ("indicated", n["indicated", default: 0]), ("errors", n["error", default: 0])]
+                report([("event", .string("summary")), ("seconds", .double(seconds))] + fields.map { ($0.0, .int($0.1)) },
+                       "served for \(seconds) s: \(plural(fields[0].1, "connection")), \(plural(fields[1].1, "write")), "
+                           + "\(plural(fields[2].1, "subscription change")), \(plural(fields[3].1, "notification")) and \(plural(fields[4].1, "indication")) sent, "
+                           + plural(fields[5].1, "console error"))
             } catch {
                 await controller.close()
                 throw CLIError("serve failed: \(error)")
@@ -435,4 +449,14 @@ extension Gatt {
             return false
         }
     }
+}
+
+/// How many of each JSON event `gatt serve` reported, for its closing summary.
+private final class EventTally: Sendable {
+    private let state = Mutex<[String: Int]>([:])
+    func count(_ o: [(String, JSONValue)]) {
+        guard case let .string(name)? = o.first(where: { $0.0 == "event" })?.1 else { return }
+        state.withLock { $0[name, default: 0] += 1 }
+    }
+    var counts: [String: Int] { state.withLock { $0 } }
 }

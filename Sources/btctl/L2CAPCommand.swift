@@ -122,6 +122,7 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
                "local_mtu": .int(Int(ch.info.local.mtu))], "\(ch)")
     let input = StdinChunks(size: ch.maximumSendSize)
     let lastHeard = LastHeard()
+    let progress = TransferProgress(json: json)
     // Finishes when the channel's SDUs end (the peer closed or the link went).
     let (channelEnded, endChannel) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     let receiving = Task {
@@ -131,7 +132,9 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
             for try await sdu in ch.sdus {
                 lastHeard.touch()
                 bytes += sdu.count
+                progress.willPrint()
                 if json { emit(.object([("event", .string("sdu")), ("length", .int(sdu.count)), ("value", .string(sdu.hexString))])) } else { FileHandle.standardOutput.write(Data(sdu)) }
+                progress.add(received: sdu.count)
             }
             return (bytes, nil as String?)
         } catch {
@@ -143,6 +146,7 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
         for await chunk in input.chunks {
             try await ch.send(chunk)
             sent += chunk.count
+            progress.add(sent: chunk.count)
             input.taken()
         }
     } catch {
@@ -164,9 +168,26 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
     }
     await ch.close()
     let (received, failure) = await receiving.value
+    progress.clear()
     let reason = await ch.closeReason
     say(json, ["event": .string("closed"), "sent": .int(sent), "received": .int(received), "reason": .string(failure ?? reason?.description ?? "closed")],
         "closed: sent \(sent) bytes, received \(received)\(failure.map { " (\($0))" } ?? "")")
+}
+
+/// Bytes sent and received so far, on the terminal's status line (both directions
+/// update it, from their own tasks).
+private final class TransferProgress: Sendable {
+    private let state: Mutex<(sent: Int, received: Int, live: LiveStatus)>
+    init(json: Bool) { state = Mutex((0, 0, LiveStatus(json: json))) }
+    func add(sent: Int = 0, received: Int = 0) {
+        state.withLock { s in
+            s.sent += sent
+            s.received += received
+            s.live.update("sent \(bytesText(s.sent)), received \(bytesText(s.received))")
+        }
+    }
+    func willPrint() { state.withLock { $0.live.willPrint() } }
+    func clear() { state.withLock { $0.live.clear() } }
 }
 
 /// When the channel last delivered something.

@@ -29,7 +29,6 @@ struct Scan: AsyncParsableCommand {
         let (host, writer) = try await options.openHost()
         defer { writer?.close() }
         let json = options.json
-        let live = !json && isatty(2) != 0
         let summary: ScanSummary
         let dropped: Int
         do {
@@ -43,12 +42,15 @@ struct Scan: AsyncParsableCommand {
             }
             let printer = Task {
                 var summary = ScanSummary()
+                var live = LiveStatus(json: json)
                 for await r in results {
                     summary.add(r)
+                    live.willPrint()
                     print(json ? Self.json(r.advertisement).rendered : Self.text(r.advertisement))
                     fflush(nil)
-                    if live { summary.showProgress() }
+                    live.update("\(summary.reports) reports from \(summary.devices.count) devices")
                 }
+                live.clear()
                 return summary
             }
             await Interrupt.sleep(for: cliDuration(seconds: duration))
@@ -60,7 +62,6 @@ struct Scan: AsyncParsableCommand {
             await host.close()
             throw CLIError("scan failed: \(error)")
         }
-        if live { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
         if json {
             emit(summary.json(dropped: dropped))
         } else {
@@ -131,7 +132,6 @@ struct ScanSummary {
     private(set) var devices: [String: Device] = [:]
     private(set) var order: [String] = []
     private(set) var reports = 0
-    private var lastProgress = ContinuousClock.now - .seconds(1)
 
     mutating func add(_ r: ScanResult) {
         let key = "\(r.address)\(r.addressType == .random ? "/random" : "")"
@@ -143,14 +143,6 @@ struct ScanSummary {
         d.bestRSSI = Swift.max(d.bestRSSI, r.rssi)
         devices[key] = d
         reports += 1
-    }
-
-    /// The live count on a terminal's stderr, at most ten times a second.
-    mutating func showProgress() {
-        let now = ContinuousClock.now
-        guard now - lastProgress >= .milliseconds(100) else { return }
-        lastProgress = now
-        FileHandle.standardError.write(Data("\r\u{1B}[K\(reports) reports from \(devices.count) devices".utf8))
     }
 
     func printTable() {

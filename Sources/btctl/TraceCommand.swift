@@ -104,10 +104,15 @@ struct Trace: AsyncParsableCommand {
             let writer: TraceFileWriter
             do { writer = try TraceFileWriter(path: output, output: encoding) } catch { throw CLIError("cannot write \(output): \(error)") }
             defer { writer.close() }
+            var live = LiveStatus(json: false)
+            var n = 0
             while let r = try stream.next() {
                 writer.write(r)
+                n += 1
+                if n & 0xFFF == 0 { live.update("\(n) records") }
                 if Interrupt.requested { break }
             }
+            live.clear()
             if let e = writer.error { throw CLIError("cannot write \(output): \(e)") }
             let (written, left) = writer.counts
             var note = "\(written) records written to \(output == "-" ? "standard output" : output) (\(encoding))"

@@ -54,6 +54,11 @@ import Testing
         #expect(indicated["text"] as? String == "fire" && (indicated["confirmed"] as? [Int])?.count == 1, "\(indicated)")
         let error = try #require(s.first { $0["event"] as? String == "error" }, "\(s)")
         #expect((error["message"] as? String)?.contains("cannot notify") == true, "\(error)")
+        // The closing summary counts what was reported above.
+        let summary = try #require(s.last, "\(s)")
+        #expect(summary["event"] as? String == "summary" && summary["connections"] as? Int == 1 && summary["notified"] as? Int == 1
+                    && summary["indicated"] as? Int == 1 && summary["errors"] as? Int == 1
+                    && summary["subscriptions"] as? Int == s.filter { $0["event"] as? String == "subscription" }.count, "\(summary)")
     }
 
     /// Syntax errors (strict JSON: no trailing comma, no repeated key) and schema errors

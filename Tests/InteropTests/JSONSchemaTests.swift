@@ -166,11 +166,13 @@ struct JSONSchema {
         let subscribe = try await Self.run(["gatt", "subscribe", "--uuid", "F1DE0001-2C4B-4D5E-8F60-7A8B9CADBEEF", "--indicate"] + peer,
                                            interrupt: (SIGINT, "\"subscribed\""))
         #expect(subscribe.status == 130)
-        #expect(try Self.check(subscribe.out, against: "gatt-subscribe").count == 1)
+        let subscribeLines = try Self.check(subscribe.out, against: "gatt-subscribe")
+        #expect(subscribeLines.map { $0["event"] as? String } == ["subscribed", "summary"], "\(subscribeLines)")
 
         let serve = try await Self.run(["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", "virtual", "--json", "--duration", "0.5"])
         #expect(serve.status == 0)
-        #expect(try Self.check(serve.out, against: "gatt-serve").count >= 1)
+        let serveLines = try Self.check(serve.out, against: "gatt-serve")
+        #expect(serveLines.first?["event"] as? String == "advertising" && serveLines.last?["event"] as? String == "summary", "\(serveLines)")
 
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-schema-\(getpid())").path
         let bonds = try await Self.run(["bonds", "list", "--json", "--bonds", dir + "/bonds.json", "-t", "virtual"])
