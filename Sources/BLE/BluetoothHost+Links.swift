@@ -74,10 +74,30 @@ extension BluetoothHost {
     // MARK: Security
 
     func handle(_ e: SecurityEvent) async {
-        guard case let .securityChanged(handle, state) = e, let conn = active[handle] else { return }
-        securityRequested.remove(handle)
-        await server.setSecurity(LinkSecurity(encrypted: state.encrypted, authenticated: state.authenticated, keySize: state.keySize), connection: handle)
-        connectionBroadcast.yield(.securityChanged(conn, state))
+        switch e {
+        case let .securityChanged(handle, state):
+            guard let conn = active[handle] else { return }
+            securityRequested.remove(handle)
+            await server.setSecurity(LinkSecurity(encrypted: state.encrypted, authenticated: state.authenticated, keySize: state.keySize), connection: handle)
+            connectionBroadcast.yield(.securityChanged(conn, state))
+            // A bonded client is who it says once the link is encrypted with the bond's
+            // key: its subscriptions come back (notifications flow without it writing
+            // the CCCDs again, Vol 3, Part G, §3.3.3.3).
+            if state.encrypted && state.bonded, let bond = await security.bond(handle: handle), !bond.clientConfigurations.isEmpty {
+                await server.restoreClientConfigurations(bond.clientConfigurations, connection: handle)
+            }
+        case let .paired(handle, _, result) where result.bonding:
+            // Subscriptions made before the pairing are kept with the new bond.
+            await saveClientConfigurations(handle)
+        default:
+            break
+        }
+    }
+
+    /// Stores what the client on `handle` has set in our CCCDs with its bond, if it has one.
+    func saveClientConfigurations(_ handle: UInt16) async {
+        guard active[handle] != nil else { return }
+        await security.saveClientConfigurations(await server.clientConfigurations(connection: handle), handle: handle)
     }
 
     /// The local server refused a peripheral link's request for its security: ask the

@@ -75,7 +75,7 @@ extension BluetoothHost {
     }
 
     func follow(_ s: BufferedStream<SecurityEvent>) async { for await e in s { await handle(e) } }
-    func follow(_ s: BufferedStream<GATTServer.Event>) async { for await e in s { handle(e) } }
+    func follow(_ s: BufferedStream<GATTServer.Event>) async { for await e in s { await handle(e) } }
     func follow(_ s: BufferedStream<GATTServer.Request>) async { for await r in s { await handle(r) } }
 
     /// Waits until the host has finished reacting to the links' events it has received.

@@ -438,7 +438,7 @@ extension BluetoothHost {
         return nil
     }
 
-    func handle(_ e: GATTServer.Event) {
+    func handle(_ e: GATTServer.Event) async {
         switch e {
         case let .written(h, v, conn):
             guard let central = active[conn] else { return }
@@ -448,8 +448,10 @@ extension BluetoothHost {
                 peripheralBroadcast.yield(.descriptorWritten(d, value: v, central: central))
             }
         case let .subscription(h, conn, n, i):
-            guard let central = active[conn], let c = lookup(h) else { return }
-            peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i))
+            guard let central = active[conn] else { return }
+            if let c = lookup(h) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i)) }
+            // A bonded client's subscriptions persist across connections.
+            await saveClientConfigurations(conn)
         case let .securityNeeded(conn, code):
             securityNeeded(connection: conn, code)
         case .connected, .disconnected:

@@ -297,6 +297,19 @@ public actor GATTServer {
         security[handle] = s
     }
 
+    /// The CCCD values `connection` has set (by CCCD handle, zeros left out).
+    public func clientConfigurations(connection handle: UInt16) -> [UInt16: UInt16] {
+        state.clientConfigurations(connection: handle)
+    }
+
+    /// Puts back a bonded client's CCCD values on `connection` (see
+    /// `GATTServerState.restoreClientConfigurations`); each change is reported as a
+    /// `subscription` event, as a write would be.
+    public func restoreClientConfigurations(_ values: [UInt16: UInt16], connection handle: UInt16) {
+        guard bearers[handle] != nil else { return }
+        report(state.restoreClientConfigurations(values, connection: handle), response: nil, connection: handle)
+    }
+
     /// The connection's bearer is gone: forget what it set. Safe to call more than once.
     public func detach(connection handle: UInt16) { detach(handle) }
 

@@ -58,7 +58,33 @@ public struct GATTServerState: Sendable {
         return (v & 1 != 0, v & 2 != 0)
     }
 
-    /// Forget what a connection set (it went away; bonding is not kept yet).
+    /// The Client Characteristic Configuration values `connection` has set, by CCCD
+    /// handle (zeros left out): what a bond keeps for this client.
+    public func clientConfigurations(connection: UInt16) -> [UInt16: UInt16] {
+        (configurations[connection] ?? [:]).filter { $0.value != 0 }
+    }
+
+    /// Puts back a bonded client's CCCD values (they persist across connections for
+    /// bonded devices, Vol 3, Part G, §3.3.3.3), in handle order. A handle that is no
+    /// longer a CCCD is skipped, and bits the characteristic no longer allows are
+    /// dropped (the database may have changed since). Returns a subscription effect for
+    /// each value that changes what the connection had.
+    public mutating func restoreClientConfigurations(_ values: [UInt16: UInt16], connection: UInt16) -> [Effect] {
+        var effects: [Effect] = []
+        for (h, stored) in values.sorted(by: { $0.key < $1.key }) {
+            guard case let .clientConfiguration(valueHandle, props)? = database.attribute(h)?.role else { continue }
+            var bits = stored & 3
+            if !props.contains(.notify) { bits &= ~1 }
+            if !props.contains(.indicate) { bits &= ~2 }
+            guard bits != configurations[connection]?[h] ?? 0 else { continue }
+            configurations[connection, default: [:]][h] = bits
+            effects.append(.subscription(valueHandle: valueHandle, connection: connection, notify: bits & 1 != 0, indicate: bits & 2 != 0))
+        }
+        return effects
+    }
+
+    /// Forget what a connection set (it went away; a bond keeps its CCCD values, put
+    /// back with `restoreClientConfigurations`).
     public mutating func disconnected(_ connection: UInt16) {
         configurations[connection] = nil
         prepared[connection] = nil

@@ -173,6 +173,25 @@ public actor SecurityManager {
         }
     }
 
+    /// The bond of the peer on link `handle`, while the link is encrypted with a key
+    /// that bond holds (re-encrypted from it, or paired with bonding); nil otherwise, so
+    /// nothing is restored to or stored for a peer that has not proved who it is.
+    public func bond(handle: UInt16) -> Bond? {
+        guard let link = links[handle], link.security.encrypted, link.security.bonded else { return nil }
+        return store.bond(for: link.connection.peer, type: link.connection.peerType)
+    }
+
+    /// Keeps what the client on link `handle` set in our GATT server's CCCDs with its
+    /// bond (Vol 3, Part G, §3.3.3.3). Nothing for a link that is not bonded; the store
+    /// is written only when the values change.
+    public func saveClientConfigurations(_ values: [UInt16: UInt16], handle: UInt16) {
+        guard var bond = bond(handle: handle), bond.clientConfigurations != values else { return }
+        bond.clientConfigurations = values
+        do { try store.save(bond) } catch {
+            logger.error("client configurations not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
+        }
+    }
+
     /// The bonds in the store.
     public func bonds() throws -> [Bond] { try store.bonds() }
 

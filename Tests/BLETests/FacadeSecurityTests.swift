@@ -50,6 +50,48 @@ import Testing
         #expect(try await c.bonds().isEmpty)
     }
 
+    /// A bonded client's CCCD values persist across connections (Vol 3, Part G,
+    /// §3.3.3.3): our server keeps them with the bond and puts them back once the next
+    /// link is encrypted with the bond's key, not before.
+    @Test func aBondedCentralsSubscriptionComesBackWhenItsLinkIsEncryptedAgain() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(7)), peripheral: SecurityOptions(random: .seeded(8)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let level = Characteristic(uuid: uuidB, properties: [.read, .notify], value: [50])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [level]))
+        let cccd = try #require(try await p.peripheral.handles(of: level).clientConfiguration)
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let peripheralEvents = p.peripheral.events()
+        func subscriptionChanges(_ n: Int) async -> [Bool] {
+            await collect(peripheralEvents.compactMap { e -> Bool? in
+                if case let .subscriptionChanged(_, _, notify, _) = e { return notify }
+                return nil
+            }, count: n, within: .seconds(3))
+        }
+        let address = BluetoothAddress("C0:00:00:00:01:00")!
+        let remote = try await c.central.connect(to: address, within: .seconds(5))
+        #expect(try await remote.secure().bonded)
+        let values = try await remote.subscribe(to: try await remote.characteristic(uuidB))
+        #expect(await subscriptionChanges(1) == [true])
+        #expect(try await p.bonds().first?.clientConfigurations == [cccd: 1])
+        // The link ends with the subscription still on (no CCCD write-off): the bond keeps it.
+        _ = try await remote.disconnect()
+        _ = values
+        #expect(try await p.peripheral.subscribers(of: level).isEmpty)
+
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let again = try await c.central.connect(to: address, within: .seconds(5))
+        // Unencrypted, the peer has not proved it is the bonded central: nothing restored.
+        #expect(try await p.peripheral.subscribers(of: level).isEmpty)
+        #expect(try await again.secure().bonded)
+        #expect(await subscriptionChanges(1) == [true])
+        let subscribers = try await p.peripheral.subscribers(of: level)
+        #expect(subscribers.count == 1 && subscribers.first?.notify == true && subscribers.first?.central.handle != nil)
+        let rc = try await again.characteristic(uuidB)
+        #expect(try await again.read(try #require(rc.clientConfiguration)) == [1, 0])
+        // A notification reaches it without a new subscription.
+        #expect(try await p.peripheral.notify(level, value: [49]).count == 1)
+    }
+
     @Test func thePeripheralAsksForSecurityWhenTheCentralDoesNotPairOnDemand() async throws {
         let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(3), pairOnDemand: false),
                                                 peripheral: SecurityOptions(random: .seeded(4)))

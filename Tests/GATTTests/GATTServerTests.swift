@@ -36,6 +36,26 @@ struct GATTServerTests {
         #expect(include.value == [0x06, 0x00, 0x06, 0x00, 0x01, 0x18])
     }
 
+    /// What a bond kept is put back for the connection: handles that are not a CCCD any
+    /// more are skipped, bits the characteristic no longer allows dropped, an unchanged
+    /// value reported no second time; a written value is what the bond gets next.
+    @Test func aBondsClientConfigurationsAreRestored() throws {
+        var (s, battery, custom, _) = try Self.make()
+        let indicateCCCD = try #require(custom.clientConfigurations[2])
+        // Battery Level's CCCD (4) with notify and indicate stored (it only notifies), the
+        // indicating characteristic's CCCD, a handle that is a value (3), one past the end.
+        let effects = s.restoreClientConfigurations([4: 3, indicateCCCD: 2, 3: 1, 0x0FFF: 1], connection: 7)
+        #expect(effects == [.subscription(valueHandle: 3, connection: 7, notify: true, indicate: false),
+                            .subscription(valueHandle: indicateCCCD - 1, connection: 7, notify: false, indicate: true)])
+        #expect(s.clientConfigurations(connection: 7) == [4: 1, indicateCCCD: 2])
+        #expect(s.configuration(valueHandle: 3, connection: 7) == (true, false))
+        #expect(s.restoreClientConfigurations([4: 1], connection: 7).isEmpty)
+        #expect(s.clientConfigurations(connection: 8).isEmpty)
+        _ = s.handle(.writeRequest(handle: 4, value: [0, 0]), connection: 7, mtu: 23)
+        #expect(s.clientConfigurations(connection: 7) == [indicateCCCD: 2])
+        #expect(battery.clientConfigurations == [4])
+    }
+
     @Test func primaryServiceDiscoveryInGroupsOfEqualLength() throws {
         var (s, _, custom, _) = try Self.make()
         // 16-bit services come first; the 128-bit one needs its own response.
