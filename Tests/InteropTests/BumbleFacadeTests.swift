@@ -1,7 +1,8 @@
 // The BLE facade against Bumble (a host nobody here wrote), on Rootcanal, in both
 // roles: Bumble's fire-alarm receiver (bumble_firealarm_receiver.py) against our
 // FireAlarmSender, and our central against Bumble's GATT server, including what
-// happens to a subscription when the link goes.
+// happens to a subscription when the link goes; a bonded Bumble central's
+// subscription restored by our peripheral when it encrypts its next link.
 
 import BLE
 import BLETesting
@@ -106,5 +107,39 @@ import Testing
         let uuids = (lines.first { $0["event"] as? String == "central-services" }?["uuids"] as? [String]) ?? []
         #expect(uuids.contains { $0.contains("1800") } && uuids.contains { $0.contains("1801") } && uuids.contains { $0.contains("ABCD") }, "\(lines)")
         #expect(lines.first { $0["event"] as? String == "central-name" }?["name"] as? String == "swift-ble-host", "\(lines)")
+    }
+
+    /// Bumble's central pairs with bonding and subscribes to our Battery Level, leaves,
+    /// comes back and only encrypts from its stored keys: our server puts its CCCD back
+    /// (Vol 3, Part G, §3.3.3.3), so the notification we send reaches it although it
+    /// wrote nothing on that link.
+    @Test func aBondedBumbleCentralIsNotifiedWithoutSubscribingAgain() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger, security: SecurityOptions(random: .seeded(11)))
+        let info = try await host.start()
+        let level = Characteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [80])
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0x180F), characteristics: [level]))
+        let events = host.peripheral.events()
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-subscribe", "1", "0", "none", "0", info.address.description])
+        defer { RootcanalProcess.kill(peer.process) }
+        // Bumble's CCCD write on the first link, then the restore on the second.
+        let subscribed = await collect(events.compactMap { e -> Bool? in
+            if case let .subscriptionChanged(_, _, notify, _) = e { return notify }
+            return nil
+        }, count: 2, within: .seconds(40))
+        #expect(subscribed == [true, true])
+        let notified = try await host.peripheral.notify(level, value: [42])
+        #expect(notified.count == 1)
+        let bumble = await peer.events()
+        let handle = try await host.peripheral.handles(of: level).value
+        #expect(BumbleSMPTests.named(bumble, "subscribed").compactMap { $0["handle"] as? Int } == [Int(handle)], "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "secured").first?["encrypted"] as? Bool == true, "\(bumble)")
+        let second = BumbleSMPTests.named(bumble, "notification").filter { $0["round"] as? Int == 1 }
+        #expect(second.first?["handle"] as? Int == Int(handle) && second.first?["value"] as? String == "2a", "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+        await host.close()
     }
 }

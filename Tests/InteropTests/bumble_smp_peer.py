@@ -14,6 +14,11 @@ Usage:
       Connects to ADDRESS (public), pairs (connection.pair()), disconnects,
       reconnects and encrypts from the stored keys (connection.encrypt()), then
       disconnects.
+  bumble_smp_peer.py HCI_PORT central-subscribe SC MITM IO PASSKEY ADDRESS
+      As central, but on the first link subscribes (CCCD write) to Battery Level
+      (0x2A19) after pairing; on the second it only encrypts and waits up to 10 s for
+      a notification it did not subscribe to again on that link (its GATT client's
+      notification handler is replaced, so it sees every Handle Value Notification).
 Prints one JSON object per line.
 """
 
@@ -24,7 +29,8 @@ import os
 import sys
 
 from bumble import gatt
-from bumble.device import Device
+from bumble.core import UUID
+from bumble.device import Device, Peer
 from bumble.hci import Address
 from bumble.keys import MemoryKeyStore
 from bumble.pairing import PairingConfig, PairingDelegate
@@ -119,6 +125,41 @@ async def central(device, address):
         await asyncio.wait_for(disconnected.wait(), 10)
 
 
+async def central_subscribe(device, address):
+    handle = None
+    for round in range(2):
+        disconnected = asyncio.Event()
+        connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+        emit(event="connected", round=round)
+        watch(connection, disconnected)
+        notified = asyncio.Event()
+
+        def on_notification(pdu, round=round):
+            emit(event="notification", round=round, handle=pdu.attribute_handle, value=bytes(pdu.attribute_value).hex())
+            notified.set()
+
+        connection.gatt_client.on_att_handle_value_notification = on_notification
+        try:
+            if round == 0:
+                await connection.pair()
+                peer = Peer(connection)
+                await peer.discover_services()
+                battery = [c for c in await peer.discover_characteristics(uuids=[UUID.from_16_bits(0x2A19)])]
+                await battery[0].discover_descriptors()
+                await battery[0].subscribe(lambda value: None)
+                handle = battery[0].handle
+                emit(event="subscribed", round=round, handle=handle)
+                await asyncio.sleep(0.5)
+            else:
+                await connection.encrypt()
+                emit(event="secured", round=round, encrypted=connection.is_encrypted)
+                await asyncio.wait_for(notified.wait(), 10)
+        except Exception as e:
+            emit(event="error", round=round, error=type(e).__name__, detail=str(e))
+        await connection.disconnect()
+        await asyncio.wait_for(disconnected.wait(), 10)
+
+
 async def main():
     if os.environ.get("BUMBLE_LOGLEVEL"):
         logging.basicConfig(level=os.environ["BUMBLE_LOGLEVEL"].upper())
@@ -131,6 +172,8 @@ async def main():
         await device.power_on()
         if mode == "peripheral":
             await peripheral(device)
+        elif mode == "central-subscribe":
+            await central_subscribe(device, sys.argv[7])
         else:
             await central(device, sys.argv[7])
         emit(event="done")
