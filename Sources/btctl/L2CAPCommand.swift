@@ -127,25 +127,21 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
     let (channelEnded, endChannel) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     let receiving = Task {
         defer { endChannel.finish() }
-        var bytes = 0
         do {
             for try await sdu in ch.sdus {
                 lastHeard.touch()
-                bytes += sdu.count
                 progress.willPrint()
                 if json { emit(.object([("event", .string("sdu")), ("length", .int(sdu.count)), ("value", .string(sdu.hexString))])) } else { FileHandle.standardOutput.write(Data(sdu)) }
                 progress.add(received: sdu.count)
             }
-            return (bytes, nil as String?)
+            return nil as String?
         } catch {
-            return (bytes, "\(error)")
+            return "\(error)"
         }
     }
-    var sent = 0
     do {
         for await chunk in input.chunks {
             try await ch.send(chunk)
-            sent += chunk.count
             progress.add(sent: chunk.count)
             input.taken()
         }
@@ -167,15 +163,15 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
         g.cancelAll()
     }
     await ch.close()
-    let (received, failure) = await receiving.value
-    progress.clear()
+    let failure = await receiving.value
+    let (sent, received) = progress.clear()
     let reason = await ch.closeReason
     say(json, ["event": .string("closed"), "sent": .int(sent), "received": .int(received), "reason": .string(failure ?? reason?.description ?? "closed")],
         "closed: sent \(sent) bytes, received \(received)\(failure.map { " (\($0))" } ?? "")")
 }
 
-/// Bytes sent and received so far, on the terminal's status line (both directions
-/// update it, from their own tasks).
+/// Bytes sent and received so far (the closing line's totals), on the terminal's
+/// status line (both directions update it, from their own tasks).
 private final class TransferProgress: Sendable {
     private let state: Mutex<(sent: Int, received: Int, live: LiveStatus)>
     init(json: Bool) { state = Mutex((0, 0, LiveStatus(json: json))) }
@@ -187,7 +183,13 @@ private final class TransferProgress: Sendable {
         }
     }
     func willPrint() { state.withLock { $0.live.willPrint() } }
-    func clear() { state.withLock { $0.live.clear() } }
+    /// Erases the status line; the totals for the closing line.
+    func clear() -> (sent: Int, received: Int) {
+        state.withLock { s in
+            s.live.clear()
+            return (s.sent, s.received)
+        }
+    }
 }
 
 /// When the channel last delivered something.
