@@ -1,5 +1,7 @@
-// LE credit-based connection-oriented channels (Core Specification v5.4, Vol 3,
-// Part A: §3.4.3 K-frames, §4.22–§4.24 signaling, §10.1 flow control), sans I/O.
+// Credit-based connection-oriented channels (Core Specification v5.4, Vol 3, Part A:
+// §3.4.3 K-frames, §4.22–§4.28 signaling, §10.1 flow control), sans I/O, in both
+// modes: LE credit-based (one channel per request) and enhanced credit-based (up to
+// five per request, MTU and MPS reconfigurable). The data path is the same for both.
 // `CreditBasedChannelState` is one channel's data path: SDUs cut into K-frames no
 // larger than the peer's MPS, sent only against the peer's credits; K-frames in,
 // reassembled into SDUs with every check §10.1 asks for. `CreditBasedChannels` is one
@@ -8,7 +10,9 @@
 
 import HCI
 
-/// Result of an LE Credit Based Connection Request (§4.23).
+/// Result of an LE Credit Based Connection Request (§4.23) or a Credit Based
+/// Connection Request (§4.26, where 0x0004, 0x0009 and 0x000A refuse only some of the
+/// channels and the others are open).
 public struct CreditBasedConnectionResult: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
     public var rawValue: UInt16
     public init(rawValue: UInt16) { self.rawValue = rawValue }
@@ -22,6 +26,8 @@ public struct CreditBasedConnectionResult: RawRepresentable, Hashable, Sendable,
     public static let invalidSourceCID = Self(rawValue: 0x0009)
     public static let sourceCIDAlreadyAllocated = Self(rawValue: 0x000A)
     public static let unacceptableParameters = Self(rawValue: 0x000B)
+    /// Enhanced mode only: the request itself is invalid (§4.26).
+    public static let invalidParameters = Self(rawValue: 0x000C)
 
     public var description: String {
         switch rawValue {
@@ -35,6 +41,33 @@ public struct CreditBasedConnectionResult: RawRepresentable, Hashable, Sendable,
         case 0x0009: return "invalid Source CID"
         case 0x000A: return "Source CID already allocated"
         case 0x000B: return "unacceptable parameters"
+        case 0x000C: return "invalid parameters"
+        default: return "result 0x" + String(rawValue, radix: 16)
+        }
+    }
+}
+
+/// Result of a Credit Based Reconfigure Request (§4.28).
+public struct CreditBasedReconfigureResult: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+    public static let success = Self(rawValue: 0x0000)
+    public static let mtuReductionNotAllowed = Self(rawValue: 0x0001)
+    public static let mpsReductionNotAllowed = Self(rawValue: 0x0002)
+    public static let invalidDestinationCIDs = Self(rawValue: 0x0003)
+    public static let unacceptableParameters = Self(rawValue: 0x0004)
+    /// Not a result on the wire: the peer answered with Command Reject (it does not
+    /// know the command).
+    public static let rejected = Self(rawValue: 0xFFFF)
+
+    public var description: String {
+        switch rawValue {
+        case 0x0000: return "success"
+        case 0x0001: return "reduction of the MTU not allowed"
+        case 0x0002: return "reduction of the MPS not allowed for more than one channel at a time"
+        case 0x0003: return "one or more Destination CIDs invalid"
+        case 0x0004: return "unacceptable parameters"
+        case 0xFFFF: return "rejected (Command Reject)"
         default: return "result 0x" + String(rawValue, radix: 16)
         }
     }
@@ -46,14 +79,26 @@ public struct CreditBasedParameters: Hashable, Sendable {
     public var mtu: UInt16
     public var mps: UInt16
     public var initialCredits: UInt16
-    /// MTU ≥ 23; MPS 23...65533 (§4.22).
+    /// LE mode: MTU ≥ 23, MPS 23...65533 (§4.22); enhanced mode: MTU ≥ 64, MPS
+    /// 64...65533 (§4.25).
     public init(mtu: UInt16 = 512, mps: UInt16 = 247, initialCredits: UInt16 = 8) {
         self.mtu = mtu
         self.mps = mps
         self.initialCredits = initialCredits
     }
 
-    var isValid: Bool { mtu >= 23 && (23...65533).contains(mps) }
+    var isValid: Bool { isValid(enhanced: false) }
+
+    func isValid(enhanced: Bool) -> Bool {
+        let least: UInt16 = enhanced ? 64 : 23
+        return mtu >= least && (least...65533).contains(mps)
+    }
+
+    /// These parameters raised to enhanced mode's minimum of 64 (a listener's, offered
+    /// to a peer that asked for enhanced channels).
+    var enhancedMinimum: CreditBasedParameters {
+        CreditBasedParameters(mtu: Swift.max(mtu, 64), mps: Swift.max(mps, 64), initialCredits: initialCredits)
+    }
 }
 
 /// Why a channel ended.
@@ -86,6 +131,8 @@ public struct CreditBasedChannelInfo: Hashable, Sendable {
     public var local: CreditBasedParameters
     /// What the peer receives: our SDUs are at most `remote.mtu` bytes.
     public var remote: CreditBasedParameters
+    /// Opened in enhanced credit-based mode (§4.25), so reconfigurable (§4.27).
+    public var enhanced: Bool
 }
 
 /// One channel's data path, both directions.
@@ -93,10 +140,13 @@ public struct CreditBasedChannelState: Sendable {
     public let spsm: UInt16
     public let localCID: UInt16
     public let remoteCID: UInt16
-    /// What we receive.
-    public let local: CreditBasedParameters
-    /// What the peer receives: our SDUs are at most `remote.mtu`, our K-frames `remote.mps`.
-    public let remote: CreditBasedParameters
+    /// Enhanced credit-based mode (reconfigurable).
+    public let enhanced: Bool
+    /// What we receive (raised by our Credit Based Reconfigure Request).
+    public private(set) var local: CreditBasedParameters
+    /// What the peer receives: our SDUs are at most `remote.mtu`, our K-frames
+    /// `remote.mps` (changed by the peer's Credit Based Reconfigure Request).
+    public private(set) var remote: CreditBasedParameters
     /// K-frames we may still send (the peer's credits).
     public private(set) var sendCredits: Int
     /// K-frames the peer may still send us (our credits, not yet used).
@@ -121,10 +171,11 @@ public struct CreditBasedChannelState: Sendable {
         case violation(String)
     }
 
-    public init(spsm: UInt16, localCID: UInt16, remoteCID: UInt16, local: CreditBasedParameters, remote: CreditBasedParameters) {
+    public init(spsm: UInt16, localCID: UInt16, remoteCID: UInt16, local: CreditBasedParameters, remote: CreditBasedParameters, enhanced: Bool = false) {
         self.spsm = spsm
         self.localCID = localCID
         self.remoteCID = remoteCID
+        self.enhanced = enhanced
         self.local = local
         self.remote = remote
         self.sendCredits = Int(remote.initialCredits)
@@ -132,7 +183,37 @@ public struct CreditBasedChannelState: Sendable {
     }
 
     public var info: CreditBasedChannelInfo {
-        CreditBasedChannelInfo(spsm: spsm, localCID: localCID, remoteCID: remoteCID, local: local, remote: remote)
+        CreditBasedChannelInfo(spsm: spsm, localCID: localCID, remoteCID: remoteCID, local: local, remote: remote, enhanced: enhanced)
+    }
+
+    /// Our reconfiguration was accepted: we now receive SDUs up to `mtu`, K-frames up to
+    /// `mps` (§4.27).
+    public mutating func reconfigureLocal(mtu: UInt16, mps: UInt16) {
+        local.mtu = mtu
+        local.mps = mps
+    }
+
+    /// The peer reconfigured its side (§4.27): our SDUs may now be up to `mtu`, our
+    /// K-frames must be at most `mps`. K-frames already cut for a larger MPS and still
+    /// waiting for credits are cut again (a K-frame split in two is still a valid
+    /// sequence: only an SDU's first frame carries the SDU length, at its start).
+    public mutating func reconfigureRemote(mtu: UInt16, mps: UInt16) {
+        remote.mtu = mtu
+        let shrinks = mps < remote.mps
+        remote.mps = mps
+        guard shrinks, framesWaiting > 0 else { return }
+        let limit = Int(mps)
+        var recut: [(payload: [UInt8], token: UInt64?)] = []
+        for f in waiting[waitingHead...] {
+            var offset = 0
+            while f.payload.count - offset > limit {
+                recut.append((Array(f.payload[offset..<(offset + limit)]), nil))
+                offset += limit
+            }
+            recut.append((Array(f.payload[offset...]), f.token))
+        }
+        waiting = recut
+        waitingHead = 0
     }
 
     /// K-frames queued behind the peer's credits.

@@ -1,9 +1,10 @@
-// An LE credit-based channel as the application holds it: SDUs in as an
+// A credit-based channel (LE or enhanced mode) as the application holds it: SDUs in as an
 // AsyncSequence (each SDU's credits go back to the peer when you take it, so the
 // peer can never have more in flight than we buffer), `send` that waits for the
 // peer's credits, `close`. The state lives in the link's `L2CAPHost`, on its loop.
 
 import HCI
+import Synchronization
 
 /// Why a channel operation failed or a channel's SDU sequence ended abnormally.
 public enum L2CAPChannelError: Error, Hashable, Sendable, CustomStringConvertible {
@@ -19,6 +20,9 @@ public enum L2CAPChannelError: Error, Hashable, Sendable, CustomStringConvertibl
     case closed(ChannelCloseReason)
     /// The SDU is longer than the peer's MTU.
     case sduTooLong(Int, mtu: Int)
+    /// Our Credit Based Reconfigure Request was refused (by the peer, or before sending
+    /// because the peer would refuse it).
+    case reconfigureRefused(CreditBasedReconfigureResult)
 
     public var description: String {
         switch self {
@@ -28,6 +32,7 @@ public enum L2CAPChannelError: Error, Hashable, Sendable, CustomStringConvertibl
         case .noResources: return "no channel identifiers left on the link, or parameters out of range"
         case let .closed(r): return "channel \(r)"
         case let .sduTooLong(n, mtu): return "SDU of \(n) bytes exceeds the peer's MTU \(mtu)"
+        case let .reconfigureRefused(r): return "reconfiguration refused: \(r)"
         }
     }
 }
@@ -36,13 +41,25 @@ public final class L2CAPChannel: Sendable, CustomStringConvertible {
     public let host: L2CAPHost
     /// The link's connection handle.
     public let handle: UInt16
-    /// SPSM, both CIDs, both sides' MTU / MPS / initial credits.
-    public let info: CreditBasedChannelInfo
+    private let current: Mutex<CreditBasedChannelInfo>
 
     init(host: L2CAPHost, handle: UInt16, info: CreditBasedChannelInfo) {
         self.host = host
         self.handle = handle
-        self.info = info
+        self.current = Mutex(info)
+    }
+
+    /// SPSM, both CIDs, both sides' MTU / MPS / initial credits, the mode. The MTU and
+    /// MPS change when either side reconfigures an enhanced-mode channel.
+    public var info: CreditBasedChannelInfo { current.withLock { $0 } }
+
+    func update(_ info: CreditBasedChannelInfo) { current.withLock { $0 = info } }
+
+    /// Enhanced mode only: lets the peer send SDUs up to `mtu` and K-frames up to `mps`
+    /// (§4.27; the MTU may only grow). Returns once the peer accepted; `info` then
+    /// shows the new values. Throws `L2CAPChannelError.reconfigureRefused`.
+    public func reconfigure(mtu: UInt16, mps: UInt16) async throws {
+        try await host.reconfigure([self], mtu: mtu, mps: mps)
     }
 
     /// The largest SDU `send` takes (the peer's MTU).
@@ -83,6 +100,7 @@ public final class L2CAPChannel: Sendable, CustomStringConvertible {
     }
 
     public var description: String {
-        "L2CAP channel SPSM 0x\(String(info.spsm, radix: 16)) on 0x\(String(handle, radix: 16)): CID 0x\(String(info.localCID, radix: 16)) ↔ 0x\(String(info.remoteCID, radix: 16)), MTU \(info.local.mtu)/\(info.remote.mtu), MPS \(info.local.mps)/\(info.remote.mps)"
+        let info = self.info
+        return "L2CAP \(info.enhanced ? "enhanced " : "")channel SPSM 0x\(String(info.spsm, radix: 16)) on 0x\(String(handle, radix: 16)): CID 0x\(String(info.localCID, radix: 16)) ↔ 0x\(String(info.remoteCID, radix: 16)), MTU \(info.local.mtu)/\(info.remote.mtu), MPS \(info.local.mps)/\(info.remote.mps)"
     }
 }

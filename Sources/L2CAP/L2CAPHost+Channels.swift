@@ -1,5 +1,5 @@
-// L2CAPHost's LE credit-based channels: listening on an SPSM, connecting to a peer's,
-// and the runtime side of each open channel (the SDUs waiting for the application,
+// L2CAPHost's credit-based channels (LE and enhanced mode): listening on an SPSM,
+// connecting to a peer's, reconfiguring, and the runtime side of each open channel (the SDUs waiting for the application,
 // the application waiting for an SDU or for credits). The protocol itself is the
 // link's `CreditBasedChannels` (sans I/O); this file only turns its events into
 // frames on the wire and resumed callers, on the loop.
@@ -24,7 +24,9 @@ struct ChannelRuntime {
     var endpoints: [Key: Endpoint] = [:]
     var listeners: [UInt16: (stream: AsyncStream<L2CAPChannel>.Continuation, dropped: DropCounter)] = [:]
     /// Our connection requests by (handle, identifier).
-    var connects: [Key: (waiter: CheckedContinuation<L2CAPChannel, any Error>, timer: LoopTimer)] = [:]
+    var connects: [Key: (waiter: CheckedContinuation<[L2CAPChannel], any Error>, timer: LoopTimer)] = [:]
+    /// Our reconfigure requests by (handle, identifier).
+    var reconfigures: [Key: (waiter: CheckedContinuation<Void, any Error>, timer: LoopTimer)] = [:]
     var sends: [UInt64: CheckedContinuation<Void, any Error>] = [:]
     /// `close()` callers waiting for the peer's Disconnection Response, by channel.
     var closes: [Key: (waiter: CheckedContinuation<Void, Never>, timer: LoopTimer)] = [:]
@@ -36,17 +38,22 @@ extension L2CAPHost {
     /// 1 to 60 s).
     public static let signalingTimeout: Duration = .seconds(30)
 
-    /// Accepts LE credit-based channels to `spsm` on every link, offering `parameters`
-    /// (our MTU, MPS and initial credits). The stream holds up to `backlog` channels not
-    /// yet taken; a channel beyond that is closed at once (and counted in `dropped`).
-    /// Ends with the transport, or when listening again on the same SPSM replaces it.
-    public func listen(spsm: UInt16, parameters: CreditBasedParameters = CreditBasedParameters(), backlog: Int = 16) -> BufferedStream<L2CAPChannel> {
+    /// Accepts credit-based channels to `spsm` on every link, in both modes (LE, and
+    /// enhanced with up to five per request), offering `parameters` (our MTU, MPS and
+    /// initial credits; MTU and MPS raised to 64 for enhanced mode). A peer whose link
+    /// does not meet `security` is refused with §4.23's result (insufficient
+    /// authentication, encryption key size too short) and may pair and ask again.
+    /// The stream holds up to `backlog` channels not yet taken; a channel beyond that is
+    /// closed at once (and counted in `dropped`). Ends with the transport, or when
+    /// listening again on the same SPSM replaces it.
+    public func listen(spsm: UInt16, parameters: CreditBasedParameters = CreditBasedParameters(), security: ChannelSecurity = .none,
+                       backlog: Int = 16) -> BufferedStream<L2CAPChannel> {
         let (stream, c) = AsyncStream<L2CAPChannel>.makeStream(bufferingPolicy: .bufferingOldest(Swift.max(1, backlog)))
         let dropped = DropCounter()
         coc.listeners[spsm]?.stream.finish()
         coc.listeners[spsm] = (c, dropped)
-        listening[spsm] = parameters
-        for h in Array(connections.keys) { connections[h]?.signaling.channels.listen(spsm: spsm, parameters) }
+        listening[spsm] = CreditBasedChannels.Listener(parameters: parameters, security: security)
+        for h in Array(connections.keys) { connections[h]?.signaling.channels.listen(spsm: spsm, parameters, security: security) }
         return BufferedStream(base: stream, dropped: dropped)
     }
 
@@ -57,12 +64,36 @@ extension L2CAPHost {
         for h in Array(connections.keys) { connections[h]?.signaling.channels.stopListening(spsm: spsm) }
     }
 
-    /// Opens an LE credit-based channel to the peer's `spsm` on link `handle`.
+    /// The link's security, as its Security Manager knows it (checked against an SPSM's
+    /// requirement when a peer asks for a channel).
+    public func setLinkSecurity(_ security: LinkSecurityState, handle: UInt16) {
+        connections[handle]?.signaling.channels.linkSecurity = security
+    }
+
+    /// Opens an LE credit-based channel (§4.22) to the peer's `spsm` on link `handle`.
     public func connectChannel(spsm: UInt16, handle: UInt16, parameters: CreditBasedParameters = CreditBasedParameters()) async throws -> L2CAPChannel {
         guard connections[handle] != nil else { throw L2CAPChannelError.linkClosed(handle: handle) }
         guard let (id, bytes) = connections[handle]?.signaling.channels.connect(spsm: spsm, parameters) else {
             throw L2CAPChannelError.noResources
         }
+        let opened = try await awaitChannels(identifier: id, bytes: bytes, handle: handle)
+        guard let first = opened.first else { throw L2CAPChannelError.noResources }
+        return first
+    }
+
+    /// Opens `count` (1...5) channels to the peer's `spsm` on link `handle` with one
+    /// Credit Based Connection Request (enhanced mode, §4.25), all with `parameters`
+    /// (MTU and MPS at least 64). Returns those the peer accepted (it may refuse some,
+    /// for want of resources); throws `.refused` when it accepted none.
+    public func connectChannels(spsm: UInt16, count: Int, handle: UInt16, parameters: CreditBasedParameters = CreditBasedParameters()) async throws -> [L2CAPChannel] {
+        guard connections[handle] != nil else { throw L2CAPChannelError.linkClosed(handle: handle) }
+        guard let (id, bytes) = connections[handle]?.signaling.channels.connectEnhanced(spsm: spsm, parameters, count: count) else {
+            throw L2CAPChannelError.noResources
+        }
+        return try await awaitChannels(identifier: id, bytes: bytes, handle: handle)
+    }
+
+    private func awaitChannels(identifier id: UInt8, bytes: [UInt8], handle: UInt16) async throws -> [L2CAPChannel] {
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         return try await withCheckedThrowingContinuation { c in
             let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
@@ -71,6 +102,40 @@ extension L2CAPHost {
             coc.connects[key] = (c, timer)
             enqueue(bytes, on: .leSignaling, handle: handle)
         }
+    }
+
+    /// Raises what we receive on enhanced-mode `channels` (all on one link, 1...5) to
+    /// SDUs of `mtu` and K-frames of `mps` bytes (Credit Based Reconfigure Request,
+    /// §4.27); returns once the peer accepted. The MTU may only grow, and the MPS shrink
+    /// only for one channel at a time. Throws `.reconfigureRefused` with the result the
+    /// peer gave (or would give), `.timedOut` after 30 s, `.linkClosed`.
+    public func reconfigure(_ channels: [L2CAPChannel], mtu: UInt16, mps: UInt16) async throws {
+        guard let handle = channels.first?.handle, channels.allSatisfy({ $0.handle == handle && $0.host === self }) else {
+            throw L2CAPChannelError.reconfigureRefused(.invalidDestinationCIDs)
+        }
+        guard connections[handle] != nil else { throw L2CAPChannelError.linkClosed(handle: handle) }
+        guard let outcome = connections[handle]?.signaling.channels.reconfigure(channels.map(\.info.localCID), mtu: mtu, mps: mps) else {
+            throw L2CAPChannelError.linkClosed(handle: handle)
+        }
+        let (id, bytes): (UInt8, [UInt8])
+        switch outcome {
+        case let .success(request): (id, bytes) = request
+        case let .failure(refusal): throw L2CAPChannelError.reconfigureRefused(refusal.result)
+        }
+        let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
+        try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
+                self?.assumeIsolated { $0.reconfigureTimedOut(key) }
+            }
+            coc.reconfigures[key] = (c, timer)
+            enqueue(bytes, on: .leSignaling, handle: handle)
+        }
+    }
+
+    private func reconfigureTimedOut(_ key: ChannelRuntime.Key) {
+        guard let pending = coc.reconfigures.removeValue(forKey: key) else { return }
+        connections[key.handle]?.signaling.channels.abandonReconfigure(identifier: UInt8(truncatingIfNeeded: key.cid))
+        pending.waiter.resume(throwing: L2CAPChannelError.timedOut)
     }
 
     private func connectTimedOut(_ key: ChannelRuntime.Key) {
@@ -180,6 +245,11 @@ extension L2CAPHost {
             pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: handle))
         }
         for key in coc.closes.keys where key.handle == handle { closeAnswered(key) }
+        for (key, pending) in coc.reconfigures where key.handle == handle {
+            coc.reconfigures[key] = nil
+            pending.timer.cancel()
+            pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: handle))
+        }
     }
 
     /// The transport ended: every channel and waiter ends.
@@ -200,6 +270,11 @@ extension L2CAPHost {
         for (_, s) in coc.sends { s.resume(throwing: L2CAPChannelError.closed(.linkLost(.connectionTerminatedByLocalHost))) }
         coc.sends.removeAll()
         for key in coc.closes.keys { closeAnswered(key) }
+        for (key, pending) in coc.reconfigures {
+            pending.timer.cancel()
+            pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: key.handle))
+        }
+        coc.reconfigures.removeAll()
     }
 
     func channelEvents(_ events: [CreditBasedChannels.Event], handle: UInt16) {
@@ -222,13 +297,16 @@ extension L2CAPHost {
                     l.dropped.increment()
                     closeNow(handle: handle, localCID: info.localCID)
                 }
-            case let .opened(id, info):
-                let ch = open(info, handle: handle)
+            case let .opened(id, infos, result):
+                let opened = infos.map { open($0, handle: handle) }
                 if let pending = coc.connects.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {
                     pending.timer.cancel()
-                    pending.waiter.resume(returning: ch)
+                    if result != .success {
+                        logger.info("peer refused some channels", metadata: ["ble.handle": "\(handle)", "l2cap.result": "\(result)"])
+                    }
+                    pending.waiter.resume(returning: opened)
                 } else {
-                    closeNow(handle: handle, localCID: info.localCID)  // the caller gave up (timeout)
+                    for info in infos { closeNow(handle: handle, localCID: info.localCID) }  // the caller gave up (timeout)
                 }
             case let .refused(id, result):
                 if let pending = coc.connects.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {
@@ -262,6 +340,14 @@ extension L2CAPHost {
                     }
                 }
                 for t in unsent { coc.sends.removeValue(forKey: t)?.resume(throwing: L2CAPChannelError.closed(reason)) }
+            case let .reconfiguredByPeer(info):
+                coc.endpoints[ChannelRuntime.Key(handle: handle, cid: info.localCID)]?.channel.update(info)
+            case let .reconfigureAnswered(id, result, infos):
+                for info in infos { coc.endpoints[ChannelRuntime.Key(handle: handle, cid: info.localCID)]?.channel.update(info) }
+                if let pending = coc.reconfigures.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {
+                    pending.timer.cancel()
+                    if result == .success { pending.waiter.resume() } else { pending.waiter.resume(throwing: L2CAPChannelError.reconfigureRefused(result)) }
+                }
             case let .disconnectAnswered(cid):
                 closeAnswered(ChannelRuntime.Key(handle: handle, cid: cid))
             case let .ignored(why):

@@ -53,7 +53,7 @@ public actor L2CAPHost {
     var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
     /// SPSMs we accept credit-based channels on (every link's `CreditBasedChannels`
     /// gets them), and the channels' runtime state (L2CAPHost+Channels.swift).
-    var listening: [UInt16: CreditBasedParameters] = [:]
+    var listening: [UInt16: CreditBasedChannels.Listener] = [:]
     var coc = ChannelRuntime()
     private var subscribers: [ChannelID: BufferedStream<ChannelFrame>.Continuation] = [:]
     private struct Key: Hashable { var handle: UInt16; var channel: ChannelID }
@@ -361,7 +361,7 @@ public actor L2CAPHost {
 
     private func connected(_ c: Connection) {
         var signaling = LESignalingChannel(role: c.role)
-        for (spsm, p) in listening { signaling.channels.listen(spsm: spsm, p) }
+        for (spsm, l) in listening { signaling.channels.listen(spsm: spsm, l.parameters, security: l.security) }
         connections[c.handle] = (c, signaling)
         for (_, k) in connectionContinuations { k.yield(c) }
         for (_, k) in linkContinuations { k.yield(.connected(c)) }

@@ -5,14 +5,11 @@
 //     asks the caller to run LE Connection Update;
 //   - as peripheral, sends that request and matches the response by identifier, and
 //     rejects a request sent to it (only a central may answer one);
-//   - hands LE credit-based channel commands (§4.22–§4.24) and Disconnection
-//     Request/Response (§4.6, §4.7) to the link's `CreditBasedChannels`, which answers
-//     a request for an SPSM nobody listens on with "SPSM not supported" and a
-//     Disconnection Request for a CID it does not have with Command Reject "Invalid CID
-//     in request" carrying both CIDs (§4.1);
-//   - has no enhanced credit-based channels yet, so answers Credit Based Connection
-//     Request (§4.25) with result "SPSM not supported" and Credit Based Reconfigure
-//     Request (§4.27) with "Destination CID invalid";
+//   - hands the credit-based channel commands of both modes (§4.22–§4.28) and
+//     Disconnection Request/Response (§4.6, §4.7) to the link's `CreditBasedChannels`,
+//     which answers a request for an SPSM nobody listens on with "SPSM not supported"
+//     and a Disconnection Request for a CID it does not have with Command Reject
+//     "Invalid CID in request" carrying both CIDs (§4.1);
 //   - answers every other command it does not support with Command Reject "Command
 //     not understood" (§4.1), ignores unexpected responses and identifier 0x00.
 
@@ -196,21 +193,6 @@ public struct LESignalingChannel: Sendable {
         case .commandReject:
             guard outstanding.remove(cmd.identifier) != nil, cmd.data.count >= 2 else { return [.ignored("unexpected Command Reject")] }
             return [.rejected(identifier: cmd.identifier, reason: UInt16(cmd.data[0]) | UInt16(cmd.data[1]) << 8)]
-        case .creditBasedConnectionRequest:
-            // SPSM, MTU, MPS, Initial Credits, then 1...5 Source CIDs (§4.25).
-            let cids = (cmd.data.count - 8) / 2
-            guard cmd.data.count >= 10, cmd.data.count % 2 == 0, cids <= 5 else {
-                return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Credit Based Connection Request")]
-            }
-            // §4.26: MTU, MPS, Initial Credits 0, Result 0x0002, one Destination CID 0x0000 per Source CID.
-            return [.send(SignalingCommand(code: .creditBasedConnectionResponse, identifier: cmd.identifier,
-                                           data: [0, 0, 0, 0, 0, 0, 0x02, 0x00] + Array(repeating: 0, count: 2 * cids)).bytes)]
-        case .creditBasedReconfigureRequest:
-            guard cmd.data.count >= 6, cmd.data.count % 2 == 0 else {
-                return [.send(reject(cmd.identifier, .commandNotUnderstood)), .ignored("malformed Credit Based Reconfigure Request")]
-            }
-            // §4.28: Result 0x0003, one or more Destination CIDs invalid.
-            return [.send(SignalingCommand(code: .creditBasedReconfigureResponse, identifier: cmd.identifier, data: [0x03, 0x00]).bytes)]
         default:
             if cmd.code.isResponse { return [.ignored("unexpected \(cmd.code)")] }
             return [.send(reject(cmd.identifier, .commandNotUnderstood))]

@@ -7,6 +7,8 @@
 
 import HCI
 import L2CAP
+@_exported import struct L2CAP.LinkSecurityState
+@_exported import enum L2CAP.SecurityLevel
 import Logging
 import NIOCore
 
@@ -555,6 +557,9 @@ public actor SecurityManager {
     }
 
     func emit(_ e: SecurityEvent) {
+        // L2CAP checks an SPSM's requirement against the link's security when a peer
+        // asks for a channel: it learns each change before anyone else.
+        if case let .securityChanged(handle, state) = e { l2cap.assumeIsolated { $0.setLinkSecurity(state, handle: handle) } }
         for (_, c) in continuations { c.yield(e) }
     }
 }

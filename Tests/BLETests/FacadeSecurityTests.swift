@@ -123,4 +123,41 @@ import Testing
         await #expect(throws: SecurityError.pairing(.local(.authenticationRequirements))) { _ = try await remote.read(rc) }
         #expect(await !remote.security.encrypted)
     }
+
+    /// An SPSM published with a security requirement refuses an unencrypted link with
+    /// "insufficient authentication" (§4.23); a central that pairs on demand pairs and
+    /// asks again, in either mode; one that does not gets the refusal.
+    @Test func aProtectedSPSMIsOpenedAfterPairingOnDemand() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(11)), peripheral: SecurityOptions(random: .seeded(12)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let incoming = await p.publishChannel(spsm: 0x0085, security: ChannelSecurity(level: .encrypted, minimumKeySize: 16))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        let channels = try await remote.openChannels(spsm: 0x0085, count: 2)
+        let secured = await remote.security
+        #expect(channels.count == 2 && secured.encrypted)
+        var it = incoming.makeAsyncIterator()
+        let first = try #require(await it.next())
+        try await channels[0].send([1, 2, 3])
+        var sdus = first.sdus.makeAsyncIterator()
+        #expect(try await sdus.next() == [1, 2, 3])
+        // An SPSM that asks for authentication: the central tries to pair with MITM
+        // protection, which two hosts without input or output cannot do; that failure
+        // is the answer.
+        _ = await p.publishChannel(spsm: 0x0086, security: ChannelSecurity(level: .authenticated))
+        await #expect(throws: SecurityError.self) { _ = try await remote.openChannel(spsm: 0x0086) }
+    }
+
+    @Test func withoutPairingOnDemandTheRefusalIsTheAnswer() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(13), pairOnDemand: false), peripheral: SecurityOptions(random: .seeded(14)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        _ = await p.publishChannel(spsm: 0x0085, security: ChannelSecurity(level: .encrypted))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        await #expect(throws: L2CAPChannelError.refused(.insufficientAuthentication)) { _ = try await remote.openChannel(spsm: 0x0085) }
+        #expect(await !remote.security.encrypted)
+        // Once encrypted, the same request is accepted.
+        try await remote.secure()
+        _ = try await remote.openChannel(spsm: 0x0085)
+    }
 }

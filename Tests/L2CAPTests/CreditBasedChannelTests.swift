@@ -105,7 +105,8 @@ struct CreditBasedChannelTests {
         let (id, bytes) = try #require(request)
         #expect(bytes == [0x14, id, 0x0A, 0x00, 0x25, 0x00, 0x40, 0x00, 0x40, 0x00, 0x40, 0x00, 0x01, 0x00])
         let ok = SignalingCommand(code: .leCreditBasedConnectionResponse, identifier: id, data: [0x55, 0x00, 0x17, 0x00, 0x17, 0x00, 0x02, 0x00, 0x00, 0x00])
-        guard case let .opened(i, info)? = link.receive(ok)?.first else { Issue.record("not opened"); return }
+        guard case let .opened(i, infos, .success)? = link.receive(ok)?.first, let info = infos.first else { Issue.record("not opened"); return }
+        #expect(infos.count == 1 && !info.enhanced)
         #expect(i == id && info.localCID == 0x40 && info.remoteCID == 0x55 && info.remote.mtu == 23 && info.remote.initialCredits == 2)
         // A second request takes the next CID; the peer refuses it.
         let second = link.connect(spsm: 0x25, CreditBasedParameters())

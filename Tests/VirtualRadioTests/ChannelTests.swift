@@ -75,4 +75,39 @@ struct ChannelTests {
             _ = try await b.connectChannel(spsm: 0x81, handle: bHandle)
         }
     }
+
+    @Test func enhancedModeOpensSeveralChannelsAtOnceAndReconfigures() async throws {
+        let radio = VirtualRadio()
+        let (a, b, _, bHandle) = try await Self.link(radio)
+        let accepted = await a.listen(spsm: 0x90, parameters: CreditBasedParameters(mtu: 100, mps: 64, initialCredits: 2))
+        // One Credit Based Connection Request for three channels.
+        let ours = try await b.connectChannels(spsm: 0x90, count: 3, handle: bHandle, parameters: CreditBasedParameters(mtu: 80, mps: 64, initialCredits: 1))
+        var it = accepted.makeAsyncIterator()
+        var theirs: [L2CAPChannel] = []
+        for _ in 0..<3 { theirs.append(try #require(await it.next())) }
+        #expect(ours.count == 3 && ours.allSatisfy(\.info.enhanced) && theirs.allSatisfy(\.info.enhanced))
+        #expect(ours.map(\.info.localCID) == theirs.map(\.info.remoteCID))
+        // Each channel carries its own SDUs (one credit, MPS 64: several K-frames each).
+        for (i, ch) in ours.enumerated() { try await ch.send(Array(repeating: UInt8(i), count: 100)) }
+        for (i, ch) in theirs.enumerated() {
+            var sdus = ch.sdus.makeAsyncIterator()
+            #expect(try await sdus.next() == Array(repeating: UInt8(i), count: 100))
+        }
+        // 100 bytes is the peer's MTU; it raises it to 300 on two channels at once.
+        await #expect(throws: L2CAPChannelError.sduTooLong(101, mtu: 100)) { try await ours[0].send(Array(repeating: 0, count: 101)) }
+        try await a.reconfigure([theirs[0], theirs[1]], mtu: 300, mps: 64)
+        #expect(theirs[0].info.local.mtu == 300 && ours[0].info.remote.mtu == 300 && ours[2].info.remote.mtu == 100)
+        try await ours[0].send(Array(repeating: 9, count: 300))
+        var first = theirs[0].sdus.makeAsyncIterator()
+        #expect(try await first.next() == Array(repeating: 9, count: 300))
+        // The MTU may not shrink: refused before anything is sent.
+        await #expect(throws: L2CAPChannelError.reconfigureRefused(.mtuReductionNotAllowed)) { try await theirs[1].reconfigure(mtu: 200, mps: 64) }
+        // An LE-mode channel is not reconfigurable.
+        let le = try await b.connectChannel(spsm: 0x90, handle: bHandle)
+        await #expect(throws: L2CAPChannelError.reconfigureRefused(.invalidDestinationCIDs)) { try await le.reconfigure(mtu: 600, mps: 100) }
+        // A refused SPSM refuses every channel of the request.
+        await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) {
+            _ = try await b.connectChannels(spsm: 0x91, count: 2, handle: bHandle)
+        }
+    }
 }
