@@ -1,7 +1,8 @@
-// Our LE credit-based channels against Bumble's (`bumble.l2cap.LeCreditBasedChannel`),
-// both hosts on Rootcanal, in both roles: SDUs of several sizes echoed back, credits
-// exhausted and refilled on both sides (small initial credits, small MPS), a refused
-// SPSM, and a clean close from each side.
+// Our credit-based channels against Bumble's (`bumble.l2cap.LeCreditBasedChannel`),
+// both hosts on Rootcanal, in both roles and both modes (LE, and enhanced with several
+// channels per request): SDUs of several sizes echoed back, credits exhausted and
+// refilled on both sides (small initial credits, small MPS), a refused SPSM, a clean
+// close from each side, and a link that goes down in the middle of an SDU.
 
 import BLETesting
 import Foundation
@@ -120,6 +121,116 @@ import Transports
         let events = await Self.lines(out)
         let echoed = events.first { $0["event"] as? String == "echoed" }
         #expect(echoed?["same"] as? Bool == true && echoed?["bytes"] as? Int == Self.total, "\(events)")
+        await controller.close()
+    }
+
+    /// Enhanced mode, our side asking: three channels with one Credit Based Connection
+    /// Request to Bumble's echo server, an SDU on each; a refused SPSM refuses them all
+    /// (Bumble lists no Destination CIDs in that response).
+    @Test func ourEnhancedChannelsToBumblesServer() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, host, _) = try await Self.host(rc.hciPort)
+        let peer = Process()
+        peer.executableURL = URL(fileURLWithPath: python)
+        peer.arguments = [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "server"]
+        let out = Pipe()
+        peer.standardOutput = out
+        peer.standardError = ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" ? FileHandle.standardError : FileHandle.nullDevice
+        try peer.run()
+        defer { RootcanalProcess.kill(peer) }
+
+        let link = try await Central.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
+        await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) {
+            _ = try await host.connectChannels(spsm: 0x81, count: 2, handle: link.handle)
+        }
+        // Credits enough for every echo: Bumble 0.0.236 files the channels it accepts in
+        // enhanced mode under its own CIDs, but looks Flow Control Credit Indications up
+        // by the sender's CID (ours, as §4.24 says), so it never sees credits we give
+        // back on them. (Credits returned on enhanced channels are covered below, with
+        // Bumble as the requester, where it files them by our CID.)
+        let channels = try await host.connectChannels(spsm: 0x80, count: 3, handle: link.handle, parameters: CreditBasedParameters(mtu: 1024, mps: 64, initialCredits: 40))
+        #expect(channels.count == 3 && Set(channels.map(\.info.remoteCID)).count == 3)
+        #expect(channels.allSatisfy { $0.info.enhanced && $0.info.remote.mtu == 1024 && $0.info.remote.mps == 100 })
+        // A different SDU on each channel, all at once; each echo comes back on its own channel.
+        try await withThrowingTaskGroup(of: Void.self) { g in
+            for (i, ch) in channels.enumerated() {
+                g.addTask {
+                    let sdu = (0..<(300 + 200 * i)).map { UInt8(($0 + i) & 0xFF) }
+                    try await ch.send(sdu)
+                    var echoed: [UInt8] = []
+                    for try await s in ch.sdus {
+                        echoed += s
+                        if echoed.count >= sdu.count { break }
+                    }
+                    #expect(echoed == sdu, "channel \(i)")
+                }
+            }
+            try await g.waitForAll()
+        }
+        for ch in channels { await ch.close() }
+        _ = try? await controller.send(Disconnect(connectionHandle: link.handle))
+        _ = await Interop.exit(of: peer)
+        let events = await Self.lines(out)
+        #expect(events.filter { $0["event"] as? String == "channel-closed" }.count == 3, "\(events)")
+        await controller.close()
+    }
+
+    /// Enhanced mode, Bumble asking: two channels with one request to our server, three
+    /// SDUs echoed on each; then Bumble sends the first K-frame of a 400-byte SDU and
+    /// drops the link. Our reader gets every whole SDU, never the partial one, and then
+    /// the link's end with Bumble's reason.
+    @Test func bumblesEnhancedChannelsAndALinkLostMidSDU() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, host, info) = try await Self.host(rc.hciPort)
+        let accepted = await host.listen(spsm: 0x82, parameters: CreditBasedParameters(mtu: 512, mps: 80, initialCredits: 3))
+        try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20, advertisingType: 0))
+        try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
+
+        let peer = Process()
+        peer.executableURL = URL(fileURLWithPath: python)
+        peer.arguments = [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "enhanced-client", info.address.description]
+        let out = Pipe()
+        peer.standardOutput = out
+        peer.standardError = ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" ? FileHandle.standardError : FileHandle.nullDevice
+        try peer.run()
+        defer { RootcanalProcess.kill(peer) }
+
+        var it = accepted.makeAsyncIterator()
+        var channels: [L2CAPChannel] = []
+        for _ in 0..<2 { channels.append(try #require(await it.next(), "Bumble opened fewer than two channels")) }
+        #expect(channels.allSatisfy { $0.info.enhanced && $0.info.remote == CreditBasedParameters(mtu: 512, mps: 64, initialCredits: 3) })
+        let results = try await withThrowingTaskGroup(of: (Int, [[UInt8]], (any Error)?).self) { g in
+            for (i, ch) in channels.enumerated() {
+                g.addTask {
+                    var got: [[UInt8]] = []
+                    do {
+                        for try await sdu in ch.sdus {
+                            got.append(sdu)
+                            try await ch.send(sdu)
+                        }
+                        return (i, got, nil)
+                    } catch {
+                        return (i, got, error)
+                    }
+                }
+            }
+            var all: [(Int, [[UInt8]], (any Error)?)] = []
+            for try await r in g { all.append(r) }
+            return all.sorted { $0.0 < $1.0 }
+        }
+        for (i, got, error) in results {
+            #expect(got == [10, 200, 512].map { Array(repeating: UInt8(i + 1), count: $0) }, "channel \(i)")
+            #expect(error as? L2CAPChannelError == .closed(.linkLost(.remoteUserTerminatedConnection)), "channel \(i): \(String(describing: error))")
+        }
+        _ = await Interop.exit(of: peer)
+        let events = await Self.lines(out)
+        let echoed = events.first { $0["event"] as? String == "echoed" }
+        #expect(echoed?["same"] as? Bool == true, "\(events)")
+        #expect(events.contains { $0["event"] as? String == "disconnected-mid-sdu" }, "\(events)")
         await controller.close()
     }
 }

@@ -11,6 +11,13 @@ Usage:
       3 credits), sends SDUs of 1, 23, 100, 512, 300, ... bytes (TOTAL bytes in all),
       reads as many bytes back (our side echoes), then disconnects the channel and
       the link.
+  bumble_l2cap_peer.py HCI_PORT enhanced-client ADDRESS
+      Connects to ADDRESS (public), opens two channels to SPSM 0x0082 with one Credit
+      Based Connection Request (enhanced mode: MTU 512, MPS 64, 3 credits), sends
+      three SDUs on each and reads the echoes, then sends on the first channel only
+      the first K-frame of a 400-byte SDU (its length and 40 bytes) and disconnects
+      the link in the middle of that SDU.
+The server also takes enhanced-mode requests (Bumble serves both on one SPSM).
 Prints one JSON object per line.
 """
 
@@ -18,6 +25,7 @@ import asyncio
 import json
 import logging
 import os
+import struct
 import sys
 
 from bumble import l2cap
@@ -94,6 +102,40 @@ async def client(device, address, total):
     await connection.disconnect()
 
 
+async def enhanced_client(device, address):
+    connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+    emit(event="connected")
+    spec = l2cap.LeCreditBasedChannelSpec(psm=0x82, mtu=512, mps=64, max_credits=3)
+    channels = await device.l2cap_channel_manager.create_enhanced_credit_based_channels(connection, spec, 2)
+    emit(event="channels", count=len(channels), mtu=[c.peer_mtu for c in channels], mps=[c.peer_mps for c in channels],
+         cids=[c.destination_cid for c in channels])
+    sdus = {i: [bytes([i + 1]) * n for n in (10, 200, 512)] for i in range(len(channels))}
+    back = {i: bytearray() for i in range(len(channels))}
+    done = asyncio.Event()
+    total = sum(len(s) for v in sdus.values() for s in v)
+
+    def sink_for(i):
+        def sink(sdu):
+            back[i].extend(sdu)
+            if sum(len(b) for b in back.values()) >= total:
+                done.set()
+        return sink
+
+    for i, c in enumerate(channels):
+        c.sink = sink_for(i)
+    for i, c in enumerate(channels):
+        for sdu in sdus[i]:
+            c.write(sdu)
+        await c.drain()
+    await asyncio.wait_for(done.wait(), 60)
+    emit(event="echoed", same=all(bytes(back[i]) == b"".join(sdus[i]) for i in back))
+    # The first K-frame of a 400-byte SDU (SDU length, then 40 bytes), then the link goes.
+    channels[0].send_pdu(struct.pack("<H", 400) + bytes(40))
+    await asyncio.sleep(0.5)
+    await connection.disconnect()
+    emit(event="disconnected-mid-sdu")
+
+
 async def main():
     if os.environ.get("BUMBLE_LOGLEVEL"):
         logging.basicConfig(level=os.environ["BUMBLE_LOGLEVEL"].upper())
@@ -103,6 +145,8 @@ async def main():
         await device.power_on()
         if mode == "server":
             await server(device)
+        elif mode == "enhanced-client":
+            await enhanced_client(device, sys.argv[3])
         else:
             await client(device, sys.argv[3], int(sys.argv[4]))
         emit(event="done")
