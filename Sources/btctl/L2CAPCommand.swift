@@ -1,4 +1,5 @@
-// btctl l2cap listen|connect: an LE credit-based channel as netcat does a TCP
+// btctl l2cap listen|connect: a credit-based channel (LE or enhanced mode; `listen`
+// takes either) as netcat does a TCP
 // connection (docs/btctl.md). Standard input goes to the channel in SDUs of at most
 // the peer's MTU; what the peer sends goes to standard output as it arrives (raw
 // bytes, or one JSON object per SDU with --json). After standard input ends, btctl
@@ -87,13 +88,25 @@ struct L2CAP_: AsyncParsableCommand {
         @OptionGroup var channel: ChannelOptions
         @Option(help: "The SPSM to connect to (decimal or 0x hex).", transform: parseSPSM)
         var spsm: UInt16
+        @Flag(help: "Open the channel in enhanced credit-based mode (Credit Based Connection Request; --mtu and --mps at least 64).")
+        var enhanced = false
+
+        func validate() throws {
+            if enhanced, channel.mtu < 64 || channel.mps < 64 { throw ValidationError("--enhanced needs --mtu and --mps of at least 64") }
+        }
 
         func run() async throws {
             let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
             defer { writer?.close() }
             let ch: L2CAPChannel
             do {
-                ch = try await host.connectChannel(spsm: spsm, handle: connection.handle, parameters: channel.parameters)
+                if enhanced {
+                    let opened = try await host.connectChannels(spsm: spsm, count: 1, handle: connection.handle, parameters: channel.parameters)
+                    guard let first = opened.first else { throw L2CAPChannelError.noResources }
+                    ch = first
+                } else {
+                    ch = try await host.connectChannel(spsm: spsm, handle: connection.handle, parameters: channel.parameters)
+                }
             } catch {
                 _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
                 await controller.close()
@@ -119,7 +132,7 @@ private func say(_ json: Bool, _ fields: KeyValuePairs<String, JSONValue>, _ tex
 private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) async throws {
     let json = options.json
     say(json, ["event": .string("open"), "mtu": .int(Int(ch.info.remote.mtu)), "mps": .int(Int(ch.info.remote.mps)),
-               "local_mtu": .int(Int(ch.info.local.mtu))], "\(ch)")
+               "local_mtu": .int(Int(ch.info.local.mtu)), "enhanced": .bool(ch.info.enhanced)], "\(ch)")
     let input = StdinChunks(size: ch.maximumSendSize)
     let lastHeard = LastHeard()
     let progress = TransferProgress(json: json)

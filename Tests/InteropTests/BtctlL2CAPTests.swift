@@ -7,7 +7,11 @@ import Foundation
 import Testing
 
 @Suite(.serialized) struct BtctlL2CAPTests {
-    @Test func connectPipesStdinThroughBumblesEcho() async throws {
+    /// Both modes; in enhanced mode with credits enough for the whole echo (Bumble
+    /// 0.0.236 does not see credits given back on enhanced channels it accepted, see
+    /// BumbleL2CAPTests).
+    @Test(arguments: [[], ["--enhanced", "--credits", "100"]])
+    func connectPipesStdinThroughBumblesEcho(mode: [String]) async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         guard BtctlGATTTests.isBuilt() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
@@ -26,7 +30,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: file) }
         let btctl = Process()
         btctl.executableURL = URL(fileURLWithPath: BtctlGATTTests.btctl)
-        btctl.arguments = ["l2cap", "connect", "F1:F2:F3:F4:F5:F6/random", "--spsm", "0x80", "--mtu", "512", "--wait", "2", "-t", rc.transportSpec]
+        btctl.arguments = ["l2cap", "connect", "F1:F2:F3:F4:F5:F6/random", "--spsm", "0x80", "--mtu", "512", "--wait", "2", "-t", rc.transportSpec] + mode
         btctl.standardInput = try FileHandle(forReadingFrom: file)
         let out = Pipe(), err = Pipe()
         btctl.standardOutput = out
@@ -39,5 +43,6 @@ import Testing
         #expect(status == 0, "\(messages)")
         #expect(Array(output) == input, "\(output.count) bytes back; \(messages)")
         #expect(messages.contains("sent 5000 bytes, received 5000"), "\(messages)")
+        #expect(messages.contains("enhanced channel") == !mode.isEmpty, "\(messages)")
     }
 }
