@@ -6,6 +6,7 @@
 // functions for their transactions.
 
 import HCI
+import L2CAP
 import Logging
 import NIOCore
 
@@ -48,11 +49,24 @@ public actor ATTBearer {
 
     public init(channel: any ATTChannel, localRxMTU: UInt16 = 517, clock: (any Clock<Duration>)? = nil,
                 transactionTimeout: Duration = ATTBearerState.transactionTimeout, logger: Logger) {
+        self.init(channel: channel, state: ATTBearerState(localRxMTU: localRxMTU), clock: clock, transactionTimeout: transactionTimeout, logger: logger)
+    }
+
+    /// An enhanced bearer (EATT) over an L2CAP enhanced credit-based channel to SPSM
+    /// 0x0027: its ATT_MTU is the channel's, the smaller of both sides' MTUs.
+    public init(enhanced channel: L2CAPChannel, clock: (any Clock<Duration>)? = nil,
+                transactionTimeout: Duration = ATTBearerState.transactionTimeout, logger: Logger) {
+        let info = channel.info
+        self.init(channel: EATTChannel(channel: channel), state: ATTBearerState(enhancedMTU: Int(Swift.min(info.local.mtu, info.remote.mtu))),
+                  clock: clock, transactionTimeout: transactionTimeout, logger: logger)
+    }
+
+    private init(channel: any ATTChannel, state: ATTBearerState, clock: (any Clock<Duration>)?, transactionTimeout: Duration, logger: Logger) {
         self.channel = channel
         self.clock = clock
         self.logger = logger
         self.timeout = transactionTimeout
-        self.state = ATTBearerState(localRxMTU: localRxMTU)
+        self.state = state
         let (stream, c) = BufferedStream<Incoming>.makeStream(capacity: 1024)
         self.incoming = stream
         self.incomingContinuation = c

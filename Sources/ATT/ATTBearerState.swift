@@ -74,7 +74,22 @@ public struct ATTBearerState: Sendable {
     private var indicationQueue: [Outgoing] = []
     private var peerRequestOpen = false
 
-    public init(localRxMTU: UInt16 = 517) { self.localRxMTU = Swift.max(23, localRxMTU) }
+    /// An enhanced bearer (EATT, over an L2CAP enhanced credit-based channel): its
+    /// ATT_MTU is the channel's (the smaller of both sides' MTUs), never exchanged.
+    public let enhanced: Bool
+
+    public init(localRxMTU: UInt16 = 517) {
+        self.localRxMTU = Swift.max(23, localRxMTU)
+        self.enhanced = false
+    }
+
+    /// An enhanced bearer whose ATT_MTU is `mtu` (Vol 3, Part F, §3.2.8: on EATT it is
+    /// the L2CAP channel's MTU, at least 64).
+    public init(enhancedMTU mtu: Int) {
+        self.localRxMTU = UInt16(clamping: mtu)
+        self.mtu = Swift.max(Self.defaultMTU, mtu)
+        self.enhanced = true
+    }
 
     // MARK: Outgoing
 
@@ -165,6 +180,8 @@ public struct ATTBearerState: Sendable {
             return events + finishRequest(.responded(id: r.id, pdu))
         case .request:
             if case let .exchangeMTURequest(clientRx) = pdu {
+                // Not on an enhanced bearer, whose ATT_MTU is its channel's (§3.4.2.1).
+                if enhanced { return [.send(ATTPDU.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported).bytes)] }
                 return [.send(ATTPDU.exchangeMTUResponse(serverRxMTU: localRxMTU).bytes)] + setMTU(client: clientRx, server: localRxMTU)
             }
             if case .unknown = pdu {

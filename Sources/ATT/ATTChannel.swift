@@ -1,6 +1,7 @@
-// What an ATT bearer runs over: whole PDUs in and out, on one event loop. Two
+// What an ATT bearer runs over: whole PDUs in and out, on one event loop. Three
 // implementations: the ATT fixed channel of one LE connection in our user-space
-// L2CAP (handed over synchronously on the controller's loop), and (in BlueZATT) the
+// L2CAP (handed over synchronously on the controller's loop), an enhanced
+// credit-based channel to SPSM 0x0027 (EATT: one PDU per SDU), and (in BlueZATT) the
 // kernel's L2CAP ATT socket.
 
 import HCI
@@ -46,4 +47,24 @@ public struct L2CAPATTChannel: ATTChannel {
     }
 
     public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }
+}
+
+/// An enhanced ATT bearer's channel (EATT, Vol 3, Part F, §3.2.11 and Part A,
+/// §4.25): an L2CAP enhanced credit-based channel to SPSM 0x0027, one ATT PDU per SDU.
+public struct EATTChannel: ATTChannel {
+    /// The SPSM of EATT.
+    public static let spsm: UInt16 = 0x0027
+    public let channel: L2CAPChannel
+
+    public init(channel: L2CAPChannel) { self.channel = channel }
+
+    public var loop: any EventLoop { channel.host.loop }
+
+    public func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) { channel.setReceiver(deliver) }
+
+    public func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool { channel.write(pdu, done: done) }
+
+    public var closeReason: String {
+        "EATT channel 0x\(String(channel.info.localCID, radix: 16)) on connection 0x\(String(channel.handle, radix: 16)) closed"
+    }
 }

@@ -71,6 +71,23 @@ extension BluetoothHost {
         }
     }
 
+    /// Each enhanced credit-based channel a client opens to SPSM 0x0027 becomes an
+    /// enhanced ATT bearer of its connection, served by the local GATT server. EATT
+    /// runs over enhanced mode only (Vol 3, Part G, §5.3.1): an LE-mode channel to
+    /// 0x0027 is closed.
+    func serveEnhancedBearers(_ channels: BufferedStream<L2CAPChannel>) async {
+        for await channel in channels {
+            guard channel.info.enhanced, active[channel.handle] != nil else {
+                await channel.close()
+                continue
+            }
+            let bearer = ATTBearer(enhanced: channel, logger: logger)
+            await server.attachEnhanced(bearer, connection: channel.handle)
+            let mtu = min(channel.info.local.mtu, channel.info.remote.mtu)
+            logger.debug("EATT bearer", metadata: ["ble.handle": "\(channel.handle)", "l2cap.cid": "\(channel.info.localCID)", "att.mtu": "\(mtu)"])
+        }
+    }
+
     // MARK: Security
 
     func handle(_ e: SecurityEvent) async {

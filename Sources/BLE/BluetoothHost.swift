@@ -167,6 +167,10 @@ public actor BluetoothHost {
     public nonisolated let server: GATTServer
     /// Where the GAP and GATT services' characteristics are in `server`.
     public nonisolated let mandatory: MandatoryHandles
+    /// The local GATT server also takes enhanced ATT bearers (EATT, SPSM 0x0027):
+    /// Server Supported Features says so, and each enhanced credit-based channel a
+    /// client opens to 0x0027 becomes one more bearer of its connection.
+    public nonisolated let enhancedATT: Bool
     /// Pairing, encryption and bonds on every link (SMP).
     public nonisolated let security: SecurityManager
     public nonisolated let securityOptions: SecurityOptions
@@ -245,8 +249,10 @@ public actor BluetoothHost {
     public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
                 commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024,
                 extendedCommands: ExtendedCommandsPolicy = .automatic, attMTU: UInt16 = 517,
-                security: SecurityOptions = SecurityOptions(), deviceName: String = "swift-ble-host", appearance: UInt16 = 0) {
+                security: SecurityOptions = SecurityOptions(), deviceName: String = "swift-ble-host", appearance: UInt16 = 0,
+                enhancedATT: Bool = false) {
         self.logger = logger
+        self.enhancedATT = enhancedATT
         self.attMTU = Swift.max(23, attMTU)
         self.extendedPolicy = extendedCommands
         self.controller = HCIController(transport: transport, commandTimeout: commandTimeout, logger: logger)
@@ -254,7 +260,8 @@ public actor BluetoothHost {
         var db = AttributeDatabase()
         // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...):
         // the first services of an empty database, so this cannot fail.
-        self.mandatory = (try? db.addMandatoryServices(deviceName: deviceName, appearance: appearance))
+        self.mandatory = (try? db.addMandatoryServices(deviceName: deviceName, appearance: appearance,
+                                                       serverFeatures: enhancedATT ? ServerSupportedFeatures.eatt : nil))
             ?? .none
         self.server = GATTServer(database: db, loop: controller.loop, logger: logger)
         self.securityOptions = security
@@ -314,6 +321,11 @@ public actor BluetoothHost {
             tasks.append(Task { await self.follow(links) })
             tasks.append(Task { await self.follow(serverEvents) })
             tasks.append(Task { await self.follow(requests) })
+            if enhancedATT {
+                // EATT bearers: MTU = our ATT MTU, MPS one LE data PDU's worth.
+                let eatt = await l2cap.listen(spsm: EATTChannel.spsm, parameters: CreditBasedParameters(mtu: Swift.max(64, attMTU), mps: 247, initialCredits: 10))
+                tasks.append(Task { await self.serveEnhancedBearers(eatt) })
+            }
         }
         setState(.initializing)
         do {

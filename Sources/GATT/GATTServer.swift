@@ -27,6 +27,8 @@ public actor GATTServer {
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
     private var state: GATTServerState
     private var bearers: [UInt16: ATTBearer] = [:]
+    /// Each connection's enhanced bearers (EATT), beside its unenhanced one.
+    private var enhanced: [UInt16: [ATTBearer]] = [:]
     private var security: [UInt16: LinkSecurity] = [:]
     private let logger: Logger
     private let continuation: BufferedStream<Event>.Continuation
@@ -212,6 +214,33 @@ public actor GATTServer {
         }
     }
 
+    /// Serves the database on an enhanced bearer (EATT) of `connection` as well, until
+    /// that bearer closes: each request is answered on the bearer it came on (Vol 3,
+    /// Part F, §3.2.11); the connection's CCCDs, prepared writes and security are
+    /// shared by all its bearers. Notifications and indications keep to the
+    /// connection's unenhanced bearer.
+    public func attachEnhanced(_ bearer: ATTBearer, connection handle: UInt16) async {
+        guard bearers[handle] != nil else { return }
+        enhanced[handle, default: []].append(bearer)
+        let id = ObjectIdentifier(bearer)
+        await bearer.setHandler({ item in
+            if self.loop.inEventLoop, bearer.loop === self.loop {
+                self.assumeIsolated { $0.serveNow(item, connection: handle, on: bearer) }
+            } else {
+                Task { await self.serve(item, connection: handle, on: bearer) }
+            }
+        }, closed: { self.assumeIsolated { $0.detachEnhanced(id, connection: handle) } })
+        await bearer.start()
+    }
+
+    private func detachEnhanced(_ id: ObjectIdentifier, connection handle: UInt16) {
+        enhanced[handle]?.removeAll { ObjectIdentifier($0) == id }
+        if enhanced[handle]?.isEmpty == true { enhanced[handle] = nil }
+    }
+
+    /// How many enhanced bearers (EATT) `connection` has.
+    public func enhancedBearers(connection handle: UInt16) -> Int { enhanced[handle]?.count ?? 0 }
+
     /// The handler of `connection`'s requests and commands for a bearer read by a
     /// `GATTClient` on the same link (`GATTClient(bearer:server:)`). Called on the
     /// bearer's loop: served synchronously when that is this server's loop.
@@ -227,9 +256,9 @@ public actor GATTServer {
 
     /// Serves `item` on the loop without suspending: only requests for manual handles
     /// (answered by the application) continue in a task.
-    private func serveNow(_ item: ATTBearer.Incoming, connection: UInt16) {
-        guard let bearer = bearers[connection], bearer.loop === loop else {
-            Task { await serve(item, connection: connection) }
+    private func serveNow(_ item: ATTBearer.Incoming, connection: UInt16, on which: ATTBearer? = nil) {
+        guard let bearer = which ?? bearers[connection], bearer.loop === loop else {
+            Task { await serve(item, connection: connection, on: which) }
             return
         }
         switch item {
@@ -274,7 +303,11 @@ public actor GATTServer {
     /// Answers one request or command that arrived on `connection`'s bearer (for a
     /// bearer attached with `readsBearer: false`).
     public func serve(_ item: ATTBearer.Incoming, connection: UInt16) async {
-        guard let bearer = bearers[connection] else { return }
+        await serve(item, connection: connection, on: nil)
+    }
+
+    private func serve(_ item: ATTBearer.Incoming, connection: UInt16, on which: ATTBearer?) async {
+        guard let bearer = which ?? bearers[connection] else { return }
         switch item {
         case let .request(pdu), let .command(pdu):
             if !manual.isEmpty, await serveManually(pdu, connection: connection, bearer: bearer) { return }
@@ -316,6 +349,7 @@ public actor GATTServer {
     private func detach(_ handle: UInt16) {
         guard bearers[handle] != nil else { return }
         bearers[handle] = nil
+        enhanced[handle] = nil
         security[handle] = nil
         state.disconnected(handle)
         continuation.yield(.disconnected(handle))

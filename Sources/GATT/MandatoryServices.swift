@@ -12,6 +12,13 @@ public enum GATTCharacteristicType {
     public static let serviceChanged = BluetoothUUID(0x2A05)
     public static let clientSupportedFeatures = BluetoothUUID(0x2B29)
     public static let databaseHash = BluetoothUUID(0x2B2A)
+    public static let serverSupportedFeatures = BluetoothUUID(0x2B3A)
+}
+
+/// Server Supported Features bits (Vol 3, Part G, §7.4).
+public enum ServerSupportedFeatures {
+    /// The server takes enhanced ATT bearers (EATT, SPSM 0x0027).
+    public static let eatt: UInt8 = 0x01
 }
 
 /// Handles of the mandatory services' characteristics in a database.
@@ -30,7 +37,9 @@ public struct MandatoryHandles: Hashable, Sendable {
 
 extension AttributeDatabase {
     /// Adds the GAP and GATT services (call first, so they take the lowest handles).
-    public mutating func addMandatoryServices(deviceName: String, appearance: UInt16 = 0) throws -> MandatoryHandles {
+    /// With `serverFeatures`, the GATT service ends with a Server Supported Features
+    /// characteristic holding them (§7.4; a server that takes EATT must have it).
+    public mutating func addMandatoryServices(deviceName: String, appearance: UInt16 = 0, serverFeatures: UInt8? = nil) throws -> MandatoryHandles {
         let gap = try add(GATTService(uuid: BluetoothUUID(0x1800), characteristics: [
             GATTCharacteristic(uuid: GATTCharacteristicType.deviceName, properties: [.read], value: Array(deviceName.utf8.prefix(248))),
             GATTCharacteristic(uuid: GATTCharacteristicType.appearance, properties: [.read], value: [UInt8(appearance & 0xFF), UInt8(appearance >> 8)]),
@@ -39,7 +48,7 @@ extension AttributeDatabase {
             GATTCharacteristic(uuid: GATTCharacteristicType.serviceChanged, properties: [.indicate], permissions: [], value: [0, 0, 0, 0]),
             GATTCharacteristic(uuid: GATTCharacteristicType.clientSupportedFeatures, properties: [.read, .write], value: [0], maximumLength: 1),
             GATTCharacteristic(uuid: GATTCharacteristicType.databaseHash, properties: [.read], permissions: [.read], value: [UInt8](repeating: 0, count: 16)),
-        ]))
+        ] + (serverFeatures.map { [GATTCharacteristic(uuid: GATTCharacteristicType.serverSupportedFeatures, properties: [.read], value: [$0])] } ?? [])))
         let handles = MandatoryHandles(
             deviceName: gap.characteristicValues[0], appearance: gap.characteristicValues[1], serviceChanged: gatt.characteristicValues[0],
             serviceChangedConfiguration: gatt.clientConfigurations[0] ?? 0, clientSupportedFeatures: gatt.characteristicValues[1],

@@ -77,6 +77,23 @@ public final class L2CAPChannel: Sendable, CustomStringConvertible {
         await host.closeChannel(handle: handle, localCID: info.localCID)
     }
 
+    /// For a layer that consumes SDUs synchronously (an EATT bearer), called on the
+    /// host's loop: every SDU goes to `deliver` on the loop as it arrives (its credits
+    /// straight back), then `.closed` once. `sdus` then yields nothing.
+    public func setReceiver(_ deliver: @escaping @Sendable (ChannelInput) -> Void) {
+        let localCID = info.localCID
+        host.assumeIsolated { $0.setChannelReceiver(handle: handle, localCID: localCID, deliver) }
+    }
+
+    /// Called on the host's loop: queues `sdu` behind the ones before it without
+    /// waiting (it goes out as the peer's credits allow); `done` hears whether its last
+    /// K-frame reached the controller. Returns false, without calling `done`, when the
+    /// channel is closed or the SDU is longer than the peer's MTU.
+    public func write(_ sdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
+        let localCID = info.localCID
+        return host.assumeIsolated { $0.writeSDU(sdu, handle: handle, localCID: localCID, done: done) }
+    }
+
     /// Why the channel ended, once it has.
     public var closeReason: ChannelCloseReason? {
         get async { await host.closeReason(handle: handle, localCID: info.localCID) }

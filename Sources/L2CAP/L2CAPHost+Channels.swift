@@ -20,6 +20,9 @@ struct ChannelRuntime {
         var sdus = Deque<(bytes: [UInt8], frames: Int)>()
         var reader: CheckedContinuation<[UInt8]?, any Error>?
         var ended: ChannelCloseReason?
+        /// A layer above that takes each SDU synchronously on the loop (an EATT bearer):
+        /// SDUs go to it as they arrive, their credits straight back, then `.closed`.
+        var receiver: (@Sendable (ChannelInput) -> Void)?
     }
     var endpoints: [Key: Endpoint] = [:]
     var listeners: [UInt16: (stream: AsyncStream<L2CAPChannel>.Continuation, dropped: DropCounter)] = [:]
@@ -28,6 +31,8 @@ struct ChannelRuntime {
     /// Our reconfigure requests by (handle, identifier).
     var reconfigures: [Key: (waiter: CheckedContinuation<Void, any Error>, timer: LoopTimer)] = [:]
     var sends: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+    /// Completions of SDUs written synchronously (`L2CAPChannel.write`), by token.
+    var writes: [UInt64: @Sendable (Bool) -> Void] = [:]
     /// `close()` callers waiting for the peer's Disconnection Response, by channel.
     var closes: [Key: (waiter: CheckedContinuation<Void, Never>, timer: LoopTimer)] = [:]
     var nextToken: UInt64 = 1
@@ -223,6 +228,39 @@ extension L2CAPHost {
         pending.waiter.resume()
     }
 
+    /// Hands every SDU of the channel to `deliver` on the loop, as it arrives (those
+    /// already waiting first), then `.closed` once; the SDUs' credits go back at once.
+    /// For a layer that consumes synchronously (an ATT bearer); `sdus` then sees nothing.
+    func setChannelReceiver(handle: UInt16, localCID: UInt16, _ deliver: @escaping @Sendable (ChannelInput) -> Void) {
+        let key = ChannelRuntime.Key(handle: handle, cid: localCID)
+        guard var ep = coc.endpoints[key] else { return deliver(.closed) }
+        let waiting = ep.sdus
+        ep.sdus.removeAll()
+        ep.receiver = deliver
+        coc.endpoints[key] = ep
+        for sdu in waiting {
+            deliver(.frame(sdu.bytes))
+            if ep.ended == nil, let events = connections[handle]?.signaling.channels.consumed(frames: sdu.frames, on: localCID) {
+                channelEvents(events, handle: handle)
+            }
+        }
+        if ep.ended != nil { deliver(.closed) }
+    }
+
+    /// Queues one SDU without waiting: it goes out as the peer's credits allow; `done`
+    /// hears whether its last K-frame reached the controller. False (and `done` not
+    /// called) when the channel is closed or the SDU is longer than the peer's MTU.
+    func writeSDU(_ sdu: [UInt8], handle: UInt16, localCID: UInt16, done: (@Sendable (Bool) -> Void)?) -> Bool {
+        let key = ChannelRuntime.Key(handle: handle, cid: localCID)
+        guard coc.endpoints[key]?.ended == nil, connections[handle] != nil else { return false }
+        let token = coc.nextToken
+        coc.nextToken += 1
+        guard let events = try? connections[handle]?.signaling.channels.send(sdu, on: localCID, token: token) else { return false }
+        coc.writes[token] = done ?? { _ in }
+        channelEvents(events, handle: handle)
+        return true
+    }
+
     func closeReason(handle: UInt16, localCID: UInt16) -> ChannelCloseReason? {
         coc.endpoints[ChannelRuntime.Key(handle: handle, cid: localCID)]?.ended
     }
@@ -265,10 +303,15 @@ extension L2CAPHost {
             ep.ended = .linkLost(.connectionTerminatedByLocalHost)
             ep.reader?.resume(throwing: L2CAPChannelError.closed(.linkLost(.connectionTerminatedByLocalHost)))
             ep.reader = nil
+            let receiver = ep.receiver
+            ep.receiver = nil
             coc.endpoints[key] = ep
+            receiver?(.closed)
         }
         for (_, s) in coc.sends { s.resume(throwing: L2CAPChannelError.closed(.linkLost(.connectionTerminatedByLocalHost))) }
         coc.sends.removeAll()
+        for (_, w) in coc.writes { w(false) }
+        coc.writes.removeAll()
         for key in coc.closes.keys { closeAnswered(key) }
         for (key, pending) in coc.reconfigures {
             pending.timer.cancel()
@@ -316,7 +359,10 @@ extension L2CAPHost {
             case let .sdu(cid, bytes, frames):
                 let key = ChannelRuntime.Key(handle: handle, cid: cid)
                 guard var ep = coc.endpoints[key] else { continue }
-                if let reader = ep.reader {
+                if let receiver = ep.receiver {
+                    receiver(.frame(bytes))
+                    if let more = connections[handle]?.signaling.channels.consumed(frames: frames, on: cid) { channelEvents(more, handle: handle) }
+                } else if let reader = ep.reader {
                     ep.reader = nil
                     coc.endpoints[key] = ep
                     reader.resume(returning: bytes)
@@ -330,16 +376,21 @@ extension L2CAPHost {
                 let key = ChannelRuntime.Key(handle: handle, cid: cid)
                 if var ep = coc.endpoints[key] {
                     ep.ended = reason
-                    let reader = ep.reader
+                    let reader = ep.reader, receiver = ep.receiver
                     ep.reader = nil
+                    ep.receiver = nil
                     coc.endpoints[key] = ep
                     // A waiting reader has no SDUs before it: it hears the end now.
                     switch reason {
                     case .closedLocally, .closedByPeer: reader?.resume(returning: nil)
                     case .linkLost, .protocolViolation: reader?.resume(throwing: L2CAPChannelError.closed(reason))
                     }
+                    receiver?(.closed)
                 }
-                for t in unsent { coc.sends.removeValue(forKey: t)?.resume(throwing: L2CAPChannelError.closed(reason)) }
+                for t in unsent {
+                    coc.sends.removeValue(forKey: t)?.resume(throwing: L2CAPChannelError.closed(reason))
+                    coc.writes.removeValue(forKey: t)?(false)
+                }
             case let .reconfiguredByPeer(info):
                 coc.endpoints[ChannelRuntime.Key(handle: handle, cid: info.localCID)]?.channel.update(info)
             case let .reconfigureAnswered(id, result, infos):
@@ -363,6 +414,7 @@ extension L2CAPHost {
     }
 
     private func sduDone(_ token: UInt64, sent: Bool, handle: UInt16) {
+        if let w = coc.writes.removeValue(forKey: token) { return w(sent) }
         guard let c = coc.sends.removeValue(forKey: token) else { return }
         if sent { c.resume() } else { c.resume(throwing: L2CAPChannelError.linkClosed(handle: handle)) }
     }

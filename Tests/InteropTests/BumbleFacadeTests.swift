@@ -9,6 +9,7 @@ import BLETesting
 import FireAlarm
 import Foundation
 import Testing
+import Transports
 
 @Suite(.serialized) struct BumbleFacadeTests {
     @Test func bumbleReceiverAgainstOurFireAlarmSender() async throws {
@@ -140,6 +141,34 @@ import Testing
         let second = BumbleSMPTests.named(bumble, "notification").filter { $0["round"] as? Int == 1 }
         #expect(second.first?["handle"] as? Int == Int(handle) && second.first?["value"] as? String == "2a", "\(bumble)")
         #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+        await host.close()
+    }
+
+    /// EATT, our server's side: Bumble's client reads Server Supported Features (EATT
+    /// bit set), opens two enhanced ATT bearers with one Credit Based Connection Request
+    /// to SPSM 0x0027, reads on both at once, discovers services on one; Exchange MTU
+    /// on an enhanced bearer is answered Request Not Supported.
+    @Test func bumblesEATTClientAgainstOurServer() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let transport = try TransportSpec(parsing: rc.transportSpec).open(logger: Interop.logger)
+        let host = BluetoothHost(transport: transport, logger: Interop.logger, enhancedATT: true)
+        let info = try await host.start()
+        let value = Characteristic(uuid: BluetoothUUID(0xEA01), properties: [.read], value: [0xE, 0xA, 0x77])
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0xEA00), characteristics: [value]))
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_eatt_central.py", String(rc.hciPort),
+                                               info.address.description], timeout: 60, mergeStderr: true).out
+        let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        func event(_ e: String) -> [String: Any]? { lines.first { $0["event"] as? String == e } }
+        #expect(event("server-features")?["values"] as? [String] == ["01"], "\(out)")
+        #expect(event("eatt")?["count"] as? Int == 2, "\(out)")
+        #expect(event("read")?["values"] as? [[String]] == [["0e0a77"], ["0e0a77"]], "\(out)")
+        #expect((event("services")?["uuids"] as? [String])?.contains { $0.uppercased().contains("EA00") } == true, "\(out)")
+        // Error Response (Request Not Supported, 0x06) to Exchange MTU on an enhanced bearer.
+        #expect(event("exchange-mtu")?["error"] as? Int == 0x06, "\(out)")
+        #expect(event("done") != nil, "\(out)")
         await host.close()
     }
 }
