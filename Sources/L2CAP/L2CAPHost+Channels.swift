@@ -1,8 +1,9 @@
 // L2CAPHost's credit-based channels (LE and enhanced mode): listening on an SPSM,
-// connecting to a peer's, reconfiguring, and the runtime side of each open channel (the SDUs waiting for the application,
-// the application waiting for an SDU or for credits). The protocol itself is the
-// link's `CreditBasedChannels` (sans I/O); this file only turns its events into
-// frames on the wire and resumed callers, on the loop.
+// connecting to a peer's, reconfiguring, and the runtime side of each open channel
+// (the SDUs waiting for the application or handed to a synchronous receiver such as
+// an EATT bearer, the application waiting for an SDU or for credits). The protocol
+// itself is the link's `CreditBasedChannels` (sans I/O); this file only turns its
+// events into frames on the wire and resumed callers, on the loop.
 
 import DequeModule
 import HCI

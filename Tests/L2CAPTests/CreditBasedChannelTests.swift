@@ -116,6 +116,16 @@ struct CreditBasedChannelTests {
         #expect(link.receive(no) == [.refused(identifier: id2, .insufficientAuthentication)])
         // A response nobody asked for is ignored.
         guard case .ignored? = link.receive(no)?.first else { Issue.record("stray response used"); return }
+        // A success whose parameters are out of range (MPS 22): refused here, and the
+        // peer's channel (its CID 0x56) is asked to go.
+        let third = link.connect(spsm: 0x25, CreditBasedParameters())
+        let (id3, bytes3) = try #require(third)
+        let bad = SignalingCommand(code: .leCreditBasedConnectionResponse, identifier: id3, data: [0x56, 0x00, 0x17, 0x00, 0x16, 0x00, 0x01, 0x00, 0x00, 0x00])
+        let answered = link.receive(bad)
+        let events = try #require(answered)
+        guard case let .signal(b)? = events.first else { Issue.record("\(events)"); return }
+        #expect(b[0] == 0x06 && Array(b[2...]) == [0x04, 0x00, 0x56, 0x00, bytes3[6], 0x00])
+        #expect(events.last == .refused(identifier: id3, .unacceptableParameters) && link.channels.count == 1)
     }
 
     @Test func creditsFlowAndDisconnectionEndsTheChannel() throws {
