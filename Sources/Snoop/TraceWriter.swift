@@ -156,15 +156,19 @@ public final class TraceFileWriter: Sendable {
         try writeAll(encoder.header)
     }
 
-    public func write(_ record: TraceRecord) {
+    /// Appends `record`. Returns false only when the file is already closed (a record
+    /// this output cannot represent, or a write error, is counted instead).
+    @discardableResult
+    public func write(_ record: TraceRecord) -> Bool {
         guard let bytes = encoder.record(record) else {
             state.withLock { $0.unrepresentable += 1 }
-            return
+            return true
         }
         do {
-            try writeAll(bytes)
+            guard try writeAll(bytes) else { return false }
             state.withLock { $0.written += 1 }
         } catch { state.withLock { $0.error = $0.error ?? "\(error)" } }
+        return true
     }
 
     /// Records written, and records this output cannot represent (left out, counted).
@@ -173,9 +177,11 @@ public final class TraceFileWriter: Sendable {
     /// The first write error, if any (a recording never fails the session it records).
     public var error: String? { state.withLock { $0.error } }
 
-    private func writeAll(_ bytes: [UInt8]) throws {
+    /// False when the file is closed.
+    @discardableResult
+    private func writeAll(_ bytes: [UInt8]) throws -> Bool {
         try state.withLock { s in
-            guard !s.closed else { return }
+            guard !s.closed else { return false }
             var off = 0
             while off < bytes.count {
                 let n = bytes[off...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
@@ -186,6 +192,7 @@ public final class TraceFileWriter: Sendable {
                 }
                 off += n
             }
+            return true
         }
     }
 

@@ -125,7 +125,10 @@ struct Monitor: AsyncParsableCommand {
         @discardableResult
         func take(_ r: TraceRecord) -> Bool {
             state.withLock { s in
-                writer?.write(r)
+                // The recording closed (a signal is ending the monitor, its transports not
+                // yet): a frame that cannot be recorded is not shown either, so what was
+                // shown and what was recorded stay the same frames.
+                if let writer, !writer.write(r) { return true }
                 s.number += 1
                 if s.first == nil { s.first = r.timestampMicros }
                 guard !quiet, !s.outputClosed else { return !s.outputClosed }
