@@ -83,8 +83,8 @@ public struct ATTBearerState: Sendable {
         self.enhanced = false
     }
 
-    /// An enhanced bearer whose ATT_MTU is `mtu` (Vol 3, Part F, §3.2.8: on EATT it is
-    /// the L2CAP channel's MTU, at least 64).
+    /// An enhanced bearer whose ATT_MTU is `mtu` (on EATT it follows the L2CAP
+    /// channel's MTU, at least 64; Exchange MTU is not used).
     public init(enhancedMTU mtu: Int) {
         self.localRxMTU = UInt16(clamping: mtu)
         self.mtu = Swift.max(Self.defaultMTU, mtu)
@@ -180,7 +180,7 @@ public struct ATTBearerState: Sendable {
             return events + finishRequest(.responded(id: r.id, pdu))
         case .request:
             if case let .exchangeMTURequest(clientRx) = pdu {
-                // Not on an enhanced bearer, whose ATT_MTU is its channel's (§3.4.2.1).
+                // Not on an enhanced bearer, whose ATT_MTU is its channel's.
                 if enhanced { return [.send(ATTPDU.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported).bytes)] }
                 return [.send(ATTPDU.exchangeMTUResponse(serverRxMTU: localRxMTU).bytes)] + setMTU(client: clientRx, server: localRxMTU)
             }

@@ -49,8 +49,8 @@ public struct L2CAPATTChannel: ATTChannel {
     public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }
 }
 
-/// An enhanced ATT bearer's channel (EATT, Vol 3, Part F, §3.2.11 and Part A,
-/// §4.25): an L2CAP enhanced credit-based channel to SPSM 0x0027, one ATT PDU per SDU.
+/// An enhanced ATT bearer's channel (EATT): an L2CAP enhanced credit-based channel
+/// (Vol 3, Part A, §4.25) to SPSM 0x0027, one ATT PDU per SDU.
 public struct EATTChannel: ATTChannel {
     /// The SPSM of EATT.
     public static let spsm: UInt16 = 0x0027

@@ -73,8 +73,8 @@ extension BluetoothHost {
 
     /// Each enhanced credit-based channel a client opens to SPSM 0x0027 becomes an
     /// enhanced ATT bearer of its connection, served by the local GATT server. EATT
-    /// runs over enhanced mode only (Vol 3, Part G, §5.3.1): an LE-mode channel to
-    /// 0x0027 is closed.
+    /// runs over enhanced credit-based mode only: an LE-mode channel to 0x0027 is
+    /// closed.
     func serveEnhancedBearers(_ channels: BufferedStream<L2CAPChannel>) async {
         for await channel in channels {
             guard channel.info.enhanced, active[channel.handle] != nil else {

@@ -215,9 +215,9 @@ public actor GATTServer {
     }
 
     /// Serves the database on an enhanced bearer (EATT) of `connection` as well, until
-    /// that bearer closes: each request is answered on the bearer it came on (Vol 3,
-    /// Part F, §3.2.11); the connection's CCCDs, prepared writes and security are
-    /// shared by all its bearers. Notifications and indications keep to the
+    /// that bearer closes: each request is answered on the bearer it came on (each
+    /// bearer has its own transaction in flight); the connection's CCCDs, prepared
+    /// writes and security are shared by all its bearers. Notifications and indications keep to the
     /// connection's unenhanced bearer.
     public func attachEnhanced(_ bearer: ATTBearer, connection handle: UInt16) async {
         guard bearers[handle] != nil else { return }
