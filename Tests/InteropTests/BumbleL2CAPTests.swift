@@ -25,19 +25,6 @@ import Transports
             .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }
 
-    /// Starts bumble_l2cap_peer.py on Rootcanal's HCI port with `arguments`; its JSON
-    /// lines come on the pipe (its log on our stderr with BLE_SHOW_BUMBLE=1).
-    static func launchPeer(_ python: String, _ port: UInt16, _ arguments: [String]) throws -> (Process, Pipe) {
-        let peer = Process()
-        peer.executableURL = URL(fileURLWithPath: python)
-        peer.arguments = [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(port)] + arguments
-        let out = Pipe()
-        peer.standardOutput = out
-        peer.standardError = ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" ? FileHandle.standardError : FileHandle.nullDevice
-        try peer.run()
-        return (peer, out)
-    }
-
     static func host(_ port: UInt16) async throws -> (HCIController, L2CAPHost, ControllerInfo) {
         let logger = Interop.logger
         let controller = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: logger), logger: logger)
@@ -52,7 +39,7 @@ import Transports
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let (controller, host, _) = try await Self.host(rc.hciPort)
-        let (peer, out) = try Self.launchPeer(python, rc.hciPort, ["server"])
+        let (peer, out) = try Interop.launchBumble(python, "bumble_l2cap_peer.py", port: rc.hciPort, ["server"])
         defer { RootcanalProcess.kill(peer) }
 
         let link = try await Central.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
@@ -105,7 +92,7 @@ import Transports
         try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20, advertisingType: 0))
         try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
 
-        let (peer, out) = try Self.launchPeer(python, rc.hciPort, ["client", info.address.description, String(Self.total)])
+        let (peer, out) = try Interop.launchBumble(python, "bumble_l2cap_peer.py", port: rc.hciPort, ["client", info.address.description, String(Self.total)])
         defer { RootcanalProcess.kill(peer) }
 
         let channel = try #require(await firstElement(accepted, within: .seconds(30)), "Bumble opened no channel")
@@ -133,7 +120,7 @@ import Transports
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let (controller, host, _) = try await Self.host(rc.hciPort)
-        let (peer, out) = try Self.launchPeer(python, rc.hciPort, ["server"])
+        let (peer, out) = try Interop.launchBumble(python, "bumble_l2cap_peer.py", port: rc.hciPort, ["server"])
         defer { RootcanalProcess.kill(peer) }
 
         let link = try await Central.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
@@ -185,7 +172,7 @@ import Transports
         try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20, advertisingType: 0))
         try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
 
-        let (peer, out) = try Self.launchPeer(python, rc.hciPort, ["enhanced-client", info.address.description])
+        let (peer, out) = try Interop.launchBumble(python, "bumble_l2cap_peer.py", port: rc.hciPort, ["enhanced-client", info.address.description])
         defer { RootcanalProcess.kill(peer) }
 
         var it = accepted.makeAsyncIterator()

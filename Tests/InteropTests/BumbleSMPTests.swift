@@ -31,13 +31,7 @@ import Transports
     }
 
     static func launch(_ python: String, _ port: UInt16, _ args: [String]) throws -> Peer {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: python)
-        p.arguments = [Interop.root + "/Tests/InteropTests/bumble_smp_peer.py", String(port)] + args
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" ? FileHandle.standardError : FileHandle.nullDevice
-        try p.run()
+        let (p, out) = try Interop.launchBumble(python, "bumble_smp_peer.py", port: port, args)
         return Peer(process: p, out: out)
     }
 

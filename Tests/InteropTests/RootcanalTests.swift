@@ -56,6 +56,20 @@ enum Interop {
         }
     }
 
+    /// Starts the Bumble peer `script` (in Tests/InteropTests) on Rootcanal's HCI `port`
+    /// with `args`; its JSON lines come on the pipe, its log on our stderr with
+    /// BLE_SHOW_BUMBLE=1. The caller stops it (`RootcanalProcess.kill`).
+    static func launchBumble(_ python: String, _ script: String, port: UInt16, _ args: [String]) throws -> (Process, Pipe) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: python)
+        p.arguments = [root + "/Tests/InteropTests/" + script, String(port)] + args
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = ProcessInfo.processInfo.environment["BLE_SHOW_BUMBLE"] == "1" ? FileHandle.standardError : FileHandle.nullDevice
+        try p.run()
+        return (p, out)
+    }
+
     /// Runs a program to completion (killed after `timeout`), returning its status and
     /// stdout (with stderr too when `mergeStderr`). Never blocks a cooperative thread:
     /// the output is read on its own thread and the exit is polled with Task.sleep, so
