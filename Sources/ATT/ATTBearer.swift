@@ -97,6 +97,9 @@ public actor ATTBearer {
 
     private var unusable: Bool { state.unusableReason != nil }
 
+    /// Whether the bearer can still carry transactions (not closed, not timed out).
+    public var isOpen: Bool { !unusable }
+
     public var mtu: Int { state.mtu }
 
     /// Sends a request and returns the peer's response; throws `ATTBearerError`.

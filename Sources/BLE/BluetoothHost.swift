@@ -216,6 +216,12 @@ public actor BluetoothHost {
     var mtuExchanged: Set<UInt64> = []
     /// The ATT_MTU this host offers on every link (Exchange MTU, both directions).
     public nonisolated let attMTU: UInt16
+
+    /// What an enhanced ATT bearer's channel offers, in either role: MTU = our ATT
+    /// MTU (at least 64), MPS one LE data PDU's worth, 10 credits.
+    public nonisolated var enhancedBearerParameters: CreditBasedParameters {
+        CreditBasedParameters(mtu: Swift.max(64, attMTU), mps: 247, initialCredits: 10)
+    }
     struct ScanSubscriber {
         var filter: ScanFilter
         var continuation: AsyncStream<ScanResult>.Continuation
@@ -323,7 +329,7 @@ public actor BluetoothHost {
             tasks.append(Task { await self.follow(requests) })
             if enhancedATT {
                 // EATT bearers: MTU = our ATT MTU, MPS one LE data PDU's worth.
-                let eatt = await l2cap.listen(spsm: EATTChannel.spsm, parameters: CreditBasedParameters(mtu: Swift.max(64, attMTU), mps: 247, initialCredits: 10))
+                let eatt = await l2cap.listen(spsm: EATTChannel.spsm, parameters: enhancedBearerParameters)
                 tasks.append(Task { await self.serveEnhancedBearers(eatt) })
             }
         }

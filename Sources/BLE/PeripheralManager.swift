@@ -216,6 +216,20 @@ public struct PeripheralManager: Sendable {
         return await host.connections(await host.server.notify(h, value: value, waitUntilSent: true, only: only, store: storeValue))
     }
 
+    /// Stores several values and notifies each central subscribed to any of them; a
+    /// central whose client takes Multiple Handle Value Notifications (it says so in
+    /// Client Supported Features, as this stack's client does when it opens enhanced
+    /// bearers) gets them packed into as few PDUs as its ATT_MTU allows
+    /// (`GATTServer.notify(multiple:waitUntilSent:only:)`), any other one notification
+    /// per value. Returns once all are in the controller's buffers, with the centrals notified.
+    @discardableResult
+    public func notify(_ values: [(Characteristic, [UInt8])], to centrals: [Connection]? = nil) async throws -> [Connection] {
+        var resolved: [(handle: UInt16, value: [UInt8])] = []
+        for (c, v) in values { resolved.append((try await host.handles(of: c).value, v)) }
+        let only = centrals.map { Set($0.map(\.handle)) }
+        return await host.connections(await host.server.notify(multiple: resolved, waitUntilSent: true, only: only))
+    }
+
     /// Stores the value and indicates it to every central subscribed; returns when all
     /// have confirmed (or their links failed), with the centrals that confirmed.
     @discardableResult

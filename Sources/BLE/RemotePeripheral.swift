@@ -132,6 +132,38 @@ public actor RemotePeripheral {
         try await host.secure(connection, level: level)
     }
 
+    // MARK: EATT
+
+    /// Opens `count` (1...5) enhanced ATT bearers (EATT, Vol 3, Part G, §5.3) to this
+    /// peripheral with one enhanced credit-based request to SPSM 0x0027, after checking
+    /// that its Server Supported Features has the EATT bit and setting the EATT and
+    /// Multiple Handle Value Notifications bits in its Client Supported Features. From
+    /// then on the GATT client spreads operations over the bearers, one transaction on
+    /// each at a time (`GATTClient.addEnhancedBearer`); requests the peer's client
+    /// sends on them are answered by the local GATT server. `parameters` default to
+    /// `BluetoothHost.enhancedBearerParameters`. Returns how many enhanced bearers are
+    /// open now. Throws `BLEError.notSupported` when the server does not take EATT,
+    /// `L2CAPChannelError` as `openChannels`; a refusal for the link's security is met
+    /// as for any channel (pairing on demand).
+    @discardableResult
+    public func openEnhancedBearers(count: Int = 2, parameters: CreditBasedParameters? = nil) async throws -> Int {
+        let features = try await run { try await client.read(uuid: GATTCharacteristicType.serverSupportedFeatures) }
+        guard let f = features.first?.value.first, f & ServerSupportedFeatures.eatt != 0 else {
+            throw BLEError.notSupported("the peer's GATT server does not take enhanced ATT bearers (Server Supported Features)")
+        }
+        // Bits once set stay set (§7.2): add ours to what this client has written.
+        if let csf = try await run({ try await client.read(uuid: GATTCharacteristicType.clientSupportedFeatures) }).first {
+            let bits = (csf.value.first ?? 0) | ClientSupportedFeatures.eatt | ClientSupportedFeatures.multipleHandleValueNotifications
+            try await run { try await client.write(csf.handle, value: [bits]) }
+        }
+        let channels = try await host.openChannels(to: connection, spsm: EATTChannel.spsm, count: count, parameters: parameters ?? host.enhancedBearerParameters)
+        for channel in channels {
+            let bearer = ATTBearer(enhanced: channel, logger: host.logger)
+            await client.addEnhancedBearer(bearer, server: host.server.handler(connection: connection.handle, on: bearer))
+        }
+        return await client.enhancedBearerCount
+    }
+
     // MARK: FA10
 
     /// Discovers every service, characteristic and descriptor (once; later calls

@@ -1,6 +1,7 @@
 // GATT client sub-procedures (Core Specification v5.4, Vol 3, Part G, §4.3–§4.11)
-// over one ATT bearer. Discovery and long reads are the state machines of
-// `GATTClientProcedures.swift` (they validate every answer); this actor only runs
+// over one ATT bearer, or over it and enhanced bearers (EATT) spread so that each
+// carries one operation at a time. Discovery and long reads are the state machines
+// of `GATTClientProcedures.swift` (they validate every answer); this actor only runs
 // them (`run(_:)`), routes notifications and indications, and does the writes.
 
 import ATT
@@ -22,6 +23,13 @@ public actor GATTClient {
     public private(set) var discovered: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
     private var serviceChangedHandle: UInt16?
     private var changeContinuations: [BufferedStream<ClosedRange<UInt16>>.Continuation] = []
+    /// Enhanced bearers (EATT) added with `addEnhancedBearer`, open ones only.
+    private var enhanced: [ATTBearer] = []
+    /// With enhanced bearers: the bearers no operation holds, in the order they freed
+    /// up, and the operations waiting for one (first come, first served).
+    private var idle: [ATTBearer] = []
+    private var leased: Set<ObjectIdentifier> = []
+    private var bearerWaiters: [CheckedContinuation<ATTBearer, Never>] = []
 
     /// Where requests and commands from the peer go: a GATT server on the same link
     /// (see `GATTServer.attach(_:connection:security:readsBearer:)`); nil answers
@@ -40,12 +48,80 @@ public actor GATTClient {
     public func start() async {
         guard !started else { return }
         started = true
-        await bearer.setHandler({ [weak self] item in self?.assumeIsolated { $0.route(item) } },
+        let bearer = self.bearer
+        await bearer.setHandler({ [weak self] item in self?.assumeIsolated { $0.route(item, on: bearer, server: $0.serverHandler) } },
                                 closed: { [weak self] in self?.assumeIsolated { $0.finishSubscriptions() } })
         await bearer.start()
     }
 
-    private func route(_ item: ATTBearer.Incoming) {
+    /// Adds an enhanced bearer (EATT) of the same link, on the same loop: from now on
+    /// each operation (a procedure, a read, a write and its prepared writes) takes a
+    /// bearer no other operation holds, so as many run at once as there are bearers.
+    /// Notifications and indications are taken on every bearer (each indication
+    /// confirmed on the bearer it came on); requests the peer sends on this bearer go
+    /// to `server` (a GATT server answering on the same bearer,
+    /// `GATTServer.handler(connection:on:)`), or get Request Not Supported.
+    /// Write Commands stay on the unenhanced bearer, in order. The bearer leaves the
+    /// pool when it closes.
+    public func addEnhancedBearer(_ added: ATTBearer, server: (@Sendable (ATTBearer.Incoming) -> Void)? = nil) async {
+        precondition(added.loop === bearer.loop, "an enhanced bearer shares its link's loop")
+        let id = ObjectIdentifier(added)
+        await added.setHandler({ [weak self] item in self?.assumeIsolated { $0.route(item, on: added, server: server) } },
+                               closed: { [weak self] in self?.assumeIsolated { $0.enhancedClosed(id) } })
+        await added.start()
+        guard await added.isOpen else { return }
+        if enhanced.isEmpty, !leased.contains(ObjectIdentifier(bearer)) { idle = [bearer] }
+        enhanced.append(added)
+        release(added, leasedNow: false)
+    }
+
+    /// How many enhanced bearers (EATT) are open.
+    public var enhancedBearerCount: Int { enhanced.count }
+
+    private func enhancedClosed(_ id: ObjectIdentifier) {
+        enhanced.removeAll { ObjectIdentifier($0) == id }
+        idle.removeAll { ObjectIdentifier($0) == id }
+    }
+
+    /// A bearer for one operation: with enhanced bearers a free one (waiting for one
+    /// to free up, which each transaction's 30 s timeout bounds); without them the
+    /// unenhanced bearer, which queues its requests itself.
+    private func lease() async -> ATTBearer {
+        if enhanced.isEmpty, idle.isEmpty { return bearer }
+        let b: ATTBearer
+        if !idle.isEmpty { b = idle.removeFirst() } else { b = await withCheckedContinuation { bearerWaiters.append($0) } }
+        leased.insert(ObjectIdentifier(b))
+        return b
+    }
+
+    /// Gives a leased bearer back: to the first waiting operation, else to the idle
+    /// ones. A closed enhanced bearer is not given back; when the unenhanced one has
+    /// closed (the link is gone) every waiter gets it, and fails on it at once.
+    private func release(_ b: ATTBearer, leasedNow: Bool = true) {
+        if leasedNow { guard leased.remove(ObjectIdentifier(b)) != nil else { return } }
+        let open = b === bearer ? !linkEnded : enhanced.contains { $0 === b }
+        guard open else {
+            if linkEnded { for w in bearerWaiters { w.resume(returning: bearer) }; bearerWaiters.removeAll() }
+            return
+        }
+        if !bearerWaiters.isEmpty {
+            leased.insert(ObjectIdentifier(b))
+            bearerWaiters.removeFirst().resume(returning: b)
+        } else {
+            idle.append(b)
+        }
+    }
+
+    /// Runs `body` on a bearer of its own (see `lease`).
+    private func using<T: Sendable>(_ body: (ATTBearer) async throws -> T) async throws -> T {
+        let b = await lease()
+        defer { release(b) }
+        return try await body(b)
+    }
+
+    private var linkEnded = false
+
+    private func route(_ item: ATTBearer.Incoming, on bearer: ATTBearer, server serverHandler: (@Sendable (ATTBearer.Incoming) -> Void)?) {
         switch item {
         case let .notification(h, v):
             subscribers[h]?.deliver(v)
@@ -65,6 +141,9 @@ public actor GATTClient {
     }
 
     private func finishSubscriptions() {
+        linkEnded = true
+        for w in bearerWaiters { w.resume(returning: bearer) }
+        bearerWaiters.removeAll()
         let ending = subscribers.values
         subscribers.removeAll()
         for s in ending { s.ended() }
@@ -72,8 +151,13 @@ public actor GATTClient {
         changeContinuations.removeAll()
     }
 
+    private func request(_ pdu: ATTPDU, on b: ATTBearer) async throws -> ATTPDU {
+        do { return try await b.request(pdu) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
+    }
+
+    /// One request on a bearer of its own.
     private func request(_ pdu: ATTPDU) async throws -> ATTPDU {
-        do { return try await bearer.request(pdu) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
+        try await using { try await request(pdu, on: $0) }
     }
 
     /// Runs `pdu`; nil when the server says Attribute Not Found (the end of a discovery).
@@ -91,6 +175,15 @@ public actor GATTClient {
     /// Runs a procedure to its end: each request goes on the bearer, each answer
     /// (an Error Response included) back to the procedure, which checks it.
     public func run<P: GATTClientProcedure>(_ procedure: P) async throws -> P.Output {
+        try await using { try await run(procedure, on: $0) }
+    }
+
+    /// A procedure built for `b`'s ATT_MTU, run on `b` alone.
+    private func run<P: GATTClientProcedure>(on b: ATTBearer, _ make: (Int) -> P) async throws -> P.Output {
+        try await run(make(await b.mtu), on: b)
+    }
+
+    private func run<P: GATTClientProcedure>(_ procedure: P, on bearer: ATTBearer) async throws -> P.Output {
         var p = procedure
         var step = p.start()
         while true {
@@ -114,32 +207,33 @@ public actor GATTClient {
     // MARK: §4.4 Primary service discovery
 
     public func discoverPrimaryServices() async throws -> [DiscoveredService] {
-        try await run(PrimaryServiceDiscovery(mtu: await bearer.mtu))
+        try await using { b in try await run(on: b) { PrimaryServiceDiscovery(mtu: $0) } }
     }
 
     public func discoverPrimaryServices(uuid: BluetoothUUID) async throws -> [DiscoveredService] {
-        try await run(PrimaryServiceDiscovery(uuid: uuid, mtu: await bearer.mtu))
+        try await using { b in try await run(on: b) { PrimaryServiceDiscovery(uuid: uuid, mtu: $0) } }
     }
 
     // MARK: §4.5 Relationship discovery
 
     public func findIncludedServices(of service: DiscoveredService) async throws -> [DiscoveredInclude] {
-        try await run(IncludedServiceDiscovery(service: service, mtu: await bearer.mtu))
+        try await using { b in try await run(on: b) { IncludedServiceDiscovery(service: service, mtu: $0) } }
     }
 
     // MARK: §4.6 Characteristic discovery
 
     public func discoverCharacteristics(of service: DiscoveredService, uuid: BluetoothUUID? = nil) async throws -> [DiscoveredCharacteristic] {
-        let found = try await run(CharacteristicDiscovery(services: [service], mtu: await bearer.mtu)).first ?? []
+        let found = try await using { b in try await run(on: b) { CharacteristicDiscovery(services: [service], mtu: $0) } }.first ?? []
         return uuid.map { u in found.filter { $0.uuid == u } } ?? found
     }
 
     /// Every primary service, its characteristics and their descriptors, in handle order.
     public func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
-        let mtu = await bearer.mtu
-        let services = try await run(PrimaryServiceDiscovery(mtu: mtu))
-        let chars = try await run(CharacteristicDiscovery(services: services, mtu: mtu))
-        let descriptors = try await run(DescriptorDiscovery(characteristics: chars.flatMap { $0 }, mtu: mtu))
+        let (services, chars, descriptors) = try await using { b in
+            let services = try await run(on: b) { PrimaryServiceDiscovery(mtu: $0) }
+            let chars = try await run(on: b) { CharacteristicDiscovery(services: services, mtu: $0) }
+            return (services, chars, try await run(on: b) { DescriptorDiscovery(characteristics: chars.flatMap { $0 }, mtu: $0) })
+        }
         var out: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
         var next = descriptors.makeIterator()
         for (s, cs) in zip(services, chars) { out.append((s, cs.map { ($0, next.next() ?? []) })) }
@@ -169,14 +263,14 @@ public actor GATTClient {
     // MARK: §4.7 Descriptor discovery
 
     public func discoverDescriptors(of c: DiscoveredCharacteristic) async throws -> [DiscoveredDescriptor] {
-        try await run(DescriptorDiscovery(characteristics: [c], mtu: await bearer.mtu)).first ?? []
+        try await using { b in try await run(on: b) { DescriptorDiscovery(characteristics: [c], mtu: $0) } }.first ?? []
     }
 
     // MARK: §4.8 Characteristic value read (and §4.12 descriptors, the same PDUs)
 
     /// Reads a value; long values continue with Read Blob until a short piece arrives.
     public func read(_ handle: UInt16) async throws -> [UInt8] {
-        try await run(ReadLongProcedure(handle: handle, mtu: await bearer.mtu))
+        try await using { b in try await run(on: b) { ReadLongProcedure(handle: handle, mtu: $0) } }
     }
 
     /// Read Using Characteristic UUID (§4.8.2): (handle, value) of each match in range.
@@ -211,32 +305,39 @@ public actor GATTClient {
 
     /// Write Characteristic Value, or Write Long Characteristic Values when it does not fit one PDU.
     public func write(_ handle: UInt16, value: [UInt8]) async throws {
-        let mtu = await bearer.mtu
-        if value.count <= mtu - 3 {
-            guard case .writeResponse = try await request(.writeRequest(handle: handle, value: value)) else { throw GATTClientError.unexpectedResponse(.writeResponse) }
-            return
+        try await using { b in
+            let mtu = await b.mtu
+            if value.count <= mtu - 3 {
+                guard case .writeResponse = try await request(.writeRequest(handle: handle, value: value), on: b) else { throw GATTClientError.unexpectedResponse(.writeResponse) }
+                return
+            }
+            try await reliableWrite([(handle, value)], verify: false, on: b)
         }
-        try await reliableWrite([(handle, value)], verify: false)
     }
 
     /// Prepares every (handle, value) in MTU-sized pieces and executes them together;
     /// with `verify`, each echoed piece must match or the queue is cancelled (§4.9.5).
+    /// All of it goes on one bearer (a server may keep a prepare queue per bearer).
     public func reliableWrite(_ writes: [(UInt16, [UInt8])], verify: Bool = true) async throws {
-        let piece = await bearer.mtu - 5
+        try await using { try await reliableWrite(writes, verify: verify, on: $0) }
+    }
+
+    private func reliableWrite(_ writes: [(UInt16, [UInt8])], verify: Bool, on b: ATTBearer) async throws {
+        let piece = await b.mtu - 5
         for (handle, value) in writes {
             var offset = 0
             repeat {
                 let chunk = Array(value[offset..<Swift.min(value.count, offset + piece)])
-                let rsp = try await request(.prepareWriteRequest(handle: handle, offset: UInt16(offset), value: chunk))
+                let rsp = try await request(.prepareWriteRequest(handle: handle, offset: UInt16(offset), value: chunk), on: b)
                 guard case let .prepareWriteResponse(h, o, v) = rsp else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
                 if verify, h != handle || Int(o) != offset || v != chunk {
-                    _ = try? await request(.executeWriteRequest(flags: 0))
+                    _ = try? await request(.executeWriteRequest(flags: 0), on: b)
                     throw GATTClientError.reliableWriteMismatch(handle: handle)
                 }
                 offset += chunk.count
             } while offset < value.count
         }
-        guard case .executeWriteResponse = try await request(.executeWriteRequest(flags: 1)) else { throw GATTClientError.unexpectedResponse(.executeWriteResponse) }
+        guard case .executeWriteResponse = try await request(.executeWriteRequest(flags: 1), on: b) else { throw GATTClientError.unexpectedResponse(.executeWriteResponse) }
     }
 
     // MARK: §4.10–§4.11 Notifications and indications

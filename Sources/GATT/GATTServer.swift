@@ -223,13 +223,7 @@ public actor GATTServer {
         guard bearers[handle] != nil else { return }
         enhanced[handle, default: []].append(bearer)
         let id = ObjectIdentifier(bearer)
-        await bearer.setHandler({ item in
-            if self.loop.inEventLoop, bearer.loop === self.loop {
-                self.assumeIsolated { $0.serveNow(item, connection: handle, on: bearer) }
-            } else {
-                Task { await self.serve(item, connection: handle, on: bearer) }
-            }
-        }, closed: { self.assumeIsolated { $0.detachEnhanced(id, connection: handle) } })
+        await bearer.setHandler(handler(connection: handle, on: bearer), closed: { self.assumeIsolated { $0.detachEnhanced(id, connection: handle) } })
         await bearer.start()
     }
 
@@ -250,6 +244,19 @@ public actor GATTServer {
                 self.assumeIsolated { $0.serveNow(item, connection: connection) }
             } else {
                 Task { await self.serve(item, connection: connection) }
+            }
+        }
+    }
+
+    /// The handler of requests and commands `connection`'s peer sends on `bearer`, an
+    /// enhanced bearer someone else reads (a `GATTClient` that opened it,
+    /// `GATTClient.addEnhancedBearer(_:server:)`): each is answered on that bearer.
+    public nonisolated func handler(connection: UInt16, on bearer: ATTBearer) -> @Sendable (ATTBearer.Incoming) -> Void {
+        { item in
+            if self.loop.inEventLoop, bearer.loop === self.loop {
+                self.assumeIsolated { $0.serveNow(item, connection: connection, on: bearer) }
+            } else {
+                Task { await self.serve(item, connection: connection, on: bearer) }
             }
         }
     }
@@ -378,6 +385,36 @@ public actor GATTServer {
         if waitUntilSent { for (_, b) in sent { await b.drain() } }
         return sent.map(\.0).sorted()
     }
+
+    /// Stores each value and notifies every connection subscribed to notifications of
+    /// any of them (Vol 3, Part G, §4.10.2). A client whose Client Supported Features
+    /// asks for Multiple Handle Value Notifications (bit 2) gets the values it is
+    /// subscribed to packed into as few of those PDUs as its ATT_MTU allows (a value
+    /// that does not fit with another goes alone as a Handle Value Notification,
+    /// truncated to ATT_MTU - 3); any other client gets one notification per value.
+    /// Values go in the order given. Returns the connections notified; with
+    /// `waitUntilSent`, returns once every PDU is in the controller's buffers.
+    @discardableResult
+    public func notify(multiple values: [(handle: UInt16, value: [UInt8])], waitUntilSent: Bool = false, only: Set<UInt16>? = nil) async -> [UInt16] {
+        for (h, v) in values { state.database.setValue(v, at: h) }
+        var sent: [(UInt16, ATTBearer)] = []
+        for (c, bearer) in bearers.sorted(by: { $0.key < $1.key }) where only?.contains(c) != false {
+            let wanted = values.filter { state.configuration(valueHandle: $0.handle, connection: c).notify }
+            guard !wanted.isEmpty else { continue }
+            let mtu = await bearer.mtu
+            let pdus = state.clientSupportedFeatures(connection: c) & ClientSupportedFeatures.multipleHandleValueNotifications != 0
+                ? GATTServerState.packNotifications(wanted, mtu: mtu)
+                : wanted.map { ATTPDU.handleValueNotification(handle: $0.handle, value: Array($0.value.prefix(mtu - 3))) }
+            var ok = true
+            for pdu in pdus where (try? await bearer.sendUnacknowledged(pdu)) == nil { ok = false; break }
+            if ok { sent.append((c, bearer)) }
+        }
+        if waitUntilSent { for (_, b) in sent { await b.drain() } }
+        return sent.map(\.0)
+    }
+
+    /// What `connection`'s client wrote to Client Supported Features (Vol 3, Part G, §7.2).
+    public func clientSupportedFeatures(connection: UInt16) -> UInt8 { state.clientSupportedFeatures(connection: connection) }
 
     /// What `connection` has set in the Client Characteristic Configuration of `valueHandle`.
     public func configuration(valueHandle: UInt16, connection: UInt16) -> (notify: Bool, indicate: Bool) {

@@ -102,6 +102,34 @@ public struct GATTServerState: Sendable {
 
     public func isChangeAware(_ connection: UInt16) -> Bool { !changeUnaware.contains(connection) }
 
+    /// What `connection` has written to Client Supported Features (§7.2; bits only ever set).
+    public func clientSupportedFeatures(connection: UInt16) -> UInt8 { clientFeatures[connection] ?? 0 }
+
+    /// Notifications of `values` for a client that takes Multiple Handle Value
+    /// Notifications (§4.10.2, Vol 3, Part F, §3.4.7.4): consecutive values packed into
+    /// one PDU while they fit in ATT_MTU (at least two per PDU; a value that fits with
+    /// no neighbour goes alone as a Handle Value Notification, truncated to ATT_MTU - 3).
+    public static func packNotifications(_ values: [(handle: UInt16, value: [UInt8])], mtu: Int) -> [ATTPDU] {
+        var out: [ATTPDU] = []
+        var batch: [ATTPDU.HandleValue] = []
+        var size = 1
+        func flush() {
+            if batch.count == 1 { out.append(.handleValueNotification(handle: batch[0].handle, value: Array(batch[0].value.prefix(mtu - 3)))) }
+            if batch.count > 1 { out.append(.multipleHandleValueNotification(batch)) }
+            batch = []
+            size = 1
+        }
+        for (h, v) in values {
+            let entry = 4 + v.count
+            if size + entry > mtu { flush() }
+            batch.append(ATTPDU.HandleValue(handle: h, value: v))
+            size += entry
+            if size > mtu { flush() }
+        }
+        flush()
+        return out
+    }
+
     /// Answers one request or command. Commands get no response.
     public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity()) -> (response: ATTPDU?, effects: [Effect]) {
         func error(_ code: ATTErrorCode, _ handle: UInt16) -> (ATTPDU?, [Effect]) {
@@ -279,7 +307,7 @@ public struct GATTServerState: Sendable {
         guard let a = database.attribute(h) else { return [] }
         if a.type == BluetoothUUID(0x2B29) {
             // Client Supported Features are per client; bits once set stay set (§7.2).
-            clientFeatures[connection, default: 0] |= (v.first ?? 0) & 0x07
+            clientFeatures[connection, default: 0] |= (v.first ?? 0) & ClientSupportedFeatures.all
             return []
         }
         if case let .clientConfiguration(valueHandle, props) = a.role {

@@ -21,6 +21,18 @@ public enum ServerSupportedFeatures {
     public static let eatt: UInt8 = 0x01
 }
 
+/// Client Supported Features bits (Vol 3, Part G, §7.2): what a client writes to tell
+/// the server what it handles. A bit once set stays set for the connection (a bond's).
+public enum ClientSupportedFeatures {
+    public static let robustCaching: UInt8 = 0x01
+    /// The client takes enhanced ATT bearers (EATT).
+    public static let eatt: UInt8 = 0x02
+    /// The client takes Multiple Handle Value Notifications.
+    public static let multipleHandleValueNotifications: UInt8 = 0x04
+    /// Every bit this version of the specification defines.
+    public static let all: UInt8 = 0x07
+}
+
 /// Handles of the mandatory services' characteristics in a database.
 public struct MandatoryHandles: Hashable, Sendable {
     public var deviceName: UInt16

@@ -199,3 +199,56 @@ import Testing
         await #expect(throws: L2CAPChannelError.closed(.linkLost(.remoteUserTerminatedConnection))) { _ = try await it.next() }
     }
 }
+
+/// The GATT client over enhanced ATT bearers (EATT): our central opens bearers to a
+/// peripheral that takes them, operations run on several bearers at once, values
+/// come packed in Multiple Handle Value Notifications, and a server without EATT
+/// says so.
+@Suite struct EATTClientTests {
+    @Test func operationsRunOnSeveralBearersAtOnce() async throws {
+        let room = try await Room(peripherals: 1, enhancedATT: true)
+        defer { Task { await room.close() } }
+        let server = room.peripherals[0]
+        let manual = Characteristic(uuid: uuidB, properties: [.read], value: [0], answersManually: true)
+        let a = Characteristic(uuid: uuidC, properties: [.read, .notify], value: [1])
+        let b = Characteristic(uuid: BluetoothUUID(0xFFF7), properties: [.read, .notify], value: [2])
+        try await server.peripheral.add(Service(uuid: uuidA, characteristics: [manual, a, b]))
+        try await server.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        let rc = try await remote.characteristic(uuidB)
+        #expect(try await remote.openEnhancedBearers(count: 3) == 3)
+        let handle = try #require(await server.server.connections.first)
+        #expect(await server.server.clientSupportedFeatures(connection: handle) == ClientSupportedFeatures.eatt | ClientSupportedFeatures.multipleHandleValueNotifications)
+        // Four reads at once: the application holds each request, so on one bearer only
+        // the first could arrive before it is answered; with three enhanced bearers and
+        // the unenhanced one, all four do.
+        let requests = await server.peripheral.requests()
+        let reads = (0..<4).map { _ in Task { try await remote.read(rc) } }
+        let held = await collect(requests, count: 4, within: .seconds(5))
+        try #require(held.count == 4)
+        // (Requests came on every bearer, so the server has attached all three.)
+        #expect(await server.server.enhancedBearers(connection: handle) == 3)
+        for (i, r) in held.enumerated() { await r.respond(with: [UInt8(i)]) }
+        var values: [[UInt8]] = []
+        for t in reads { values.append(try await t.value) }
+        #expect(values.sorted { $0[0] < $1[0] } == [[0], [1], [2], [3]])
+        // Both values in one Multiple Handle Value Notification, each to its stream.
+        let ra = try await remote.characteristic(uuidC), rb = try await remote.characteristic(BluetoothUUID(0xFFF7))
+        let va = try await remote.subscribe(to: ra), vb = try await remote.subscribe(to: rb)
+        #expect(try await server.peripheral.notify([(a, [0xA1, 0xA2]), (b, [0xB1])]).count == 1)
+        var ia = va.makeAsyncIterator(), ib = vb.makeAsyncIterator()
+        #expect(try await ia.next() == [0xA1, 0xA2])
+        #expect(try await ib.next() == [0xB1])
+        // The link goes: operations waiting for a bearer fail with it, none hangs.
+        _ = try await remote.disconnect()
+        await #expect(throws: (any Error).self) { _ = try await remote.read(ra) }
+    }
+
+    @Test func aServerWithoutEATTSaysSo() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        await #expect(throws: BLEError.self) { try await pair.remote.openEnhancedBearers() }
+        // Nothing changed: the unenhanced bearer still serves.
+        #expect(try await pair.remote.discoverServices().isEmpty == false)
+    }
+}

@@ -17,13 +17,13 @@ struct Room {
     let peripherals: [BluetoothHost]
     let addresses: [BluetoothAddress]
 
-    init(peripherals count: Int) async throws {
+    init(peripherals count: Int, enhancedATT: Bool = false) async throws {
         central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!), logger: Bench.logger)
         try await central.start()
         var ps: [BluetoothHost] = [], addrs: [BluetoothAddress] = []
         for i in 0..<count {
             let a = BluetoothAddress("C0:00:00:00:01:0\(i)")!
-            let h = BluetoothHost(transport: await radio.makeController(address: a), logger: Bench.logger)
+            let h = BluetoothHost(transport: await radio.makeController(address: a), logger: Bench.logger, enhancedATT: enhancedATT)
             try await h.start()
             ps.append(h)
             addrs.append(a)

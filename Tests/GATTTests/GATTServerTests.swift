@@ -178,3 +178,36 @@ struct GATTServerTests {
         #expect(s.handle(.readRequest(handle: 3), connection: 1, mtu: 23).response == .errorResponse(request: .readRequest, handle: 3, error: .invalidHandle))
     }
 }
+
+/// Multiple Handle Value Notification (Vol 3, Part F, §3.4.7.4; Part G, §4.10.2):
+/// values packed while they fit ATT_MTU, at least two per PDU, and only for a client
+/// whose Client Supported Features asks for them.
+struct MultipleNotificationTests {
+    @Test func valuesArePackedWhileTheyFit() {
+        let long = [UInt8](repeating: 0xEE, count: 30)
+        let pdus = GATTServerState.packNotifications([(3, [1, 2]), (5, [3]), (7, long), (9, Array(long.prefix(15))), (11, Array(long.prefix(15)))], mtu: 23)
+        #expect(pdus.map(\.bytes) == [
+            // 0x23, then handle, length, value per entry: 1 + 6 + 5 = 12 octets.
+            [0x23, 0x03, 0x00, 0x02, 0x00, 0x01, 0x02, 0x05, 0x00, 0x01, 0x00, 0x03],
+            // Too long to share a PDU: alone, truncated to ATT_MTU - 3.
+            [0x1B, 0x07, 0x00] + long.prefix(20),
+            // 1 + 19 + 19 > 23: each alone.
+            [0x1B, 0x09, 0x00] + long.prefix(15),
+            [0x1B, 0x0B, 0x00] + long.prefix(15),
+        ])
+    }
+
+    @Test func onlyAClientThatSaysSoGetsThem() throws {
+        var (s, _, _, _) = try GATTServerTests.make()
+        var db = s.database
+        let m = try db.addMandatoryServices(deviceName: "x")
+        s = GATTServerState(database: db)
+        #expect(s.clientSupportedFeatures(connection: 1) == 0)
+        _ = s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x06]), connection: 1, mtu: 23)
+        #expect(s.clientSupportedFeatures(connection: 1) == ClientSupportedFeatures.eatt | ClientSupportedFeatures.multipleHandleValueNotifications)
+        // Bits stay set: a later write of fewer bits does not clear them.
+        _ = s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x01]), connection: 1, mtu: 23)
+        #expect(s.clientSupportedFeatures(connection: 1) == 0x07)
+        #expect(s.clientSupportedFeatures(connection: 2) == 0)
+    }
+}

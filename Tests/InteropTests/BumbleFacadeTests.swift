@@ -171,4 +171,43 @@ import Transports
         #expect(event("done") != nil, "\(out)")
         await host.close()
     }
+
+    /// EATT, our client's side, against Bumble's EATT server (`eatt_enabled`): our
+    /// central opens three enhanced bearers, three reads at once reach Bumble on
+    /// different bearers and overlap there (Bumble answers each after 0.5 s), and
+    /// notifications Bumble sends on every enhanced bearer and an indication on one
+    /// reach our subscriptions, the indication confirmed on its bearer.
+    @Test func ourEATTClientAgainstBumblesServer() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (bumble, pipe) = try Interop.launchBumble(python, "bumble_eatt_peripheral.py", port: rc.hciPort, [])
+        defer { RootcanalProcess.kill(bumble) }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        let found = try #require(await host.central.first(matching: ScanFilter(addresses: [BumbleGATTClientTests.bumble]), within: .seconds(20)))
+        let p = try await host.central.connect(to: found, within: .seconds(10))
+        // Bumble's server files the channels it accepts under its own CID and looks up
+        // Flow Control Credit Indications by ours, so it never sees credits we give back:
+        // enough initial credits for the whole session (see BumbleL2CAPTests).
+        #expect(try await p.openEnhancedBearers(count: 3, parameters: CreditBasedParameters(mtu: 517, mps: 247, initialCredits: 1000)) == 3)
+        let value = try await p.characteristic(BluetoothUUID(0xEA01))
+        let reads = (0..<3).map { _ in Task { try await p.read(value) } }
+        for r in reads { #expect(try await r.value == [0x0E, 0xA0]) }
+        let notified = try await p.subscribe(to: try await p.characteristic(BluetoothUUID(0xEA02)))
+        let got = await collect(notified, count: 3, within: .seconds(10))
+        #expect(got.sorted { $0[0] < $1[0] } == [[0xE0], [0xE1], [0xE2]])
+        let indicated = try await p.subscribe(to: try await p.characteristic(BluetoothUUID(0xEA03)))
+        #expect(await firstElement(indicated, within: .seconds(10)) == [0x1D])
+        // Bumble disconnects once its indication is confirmed.
+        #expect(await p.disconnection(within: .seconds(10)) == .disconnected(reason: .remoteUserTerminatedConnection))
+        let events = await BumbleL2CAPTests.lines(pipe)
+        func named(_ e: String) -> [[String: Any]] { BumbleSMPTests.named(events, e) }
+        // Three reads in Bumble's hands at once: one ATT bearer carries one at a time.
+        #expect(named("read").count == 3, "\(events)")
+        #expect(named("most-reads-at-once").first?["count"] as? Int == 3, "\(events)")
+        #expect(named("notified").first?["bearers"] as? Int == 3, "\(events)")
+        #expect(named("indication-confirmed").count == 1, "\(events)")
+        await host.close()
+    }
 }
