@@ -85,7 +85,7 @@ let package = Package(
             name: "FireAlarmReceiver",
             dependencies: ["BLE", "FireAlarm", .product(name: "ArgumentParser", package: "swift-argument-parser"), .product(name: "Logging", package: "swift-log")],
             path: "Examples/FireAlarmReceiver", swiftSettings: strict),
-        .target(name: "BlueZATT", dependencies: ["ATT", "Transports", "HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
+        .target(name: "BlueZATT", dependencies: ["ATT", "L2CAP", "Transports", "HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLETesting",
             dependencies: ["HCI", "Snoop", "Transports", "VirtualHCI", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],

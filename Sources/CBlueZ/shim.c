@@ -75,10 +75,10 @@ int cbluez_l2cap_socket(void) {
     return socket(AF_BLUETOOTH, SOCK_SEQPACKET | SOCK_CLOEXEC, BTPROTO_L2CAP);
 }
 
-static void fill_l2(struct sockaddr_l2 *a, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t cid) {
+static void fill_l2(struct sockaddr_l2 *a, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t psm, uint16_t cid) {
     memset(a, 0, sizeof *a);
     a->l2_family = AF_BLUETOOTH;
-    a->l2_psm = 0;
+    a->l2_psm = htobs(psm);
     memcpy(a->l2_bdaddr.b, bdaddr, 6);
     a->l2_cid = htobs(cid);
     a->l2_bdaddr_type = addr_type;
@@ -86,14 +86,49 @@ static void fill_l2(struct sockaddr_l2 *a, const uint8_t bdaddr[6], uint8_t addr
 
 int cbluez_l2cap_bind(int fd, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t cid) {
     struct sockaddr_l2 a;
-    fill_l2(&a, bdaddr, addr_type, cid);
+    fill_l2(&a, bdaddr, addr_type, 0, cid);
     return bind(fd, (struct sockaddr *)&a, sizeof a);
 }
 
 int cbluez_l2cap_connect(int fd, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t cid) {
     struct sockaddr_l2 a;
-    fill_l2(&a, bdaddr, addr_type, cid);
+    fill_l2(&a, bdaddr, addr_type, 0, cid);
     return connect(fd, (struct sockaddr *)&a, sizeof a);
+}
+
+int cbluez_l2cap_bind_psm(int fd, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t psm) {
+    struct sockaddr_l2 a;
+    fill_l2(&a, bdaddr, addr_type, psm, 0);
+    return bind(fd, (struct sockaddr *)&a, sizeof a);
+}
+
+int cbluez_l2cap_connect_psm(int fd, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t psm) {
+    struct sockaddr_l2 a;
+    fill_l2(&a, bdaddr, addr_type, psm, 0);
+    return connect(fd, (struct sockaddr *)&a, sizeof a);
+}
+
+int cbluez_l2cap_set_mode(int fd, uint8_t mode) {
+    return setsockopt(fd, SOL_BLUETOOTH, BT_MODE, &mode, sizeof mode);
+}
+
+int cbluez_l2cap_set_receive_mtu(int fd, uint16_t mtu) {
+    return setsockopt(fd, SOL_BLUETOOTH, BT_RCVMTU, &mtu, sizeof mtu);
+}
+
+int cbluez_l2cap_mtus(int fd, uint16_t *send_mtu, uint16_t *receive_mtu) {
+    socklen_t len = sizeof *send_mtu;
+    if (getsockopt(fd, SOL_BLUETOOTH, BT_SNDMTU, send_mtu, &len) < 0) return -1;
+    len = sizeof *receive_mtu;
+    return getsockopt(fd, SOL_BLUETOOTH, BT_RCVMTU, receive_mtu, &len);
+}
+
+int cbluez_l2cap_set_security(int fd, uint8_t level, uint8_t key_size) {
+    struct bt_security sec;
+    memset(&sec, 0, sizeof sec);
+    sec.level = level;
+    sec.key_size = key_size;
+    return setsockopt(fd, SOL_BLUETOOTH, BT_SECURITY, &sec, sizeof sec);
 }
 
 int cbluez_l2cap_accept(int fd, uint8_t bdaddr_out[6], uint8_t *addr_type_out) {

@@ -37,7 +37,24 @@ public enum L2CAPChannelError: Error, Hashable, Sendable, CustomStringConvertibl
     }
 }
 
-public final class L2CAPChannel: Sendable, CustomStringConvertible {
+/// A credit-based channel whichever stack carries it: this one (`L2CAPChannel`) or
+/// the kernel's L2CAP socket (`KernelL2CAPChannel` in BlueZATT). SDUs in as an
+/// AsyncSequence that ends when the channel closes in order and throws when it is
+/// lost; `send` that waits for the peer's credits (never drops, never queues without
+/// bound); the largest SDU the peer takes; `close`.
+public protocol SDUChannel: Sendable {
+    associatedtype SDUSequence: AsyncSequence, Sendable where SDUSequence.Element == [UInt8]
+    /// The SDUs the peer sends, in order. Iterate once.
+    var sdus: SDUSequence { get }
+    /// The largest SDU `send` takes (the peer's MTU).
+    var maximumSendSize: Int { get }
+    /// Sends one SDU, waiting for the peer's credits as long as it takes.
+    func send(_ sdu: [UInt8]) async throws
+    /// Closes the channel: the peer sees it end; our `sdus` end.
+    func close() async
+}
+
+public final class L2CAPChannel: SDUChannel, CustomStringConvertible {
     public let host: L2CAPHost
     /// The link's connection handle.
     public let handle: UInt16

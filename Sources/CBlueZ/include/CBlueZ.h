@@ -52,4 +52,16 @@ int cbluez_l2cap_connect(int fd, const uint8_t bdaddr[6], uint8_t addr_type, uin
 /// accept(), returning the peer's address and type.
 int cbluez_l2cap_accept(int fd, uint8_t bdaddr_out[6], uint8_t *addr_type_out);
 
+/* Connection-oriented channels (LE credit-based, enhanced credit-based) on an SPSM. */
+enum {
+    CBLUEZ_BT_MODE_LE_FLOWCTL = 0x03,
+    CBLUEZ_BT_MODE_EXT_FLOWCTL = 0x04,
+};
+int cbluez_l2cap_bind_psm(int fd, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t psm);
+int cbluez_l2cap_connect_psm(int fd, const uint8_t bdaddr[6], uint8_t addr_type, uint16_t psm);
+int cbluez_l2cap_set_mode(int fd, uint8_t mode);
+int cbluez_l2cap_set_receive_mtu(int fd, uint16_t mtu);
+int cbluez_l2cap_mtus(int fd, uint16_t *send_mtu, uint16_t *receive_mtu);
+int cbluez_l2cap_set_security(int fd, uint8_t level, uint8_t key_size);
+
 #endif
