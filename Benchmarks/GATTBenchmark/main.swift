@@ -2,10 +2,12 @@
 //  1. notifications per second end to end over the virtual radio (MTU 23 and 247);
 //  2. over Rootcanal against one Bumble GATT server, ours and Bumble's own client in
 //     the same run: ATT requests and time to discover everything, then host CPU per
-//     read, per write and per KiB notified.
+//     read, per write and per KiB notified;
+//  3. an L2CAP credit-based channel over Rootcanal between our host and Bumble's
+//     (Benchmarks/bumble_l2cap_bench.py): bytes each way, CPU per MiB for both stacks.
 //
 //   swift build -c release --product GATTBenchmark
-//   .build/release/GATTBenchmark [--count N]
+//   .build/release/GATTBenchmark [--count N] [--channel-bytes N]
 
 import ATT
 import BenchmarkSupport
@@ -27,7 +29,11 @@ import Glibc
 let logger = Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
 var count = 200
 var argv = CommandLine.arguments.dropFirst().makeIterator()
-while let a = argv.next() { if a == "--count", let n = argv.next().flatMap(Int.init) { count = n } }
+var channelBytes = 256 * 1024
+while let a = argv.next() {
+    if a == "--count", let n = argv.next().flatMap(Int.init) { count = n }
+    if a == "--channel-bytes", let n = argv.next().flatMap(Int.init), n > 0 { channelBytes = n }
+}
 let root = FileManager.default.currentDirectoryPath
 
 func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 34 - s.count)) }
@@ -254,8 +260,10 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil {
 }
 
 if ProcessInfo.processInfo.environment["BENCH_ONLY_VIRTUAL"] != nil { exit(0) }
-say("== 2. Rootcanal, one Bumble GATT server; our client and Bumble's, same run (\(count) reads, \(count) writes, 200×200 B notified)")
+let onlyChannel = ProcessInfo.processInfo.environment["BENCH_ONLY_CHANNEL"] != nil
 let python = root + "/.venv/bin/python"
+if !onlyChannel {
+say("== 2. Rootcanal, one Bumble GATT server; our client and Bumble's, same run (\(count) reads, \(count) writes, 200×200 B notified)")
 if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.default.isExecutableFile(atPath: python) {
     let rc = try await RootcanalProcess.launch(binary: rcPath)
     let server = try startBumbleServer(python: python, root: root, port: rc.hciPort)
@@ -265,6 +273,71 @@ if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.def
     try await Task.sleep(for: .milliseconds(500))
     if let b = try bumble(python: python, port: rc.hciPort, n: count) { report("bumble", b, n: count) } else { print("bumble client produced no figures") }
     RootcanalProcess.kill(server)
+    rc.stop()
+} else {
+    say("skipped: needs .venv with rootcanal and bumble (Scripts/setup.sh)")
+}
+}
+
+// MARK: 3. An L2CAP channel over Rootcanal, ours against Bumble's
+
+/// Our host opens an LE credit-based channel to Bumble's SPSM 0x0080 (MTU 4096, MPS
+/// 247, 32 credits each way), sends `total` bytes in 4 KiB SDUs,
+/// then takes as many back; Bumble times its own receiving and sending.
+func channelAgainstBumble(python: String, port: UInt16, total: Int) async throws {
+    let bumble = Process()
+    bumble.executableURL = URL(fileURLWithPath: python)
+    bumble.arguments = [root + "/Benchmarks/bumble_l2cap_bench.py", String(port), String(total)]
+    let out = Pipe()
+    bumble.standardOutput = out
+    bumble.standardError = FileHandle.nullDevice
+    try bumble.run()
+    defer { RootcanalProcess.kill(bumble) }
+    try await Task.sleep(for: .seconds(3))
+    let controller = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: logger), logger: logger)
+    try await controller.initialize()
+    let host = L2CAPHost(controller: controller, logger: logger)
+    await host.start()
+    let link = try await Central.connect(to: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, type: .random, host: host, within: .seconds(20))
+    // Rootcanal 1.10 does not know LE Set Data Length (Unknown HCI Command): its air PDUs stay as they are.
+    _ = try? await controller.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120))
+    let channel = try await host.connectChannel(spsm: 0x80, handle: link.handle, parameters: CreditBasedParameters(mtu: 4096, mps: 247, initialCredits: 32))
+    let piece = min(4096, channel.maximumSendSize)
+    var t0 = ContinuousClock.now, c0 = cpu()
+    var sent = 0
+    while sent < total {
+        let n = min(piece, total - sent)
+        try await channel.send([UInt8](repeating: UInt8(sent & 0xFF), count: n))
+        sent += n
+    }
+    let tx = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    var got = 0
+    var sdus = channel.sdus.makeAsyncIterator()
+    t0 = ContinuousClock.now; c0 = cpu()
+    while got < total, let sdu = try await sdus.next() { got += sdu.count }
+    let rx = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    _ = try? await controller.send(Disconnect(connectionHandle: link.handle))
+    try await Task.sleep(for: .milliseconds(300))
+    await controller.close()
+    let lines = String(decoding: await Task.detached { out.fileHandleForReading.readDataToEndOfFile() }.value, as: UTF8.self)
+    let figures = lines.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        .first { $0["event"] as? String == "figures" }
+    let mib = Double(total) / 1_048_576
+    func row(_ who: String, _ wall: Double, _ cpuSeconds: Double) {
+        say(label(who) + String(format: "%8.1f ms cpu/MiB  %7.1f KiB/s  (%.0f KiB in %.2f s, cpu %.3f s)",
+                                cpuSeconds / mib * 1000, Double(total) / 1024 / wall, Double(total) / 1024, wall, cpuSeconds))
+    }
+    row("ours → bumble: ours sending", tx.0, tx.1)
+    if let f = figures, let w = f["rx_wall"] as? Double, let c = f["rx_cpu"] as? Double { row("ours → bumble: bumble receiving", w, c) }
+    row("bumble → ours: ours receiving", rx.0, rx.1)
+    if let f = figures, let w = f["tx_wall"] as? Double, let c = f["tx_cpu"] as? Double { row("bumble → ours: bumble sending", w, c) }
+    if figures == nil { say("bumble printed no figures: \(lines)") }
+}
+
+say("== 3. an L2CAP channel over Rootcanal, our host against Bumble's (\(channelBytes / 1024) KiB each way, 4 KiB SDUs)")
+if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.default.isExecutableFile(atPath: python) {
+    let rc = try await RootcanalProcess.launch(binary: rcPath)
+    try await channelAgainstBumble(python: python, port: rc.hciPort, total: channelBytes)
     rc.stop()
 } else {
     say("skipped: needs .venv with rootcanal and bumble (Scripts/setup.sh)")
