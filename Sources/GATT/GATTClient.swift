@@ -62,9 +62,14 @@ public actor GATTClient {
     /// to `server` (a GATT server answering on the same bearer,
     /// `GATTServer.handler(connection:on:)`), or get Request Not Supported.
     /// Write Commands stay on the unenhanced bearer, in order. The bearer leaves the
-    /// pool when it closes.
+    /// pool when it closes. A bearer on another event loop than the unenhanced one is
+    /// closed instead of added.
     public func addEnhancedBearer(_ added: ATTBearer, server: (@Sendable (ATTBearer.Incoming) -> Void)? = nil) async {
-        precondition(added.loop === bearer.loop, "an enhanced bearer shares its link's loop")
+        // Routing runs synchronously on the link's loop: a bearer on another one is refused.
+        guard added.loop === bearer.loop else {
+            await added.close(reason: "an enhanced bearer must run on its link's event loop")
+            return
+        }
         let id = ObjectIdentifier(added)
         await added.setHandler({ [weak self] item in self?.assumeIsolated { $0.route(item, on: added, server: server) } },
                                closed: { [weak self] in self?.assumeIsolated { $0.enhancedClosed(id) } })
