@@ -54,16 +54,19 @@ async def main(port: str) -> None:
         device.add_service(Service("EA00", [value, notify, indicate]))
         disconnected = asyncio.Event()
 
-        def enhanced(connection):
-            return [c for c in device.l2cap_channel_manager.le_coc_channels.get(connection.handle, {}).values()
+        def link(bearer):
+            """The connection any of its bearers belongs to."""
+            return bearer.connection if att.is_enhanced_bearer(bearer) else bearer
+
+        def enhanced(bearer):
+            return [c for c in device.l2cap_channel_manager.le_coc_channels.get(link(bearer).handle, {}).values()
                     if c.psm == att.EATT_PSM]
 
         def on_notify_subscription(bearer, notify_enabled, indicate_enabled):
             emit(event="subscription", uuid="EA02", bearer=kind(bearer), notify=notify_enabled)
             if notify_enabled:
                 async def send():
-                    connection = bearer.connection if att.is_enhanced_bearer(bearer) else bearer
-                    bearers = enhanced(connection)
+                    bearers = enhanced(bearer)
                     for i, b in enumerate(bearers):
                         await device.gatt_server.notify_subscriber(b, notify, bytes([0xE0 + i]), force=True)
                     emit(event="notified", bearers=len(bearers))
@@ -73,14 +76,13 @@ async def main(port: str) -> None:
             emit(event="subscription", uuid="EA03", bearer=kind(bearer), indicate=indicate_enabled)
             if indicate_enabled:
                 async def send():
-                    connection = bearer.connection if att.is_enhanced_bearer(bearer) else bearer
-                    bearers = enhanced(connection)
+                    bearers = enhanced(bearer)
                     try:
                         await device.gatt_server.indicate_subscriber(bearers[0], indicate, bytes([0x1D]), force=True)
                         emit(event="indication-confirmed", bearer="eatt")
                     except Exception as e:
                         emit(event="indication-failed", error=repr(e))
-                    await connection.disconnect()
+                    await link(bearer).disconnect()
                 asyncio.ensure_future(send())
 
         notify.on("subscription", on_notify_subscription)
