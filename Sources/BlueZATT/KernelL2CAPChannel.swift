@@ -88,7 +88,8 @@ public final class KernelL2CAPChannel: SDUChannel, CustomStringConvertible {
     final class IO: Sendable {
         private struct State {
             var reader: CheckedContinuation<[UInt8]?, any Error>?
-            var end: Result<[UInt8]?, any Error>?
+            /// The reader has stopped (end of channel, or an error already reported).
+            var ended = false
             var writes: [([UInt8], CheckedContinuation<Void, any Error>)] = []
             var closed = false
             var threadsRunning = 2
@@ -121,7 +122,7 @@ public final class KernelL2CAPChannel: SDUChannel, CustomStringConvertible {
                         // After our own close, a read failing on the shut-down socket is an
                         // orderly end; a lost link is reported once, then nil.
                         if s.closed { result = .success(nil) }
-                        s.end = .success(nil)
+                        s.ended = true
                     }
                     return s.reader.take()
                 }
@@ -150,8 +151,7 @@ public final class KernelL2CAPChannel: SDUChannel, CustomStringConvertible {
         func read() async throws -> [UInt8]? {
             try await withCheckedThrowingContinuation { c in
                 let done: Result<[UInt8]?, any Error>? = state.withLock { s in
-                    if let end = s.end { return end }
-                    if s.closed { return .success(nil) }
+                    if s.ended || s.closed { return .success(nil) }
                     guard s.reader == nil else { return .failure(L2CAPChannelError.closed(.closedLocally)) }
                     s.reader = c
                     return nil
