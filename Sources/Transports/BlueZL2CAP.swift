@@ -54,20 +54,15 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
     private static func channelSocket(spsm: UInt16, local: BluetoothAddress?, type: AddressType, mode: KernelChannelMode,
                                       receiveMTU: UInt16, securityLevel: UInt8?) throws -> Int32 {
         let fd = try socket("socket(AF_BLUETOOTH, BTPROTO_L2CAP)")
-        func fail(_ what: String) -> L2CAPError {
-            let e = errno
-            Glibc.close(fd)
-            return L2CAPError(operation: what, errno: e)
-        }
         guard cbluez_l2cap_bind_psm(fd, local?.bytes ?? [0, 0, 0, 0, 0, 0], type.l2capBdaddrType, spsm) == 0 else {
-            throw fail("binding SPSM 0x\(String(spsm, radix: 16))")
+            throw closing(fd, "binding SPSM 0x\(String(spsm, radix: 16))")
         }
         // After bind: the kernel takes BT_MODE only from a bound socket.
         if mode == .enhanced, cbluez_l2cap_set_mode(fd, UInt8(CBLUEZ_BT_MODE_EXT_FLOWCTL)) != 0 {
-            throw fail("choosing enhanced credit-based mode (BT_MODE)")
+            throw closing(fd, "choosing enhanced credit-based mode (BT_MODE)")
         }
-        guard cbluez_l2cap_set_receive_mtu(fd, receiveMTU) == 0 else { throw fail("setting the receive MTU (BT_RCVMTU)") }
-        if let securityLevel, cbluez_l2cap_set_security(fd, securityLevel, 0) != 0 { throw fail("setting the security level (BT_SECURITY)") }
+        guard cbluez_l2cap_set_receive_mtu(fd, receiveMTU) == 0 else { throw closing(fd, "setting the receive MTU (BT_RCVMTU)") }
+        if let securityLevel, cbluez_l2cap_set_security(fd, securityLevel, 0) != 0 { throw closing(fd, "setting the security level (BT_SECURITY)") }
         return fd
     }
 
@@ -78,9 +73,7 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
                                receiveMTU: UInt16 = 2048, securityLevel: UInt8? = nil, from local: BluetoothAddress? = nil) throws -> KernelL2CAPSocket {
         let fd = try channelSocket(spsm: 0, local: local, type: .public, mode: mode, receiveMTU: receiveMTU, securityLevel: securityLevel)
         guard cbluez_l2cap_connect_psm(fd, peer.bytes, type.l2capBdaddrType, spsm) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw L2CAPError(operation: "opening a channel to \(peer) (\(type)) SPSM 0x\(String(spsm, radix: 16))", errno: e)
+            throw closing(fd, "opening a channel to \(peer) (\(type)) SPSM 0x\(String(spsm, radix: 16))")
         }
         return KernelL2CAPSocket(fd: fd, peer: peer, peerType: type, unit: "SDU")
     }
@@ -90,9 +83,7 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
                               on local: BluetoothAddress? = nil, type: AddressType = .public, backlog: Int32 = 4) throws -> KernelL2CAPSocket {
         let fd = try channelSocket(spsm: spsm, local: local, type: type, mode: mode, receiveMTU: receiveMTU, securityLevel: securityLevel)
         guard Glibc.listen(fd, backlog) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw L2CAPError(operation: "listening on SPSM 0x\(String(spsm, radix: 16))", errno: e)
+            throw closing(fd, "listening on SPSM 0x\(String(spsm, radix: 16))")
         }
         return KernelL2CAPSocket(fd: fd, peer: nil, peerType: nil, unit: "SDU")
     }
@@ -122,6 +113,13 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
         Glibc.shutdown(fd, Int32(SHUT_RDWR))
     }
 
+    /// The error of a failed set-up step on `fd` (errno read first), with `fd` closed.
+    private static func closing(_ fd: Int32, _ operation: String) -> L2CAPError {
+        let e = errno
+        Glibc.close(fd)
+        return L2CAPError(operation: operation, errno: e)
+    }
+
     private static func socket(_ operation: String) throws -> Int32 {
         let fd = cbluez_l2cap_socket()
         guard fd >= 0 else { throw L2CAPError(operation: operation, errno: errno) }
@@ -133,14 +131,10 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
         let fd = try socket("socket(AF_BLUETOOTH, BTPROTO_L2CAP)")
         let localBytes = local?.bytes ?? [0, 0, 0, 0, 0, 0]
         guard cbluez_l2cap_bind(fd, localBytes, UInt8(CBLUEZ_BDADDR_LE_PUBLIC), UInt16(CBLUEZ_L2CAP_CID_ATT)) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw L2CAPError(operation: "binding the ATT channel", errno: e)
+            throw closing(fd, "binding the ATT channel")
         }
         guard cbluez_l2cap_connect(fd, peer.bytes, type.l2capBdaddrType, UInt16(CBLUEZ_L2CAP_CID_ATT)) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw L2CAPError(operation: "connecting to \(peer) (\(type)) on the ATT channel", errno: e)
+            throw closing(fd, "connecting to \(peer) (\(type)) on the ATT channel")
         }
         return KernelATTSocket(fd: fd, peer: peer, peerType: type)
     }
@@ -150,9 +144,7 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
         let fd = try socket("socket(AF_BLUETOOTH, BTPROTO_L2CAP)")
         guard cbluez_l2cap_bind(fd, local?.bytes ?? [0, 0, 0, 0, 0, 0], type.l2capBdaddrType, UInt16(CBLUEZ_L2CAP_CID_ATT)) == 0,
               Glibc.listen(fd, backlog) == 0 else {
-            let e = errno
-            Glibc.close(fd)
-            throw L2CAPError(operation: "listening on the ATT channel", errno: e)
+            throw closing(fd, "listening on the ATT channel")
         }
         return KernelATTSocket(fd: fd, peer: nil, peerType: nil)
     }
