@@ -23,6 +23,8 @@ extension BluetoothHost {
         await acquireConnectSlot()
         defer { releaseConnectSlot() }
         try Task.checkCancellation()
+        await refreshControllerAddress()
+        let own = ownAddressType
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
                 let timer = Task { [weak self] in
@@ -34,10 +36,10 @@ extension BluetoothHost {
                 Task {
                     do {
                         if extended {
-                            try await self.controller.send(LEExtendedCreateConnection(peerAddressType: type, peerAddress: peer,
+                            try await self.controller.send(LEExtendedCreateConnection(ownAddressType: own, peerAddressType: type, peerAddress: peer,
                                                                                      phys: [.init(connection: parameters)]))
                         } else {
-                            try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, connection: parameters))
+                            try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, ownAddressType: own, connection: parameters))
                         }
                     } catch {
                         await self.abandonConnect(error, cancel: false)
@@ -91,11 +93,13 @@ extension BluetoothHost {
         }
         if first {
             do {
+                await refreshControllerAddress(startingScan: true)
+                let own = ownAddressType
                 try await scanCommand {
                     if usesExtendedCommands {
-                        try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates)
+                        try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
                     } else {
-                        try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates)
+                        try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
                     }
                 }
             } catch {

@@ -106,6 +106,8 @@ extension BluetoothHost {
         case let .paired(handle, _, result) where result.bonding:
             // Subscriptions made before the pairing are kept with the new bond.
             await saveClientConfigurations(handle)
+        case .bonded:
+            bondsChanged()
         default:
             break
         }
@@ -156,7 +158,8 @@ extension BluetoothHost {
     /// Forgets the bond with `address`; returns whether there was one.
     @discardableResult
     public func removeBond(_ address: BluetoothAddress, type: AddressType) async throws -> Bool {
-        try await security.removeBond(address: address, type: type)
+        defer { bondsChanged() }
+        return try await security.removeBond(address: address, type: type)
     }
 
     func linkEnded(_ c: Connection, _ end: LinkEnd) {

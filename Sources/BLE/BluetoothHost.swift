@@ -124,10 +124,14 @@ public struct SecurityOptions: Sendable {
     public var pairOnDemand: Bool
     /// As peripheral: send a Security Request when a central touches a protected attribute.
     public var requestSecurity: Bool
+    /// Advertise, scan and connect from resolvable private addresses that change every
+    /// `rotation`, and give bonded peers our IRK (Privacy.swift). Nil: the public address.
+    public var privacy: PrivacyOptions?
 
     public init(pairing: PairingConfiguration = PairingConfiguration(), store: any BondStore = InMemoryBondStore(),
                 delegate: any PairingDelegate = AutomaticPairingDelegate(), random: SecurityRandom = .system,
-                pairOnDemand: Bool = true, requestSecurity: Bool = true) {
+                pairOnDemand: Bool = true, requestSecurity: Bool = true, privacy: PrivacyOptions? = nil) {
+        self.privacy = privacy
         self.pairing = pairing
         self.store = store
         self.delegate = delegate
@@ -247,6 +251,8 @@ public actor BluetoothHost {
     var requestGeneration: UInt64 = 0
     /// Requests handed to a `requests()` consumer, with its generation, possibly unanswered.
     var handedRequests: [(UInt64, GATTServer.Request)] = []
+    /// Our private addresses (Privacy.swift).
+    var own = OwnAddresses()
 
     /// `commandTimeout` bounds every HCI command; `knownDeviceCapacity` bounds the registry.
     /// `deviceName` and `appearance` are what the GAP service tells a central that
@@ -337,6 +343,7 @@ public actor BluetoothHost {
         do {
             let i = try await controller.initialize(reset: reset)
             adopt(i)
+            try await startPrivacy(i)
             setState(.ready)
             return i
         } catch {
@@ -357,7 +364,9 @@ public actor BluetoothHost {
         setState(.resetting)
         for c in active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
         do {
-            adopt(try await controller.initialize(reset: true))
+            let i = try await controller.initialize(reset: true)
+            adopt(i)
+            try await startPrivacy(i)
             if let a = advertising { try await startAdvertisingNow(a) }
             setState(.ready)
         } catch {
@@ -408,6 +417,8 @@ public actor BluetoothHost {
         if case .transportClosed = state { return }
         let reason = await controller.closedReason ?? "closed"
         setState(.transportClosed(reason))
+        own.timer?.cancel()
+        own.timer = nil
         let links = active.values
         active.removeAll()
         for c in links { linkEnded(c, .transportClosed(reason)) }
@@ -456,7 +467,7 @@ public actor BluetoothHost {
 
     /// One advertising PDU: into the registry, and to every scan whose filter the device's merged view matches.
     func received(_ a: Advertisement) {
-        let d = registry.record(a, at: now)
+        let d = registry.record(a, at: now, identity: identity(of: a.address, type: a.addressType))
         guard !scans.isEmpty || !draining.isEmpty else { return }
         let result = ScanResult(advertisement: a, device: d)
         // Filters look at what the device said in its advertisement and scan response together.

@@ -38,3 +38,5 @@
 @_exported import class SMP.InMemoryBondStore
 @_exported import class SMP.FileBondStore
 @_exported import class SMP.SecurityRandom
+@_exported import struct SMP.IdentityKey
+@_exported import enum SMP.ResolvablePrivateAddress

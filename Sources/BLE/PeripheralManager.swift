@@ -89,7 +89,7 @@ struct PublishedService {
     }
 }
 
-struct AdvertisingConfiguration: Sendable {
+struct AdvertisingConfiguration: Sendable, Equatable {
     var data: AdvertisingData
     var scanResponse: AdvertisingData?
     var connectable: Bool
@@ -366,27 +366,31 @@ extension BluetoothHost {
         let previous = advertising
         advertising = a
         do {
-            if let a {
-                try await startAdvertisingNow(a)
-            } else if usesExtendedCommands {
-                try await Advertiser.stopExtended(controller)
-            } else {
-                try await Advertiser.stop(controller)
-            }
+            if let a { try await startAdvertisingNow(a) } else { try await stopAdvertisingNow() }
         } catch {
             advertising = previous
             throw error
         }
     }
 
+    /// Starts (or restarts) advertising `a`; under privacy from the current private address.
     func startAdvertisingNow(_ a: AdvertisingConfiguration) async throws {
         if usesExtendedCommands {
+            let address = advertisingSetAddress()
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                               intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31)
+                                               intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
+                                               randomAddress: address)
+            if let address { advertisingSetAddressSet(address) }
         } else {
+            let address = legacyAdvertisingAddress()
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                       intervalMilliseconds: a.intervalMilliseconds)
+                                       intervalMilliseconds: a.intervalMilliseconds, ownAddressType: ownAddressType, randomAddress: address)
+            if let address { controllerAddressSet(address) }
         }
+    }
+
+    func stopAdvertisingNow() async throws {
+        if usesExtendedCommands { try await Advertiser.stopExtended(controller) } else { try await Advertiser.stop(controller) }
     }
 
     func takeRequests() -> AsyncStream<ReadWriteRequest> {

@@ -24,8 +24,11 @@ extension Advertiser {
     /// set cannot be scannable: the scan response's structures are then appended to
     /// the advertisement. Throws `AdvertisingDataError.tooLong` with the controller's
     /// `maximumLength` (LE Read Maximum Advertising Data Length) before sending anything.
+    /// With `randomAddress` the set advertises from it (LE Set Advertising Set Random
+    /// Address, own address type random); else from the public address.
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
-                                     connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int) async throws {
+                                     connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
+                                     randomAddress: BluetoothAddress? = nil) async throws {
         var adv = data.bytes
         var rsp = scanResponse?.bytes ?? []
         let legacy = adv.count <= 31 && rsp.count <= 31
@@ -43,7 +46,10 @@ extension Advertiser {
         _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
         try await controller.send(LESetExtendedAdvertisingParameters(
             advertisingHandle: 0, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
-            primaryAdvertisingIntervalMax: units, secondaryAdvertisingPHY: 1))
+            primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, secondaryAdvertisingPHY: 1))
+        if let randomAddress {
+            try await controller.send(LESetAdvertisingSetRandomAddress(advertisingHandle: 0, randomAddress: randomAddress))
+        }
         for c in fragments(adv, LESetExtendedAdvertisingData.self) { try await controller.send(c) }
         if legacy, properties != 0x10 {
             for c in fragments(rsp, LESetExtendedScanResponseData.self) { try await controller.send(c) }
@@ -69,8 +75,9 @@ extension Advertiser {
 extension Scanner {
     /// LE Set Extended Scan Parameters (1M PHY) and LE Set Extended Scan Enable.
     public static func enableExtended(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
-                                      interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws {
-        try await controller.send(LESetExtendedScanParameters(phys: [LEExtendedScanPHYParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window)]))
+                                      interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType = .public) async throws {
+        try await controller.send(LESetExtendedScanParameters(ownAddressType: ownAddressType,
+                                                              phys: [LEExtendedScanPHYParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window)]))
         try await controller.send(LESetExtendedScanEnable(enable: true, filterDuplicates: filterDuplicates ? 1 : 0))
     }
 

@@ -6,8 +6,14 @@
 import HCI
 
 public struct KnownDevice: Hashable, Sendable {
+    /// The address it was last seen or connected with (what to connect to).
     public var address: BluetoothAddress
     public var addressType: AddressType
+    /// A bonded peer's identity address when one of its resolvable private addresses
+    /// was resolved (with its IRK, or by the controller): every address it uses is this
+    /// one device, kept under its identity.
+    public var identity: BluetoothAddress?
+    public var identityType: AddressType?
     /// The latest advertisement and scan response, as received.
     public var advertisement: AdvertisingData?
     public var scanResponse: AdvertisingData?
@@ -70,10 +76,19 @@ public struct DeviceRegistry: Sendable {
 
     public init(capacity: Int = 1024) { self.capacity = Swift.max(1, capacity) }
 
-    /// Records one advertisement or scan response seen at `time`; returns the device as it now stands.
+    /// Records one advertisement or scan response seen at `time`; returns the device as
+    /// it now stands. With `identity` (the bonded identity its private address resolved
+    /// to) the device is kept under the identity, whatever address it used.
     @discardableResult
-    public mutating func record(_ a: Advertisement, at time: Duration) -> KnownDevice {
-        var d = devices[a.address] ?? KnownDevice(address: a.address, addressType: a.addressType, firstSeen: time, lastSeen: time)
+    public mutating func record(_ a: Advertisement, at time: Duration,
+                                identity: (address: BluetoothAddress, type: AddressType)? = nil) -> KnownDevice {
+        let key = identity?.address ?? a.address
+        var d = devices[key] ?? KnownDevice(address: a.address, addressType: a.addressType, firstSeen: time, lastSeen: time)
+        d.address = a.address
+        if let identity {
+            d.identity = identity.address
+            d.identityType = identity.type
+        }
         if a.isScanResponse { d.scanResponse = a.data } else {
             d.advertisement = a.data
             d.isConnectable = a.isConnectable
@@ -86,17 +101,19 @@ public struct DeviceRegistry: Sendable {
         }
         d.lastSeen = time
         d.reports += 1
-        devices[a.address] = d
+        devices[key] = d
         evictIfNeeded()
         return d
     }
 
     public mutating func connected(_ address: BluetoothAddress, type: AddressType, handle: UInt16, at time: Duration) {
-        var d = devices[address] ?? KnownDevice(address: address, addressType: type, firstSeen: time, lastSeen: time)
+        // A device kept under its identity is found by the address it connected with.
+        let key = devices[address] != nil ? address : devices.first { $0.value.address == address }?.key ?? address
+        var d = devices[key] ?? KnownDevice(address: address, addressType: type, firstSeen: time, lastSeen: time)
         d.connection = handle
         d.connectionCount += 1
         d.lastSeen = time
-        devices[address] = d
+        devices[key] = d
         evictIfNeeded()
     }
 
@@ -105,7 +122,10 @@ public struct DeviceRegistry: Sendable {
         devices[a]?.connection = nil
     }
 
-    public func device(_ address: BluetoothAddress) -> KnownDevice? { devices[address] }
+    /// The device with this identity or address (the one it was last seen with).
+    public func device(_ address: BluetoothAddress) -> KnownDevice? {
+        devices[address] ?? devices.values.first { $0.address == address }
+    }
 
     /// Connected devices, by handle.
     public var connected: [KnownDevice] { devices.values.filter { $0.connection != nil }.sorted { ($0.connection ?? 0) < ($1.connection ?? 0) } }
@@ -124,7 +144,7 @@ public struct DeviceRegistry: Sendable {
     private mutating func evictIfNeeded() {
         while devices.count > capacity {
             guard let oldest = devices.values.filter({ $0.connection == nil }).min(by: { $0.lastSeen < $1.lastSeen }) else { return }
-            devices[oldest.address] = nil
+            devices[oldest.identity ?? oldest.address] = nil
         }
     }
 }

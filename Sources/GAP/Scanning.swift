@@ -86,9 +86,12 @@ public enum Scanner {
     }
 
     /// LE Set Scan Parameters and LE Set Scan Enable; the reports arrive as events.
+    /// `ownAddressType` is what an active scan's requests carry (`.random`: the
+    /// controller's random address, a private one under privacy).
     public static func enable(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
-                              interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws {
-        try await controller.send(LESetScanParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window))
+                              interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType = .public) async throws {
+        try await controller.send(LESetScanParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window,
+                                                      ownAddressType: ownAddressType))
         try await controller.send(LESetScanEnable(scanEnable: true, filterDuplicates: filterDuplicates))
     }
 
@@ -100,15 +103,21 @@ public enum Scanner {
 public enum Advertiser {
     /// Starts legacy advertising. Throws `AdvertisingDataError.tooLong` (saying how much
     /// fits) before touching the controller when either payload exceeds 31 bytes.
+    /// With `ownAddressType` `.random` the controller advertises from its random
+    /// address; `randomAddress`, when given, is set first (LE Set Random Address, which
+    /// the controller refuses while it scans or initiates: the caller knows when).
     public static func start(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
-                             connectable: Bool = true, intervalMilliseconds: Double = 100) async throws {
+                             connectable: Bool = true, intervalMilliseconds: Double = 100,
+                             ownAddressType: AddressType = .public, randomAddress: BluetoothAddress? = nil) async throws {
         let adv = try data.encoded()
         let rsp = try scanResponse?.encoded() ?? []
         let units = UInt16(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
         // ADV_IND when connectable; ADV_SCAN_IND when there is a scan response to give; else ADV_NONCONN_IND.
         let type: UInt8 = connectable ? 0 : (rsp.isEmpty ? 3 : 2)
         _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
-        try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: units, advertisingIntervalMax: units, advertisingType: type))
+        if let randomAddress { try await controller.send(LESetRandomAddress(randomAddress: randomAddress)) }
+        try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: units, advertisingIntervalMax: units, advertisingType: type,
+                                                             ownAddressType: ownAddressType))
         try await controller.send(LESetAdvertisingData(data: adv))
         try await controller.send(LESetScanResponseData(data: rsp))
         try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))

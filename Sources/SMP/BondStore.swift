@@ -69,6 +69,11 @@ public protocol BondStore: Sendable {
     func save(_ bond: Bond) throws
     /// Returns whether a bond was removed.
     @discardableResult func remove(address: BluetoothAddress, type: AddressType) throws -> Bool
+    /// This adapter's own identity (our IRK and identity address), kept with its
+    /// bonds: peers bonded with us resolve our private addresses with this IRK, so it
+    /// must outlive the process as long as they do. Nil until privacy first needs one.
+    func localIdentity() throws -> IdentityKey?
+    func saveLocalIdentity(_ identity: IdentityKey) throws
 }
 
 extension BondStore {
@@ -81,7 +86,10 @@ extension BondStore {
 /// Bonds for the life of the process.
 public final class InMemoryBondStore: BondStore {
     private let state = Mutex<[Bond]>([])
+    private let identity = Mutex<IdentityKey?>(nil)
     public init(_ bonds: [Bond] = []) { state.withLock { $0 = bonds } }
+    public func localIdentity() -> IdentityKey? { identity.withLock { $0 } }
+    public func saveLocalIdentity(_ identity: IdentityKey) { self.identity.withLock { $0 = identity } }
     public func bonds() -> [Bond] { state.withLock { $0 } }
     public func save(_ bond: Bond) {
         state.withLock { list in
@@ -109,7 +117,7 @@ public enum BondStoreError: Error, Equatable, Sendable {
 /// with mode 0600, fsync, rename) on every change. A missing file is an empty store.
 public final class FileBondStore: BondStore {
     public let path: String
-    private let lock = Mutex<[Bond]?>(nil)
+    private let lock = Mutex<File?>(nil)
 
     public init(path: String) { self.path = path }
 
@@ -119,7 +127,35 @@ public final class FileBondStore: BondStore {
         return base + "/swift-ble/bonds-" + adapter.description.replacingOccurrences(of: ":", with: "") + ".json"
     }
 
-    public func bonds() throws -> [Bond] {
+    public func bonds() throws -> [Bond] { try read().bonds }
+
+    public func localIdentity() throws -> IdentityKey? { try read().localIdentity }
+
+    public func save(_ bond: Bond) throws {
+        try change { file in
+            file.bonds.removeAll { $0.address == bond.address && $0.addressType == bond.addressType }
+            file.bonds.append(bond)
+            return true
+        }
+    }
+
+    public func saveLocalIdentity(_ identity: IdentityKey) throws {
+        try change { file in
+            file.localIdentity = identity
+            return true
+        }
+    }
+
+    public func remove(address: BluetoothAddress, type: AddressType) throws -> Bool {
+        try change { file in
+            let before = file.bonds.count
+            file.bonds.removeAll { $0.address == address && $0.addressType.rawValue & 1 == type.rawValue & 1 }
+            return file.bonds.count != before
+        }
+    }
+
+    /// The file's content (read once, then cached).
+    private func read() throws -> File {
         try lock.withLock { cached in
             if let cached { return cached }
             let loaded = try load()
@@ -128,47 +164,39 @@ public final class FileBondStore: BondStore {
         }
     }
 
-    public func save(_ bond: Bond) throws {
+    /// Applies `edit` to the content and rewrites the file when it says something changed.
+    @discardableResult
+    private func change(_ edit: (inout File) -> Bool) throws -> Bool {
         try lock.withLock { cached in
-            var list = try cached ?? load()
-            list.removeAll { $0.address == bond.address && $0.addressType == bond.addressType }
-            list.append(bond)
-            try write(list)
-            cached = list
-        }
-    }
-
-    public func remove(address: BluetoothAddress, type: AddressType) throws -> Bool {
-        try lock.withLock { cached in
-            var list = try cached ?? load()
-            let before = list.count
-            list.removeAll { $0.address == address && $0.addressType.rawValue & 1 == type.rawValue & 1 }
-            guard list.count != before else { return false }
-            try write(list)
-            cached = list
+            var file = try cached ?? load()
+            guard edit(&file) else { return false }
+            try write(file)
+            cached = file
             return true
         }
     }
 
     private struct File: Codable {
         var version = 1
-        var bonds: [Bond]
+        var bonds: [Bond] = []
+        /// Our own IRK and identity address (absent in files from before privacy).
+        var localIdentity: IdentityKey?
     }
 
-    private func load() throws -> [Bond] {
-        guard FileManager.default.fileExists(atPath: path) else { return [] }
+    private func load() throws -> File {
+        guard FileManager.default.fileExists(atPath: path) else { return File() }
         guard let data = FileManager.default.contents(atPath: path) else { throw BondStoreError.io(path: path, errno: errno) }
         do {
-            return try JSONDecoder().decode(File.self, from: data).bonds
+            return try JSONDecoder().decode(File.self, from: data)
         } catch {
             throw BondStoreError.corrupt(path: path, reason: "\(error)")
         }
     }
 
-    private func write(_ list: [Bond]) throws {
+    private func write(_ file: File) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let data = try encoder.encode(File(bonds: list))
+        let data = try encoder.encode(file)
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
             try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

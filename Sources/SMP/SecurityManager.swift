@@ -83,7 +83,11 @@ public actor SecurityManager {
 
     struct Link {
         var connection: L2CAPHost.Connection
+        /// The addresses the link was made with (pairing's IA/RA): ours as the
+        /// controller used it, and the peer's over the air even when the controller
+        /// resolved it to an identity.
         var local: (BluetoothAddress, AddressType)
+        var peerOnAir: (BluetoothAddress, AddressType)
         var session: PairingSession?
         var security = LinkSecurityState()
         var timer: LoopTimer?
@@ -94,6 +98,10 @@ public actor SecurityManager {
         var pairWaiters: [CheckedContinuation<PairingResult, any Error>] = []
     }
     var links: [UInt16: Link] = [:]
+    /// The addresses the controller connects from as central and advertises from as
+    /// peripheral (the host's random addresses under privacy): the local address of
+    /// the links it makes in each role.
+    var ownAddress: [ConnectionRole: (BluetoothAddress, AddressType)] = [:]
     /// §2.3.6: peers whose pairing failed, with how long to refuse them.
     var backoff: [BluetoothAddress: (failures: Int, until: ContinuousClock.Instant)] = [:]
     private var continuations: [UInt64: BufferedStream<SecurityEvent>.Continuation] = [:]
@@ -227,7 +235,7 @@ public actor SecurityManager {
     }
 
     func addresses(_ link: Link) -> PairingAddresses {
-        let peer = (link.connection.peer, link.connection.peerType)
+        let peer = link.peerOnAir
         let (i, r) = link.connection.role == .central ? (link.local, peer) : (peer, link.local)
         return PairingAddresses(initiator: i.0, initiatorType: i.1, responder: r.0, responderType: r.1)
     }
@@ -239,7 +247,12 @@ public actor SecurityManager {
         case let .le(.connectionComplete(c)) where c.status.isSuccess:
             attach(L2CAPHost.Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
-            attach(L2CAPHost.Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+            // Addresses the controller resolved (identity types 0x02/0x03) came over the
+            // air as the RPAs it reports beside them (§7.7.65.10); pairing hashes those.
+            let peerRPA = c.peerResolvablePrivateAddress == .zero ? nil : c.peerResolvablePrivateAddress
+            let localRPA = c.localResolvablePrivateAddress == .zero ? nil : c.localResolvablePrivateAddress
+            attach(L2CAPHost.Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
+                   peerOnAir: peerRPA.map { ($0, AddressType.random) }, localOnAir: localRPA.map { ($0, AddressType.random) })
         case let .disconnectionComplete(d) where d.status.isSuccess:
             detach(handle: d.connectionHandle)
         case let .le(.longTermKeyRequest(r)):
@@ -253,10 +266,19 @@ public actor SecurityManager {
         }
     }
 
-    func attach(_ c: L2CAPHost.Connection) {
+    /// Sets the address the controller uses for the links it makes from now on in
+    /// `role` (nil: both), as the host does when it sets a random address for privacy.
+    /// Without it, links are made from the controller's public address.
+    public func setOwnAddress(_ address: BluetoothAddress, type: AddressType, role: ConnectionRole? = nil) {
+        for r in role.map({ [$0] }) ?? [.central, .peripheral] { ownAddress[r] = (address, type) }
+    }
+
+    func attach(_ c: L2CAPHost.Connection, peerOnAir: (BluetoothAddress, AddressType)? = nil, localOnAir: (BluetoothAddress, AddressType)? = nil) {
         guard links[c.handle] == nil else { return }
-        let local = (l2cap.controller.assumeIsolated { $0.info?.address } ?? .zero, AddressType.public)
-        links[c.handle] = Link(connection: c, local: local)
+        let local = localOnAir ?? ownAddress[c.role] ?? (l2cap.controller.assumeIsolated { $0.info?.address } ?? .zero, AddressType.public)
+        // An identity type (0x02/0x03) with no RPA reported: the identity itself was on the air.
+        let peer = peerOnAir ?? (c.peer, AddressType(rawValue: c.peerType.rawValue & 1))
+        links[c.handle] = Link(connection: c, local: local, peerOnAir: peer)
         l2cap.assumeIsolated { host in
             host.setReceiver(.securityManager, handle: c.handle) { [weak self] input in
                 self?.assumeIsolated { $0.input(input, handle: c.handle) }

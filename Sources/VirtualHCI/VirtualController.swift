@@ -40,6 +40,8 @@ public actor VirtualController: HCITransport {
     private var filterDuplicates = false
     private var seen: Set<String> = []
     public private(set) var pendingConnection: BluetoothAddress?
+    /// The own address type of the pending LE Create Connection.
+    private var initiatingAddressType: AddressType = .public
     private var connections: [UInt16: BluetoothAddress] = [:]
 
     static let aclLength: UInt16 = 251
@@ -188,6 +190,8 @@ public actor VirtualController: HCITransport {
         case .leReadFilterAcceptListSize:
             complete(op, HCIOctetReturn(value: 8))
         case .leSetRandomAddress:
+            // §7.8.4: not while legacy advertising, scanning or initiating.
+            guard !isAdvertising, !scanning, pendingConnection == nil else { return complete(op, status: .commandDisallowed) }
             randomAddress = try LESetRandomAddress.decode(p).randomAddress
             complete(op)
         case .leSetAdvertisingParameters:
@@ -224,7 +228,9 @@ public actor VirtualController: HCITransport {
         case .leCreateConnection:
             let c = try LECreateConnection.decode(p)
             guard pendingConnection == nil else { return status(op, .commandDisallowed) }
+            guard c.ownAddressType != .random || randomAddress != nil else { return status(op, .invalidCommandParameters) }
             pendingConnection = c.peerAddress
+            initiatingAddressType = c.ownAddressType
             status(op)
             await radio?.createConnection(from: self, to: c.peerAddress)
         case .leCreateConnectionCancel:
@@ -303,6 +309,12 @@ public actor VirtualController: HCITransport {
         return (address, .public)
     }
 
+    /// The address a connection this controller initiates comes from.
+    var initiatingAddress: (BluetoothAddress, AddressType) {
+        if initiatingAddressType == .random, let r = randomAddress { return (r, .random) }
+        return (address, .public)
+    }
+
     func hear(_ a: VirtualController, rssi: Int8) async {
         guard scanning else { return }
         let (addr, type, advType, data, scanRsp) = await (a.advertisedAddress.0, a.advertisedAddress.1, a.advertisingTypeValue, a.advertisingDataValue, a.scanResponseValue)
@@ -321,10 +333,10 @@ public actor VirtualController: HCITransport {
     var advertisingDataValue: [UInt8] { advertisingData }
     var scanResponseValue: [UInt8] { scanResponseData }
 
-    func connected(handle: UInt16, role: ConnectionRole, peer: BluetoothAddress) {
-        connections[handle] = peer
+    func connected(handle: UInt16, role: ConnectionRole, peer: (BluetoothAddress, AddressType)) {
+        connections[handle] = peer.0
         if role == .peripheral { isAdvertising = false } else { pendingConnection = nil }
-        emit(.le(.connectionComplete(LEConnectionComplete(connectionHandle: handle, role: role, peerAddressType: .public, peerAddress: peer))))
+        emit(.le(.connectionComplete(LEConnectionComplete(connectionHandle: handle, role: role, peerAddressType: peer.1, peerAddress: peer.0))))
     }
 
     func deliver(_ p: ACLDataPacket) { emit(.acl(p)) }

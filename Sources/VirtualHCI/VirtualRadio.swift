@@ -87,7 +87,7 @@ public actor VirtualRadio {
         for s in controllers where s !== a { await s.hear(a, rssi: await rssi(from: a, to: s)) }
         // A central waiting for this advertiser connects now.
         for c in controllers where c !== a {
-            if let target = await c.pendingConnection, target == a.address, await a.isConnectable {
+            if let target = await c.pendingConnection, target == (await a.advertisedAddress).0, await a.isConnectable {
                 await connect(central: c, peripheral: a)
             }
         }
@@ -100,16 +100,20 @@ public actor VirtualRadio {
     }
 
     func createConnection(from c: VirtualController, to address: BluetoothAddress) async {
-        guard let p = controllers.first(where: { $0.address == address && $0 !== c }), await p.isConnectable else { return }
-        await connect(central: c, peripheral: p)
+        // The advertiser using `address` now (its public or random address).
+        for p in controllers where p !== c {
+            guard await p.isConnectable, (await p.advertisedAddress).0 == address else { continue }
+            return await connect(central: c, peripheral: p)
+        }
     }
 
     private func connect(central: VirtualController, peripheral: VirtualController) async {
         let ch = nextHandle, ph = nextHandle + 1
         nextHandle += 2
         links.append(Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph))
-        await peripheral.connected(handle: ph, role: .peripheral, peer: central.address)
-        await central.connected(handle: ch, role: .central, peer: peripheral.address)
+        let (advertised, initiating) = (await peripheral.advertisedAddress, await central.initiatingAddress)
+        await peripheral.connected(handle: ph, role: .peripheral, peer: initiating)
+        await central.connected(handle: ch, role: .central, peer: advertised)
     }
 
     /// The link `sender` knows as `handle`.

@@ -1,0 +1,208 @@
+// Privacy (Vol 3, Part C, §10.7; Vol 6, Part B, §1.3.2.2): with `SecurityOptions.privacy`
+// the host advertises, scans actively and connects from a resolvable private address
+// made from its own IRK, and replaces it every `rotation`; pairing distributes the IRK
+// and the identity address, so a bonded peer recognises every address it will use.
+// Peers' private addresses are resolved here with the IRKs of the bonds.
+//
+// Our address: one RPA per rotation period ("generation"), made on first use. The
+// controller's random address (LE Set Random Address: scanning, connecting, legacy
+// advertising) and advertising set 0's (extended advertising) each take the current
+// generation's RPA the next time they may change: LE Set Random Address is refused
+// while legacy advertising, scanning or initiating runs (§7.8.4), so an address that
+// expires then is replaced when they stop, as BlueZ and Bumble do; advertising, which
+// shows the address to everyone, is restarted with the new one when its period ends.
+
+import GAP
+import HCI
+import Logging
+import NIOCore
+import SMP
+
+/// The host's own privacy.
+public struct PrivacyOptions: Sendable, Hashable {
+    /// How long one resolvable private address is used (TGAP(private_addr_int):
+    /// 15 minutes recommended, which BlueZ and Android use).
+    public var rotation: Duration
+
+    public init(rotation: Duration = .seconds(900)) {
+        self.rotation = rotation
+    }
+}
+
+/// The host's addresses under privacy.
+struct OwnAddresses {
+    var identity: IdentityKey?
+    /// Rotation periods so far; each has its own RPA.
+    var generation = 0
+    /// This generation's RPA, once made.
+    var current: BluetoothAddress?
+    /// What the controller's random address and advertising set 0 hold, and from which generation.
+    var controller: (address: BluetoothAddress, generation: Int)?
+    var advertisingSet: (address: BluetoothAddress, generation: Int)?
+    var timer: LoopTimer?
+    /// Peers' private addresses resolved to bonded identities (bounded; cleared when bonds change).
+    var resolved: [BluetoothAddress: (address: BluetoothAddress, type: AddressType)?] = [:]
+}
+
+extension BluetoothHost {
+    /// Whether the host uses private addresses (`SecurityOptions.privacy`).
+    public nonisolated var usesPrivacy: Bool { securityOptions.privacy != nil }
+
+    /// Our identity under privacy: the IRK pairing distributes and the identity
+    /// address (the controller's public address, else a static random one kept in the
+    /// bond store). Nil without privacy or before `start()`.
+    public var identity: IdentityKey? { own.identity }
+
+    /// The resolvable private address the host uses now (nil without privacy).
+    public var privateAddress: BluetoothAddress? { own.controller?.address }
+
+    /// The own address type advertising, scanning and connecting commands carry.
+    nonisolated var ownAddressType: AddressType { usesPrivacy ? .random : .public }
+
+    /// At `start()` and after `reset()`: our identity (made and stored on first use),
+    /// pairing told to distribute it, the first RPA in the controller, the rotation timer.
+    func startPrivacy(_ info: ControllerInfo) async throws {
+        guard let options = securityOptions.privacy else { return }
+        let identity = try own.identity ?? loadIdentity(info)
+        own.identity = identity
+        var pairing = await security.configuration
+        pairing.identity = identity
+        pairing.keys.insert(.identityKey)
+        await security.setConfiguration(pairing)
+        // A reset controller forgot its random address.
+        own.controller = nil
+        own.advertisingSet = nil
+        try await setControllerAddress(newRPA())
+        armRotation(options.rotation)
+    }
+
+    func loadIdentity(_ info: ControllerInfo) throws -> IdentityKey {
+        let store = securityOptions.store
+        if let stored = try store.localIdentity() { return stored }
+        let random = securityOptions.random
+        var identity = IdentityKey(irk: random.bytes(16), address: info.address, addressType: .public)
+        if info.address == .zero {
+            // No public address: a static random identity (top bits 0b11, §1.3.2.1).
+            var octets = random.bytes(6)
+            octets[5] |= 0xC0
+            identity.address = (try? BluetoothAddress(wireBytes: octets)) ?? .zero
+            identity.addressType = .random
+        }
+        try store.saveLocalIdentity(identity)
+        logger.info("privacy identity created", metadata: ["ble.identity": "\(identity.address)"])
+        return identity
+    }
+
+    /// This generation's RPA (made on first use).
+    func newRPA() -> BluetoothAddress {
+        if let a = own.current { return a }
+        // generate returns nil only for a malformed IRK, which loadIdentity never makes.
+        let a = own.identity.flatMap { ResolvablePrivateAddress.generate(irk: $0.irk, random: securityOptions.random) } ?? .zero
+        own.current = a
+        return a
+    }
+
+    func armRotation(_ every: Duration) {
+        own.timer?.cancel()
+        own.timer = LoopTimer(after: every, on: controller.loop, clock: nil) { [weak self] in
+            guard let self else { return }
+            Task { await self.rotationDue(every) }
+        }
+    }
+
+    /// Starts a new rotation period now (as when the period ends): advertising moves
+    /// to a new private address, scanning and connecting as soon as they may.
+    public func rotatePrivateAddress() async {
+        guard let options = securityOptions.privacy else { return }
+        await rotationDue(options.rotation)
+    }
+
+    /// The period ended: a new generation; advertising moves to its RPA now, the
+    /// controller's random address as soon as nothing forbids the change.
+    func rotationDue(_ every: Duration) async {
+        own.generation += 1
+        own.current = nil
+        armRotation(every)
+        guard state == .ready else { return }
+        logger.debug("private address expired", metadata: ["ble.generation": "\(own.generation)"])
+        if let a = advertising, usesExtendedCommands || (scans.isEmpty && connectWaiter == nil) {
+            do { try await startAdvertisingNow(a) } catch {
+                logger.warning("advertising did not restart with a new private address", metadata: ["error": "\(error)"])
+            }
+            // The application changed advertising meanwhile: its wish stands.
+            if advertising != a {
+                if let now = advertising { try? await startAdvertisingNow(now) } else { try? await stopAdvertisingNow() }
+            }
+        } else {
+            await refreshControllerAddress()
+        }
+    }
+
+    /// Whether LE Set Random Address may be sent now (§7.8.4): no scan running (but the
+    /// one `startingScan`, not yet enabled), no connection attempt, no legacy
+    /// advertising (or it is stopped: `advertisingStopped`).
+    func controllerAddressMayChange(advertisingStopped: Bool = false, startingScan: Bool = false) -> Bool {
+        scans.count <= (startingScan ? 1 : 0) && connectWaiter == nil && (usesExtendedCommands || advertising == nil || advertisingStopped)
+    }
+
+    /// Before scanning or connecting under privacy: the current RPA into the controller
+    /// when it holds an older one and may change it; else the older one serves.
+    func refreshControllerAddress(startingScan: Bool = false) async {
+        guard usesPrivacy, own.controller?.generation != own.generation, controllerAddressMayChange(startingScan: startingScan) else { return }
+        do { try await setControllerAddress(newRPA()) } catch {
+            logger.debug("private address not changed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    func setControllerAddress(_ a: BluetoothAddress) async throws {
+        try await controller.send(LESetRandomAddress(randomAddress: a))
+        controllerAddressSet(a)
+    }
+
+    /// LE Set Random Address went out with `a` (here or inside legacy advertising's start).
+    func controllerAddressSet(_ a: BluetoothAddress) {
+        own.controller = (a, own.generation)
+        // Legacy advertising shares the controller's random address with connecting.
+        let role: ConnectionRole? = usesExtendedCommands ? .central : nil
+        security.assumeIsolated { $0.setOwnAddress(a, type: .random, role: role) }
+    }
+
+    /// Legacy advertising's start: the address to set with it (advertising is stopped
+    /// then), or nil when the controller's serves or may not change.
+    func legacyAdvertisingAddress() -> BluetoothAddress? {
+        guard usesPrivacy, own.controller?.generation != own.generation, controllerAddressMayChange(advertisingStopped: true) else { return nil }
+        return newRPA()
+    }
+
+    /// Extended advertising's start: advertising set 0's address (the current RPA).
+    func advertisingSetAddress() -> BluetoothAddress? {
+        guard usesPrivacy else { return nil }
+        let a = newRPA()
+        own.advertisingSet = (a, own.generation)
+        return a
+    }
+
+    /// Advertising set 0 now advertises from `a`: links it makes have it as ours.
+    func advertisingSetAddressSet(_ a: BluetoothAddress) {
+        security.assumeIsolated { $0.setOwnAddress(a, type: .random, role: .peripheral) }
+    }
+
+    // MARK: Peers' private addresses
+
+    /// The bonded identity a peer's address stands for: itself when the controller
+    /// resolved it (type 0x02/0x03), the bond whose IRK resolves a resolvable private
+    /// address, else nil. Resolutions are remembered (at most 1024 addresses).
+    func identity(of address: BluetoothAddress, type: AddressType) -> (address: BluetoothAddress, type: AddressType)? {
+        if type == .publicIdentity || type == .randomIdentity { return (address, AddressType(rawValue: type.rawValue & 1)) }
+        guard type == .random, ResolvablePrivateAddress.isResolvable(address) else { return nil }
+        if let known = own.resolved[address] { return known }
+        let bonds = (try? securityOptions.store.bonds()) ?? []
+        let found = bonds.first { $0.keys.peerIdentity != nil && $0.matches(address, type: type) }.map { ($0.address, $0.addressType) }
+        if own.resolved.count >= 1024 { own.resolved.removeAll() }
+        own.resolved[address] = .some(found)
+        return found
+    }
+
+    /// Bonds changed: forget resolutions (a new IRK may resolve an address seen before).
+    func bondsChanged() { own.resolved.removeAll() }
+}
