@@ -19,6 +19,17 @@ Usage:
       (0x2A19) after pairing; on the second it only encrypts and waits up to 10 s for
       a notification it did not subscribe to again on that link (its GATT client's
       notification handler is replaced, so it sees every Handle Value Notification).
+  bumble_smp_peer.py HCI_PORT central-private SC MITM IO PASSKEY NAME
+      Against a peripheral with privacy: scans for the advertiser named NAME, connects
+      to the private address it uses, pairs with bonding and reports the identity
+      address and IRK it received and whether bumble.smp.AddressResolver resolves the
+      link's address with that IRK; disconnects; scans again until NAME advertises
+      from another address, reports what Bumble's own resolver (built from its key
+      store after the pairing) makes of it, connects to it and encrypts from the
+      stored keys (found through the identity), then disconnects.
+In peripheral mode the "connected" events carry the central's address as Bumble's
+device reports it (resolved to an identity once Bumble holds the central's IRK) and
+the private address it resolved, if any.
 Prints one JSON object per line.
 """
 
@@ -34,6 +45,7 @@ from bumble.device import Device, Peer
 from bumble.hci import Address
 from bumble.keys import MemoryKeyStore
 from bumble.pairing import PairingConfig, PairingDelegate
+from bumble.smp import AddressResolver
 from bumble.transport import open_transport
 
 IO = {
@@ -70,10 +82,20 @@ class Delegate(PairingDelegate):
 
 
 def watch(connection, disconnected):
-    connection.on("pairing", lambda keys: emit(
-        event="paired", ltk=keys.ltk is not None or keys.ltk_central is not None or keys.ltk_peripheral is not None,
-        irk=keys.irk is not None, authenticated=bool(keys.ltk.authenticated) if keys.ltk else
-        bool(keys.ltk_peripheral.authenticated) if keys.ltk_peripheral else None))
+    def on_pairing(keys):
+        # Bumble has just filed the link under the identity address the peer gave
+        # (peer_address), keeping the address the link was made with beside it.
+        irk = keys.irk.value if keys.irk else None
+        identity = connection.peer_address if irk else None
+        on_air = connection.peer_resolvable_address or connection.peer_address
+        emit(event="paired", ltk=keys.ltk is not None or keys.ltk_central is not None or keys.ltk_peripheral is not None,
+             irk=irk is not None, authenticated=bool(keys.ltk.authenticated) if keys.ltk else
+             bool(keys.ltk_peripheral.authenticated) if keys.ltk_peripheral else None,
+             irk_value=irk.hex() if irk else None, identity=identity.to_string(False) if identity else None,
+             identity_public=identity.address_type in (Address.PUBLIC_DEVICE_ADDRESS, Address.PUBLIC_IDENTITY_ADDRESS) if identity else None,
+             # bumble.smp's own ah() on the address this link was made with.
+             link_resolves=bool(irk and AddressResolver([(irk, identity)]).resolve(on_air)))
+    connection.on("pairing", on_pairing)
     connection.on("pairing_failure", lambda reason: emit(event="pairing-failure", reason=int(reason)))
     connection.on("connection_encryption_change", lambda: emit(event="encryption", encrypted=connection.is_encrypted,
                                                                key_size=connection.encryption_key_size if hasattr(connection, "encryption_key_size") else None))
@@ -91,7 +113,9 @@ async def peripheral(device):
         connected = asyncio.Event()
 
         def on_connection(connection):
-            emit(event="connected", round=round)
+            rpa = connection.peer_resolvable_address
+            emit(event="connected", round=round, peer=connection.peer_address.to_string(False),
+                 rpa=rpa.to_string(False) if rpa else None)
             watch(connection, disconnected)
             connected.set()
 
@@ -160,6 +184,48 @@ async def central_subscribe(device, address):
         await asyncio.wait_for(disconnected.wait(), 10)
 
 
+async def find(device, name, other=None, within=20):
+    """The first advertiser named `name` whose address is not `other`."""
+    found = asyncio.get_running_loop().create_future()
+
+    def on_advertisement(advertisement):
+        if advertisement.data.get(0x09) in (name, name.encode()) and advertisement.address != other and not found.done():
+            found.set_result(advertisement.address)
+
+    device.on("advertisement", on_advertisement)
+    await device.start_scanning(filter_duplicates=False)
+    try:
+        return await asyncio.wait_for(found, within)
+    finally:
+        device.remove_listener("advertisement", on_advertisement)
+        await device.stop_scanning()
+
+
+async def central_private(device, name):
+    first = None
+    for round in range(2):
+        disconnected = asyncio.Event()
+        address = await find(device, name, other=first)
+        resolver = device.address_resolver
+        emit(event="found", round=round, address=address.to_string(False), resolvable=address.is_resolvable,
+             resolved=str(resolver.resolve(address).to_string(False)) if resolver and resolver.resolve(address) else None)
+        first = first or address
+        connection = await device.connect(address)
+        emit(event="connected", round=round, peer=connection.peer_address.to_string(False))
+        watch(connection, disconnected)
+        try:
+            if round == 0:
+                await connection.pair()
+            else:
+                await connection.encrypt()
+            emit(event="secured", round=round, encrypted=connection.is_encrypted)
+        except Exception as e:
+            emit(event="error", round=round, error=type(e).__name__, detail=str(e))
+        await asyncio.sleep(0.2)
+        await connection.disconnect()
+        await asyncio.wait_for(disconnected.wait(), 10)
+
+
 async def main():
     if os.environ.get("BUMBLE_LOGLEVEL"):
         logging.basicConfig(level=os.environ["BUMBLE_LOGLEVEL"].upper())
@@ -172,6 +238,8 @@ async def main():
         await device.power_on()
         if mode == "peripheral":
             await peripheral(device)
+        elif mode == "central-private":
+            await central_private(device, sys.argv[7])
         elif mode == "central-subscribe":
             await central_subscribe(device, sys.argv[7])
         else:

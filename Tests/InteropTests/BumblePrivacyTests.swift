@@ -1,0 +1,89 @@
+// Privacy against Bumble on Rootcanal, through the facade, in both roles: our host
+// advertises or connects from resolvable private addresses; Bumble pairs with
+// bonding, receives our IRK and identity address, checks with its own ah() that the
+// address the link was made with resolves, and recognises us from a new private
+// address later (its key store's resolver), re-encrypting that link from the
+// stored keys. The pairing itself proves we hash the addresses the link was made
+// with (c1/f5/f6 take them), as Bumble computes them from its side.
+
+import BLE
+import BLETesting
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BumblePrivacyTests {
+    static func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
+
+    @Test func bumbleRecognisesOurPrivatePeripheralAfterItsAddressChanges() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        // A short period, so the second scan meets a new address; Bumble scans until it does.
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger,
+                                          security: SecurityOptions(random: .seeded(21), privacy: PrivacyOptions(rotation: .seconds(2))))
+        let info = try await host.start()
+        let identity = try #require(await host.identity)
+        var ad = AdvertisingData()
+        ad.localName = "swift-private"
+        try await host.peripheral.startAdvertising(ad)
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-private", "1", "0", "none", "0", "swift-private"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let bumble = await peer.events()
+        await host.close()
+        let found = BumbleSMPTests.named(bumble, "found")
+        #expect(found.count == 2, "\(bumble)")
+        #expect(found.allSatisfy { $0["resolvable"] as? Bool == true }, "\(bumble)")
+        #expect(found.first?["address"] as? String != found.last?["address"] as? String, "\(bumble)")
+        // Before pairing Bumble cannot resolve us; after it, its resolver names our identity.
+        #expect(found.first?["resolved"] is NSNull, "\(bumble)")
+        #expect(found.last?["resolved"] as? String == info.address.description, "\(bumble)")
+        let paired = try #require(BumbleSMPTests.named(bumble, "paired").first, "\(bumble)")
+        #expect(paired["identity"] as? String == info.address.description && paired["identity_public"] as? Bool == true, "\(bumble)")
+        #expect(paired["irk_value"] as? String == Self.hex(identity.irk), "\(bumble)")
+        #expect(paired["link_resolves"] as? Bool == true, "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "secured").compactMap { $0["encrypted"] as? Bool } == [true, true], "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "paired").count == 1, "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+    }
+
+    @Test func bumbleRecognisesOurPrivateCentralAfterItsAddressChanges() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger,
+                                          security: SecurityOptions(random: .seeded(22), privacy: PrivacyOptions()))
+        let info = try await host.start()
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral", "1", "0", "none", "0"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let first = try await host.central.connect(to: BumbleSMPTests.bumble, type: .random, within: .seconds(20))
+        let firstAddress = try #require(await host.privateAddress)
+        #expect(try await first.secure().bonded)
+        // A round trip lets Bumble finish storing our keys before the link goes.
+        _ = try await first.discoverServices()
+        _ = try await first.disconnect()
+
+        await host.rotatePrivateAddress()
+        let second = try await host.central.connect(to: BumbleSMPTests.bumble, type: .random, within: .seconds(20))
+        let secondAddress = try #require(await host.privateAddress)
+        #expect(secondAddress != firstAddress)
+        let securityEvents = await host.securityEvents()
+        #expect(try await second.secure().bonded)
+        _ = try await second.disconnect()
+        let pairings = await collect(securityEvents.filter { if case .paired = $0 { return true }; return false }, count: 1, within: .milliseconds(200))
+        #expect(pairings.isEmpty)
+        RootcanalProcess.kill(peer.process)
+        let bumble = await peer.events()
+        await host.close()
+        let connected = BumbleSMPTests.named(bumble, "connected")
+        #expect(connected.count == 2, "\(bumble)")
+        // First link: our private address as it came over the air, unresolved.
+        #expect(connected.first?["peer"] as? String == firstAddress.description && connected.first?["rpa"] is NSNull, "\(bumble)")
+        // Second link: Bumble resolved the new private address to our identity with the IRK we gave it.
+        #expect(connected.last?["peer"] as? String == info.address.description, "\(bumble)")
+        #expect(connected.last?["rpa"] as? String == secondAddress.description, "\(bumble)")
+        let paired = try #require(BumbleSMPTests.named(bumble, "paired").first, "\(bumble)")
+        #expect(paired["identity"] as? String == info.address.description && paired["link_resolves"] as? Bool == true, "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "encryption").count == 2, "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "pairing-failure").isEmpty, "\(bumble)")
+    }
+}
