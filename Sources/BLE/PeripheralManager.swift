@@ -375,6 +375,11 @@ extension BluetoothHost {
 
     /// Starts (or restarts) advertising `a`; under privacy from the current private address.
     func startAdvertisingNow(_ a: AdvertisingConfiguration) async throws {
+        if own.resolvingList?.stale == true {
+            // New bonds wait for the controller to stop advertising (§7.8.38).
+            _ = try? await stopAdvertisingNow()
+            await syncResolvingList(advertisingStopped: true)
+        }
         if usesExtendedCommands {
             let address = advertisingSetAddress()
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,

@@ -23,9 +23,16 @@ public struct PrivacyOptions: Sendable, Hashable {
     /// How long one resolvable private address is used (TGAP(private_addr_int):
     /// 15 minutes recommended, which BlueZ and Android use).
     public var rotation: Duration
+    /// Give the bonds' IRKs to the controller's resolving list when it has one (LL
+    /// privacy): it then reports and connects bonded peers by identity address
+    /// (types 0x02/0x03) whatever private address they use, in device privacy mode
+    /// (a peer that uses its identity address is still heard). Peers beyond the
+    /// list's size, and every peer on a controller without one, are resolved here.
+    public var controllerResolution: Bool
 
-    public init(rotation: Duration = .seconds(900)) {
+    public init(rotation: Duration = .seconds(900), controllerResolution: Bool = true) {
         self.rotation = rotation
+        self.controllerResolution = controllerResolution
     }
 }
 
@@ -42,6 +49,17 @@ struct OwnAddresses {
     var timer: LoopTimer?
     /// Peers' private addresses resolved to bonded identities (bounded; cleared when bonds change).
     var resolved: [BluetoothAddress: (address: BluetoothAddress, type: AddressType)?] = [:]
+    /// The controller's resolving list: whether it is used, its size, the entries in it
+    /// (identity → IRK), and whether the bonds changed since it was last brought in line.
+    var resolvingList: ResolvingList?
+}
+
+struct ResolvingList {
+    struct Entry: Hashable { var address: BluetoothAddress; var type: UInt8; var irk: [UInt8] }
+    var capacity: Int
+    var entries: Set<Entry> = []
+    var stale = true
+    var privacyMode: Bool
 }
 
 extension BluetoothHost {
@@ -74,6 +92,19 @@ extension BluetoothHost {
         own.advertisingSet = nil
         try await setControllerAddress(newRPA())
         armRotation(options.rotation)
+        own.resolvingList = nil
+        let commands: [HCIOpcode] = [.leAddDeviceToResolvingList, .leRemoveDeviceFromResolvingList, .leClearResolvingList,
+                                     .leReadResolvingListSize, .leSetAddressResolutionEnable]
+        if options.controllerResolution, info.leFeatures.contains(bit: LEFeatures.privacy), commands.allSatisfy(info.supports) {
+            do {
+                try await controller.send(LEClearResolvingList())
+                let size = Int(try await controller.send(LEReadResolvingListSize()).value)
+                own.resolvingList = ResolvingList(capacity: size, privacyMode: info.supports(.leSetPrivacyMode))
+                await syncResolvingList()
+            } catch {
+                logger.info("the controller's resolving list is not used", metadata: ["error": "\(error)"])
+            }
+        }
     }
 
     func loadIdentity(_ info: ControllerInfo) throws -> IdentityKey {
@@ -148,6 +179,7 @@ extension BluetoothHost {
     /// Before scanning or connecting under privacy: the current RPA into the controller
     /// when it holds an older one and may change it; else the older one serves.
     func refreshControllerAddress(startingScan: Bool = false) async {
+        await syncResolvingList(startingScan: startingScan)
         guard usesPrivacy, own.controller?.generation != own.generation, controllerAddressMayChange(startingScan: startingScan) else { return }
         do { try await setControllerAddress(newRPA()) } catch {
             logger.debug("private address not changed", metadata: ["error": "\(error)"])
@@ -190,19 +222,75 @@ extension BluetoothHost {
     // MARK: Peers' private addresses
 
     /// The bonded identity a peer's address stands for: itself when the controller
-    /// resolved it (type 0x02/0x03), the bond whose IRK resolves a resolvable private
-    /// address, else nil. Resolutions are remembered (at most 1024 addresses).
+    /// resolved it (type 0x02/0x03) or it is a bond's identity address (Rootcanal 1.10
+    /// reports a resolved address with type 0x00/0x01), the bond whose IRK resolves a
+    /// resolvable private address, else nil. Remembered (at most 1024 addresses).
     func identity(of address: BluetoothAddress, type: AddressType) -> (address: BluetoothAddress, type: AddressType)? {
         if type == .publicIdentity || type == .randomIdentity { return (address, AddressType(rawValue: type.rawValue & 1)) }
-        guard type == .random, ResolvablePrivateAddress.isResolvable(address) else { return nil }
+        guard usesPrivacy || type == .random else { return nil }
         if let known = own.resolved[address] { return known }
         let bonds = (try? securityOptions.store.bonds()) ?? []
-        let found = bonds.first { $0.keys.peerIdentity != nil && $0.matches(address, type: type) }.map { ($0.address, $0.addressType) }
+        let found = bonds.first { b in
+            b.keys.peerIdentity != nil && (b.address == address && b.addressType.rawValue & 1 == type.rawValue & 1
+                || ResolvablePrivateAddress.isResolvable(address) && b.matches(address, type: type))
+        }.map { ($0.address, $0.addressType) }
         if own.resolved.count >= 1024 { own.resolved.removeAll() }
         own.resolved[address] = .some(found)
         return found
     }
 
-    /// Bonds changed: forget resolutions (a new IRK may resolve an address seen before).
-    func bondsChanged() { own.resolved.removeAll() }
+    /// Bonds changed: forget resolutions (a new IRK may resolve an address seen before);
+    /// the resolving list follows when the controller next allows it.
+    func bondsChanged() {
+        own.resolved.removeAll()
+        own.resolvingList?.stale = true
+        Task { await self.syncResolvingList() }
+    }
+
+    /// Brings the controller's resolving list in line with the bonds: address
+    /// resolution off, entries of forgotten bonds removed, new bonds' IRKs added (with
+    /// our IRK as the local one, device privacy mode), resolution on. The controller
+    /// refuses these while it advertises, scans or initiates (§7.8.38), so the list
+    /// waits for a moment when it does none of them (`advertisingStopped`: the caller
+    /// stopped advertising to restart it; `startingScan`: the one scan is not enabled yet).
+    func syncResolvingList(advertisingStopped: Bool = false, startingScan: Bool = false) async {
+        guard var list = own.resolvingList, list.stale, let local = own.identity?.irk, state == .ready || state == .initializing,
+              scans.count <= (startingScan ? 1 : 0), connectWaiter == nil, advertising == nil || advertisingStopped else { return }
+        list.stale = false
+        own.resolvingList = list
+        let bonds = ((try? securityOptions.store.bonds()) ?? []).compactMap { b -> ResolvingList.Entry? in
+            guard let irk = b.keys.peerIdentity?.irk, irk.count == 16 else { return nil }
+            return ResolvingList.Entry(address: b.address, type: b.addressType.rawValue & 1, irk: irk)
+        }
+        let wanted = Set(bonds.prefix(list.capacity))
+        do {
+            try await controller.send(LESetAddressResolutionEnable(enable: false))
+            for e in list.entries.subtracting(wanted) {
+                _ = try? await controller.send(LERemoveDeviceFromResolvingList(peerIdentityAddressType: AddressType(rawValue: e.type), peerIdentityAddress: e.address))
+                list.entries.remove(e)
+            }
+            for e in wanted.subtracting(list.entries) {
+                let type = AddressType(rawValue: e.type)
+                do {
+                    try await controller.send(LEAddDeviceToResolvingList(peerIdentityAddressType: type, peerIdentityAddress: e.address, peerIRK: e.irk, localIRK: local))
+                    list.entries.insert(e)
+                    if list.privacyMode {
+                        try await controller.send(LESetPrivacyMode(peerIdentityAddressType: type, peerIdentityAddress: e.address, privacyMode: 1))
+                    }
+                } catch {
+                    // Refused (busy, or full): resolved here meanwhile, tried again next time.
+                    list.stale = true
+                    logger.debug("resolving list entry refused", metadata: ["ble.peer": "\(e.address)", "error": "\(error)"])
+                }
+            }
+            try await controller.send(LESetAddressResolutionEnable(enable: true))
+        } catch {
+            logger.warning("resolving list not updated", metadata: ["error": "\(error)"])
+            list.stale = true
+        }
+        if own.resolvingList != nil {
+            list.stale = list.stale || own.resolvingList?.stale == true
+            own.resolvingList = list
+        }
+    }
 }

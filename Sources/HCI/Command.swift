@@ -80,6 +80,8 @@ public enum HCICommandRegistry {
         LEReadFilterAcceptListSize.self, LEAddDeviceToFilterAcceptList.self,
         LERemoveDeviceFromFilterAcceptList.self, LEClearFilterAcceptList.self,
         LELongTermKeyRequestReply.self, LELongTermKeyRequestNegativeReply.self, LEEnableEncryption.self,
+        LEAddDeviceToResolvingList.self, LERemoveDeviceFromResolvingList.self, LEClearResolvingList.self,
+        LEReadResolvingListSize.self, LESetAddressResolutionEnable.self, LESetPrivacyMode.self,
         LESetAdvertisingSetRandomAddress.self, LESetExtendedAdvertisingParameters.self,
         LESetExtendedAdvertisingData.self, LESetExtendedScanResponseData.self,
         LESetExtendedAdvertisingEnable.self, LEReadMaximumAdvertisingDataLength.self,

@@ -38,6 +38,8 @@ public struct SupportedCommands: Hashable, Sendable {
         .leConnectionUpdate: (27, 2), .leReadRemoteFeatures: (27, 5), .leEncrypt: (27, 6), .leRand: (27, 7),
         .leEnableEncryption: (28, 0), .leLongTermKeyRequestReply: (28, 1),
         .leLongTermKeyRequestNegativeReply: (28, 2), .leReadSupportedStates: (28, 3),
+        .leAddDeviceToResolvingList: (34, 3), .leRemoveDeviceFromResolvingList: (34, 4), .leClearResolvingList: (34, 5),
+        .leReadResolvingListSize: (34, 6), .leSetAddressResolutionEnable: (35, 1), .leSetPrivacyMode: (39, 2),
         .leSetDataLength: (33, 6), .leReadSuggestedDefaultDataLength: (33, 7),
         .leWriteSuggestedDefaultDataLength: (34, 0), .leReadMaximumDataLength: (35, 3), .leReadPHY: (35, 4),
         .leSetDefaultPHY: (35, 5), .leSetPHY: (35, 6), .leSetAdvertisingSetRandomAddress: (36, 1),

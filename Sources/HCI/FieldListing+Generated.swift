@@ -331,6 +331,44 @@ extension LESetPHY: FieldListing {
     }
 }
 
+extension LEAddDeviceToResolvingList: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("peerIdentityAddressType", peerIdentityAddressType)
+        v.field("peerIdentityAddress", peerIdentityAddress)
+        v.bytes("peerIRK", peerIRK)
+        v.bytes("localIRK", localIRK)
+    }
+}
+
+extension LERemoveDeviceFromResolvingList: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("peerIdentityAddressType", peerIdentityAddressType)
+        v.field("peerIdentityAddress", peerIdentityAddress)
+    }
+}
+
+extension LEClearResolvingList: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {}
+}
+
+extension LEReadResolvingListSize: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {}
+}
+
+extension LESetAddressResolutionEnable: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("enable", enable)
+    }
+}
+
+extension LESetPrivacyMode: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("peerIdentityAddressType", peerIdentityAddressType)
+        v.field("peerIdentityAddress", peerIdentityAddress)
+        v.field("privacyMode", privacyMode)
+    }
+}
+
 extension LESetAdvertisingSetRandomAddress: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {
         v.field("advertisingHandle", advertisingHandle)

@@ -542,3 +542,94 @@ public struct LESetPHY: HCICommand {
         phyOptions = try r.readUInt16("PHY_Options")
     }
 }
+
+// MARK: - The resolving list (§7.8.38–§7.8.44, §7.8.77): the controller resolves
+// peers' private addresses with their IRKs and reports them by identity.
+
+/// LE Add Device To Resolving List (§7.8.38). IRKs are 16 octets, least significant
+/// first; a zero local IRK means the controller uses our identity address.
+public struct LEAddDeviceToResolvingList: HCICommand {
+    public static let opcode = HCIOpcode.leAddDeviceToResolvingList
+    public var peerIdentityAddressType: AddressType
+    public var peerIdentityAddress: BluetoothAddress
+    public var peerIRK: [UInt8]
+    public var localIRK: [UInt8]
+    public init(peerIdentityAddressType: AddressType, peerIdentityAddress: BluetoothAddress, peerIRK: [UInt8], localIRK: [UInt8]) {
+        self.peerIdentityAddressType = peerIdentityAddressType
+        self.peerIdentityAddress = peerIdentityAddress
+        self.peerIRK = peerIRK
+        self.localIRK = localIRK
+    }
+    public func encodeParameters(into w: inout ByteWriter) {
+        w.write(peerIdentityAddressType.rawValue); peerIdentityAddress.encode(into: &w)
+        w.write(contentsOf: Self.sixteen(peerIRK)); w.write(contentsOf: Self.sixteen(localIRK))
+    }
+    public init(parameters r: inout ByteReader) throws {
+        peerIdentityAddressType = AddressType(rawValue: try r.readUInt8("Peer_Identity_Address_Type"))
+        peerIdentityAddress = try BluetoothAddress(from: &r)
+        peerIRK = try r.readBytes(16, "Peer_IRK")
+        localIRK = try r.readBytes(16, "Local_IRK")
+    }
+    /// Exactly 16 octets (a key of another length is padded or cut, never sent short).
+    static func sixteen(_ k: [UInt8]) -> [UInt8] { Array((k + [UInt8](repeating: 0, count: 16)).prefix(16)) }
+}
+
+/// LE Remove Device From Resolving List (§7.8.39).
+public struct LERemoveDeviceFromResolvingList: HCICommand {
+    public static let opcode = HCIOpcode.leRemoveDeviceFromResolvingList
+    public var peerIdentityAddressType: AddressType
+    public var peerIdentityAddress: BluetoothAddress
+    public init(peerIdentityAddressType: AddressType, peerIdentityAddress: BluetoothAddress) {
+        self.peerIdentityAddressType = peerIdentityAddressType
+        self.peerIdentityAddress = peerIdentityAddress
+    }
+    public func encodeParameters(into w: inout ByteWriter) { w.write(peerIdentityAddressType.rawValue); peerIdentityAddress.encode(into: &w) }
+    public init(parameters r: inout ByteReader) throws {
+        peerIdentityAddressType = AddressType(rawValue: try r.readUInt8("Peer_Identity_Address_Type"))
+        peerIdentityAddress = try BluetoothAddress(from: &r)
+    }
+}
+
+/// LE Clear Resolving List (§7.8.40).
+public struct LEClearResolvingList: HCIParameterlessCommand {
+    public static let opcode = HCIOpcode.leClearResolvingList
+    public init() {}
+}
+
+/// LE Read Resolving List Size (§7.8.41).
+public struct LEReadResolvingListSize: HCIParameterlessCommand {
+    public typealias ReturnParameters = HCIOctetReturn
+    public static let opcode = HCIOpcode.leReadResolvingListSize
+    public init() {}
+}
+
+/// LE Set Address Resolution Enable (§7.8.44).
+public struct LESetAddressResolutionEnable: HCICommand {
+    public static let opcode = HCIOpcode.leSetAddressResolutionEnable
+    public var enable: Bool
+    public init(enable: Bool) { self.enable = enable }
+    public func encodeParameters(into w: inout ByteWriter) { w.write(UInt8(enable ? 1 : 0)) }
+    public init(parameters r: inout ByteReader) throws { enable = try r.readUInt8("Address_Resolution_Enable") != 0 }
+}
+
+/// LE Set Privacy Mode (§7.8.77): 0 network privacy (the peer's identity address is
+/// ignored once it is in the resolving list), 1 device privacy (accepted too).
+public struct LESetPrivacyMode: HCICommand {
+    public static let opcode = HCIOpcode.leSetPrivacyMode
+    public var peerIdentityAddressType: AddressType
+    public var peerIdentityAddress: BluetoothAddress
+    public var privacyMode: UInt8
+    public init(peerIdentityAddressType: AddressType, peerIdentityAddress: BluetoothAddress, privacyMode: UInt8) {
+        self.peerIdentityAddressType = peerIdentityAddressType
+        self.peerIdentityAddress = peerIdentityAddress
+        self.privacyMode = privacyMode
+    }
+    public func encodeParameters(into w: inout ByteWriter) {
+        w.write(peerIdentityAddressType.rawValue); peerIdentityAddress.encode(into: &w); w.write(privacyMode)
+    }
+    public init(parameters r: inout ByteReader) throws {
+        peerIdentityAddressType = AddressType(rawValue: try r.readUInt8("Peer_Identity_Address_Type"))
+        peerIdentityAddress = try BluetoothAddress(from: &r)
+        privacyMode = try r.readUInt8("Privacy_Mode")
+    }
+}

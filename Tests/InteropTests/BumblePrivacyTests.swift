@@ -87,3 +87,53 @@ import Testing
         #expect(BumbleSMPTests.named(bumble, "pairing-failure").isEmpty, "\(bumble)")
     }
 }
+
+extension BumblePrivacyTests {
+    /// Bumble (LE privacy on) advertises from a private address; we pair with bonding
+    /// and get its IRK; our host gives the IRK to Rootcanal's resolving list. When
+    /// Bumble advertises from a new private address, the controller reports it by
+    /// Bumble's identity (address type 0x02/0x03: the controller resolved it, not the
+    /// host), we connect to the identity and the link is encrypted from the bond.
+    @Test func theControllersResolvingListFindsBumbleUnderANewPrivateAddress() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger,
+                                          security: SecurityOptions(random: .seeded(23), privacy: PrivacyOptions()))
+        try await host.start()
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral-private", "1", "0", "none", "0"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let filter = ScanFilter()  // Bumble is the only advertiser
+        let first = try #require(try await host.central.first(matching: filter, within: .seconds(20)))
+        #expect(first.addressType == .random && ResolvablePrivateAddress.isResolvable(first.address))
+        let remote = try await host.central.connect(to: first, within: .seconds(20))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.discoverServices()
+        let bond = try #require(try await host.bonds().first)
+        let irk = try #require(bond.keys.peerIdentity?.irk)
+        #expect(ResolvablePrivateAddress.resolves(first.address, irk: irk))
+        _ = try await remote.disconnect()
+
+        // Bumble's next address: the controller resolves it and reports the identity.
+        let results = try await host.central.scan(filter: filter)
+        let second = try #require(await collect(results.filter { $0.address != first.address }, count: 1, within: .seconds(20)).first)
+        // The identity, not the private address Bumble used: the controller resolved it
+        // (the host keeps a private address it resolves as the address). Rootcanal 1.10
+        // reports it with type 0x00/0x01 where the spec has 0x02/0x03.
+        #expect(second.address == bond.address, "\(second.address) \(second.addressType)")
+        #expect(second.addressType.rawValue & 1 == bond.addressType.rawValue & 1)
+        #expect(second.device.identity == bond.address)
+        let securityEvents = await host.securityEvents()
+        let again = try await host.central.connect(to: second, within: .seconds(20))
+        #expect(again.connection.peer == bond.address)
+        #expect(try await again.secure().bonded)
+        let pairings = await collect(securityEvents.filter { if case .paired = $0 { return true }; return false }, count: 1, within: .milliseconds(200))
+        #expect(pairings.isEmpty)
+        _ = try await again.disconnect()
+        let bumble = await peer.events()
+        await host.close()
+        let advertised = BumbleSMPTests.named(bumble, "advertising").compactMap { $0["address"] as? String }
+        #expect(advertised.count == 2 && advertised.first == first.address.description && advertised.first != advertised.last, "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "encryption").count == 2, "\(bumble)")
+    }
+}

@@ -10,6 +10,10 @@ Usage:
       3f3e0001-..., handle given in the "ready" event) readable only over an
       authenticated link. Keeps its keys in memory across links; re-advertises after
       the first link ends and exits when the second ends.
+  bumble_smp_peer.py HCI_PORT peripheral-private SC MITM IO PASSKEY
+      As peripheral, with Bumble's LE privacy on: advertises from a resolvable private
+      address made with its IRK, and from a new one after the first link ends (the
+      "advertising" events give each); distributes its IRK and identity when paired.
   bumble_smp_peer.py HCI_PORT central SC MITM IO PASSKEY ADDRESS
       Connects to ADDRESS (public), pairs (connection.pair()), disconnects,
       reconnects and encrypts from the stored keys (connection.encrypt()), then
@@ -103,7 +107,7 @@ def watch(connection, disconnected):
     connection.on("disconnection", lambda reason: (emit(event="disconnected", reason=reason), disconnected.set()))
 
 
-async def peripheral(device):
+async def peripheral(device, private=False):
     protected = gatt.Characteristic(
         "3f3e0002-0000-1000-8000-00805f9b34fb", gatt.Characteristic.Properties.READ,
         gatt.Characteristic.READ_REQUIRES_AUTHENTICATION, bytes([0x42, 0x43]))
@@ -120,8 +124,10 @@ async def peripheral(device):
             connected.set()
 
         device.once("connection", on_connection)
+        if private and round > 0:
+            device.random_address = Address.generate_private_address(device.irk)
         await device.start_advertising(auto_restart=False)
-        emit(event="advertising", round=round, value_handle=protected.handle)
+        emit(event="advertising", round=round, value_handle=protected.handle, address=device.random_address.to_string(False))
         try:
             await asyncio.wait_for(disconnected.wait(), 60)
         except asyncio.TimeoutError:
@@ -235,9 +241,12 @@ async def main():
         device.keystore = MemoryKeyStore()
         config = PairingConfig(sc=sc == "1", mitm=mitm == "1", bonding=True, delegate=Delegate(IO[io], int(passkey)))
         device.pairing_config_factory = lambda connection: config
+        if mode == "peripheral-private":
+            device.le_privacy_enabled = True
+            device.le_rpa_timeout = 0  # the script picks the moment it changes
         await device.power_on()
-        if mode == "peripheral":
-            await peripheral(device)
+        if mode in ("peripheral", "peripheral-private"):
+            await peripheral(device, private=mode == "peripheral-private")
         elif mode == "central-private":
             await central_private(device, sys.argv[7])
         elif mode == "central-subscribe":
