@@ -135,24 +135,30 @@ async def peripheral(device, private=False):
             return
 
 
+async def pair_or_encrypt(connection, round, disconnected):
+    """Round 0 pairs, later rounds encrypt from the stored keys; then the link ends
+    (left to the peer when encryption failed on a later round)."""
+    watch(connection, disconnected)
+    try:
+        if round == 0:
+            await connection.pair()
+        else:
+            await connection.encrypt()
+        emit(event="secured", round=round, encrypted=connection.is_encrypted)
+    except Exception as e:
+        emit(event="error", round=round, error=type(e).__name__, detail=str(e))
+    await asyncio.sleep(0.2)
+    if connection.is_encrypted or round == 0:
+        await connection.disconnect()
+    await asyncio.wait_for(disconnected.wait(), 10)
+
+
 async def central(device, address):
     for round in range(2):
         disconnected = asyncio.Event()
         connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
         emit(event="connected", round=round)
-        watch(connection, disconnected)
-        try:
-            if round == 0:
-                await connection.pair()
-            else:
-                await connection.encrypt()
-            emit(event="secured", round=round, encrypted=connection.is_encrypted)
-        except Exception as e:
-            emit(event="error", round=round, error=type(e).__name__, detail=str(e))
-        await asyncio.sleep(0.2)
-        if connection.is_encrypted or round == 0:
-            await connection.disconnect()
-        await asyncio.wait_for(disconnected.wait(), 10)
+        await pair_or_encrypt(connection, round, disconnected)
 
 
 async def central_subscribe(device, address):
@@ -211,25 +217,21 @@ async def central_private(device, name):
     first = None
     for round in range(2):
         disconnected = asyncio.Event()
-        address = await find(device, name, other=first)
+        # The address may change between the scan and the connection (the peer's
+        # period ends): then the attempt times out and we look again, as a phone would.
+        for attempt in range(5):
+            address = await find(device, name, other=first)
+            try:
+                connection = await device.connect(address, timeout=5)
+                break
+            except Exception as e:
+                emit(event="retry", round=round, address=address.to_string(False), error=type(e).__name__)
         resolver = device.address_resolver
         emit(event="found", round=round, address=address.to_string(False), resolvable=address.is_resolvable,
              resolved=str(resolver.resolve(address).to_string(False)) if resolver and resolver.resolve(address) else None)
         first = first or address
-        connection = await device.connect(address)
         emit(event="connected", round=round, peer=connection.peer_address.to_string(False))
-        watch(connection, disconnected)
-        try:
-            if round == 0:
-                await connection.pair()
-            else:
-                await connection.encrypt()
-            emit(event="secured", round=round, encrypted=connection.is_encrypted)
-        except Exception as e:
-            emit(event="error", round=round, error=type(e).__name__, detail=str(e))
-        await asyncio.sleep(0.2)
-        await connection.disconnect()
-        await asyncio.wait_for(disconnected.wait(), 10)
+        await pair_or_encrypt(connection, round, disconnected)
 
 
 async def main():
