@@ -36,7 +36,7 @@ import Testing
 
     @Test func aPrivatePeripheralIsRecognisedByItsBondAcrossAddresses() async throws {
         let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(11)),
-                                                peripheral: SecurityOptions(random: .seeded(12), privacy: PrivacyOptions(rotation: .milliseconds(600))))
+                                                peripheral: SecurityOptions(random: .seeded(12), privacy: PrivacyOptions()))
         defer { Task { await c.close(); await p.close(); _ = radio } }
         let identity = try #require(await p.identity)
         #expect(identity.address == Self.peripheralAddress && identity.addressType == .public)
@@ -57,8 +57,10 @@ import Testing
         #expect(bond.keys.peerIdentity?.irk == identity.irk)
         #expect(bond.linkAddresses.isEmpty)  // the private address is not worth keeping
         _ = try await remote.disconnect()
+        await p.rotatePrivateAddress()
 
-        // After the rotation period the peripheral advertises from a new private address;
+        // A new period (started here, so it cannot end between the scan and the
+        // connection): the peripheral advertises from a new private address;
         // the central's registry files it under the identity, and the bond encrypts the link.
         let second = try #require(try await Self.find(c, "private", other: [first.address]))
         #expect(second.addressType == .random && second.address != first.address)
@@ -70,6 +72,21 @@ import Testing
         #expect(try await again.secure().bonded)
         let pairings = await collect(securityEvents.filter { if case .paired = $0 { return true }; return false }, count: 1, within: .milliseconds(200))
         #expect(pairings.isEmpty)
+    }
+
+    /// The rotation timer: every period's end moves advertising to a new private
+    /// address under the same IRK.
+    @Test func advertisingMovesToANewAddressEveryPeriod() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(15)),
+                                                peripheral: SecurityOptions(random: .seeded(16), privacy: PrivacyOptions(rotation: .milliseconds(200))))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let irk = try #require(await p.identity?.irk)
+        try await p.peripheral.startAdvertising(Self.advertisement(named: "rotating"))
+        // Each period's restart is heard at once (advertisement and scan response).
+        let results = try await c.central.scan(filter: ScanFilter(names: ["rotating"]))
+        let heard = await collect(results.map(\.address), count: 8, within: .seconds(5))
+        #expect(Set(heard).count >= 3, "\(heard)")
+        #expect(heard.allSatisfy { ResolvablePrivateAddress.resolves($0, irk: irk) })
     }
 
     @Test func aPrivateCentralIsRecognisedByItsBondAcrossAddresses() async throws {
