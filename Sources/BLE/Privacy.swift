@@ -43,9 +43,8 @@ struct OwnAddresses {
     var generation = 0
     /// This generation's RPA, once made.
     var current: BluetoothAddress?
-    /// What the controller's random address and advertising set 0 hold, and from which generation.
+    /// What the controller's random address holds, and from which generation.
     var controller: (address: BluetoothAddress, generation: Int)?
-    var advertisingSet: (address: BluetoothAddress, generation: Int)?
     var timer: LoopTimer?
     /// Peers' private addresses resolved to bonded identities (bounded; cleared when bonds change).
     var resolved: [BluetoothAddress: (address: BluetoothAddress, type: AddressType)?] = [:]
@@ -89,7 +88,6 @@ extension BluetoothHost {
         await security.setConfiguration(pairing)
         // A reset controller forgot its random address.
         own.controller = nil
-        own.advertisingSet = nil
         try await setControllerAddress(newRPA())
         armRotation(options.rotation)
         own.resolvingList = nil
@@ -207,12 +205,7 @@ extension BluetoothHost {
     }
 
     /// Extended advertising's start: advertising set 0's address (the current RPA).
-    func advertisingSetAddress() -> BluetoothAddress? {
-        guard usesPrivacy else { return nil }
-        let a = newRPA()
-        own.advertisingSet = (a, own.generation)
-        return a
-    }
+    func advertisingSetAddress() -> BluetoothAddress? { usesPrivacy ? newRPA() : nil }
 
     /// Advertising set 0 now advertises from `a`: links it makes have it as ours.
     func advertisingSetAddressSet(_ a: BluetoothAddress) {
@@ -222,18 +215,16 @@ extension BluetoothHost {
     // MARK: Peers' private addresses
 
     /// The bonded identity a peer's address stands for: itself when the controller
-    /// resolved it (type 0x02/0x03) or it is a bond's identity address (Rootcanal 1.10
-    /// reports a resolved address with type 0x00/0x01), the bond whose IRK resolves a
-    /// resolvable private address, else nil. Remembered (at most 1024 addresses).
+    /// resolved it (type 0x02/0x03); else the identity of the bond with an IRK that
+    /// `Bond.matches` the address (its identity — Rootcanal 1.10 reports a resolved
+    /// address with type 0x00/0x01 —, a link address, or an RPA its IRK resolves);
+    /// else nil. Remembered (at most 1024 addresses).
     func identity(of address: BluetoothAddress, type: AddressType) -> (address: BluetoothAddress, type: AddressType)? {
         if type == .publicIdentity || type == .randomIdentity { return (address, AddressType(rawValue: type.rawValue & 1)) }
         guard usesPrivacy || type == .random else { return nil }
         if let known = own.resolved[address] { return known }
         let bonds = (try? securityOptions.store.bonds()) ?? []
-        let found = bonds.first { b in
-            b.keys.peerIdentity != nil && (b.address == address && b.addressType.rawValue & 1 == type.rawValue & 1
-                || ResolvablePrivateAddress.isResolvable(address) && b.matches(address, type: type))
-        }.map { ($0.address, $0.addressType) }
+        let found = bonds.first { $0.keys.peerIdentity != nil && $0.matches(address, type: type) }.map { ($0.address, $0.addressType) }
         if own.resolved.count >= 1024 { own.resolved.removeAll() }
         own.resolved[address] = .some(found)
         return found
