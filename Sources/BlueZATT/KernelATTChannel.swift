@@ -92,8 +92,10 @@ extension KernelATTChannel {
 
     /// Connects as central to `peer`'s ATT channel; the kernel creates the LE link.
     public static func connect(to peer: BluetoothAddress, type: AddressType, from local: BluetoothAddress? = nil,
-                               loop: (any EventLoop)? = nil) async throws -> KernelATTChannel {
-        KernelATTChannel(socket: try await onThread("att-connect") { try KernelATTSocket.connect(to: peer, type: type, from: local) }, loop: loop)
+                               securityLevel: UInt8? = nil, loop: (any EventLoop)? = nil) async throws -> KernelATTChannel {
+        KernelATTChannel(socket: try await onThread("att-connect") {
+            try KernelATTSocket.connect(to: peer, type: type, from: local, securityLevel: securityLevel)
+        }, loop: loop)
     }
 
     /// Waits for a central to connect to `listener`.

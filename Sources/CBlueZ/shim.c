@@ -131,6 +131,16 @@ int cbluez_l2cap_set_security(int fd, uint8_t level, uint8_t key_size) {
     return setsockopt(fd, SOL_BLUETOOTH, BT_SECURITY, &sec, sizeof sec);
 }
 
+int cbluez_l2cap_security(int fd, uint8_t *level, uint8_t *key_size) {
+    struct bt_security sec;
+    socklen_t len = sizeof sec;
+    memset(&sec, 0, sizeof sec);
+    if (getsockopt(fd, SOL_BLUETOOTH, BT_SECURITY, &sec, &len) < 0) return -1;
+    *level = sec.level;
+    *key_size = sec.key_size;
+    return 0;
+}
+
 int cbluez_l2cap_accept(int fd, uint8_t bdaddr_out[6], uint8_t *addr_type_out) {
     struct sockaddr_l2 a;
     socklen_t len = sizeof a;

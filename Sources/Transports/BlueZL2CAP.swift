@@ -127,12 +127,17 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
     }
 
     /// Connects to `peer`'s ATT channel as central; `local` picks the adapter (nil: any).
-    public static func connect(to peer: BluetoothAddress, type: AddressType, from local: BluetoothAddress? = nil) throws -> KernelATTSocket {
+    /// With `securityLevel` (BT_SECURITY: 2 encrypted, 3 authenticated, 4 Secure
+    /// Connections) the kernel's SMP pairs, or encrypts from its stored keys, before the
+    /// connect returns; EACCES when it could not.
+    public static func connect(to peer: BluetoothAddress, type: AddressType, from local: BluetoothAddress? = nil,
+                               securityLevel: UInt8? = nil) throws -> KernelATTSocket {
         let fd = try socket("socket(AF_BLUETOOTH, BTPROTO_L2CAP)")
         let localBytes = local?.bytes ?? [0, 0, 0, 0, 0, 0]
         guard cbluez_l2cap_bind(fd, localBytes, UInt8(CBLUEZ_BDADDR_LE_PUBLIC), UInt16(CBLUEZ_L2CAP_CID_ATT)) == 0 else {
             throw closing(fd, "binding the ATT channel")
         }
+        if let securityLevel, cbluez_l2cap_set_security(fd, securityLevel, 0) != 0 { throw closing(fd, "setting the security level (BT_SECURITY)") }
         guard cbluez_l2cap_connect(fd, peer.bytes, type.l2capBdaddrType, UInt16(CBLUEZ_L2CAP_CID_ATT)) == 0 else {
             throw closing(fd, "connecting to \(peer) (\(type)) on the ATT channel")
         }
@@ -140,13 +145,25 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
     }
 
     /// Listens for centrals on the ATT channel of the adapter with address `local` (nil: any).
-    public static func listen(on local: BluetoothAddress? = nil, type: AddressType = .public, backlog: Int32 = 4) throws -> KernelATTSocket {
+    /// With `securityLevel` the kernel, as peripheral, sends a Security Request on each
+    /// new link and holds the channel until the central has encrypted it.
+    public static func listen(on local: BluetoothAddress? = nil, type: AddressType = .public, backlog: Int32 = 4,
+                              securityLevel: UInt8? = nil) throws -> KernelATTSocket {
         let fd = try socket("socket(AF_BLUETOOTH, BTPROTO_L2CAP)")
-        guard cbluez_l2cap_bind(fd, local?.bytes ?? [0, 0, 0, 0, 0, 0], type.l2capBdaddrType, UInt16(CBLUEZ_L2CAP_CID_ATT)) == 0,
-              Glibc.listen(fd, backlog) == 0 else {
-            throw closing(fd, "listening on the ATT channel")
+        guard cbluez_l2cap_bind(fd, local?.bytes ?? [0, 0, 0, 0, 0, 0], type.l2capBdaddrType, UInt16(CBLUEZ_L2CAP_CID_ATT)) == 0 else {
+            throw closing(fd, "binding the ATT channel")
         }
+        if let securityLevel, cbluez_l2cap_set_security(fd, securityLevel, 0) != 0 { throw closing(fd, "setting the security level (BT_SECURITY)") }
+        guard Glibc.listen(fd, backlog) == 0 else { throw closing(fd, "listening on the ATT channel") }
         return KernelATTSocket(fd: fd, peer: nil, peerType: nil)
+    }
+
+    /// The link's security as the kernel sees it (BT_SECURITY on a connected socket):
+    /// level 1 unencrypted, 2 encrypted, 3 authenticated, 4 Secure Connections.
+    public func security() throws -> (level: UInt8, keySize: UInt8) {
+        var level: UInt8 = 0, size: UInt8 = 0
+        guard cbluez_l2cap_security(fd, &level, &size) == 0 else { throw L2CAPError(operation: "reading the link's security (BT_SECURITY)", errno: errno) }
+        return (level, size)
     }
 
     /// Accepts one central (blocking).

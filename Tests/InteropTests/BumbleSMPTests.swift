@@ -211,8 +211,10 @@ import Transports
     }
 }
 
-/// Our decode of SMP frames in captures of real pairings (recorded from the Bumble
-/// sessions above; committed under Fixtures/), field by field against tshark's.
+/// Our decode of SMP frames in captures of real pairings, field by field against
+/// tshark's: with Bumble (recorded from the sessions above) and with the Linux
+/// kernel's SMP, BlueZ's (recorded in the QEMU guest by KernelSMPTests). All are
+/// committed under Fixtures/.
 @Suite struct SMPTraceTests {
     static func compareWithTshark(_ path: String) async throws {
         guard let tshark = try Interop.tshark() else { return }
@@ -245,7 +247,8 @@ import Transports
         }
     }
 
-    @Test(arguments: ["rootcanal-smp-sc-passkey.btsnoop", "rootcanal-smp-legacy-passkey.btsnoop"])
+    @Test(arguments: ["rootcanal-smp-sc-passkey.btsnoop", "rootcanal-smp-legacy-passkey.btsnoop",
+                      "kernel-smp-sc-passkey.btsnoop", "kernel-smp-legacy-passkey.btsnoop"])
     func fixturesAgreeWithTshark(fixture: String) async throws {
         try await Self.compareWithTshark(Interop.root + "/Fixtures/" + fixture)
     }

@@ -83,7 +83,9 @@ extension KernelTests {
         await server.attach(ATTBearer(channel: channel, logger: Self.logger), connection: 1)
         let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: link.handle), logger: Self.logger))
         try await Self.exercise(client, server: server, handles: handles, indications: true)
-        _ = try? await central.send(Disconnect(connectionHandle: link.handle))
+        // End the link and wait for it: a link left up on the kernel's side would be
+        // reused, dead, by the next test's connect.
+        await Self.disconnect(link.handle, controller: central, host: host)
         channel.close()
         await central.close()
         await adv.close()
@@ -95,10 +97,12 @@ extension KernelTests {
         let server = GATTServer(database: db, logger: Self.logger)
         let (peripheral, host, hci0) = try await Self.userChannel(0)
         let connections = await host.newConnections()
-        let acceptor = Task {
+        let acceptor = Task { () -> UInt16? in
             for await c in connections {
                 await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: c.handle), logger: Self.logger), connection: c.handle)
+                return c.handle
             }
+            return nil
         }
         try await peripheral.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x20, advertisingIntervalMax: 0x20, advertisingType: 0))
         try await peripheral.send(LESetAdvertisingEnable(advertisingEnable: true))
@@ -107,8 +111,8 @@ extension KernelTests {
         let channel = try await KernelATTChannel.connect(to: hci0, type: .public, from: try Self.address(of: 1))
         let client = GATTClient(bearer: ATTBearer(channel: channel, logger: Self.logger))
         try await Self.exercise(client, server: server, handles: handles, indications: false)
+        if let handle = await acceptor.value { await Self.disconnect(handle, controller: peripheral, host: host) }
         channel.close()
-        acceptor.cancel()
         await peripheral.close()
     }
 }

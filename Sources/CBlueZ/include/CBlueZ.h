@@ -63,5 +63,8 @@ int cbluez_l2cap_set_mode(int fd, uint8_t mode);
 int cbluez_l2cap_set_receive_mtu(int fd, uint16_t mtu);
 int cbluez_l2cap_mtus(int fd, uint16_t *send_mtu, uint16_t *receive_mtu);
 int cbluez_l2cap_set_security(int fd, uint8_t level, uint8_t key_size);
+/// BT_SECURITY as the kernel reports it: on a connected socket, the link's level now
+/// (1 low, 2 medium: encrypted, 3 high: authenticated, 4 FIPS) and its key size.
+int cbluez_l2cap_security(int fd, uint8_t *level, uint8_t *key_size);
 
 #endif
