@@ -103,9 +103,12 @@ extension BluetoothHost {
             if state.encrypted && state.bonded, let bond = await security.bond(handle: handle), !bond.clientConfigurations.isEmpty {
                 await server.restoreClientConfigurations(bond.clientConfigurations, connection: handle)
             }
+            // A layout discovered before the link was encrypted with the bond's key is stored now.
+            if state.encrypted && state.bonded, let remote = remotes[conn.id] { owe { await remote.storeServices() } }
         case let .paired(handle, _, result) where result.bonding:
-            // Subscriptions made before the pairing are kept with the new bond.
+            // Subscriptions made before the pairing, and the peer's GATT layout, are kept with the new bond.
             await saveClientConfigurations(handle)
+            if let conn = active[handle], let remote = remotes[conn.id] { owe { await remote.storeServices() } }
         case .bonded:
             bondsChanged()
         default:

@@ -10,6 +10,7 @@ import GAP
 import GATT
 import HCI
 import L2CAP
+import SMP
 
 public struct RemoteDescriptor: Hashable, Sendable {
     public var uuid: BluetoothUUID
@@ -72,6 +73,8 @@ public actor RemotePeripheral {
     /// The GATT client on this link, for procedures the facade does not wrap.
     public nonisolated let client: GATTClient
     private var services: [RemoteService]?
+    /// `services` is the layout stored with the peer's bond (read from it, or stored).
+    private var servicesInBond = false
     /// On the controller's loop, with the host (see Ordering.swift).
     public nonisolated var unownedExecutor: UnownedSerialExecutor { host.unownedExecutor }
 
@@ -168,15 +171,68 @@ public actor RemotePeripheral {
 
     /// Discovers every service, characteristic and descriptor (once; later calls
     /// return what was found unless `refresh`).
+    ///
+    /// With a bonded peer whose layout is stored with the bond, one read of the
+    /// peer's Database Hash replaces the discovery while the hash is unchanged (robust
+    /// caching, Vol 3, Part G, §2.5.2.1; the read also makes us change-aware). After a
+    /// discovery on a link encrypted with the bond's key, the layout and hash are
+    /// stored with the bond (also when the link is bonded later, by `secure(level:)`
+    /// or pairing on demand).
     public func discoverServices(refresh: Bool = false) async throws -> [RemoteService] {
         if let services, !refresh { return services }
+        if !refresh, let cached = await cachedServices() { return cached }
         let found = try await run { try await client.discoverAll() }
         let s = found.map { (svc, chars) in
             RemoteService(uuid: svc.uuid, isPrimary: svc.isPrimary, startHandle: svc.start, endHandle: svc.end,
                           characteristics: chars.map { Self.wrap($0.0, $0.1) })
         }
         services = s
+        servicesInBond = false
+        await storeServices()
         return s
+    }
+
+    /// The layout stored with the peer's bond, when the peer's Database Hash still matches.
+    private func cachedServices() async -> [RemoteService]? {
+        guard let cache = await host.security.cachedDatabase(handle: connection.handle),
+              let hash = try? await client.read(uuid: GATTCharacteristicType.databaseHash).first?.value, hash == cache.hash
+        else { return nil }
+        let s = cache.services.map(Self.service)
+        await client.adoptDiscovery(s.map { svc in
+            (DiscoveredService(uuid: svc.uuid, start: svc.startHandle, end: svc.endHandle, isPrimary: svc.isPrimary),
+             svc.characteristics.map { c in (c.discovered, c.descriptors.map { DiscoveredDescriptor(uuid: $0.uuid, handle: $0.handle) }) })
+        })
+        services = s
+        servicesInBond = true
+        host.logger.debug("GATT layout from the bond", metadata: ["ble.handle": "\(connection.handle)", "gatt.services": "\(s.count)"])
+        return s
+    }
+
+    /// Stores the discovered layout with the peer's Database Hash in its bond (only on a
+    /// link encrypted with the bond's key; nothing when the peer has no Database Hash).
+    func storeServices() async {
+        guard let services, !servicesInBond, await host.security.bond(handle: connection.handle) != nil,
+              let hashHandle = services.lazy.flatMap(\.characteristics).first(where: { $0.uuid == GATTCharacteristicType.databaseHash })?.valueHandle,
+              let hash = try? await client.read(hashHandle), hash.count == 16
+        else { return }
+        await host.security.saveDatabase(CachedDatabase(hash: hash, services: services.map(Self.cached)), handle: connection.handle)
+        servicesInBond = true
+    }
+
+    static func cached(_ s: RemoteService) -> CachedDatabase.Service {
+        CachedDatabase.Service(uuid: s.uuid.description, start: s.startHandle, end: s.endHandle, primary: s.isPrimary, characteristics: s.characteristics.map { c in
+            CachedDatabase.Characteristic(uuid: c.uuid.description, declaration: c.declarationHandle, value: c.valueHandle, properties: c.properties.rawValue,
+                                          end: c.endHandle, descriptors: c.descriptors.map { CachedDatabase.Descriptor(uuid: $0.uuid.description, handle: $0.handle) })
+        })
+    }
+
+    static func service(_ s: CachedDatabase.Service) -> RemoteService {
+        // UUID texts were written by `cached`; one that does not parse (a damaged file) reads as 0000.
+        func uuid(_ text: String) -> BluetoothUUID { BluetoothUUID(text) ?? BluetoothUUID(0x0000) }
+        return RemoteService(uuid: uuid(s.uuid), isPrimary: s.primary, startHandle: s.start, endHandle: s.end, characteristics: s.characteristics.map { c in
+            RemoteCharacteristic(uuid: uuid(c.uuid), properties: CharacteristicProperties(rawValue: c.properties), declarationHandle: c.declaration,
+                                 valueHandle: c.value, endHandle: c.end, descriptors: c.descriptors.map { RemoteDescriptor(uuid: uuid($0.uuid), handle: $0.handle) })
+        })
     }
 
     /// Service Changed indications from the peer: each changed handle range, as the
@@ -222,7 +278,10 @@ public actor RemotePeripheral {
                              endHandle: c.end, descriptors: ds.map { RemoteDescriptor(uuid: $0.uuid, handle: $0.handle) })
     }
 
-    private func forgetServices() { services = nil }
+    private func forgetServices() {
+        services = nil
+        servicesInBond = false
+    }
 
     /// The first characteristic with `uuid` (in service `service` when given), discovering if needed.
     public func characteristic(_ uuid: BluetoothUUID, in service: BluetoothUUID? = nil) async throws -> RemoteCharacteristic {

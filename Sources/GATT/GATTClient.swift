@@ -246,6 +246,12 @@ public actor GATTClient {
         return out
     }
 
+    /// Takes a layout known another way (a bonded server's, stored with its Database
+    /// Hash) as if `discoverAll()` had found it.
+    public func adoptDiscovery(_ layout: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])]) {
+        discovered = layout
+    }
+
     /// Subscribes to the server's Service Changed indications (§7.1): each one drops
     /// the discovered services overlapping its range from `discovered` and is reported
     /// on the returned stream (buffer: the newest 64; ends with the bearer). Call after

@@ -50,6 +50,10 @@ public struct DiscoveredCharacteristic: Hashable, Sendable {
 public struct DiscoveredDescriptor: Hashable, Sendable {
     public var uuid: BluetoothUUID
     public var handle: UInt16
+    public init(uuid: BluetoothUUID, handle: UInt16) {
+        self.uuid = uuid
+        self.handle = handle
+    }
 }
 
 public struct DiscoveredInclude: Hashable, Sendable {

@@ -15,8 +15,9 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
     public var keys: PairingKeys
     /// For our GATT server: the client's CCCD values by handle, restored when it reconnects.
     public var clientConfigurations: [UInt16: UInt16]
-    /// For our GATT client: the peer's Database Hash when we last discovered it.
-    public var databaseHash: [UInt8]?
+    /// For our GATT client: the peer's database as we last discovered it, with its
+    /// Database Hash then; reused at reconnection while the hash is unchanged.
+    public var database: CachedDatabase?
     /// Other addresses the peer bonded from (a static random address next to the
     /// public identity it distributed); its private addresses resolve through the IRK.
     public var linkAddresses: [LinkAddress]
@@ -31,13 +32,13 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
     }
 
     public init(address: BluetoothAddress, addressType: AddressType, keys: PairingKeys, linkAddresses: [LinkAddress] = [],
-                clientConfigurations: [UInt16: UInt16] = [:], databaseHash: [UInt8]? = nil) {
+                clientConfigurations: [UInt16: UInt16] = [:], database: CachedDatabase? = nil) {
         self.address = address
         self.addressType = addressType
         self.keys = keys
         self.linkAddresses = linkAddresses
         self.clientConfigurations = clientConfigurations
-        self.databaseHash = databaseHash
+        self.database = database
     }
 
     /// The security a link re-encrypted from this bond has.
@@ -59,6 +60,59 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
         if linkAddresses.contains(where: { $0.address == address && $0.type.rawValue & 1 == type.rawValue & 1 }) { return true }
         guard type.rawValue & 1 == 1, let irk = keys.peerIdentity?.irk else { return false }
         return ResolvablePrivateAddress.resolves(address, irk: irk)
+    }
+}
+
+/// A GATT server's layout as a client discovered it (services, characteristics and
+/// descriptors: handles, types, properties; no values), with the server's Database
+/// Hash at that time (Vol 3, Part G, §7.3). A client that reads an unchanged hash at
+/// reconnection may use the layout instead of discovering again (robust caching,
+/// §2.5.2.1). UUIDs are kept in their text form.
+public struct CachedDatabase: Hashable, Sendable, Codable {
+    public struct Descriptor: Hashable, Sendable, Codable {
+        public var uuid: String
+        public var handle: UInt16
+        public init(uuid: String, handle: UInt16) {
+            self.uuid = uuid
+            self.handle = handle
+        }
+    }
+    public struct Characteristic: Hashable, Sendable, Codable {
+        public var uuid: String
+        public var declaration: UInt16
+        public var value: UInt16
+        public var properties: UInt8
+        public var end: UInt16
+        public var descriptors: [Descriptor]
+        public init(uuid: String, declaration: UInt16, value: UInt16, properties: UInt8, end: UInt16, descriptors: [Descriptor]) {
+            self.uuid = uuid
+            self.declaration = declaration
+            self.value = value
+            self.properties = properties
+            self.end = end
+            self.descriptors = descriptors
+        }
+    }
+    public struct Service: Hashable, Sendable, Codable {
+        public var uuid: String
+        public var start: UInt16
+        public var end: UInt16
+        public var primary: Bool
+        public var characteristics: [Characteristic]
+        public init(uuid: String, start: UInt16, end: UInt16, primary: Bool, characteristics: [Characteristic]) {
+            self.uuid = uuid
+            self.start = start
+            self.end = end
+            self.primary = primary
+            self.characteristics = characteristics
+        }
+    }
+    /// The 16-octet Database Hash, as read from the server.
+    public var hash: [UInt8]
+    public var services: [Service]
+    public init(hash: [UInt8], services: [Service]) {
+        self.hash = hash
+        self.services = services
     }
 }
 

@@ -202,6 +202,25 @@ public actor SecurityManager {
         }
     }
 
+    /// Keeps the peer's GATT layout, as our client on link `handle` discovered it, with
+    /// its bond. Only while the link is encrypted with the bond's key (`bond(handle:)`),
+    /// so a peer that has not proved who it is cannot fill the cache.
+    public func saveDatabase(_ database: CachedDatabase, handle: UInt16) {
+        guard var bond = bond(handle: handle), bond.database != database else { return }
+        bond.database = database
+        do { try store.save(bond) } catch {
+            logger.error("GATT cache not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
+        }
+    }
+
+    /// The GATT layout stored with the bond of the peer on link `handle`, encrypted or
+    /// not: it is only used after the peer's Database Hash, read on this link, matched
+    /// it, and a peer answering with that hash has that layout.
+    public func cachedDatabase(handle: UInt16) -> CachedDatabase? {
+        guard let link = links[handle] else { return nil }
+        return store.bond(for: link.connection.peer, type: link.connection.peerType)?.database
+    }
+
     /// The bonds in the store.
     public func bonds() throws -> [Bond] { try store.bonds() }
 
@@ -507,7 +526,7 @@ public actor SecurityManager {
             }
             if let old = store.bond(for: bond.address, type: bond.addressType) {
                 bond.clientConfigurations = old.clientConfigurations
-                bond.databaseHash = old.databaseHash
+                bond.database = old.database
                 for a in old.linkAddresses where !bond.linkAddresses.contains(a) { bond.linkAddresses.append(a) }
             }
             do {

@@ -4,6 +4,8 @@
 // and can be listed and removed; security changes reach the connection events.
 
 import BLE
+import Snoop
+import Synchronization
 import BLETesting
 import Testing
 
@@ -159,5 +161,64 @@ import Testing
         // Once encrypted, the same request is accepted.
         try await remote.secure()
         _ = try await remote.openChannel(spsm: 0x0085)
+    }
+}
+
+/// Robust caching (Vol 3, Part G, §2.5.2.1): the central keeps a bonded peripheral's
+/// GATT layout with the bond and, at the next connection, reads the peer's Database
+/// Hash instead of discovering while the hash holds.
+@Suite struct GATTCacheTests {
+    @Test func aBondedPeripheralsLayoutIsReusedWhileItsDatabaseHashHolds() async throws {
+        let radio = VirtualRadio()
+        let centralAddress = BluetoothAddress("C0:00:00:00:00:01")!, peripheralAddress = BluetoothAddress("C0:00:00:00:01:00")!
+        // The ATT opcodes the central sends.
+        let sent = Mutex<[UInt8]>([])
+        let transport = RecordingTransport(wrapping: await radio.makeController(address: centralAddress)) { r in
+            if r.direction == .hostToController, case let .packet(.acl(a)) = r.content, a.data.count > 4, a.data[2] == 4, a.data[3] == 0 {
+                sent.withLock { $0.append(a.data[4]) }
+            }
+        }
+        let c = BluetoothHost(transport: transport, logger: Bench.logger, security: SecurityOptions(random: .seeded(11)))
+        let p = BluetoothHost(transport: await radio.makeController(address: peripheralAddress), logger: Bench.logger, security: SecurityOptions(random: .seeded(12)))
+        try await c.start()
+        try await p.start()
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [Characteristic(uuid: uuidB, properties: [.read], value: [1])]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let readByGroupType: UInt8 = 0x10, readByType: UInt8 = 0x08
+
+        // First link: discovery, then pairing with bonding; the layout joins the bond.
+        let remote = try await c.central.connect(to: peripheralAddress, within: .seconds(5))
+        let first = try await remote.discoverServices()
+        #expect(sent.withLock { $0.contains(readByGroupType) })
+        #expect(try await remote.secure().bonded)
+        #expect(try await remote.read(try await remote.characteristic(uuidB)) == [1])
+        let cache = try #require(try await c.bonds().first?.database)
+        #expect(cache.services.count == first.count && cache.hash.count == 16)
+        _ = try await remote.disconnect()
+
+        // Second link, not even encrypted: one Read By Type of the hash, no discovery.
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let again = try await c.central.connect(to: peripheralAddress, within: .seconds(5))
+        sent.withLock { $0.removeAll() }
+        #expect(try await again.discoverServices() == first)
+        #expect(sent.withLock { $0 } == [readByType], "\(sent.withLock { $0 })")
+        #expect(try await again.read(try await again.characteristic(uuidB)) == [1])
+        _ = try await again.disconnect()
+
+        // The peripheral's database changes while no link is up: the hash differs, so
+        // the central discovers again, and the bond gets the new layout once encrypted.
+        try await p.peripheral.add(Service(uuid: uuidC, characteristics: [Characteristic(uuid: uuidB, properties: [.read], value: [2])]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let third = try await c.central.connect(to: peripheralAddress, within: .seconds(5))
+        sent.withLock { $0.removeAll() }
+        let changed = try await third.discoverServices()
+        #expect(sent.withLock { $0.contains(readByGroupType) })
+        #expect(changed.contains { $0.uuid == uuidC } && changed.count == first.count + 1)
+        #expect(try await third.secure().bonded)
+        #expect(try await third.read(try await third.characteristic(uuidB, in: uuidC)) == [2])
+        #expect(try await c.bonds().first?.database?.services.count == changed.count)
+        #expect(try await c.bonds().first?.database?.hash != cache.hash)
+        _ = try await third.disconnect()
     }
 }
