@@ -50,6 +50,7 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
         if keys.peerLTK != nil || keys.localLTK != nil { held.append("LTK") }
         if keys.peerIdentity != nil { held.append("IRK") }
         if keys.peerCSRK != nil { held.append("CSRK") }
+        if keys.linkKey != nil { held.append("link key") }
         return "\(address) (\(addressType)) keys: \(held.joined(separator: ", "))\(security.map { ", \($0.level)" } ?? "")"
     }
 

@@ -59,6 +59,10 @@ public struct PairingKeys: Hashable, Sendable, Codable {
     /// 16 octets, least significant first.
     public var peerCSRK: [UInt8]?
     public var localCSRK: [UInt8]?
+    /// The BR/EDR link key derived from the Secure Connections LTK (cross-transport key
+    /// derivation, when both sides asked for it; `PairingConfiguration.deriveLinkKey`).
+    /// 16 octets, least significant first.
+    public var linkKey: [UInt8]?
 
     public init(peerLTK: LongTermKey? = nil, localLTK: LongTermKey? = nil, peerIdentity: IdentityKey? = nil, peerCSRK: [UInt8]? = nil, localCSRK: [UInt8]? = nil) {
         self.peerLTK = peerLTK

@@ -111,11 +111,16 @@ public struct PairingConfiguration: Hashable, Sendable {
     /// with a printed code does; BlueZ and Bumble offer the same). A fixed passkey
     /// that leaks loses the MITM protection: prefer a random one.
     public var passkey: UInt32?
+    /// Cross-transport key derivation (§2.4.2.4): ask for the BR/EDR link key to be
+    /// derived from a Secure Connections LTK (LinkKey in both key distribution fields)
+    /// and offer h7 (CT2). When both sides agree, `PairingKeys.linkKey` holds it, for a
+    /// dual-mode controller's BR/EDR side; this stack is LE-only and does not use it.
+    public var deriveLinkKey: Bool
 
     public init(ioCapability: IOCapability = .noInputNoOutput, bonding: Bool = true, mitm: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false, maximumKeySize: UInt8 = 16,
                 minimumKeySize: UInt8 = 7, confirmJustWorks: Bool = false, keys: KeyDistribution = [.encryptionKey, .identityKey],
-                identity: IdentityKey? = nil, passkey: UInt32? = nil) {
+                identity: IdentityKey? = nil, passkey: UInt32? = nil, deriveLinkKey: Bool = false) {
         self.ioCapability = ioCapability
         self.bonding = bonding
         self.mitm = mitm
@@ -127,6 +132,7 @@ public struct PairingConfiguration: Hashable, Sendable {
         self.keys = keys
         self.identity = identity
         self.passkey = passkey.map { $0 % 1_000_000 }
+        self.deriveLinkKey = deriveLinkKey
     }
 
     var authentication: AuthenticationRequirements {
@@ -134,6 +140,7 @@ public struct PairingConfiguration: Hashable, Sendable {
         if bonding { a.insert(.bonding) }
         if mitm { a.insert(.mitm) }
         if secureConnections || secureConnectionsOnly { a.insert(.secureConnections) }
+        if deriveLinkKey { a.insert(.ct2) }
         return a
     }
 
@@ -213,7 +220,11 @@ public struct PairingSession: Sendable {
     /// Our side's fields: the keys we distribute (only an identity we have) and the
     /// keys we ask the peer for.
     var localFeatures: PairingFeatures {
-        let give = configuration.distributable, take = configuration.keys.intersection(.all)
+        var give = configuration.distributable, take = configuration.keys.intersection(.all)
+        if configuration.deriveLinkKey {
+            give.insert(.linkKey)
+            take.insert(.linkKey)
+        }
         return PairingFeatures(ioCapability: configuration.ioCapability, authentication: configuration.authentication,
                                maximumKeySize: configuration.maximumKeySize,
                                initiatorKeys: isInitiator ? give : take, responderKeys: isInitiator ? take : give)
@@ -692,11 +703,30 @@ public struct PairingSession: Sendable {
     mutating func complete() -> [PairingAction] {
         finished = true
         step = .done
-        if secure { keys.peerLTK = encryptionKey }
+        if secure {
+            keys.peerLTK = encryptionKey
+            keys.linkKey = derivedLinkKey()
+        }
         let bonding = (request?.authentication.contains(.bonding) ?? false) && (response?.authentication.contains(.bonding) ?? false)
         let security = LinkSecurityState(encrypted: true, authenticated: method?.authenticated ?? false, secureConnections: secure,
                                          keySize: keySize, bonded: bonding)
         return [.completed(PairingResult(method: method ?? .justWorks, security: security, keys: keys, bonding: bonding))]
+    }
+}
+
+extension PairingSession {
+    /// The BR/EDR link key from the Secure Connections LTK (§2.4.2.4), when the agreed
+    /// key distribution has LinkKey: h7 with SALT "tmp1" when both sides set CT2, else
+    /// h6 with "tmp1"; then h6 with "lebr". PDU order, as the LTK.
+    func derivedLinkKey() -> [UInt8]? {
+        guard secure, let req = request, let rsp = response, let ltk = encryptionKey?.key,
+              rsp.initiatorKeys.union(rsp.responderKeys).contains(.linkKey) else { return nil }
+        let w = Array(ltk.reversed())
+        let tmp1: [UInt8] = [0x74, 0x6D, 0x70, 0x31], lebr: [UInt8] = [0x6C, 0x65, 0x62, 0x72]
+        let ct2 = req.authentication.contains(.ct2) && rsp.authentication.contains(.ct2)
+        guard let ilk = try? (ct2 ? SecurityToolbox.h7(salt: [UInt8](repeating: 0, count: 12) + tmp1, w: w) : SecurityToolbox.h6(w: w, keyID: tmp1)),
+              let key = try? SecurityToolbox.h6(w: ilk, keyID: lebr) else { return nil }
+        return key.reversed()
     }
 }
 

@@ -64,7 +64,8 @@ public struct KeyDistribution: OptionSet, Hashable, Sendable, Codable {
     public static let identityKey = Self(rawValue: 0x02)
     /// CSRK.
     public static let signingKey = Self(rawValue: 0x04)
-    /// BR/EDR link key (cross-transport derivation; this LE-only stack never sets it).
+    /// Derive the BR/EDR link key from the LTK (cross-transport key derivation; set
+    /// only with `PairingConfiguration.deriveLinkKey`). No PDU carries it.
     public static let linkKey = Self(rawValue: 0x08)
     public static let all: Self = [.encryptionKey, .identityKey, .signingKey]
 }

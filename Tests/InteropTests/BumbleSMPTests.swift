@@ -266,3 +266,29 @@ extension Sequence where Element == UInt8 {
         return out
     }
 }
+
+extension BumbleSMPTests {
+    /// Cross-transport key derivation (§2.4.2.4) against Bumble's: both sides ask for
+    /// LinkKey; after Secure Connections pairing our bond's link key equals the one
+    /// Bumble derived, with h6 (Bumble without CT2) and with h7 (both sides CT2).
+    @Test(arguments: ["h6", "h7"]) func theLinkKeyIsDerivedAsBumbleDerivesIt(function: String) async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (controller, l2cap, security, _) = try await Self.host(rc.hciPort, PairingConfiguration(deriveLinkKey: true))
+        let peer = try Self.launch(python, rc.hciPort, ["peripheral-ctkd", "1", "0", "none", "0", function])
+        defer { RootcanalProcess.kill(peer.process) }
+        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let result = try await security.pair(handle: link.handle)
+        #expect(result.security.secureConnections)
+        let ours = try #require(result.keys.linkKey, "no link key derived")
+        #expect(try await security.bonds().first?.keys.linkKey == ours)
+        try await controller.send(Disconnect(connectionHandle: link.handle))
+        RootcanalProcess.kill(peer.process)
+        let bumble = await peer.events()
+        await controller.close()
+        let paired = try #require(Self.named(bumble, "paired").first, "\(bumble)")
+        // Bumble prints its key's bytes as held, least significant first, as we keep ours.
+        #expect(paired["link_key"] as? String == ours.map { String(format: "%02x", $0) }.joined(), "\(bumble)")
+    }
+}

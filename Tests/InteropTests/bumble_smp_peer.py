@@ -14,6 +14,10 @@ Usage:
       As peripheral, with Bumble's LE privacy on: advertises from a resolvable private
       address made with its IRK, and from a new one after the first link ends (the
       "advertising" events give each); distributes its IRK and identity when paired.
+  bumble_smp_peer.py HCI_PORT peripheral-ctkd SC MITM IO PASSKEY h6|h7
+      As peripheral, distributing and asking for LinkKey as well (cross-transport key
+      derivation); with h7 Bumble's session also offers CT2 (Bumble leaves it off by
+      default). The "paired" event carries the link key Bumble derived.
   bumble_smp_peer.py HCI_PORT central SC MITM IO PASSKEY ADDRESS
       Connects to ADDRESS (public), pairs (connection.pair()), disconnects,
       reconnects and encrypts from the stored keys (connection.encrypt()), then
@@ -49,6 +53,7 @@ from bumble.device import Device, Peer
 from bumble.hci import Address
 from bumble.keys import MemoryKeyStore
 from bumble.pairing import PairingConfig, PairingDelegate
+from bumble import smp
 from bumble.smp import AddressResolver
 from bumble.transport import open_transport
 
@@ -98,7 +103,8 @@ def watch(connection, disconnected):
              irk_value=irk.hex() if irk else None, identity=identity.to_string(False) if identity else None,
              identity_public=identity.address_type in (Address.PUBLIC_DEVICE_ADDRESS, Address.PUBLIC_IDENTITY_ADDRESS) if identity else None,
              # bumble.smp's own ah() on the address this link was made with.
-             link_resolves=bool(irk and AddressResolver([(irk, identity)]).resolve(on_air)))
+             link_resolves=bool(irk and AddressResolver([(irk, identity)]).resolve(on_air)),
+             link_key=keys.link_key.value.hex() if keys.link_key else None)
     connection.on("pairing", on_pairing)
     connection.on("pairing_failure", lambda reason: emit(event="pairing-failure", reason=int(reason)))
     connection.on("connection_encryption_change", lambda: emit(event="encryption", encrypted=connection.is_encrypted,
@@ -241,13 +247,25 @@ async def main():
     async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
         device = Device.with_hci("bumble-smp", Address("F1:F2:F3:F4:F5:F6"), source, sink)
         device.keystore = MemoryKeyStore()
-        config = PairingConfig(sc=sc == "1", mitm=mitm == "1", bonding=True, delegate=Delegate(IO[io], int(passkey)))
+        delegate = Delegate(IO[io], int(passkey))
+        if mode == "peripheral-ctkd":
+            both = PairingDelegate.DEFAULT_KEY_DISTRIBUTION | PairingDelegate.KeyDistribution.DISTRIBUTE_LINK_KEY
+            delegate.local_initiator_key_distribution = both
+            delegate.local_responder_key_distribution = both
+            if sys.argv[7] == "h7":
+                session_init = smp.Session.__init__
+
+                def with_ct2(self, *args, **kwargs):
+                    session_init(self, *args, **kwargs)
+                    self.ct2 = True
+                smp.Session.__init__ = with_ct2
+        config = PairingConfig(sc=sc == "1", mitm=mitm == "1", bonding=True, delegate=delegate)
         device.pairing_config_factory = lambda connection: config
         if mode == "peripheral-private":
             device.le_privacy_enabled = True
             device.le_rpa_timeout = 0  # the script picks the moment it changes
         await device.power_on()
-        if mode in ("peripheral", "peripheral-private"):
+        if mode in ("peripheral", "peripheral-private", "peripheral-ctkd"):
             await peripheral(device, private=mode == "peripheral-private")
         elif mode == "central-private":
             await central_private(device, sys.argv[7])
