@@ -152,6 +152,13 @@ extension BluetoothHost {
         return try await security.secure(handle: connection.handle, level: level)
     }
 
+    /// While the user types a passkey for `connection`: tells the peer a digit was
+    /// entered or erased, or the entry cleared (keypress notifications, when both
+    /// sides set `PairingConfiguration.keypressNotifications`).
+    public func keypress(_ type: KeypressType, on connection: Connection) async {
+        await security.keypress(type, handle: connection.handle)
+    }
+
     /// Prompts, pairings, failures and new bonds on every link. Buffer: the newest 256.
     public nonisolated func securityEvents() async -> BufferedStream<SecurityEvent> { await security.events() }
 

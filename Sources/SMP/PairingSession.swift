@@ -116,11 +116,17 @@ public struct PairingConfiguration: Hashable, Sendable {
     /// and offer h7 (CT2). When both sides agree, `PairingKeys.linkKey` holds it, for a
     /// dual-mode controller's BR/EDR side; this stack is LE-only and does not use it.
     public var deriveLinkKey: Bool
+    /// Keypress notifications (§2.3.5.1): set the Keypress flag; when both sides set it
+    /// and we type the passkey, Passkey Entry Started goes out with the prompt, Passkey
+    /// Entry Completed with the answer, and `SecurityManager.keypress(_:handle:)` sends
+    /// the digits entered, erased and cleared between them. The peer's arrive as
+    /// `SecurityEvent.keypress`.
+    public var keypressNotifications: Bool
 
     public init(ioCapability: IOCapability = .noInputNoOutput, bonding: Bool = true, mitm: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false, maximumKeySize: UInt8 = 16,
                 minimumKeySize: UInt8 = 7, confirmJustWorks: Bool = false, keys: KeyDistribution = [.encryptionKey, .identityKey],
-                identity: IdentityKey? = nil, passkey: UInt32? = nil, deriveLinkKey: Bool = false) {
+                identity: IdentityKey? = nil, passkey: UInt32? = nil, deriveLinkKey: Bool = false, keypressNotifications: Bool = false) {
         self.ioCapability = ioCapability
         self.bonding = bonding
         self.mitm = mitm
@@ -133,6 +139,7 @@ public struct PairingConfiguration: Hashable, Sendable {
         self.identity = identity
         self.passkey = passkey.map { $0 % 1_000_000 }
         self.deriveLinkKey = deriveLinkKey
+        self.keypressNotifications = keypressNotifications
     }
 
     var authentication: AuthenticationRequirements {
@@ -141,6 +148,7 @@ public struct PairingConfiguration: Hashable, Sendable {
         if mitm { a.insert(.mitm) }
         if secureConnections || secureConnectionsOnly { a.insert(.secureConnections) }
         if deriveLinkKey { a.insert(.ct2) }
+        if keypressNotifications { a.insert(.keypress) }
         return a
     }
 
@@ -306,7 +314,8 @@ public struct PairingSession: Sendable {
             switch (a, step) {
             case let (.passkey(value), .waitPasskey):
                 guard let value, value <= 999_999 else { return fail(.passkeyEntryFailed) }
-                return try passkeyKnown(value)
+                let completed: [PairingAction] = keypressAgreed ? [.send(.keypressNotification(.entryCompleted))] : []
+                return completed + (try passkeyKnown(value))
             case let (.confirmed(ok), .waitUser):
                 guard ok else { return fail(method == .numericComparison ? .numericComparisonFailed : .unspecifiedReason) }
                 return try userAccepted()
@@ -316,6 +325,18 @@ public struct PairingSession: Sendable {
         } catch let r as PairingFailureReason {
             return fail(r)
         } catch { return fail(.unspecifiedReason) }
+    }
+
+    /// Both sides set the Keypress flag.
+    var keypressAgreed: Bool {
+        (request?.authentication.contains(.keypress) ?? false) && (response?.authentication.contains(.keypress) ?? false)
+    }
+
+    /// While we type the passkey: a Keypress Notification for a digit entered or
+    /// erased or the entry cleared, when both sides asked for them; nothing otherwise.
+    public mutating func keypress(_ type: KeypressType) -> [PairingAction] {
+        guard !finished, step == .waitPasskey, keypressAgreed, [.digitEntered, .digitErased, .cleared].contains(type) else { return [] }
+        return [.send(.keypressNotification(type))]
     }
 
     /// The link's encryption came on (Encryption Change or Key Refresh Complete).
@@ -421,7 +442,7 @@ public struct PairingSession: Sendable {
         let weInput = isInitiator ? initiatorInputs : responderInputs
         if weInput {
             step = .waitPasskey
-            return [.prompt(.enterPasskey)]
+            return (keypressAgreed ? [.send(.keypressNotification(.entryStarted))] : []) + [.prompt(.enterPasskey)]
         }
         let value = configuration.passkey ?? UInt32(random.uint64() % 1_000_000)
         passkey = value

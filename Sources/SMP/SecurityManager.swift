@@ -66,6 +66,8 @@ public enum SecurityEvent: Sendable, Equatable {
     /// The link's encryption changed (pairing, a bond's key, or a refresh).
     case securityChanged(handle: UInt16, LinkSecurityState)
     case bonded(Bond)
+    /// The peer, typing the passkey we display, pressed a key (§3.5.8).
+    case keypress(handle: UInt16, KeypressType)
 }
 
 public actor SecurityManager {
@@ -453,8 +455,8 @@ public actor SecurityManager {
                 }
             case let .startEncryption(key):
                 encrypt(handle: handle, key: key)
-            case .keypress:
-                break
+            case let .keypress(t):
+                emit(.keypress(handle: handle, t))
             case let .completed(result):
                 finished(handle: handle)
                 completed(result, handle: handle)
@@ -463,6 +465,17 @@ public actor SecurityManager {
                 failed(error, handle: handle)
             }
         }
+    }
+
+    /// While the user types the passkey on link `handle`: tells the peer a digit was
+    /// entered or erased, or the entry cleared (when both sides asked for keypress
+    /// notifications; otherwise nothing is sent).
+    public func keypress(_ type: KeypressType, handle: UInt16) {
+        guard var link = links[handle], var session = link.session else { return }
+        let actions = session.keypress(type)
+        link.session = session
+        links[handle] = link
+        perform(actions, handle: handle)
     }
 
     func answered(_ answer: PairingAnswer, handle: UInt16) {

@@ -15,6 +15,10 @@ struct PairingRun {
     var prompts: [Bool: [PairingPrompt]] = [true: [], false: []]
     var sent: [(fromInitiator: Bool, pdu: SMPPDU)] = []
     var encryptedWith: LongTermKey?
+    /// Keypress notifications each side's session reported from the peer.
+    var keypresses: [Bool: [KeypressType]] = [true: [], false: []]
+    /// Keys the typing side presses before it answers (sent through `keypress(_:)`).
+    var pressBeforeAnswer: [KeypressType] = []
 
     init(_ i: PairingConfiguration, _ r: PairingConfiguration, seed: UInt64 = 1) {
         let addresses = PairingAddresses(initiator: BluetoothAddress("A1:A2:A3:A4:A5:A6")!, initiatorType: .random,
@@ -36,6 +40,9 @@ struct PairingRun {
             if queue.isEmpty {
                 guard !inputs.isEmpty else { break }
                 let side = inputs.removeFirst()
+                for k in pressBeforeAnswer {
+                    queue += (side ? initiator.keypress(k) : responder.keypress(k)).map { (side, $0) }
+                }
                 let actions = side ? initiator.answer(.passkey(typed(side, displayed))) : responder.answer(.passkey(typed(side, displayed)))
                 queue += actions.map { (side, $0) }
                 continue
@@ -62,8 +69,8 @@ struct PairingRun {
                 let r = responder.encryptionChanged(status: same ? .success : .connectionTerminatedDueToMICFailure, enabled: same)
                 let i = initiator.encryptionChanged(status: same ? .success : .connectionTerminatedDueToMICFailure, enabled: same)
                 queue += r.map { (false, $0) } + i.map { (true, $0) }
-            case .keypress:
-                break
+            case let .keypress(k):
+                keypresses[side, default: []].append(k)
             case .completed, .failed:
                 outcomes[side] = action
             }
@@ -128,6 +135,26 @@ let identityR = IdentityKey(irk: Array(17...32), address: BluetoothAddress("00:1
             // Twenty rounds of confirm and random from each side.
             #expect(run.sent.filter { $0.pdu.code == .pairingConfirm }.count == 40)
         }
+    }
+
+    /// §2.3.5.1: with the Keypress flag on both sides the typing side tells the
+    /// displaying side entry started, each digit, and entry completed; with the flag on
+    /// one side only, no notification is sent.
+    @Test(arguments: [false, true])
+    func keypressNotificationsGoFromTheTypingSide(both: Bool) throws {
+        var run = PairingRun(PairingConfiguration(ioCapability: .keyboardOnly, mitm: true, keypressNotifications: true),
+                             PairingConfiguration(ioCapability: .displayOnly, mitm: true, keypressNotifications: both))
+        run.pressBeforeAnswer = [.digitEntered, .digitEntered, .digitErased, .digitEntered, .cleared] + Array(repeating: .digitEntered, count: 6)
+        run.run()
+        #expect(run.result(true) != nil && run.result(false) != nil)
+        let notifications = run.sent.filter { $0.pdu.code == .keypressNotification }
+        #expect(notifications.allSatisfy { $0.fromInitiator })
+        if both {
+            #expect(run.keypresses[false] == [.entryStarted] + run.pressBeforeAnswer + [.entryCompleted])
+        } else {
+            #expect(notifications.isEmpty && run.keypresses[false] == [])
+        }
+        #expect(run.keypresses[true] == [])
     }
 
     @Test(arguments: [false, true])
