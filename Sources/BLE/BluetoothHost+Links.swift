@@ -152,6 +152,23 @@ extension BluetoothHost {
         return try await security.secure(handle: connection.handle, level: level)
     }
 
+    /// Fresh LE Secure Connections OOB data for this host (a new key pair and random,
+    /// for our identity address, else the controller's): hand `shared` to the peer out
+    /// of band (NFC, a QR code), then pass it to `setOutOfBand` as `local`.
+    public func makeLocalOOBData() async throws -> LocalOOBData {
+        if let id = own.identity { return try LocalOOBData(address: id.address, addressType: id.addressType, random: securityOptions.random) }
+        let controllerAddress = await controller.info?.address ?? .zero
+        return try LocalOOBData(address: controllerAddress, addressType: .public, random: securityOptions.random)
+    }
+
+    /// The OOB data the next pairings use (what we handed out, what the peer handed
+    /// us, a legacy TK); nil stops using OOB.
+    public func setOutOfBand(_ oob: OOBConfiguration?) async {
+        var pairing = await security.configuration
+        pairing.oob = oob
+        await security.setConfiguration(pairing)
+    }
+
     /// While the user types a passkey for `connection`: tells the peer a digit was
     /// entered or erased, or the entry cleared (keypress notifications, when both
     /// sides set `PairingConfiguration.keypressNotifications`).

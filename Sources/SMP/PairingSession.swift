@@ -4,9 +4,8 @@
 // with `.completed` or `.failed` exactly once. The runtime (SecurityManager) owns
 // the 30 s timer, the controller and the bond store.
 //
-// Both roles, LE legacy pairing (Just Works, Passkey Entry) and LE Secure
-// Connections (Just Works, Numeric Comparison, Passkey Entry). OOB data is not
-// supported: a pairing that would need it fails with OOB Not Available.
+// Both roles, LE legacy pairing (Just Works, Passkey Entry, OOB) and LE Secure
+// Connections (Just Works, Numeric Comparison, Passkey Entry, OOB).
 
 import BLECrypto
 import HCI
@@ -122,11 +121,16 @@ public struct PairingConfiguration: Hashable, Sendable {
     /// the digits entered, erased and cleared between them. The peer's arrive as
     /// `SecurityEvent.keypress`.
     public var keypressNotifications: Bool
+    /// Out-of-band data (§2.3.5.6.4, §2.3.5.5): what we handed the peer and what it
+    /// handed us over another channel. With it the OOB data flag is set and, when the
+    /// spec's rules pick OOB, pairing uses it (authenticated, no prompt).
+    public var oob: OOBConfiguration?
 
     public init(ioCapability: IOCapability = .noInputNoOutput, bonding: Bool = true, mitm: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false, maximumKeySize: UInt8 = 16,
                 minimumKeySize: UInt8 = 7, confirmJustWorks: Bool = false, keys: KeyDistribution = [.encryptionKey, .identityKey],
-                identity: IdentityKey? = nil, passkey: UInt32? = nil, deriveLinkKey: Bool = false, keypressNotifications: Bool = false) {
+                identity: IdentityKey? = nil, passkey: UInt32? = nil, deriveLinkKey: Bool = false, keypressNotifications: Bool = false,
+                oob: OOBConfiguration? = nil) {
         self.ioCapability = ioCapability
         self.bonding = bonding
         self.mitm = mitm
@@ -140,6 +144,14 @@ public struct PairingConfiguration: Hashable, Sendable {
         self.passkey = passkey.map { $0 % 1_000_000 }
         self.deriveLinkKey = deriveLinkKey
         self.keypressNotifications = keypressNotifications
+        self.oob = oob
+    }
+
+    /// The OOB data flag we send: for Secure Connections, whether we hold the peer's
+    /// data; for legacy-only pairing, whether we hold a TK.
+    var oobDataPresent: Bool {
+        guard let oob else { return false }
+        return oob.peer != nil || (!secureConnections && !secureConnectionsOnly && oob.legacyTemporaryKey != nil)
     }
 
     var authentication: AuthenticationRequirements {
@@ -233,7 +245,8 @@ public struct PairingSession: Sendable {
             give.insert(.linkKey)
             take.insert(.linkKey)
         }
-        return PairingFeatures(ioCapability: configuration.ioCapability, authentication: configuration.authentication,
+        return PairingFeatures(ioCapability: configuration.ioCapability, oobDataPresent: configuration.oobDataPresent,
+                               authentication: configuration.authentication,
                                maximumKeySize: configuration.maximumKeySize,
                                initiatorKeys: isInitiator ? give : take, responderKeys: isInitiator ? take : give)
     }
@@ -420,11 +433,21 @@ public struct PairingSession: Sendable {
         guard size >= Int(configuration.minimumKeySize) else { throw PairingFailureReason.encryptionKeySize }
         keySize = size
         let m = PairingMethod.select(initiator: req, responder: rsp, secureConnections: secure)
-        if m == .outOfBand { throw PairingFailureReason.oobNotAvailable }
         if configuration.mitm && !m.authenticated { throw PairingFailureReason.authenticationRequirements }
         method = m
+        if m == .outOfBand {
+            if !secure {
+                // Legacy OOB: both sides hold the TK.
+                guard let tk = configuration.oob?.legacyTemporaryKey, tk.count == 16 else { throw PairingFailureReason.oobNotAvailable }
+                self.tk = tk.reversed()
+                return try legacyReady()
+            }
+            // The peer holds our data only if we handed it out: then our key pair is the one behind it.
+            let peerHasOurs = isInitiator ? rsp.oobDataPresent : req.oobDataPresent
+            if peerHasOurs && configuration.oob?.local == nil { throw PairingFailureReason.oobNotAvailable }
+        }
         if secure {
-            let pair = try P256KeyPair(random: { random.bytes(32) })
+            let pair = try configuration.oob?.local.map { try P256KeyPair(privateKey: $0.privateKey) } ?? P256KeyPair(random: { random.bytes(32) })
             keyPair = pair
             localPK = pair.publicKey
             step = .waitPublicKey
@@ -496,6 +519,17 @@ public struct PairingSession: Sendable {
         peerPK = (x, y)
         var out: [PairingAction] = isInitiator ? [] : [.send(publicKeyPDU)]
         switch method {
+        case .outOfBand:
+            // Check the peer's key against the confirm it handed us out of band (§2.3.5.6.4).
+            if let peer = configuration.oob?.peer {
+                guard try SecurityToolbox.f4(u: x, v: x, x: peer.random.reversed(), z: 0) == peer.confirm.reversed() else {
+                    throw PairingFailureReason.confirmValueFailed
+                }
+            }
+            step = .waitRandom
+            guard isInitiator else { return out }
+            na = random.bytes(16)
+            return out + [.send(.pairingRandom(na.reversed()))]
         case .passkeyEntry:
             out += passkeyPrompt()
             if step == .waitPasskey { return out }
@@ -558,6 +592,16 @@ public struct PairingSession: Sendable {
     }
 
     mutating func randomReceived(_ r: [UInt8]) throws -> [PairingAction] {
+        if secure && method == .outOfBand {
+            // No confirms: the nonces go straight to the DHKey checks.
+            if isInitiator {
+                nb = r
+                return try stageTwo()
+            }
+            na = r
+            nb = random.bytes(16)
+            return [.send(.pairingRandom(nb.reversed()))] + (try stageTwo())
+        }
         guard let confirm = peerConfirm.map({ Array($0.reversed()) }) ?? (isInitiator ? nil : []) else {
             throw PairingFailureReason.unspecifiedReason
         }
@@ -621,11 +665,19 @@ public struct PairingSession: Sendable {
         let a2 = [addresses.responderType.rawValue & 1] + addresses.responder.bytes.reversed()
         let (mac, ltk) = try SecurityToolbox.f5(w: dhKey, n1: na, n2: nb, a1: a1, a2: a2)
         encryptionKey = LongTermKey(key: mask(ltk).reversed(), keySize: keySize, authenticated: method?.authenticated ?? false, secureConnections: true)
-        let r = passkey.map(Self.passkeyBlock) ?? [UInt8](repeating: 0, count: 16)
+        var (ra, rb) = { let r = passkey.map(Self.passkeyBlock) ?? [UInt8](repeating: 0, count: 16); return (r, r) }()
+        if method == .outOfBand {
+            // ra: the initiator's OOB random if the responder holds it; rb: the responder's if the initiator does.
+            let zero = [UInt8](repeating: 0, count: 16)
+            let local = configuration.oob?.local.map { Array($0.shared.random.reversed()) } ?? zero
+            let peer = configuration.oob?.peer.map { Array($0.random.reversed()) } ?? zero
+            ra = rsp.oobDataPresent ? (isInitiator ? local : peer) : zero
+            rb = req.oobDataPresent ? (isInitiator ? peer : local) : zero
+        }
         let ioA = [req.authentication.rawValue, req.oobDataPresent ? 1 : 0, req.ioCapability.rawValue]
         let ioB = [rsp.authentication.rawValue, rsp.oobDataPresent ? 1 : 0, rsp.ioCapability.rawValue]
-        let ea = try SecurityToolbox.f6(w: mac, n1: na, n2: nb, r: r, ioCap: ioA, a1: a1, a2: a2)
-        let eb = try SecurityToolbox.f6(w: mac, n1: nb, n2: na, r: r, ioCap: ioB, a1: a2, a2: a1)
+        let ea = try SecurityToolbox.f6(w: mac, n1: na, n2: nb, r: rb, ioCap: ioA, a1: a1, a2: a2)
+        let eb = try SecurityToolbox.f6(w: mac, n1: nb, n2: na, r: ra, ioCap: ioB, a1: a2, a2: a1)
         if isInitiator {
             step = .waitDHKeyCheck
             expectedCheck = eb

@@ -164,6 +164,33 @@ import Testing
     }
 }
 
+extension FacadeSecurityTests {
+    /// The applications exchange LE Secure Connections OOB data (as over NFC) through
+    /// the facade; two devices without any IO then pair authenticated, no prompt.
+    @Test func outOfBandDataTheApplicationsExchangedGivesAnAuthenticatedKey() async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(41)), peripheral: SecurityOptions(random: .seeded(42)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let centralOOB = try await c.makeLocalOOBData(), peripheralOOB = try await p.makeLocalOOBData()
+        #expect(centralOOB.shared.address == BluetoothAddress("C0:00:00:00:00:01")!)
+        await c.setOutOfBand(OOBConfiguration(local: centralOOB, peer: peripheralOOB.shared))
+        await p.setOutOfBand(OOBConfiguration(local: peripheralOOB, peer: centralOOB.shared))
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [Characteristic(uuid: uuidB, properties: [.read], permissions: [.readAuthenticated], value: [9])]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let events = await c.securityEvents()
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        // Insufficient Authentication → pairing on demand, by OOB.
+        #expect(try await remote.read(try await remote.characteristic(uuidB)) == [9])
+        let seen = await collect(events.filter {
+            switch $0 {
+            case .paired, .prompt: return true
+            default: return false
+            }
+        }, count: 1, within: .seconds(2))
+        guard case let .paired(_, _, result)? = seen.first else { Issue.record("\(seen)"); return }
+        #expect(result.method == .outOfBand && result.security.authenticated && result.security.secureConnections)
+    }
+}
+
 /// Robust caching (Vol 3, Part G, §2.5.2.1): the central keeps a bonded peripheral's
 /// GATT layout with the bond and, at the next connection, reads the peer's Database
 /// Hash instead of discovering while the hash holds.

@@ -292,3 +292,43 @@ extension BumbleSMPTests {
         #expect(paired["link_key"] as? String == ours.map { String(format: "%02x", $0) }.joined(), "\(bumble)")
     }
 }
+
+extension BumbleSMPTests {
+    /// OOB pairing against Bumble's (PairingConfig.OobConfig), we as central: for
+    /// Secure Connections Bumble holds our OOB data (random and confirm), so it checks
+    /// our public key against the confirm and uses our random; for legacy pairing both
+    /// hold the same TK. Either way no prompt, an authenticated key, and Bumble's
+    /// characteristic that needs authentication reads.
+    @Test(arguments: [true, false]) func outOfBandAsCentral(secureConnections sc: Bool) async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let tk: [UInt8] = [0x3c, 0x1a, 0x77, 0x09, 0x51, 0xe2, 0x6b, 0x80, 0x14, 0xfd, 0x2a, 0x93, 0x66, 0xc7, 0x05, 0xb8]
+        let (controller, l2cap, security, info) = try await Self.host(rc.hciPort, PairingConfiguration(secureConnections: sc))
+        let ours = try LocalOOBData(address: info.address, addressType: .public)
+        await security.setConfiguration(PairingConfiguration(mitm: true, secureConnections: sc,
+                                                             oob: OOBConfiguration(local: ours, legacyTemporaryKey: sc ? nil : tk)))
+        let hex = { (b: [UInt8]) in b.map { String(format: "%02x", $0) }.joined() }
+        let peer = try Self.launch(python, rc.hciPort, ["peripheral-oob", sc ? "1" : "0", "1", "none", "0",
+                                                         hex(ours.shared.random), hex(ours.shared.confirm), hex(tk)])
+        defer { RootcanalProcess.kill(peer.process) }
+        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let events = await security.events()
+        let result = try await security.pair(handle: link.handle, level: .authenticated)
+        #expect(result.method == .outOfBand && result.security.authenticated && result.security.secureConnections == sc)
+        let prompts = await collect(events.filter { if case .prompt = $0 { return true }; return false }, count: 1, within: .milliseconds(100))
+        #expect(prompts.isEmpty)
+        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: link.handle), logger: Interop.logger))
+        await client.start()
+        let chars = try await client.discoverAll().flatMap(\.1).map(\.0)
+        let protected = try #require(chars.first { $0.uuid == BluetoothUUID("3f3e0002-0000-1000-8000-00805f9b34fb") })
+        #expect(try await client.read(protected.valueHandle) == [0x42, 0x43])
+        try await controller.send(Disconnect(connectionHandle: link.handle))
+        RootcanalProcess.kill(peer.process)
+        let bumble = await peer.events()
+        await controller.close()
+        let paired = try #require(Self.named(bumble, "paired").first, "\(bumble)")
+        #expect(paired["authenticated"] as? Bool == true, "\(bumble)")
+        #expect(Self.named(bumble, "pairing-failure").isEmpty, "\(bumble)")
+    }
+}

@@ -18,6 +18,10 @@ Usage:
       As peripheral, distributing and asking for LinkKey as well (cross-transport key
       derivation); with h7 Bumble's session also offers CT2 (Bumble leaves it off by
       default). The "paired" event carries the link key Bumble derived.
+  bumble_smp_peer.py HCI_PORT peripheral-oob SC MITM IO PASSKEY R C TK
+      As peripheral, with OOB data: the central's LE Secure Connections random R and
+      confirm C (hex, least significant octet first, as the AD types carry them) and a
+      legacy TK (hex, same order). Bumble's own OOB data is made but not handed out.
   bumble_smp_peer.py HCI_PORT central SC MITM IO PASSKEY ADDRESS
       Connects to ADDRESS (public), pairs (connection.pair()), disconnects,
       reconnects and encrypts from the stored keys (connection.encrypt()), then
@@ -52,7 +56,7 @@ from bumble.core import UUID
 from bumble.device import Device, Peer
 from bumble.hci import Address
 from bumble.keys import MemoryKeyStore
-from bumble.pairing import PairingConfig, PairingDelegate
+from bumble.pairing import OobSharedData, PairingConfig, PairingDelegate
 from bumble import smp
 from bumble.smp import AddressResolver
 from bumble.transport import open_transport
@@ -259,13 +263,18 @@ async def main():
                     session_init(self, *args, **kwargs)
                     self.ct2 = True
                 smp.Session.__init__ = with_ct2
-        config = PairingConfig(sc=sc == "1", mitm=mitm == "1", bonding=True, delegate=delegate)
+        oob = None
+        if mode == "peripheral-oob":
+            r, c, tk = (bytes.fromhex(a) for a in sys.argv[7:10])
+            oob = PairingConfig.OobConfig(our_context=smp.OobContext(), peer_data=OobSharedData(c=c, r=r),
+                                          legacy_context=smp.OobLegacyContext(tk=tk))
+        config = PairingConfig(sc=sc == "1", mitm=mitm == "1", bonding=True, delegate=delegate, oob=oob)
         device.pairing_config_factory = lambda connection: config
         if mode == "peripheral-private":
             device.le_privacy_enabled = True
             device.le_rpa_timeout = 0  # the script picks the moment it changes
         await device.power_on()
-        if mode in ("peripheral", "peripheral-private", "peripheral-ctkd"):
+        if mode in ("peripheral", "peripheral-private", "peripheral-ctkd", "peripheral-oob"):
             await peripheral(device, private=mode == "peripheral-private")
         elif mode == "central-private":
             await central_private(device, sys.argv[7])

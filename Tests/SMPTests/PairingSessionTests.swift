@@ -157,6 +157,57 @@ let identityR = IdentityKey(irk: Array(17...32), address: BluetoothAddress("00:1
         #expect(run.keypresses[true] == [])
     }
 
+    /// LE Secure Connections OOB (§2.3.5.6.4) with the data handed one way or both:
+    /// no prompt, no confirms, an authenticated key both sides agree on.
+    @Test(arguments: [(true, true), (true, false), (false, true)])
+    func secureConnectionsOOB(initiatorHasResponders: Bool, responderHasInitiators: Bool) throws {
+        let a = try LocalOOBData(address: BluetoothAddress("A1:A2:A3:A4:A5:A6")!, addressType: .random, random: .seeded(5))
+        let b = try LocalOOBData(address: BluetoothAddress("B1:B2:B3:B4:B5:B6")!, addressType: .public, random: .seeded(6))
+        var run = PairingRun(PairingConfiguration(oob: OOBConfiguration(local: a, peer: initiatorHasResponders ? b.shared : nil)),
+                             PairingConfiguration(oob: OOBConfiguration(local: b, peer: responderHasInitiators ? a.shared : nil)))
+        run.run()
+        let i = try #require(run.result(true)), r = try #require(run.result(false))
+        #expect(i.method == .outOfBand && i.security.authenticated && i.security.secureConnections)
+        #expect(i.keys.peerLTK == r.keys.peerLTK)
+        #expect(run.prompts[true] == [] && run.prompts[false] == [])
+        #expect(run.sent.filter { $0.pdu.code == .pairingConfirm }.isEmpty)
+    }
+
+    /// The peer's public key must be the one its OOB confirm commits to: data from
+    /// another key pair fails with Confirm Value Failed.
+    @Test func secureConnectionsOOBDataForAnotherKeyFails() throws {
+        let a = try LocalOOBData(address: BluetoothAddress("A1:A2:A3:A4:A5:A6")!, addressType: .random, random: .seeded(5))
+        let b = try LocalOOBData(address: BluetoothAddress("B1:B2:B3:B4:B5:B6")!, addressType: .public, random: .seeded(6))
+        let stale = try LocalOOBData(address: BluetoothAddress("B1:B2:B3:B4:B5:B6")!, addressType: .public, random: .seeded(7))
+        var run = PairingRun(PairingConfiguration(oob: OOBConfiguration(local: a, peer: stale.shared)),
+                             PairingConfiguration(oob: OOBConfiguration(local: b)))
+        run.run()
+        #expect(run.error(true) == .local(.confirmValueFailed))
+        #expect(run.error(false) == .remote(.confirmValueFailed))
+    }
+
+    /// Legacy OOB: both hold the TK; a different TK fails with Confirm Value Failed;
+    /// only one side with a TK is not OOB (both flags are needed).
+    @Test func legacyOOB() throws {
+        let tk = Array(UInt8(1)...16)
+        var run = PairingRun(PairingConfiguration(mitm: true, secureConnections: false, oob: OOBConfiguration(legacyTemporaryKey: tk)),
+                             PairingConfiguration(secureConnections: false, oob: OOBConfiguration(legacyTemporaryKey: tk)))
+        run.run()
+        let i = try #require(run.result(true))
+        #expect(i.method == .outOfBand && i.security.authenticated && !i.security.secureConnections)
+        #expect(run.prompts[true] == [] && run.prompts[false] == [])
+
+        var wrong = PairingRun(PairingConfiguration(secureConnections: false, oob: OOBConfiguration(legacyTemporaryKey: tk)),
+                               PairingConfiguration(secureConnections: false, oob: OOBConfiguration(legacyTemporaryKey: tk.reversed())))
+        wrong.run()
+        #expect(wrong.error(false) == .local(.confirmValueFailed))
+
+        var oneSided = PairingRun(PairingConfiguration(secureConnections: false, oob: OOBConfiguration(legacyTemporaryKey: tk)),
+                                  PairingConfiguration(secureConnections: false))
+        oneSided.run()
+        #expect(oneSided.result(true)?.method == .justWorks)
+    }
+
     @Test(arguments: [false, true])
     func passkeyEntryWithTheInitiatorDisplaying(secure: Bool) throws {
         var run = PairingRun(PairingConfiguration(ioCapability: .displayOnly, mitm: true, secureConnections: secure),
