@@ -5,8 +5,8 @@
 // kernel asks during pairing (confirm, passkey). Our tests use it to pair our stack
 // with the kernel's SMP; nothing in our stack needs it for its own adapters.
 //
-// One reader thread per instance reads the socket (polling, so `close` ends it within
-// 100 ms); a command's Command Complete or Command Status goes to the caller waiting
+// One reader thread per instance reads the socket (polling, so `close` or dropping the
+// instance ends it within 100 ms); a command's Command Complete or Command Status goes to the caller waiting
 // for that opcode on that index, every other event to `events`.
 
 import Foundation
@@ -75,21 +75,66 @@ public final class KernelManagement: Sendable {
         public static let newIdentityResolvingKey: UInt16 = 0x0018
     }
 
-    private struct State {
-        var replies: [UInt32: CheckedContinuation<[UInt8], any Error>] = [:]
-        var closed = false
+    /// The socket and what the reader thread shares with callers. The thread holds
+    /// this, not the `KernelManagement`, so dropping that closes the socket.
+    private final class Reader: Sendable {
+        struct State {
+            var replies: [UInt32: CheckedContinuation<[UInt8], any Error>] = [:]
+            var closed = false
+        }
+        let fd: Int32
+        let state = Mutex(State())
+        let dropped = Atomic<Int>(0)
+        let continuation: AsyncStream<Event>.Continuation
+
+        init(fd: Int32, continuation: AsyncStream<Event>.Continuation) {
+            self.fd = fd
+            self.continuation = continuation
+        }
+
+        func run() {
+            var buffer = [UInt8](repeating: 0, count: 1024)
+            while !state.withLock({ $0.closed }) {
+                var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&p, 1, 100) > 0 else { continue }
+                let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) { break }
+                guard n >= 6 else { continue }
+                var r = ByteReader(Array(buffer[0..<n]))
+                guard let code = try? r.readUInt16("opcode"), let index = try? r.readUInt16("index"),
+                      let length = try? r.readUInt16("length"), let parameters = try? r.readBytes(Int(length), "parameters") else { continue }
+                if code == EventCode.commandComplete || code == EventCode.commandStatus {
+                    var p = ByteReader(parameters)
+                    guard let opcode = try? p.readUInt16("opcode"), let status = try? p.readUInt8("status") else { continue }
+                    let waiter = state.withLock { $0.replies.removeValue(forKey: KernelManagement.key(opcode, index)) }
+                    if status != 0 {
+                        waiter?.resume(throwing: ManagementError(opcode: opcode, status: status))
+                    } else {
+                        waiter?.resume(returning: code == EventCode.commandComplete ? Array(parameters.dropFirst(3)) : [])
+                    }
+                } else if case .dropped = continuation.yield(Event(code: code, index: index, parameters: parameters)) {
+                    dropped.add(1, ordering: .relaxed)
+                }
+            }
+            let waiters = state.withLock { s in
+                s.closed = true
+                defer { s.replies.removeAll() }
+                return Array(s.replies.values)
+            }
+            for w in waiters { w.resume(throwing: ManagementError(opcode: 0, status: 0x0e)) }
+            continuation.finish()
+            Glibc.close(fd)
+        }
     }
-    private let fd: Int32
-    private let state = Mutex(State())
-    private let dropped = Atomic<Int>(0)
-    private let continuation: AsyncStream<Event>.Continuation
+    private let reader: Reader
 
     /// Every event that is not a command's reply, in order. Buffers the oldest 256 not
     /// yet read; later ones are dropped and counted in `droppedEvents`.
     public let events: AsyncStream<Event>
-    public var droppedEvents: Int { dropped.load(ordering: .relaxed) }
+    public var droppedEvents: Int { reader.dropped.load(ordering: .relaxed) }
 
-    /// Opens the control channel (needs CAP_NET_ADMIN for most commands).
+    /// Opens the control channel (needs CAP_NET_ADMIN for most commands). `close()`,
+    /// or dropping the value, closes it.
     public init() throws {
         let fd = cbluez_hci_socket()
         guard fd >= 0 else { throw BlueZError(operation: "socket(AF_BLUETOOTH, BTPROTO_HCI)", errno: errno) }
@@ -98,58 +143,29 @@ public final class KernelManagement: Sendable {
             Glibc.close(fd)
             throw BlueZError(operation: "binding the management channel (HCI_CHANNEL_CONTROL)", errno: e)
         }
-        self.fd = fd
-        (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingOldest(256))
-        let reader = Thread { [self] in readLoop() }
-        reader.name = "mgmt-read"
-        reader.start()
+        let (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingOldest(256))
+        self.events = events
+        let reader = Reader(fd: fd, continuation: continuation)
+        self.reader = reader
+        let thread = Thread { reader.run() }
+        thread.name = "mgmt-read"
+        thread.start()
     }
 
-    private static func key(_ opcode: UInt16, _ index: UInt16) -> UInt32 { UInt32(opcode) << 16 | UInt32(index) }
-
-    private func readLoop() {
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        while !state.withLock({ $0.closed }) {
-            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&p, 1, 100) > 0 else { continue }
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            guard n >= 6 else { if n < 0 && errno != EINTR && errno != EAGAIN { break }; continue }
-            var r = ByteReader(Array(buffer[0..<n]))
-            guard let code = try? r.readUInt16("opcode"), let index = try? r.readUInt16("index"),
-                  let length = try? r.readUInt16("length"), let parameters = try? r.readBytes(Int(length), "parameters") else { continue }
-            if code == EventCode.commandComplete || code == EventCode.commandStatus {
-                var p = ByteReader(parameters)
-                guard let opcode = try? p.readUInt16("opcode"), let status = try? p.readUInt8("status") else { continue }
-                let waiter = state.withLock { $0.replies.removeValue(forKey: Self.key(opcode, index)) }
-                if status == 0, code == EventCode.commandComplete {
-                    waiter?.resume(returning: Array(parameters.dropFirst(3)))
-                } else if status == 0 {
-                    waiter?.resume(returning: [])
-                } else {
-                    waiter?.resume(throwing: ManagementError(opcode: opcode, status: status))
-                }
-            } else if case .dropped = continuation.yield(Event(code: code, index: index, parameters: parameters)) {
-                dropped.add(1, ordering: .relaxed)
-            }
-        }
-        let waiters = state.withLock { s in defer { s.replies.removeAll() }; return Array(s.replies.values) }
-        for w in waiters { w.resume(throwing: ManagementError(opcode: 0, status: 0x0e)) }
-        continuation.finish()
-        Glibc.close(fd)
-    }
+    fileprivate static func key(_ opcode: UInt16, _ index: UInt16) -> UInt32 { UInt32(opcode) << 16 | UInt32(index) }
 
     /// Sends a command to adapter `index` and returns its reply's parameters; throws
     /// `ManagementError` with the kernel's status, or after `timeout` without a reply.
     @discardableResult
     public func command(_ opcode: UInt16, index: UInt16, _ parameters: [UInt8] = [], timeout: Duration = .seconds(5)) async throws -> [UInt8] {
-        let key = Self.key(opcode, index)
-        let deadline = Task { [self] in
+        let key = Self.key(opcode, index), reader = self.reader
+        let deadline = Task {
             try await Task.sleep(for: timeout)
-            state.withLock { $0.replies.removeValue(forKey: key) }?.resume(throwing: ManagementError(opcode: opcode, status: 0x08))
+            reader.state.withLock { $0.replies.removeValue(forKey: key) }?.resume(throwing: ManagementError(opcode: opcode, status: 0x08))
         }
         defer { deadline.cancel() }
         return try await withCheckedThrowingContinuation { c in
-            let busy = state.withLock { s -> Bool in
+            let busy = reader.state.withLock { s -> Bool in
                 if s.closed || s.replies[key] != nil { return true }
                 s.replies[key] = c
                 return false
@@ -158,17 +174,17 @@ public final class KernelManagement: Sendable {
             var w = ByteWriter()
             w.write(opcode); w.write(index); w.write(UInt16(parameters.count)); w.write(contentsOf: parameters)
             let packet = w.bytes
-            let n = packet.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            let n = packet.withUnsafeBytes { Glibc.write(reader.fd, $0.baseAddress, $0.count) }
             if n != packet.count {
-                state.withLock { $0.replies.removeValue(forKey: key) }?.resume(throwing: BlueZError(operation: "writing a management command", errno: errno))
+                reader.state.withLock { $0.replies.removeValue(forKey: key) }?.resume(throwing: BlueZError(operation: "writing a management command", errno: errno))
             }
         }
     }
 
     /// Ends the reader thread (within 100 ms) and releases the socket; `events` finishes.
-    public func close() { state.withLock { $0.closed = true } }
+    public func close() { reader.state.withLock { $0.closed = true } }
 
-    deinit { state.withLock { $0.closed = true } }
+    deinit { close() }
 
     // MARK: The commands the pairing tests use
 
