@@ -1,7 +1,8 @@
 // libFuzzer target: two pairing sessions (`PairingSession`, initiator and responder)
 // wired back to back, with the input steering what happens to each PDU in flight
 // and to the prompts. The first bytes choose both sides' configurations (IO
-// capabilities, SC, MITM, key sizes, keys); then per PDU one op byte: deliver,
+// capabilities, SC, MITM, key sizes, keys, OOB data either way, a legacy TK,
+// keypress notifications, link key derivation); then per PDU one op byte: deliver,
 // deliver with one byte changed (position, xor), drop it, deliver it to its sender,
 // inject a PDU of the input's bytes, answer a pending prompt (value bytes), fail
 // encryption, time out a side. Nothing may trap; each side ends at most once and
@@ -19,19 +20,26 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         return Array(bytes[i..<end])
     }
     func byte() -> UInt8 { take(1).first ?? 0 }
-    func config() -> PairingConfiguration {
-        let b = take(3) + [0, 0, 0]
+    // OOB data for each side, made once (a P-256 key pair each).
+    let oob = [try? LocalOOBData(address: .zero, addressType: .random, random: .seeded(11)),
+               try? LocalOOBData(address: .zero, addressType: .public, random: .seeded(12))]
+    func config(_ side: Int) -> PairingConfiguration {
+        let b = take(4) + [0, 0, 0, 0]
+        let extra = b[3]
+        let out = OOBConfiguration(local: extra & 4 != 0 ? oob[side] : nil, peer: extra & 8 != 0 ? oob[1 - side]?.shared : nil,
+                                   legacyTemporaryKey: extra & 16 != 0 ? Array(repeating: extra, count: 16) : nil)
         return PairingConfiguration(
             ioCapability: IOCapability(rawValue: b[0] % 6), bonding: b[1] & 1 != 0, mitm: b[1] & 2 != 0,
             secureConnections: b[1] & 4 != 0, secureConnectionsOnly: b[1] & 8 != 0, maximumKeySize: 7 + b[2] % 10,
             minimumKeySize: 7 + (b[2] >> 4) % 10, confirmJustWorks: b[1] & 16 != 0,
             keys: KeyDistribution(rawValue: b[1] >> 5),
-            identity: b[1] & 0x80 != 0 ? IdentityKey(irk: Array(repeating: 1, count: 16), address: .zero, addressType: .public) : nil)
+            identity: b[1] & 0x80 != 0 ? IdentityKey(irk: Array(repeating: 1, count: 16), address: .zero, addressType: .public) : nil,
+            deriveLinkKey: extra & 1 != 0, keypressNotifications: extra & 2 != 0, oob: extra & 28 != 0 ? out : nil)
     }
     let addresses = PairingAddresses(initiator: .zero, initiatorType: .random, responder: .zero, responderType: .public)
     var sides = [
-        PairingSession(initiator: true, configuration: config(), addresses: addresses, random: .seeded(1)),
-        PairingSession(initiator: false, configuration: config(), addresses: addresses, random: .seeded(2)),
+        PairingSession(initiator: true, configuration: config(0), addresses: addresses, random: .seeded(1)),
+        PairingSession(initiator: false, configuration: config(1), addresses: addresses, random: .seeded(2)),
     ]
     var ended = [false, false]
     var results: [PairingResult?] = [nil, nil]
