@@ -31,7 +31,7 @@ snoop="$snoop Sources/SMP/SMPPDU.swift"
 # The SMP pairing session needs the security toolbox: BLECrypto and swift-crypto come
 # from the debug build (`swift build`), linked uninstrumented; the SMP sources that do
 # no I/O join the module (their `import HCI` refers to it).
-smp="Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift Sources/SMP/OOB.swift"
+smp="Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift Sources/SMP/PairingConfiguration.swift Sources/SMP/OOB.swift"
 debug=$(swift build --show-bin-path 2>/dev/null || echo .build/debug)
 crypto_objects() {
   find "$debug"/{BLECrypto,Crypto,_CryptoExtras,CCryptoBoringSSL,CCryptoBoringSSLShims,CryptoBoringWrapper,SwiftASN1}.build -name '*.o' 2>/dev/null

@@ -471,16 +471,17 @@ public actor SecurityManager {
     /// entered or erased, or the entry cleared (when both sides asked for keypress
     /// notifications; otherwise nothing is sent).
     public func keypress(_ type: KeypressType, handle: UInt16) {
-        guard var link = links[handle], var session = link.session else { return }
-        let actions = session.keypress(type)
-        link.session = session
-        links[handle] = link
-        perform(actions, handle: handle)
+        drive(handle) { $0.keypress(type) }
     }
 
     func answered(_ answer: PairingAnswer, handle: UInt16) {
+        drive(handle) { $0.answer(answer) }
+    }
+
+    /// Runs `step` on link `handle`'s pairing session, keeps the session, performs its actions.
+    private func drive(_ handle: UInt16, _ step: (inout PairingSession) -> [PairingAction]) {
         guard var link = links[handle], var session = link.session else { return }
-        let actions = session.answer(answer)
+        let actions = step(&session)
         link.session = session
         links[handle] = link
         perform(actions, handle: handle)

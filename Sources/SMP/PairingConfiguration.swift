@@ -1,0 +1,89 @@
+// What our side announces and accepts in pairing (Vol 3, Part H, §3.5.1): IO
+// capability, AuthReq flags, key sizes, keys, and the data some methods need (a
+// fixed passkey, OOB data).
+
+import HCI
+
+/// Local pairing policy: what we announce in Pairing Request/Response.
+public struct PairingConfiguration: Hashable, Sendable {
+    public var ioCapability: IOCapability
+    public var bonding: Bool
+    /// Ask for MITM protection (and refuse a pairing that cannot give it).
+    public var mitm: Bool
+    public var secureConnections: Bool
+    /// Refuse LE legacy pairing (Secure Connections Only mode).
+    public var secureConnectionsOnly: Bool
+    public var maximumKeySize: UInt8
+    /// The smallest key size accepted (7...16).
+    public var minimumKeySize: UInt8
+    /// Ask the user to accept a Just Works pairing (`.confirmPairing`); when false,
+    /// Just Works proceeds without a prompt.
+    public var confirmJustWorks: Bool
+    /// The keys we distribute and ask for (always within IRK, CSRK and legacy LTK).
+    public var keys: KeyDistribution
+    /// Our identity, distributed when the peer asks for identity keys.
+    public var identity: IdentityKey?
+    /// A fixed passkey to display instead of a random one (what a headless device
+    /// with a printed code does; BlueZ and Bumble offer the same). A fixed passkey
+    /// that leaks loses the MITM protection: prefer a random one.
+    public var passkey: UInt32?
+    /// Cross-transport key derivation (§2.4.2.4): ask for the BR/EDR link key to be
+    /// derived from a Secure Connections LTK (LinkKey in both key distribution fields)
+    /// and offer h7 (CT2). When both sides agree, `PairingKeys.linkKey` holds it, for a
+    /// dual-mode controller's BR/EDR side; this stack is LE-only and does not use it.
+    public var deriveLinkKey: Bool
+    /// Keypress notifications (§2.3.5.1): set the Keypress flag; when both sides set it
+    /// and we type the passkey, Passkey Entry Started goes out with the prompt, Passkey
+    /// Entry Completed with the answer, and `SecurityManager.keypress(_:handle:)` sends
+    /// the digits entered, erased and cleared between them. The peer's arrive as
+    /// `SecurityEvent.keypress`.
+    public var keypressNotifications: Bool
+    /// Out-of-band data (§2.3.5.6.4, §2.3.5.5): what we handed the peer and what it
+    /// handed us over another channel. With it the OOB data flag is set and, when the
+    /// spec's rules pick OOB, pairing uses it (authenticated, no prompt).
+    public var oob: OOBConfiguration?
+
+    public init(ioCapability: IOCapability = .noInputNoOutput, bonding: Bool = true, mitm: Bool = false,
+                secureConnections: Bool = true, secureConnectionsOnly: Bool = false, maximumKeySize: UInt8 = 16,
+                minimumKeySize: UInt8 = 7, confirmJustWorks: Bool = false, keys: KeyDistribution = [.encryptionKey, .identityKey],
+                identity: IdentityKey? = nil, passkey: UInt32? = nil, deriveLinkKey: Bool = false, keypressNotifications: Bool = false,
+                oob: OOBConfiguration? = nil) {
+        self.ioCapability = ioCapability
+        self.bonding = bonding
+        self.mitm = mitm
+        self.secureConnections = secureConnections
+        self.secureConnectionsOnly = secureConnectionsOnly
+        self.maximumKeySize = maximumKeySize
+        self.minimumKeySize = minimumKeySize
+        self.confirmJustWorks = confirmJustWorks
+        self.keys = keys
+        self.identity = identity
+        self.passkey = passkey.map { $0 % 1_000_000 }
+        self.deriveLinkKey = deriveLinkKey
+        self.keypressNotifications = keypressNotifications
+        self.oob = oob
+    }
+
+    /// The OOB data flag we send: for Secure Connections, whether we hold the peer's
+    /// data; for legacy-only pairing, whether we hold a TK.
+    var oobDataPresent: Bool {
+        guard let oob else { return false }
+        return oob.peer != nil || (!secureConnections && !secureConnectionsOnly && oob.legacyTemporaryKey != nil)
+    }
+
+    var authentication: AuthenticationRequirements {
+        var a: AuthenticationRequirements = []
+        if bonding { a.insert(.bonding) }
+        if mitm { a.insert(.mitm) }
+        if secureConnections || secureConnectionsOnly { a.insert(.secureConnections) }
+        if deriveLinkKey { a.insert(.ct2) }
+        if keypressNotifications { a.insert(.keypress) }
+        return a
+    }
+
+    var distributable: KeyDistribution {
+        var k = keys.intersection(.all)
+        if identity == nil { k.remove(.identityKey) }
+        return k
+    }
+}
