@@ -37,6 +37,7 @@ extension BluetoothHost {
             let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), localRxMTU: attMTU, logger: logger)
             let server = self.server, handle = c.handle
             await server.attach(bearer, connection: handle, readsBearer: false)
+            await applySigningKey(handle)
             let client = GATTClient(bearer: bearer, server: server.handler(connection: handle))
             await client.start()
             clients[conn.id] = client
@@ -106,14 +107,26 @@ extension BluetoothHost {
             // A layout discovered before the link was encrypted with the bond's key is stored now.
             if state.encrypted && state.bonded, let remote = remotes[conn.id] { owe { await remote.storeServices() } }
         case let .paired(handle, _, result) where result.bonding:
-            // Subscriptions made before the pairing, and the peer's GATT layout, are kept with the new bond.
+            // Subscriptions made before the pairing, and the peer's GATT layout, are kept with
+            // the new bond; the CSRK it distributed verifies its signed writes from now on.
             await saveClientConfigurations(handle)
+            await applySigningKey(handle)
             if let conn = active[handle], let remote = remotes[conn.id] { owe { await remote.storeServices() } }
         case .bonded:
             bondsChanged()
         default:
             break
         }
+    }
+
+    /// Gives the local server the CSRK and last SignCounter of `handle`'s bonded peer,
+    /// so its Signed Write Commands verify (none: they are ignored).
+    func applySigningKey(_ handle: UInt16) async {
+        let key = await security.peerSigningKey(handle: handle).map {
+            SigningKey(csrk: $0.csrk, counter: $0.counter,
+                       security: LinkSecurity(encrypted: true, authenticated: $0.security.authenticated, keySize: $0.security.keySize))
+        }
+        await server.setSigningKey(key, connection: handle)
     }
 
     /// Stores what the client on `handle` has set in our CCCDs with its bond, if it has one.

@@ -477,6 +477,8 @@ extension BluetoothHost {
             await saveClientConfigurations(conn)
         case let .securityNeeded(conn, code):
             securityNeeded(connection: conn, code)
+        case let .signCounter(conn, counter):
+            await security.savePeerSignCounter(counter, handle: conn)
         case .connected, .disconnected:
             break
         }

@@ -315,6 +315,29 @@ public actor RemotePeripheral {
         }
     }
 
+    /// Writes a value as a Signed Write Command (Vol 3, Part G, §4.9.2), for a
+    /// characteristic with the Authenticated Signed Writes property on a bonded peer
+    /// that took our CSRK (pair with `KeyDistribution.signingKey`). Each write uses the
+    /// next SignCounter, stored with the bond before it goes out. On an encrypted link it
+    /// goes as a plain Write Command, as §4.9.2 asks. At most ATT_MTU - 15 bytes; returns
+    /// once the controller has room for it. Throws `SecurityError.noSigningKey` without
+    /// a key to sign with.
+    public func writeSigned(_ value: [UInt8], to c: RemoteCharacteristic) async throws {
+        let security = host.security, handle = connection.handle
+        guard !(await security.security(handle: handle).encrypted) else {
+            try await write(value, to: c, withResponse: false)
+            return
+        }
+        try await run {
+            let limit = await client.bearer.mtu - 15
+            guard value.count <= limit else { throw BLEError.notSupported("a Signed Write Command carries at most \(limit) bytes (ATT_MTU - 15)") }
+            let key = try await security.nextSignature(handle: handle)
+            try await client.writeSigned(c.valueHandle, value: value, csrk: key.csrk, counter: key.counter)
+            await client.bearer.drain()
+            if !(await host.isActive(connection.id)) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        }
+    }
+
     // MARK: FA13
 
     /// Subscribes (notifications if the characteristic has them, else indications;

@@ -72,6 +72,34 @@ public enum SecurityToolbox {
     }
 
     static func xor(_ a: [UInt8], _ b: [UInt8]) -> [UInt8] { zip(a, b).map { $0 ^ $1 } }
+
+    /// The length of the Authentication Signature an ATT Signed Write Command ends with.
+    public static let signatureLength = 12
+
+    /// Data signing (§2.4.5 and Vol 3, Part C, §10.4.1): the 12-octet Authentication
+    /// Signature of `message` (the PDU bytes it covers: opcode, handle, value), as it
+    /// goes on the air: SignCounter (4 octets) then the 64 most significant bits of
+    /// AES-CMAC_CSRK(message || SignCounter), both least significant octet first.
+    /// Unlike the rest of the toolbox, the CSRK and the message are in PDU order (least
+    /// significant first), as SMP distributes the key and ATT carries the message.
+    public static func signature(csrk: [UInt8], message: [UInt8], counter: UInt32) throws -> [UInt8] {
+        let count = (0..<4).map { UInt8(truncatingIfNeeded: counter >> (8 * $0)) }
+        let mac = try BLECrypto.cmac(key: csrk.reversed(), (message + count).reversed())
+        return count + mac[..<8].reversed()
+    }
+
+    /// Verifies a signed PDU (`message` followed by its 12-octet signature) under `csrk`;
+    /// returns the SignCounter it carries when the signature holds, nil otherwise (too
+    /// short, or a signature that does not verify). The comparison takes the same time
+    /// wherever the first difference is.
+    public static func verifySignature(csrk: [UInt8], signedMessage: [UInt8]) -> UInt32? {
+        guard signedMessage.count >= signatureLength else { return nil }
+        let split = signedMessage.count - signatureLength
+        let sent = signedMessage[split...]
+        let counter = sent.prefix(4).reversed().reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        guard let expected = try? signature(csrk: csrk, message: Array(signedMessage[..<split]), counter: counter) else { return nil }
+        return zip(expected, sent).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0 ? counter : nil
+    }
 }
 
 /// A P-256 key pair for LE Secure Connections (§2.3.5.6.1).

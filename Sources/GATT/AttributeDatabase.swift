@@ -54,7 +54,7 @@ public struct GATTCharacteristic: Hashable, Sendable {
         self.properties = properties
         var p: AttributePermissions = []
         if properties.contains(.read) { p.insert(.read) }
-        if !properties.isDisjoint(with: [.write, .writeWithoutResponse]) { p.insert(.write) }
+        if !properties.isDisjoint(with: [.write, .writeWithoutResponse, .authenticatedSignedWrites]) { p.insert(.write) }
         self.permissions = permissions ?? p
         self.value = value
         self.maximumLength = maximumLength

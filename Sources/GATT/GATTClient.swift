@@ -5,6 +5,7 @@
 // them (`run(_:)`), routes notifications and indications, and does the writes.
 
 import ATT
+import BLECrypto
 import HCI
 import NIOCore
 
@@ -312,6 +313,19 @@ public actor GATTClient {
 
     public func writeWithoutResponse(_ handle: UInt16, value: [UInt8]) async throws {
         do { try await bearer.sendUnacknowledged(.writeCommand(handle: handle, value: value)) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
+    }
+
+    /// Signed Write Without Response (§4.9.2): a Signed Write Command whose signature is
+    /// made with `csrk` (the key we distributed to the server when bonding, least
+    /// significant octet first) and `counter`, which the caller never uses twice with
+    /// that key. At most ATT_MTU - 15 octets. On an encrypted link §4.9.2 asks for a
+    /// plain Write Command instead; that choice is the caller's.
+    public func writeSigned(_ handle: UInt16, value: [UInt8], csrk: [UInt8], counter: UInt32) async throws {
+        let limit = await bearer.mtu - 3 - SecurityToolbox.signatureLength
+        guard value.count <= limit else { throw GATTClientError.valueTooLong(length: value.count, limit: limit) }
+        let message = [ATTOpcode.signedWriteCommand.rawValue, UInt8(truncatingIfNeeded: handle), UInt8(truncatingIfNeeded: handle >> 8)] + value
+        let signature = try SecurityToolbox.signature(csrk: csrk, message: message, counter: counter)
+        do { try await bearer.sendUnacknowledged(.signedWriteCommand(handle: handle, value: value, signature: signature)) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
     }
 
     /// Write Characteristic Value, or Write Long Characteristic Values when it does not fit one PDU.

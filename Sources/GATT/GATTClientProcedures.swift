@@ -78,6 +78,8 @@ public enum GATTClientError: Error, Hashable, Sendable, CustomStringConvertible 
     case malformedEntry(ATTOpcode, handle: UInt16, reason: String)
     /// The response is longer than ATT_MTU allows.
     case responseExceedsMTU(ATTOpcode, length: Int, mtu: Int)
+    /// A value longer than the PDU can carry (a Signed Write Command: ATT_MTU - 15).
+    case valueTooLong(length: Int, limit: Int)
 
     public var description: String {
         switch self {
@@ -91,6 +93,7 @@ public enum GATTClientError: Error, Hashable, Sendable, CustomStringConvertible 
         case let .handlesNotIncreasing(op, p, h): return "the server's \(op) lists handle 0x\(hex4(h)) after 0x\(hex4(p)); handles must increase"
         case let .malformedEntry(op, h, why): return "the server's \(op) entry at 0x\(hex4(h)) is malformed: \(why)"
         case let .responseExceedsMTU(op, n, mtu): return "the server's \(op) is \(n) bytes; ATT_MTU is \(mtu)"
+        case let .valueTooLong(n, limit): return "a \(n)-byte value does not fit; at most \(limit) bytes"
         }
     }
 }

@@ -19,6 +19,9 @@ public actor GATTServer {
         /// Encryption or Encryption Key Size): a peripheral answers with a Security
         /// Request (Vol 3, Part H, §2.4.6).
         case securityNeeded(connection: UInt16, ATTErrorCode)
+        /// A Signed Write Command verified with the connection's `SigningKey`: its
+        /// SignCounter, to keep with the client's bond (the next must be greater).
+        case signCounter(connection: UInt16, counter: UInt32)
     }
 
     /// The event loop the server runs on: the controller's, so serving a request on one
@@ -277,7 +280,7 @@ public actor GATTServer {
             let mtu = bearer.assumeIsolated { $0.mtu }
             let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
             if let response { bearer.assumeIsolated { $0.respond(response) } }
-            report(effects, response: response, connection: connection)
+            report(effects, response: response, connection: connection, pdu: pdu)
         case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
         case .indication:
@@ -294,7 +297,11 @@ public actor GATTServer {
         }
     }
 
-    private func report(_ effects: [GATTServerState.Effect], response: ATTPDU?, connection: UInt16) {
+    private func report(_ effects: [GATTServerState.Effect], response: ATTPDU?, connection: UInt16, pdu: ATTPDU? = nil) {
+        if case let .signedWriteCommand(h, _, _)? = pdu, effects.isEmpty {
+            logger.debug("signed write ignored: no signing key, a signature that does not verify, or a replayed counter",
+                         metadata: ["ble.handle": "\(connection)", "att.handle": "\(h)"])
+        }
         if case let .errorResponse(_, _, code)? = response,
            [ATTErrorCode.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(code) {
             continuation.yield(.securityNeeded(connection: connection, code))
@@ -303,6 +310,7 @@ public actor GATTServer {
             switch e {
             case let .written(h, v, c): continuation.yield(.written(handle: h, value: v, connection: c))
             case let .subscription(h, c, n, i): continuation.yield(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
+            case let .signCounter(c, counter): continuation.yield(.signCounter(connection: c, counter: counter))
             }
         }
     }
@@ -321,7 +329,7 @@ public actor GATTServer {
             let mtu = await bearer.mtu
             let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
             if let response { await bearer.respond(response) }
-            report(effects, response: response, connection: connection)
+            report(effects, response: response, connection: connection, pdu: pdu)
         case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
         case .indication:
@@ -335,6 +343,13 @@ public actor GATTServer {
     public func setSecurity(_ s: LinkSecurity, connection handle: UInt16) {
         guard bearers[handle] != nil else { return }
         security[handle] = s
+    }
+
+    /// The key `connection`'s Signed Write Commands are verified with: its bonded
+    /// client's CSRK and last SignCounter (nil: they are ignored).
+    public func setSigningKey(_ key: SigningKey?, connection handle: UInt16) {
+        guard bearers[handle] != nil else { return }
+        state.setSigningKey(key, connection: handle)
     }
 
     /// The CCCD values `connection` has set (by CCCD handle, zeros left out).

@@ -5,6 +5,7 @@
 // code and handle the specification names) plus the effects the owner acts on.
 
 import ATT
+import BLECrypto
 import HCI
 
 /// What the link has achieved, for permission checks (§3.2.5).
@@ -22,12 +23,35 @@ public struct LinkSecurity: Hashable, Sendable {
     }
 }
 
+/// A bonded client's Connection Signature Resolving Key (Vol 3, Part H, §2.4.5): what
+/// its Signed Write Commands are verified with (Vol 3, Part C, §10.4.2).
+public struct SigningKey: Hashable, Sendable {
+    /// The CSRK the client distributed, 16 octets least significant first.
+    public var csrk: [UInt8]
+    /// The last SignCounter accepted from the client (kept with the bond); a signed
+    /// write must carry a greater one, so none can be replayed. Nil: none yet.
+    public var counter: UInt32?
+    /// What a verified signature proves, for permission checks: the security of the
+    /// pairing that distributed the key (data signing is LE security mode 2: level 2
+    /// when that pairing was authenticated, level 1 otherwise).
+    public var security: LinkSecurity
+
+    public init(csrk: [UInt8], counter: UInt32? = nil, security: LinkSecurity) {
+        self.csrk = csrk
+        self.counter = counter
+        self.security = security
+    }
+}
+
 public struct GATTServerState: Sendable {
     public enum Effect: Hashable, Sendable {
         /// A client wrote a characteristic value or descriptor (not a CCCD).
         case written(handle: UInt16, value: [UInt8], connection: UInt16)
         /// A client changed its Client Characteristic Configuration for `valueHandle`.
         case subscription(valueHandle: UInt16, connection: UInt16, notify: Bool, indicate: Bool)
+        /// A Signed Write Command from `connection` verified with its `SigningKey`, whose
+        /// counter is now `counter`: the owner keeps it with the client's bond.
+        case signCounter(connection: UInt16, counter: UInt32)
     }
 
     public var database: AttributeDatabase
@@ -42,6 +66,8 @@ public struct GATTServerState: Sendable {
     private var clientFeatures: [UInt16: UInt8] = [:]
     /// Connections with robust caching that have not seen the latest change (§2.5.2.1).
     private var changeUnaware: Set<UInt16> = []
+    /// The signing key of each connection whose client is bonded with one.
+    private var signing: [UInt16: SigningKey] = [:]
 
     public init(database: AttributeDatabase = AttributeDatabase(), prepareQueueLimit: Int = 64) {
         self.database = database
@@ -90,7 +116,14 @@ public struct GATTServerState: Sendable {
         prepared[connection] = nil
         clientFeatures[connection] = nil
         changeUnaware.remove(connection)
+        signing[connection] = nil
     }
+
+    /// The key `connection`'s Signed Write Commands are verified with (its bond's CSRK
+    /// and last SignCounter); nil: they are ignored.
+    public mutating func setSigningKey(_ key: SigningKey?, connection: UInt16) { signing[connection] = key }
+
+    public func signingKey(connection: UInt16) -> SigningKey? { signing[connection] }
 
     /// The database changed: every connection with robust caching becomes change-unaware.
     public mutating func databaseChanged() {
@@ -236,8 +269,8 @@ public struct GATTServerState: Sendable {
             guard writeDenied(h, v.count, offset: 0, security) == nil,
                   case .characteristicValue(let p)? = database.attribute(h)?.role, p.contains(.writeWithoutResponse) else { return (nil, []) }
             return (nil, write(h, v, connection: connection))
-        case .signedWriteCommand:
-            return (nil, [])  // needs a CSRK from bonding; ignored as §3.4.5.4 allows when not verified
+        case let .signedWriteCommand(h, v, signature):
+            return signedWrite(h, v, signature: signature, connection: connection, security: security)
         case let .prepareWriteRequest(h, offset, v):
             guard database.attribute(h) != nil else { return error(.invalidHandle, h) }
             if let code = writeDenied(h, 0, offset: 0, security) { return error(code, h) }
@@ -268,6 +301,31 @@ public struct GATTServerState: Sendable {
             if pdu.opcode.kind == .request { return error(.requestNotSupported, 0) }
             return (nil, [])
         }
+    }
+
+    /// A Signed Write Command (§3.4.5.4; Vol 3, Part C, §10.4.2): verified with the
+    /// connection's CSRK, its SignCounter above the last one accepted, then written as a
+    /// Write Command to a characteristic with the Authenticated Signed Writes property,
+    /// the permissions judged by what the signature proves (or the link's encryption,
+    /// when it proves more). Anything else is ignored: a command has no error response.
+    private mutating func signedWrite(_ h: UInt16, _ v: [UInt8], signature: [UInt8], connection: UInt16, security: LinkSecurity) -> (response: ATTPDU?, effects: [Effect]) {
+        let message = [ATTOpcode.signedWriteCommand.rawValue, UInt8(truncatingIfNeeded: h), UInt8(truncatingIfNeeded: h >> 8)] + v + signature
+        guard var key = signing[connection],
+              let counter = SecurityToolbox.verifySignature(csrk: key.csrk, signedMessage: message),
+              key.counter.map({ counter > $0 }) ?? true else { return (nil, []) }
+        key.counter = counter
+        signing[connection] = key
+        var proven = key.security
+        proven.encrypted = true
+        proven.authorized = security.authorized
+        if security.encrypted {
+            proven.authenticated = proven.authenticated || security.authenticated
+            proven.keySize = Swift.max(proven.keySize, security.keySize)
+        }
+        let consumed = Effect.signCounter(connection: connection, counter: counter)
+        guard writeDenied(h, v.count, offset: 0, proven) == nil,
+              case .characteristicValue(let p)? = database.attribute(h)?.role, p.contains(.authenticatedSignedWrites) else { return (nil, [consumed]) }
+        return (nil, [consumed] + write(h, v, connection: connection))
     }
 
     private func value(of a: Attribute, connection: UInt16) -> [UInt8] {

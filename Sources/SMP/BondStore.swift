@@ -21,6 +21,12 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
     /// Other addresses the peer bonded from (a static random address next to the
     /// public identity it distributed); its private addresses resolve through the IRK.
     public var linkAddresses: [LinkAddress]
+    /// Data signing (Vol 3, Part H, §2.4.5): the last SignCounter we signed a write to
+    /// this peer with, under our CSRK (`keys.localCSRK`); nil before the first.
+    public var signCounter: UInt32?
+    /// The last SignCounter accepted from this peer under its CSRK (`keys.peerCSRK`);
+    /// a signed write must carry a greater one. Nil before the first.
+    public var peerSignCounter: UInt32?
 
     public struct LinkAddress: Hashable, Sendable, Codable {
         public var address: BluetoothAddress

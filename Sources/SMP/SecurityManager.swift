@@ -47,6 +47,9 @@ public enum SecurityError: Error, Hashable, Sendable, CustomStringConvertible {
     case insufficient(got: LinkSecurityState, wanted: SecurityLevel)
     /// SMP timed out on this link earlier; no more SMP until it reconnects (§3.4).
     case smpDisabled
+    /// No bond with this peer holds a CSRK we distributed, so we cannot sign (pair with
+    /// `KeyDistribution.signingKey`), or its SignCounter is spent: pair again.
+    case noSigningKey
 
     public var description: String {
         switch self {
@@ -54,6 +57,7 @@ public enum SecurityError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .notConnected(h): return "no connection 0x\(String(h, radix: 16))"
         case let .insufficient(got, wanted): return "got \(got), wanted \(wanted)"
         case .smpDisabled: return "SMP disabled on this link after a timeout"
+        case .noSigningKey: return "no signing key (CSRK) we distributed is bonded with this peer"
         }
     }
 }
@@ -221,6 +225,53 @@ public actor SecurityManager {
     public func cachedDatabase(handle: UInt16) -> CachedDatabase? {
         guard let link = links[handle] else { return nil }
         return store.bond(for: link.connection.peer, type: link.connection.peerType)?.database
+    }
+
+    // MARK: Data signing (§2.4.5; Vol 3, Part C, §10.4)
+
+    /// The bond of the peer on link `handle` by its address (identity, link address or a
+    /// private address its IRK resolves), encrypted or not: data signing is for links
+    /// that are not encrypted, and a signature proves who signed.
+    func signingBond(handle: UInt16) -> Bond? {
+        guard let link = links[handle] else { return nil }
+        return store.bond(for: link.connection.peer, type: link.connection.peerType)
+    }
+
+    /// The peer's signing key on link `handle`, when its bond holds one: its CSRK, the
+    /// last SignCounter accepted from it, and the security of the pairing that
+    /// distributed it (what a verified signature proves).
+    public func peerSigningKey(handle: UInt16) -> (csrk: [UInt8], counter: UInt32?, security: LinkSecurityState)? {
+        guard let bond = signingBond(handle: handle), let csrk = bond.keys.peerCSRK else { return nil }
+        return (csrk, bond.peerSignCounter, bond.security ?? LinkSecurityState(encrypted: true, keySize: 16, bonded: true))
+    }
+
+    /// Keeps the SignCounter of a signed write verified on link `handle` with the
+    /// peer's bond; only ever raised.
+    public func savePeerSignCounter(_ counter: UInt32, handle: UInt16) {
+        guard var bond = signingBond(handle: handle), bond.keys.peerCSRK != nil, bond.peerSignCounter.map({ counter > $0 }) ?? true else { return }
+        bond.peerSignCounter = counter
+        do { try store.save(bond) } catch {
+            logger.error("sign counter not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
+        }
+    }
+
+    /// Our CSRK toward the peer on link `handle` and the next SignCounter to sign a write
+    /// with. The counter is stored as used before this returns, so no two writes carry
+    /// the same one, even across restarts. Throws `SecurityError.noSigningKey` without a
+    /// bonded CSRK of ours (or once its 2^32 counters are spent), or when storing fails.
+    public func nextSignature(handle: UInt16) throws -> (csrk: [UInt8], counter: UInt32) {
+        guard links[handle] != nil else { throw SecurityError.notConnected(handle: handle) }
+        guard var bond = signingBond(handle: handle), let csrk = bond.keys.localCSRK else { throw SecurityError.noSigningKey }
+        let next: UInt32
+        if let last = bond.signCounter {
+            guard last < .max else { throw SecurityError.noSigningKey }
+            next = last + 1
+        } else {
+            next = 0
+        }
+        bond.signCounter = next
+        try store.save(bond)
+        return (csrk, next)
     }
 
     /// The bonds in the store.

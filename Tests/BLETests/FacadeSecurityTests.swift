@@ -191,6 +191,64 @@ extension FacadeSecurityTests {
     }
 }
 
+/// Data signing (Vol 3, Part C, §10.4): two hosts bond, each distributing its CSRK; on
+/// the next link, not encrypted, each writes the other's characteristic with Signed
+/// Write Commands, the counters kept with the bonds on both sides.
+@Suite struct SignedWriteFacadeTests {
+    @Test func bondedHostsSignWritesBothWaysOnAnUnencryptedLink() async throws {
+        var pairing = PairingConfiguration()
+        pairing.keys = [.encryptionKey, .identityKey, .signingKey]
+        let (c, p, radio) = try await FacadeSecurityTests.room(central: SecurityOptions(pairing: pairing, random: .seeded(51)),
+                                                               peripheral: SecurityOptions(pairing: pairing, random: .seeded(52)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let centralAddress = BluetoothAddress("C0:00:00:00:00:01")!, peripheralAddress = BluetoothAddress("C0:00:00:00:01:00")!
+        let control = Characteristic(uuid: uuidB, properties: [.authenticatedSignedWrites], value: [0])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [control]))
+        let back = Characteristic(uuid: uuidC, properties: [.authenticatedSignedWrites], value: [0])
+        try await c.peripheral.add(Service(uuid: uuidA, characteristics: [back]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let first = try await c.central.connect(to: peripheralAddress, within: .seconds(5))
+        // Unbonded: nothing to sign with.
+        await #expect(throws: SecurityError.noSigningKey) { try await first.writeSigned([1], to: try await first.characteristic(uuidB)) }
+        #expect(try await first.secure().bonded)
+        _ = try await first.disconnect()
+        #expect(try await c.bonds().first?.keys.localCSRK != nil)
+        let centralCSRK = try await c.bonds().first?.keys.localCSRK
+        #expect(try await p.bonds().first?.keys.peerCSRK == centralCSRK)
+
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let peripheralEvents = p.peripheral.events(), centralEvents = c.peripheral.events()
+        func written(_ events: BufferedStream<PeripheralEvent>, _ n: Int, within limit: Duration = .seconds(3)) async -> [[UInt8]] {
+            await collect(events.compactMap { e -> [UInt8]? in
+                if case let .written(_, v, _) = e { return v }
+                return nil
+            }, count: n, within: limit)
+        }
+        let remote = try await c.central.connect(to: peripheralAddress, within: .seconds(5))
+        #expect(await !remote.security.encrypted)
+        let rc = try await remote.characteristic(uuidB)
+        try await remote.writeSigned([0x13, 0x37], to: rc)
+        try await remote.writeSigned([0x14], to: rc)
+        #expect(await written(peripheralEvents, 2) == [[0x13, 0x37], [0x14]])
+        #expect(try await c.bonds().first?.signCounter == 1)
+        #expect(try await p.bonds().first?.peerSignCounter == 1)
+        // The other way: the peripheral signs a write to the central's server.
+        let central = try #require(await p.connections.first)
+        let peer = try #require(await p.gattPeer(on: central))
+        try await peer.writeSigned([0x42], to: try await peer.characteristic(uuidC))
+        #expect(await written(centralEvents, 1) == [[0x42]])
+        #expect(try await p.bonds().first?.signCounter == 0)
+        #expect(try await c.bonds().first?.peerSignCounter == 0)
+        #expect(try await p.bonds().map(\.address) == [centralAddress])
+        // Encrypted now: §4.9.2 sends a plain Write Command, which a signed-writes-only
+        // characteristic does not take; no counter is spent.
+        #expect(try await remote.secure().encrypted)
+        try await remote.writeSigned([0x15], to: rc)
+        #expect(await written(peripheralEvents, 1, within: .milliseconds(300)).isEmpty)
+        #expect(try await c.bonds().first?.signCounter == 1)
+    }
+}
+
 /// Robust caching (Vol 3, Part G, §2.5.2.1): the central keeps a bonded peripheral's
 /// GATT layout with the bond and, at the next connection, reads the peer's Database
 /// Hash instead of discovering while the hash holds.

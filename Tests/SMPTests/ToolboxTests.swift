@@ -98,4 +98,31 @@ func hex(_ s: String) -> [UInt8] {
     @Test func ah() throws {
         #expect(try SecurityToolbox.ah(irk: hex("ec0234a3 57c8ad05 341010a6 0a397d9b"), prand: hex("708194")) == hex("0dfbaa"))
     }
+    // Data signing (§2.4.5) has no sample data in the specification; these vectors are
+    // BlueZ's (unit/test-crypto.c, produced by the kernel's cmac(aes)), in PDU order. The
+    // last is a whole Signed Write Command: handle 0x0012, value 13 37, SignCounter 1.
+    @Test func signatureMatchesBlueZ() throws {
+        let rfcKey = hex("3c4fcf09 8815f7ab a6d2ae28 16157e2b")
+        #expect(try SecurityToolbox.signature(csrk: rfcKey, message: [], counter: 0) == hex("00000000 b3a85941 27ebc2c0"))
+        #expect(try SecurityToolbox.signature(csrk: rfcKey, message: hex("6bc1bee2 2e409f96 e93d7e11 7393172a"), counter: 0)
+                    == hex("00000000 273974f4 392a232a"))
+        let csrk = hex("505E42DF 9691EC72 D31FCDFB EB641B61")
+        #expect(try SecurityToolbox.signature(csrk: csrk, message: hex("d2120013 37"), counter: 1) == hex("01000000 F1871E93 3C900FF2"))
+    }
+
+    @Test func aSignedWriteVerifiesOnlyUnchanged() {
+        let csrk = hex("505E42DF 9691EC72 D31FCDFB EB641B61")
+        let pdu = hex("d2120013 37 01000000 F1871E93 3C900FF2")
+        #expect(SecurityToolbox.verifySignature(csrk: csrk, signedMessage: pdu) == 1)
+        for i in pdu.indices {
+            var bad = pdu
+            bad[i] ^= 0x01
+            #expect(SecurityToolbox.verifySignature(csrk: csrk, signedMessage: bad) == nil, "octet \(i) changed")
+        }
+        var otherKey = csrk
+        otherKey[0] ^= 0x80
+        #expect(SecurityToolbox.verifySignature(csrk: otherKey, signedMessage: pdu) == nil)
+        #expect(SecurityToolbox.verifySignature(csrk: csrk, signedMessage: Array(pdu.prefix(11))) == nil)
+        #expect(SecurityToolbox.verifySignature(csrk: [1, 2, 3], signedMessage: pdu) == nil)
+    }
 }
