@@ -39,6 +39,15 @@ Usage:
       from another address, reports what Bumble's own resolver (built from its key
       store after the pairing) makes of it, connects to it and encrypts from the
       stored keys (found through the identity), then disconnects.
+  bumble_smp_peer.py HCI_PORT peripheral-sign SC MITM IO PASSKEY
+      As peripheral, distributing and asking for CSRKs (Bumble distributes an all-zero
+      CSRK, the "ready" event says which). Serves a characteristic 3f3e0003-... with the
+      Authenticated Signed Writes property; Bumble's GATT server ignores Signed Write
+      Commands, so this script verifies them itself (bumble.crypto.aes_cmac, with the
+      CSRK the central distributed) and reports each as a "signed-write" event. On the
+      second link, not encrypted, it finds the central's characteristic 3f3e0005-...
+      and sends Signed Write Commands signed with its own CSRK: B0 (counter 0), B1
+      (counter 1), that PDU again (a replay), and BF under a wrong signature.
 In peripheral mode the "connected" events carry the central's address as Bumble's
 device reports it (resolved to an identity once Bumble holds the central's IRK) and
 the private address it resolved, if any.
@@ -51,7 +60,8 @@ import logging
 import os
 import sys
 
-from bumble import gatt
+from bumble import att, gatt
+from bumble.crypto import aes_cmac
 from bumble.core import UUID
 from bumble.device import Device, Peer
 from bumble.hci import Address
@@ -94,8 +104,24 @@ class Delegate(PairingDelegate):
         return True
 
 
+# What bumble.smp distributes as its own CSRK (smp.py: "csrk = bytes(16)").
+BUMBLE_CSRK = bytes(16)
+peer_csrk = {}
+
+
+def signature(csrk, message, counter):
+    """Vol 3, Part H, §2.4.5: SignCounter, then the 64 most significant bits of
+    AES-CMAC_CSRK(message || SignCounter); the toolbox works most significant octet
+    first, the PDU least significant first."""
+    count = counter.to_bytes(4, "little")
+    mac = aes_cmac(bytes(reversed(message + count)), bytes(reversed(csrk)))
+    return count + bytes(reversed(mac[:8]))
+
+
 def watch(connection, disconnected):
     def on_pairing(keys):
+        if keys.csrk:
+            peer_csrk["key"] = keys.csrk.value
         # Bumble has just filed the link under the identity address the peer gave
         # (peer_address), keeping the address the link was made with beside it.
         irk = keys.irk.value if keys.irk else None
@@ -117,11 +143,62 @@ def watch(connection, disconnected):
     connection.on("disconnection", lambda reason: (emit(event="disconnected", reason=reason), disconnected.set()))
 
 
-async def peripheral(device, private=False):
+def serve_signed_writes(device):
+    """Bumble's server has no handler for Signed Write Commands (its PDU class keeps
+    the signature in attribute_value): verify them here, counters increasing."""
+    last = {}
+
+    def on_signed_write(server, bearer, pdu):
+        raw = bytes(pdu)
+        message, sent = raw[:-12], raw[-12:]
+        counter = int.from_bytes(sent[:4], "little")
+        key = peer_csrk.get("key")
+        verified = key is not None and signature(key, message, counter) == sent and counter > last.get("counter", -1)
+        if verified:
+            last["counter"] = counter
+        emit(event="signed-write", handle=pdu.attribute_handle, value=pdu.attribute_value[:-12].hex(), counter=counter,
+             verified=verified, encrypted=bearer.is_encrypted)
+
+    device.gatt_server.__class__.on_att_signed_write_command = on_signed_write
+
+
+async def send_signed_writes(connection):
+    """On an unencrypted link: Signed Write Commands to the central's characteristic."""
+    await asyncio.sleep(0.5)
+    peer = Peer(connection)
+    await peer.discover_services()
+    found = await peer.discover_characteristics(uuids=[UUID("3f3e0005-0000-1000-8000-00805f9b34fb")])
+    if not found:
+        emit(event="error", error="no signed-write characteristic on the central")
+        return
+    handle = found[0].handle
+    sent = []
+    for value, counter in ((b"\xb0", 0), (b"\xb1", 1)):
+        message = bytes([0xD2]) + handle.to_bytes(2, "little") + value
+        pdu = att.ATT_Signed_Write_Command(attribute_handle=handle, attribute_value=value + signature(BUMBLE_CSRK, message, counter))
+        await connection.gatt_client.send_command(pdu)
+        sent.append(pdu)
+    await connection.gatt_client.send_command(sent[-1])  # a replay
+    forged = bytearray(signature(BUMBLE_CSRK, bytes([0xD2]) + handle.to_bytes(2, "little") + b"\xbf", 2))
+    forged[-1] ^= 1
+    await connection.gatt_client.send_command(att.ATT_Signed_Write_Command(attribute_handle=handle, attribute_value=b"\xbf" + bytes(forged)))
+    emit(event="sent-signed", handle=handle)
+
+
+async def peripheral(device, private=False, sign=False):
     protected = gatt.Characteristic(
         "3f3e0002-0000-1000-8000-00805f9b34fb", gatt.Characteristic.Properties.READ,
         gatt.Characteristic.READ_REQUIRES_AUTHENTICATION, bytes([0x42, 0x43]))
-    device.add_service(gatt.Service("3f3e0001-0000-1000-8000-00805f9b34fb", [protected]))
+    characteristics = [protected]
+    if sign:
+        signed = gatt.Characteristic(
+            "3f3e0003-0000-1000-8000-00805f9b34fb", gatt.Characteristic.Properties.AUTHENTICATED_SIGNED_WRITES,
+            gatt.Characteristic.WRITEABLE, bytes([0]))
+        characteristics.append(signed)
+    device.add_service(gatt.Service("3f3e0001-0000-1000-8000-00805f9b34fb", characteristics))
+    if sign:
+        serve_signed_writes(device)
+        emit(event="ready", csrk=BUMBLE_CSRK.hex(), signed_handle=signed.handle)
     for round in range(2):
         disconnected = asyncio.Event()
         connected = asyncio.Event()
@@ -132,6 +209,8 @@ async def peripheral(device, private=False):
                  rpa=rpa.to_string(False) if rpa else None)
             watch(connection, disconnected)
             connected.set()
+            if sign and round > 0:
+                asyncio.get_running_loop().create_task(send_signed_writes(connection))
 
         device.once("connection", on_connection)
         if private and round > 0:
@@ -252,6 +331,10 @@ async def main():
         device = Device.with_hci("bumble-smp", Address("F1:F2:F3:F4:F5:F6"), source, sink)
         device.keystore = MemoryKeyStore()
         delegate = Delegate(IO[io], int(passkey))
+        if mode == "peripheral-sign":
+            both = PairingDelegate.DEFAULT_KEY_DISTRIBUTION | PairingDelegate.KeyDistribution.DISTRIBUTE_SIGNING_KEY
+            delegate.local_initiator_key_distribution = both
+            delegate.local_responder_key_distribution = both
         if mode == "peripheral-ctkd":
             both = PairingDelegate.DEFAULT_KEY_DISTRIBUTION | PairingDelegate.KeyDistribution.DISTRIBUTE_LINK_KEY
             delegate.local_initiator_key_distribution = both
@@ -274,8 +357,8 @@ async def main():
             device.le_privacy_enabled = True
             device.le_rpa_timeout = 0  # the script picks the moment it changes
         await device.power_on()
-        if mode in ("peripheral", "peripheral-private", "peripheral-ctkd", "peripheral-oob"):
-            await peripheral(device, private=mode == "peripheral-private")
+        if mode in ("peripheral", "peripheral-private", "peripheral-ctkd", "peripheral-oob", "peripheral-sign"):
+            await peripheral(device, private=mode == "peripheral-private", sign=mode == "peripheral-sign")
         elif mode == "central-private":
             await central_private(device, sys.argv[7])
         elif mode == "central-subscribe":
