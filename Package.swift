@@ -56,7 +56,7 @@ let package = Package(
             name: "BLECrypto",
             dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "_CryptoExtras", package: "swift-crypto")],
             swiftSettings: strict),
-        .target(name: "GATT", dependencies: ["HCI", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
+        .target(name: "GATT", dependencies: ["HCI", "L2CAP", "ATT", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "SMP",
             dependencies: ["HCI", "L2CAP", "BLECrypto", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")],

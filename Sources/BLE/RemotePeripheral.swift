@@ -108,21 +108,23 @@ public actor RemotePeripheral {
     }
 
     /// Runs a GATT operation. When the peer refuses it for the link's security and the
-    /// host pairs on demand, the link is encrypted (from a bond) or paired to the level
-    /// the error asks for and the operation runs once more.
+    /// host pairs on demand, the link is encrypted (from a bond) or paired and the
+    /// operation runs again, one step at a time as BlueZ does: encryption first, then an
+    /// authenticated key if the peer still refuses (`SecurityOnDemand`). A pairing that
+    /// fails throws its `SecurityError`.
     private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         await host.settle()
-        do { return try await body() } catch {
-            let e = await translate(error)
-            guard host.securityOptions.pairOnDemand, case let BLEError.att(code, _) = e,
-                  [ATTErrorCode.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(code)
-            else { throw e }
-            let current = await host.security(of: connection)
-            // Already encrypted and still refused for encryption: pairing again would not help.
-            let level: SecurityLevel = code == .insufficientAuthentication || current.encrypted ? .authenticated : .encrypted
-            guard current.level < level else { throw e }
-            _ = try await host.secure(connection, level: level)
+        guard host.securityOptions.pairOnDemand else {
             do { return try await body() } catch { throw await translate(error) }
+        }
+        let host = self.host, connection = self.connection
+        do {
+            return try await SecurityOnDemand.run(current: { await host.security(of: connection) },
+                                                  secure: { _ = try await host.secure(connection, level: $0) }, body)
+        } catch let e as SecurityError {
+            throw e
+        } catch {
+            throw await translate(error)
         }
     }
 

@@ -50,6 +50,13 @@ public enum Central {
     @discardableResult
     public static func disconnect(_ connection: L2CAPHost.Connection, host: L2CAPHost, within limit: Duration) async -> HCIStatus? {
         guard await host.currentConnections.contains(where: { $0.handle == connection.handle }) else { return nil }
+        // What was sent last (the keys a pairing distributes, a Write Command) goes out
+        // first: handed to the controller, then reported completed by it (up to half
+        // the time allowed), so the Disconnect cannot overtake it.
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            host.loop.execute { host.assumeIsolated { $0.whenSent(handle: connection.handle) { c.resume() } } }
+        }
+        await host.controller.packetsCompleted(handle: connection.handle, within: limit / 2)
         let events = await host.linkEvents()
         guard (try? await host.controller.send(Disconnect(connectionHandle: connection.handle))) != nil else { return nil }
         let ended = events.compactMap { e -> HCIStatus? in

@@ -302,8 +302,7 @@ public actor GATTServer {
             logger.debug("signed write ignored: no signing key, a signature that does not verify, or a replayed counter",
                          metadata: ["ble.handle": "\(connection)", "att.handle": "\(h)"])
         }
-        if case let .errorResponse(_, _, code)? = response,
-           [ATTErrorCode.insufficientAuthentication, .insufficientEncryption, .encryptionKeySizeTooShort].contains(code) {
+        if case let .errorResponse(_, _, code)? = response, code.asksForSecurity {
             continuation.yield(.securityNeeded(connection: connection, code))
         }
         for e in effects {

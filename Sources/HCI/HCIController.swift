@@ -76,6 +76,8 @@ public actor HCIController {
     private var waiters: [UInt64: CheckedContinuation<CommandFlow.Outcome, any Error>] = [:]
     private var acl = ACLFlow(total: 0)
     private var aclWaiters = Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>()
+    /// Those waiting for a connection's ACL packets to be completed (`packetsCompleted`).
+    private var completionWaiters: [UInt64: (handle: UInt16, continuation: CheckedContinuation<Void, Never>)] = [:]
     private var nextACLWaiter: UInt64 = 1
     private var eventSubscribers: [UInt64: (AsyncStream<HCIEvent>.Continuation, DropCounter)] = [:]
     /// The subscribers that also get Command Complete and Command Status.
@@ -276,6 +278,33 @@ public actor HCIController {
         startPump()
     }
 
+    /// Returns once every ACL packet sent on `handle` so far has been reported by Number
+    /// Of Completed Packets (the controller has sent it over the air or flushed it), the
+    /// connection ended, or the transport closed; or at `limit`. For a host that ends a
+    /// link right after its last PDU: a Disconnect sent while that PDU sits in the
+    /// controller's buffer may end the link before it goes out.
+    public func packetsCompleted(handle: UInt16, within limit: Duration) async {
+        guard closedReason == nil, acl.outstanding[handle] != nil || aclWaiters.contains(where: { $0.handle == handle }) else { return }
+        let id = nextACLWaiter
+        nextACLWaiter += 1
+        let timer = LoopTimer(after: limit, on: loop, clock: clock) { [weak self] in self?.assumeIsolated { $0.resumeCompletionWaiter(id) } }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in completionWaiters[id] = (handle, c) }
+        } onCancel: {
+            Task { await self.resumeCompletionWaiter(id) }
+        }
+        timer.cancel()
+    }
+
+    private func resumeCompletionWaiter(_ id: UInt64) { completionWaiters.removeValue(forKey: id)?.continuation.resume() }
+
+    /// Resumes the completion waiters of connections with nothing outstanding (nil: all).
+    private func resumeCompletionWaiters(all: Bool = false) {
+        for (id, w) in completionWaiters where all || (acl.outstanding[w.handle] == nil && !aclWaiters.contains(where: { $0.handle == w.handle })) {
+            resumeCompletionWaiter(id)
+        }
+    }
+
     /// Called on the loop whenever controller buffers free up (Number Of Completed
     /// Packets, a disconnection, a new buffer count). One listener: the L2CAP host.
     public func setACLCreditListener(_ listener: @escaping @Sendable () -> Void) { creditListener = listener }
@@ -385,10 +414,12 @@ public actor HCIController {
         case let .numberOfCompletedPackets(nocp):
             acl.completed(nocp)
             grantACLCredits()
+            resumeCompletionWaiters()
         case let .disconnectionComplete(dc) where dc.status.isSuccess:
             acl.disconnected(handle: dc.connectionHandle)
             failACLWaiters(handle: dc.connectionHandle)
             grantACLCredits()
+            resumeCompletionWaiters()
             logger.debug("disconnected", metadata: ["ble.handle": "0x\(hex4(dc.connectionHandle))", "hci.reason": "\(dc.reason)"])
         case let .hardwareError(e):
             logger.error("controller hardware error", metadata: ["hci.code": "\(e.hardwareCode)"])
@@ -425,6 +456,7 @@ public actor HCIController {
         for id in Array(waiters.keys) { finish(id, .failure(HCIError.transportClosed(reason))) }
         for w in aclWaiters { w.continuation.resume(throwing: HCIError.transportClosed(reason)) }
         aclWaiters.removeAll()
+        resumeCompletionWaiters(all: true)
         for (_, (c, _)) in eventSubscribers { c.finish() }
         eventSubscribers.removeAll()
         answerSubscribers.removeAll()

@@ -16,9 +16,10 @@ struct Gatt: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Connect and list every service, characteristic and descriptor.")
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
+        @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
 
         func run() async throws {
-            let (session, writer) = try await GATTSession.open(options, peer)
+            let (session, writer) = try await GATTSession.open(options, peer, pairing)
             defer { writer?.close() }
             let all: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])]
             do { all = try await session.discoverAll() } catch {
@@ -55,14 +56,15 @@ struct Gatt: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Read a characteristic or descriptor (long values included).")
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
+        @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
         @OptionGroup var attribute: AttributeOptions
 
         func run() async throws {
-            let (session, writer) = try await GATTSession.open(options, peer)
+            let (session, writer) = try await GATTSession.open(options, peer, pairing)
             defer { writer?.close() }
             do {
                 let handle = try await session.valueHandle(attribute)
-                let value = try await session.client.read(handle)
+                let value = try await session.securedOnDemand { try await session.client.read(handle) }
                 await session.close()
                 if options.json { emit(.object([("event", .string("value"))] + valueJSON(handle, value, uuid: attribute.uuid))) } else { print(valueLine(handle, value, uuid: attribute.uuid)) }
             } catch {
@@ -76,23 +78,32 @@ struct Gatt: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Write a characteristic or descriptor (long values with prepared writes).")
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
+        @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
         @OptionGroup var attribute: AttributeOptions
         @Option(help: "The value as hex bytes (\"01ff\", \"01:ff\").") var value: String?
         @Option(help: "The value as UTF-8 text.") var text: String?
         @Flag(help: "Write Without Response (Write Command).") var withoutResponse = false
+        @Flag(help: "Signed Write Without Response, with the CSRK we gave the bonded peer (pair with --signing-keys).") var signed = false
 
         func validate() throws {
             if (value == nil) == (text == nil) { throw ValidationError("give either --value HEX or --text TEXT") }
+            if withoutResponse && signed { throw ValidationError("--without-response and --signed exclude each other") }
             if let value, [UInt8](hex: value) == nil { throw ValidationError("--value must be hex bytes") }
         }
 
         func run() async throws {
             let bytes = text.map { Array($0.utf8) } ?? value.flatMap { [UInt8](hex: $0) } ?? []
-            let (session, writer) = try await GATTSession.open(options, peer)
+            let (session, writer) = try await GATTSession.open(options, peer, pairing)
             defer { writer?.close() }
             do {
                 let handle = try await session.valueHandle(attribute)
-                if withoutResponse { try await session.client.writeWithoutResponse(handle, value: bytes) } else { try await session.client.write(handle, value: bytes) }
+                if signed {
+                    try await session.writeSigned(handle, value: bytes)
+                } else if withoutResponse {
+                    try await session.client.writeWithoutResponse(handle, value: bytes)
+                } else {
+                    try await session.securedOnDemand { try await session.client.write(handle, value: bytes) }
+                }
                 await session.close()
                 if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(handle))), ("length", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(String(handle, radix: 16))") }
             } catch {
@@ -106,6 +117,7 @@ struct Gatt: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Subscribe to notifications (or indications) and print each value.")
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
+        @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
         @OptionGroup var attribute: AttributeOptions
         @Flag(help: "Indications instead of notifications.") var indicate = false
         @Option(help: "Stop after this many values (default: until interrupted or the link drops).") var count: Int?
@@ -115,14 +127,14 @@ struct Gatt: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (session, writer) = try await GATTSession.open(options, peer)
+            let (session, writer) = try await GATTSession.open(options, peer, pairing)
             defer { writer?.close() }
             do {
                 guard let (c, ds) = try await session.characteristic(attribute) else { throw CLIError("no such characteristic") }
                 guard let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else {
                     throw CLIError("characteristic \(c.uuid) has no Client Characteristic Configuration descriptor: it cannot notify or indicate")
                 }
-                let values = try await session.client.subscribe(c, cccd: cccd.handle, indications: indicate)
+                let values = try await session.securedOnDemand { try await session.client.subscribe(c, cccd: cccd.handle, indications: indicate) }
                 let kind = indicate ? "indication" : "notification"
                 if options.json {
                     emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicate))] + nameField(c.uuid)))

@@ -1,6 +1,7 @@
 // What every `btctl gatt` client command does first: open the controller, find the
 // peer (by address, or by scanning for its name), connect as central with a
-// timeout (cancelled with LE Create Connection Cancel), and set up the GATT client.
+// timeout (cancelled with LE Create Connection Cancel), and set up the GATT client
+// and the Security Manager that encrypts or pairs when the peer asks for it.
 
 import ArgumentParser
 import Foundation
@@ -9,6 +10,7 @@ import GAP
 import GATT
 import HCI
 import L2CAP
+import SMP
 import Snoop
 import Transports
 
@@ -93,12 +95,15 @@ struct GATTSession {
     let host: L2CAPHost
     let client: GATTClient
     let connection: L2CAPHost.Connection
+    let security: SecurityManager
+    let json: Bool
 
-    static func open(_ options: ControllerOptions, _ peer: PeerOptions) async throws -> (GATTSession, TraceFileWriter?) {
+    static func open(_ options: ControllerOptions, _ peer: PeerOptions, _ pairing: PairingOptions) async throws -> (GATTSession, TraceFileWriter?) {
         let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
         do {
+            let security = await pairing.securityManager(host: host, controller: controller, options: options)
             let client = try await Central.gattClient(on: connection, host: host)
-            return (GATTSession(controller: controller, host: host, client: client, connection: connection), writer)
+            return (GATTSession(controller: controller, host: host, client: client, connection: connection, security: security, json: options.json), writer)
         } catch {
             await controller.close()
             writer?.close()
@@ -113,7 +118,34 @@ struct GATTSession {
     }
 
     func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
-        try await client.discoverAll()
+        try await securedOnDemand { try await client.discoverAll() }
+    }
+
+    /// Runs a GATT operation; when the peer refuses it for the link's security
+    /// (Insufficient Authentication or Encryption, Encryption Key Size Too Short), the
+    /// link is encrypted from the bond or paired, one step at a time as BlueZ does
+    /// (`SecurityOnDemand`), and the operation runs again. Reports each new security.
+    func securedOnDemand<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        let security = self.security, handle = connection.handle, json = self.json
+        return try await SecurityOnDemand.run(current: { await security.security(handle: handle) }, secure: { level in
+            let s = try await security.secure(handle: handle, level: level)
+            if json {
+                emit(.object([("event", .string("secured")), ("level", .string(s.level.description)), ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))]))
+            } else {
+                note("the peer asked for security: link \(s)")
+            }
+        }, body)
+    }
+
+    /// A Signed Write Command (Vol 3, Part G, §4.9.2) with our CSRK from the bond and
+    /// its next SignCounter; a plain Write Command on an encrypted link, as §4.9.2 asks.
+    func writeSigned(_ handle: UInt16, value: [UInt8]) async throws {
+        guard !(await security.security(handle: connection.handle).encrypted) else {
+            try await client.writeWithoutResponse(handle, value: value)
+            return
+        }
+        let key = try await security.nextSignature(handle: connection.handle)
+        try await client.writeSigned(handle, value: value, csrk: key.csrk, counter: key.counter)
     }
 
     /// The handle an `AttributeOptions` names: `--handle` as given, `--uuid` resolved by discovery.

@@ -4,6 +4,7 @@
 
 import ArgumentParser
 import Foundation
+import GAP
 import HCI
 import L2CAP
 import SMP
@@ -18,12 +19,8 @@ struct BondOptions: ParsableArguments {
     func store(adapter: BluetoothAddress) -> FileBondStore { FileBondStore(path: bonds ?? FileBondStore.defaultPath(adapter: adapter)) }
 }
 
-struct Pair: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Connect to a peer as central and pair (bonding unless --no-bond).",
-        discussion: "Prompts (passkey to type, number to compare) go to the terminal, or with --json are events on stdout answered on stdin.")
-    @OptionGroup var options: ControllerOptions
-    @OptionGroup var peer: PeerOptions
+/// How btctl pairs, by `btctl pair` and on demand by `btctl gatt` (docs/btctl.md).
+struct PairingOptions: ParsableArguments {
     @OptionGroup var store: BondOptions
     @Option(help: "Our IO capability: display-only, display-yes-no, keyboard-only, no-input-no-output, keyboard-display.",
             transform: { s in
@@ -39,6 +36,8 @@ struct Pair: AsyncParsableCommand {
     var secureConnectionsOnly = false
     @Flag(inversion: .prefixedNo, help: "Store the keys (bond).")
     var bond = true
+    @Flag(help: "Distribute and ask for signing keys (CSRKs), for signed writes.")
+    var signingKeys = false
     @Option(help: "Type this passkey when asked instead of reading it from the terminal.")
     var passkey: UInt32?
     @Flag(help: "Accept numeric comparison and Just Works without asking.")
@@ -52,19 +51,38 @@ struct Pair: AsyncParsableCommand {
         if legacy && secureConnectionsOnly { throw ValidationError("--legacy and --secure-connections-only exclude each other") }
     }
 
-    func run() async throws {
-        let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
-        defer { writer?.close() }
+    /// The level pairing aims for: authenticated with --mitm.
+    var level: SecurityLevel { mitm ? .authenticated : .encrypted }
+
+    /// A started Security Manager on `host`'s links, with the adapter's bond file and
+    /// prompts on the terminal (or as JSON events).
+    func securityManager(host: L2CAPHost, controller: HCIController, options: ControllerOptions) async -> SecurityManager {
         let adapter = await controller.info?.address ?? .zero
-        let config = PairingConfiguration(ioCapability: ioCapability, bonding: bond, mitm: mitm, secureConnections: !legacy,
+        var config = PairingConfiguration(ioCapability: ioCapability, bonding: bond, mitm: mitm, secureConnections: !legacy,
                                           secureConnectionsOnly: secureConnectionsOnly, minimumKeySize: minimumKeySize)
+        if signingKeys { config.keys.insert(.signingKey) }
         let security = SecurityManager(l2cap: host, configuration: config, store: store.store(adapter: adapter),
                                        delegate: TerminalPairingDelegate(json: options.json, passkey: passkey, yes: yes), logger: options.logger)
         await security.start()
+        return security
+    }
+}
+
+struct Pair: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Connect to a peer as central and pair (bonding unless --no-bond).",
+        discussion: "Prompts (passkey to type, number to compare) go to the terminal, or with --json are events on stdout answered on stdin.")
+    @OptionGroup var options: ControllerOptions
+    @OptionGroup var peer: PeerOptions
+    @OptionGroup var pairing: PairingOptions
+
+    func run() async throws {
+        let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
+        defer { writer?.close() }
+        let security = await pairing.securityManager(host: host, controller: controller, options: options)
         let target = "\(connection.peer)\(connection.peerType == .random ? "/random" : "")"
-        let level: SecurityLevel = mitm ? .authenticated : .encrypted
         do {
-            let result = try await security.pair(handle: connection.handle, level: level)
+            let result = try await security.pair(handle: connection.handle, level: pairing.level)
             let s = result.security
             if options.json {
                 emit(.object([("event", .string("paired")), ("peer", .string(target)), ("method", .string(result.method.description)),
@@ -74,11 +92,15 @@ struct Pair: AsyncParsableCommand {
                 print("paired with \(target): \(result.method), \(s)" + (result.keys.peerIdentity.map { ", identity \($0.address)" } ?? ""))
             }
         } catch {
-            _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+            await Central.disconnect(connection, host: host, within: .seconds(2))
             await controller.close()
             throw CLIError("pairing with \(target) failed: \(error)")
         }
-        _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
+        // Our keys, the last PDUs of the pairing, reach the peer before the link ends, and
+        // the link stays up a moment for the peer to finish with them: a peer may drop
+        // a pairing whose link ends while it stores the keys (Bumble cancels it).
+        try? await Task.sleep(for: .milliseconds(500))
+        await Central.disconnect(connection, host: host, within: .seconds(2))
         await controller.close()
     }
 }
