@@ -221,12 +221,14 @@ import Transports
         let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))
         var decoder = FrameDecoder(showKeys: true)
         let ours = trace.records.enumerated().map { decoder.decode($1, number: $0 + 1, firstTimestamp: 0).json }
-        let fields = ["frame.number", "btsmp.opcode", "btsmp.io_capability", "btsmp.max_enc_key_size", "btsmp.reason", "btsmp.long_term_key", "btsmp.bd_addr"]
+        let fields = ["frame.number", "btsmp.opcode", "btsmp.io_capability", "btsmp.max_enc_key_size", "btsmp.reason", "btsmp.long_term_key", "btsmp.bd_addr",
+                      "btsmp.id_resolving_key", "btsmp.signature_key", "btsmp.ediv"]
         let out = try await Interop.run(tshark, ["-r", path, "-Y", "btsmp", "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })
         let rows = out.split(separator: "\n").map { $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init) }
         let smpFrames = ours.filter { $0["smp_opcode"] != nil }
         #expect(rows.count == smpFrames.count && rows.count >= 8, "tshark SMP frames \(rows.count), ours \(smpFrames.count)")
         func num(_ s: String) -> Int? { s.hasPrefix("0x") ? Int(s.dropFirst(2), radix: 16) : Int(s) }
+        #expect(rows.allSatisfy { $0.count == fields.count }, "tshark printed rows of another shape")
         // In order: tshark numbers a reassembled PDU by its last fragment, we by its first.
         for (row, j) in zip(rows, smpFrames) where row.count == fields.count {
             let n = row[0]
@@ -237,18 +239,22 @@ import Transports
             if let io = num(row[2]) { #expect(p["io_capability"] == .string(IOCapability(rawValue: UInt8(io)).description), "frame \(n)") }
             if let size = num(row[3]) { #expect(p["max_key_size"] == .int(size), "frame \(n)") }
             if let reason = num(row[4]) { #expect(p["reason"] == .int(reason), "frame \(n)") }
-            if !row[5].isEmpty {
-                // tshark prints the key bytes in wire order; we print them as the spec writes them.
-                let wire = row[5].replacingOccurrences(of: ":", with: "")
-                let ourKey = { if case let .string(s)? = p["ltk"] { return s }; return "" }()
-                #expect(Array(wire.utf8.chunked()).reversed().joined() == ourKey, "frame \(n)")
+            // tshark prints the key bytes in wire order; we print them as the spec writes them.
+            for (column, name) in [(5, "ltk"), (7, "irk"), (8, "csrk")] where !row[column].isEmpty {
+                let wire = row[column].replacingOccurrences(of: ":", with: "")
+                let ourKey = { if case let .string(s)? = p[name] { return s }; return "" }()
+                #expect(Array(wire.utf8.chunked()).reversed().joined() == ourKey, "frame \(n) \(name)")
             }
             if !row[6].isEmpty { #expect(p["address"] == .string(row[6].uppercased()), "frame \(n)") }
+            if let ediv = num(row[9]) {
+                let ours = { if case let .string(s)? = p["ediv"] { return num(s) }; return nil }()
+                #expect(ours == ediv, "frame \(n) ediv")
+            }
         }
     }
 
     @Test(arguments: ["rootcanal-smp-sc-passkey.btsnoop", "rootcanal-smp-legacy-passkey.btsnoop",
-                      "kernel-smp-sc-passkey.btsnoop", "kernel-smp-legacy-passkey.btsnoop"])
+                      "kernel-smp-sc-passkey.btsnoop", "kernel-smp-legacy-passkey.btsnoop", "android-smp-legacy.btsnoop"])
     func fixturesAgreeWithTshark(fixture: String) async throws {
         try await Self.compareWithTshark(Interop.root + "/Fixtures/" + fixture)
     }
