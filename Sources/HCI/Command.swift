@@ -68,7 +68,7 @@ public enum HCICommandRegistry {
 
     static let all: [any HCICommand.Type] = [
         Disconnect.self, ReadRemoteVersionInformation.self,
-        SetEventMask.self, Reset.self,
+        SetEventMask.self, SetEventMaskPage2.self, Reset.self,
         ReadLocalVersionInformation.self, ReadLocalSupportedCommands.self, ReadLocalSupportedFeatures.self,
         ReadBufferSize.self, ReadBDADDR.self, ReadRSSI.self,
         LESetEventMask.self, LEReadBufferSize.self, LEReadBufferSizeV2.self, LEReadLocalSupportedFeatures.self,

@@ -44,6 +44,19 @@ public struct SetEventMask: HCICommand {
     public init(parameters r: inout ByteReader) throws { eventMask = try r.readUInt64("Event_Mask") }
 }
 
+/// Set Event Mask Page 2 (§7.3.69): events the first page has no room for. The LE
+/// host enables Encryption Change [v2] (bit 25), which reports the key size with the
+/// change, where the controller has the command.
+public struct SetEventMaskPage2: HCICommand {
+    public static let opcode = HCIOpcode.setEventMaskPage2
+    public var eventMaskPage2: UInt64
+    /// Encryption Change [v2].
+    public static let encryptionChangeV2: UInt64 = 1 << 25
+    public init(eventMaskPage2: UInt64 = SetEventMaskPage2.encryptionChangeV2) { self.eventMaskPage2 = eventMaskPage2 }
+    public func encodeParameters(into w: inout ByteWriter) { w.write(eventMaskPage2) }
+    public init(parameters r: inout ByteReader) throws { eventMaskPage2 = try r.readUInt64("Event_Mask_Page_2") }
+}
+
 /// Reset (§7.3.2).
 public struct Reset: HCIParameterlessCommand {
     public static let opcode = HCIOpcode.reset

@@ -17,6 +17,7 @@ public enum HCIEvent: Hashable, Sendable {
     case disconnectionComplete(DisconnectionComplete)
     case numberOfCompletedPackets(NumberOfCompletedPackets)
     case encryptionChange(EncryptionChange)
+    case encryptionChangeV2(EncryptionChangeV2)
     case encryptionKeyRefreshComplete(EncryptionKeyRefreshComplete)
     case readRemoteVersionInformationComplete(ReadRemoteVersionInformationComplete)
     case hardwareError(HardwareError)
@@ -32,6 +33,7 @@ public enum HCIEvent: Hashable, Sendable {
         case .disconnectionComplete: self = .disconnectionComplete(try DisconnectionComplete(parameters: &r))
         case .numberOfCompletedPackets: self = .numberOfCompletedPackets(try NumberOfCompletedPackets(parameters: &r))
         case .encryptionChange: self = .encryptionChange(try EncryptionChange(parameters: &r))
+        case .encryptionChangeV2: self = .encryptionChangeV2(try EncryptionChangeV2(parameters: &r))
         case .encryptionKeyRefreshComplete:
             self = .encryptionKeyRefreshComplete(try EncryptionKeyRefreshComplete(parameters: &r))
         case .readRemoteVersionInformationComplete:
@@ -58,6 +60,7 @@ public enum HCIEvent: Hashable, Sendable {
         case .disconnectionComplete: return .disconnectionComplete
         case .numberOfCompletedPackets: return .numberOfCompletedPackets
         case .encryptionChange: return .encryptionChange
+        case .encryptionChangeV2: return .encryptionChangeV2
         case .encryptionKeyRefreshComplete: return .encryptionKeyRefreshComplete
         case .readRemoteVersionInformationComplete: return .readRemoteVersionInformationComplete
         case .hardwareError: return .hardwareError
@@ -75,6 +78,7 @@ public enum HCIEvent: Hashable, Sendable {
         case let .disconnectionComplete(e): e.encode(into: &w)
         case let .numberOfCompletedPackets(e): e.encode(into: &w)
         case let .encryptionChange(e): e.encode(into: &w)
+        case let .encryptionChangeV2(e): e.encode(into: &w)
         case let .encryptionKeyRefreshComplete(e): e.encode(into: &w)
         case let .readRemoteVersionInformationComplete(e): e.encode(into: &w)
         case let .hardwareError(e): e.encode(into: &w)
@@ -182,6 +186,32 @@ public struct NumberOfCompletedPackets: HCIEventParameters {
     public func encode(into w: inout ByteWriter) {
         w.write(UInt8(truncatingIfNeeded: entries.count))
         for e in entries { w.write(e.connectionHandle); w.write(e.numCompletedPackets) }
+    }
+}
+
+/// Encryption Change [v2] (§7.7.8): as v1, with the key size the link is encrypted
+/// with. Sent instead of v1 once Set Event Mask Page 2 enables it.
+public struct EncryptionChangeV2: HCIEventParameters {
+    public var status: HCIStatus
+    public var connectionHandle: UInt16
+    /// 0x00 off, 0x01 on (E0 or AES-CCM), 0x02 on with AES-CCM (BR/EDR).
+    public var encryptionEnabled: UInt8
+    /// Octets, 1...16 (0 while encryption is off).
+    public var encryptionKeySize: UInt8
+    public init(status: HCIStatus = .success, connectionHandle: UInt16, encryptionEnabled: UInt8, encryptionKeySize: UInt8) {
+        self.status = status
+        self.connectionHandle = connectionHandle
+        self.encryptionEnabled = encryptionEnabled
+        self.encryptionKeySize = encryptionKeySize
+    }
+    public init(parameters r: inout ByteReader) throws {
+        status = HCIStatus(rawValue: try r.readUInt8("Status"))
+        connectionHandle = try r.readUInt16("Connection_Handle") & 0x0FFF
+        encryptionEnabled = try r.readUInt8("Encryption_Enabled")
+        encryptionKeySize = try r.readUInt8("Encryption_Key_Size")
+    }
+    public func encode(into w: inout ByteWriter) {
+        w.write(status.rawValue); w.write(connectionHandle); w.write(encryptionEnabled); w.write(encryptionKeySize)
     }
 }
 

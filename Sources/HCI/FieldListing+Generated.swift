@@ -20,6 +20,12 @@ extension SetEventMask: FieldListing {
     }
 }
 
+extension SetEventMaskPage2: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("eventMaskPage2", eventMaskPage2)
+    }
+}
+
 extension Reset: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {}
 }
@@ -536,6 +542,15 @@ extension NumberOfCompletedPackets.Entry: FieldListing {
 extension NumberOfCompletedPackets: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {
         v.field("entries", entries)
+    }
+}
+
+extension EncryptionChangeV2: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("status", status)
+        v.field("connectionHandle", connectionHandle)
+        v.field("encryptionEnabled", encryptionEnabled)
+        v.field("encryptionKeySize", encryptionKeySize)
     }
 }
 

@@ -25,6 +25,9 @@ public struct ControllerInfo: Sendable, Equatable {
     public var maximumDataLength: LEReadMaximumDataLength.ReturnParameters?
     public var numberOfSupportedAdvertisingSets: Int?
     public var maximumAdvertisingDataLength: Int?
+    /// Encryption Change [v2] is enabled (Set Event Mask Page 2 accepted): encryption
+    /// changes come with the key size.
+    public var encryptionChangeV2: Bool
     /// Optional commands that were not run or were refused, with the reason.
     public var skipped: [Skipped]
 
@@ -72,6 +75,8 @@ extension HCIController {
         let states = try await sendOptional(LEReadSupportedStates(), commands, &skipped)?.mask
         try await send(SetEventMask())
         try await send(LESetEventMask())
+        // Encryption Change [v2] carries the key size the link was encrypted with.
+        let encryptionChangeV2 = try await sendOptional(SetEventMaskPage2(), commands, &skipped) != nil
         let maxData = try await sendOptional(LEReadMaximumDataLength(), commands, &skipped)
         var sets: Int?, maxAdv: Int?
         if LEFeatures(rawValue: leFeatures).contains(bit: LEFeatures.extendedAdvertising) {
@@ -84,7 +89,7 @@ extension HCIController {
             leFeatures: LEFeatures(rawValue: leFeatures), leSupportedStates: states, aclBuffers: acl,
             leACLDataPacketLength: leLength, totalNumLEACLDataPackets: leCount, isoDataPacketLength: isoLength,
             totalNumISODataPackets: isoCount, maximumDataLength: maxData, numberOfSupportedAdvertisingSets: sets,
-            maximumAdvertisingDataLength: maxAdv, skipped: skipped)
+            maximumAdvertisingDataLength: maxAdv, encryptionChangeV2: encryptionChangeV2, skipped: skipped)
         record(info)
         return info
     }

@@ -331,6 +331,11 @@ public actor SecurityManager {
             keyRequested(r)
         case let .encryptionChange(c):
             encryptionChanged(handle: c.connectionHandle, status: c.status, enabled: c.encryptionEnabled != 0)
+        case let .encryptionChangeV2(c):
+            // The key size an LE controller reports is that of the 128-bit LTK it was
+            // given; the negotiated size (the LTK's masked length) is the host's, and
+            // stays what the link's security says.
+            encryptionChanged(handle: c.connectionHandle, status: c.status, enabled: c.encryptionEnabled != 0)
         case let .encryptionKeyRefreshComplete(c):
             encryptionChanged(handle: c.connectionHandle, status: c.status, enabled: true)
         default:

@@ -250,6 +250,7 @@ public struct FrameDecoder: Sendable {
                 channels.forget(handle: x.connectionHandle)
             case let .numberOfCompletedPackets(x): Self.handleAndParams(x, into: &s)
             case let .encryptionChange(x): Self.handleAndParams(x, into: &s)
+            case let .encryptionChangeV2(x): Self.handleAndParams(x, into: &s)
             case let .encryptionKeyRefreshComplete(x): Self.handleAndParams(x, into: &s)
             case let .readRemoteVersionInformationComplete(x): Self.handleAndParams(x, into: &s)
             case let .hardwareError(x): Self.handleAndParams(x, into: &s)

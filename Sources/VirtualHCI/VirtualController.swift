@@ -29,6 +29,8 @@ public actor VirtualController: HCITransport {
     /// Advertising transmit power in dBm (also what LE Read Advertising Physical Channel Tx Power says).
     public var txPower: Int8 = 0
     private var randomAddress: BluetoothAddress?
+    /// Set Event Mask Page 2 enabled Encryption Change [v2].
+    private var encryptionChangeV2 = false
     private var advertisingType: UInt8 = 0
     private var ownAddressType: AddressType = .public
     private var advertisingData: [UInt8] = []
@@ -59,7 +61,7 @@ public actor VirtualController: HCITransport {
     /// The opcodes this controller implements; its Supported_Commands mask lists exactly these.
     static let implemented: [HCIOpcode] = [
         .reset, .readLocalVersionInformation, .readLocalSupportedCommands, .readLocalSupportedFeatures, .readBDADDR,
-        .readBufferSize, .setEventMask, .leSetEventMask, .leReadBufferSize, .leReadLocalSupportedFeatures,
+        .readBufferSize, .setEventMask, .setEventMaskPage2, .leSetEventMask, .leReadBufferSize, .leReadLocalSupportedFeatures,
         .leReadSupportedStates, .leSetRandomAddress, .leSetAdvertisingParameters, .leReadAdvertisingPhysicalChannelTxPower,
         .leSetAdvertisingData, .leSetScanResponseData, .leSetAdvertisingEnable, .leSetScanParameters, .leSetScanEnable,
         .leCreateConnection, .leCreateConnectionCancel, .disconnect, .leConnectionUpdate, .readRSSI,
@@ -185,6 +187,9 @@ public actor VirtualController: HCITransport {
             complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1))  // LE Encryption, Connection Parameters Request Procedure
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
+        case .setEventMaskPage2:
+            encryptionChangeV2 = try SetEventMaskPage2.decode(p).eventMaskPage2 & SetEventMaskPage2.encryptionChangeV2 != 0
+            complete(op)
         case .setEventMask, .leSetEventMask, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
             complete(op)
         case .leReadFilterAcceptListSize:
@@ -350,6 +355,11 @@ public actor VirtualController: HCITransport {
     func encryptionChanged(handle: UInt16, status: HCIStatus, enabled: Bool, refresh: Bool) {
         if refresh && status.isSuccess {
             emit(.encryptionKeyRefreshComplete(EncryptionKeyRefreshComplete(connectionHandle: handle)))
+        } else if encryptionChangeV2 {
+            // An LE controller encrypts with the 128-bit LTK it is given (a shorter key
+            // is the host's, zero-padded), so it reports 16 while encrypted.
+            emit(.encryptionChangeV2(EncryptionChangeV2(status: status, connectionHandle: handle, encryptionEnabled: enabled ? 1 : 0,
+                                                        encryptionKeySize: enabled && status.isSuccess ? 16 : 0)))
         } else {
             emit(.encryptionChange(EncryptionChange(status: status, connectionHandle: handle, encryptionEnabled: enabled ? 1 : 0)))
         }

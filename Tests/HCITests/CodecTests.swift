@@ -71,8 +71,18 @@ struct CodecTests {
         #expect(c.parameters.count == 10 + 2 * 16)
     }
 
+    @Test func encryptionChangeV2Decodes() throws {
+        // Event 0x59: status, handle 0x0040, enabled, key size 7 (§7.7.8).
+        let p = try HCIPacket(h4: [0x04, 0x59, 0x05, 0x00, 0x40, 0x00, 0x01, 0x07])
+        guard case let .encryptionChangeV2(e) = try HCIEvent(p) else { Issue.record("not Encryption Change v2"); return }
+        #expect(e == EncryptionChangeV2(status: .success, connectionHandle: 0x40, encryptionEnabled: 1, encryptionKeySize: 7))
+        #expect(HCIEvent.encryptionChangeV2(e).packet == p)
+        #expect(throws: (any Error).self) { try HCIEvent(HCIPacket(h4: [0x04, 0x59, 0x04, 0x00, 0x40, 0x00, 0x01])) }
+        #expect(SetEventMaskPage2().parameters == [0, 0, 0, 0x02, 0, 0, 0, 0])
+    }
+
     @Test func commandCompleteFromRootcanalDecodes() throws {
-        // Read BD_ADDR's Command Complete, frame 10 of Fixtures/rootcanal-init.btsnoop.
+        // Read BD_ADDR's Command Complete as Rootcanal 1.10.0 answers the first controller that connects.
         let p = try HCIPacket(h4: [0x04, 0x0E, 0x0A, 0x01, 0x09, 0x10, 0x00, 0x00, 0x17, 0xDE, 0x10, 0x4C, 0xDA])
         guard case let .commandComplete(cc) = try HCIEvent(p) else { Issue.record("not CC"); return }
         #expect(cc.commandOpcode == .readBDADDR)

@@ -24,9 +24,16 @@ struct ReplayTests {
         // Generous wall-clock bounds: they only stop a broken test, and with the whole suite
         // sharing two cores (Rootcanal, Bumble and btctl processes starting) a step can wait
         // seconds for a thread; the recording, not the timing, is under test.
-        let played = Task { try await transport.play(script, timeout: .seconds(30)) }
-
         let controller = HCIController(transport: transport, commandTimeout: .seconds(30), logger: Interop.logger)
+        // A frame the recording does not have fails the play, and closing the controller
+        // fails whatever waits for an answer, so a mismatch ends the test at once.
+        let played = Task {
+            do { try await transport.play(script, timeout: .seconds(30)) } catch {
+                await controller.close()
+                throw error
+            }
+        }
+
         try await controller.initialize()
         let host = L2CAPHost(controller: controller, logger: Interop.logger)
         await host.start()

@@ -189,6 +189,11 @@ enum Interop {
         if let keep = ProcessInfo.processInfo.environment["BLE_RECORD_FIXTURES"] {
             try? FileManager.default.removeItem(atPath: keep + "/rootcanal-scan.btsnoop")
             try FileManager.default.copyItem(atPath: traceB, toPath: keep + "/rootcanal-scan.btsnoop")
+            // rootcanal-init: the advertiser's initialisation, up to its first advertising command.
+            let advertiser = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: traceA)))).records
+            let end = advertiser.firstIndex { if case .packet(.command(.leSetAdvertisingParameters, _)) = $0.content { return true }; return false } ?? advertiser.count
+            let e = TraceEncoder(.btsnoop(datalink: 1002))
+            try Data(e.header + advertiser[..<end].compactMap { e.record($0) }.flatMap { $0 }).write(to: URL(fileURLWithPath: keep + "/rootcanal-init.btsnoop"))
         }
         try? FileManager.default.removeItem(atPath: dir)
     }

@@ -42,6 +42,31 @@ struct SecurityTests {
         for await e in events { if case .disconnected = e { break } }
     }
 
+    /// Encryption Change [v2] (enabled at initialisation, the virtual controller lists
+    /// Set Event Mask Page 2) and [v1] (page 2 cleared again) both complete pairing; the
+    /// link's key size is the negotiated one, not the 16 the controller reports in v2.
+    @Test(arguments: [true, false]) func encryptionChangeV1AndV2BothCompletePairing(v2: Bool) async throws {
+        let radio = VirtualRadio()
+        let (a, b) = try await Self.link(radio, a: PairingConfiguration(maximumKeySize: 12))
+        #expect(await b.l2cap.controller.info?.encryptionChangeV2 == true)
+        if !v2 {
+            try await a.l2cap.controller.send(SetEventMaskPage2(eventMaskPage2: 0))
+            try await b.l2cap.controller.send(SetEventMaskPage2(eventMaskPage2: 0))
+        }
+        let events = await b.l2cap.controller.events()
+        let state = try await b.security.secure(handle: b.handle)
+        #expect(state.encrypted && state.keySize == 12)
+        #expect(await a.security.security(handle: a.handle).keySize == 12)
+        let seen = await collect(events.compactMap { e -> HCIEventCode? in
+            switch e {
+            case let .encryptionChangeV2(c): #expect(c.encryptionKeySize == 16); return e.code
+            case .encryptionChange: return e.code
+            default: return nil
+            }
+        }, count: 1, within: .seconds(1))
+        #expect(seen == [v2 ? .encryptionChangeV2 : .encryptionChange])
+    }
+
     @Test func justWorksBondsThenTheBondReEncryptsWithoutPairing() async throws {
         let radio = VirtualRadio()
         let identity = IdentityKey(irk: Array(1...16), address: VirtualRadioTests.a, addressType: .public)
