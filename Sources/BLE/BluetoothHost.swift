@@ -321,6 +321,15 @@ public actor BluetoothHost {
             let links = await l2cap.linkEvents()
             await l2cap.start()
             await security.start()
+            // The server judges each request by the security the Security Manager has
+            // just given the link (it sets it in L2CAP synchronously, on this loop).
+            let l2cap = self.l2cap
+            await server.setSecuritySource { handle in
+                guard l2cap.loop.inEventLoop else { return nil }
+                return l2cap.assumeIsolated { $0.linkSecurity(handle: handle) }.map {
+                    LinkSecurity(encrypted: $0.encrypted, authenticated: $0.authenticated, keySize: $0.keySize)
+                }
+            }
             let securityEvents = await security.events()
             let serverEvents = server.events, requests = server.requests
             // Each stream is followed by a task isolated to the host: its events are handled

@@ -33,6 +33,9 @@ public actor GATTServer {
     /// Each connection's enhanced bearers (EATT), beside its unenhanced one.
     private var enhanced: [UInt16: [ATTBearer]] = [:]
     private var security: [UInt16: LinkSecurity] = [:]
+    /// Where a link's security is read at the moment a request is judged (the Security
+    /// Manager's own record, on the same loop), before `security`.
+    private var securitySource: (@Sendable (UInt16) -> LinkSecurity?)?
     private let logger: Logger
     private let continuation: BufferedStream<Event>.Continuation
     /// Writes, subscriptions and connection changes. Buffer: the newest 4096, drops
@@ -109,7 +112,7 @@ public actor GATTServer {
 
     /// Answers a request on a manual handle, if `pdu` is one; false otherwise.
     private func serveManually(_ pdu: ATTPDU, connection: UInt16, bearer: ATTBearer) async -> Bool {
-        let sec = security[connection] ?? LinkSecurity()
+        let sec = linkSecurity(connection)
         func fail(_ code: ATTErrorCode, _ h: UInt16) async { await bearer.respond(.errorResponse(request: pdu.opcode, handle: h, error: code)) }
         switch pdu {
         case let .readRequest(h) where manual.contains(h), let .readBlobRequest(h, _) where manual.contains(h):
@@ -278,7 +281,7 @@ public actor GATTServer {
                 return
             }
             let mtu = bearer.assumeIsolated { $0.mtu }
-            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
+            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection))
             if let response { bearer.assumeIsolated { $0.respond(response) } }
             report(effects, response: response, connection: connection, pdu: pdu)
         case .notification:
@@ -326,7 +329,7 @@ public actor GATTServer {
         case let .request(pdu), let .command(pdu):
             if !manual.isEmpty, await serveManually(pdu, connection: connection, bearer: bearer) { return }
             let mtu = await bearer.mtu
-            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: security[connection] ?? LinkSecurity())
+            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection))
             if let response { await bearer.respond(response) }
             report(effects, response: response, connection: connection, pdu: pdu)
         case .notification:
@@ -335,6 +338,16 @@ public actor GATTServer {
             // §3.4.7.3: every indication is confirmed, even one nobody here asked for.
             await bearer.confirm()
         }
+    }
+
+    /// Reads a link's security where the Security Manager keeps it, synchronously on the
+    /// loop, as each request is judged: a request that arrives right after the link's
+    /// Encryption Change is judged by the new security, with no event in between (nil
+    /// from `source`: what `setSecurity` gave).
+    public func setSecuritySource(_ source: @escaping @Sendable (UInt16) -> LinkSecurity?) { securitySource = source }
+
+    private func linkSecurity(_ connection: UInt16) -> LinkSecurity {
+        securitySource?(connection) ?? security[connection] ?? LinkSecurity()
     }
 
     /// What the link now has (after pairing or encryption): later requests are checked

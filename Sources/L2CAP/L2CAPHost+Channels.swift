@@ -76,6 +76,9 @@ extension L2CAPHost {
         connections[handle]?.signaling.channels.linkSecurity = security
     }
 
+    /// The security the Security Manager last set for link `handle` (nil: no such link).
+    public func linkSecurity(handle: UInt16) -> LinkSecurityState? { connections[handle]?.signaling.channels.linkSecurity }
+
     /// Opens an LE credit-based channel (§4.22) to the peer's `spsm` on link `handle`.
     public func connectChannel(spsm: UInt16, handle: UInt16, parameters: CreditBasedParameters = CreditBasedParameters()) async throws -> L2CAPChannel {
         guard connections[handle] != nil else { throw L2CAPChannelError.linkClosed(handle: handle) }

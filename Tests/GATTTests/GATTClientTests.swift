@@ -79,6 +79,29 @@ struct GATTClientTests {
         return (client, server, clientEnd, battery, custom)
     }
 
+    /// The server reads the link's security from its source as each request is judged:
+    /// the moment the source says encrypted, the next read goes through, with no
+    /// `setSecurity` in between (the facade's source is the Security Manager's record).
+    @Test func requestsAreJudgedByTheSecuritySourceAtOnce() async throws {
+        var db = AttributeDatabase()
+        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read], permissions: [.readEncrypted], value: [7]),
+        ]))
+        let server = GATTServer(database: db, logger: Self.logger)
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: Self.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: Self.logger))
+        await client.start()
+        let encrypted = Mutex(false)
+        await server.setSecuritySource { c in c == 1 && encrypted.withLock { $0 } ? LinkSecurity(encrypted: true) : nil }
+        let h = s.characteristicValues[0]
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .readRequest, handle: h, error: .insufficientEncryption))) {
+            _ = try await client.read(h)
+        }
+        encrypted.withLock { $0 = true }
+        #expect(try await client.read(h) == [7])
+    }
+
     @Test func discoveryFindsEverythingInFewRoundTrips() async throws {
         let (client, _, wire, battery, custom) = try await setUp()
         let services = try await client.discoverPrimaryServices()
