@@ -22,9 +22,9 @@ public actor ATTBearer {
     }
 
     public nonisolated let channel: any ATTChannel
-    /// The channel's event loop, this actor's executor.
-    public nonisolated var loop: any EventLoop { channel.loop }
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { channel.loop.executor.asUnownedSerialExecutor() }
+    /// The channel's event loop, this actor's executor (both read once, at init).
+    public nonisolated let loop: any EventLoop
+    public nonisolated let unownedExecutor: UnownedSerialExecutor
     /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
     private let clock: (any Clock<Duration>)?
     private let logger: Logger
@@ -63,6 +63,8 @@ public actor ATTBearer {
 
     private init(channel: any ATTChannel, state: ATTBearerState, clock: (any Clock<Duration>)?, transactionTimeout: Duration, logger: Logger) {
         self.channel = channel
+        self.loop = channel.loop
+        self.unownedExecutor = channel.loop.executor.asUnownedSerialExecutor()
         self.clock = clock
         self.logger = logger
         self.timeout = transactionTimeout

@@ -27,7 +27,7 @@ public actor GATTServer {
     /// The event loop the server runs on: the controller's, so serving a request on one
     /// of its links needs no thread hop.
     public nonisolated let loop: any EventLoop
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    public nonisolated let unownedExecutor: UnownedSerialExecutor
     private var state: GATTServerState
     private var bearers: [UInt16: ATTBearer] = [:]
     /// Each connection's enhanced bearers (EATT), beside its unenhanced one.
@@ -72,6 +72,7 @@ public actor GATTServer {
     /// one executor; by default one of NIO's shared loops.
     public init(database: AttributeDatabase, prepareQueueLimit: Int = 64, loop: (any EventLoop)? = nil, logger: Logger) {
         self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.unownedExecutor = self.loop.executor.asUnownedSerialExecutor()
         self.state = GATTServerState(database: database, prepareQueueLimit: prepareQueueLimit)
         self.logger = logger
         (events, continuation) = BufferedStream<Event>.makeStream(capacity: 4096)

@@ -66,7 +66,9 @@ public actor HCIController {
     /// The loop as a task executor (`LoopTaskExecutor`): an application task that prefers
     /// it resumes on the loop after each wait inside the stack, not on the global pool.
     public nonisolated let taskExecutor: LoopTaskExecutor
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    /// The loop as the actor's executor, made once: every isolated call and
+    /// `assumeIsolated` reads it, and building it anew each time boxed the loop.
+    public nonisolated let unownedExecutor: UnownedSerialExecutor
     public let commandTimeout: Duration
     /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
     private let clock: (any Clock<Duration>)?
@@ -101,6 +103,7 @@ public actor HCIController {
                 commandTimeout: Duration = .seconds(5), loop: (any EventLoop)? = nil, logger: Logger) {
         self.transport = transport
         self.loop = loop ?? transport.preferredLoop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.unownedExecutor = self.loop.executor.asUnownedSerialExecutor()
         self.taskExecutor = LoopTaskExecutor(self.loop)
         self.clock = clock
         self.commandTimeout = commandTimeout

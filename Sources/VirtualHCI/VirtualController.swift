@@ -22,7 +22,7 @@ public actor VirtualController: HCITransport {
     private weak var radio: VirtualRadio?
     /// The radio's loop: this controller's executor, and the loop its host prefers.
     public nonisolated let loop: any EventLoop
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    public nonisolated let unownedExecutor: UnownedSerialExecutor
     public nonisolated var preferredLoop: (any EventLoop)? { loop }
     private var closed = false
 
@@ -52,6 +52,7 @@ public actor VirtualController: HCITransport {
     init(radio: VirtualRadio, loop: any EventLoop, address: BluetoothAddress) {
         self.radio = radio
         self.loop = loop
+        self.unownedExecutor = loop.executor.asUnownedSerialExecutor()
         self.address = address
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
     }

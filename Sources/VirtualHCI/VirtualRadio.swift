@@ -21,7 +21,7 @@ public actor VirtualRadio {
     /// The radio, its controllers and (by default) the hosts on them run on this loop:
     /// one thread, no hand-off between threads, the same order every run.
     public nonisolated let loop: any EventLoop
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
+    public nonisolated let unownedExecutor: UnownedSerialExecutor
     /// RSSI at the scanner for a distance in metres: log-distance path loss,
     /// RSSI = txPower − 41 dB (at 1 m) − 10·n·log10(d), n = `pathLossExponent`.
     public var pathLossExponent = 2.0
@@ -52,7 +52,10 @@ public actor VirtualRadio {
     }
 
     /// `loop`: by default one of NIO's shared loops.
-    public init(loop: (any EventLoop)? = nil) { self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next() }
+    public init(loop: (any EventLoop)? = nil) {
+        self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
+        self.unownedExecutor = self.loop.executor.asUnownedSerialExecutor()
+    }
 
     /// Adds a controller with this public address.
     public func makeController(address: BluetoothAddress) -> VirtualController {
