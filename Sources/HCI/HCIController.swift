@@ -301,7 +301,7 @@ public actor HCIController {
 
     private func resumeCompletionWaiter(_ id: UInt64) { completionWaiters.removeValue(forKey: id)?.continuation.resume() }
 
-    /// Resumes the completion waiters of connections with nothing outstanding (nil: all).
+    /// Resumes the completion waiters of connections with nothing outstanding (`all`: every one).
     private func resumeCompletionWaiters(all: Bool = false) {
         for (id, w) in completionWaiters where all || (acl.outstanding[w.handle] == nil && !aclWaiters.contains(where: { $0.handle == w.handle })) {
             resumeCompletionWaiter(id)
