@@ -47,8 +47,10 @@ extension BluetoothHost {
                 // disconnection). Not with the extended commands: Rootcanal 1.10 then never
                 // connects to the set again once this link ends (seen in ST03), so an extended
                 // set resumes at the disconnection only.
-                if let a = advertising, state == .ready, !usesExtendedCommands {
-                    do { try await startAdvertisingNow(a) } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
+                if advertising != nil, state == .ready, !usesExtendedCommands {
+                    do {
+                        try await withAdvertisingLock { if let a = advertising, state == .ready { try await startAdvertisingNow(a) } }
+                    } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
                 }
             } else if let w = connectWaiter, w.peer == c.peer {
                 connectWaiter = nil
@@ -66,8 +68,10 @@ extension BluetoothHost {
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
             await server.detach(connection: c.handle)
             // Legacy advertising stops when a central connects; resume it as asked.
-            if conn.role == .peripheral, let a = advertising, state == .ready {
-                do { try await startAdvertisingNow(a) } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
+            if conn.role == .peripheral, advertising != nil, state == .ready {
+                do {
+                    try await withAdvertisingLock { if let a = advertising, state == .ready { try await startAdvertisingNow(a) } }
+                } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
             }
         }
     }

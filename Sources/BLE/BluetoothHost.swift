@@ -247,6 +247,10 @@ public actor BluetoothHost {
     // Peripheral role (PeripheralManager.swift).
     var published: [ObjectIdentifier: PublishedService] = [:]
     var advertising: AdvertisingConfiguration?
+    /// One advertising change at a time (`withAdvertisingLock`): the application's
+    /// start or stop, the resumption after a link, a new private address.
+    var advertisingBusy = false
+    var advertisingWaiters: [CheckedContinuation<Void, Never>] = []
     var requestContinuation: AsyncStream<ReadWriteRequest>.Continuation?
     var requestGeneration: UInt64 = 0
     /// Requests handed to a `requests()` consumer, with its generation, possibly unanswered.
@@ -376,7 +380,7 @@ public actor BluetoothHost {
             let i = try await controller.initialize(reset: true)
             adopt(i)
             try await startPrivacy(i)
-            if let a = advertising { try await startAdvertisingNow(a) }
+            try await withAdvertisingLock { if let a = advertising { try await startAdvertisingNow(a) } }
             setState(.ready)
         } catch {
             setState(.failed("\(error)"))

@@ -366,11 +366,26 @@ extension BluetoothHost {
         let previous = advertising
         advertising = a
         do {
-            if let a { try await startAdvertisingNow(a) } else { try await stopAdvertisingNow() }
+            try await withAdvertisingLock { if let a { try await startAdvertisingNow(a) } else { try await stopAdvertisingNow() } }
         } catch {
             advertising = previous
             throw error
         }
+    }
+
+    /// Runs one change of the controller's advertising after the one under way: the
+    /// commands of two changes interleaved (a resumption after a disconnection racing
+    /// the application's own start) would make the controller refuse the second's
+    /// parameters while the first has enabled advertising (Command Disallowed). Each
+    /// change's commands have their own timeouts, so the wait ends.
+    func withAdvertisingLock(_ body: () async throws -> Void) async throws {
+        while advertisingBusy { await withCheckedContinuation { advertisingWaiters.append($0) } }
+        advertisingBusy = true
+        defer {
+            advertisingBusy = false
+            if !advertisingWaiters.isEmpty { advertisingWaiters.removeFirst().resume() }
+        }
+        try await body()
     }
 
     /// Starts (or restarts) advertising `a`; under privacy from the current private address.
@@ -387,10 +402,10 @@ extension BluetoothHost {
                                                randomAddress: address)
             if let address { advertisingSetAddressSet(address) }
         } else {
-            let address = legacyAdvertisingAddress()
+            let generation = own.generation, address = legacyAdvertisingAddress()
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                        intervalMilliseconds: a.intervalMilliseconds, ownAddressType: ownAddressType, randomAddress: address)
-            if let address { controllerAddressSet(address) }
+            if let address { controllerAddressSet(address, generation: generation) }
         }
     }
 

@@ -154,13 +154,12 @@ extension BluetoothHost {
         armRotation(every)
         guard state == .ready else { return }
         logger.debug("private address expired", metadata: ["ble.generation": "\(own.generation)"])
-        if let a = advertising, usesExtendedCommands || (scans.isEmpty && connectWaiter == nil) {
-            do { try await startAdvertisingNow(a) } catch {
+        if advertising != nil, usesExtendedCommands || (scans.isEmpty && connectWaiter == nil) {
+            // After any change under way, with what the application asks for then.
+            do {
+                try await withAdvertisingLock { if let a = advertising { try await startAdvertisingNow(a) } }
+            } catch {
                 logger.warning("advertising did not restart with a new private address", metadata: ["error": "\(error)"])
-            }
-            // The application changed advertising meanwhile: its wish stands.
-            if advertising != a {
-                if let now = advertising { try? await startAdvertisingNow(now) } else { try? await stopAdvertisingNow() }
             }
         } else {
             await refreshControllerAddress()
@@ -185,13 +184,17 @@ extension BluetoothHost {
     }
 
     func setControllerAddress(_ a: BluetoothAddress) async throws {
+        let generation = own.generation
         try await controller.send(LESetRandomAddress(randomAddress: a))
-        controllerAddressSet(a)
+        controllerAddressSet(a, generation: generation)
     }
 
-    /// LE Set Random Address went out with `a` (here or inside legacy advertising's start).
-    func controllerAddressSet(_ a: BluetoothAddress) {
-        own.controller = (a, own.generation)
+    /// LE Set Random Address went out with `a` (here or inside legacy advertising's start),
+    /// made in period `generation`: recorded as that period's, not the current one, since
+    /// a period may have ended while the command was out (its own restart then needs a
+    /// new address).
+    func controllerAddressSet(_ a: BluetoothAddress, generation: Int) {
+        own.controller = (a, generation)
         // Legacy advertising shares the controller's random address with connecting.
         let role: ConnectionRole? = usesExtendedCommands ? .central : nil
         security.assumeIsolated { $0.setOwnAddress(a, type: .random, role: role) }
