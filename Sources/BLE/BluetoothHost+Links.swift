@@ -100,7 +100,8 @@ extension BluetoothHost {
         case let .securityChanged(handle, state):
             guard let conn = active[handle] else { return }
             securityRequested.remove(handle)
-            await server.setSecurity(LinkSecurity(encrypted: state.encrypted, authenticated: state.authenticated, keySize: state.keySize), connection: handle)
+            // The server already judges by this (its security source reads the Security
+            // Manager's record as each request comes).
             connectionBroadcast.yield(.securityChanged(conn, state))
             // A bonded client is who it says once the link is encrypted with the bond's
             // key: its subscriptions come back (notifications flow without it writing
