@@ -156,6 +156,8 @@ struct Figures {
     var requests = 0; var discover = (0.0, 0.0); var read = (0.0, 0.0); var write = (0.0, 0.0); var notify = (0.0, 0.0); var bytes = 0
     /// Ours only: the same reads and writes from code isolated to the host's event loop.
     var onLoop: (read: (Double, Double), write: (Double, Double))?
+    /// Ours only: the value handle read and written, for the floor probe.
+    var handle: UInt16 = 0
 }
 
 let debug = ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil
@@ -189,6 +191,7 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
     guard let rw = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF1) })?.0,
           let (burst, ds) = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF5) }),
           let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else { return f }
+    f.handle = rw.valueHandle
     inbound.withLock { $0.removeAll() }
     var u0 = rusage(); getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u0)
     t0 = ContinuousClock.now; c0 = cpu()
@@ -249,12 +252,14 @@ func report(_ name: String, _ f: Figures, n: Int) {
 
 say("== 1. notifications end to end over the virtual radio")
 if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil {
-    try await virtualRadioNotifications(mtu: 23, payload: 20, n: 20_000)
-    try await virtualRadioNotifications(mtu: 247, payload: 244, n: 50_000)
+    // BENCH_NOTIFY_SCALE=k multiplies the counts (for a profile long enough to read).
+    let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
+    try await virtualRadioNotifications(mtu: 23, payload: 20, n: 20_000 * scale)
+    try await virtualRadioNotifications(mtu: 247, payload: 244, n: 50_000 * scale)
 }
 
 say("== 1b. an L2CAP credit-based channel over the virtual radio (sender on the loop, receiver a task)")
-if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil {
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"] == nil {
     try await virtualRadioChannel(total: 64 * 1_048_576, sdu: 4096)
     try await virtualRadioChannel(total: 64 * 1_048_576, sdu: 65535 - 65535 % 244)
 }
@@ -270,6 +275,14 @@ if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.def
     try await Task.sleep(for: .seconds(3))
     let o = try await ours(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, n: count)
     report("ours  ", o, n: count)
+    try await Task.sleep(for: .milliseconds(500))
+    // Blocking on purpose: the probe is one thread doing only system calls.
+    if o.handle != 0, let floor = floorRequests(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, handle: o.handle, n: count) {
+        say(label("floor : read (raw H4, blocking)") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", floor.read.1 / Double(count) * 1e6, floor.read.0 / Double(count) * 1000))
+        say(label("floor : write (raw H4, blocking)") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", floor.write.1 / Double(count) * 1e6, floor.write.0 / Double(count) * 1000))
+    } else {
+        say("floor : the raw H4 probe got no answer")
+    }
     try await Task.sleep(for: .milliseconds(500))
     if let b = try bumble(python: python, port: rc.hciPort, n: count) { report("bumble", b, n: count) } else { print("bumble client produced no figures") }
     RootcanalProcess.kill(server)

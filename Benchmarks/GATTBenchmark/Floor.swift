@@ -1,0 +1,140 @@
+// The floor under part 2's CPU figures: what any host spends per ATT request on this
+// transport when it does nothing but the system calls the exchange needs. One blocking
+// thread writes raw H4 to a Rootcanal controller and reads until the response: the
+// same packets cross the same socket as for our host and Bumble's (the request's ACL
+// out; Number Of Completed Packets and the response's ACL in, each its own wake-up),
+// with no event loop, no parsing beyond the headers and no allocation per request.
+
+import BenchmarkSupport
+import Foundation
+import HCI
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Raw H4 over TCP: blocking writes and reads, whole packets out of a byte buffer.
+struct RawH4 {
+    let fd: Int32
+    private var buffer = [UInt8](repeating: 0, count: 4096)
+    private var start = 0, end = 0
+
+    init?(port: UInt16) {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        // Every wait ends: a controller that stops answering ends the probe after 5 s.
+        var limit = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { close(fd); return nil }
+    }
+
+    func send(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) == $0.count }
+    }
+
+    /// The next whole packet: its H4 indicator and the range of its body (headers
+    /// included) in `bytes`; nil when the socket ends, times out or the framing breaks.
+    mutating func next() -> (type: UInt8, body: Range<Int>)? {
+        while true {
+            if end - start >= 1 {
+                let type = buffer[start]
+                let header = type == 0x04 ? 2 : type == 0x02 ? 4 : 0
+                guard header > 0 else { return nil }
+                if end - start >= 1 + header {
+                    let length = type == 0x04 ? Int(buffer[start + 2]) : Int(buffer[start + 3]) | Int(buffer[start + 4]) << 8
+                    let total = 1 + header + length
+                    guard total <= buffer.count else { return nil }
+                    if end - start >= total {
+                        defer { start += total }
+                        return (type, start + 1 ..< start + total)
+                    }
+                }
+            }
+            if start > 0 {
+                buffer.withUnsafeMutableBytes { b in _ = memmove(b.baseAddress!, b.baseAddress! + start, end - start) }
+                end -= start; start = 0
+            }
+            let got = buffer.withUnsafeMutableBytes { b in read(fd, b.baseAddress! + end, b.count - end) }
+            guard got > 0 else { return nil }
+            end += got
+        }
+    }
+
+    subscript(i: Int) -> UInt8 { buffer[i] }
+
+    /// Sends a command and reads until its Command Complete or Command Status.
+    mutating func command(_ opcode: HCIOpcode, _ parameters: [UInt8] = []) -> Bool {
+        guard send(HCIPacket.command(opcode: opcode, parameters: parameters).h4Bytes) else { return false }
+        while let p = next() {
+            guard p.type == 0x04 else { continue }
+            let code = self[p.body.lowerBound]
+            if code == 0x0E, p.body.count >= 6, UInt16(self[p.body.lowerBound + 3]) | UInt16(self[p.body.lowerBound + 4]) << 8 == opcode.rawValue {
+                return self[p.body.lowerBound + 5] == 0
+            }
+            if code == 0x0F, p.body.count >= 6, UInt16(self[p.body.lowerBound + 4]) | UInt16(self[p.body.lowerBound + 5]) << 8 == opcode.rawValue {
+                return self[p.body.lowerBound + 2] == 0
+            }
+        }
+        return false
+    }
+}
+
+/// This thread's user + system CPU seconds.
+func threadCPU() -> Double {
+    var u = rusage()
+    getrusage(__rusage_who_t(1 /* RUSAGE_THREAD */), &u)
+    return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+}
+
+/// Connects a fresh Rootcanal controller to `target` and times `n` reads and `n` writes
+/// of `handle` by raw H4 on this (blocking) thread: (wall, cpu) for each, or nil when
+/// the controller or the peer does not answer.
+func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, n: Int) -> (read: (Double, Double), write: (Double, Double))? {
+    guard var h4 = RawH4(port: port) else { return nil }
+    defer { close(h4.fd) }
+    guard h4.command(.reset),
+          h4.command(HCIOpcode(rawValue: 0x0C01), [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F]),
+          h4.command(LECreateConnection.opcode, LECreateConnection(peerAddressType: .random, peerAddress: target).parameters)
+    else { return nil }
+    var link: UInt16?
+    while link == nil, let p = h4.next() {
+        let b = p.body.lowerBound
+        if p.type == 0x04, h4[b] == 0x3E, p.body.count >= 7, h4[b + 2] == 0x01 || h4[b + 2] == 0x0A {
+            guard h4[b + 3] == 0 else { return nil }
+            link = UInt16(h4[b + 4]) | UInt16(h4[b + 5]) << 8
+        }
+    }
+    guard let link else { return nil }
+    defer { _ = h4.send(HCIPacket.command(opcode: .disconnect, parameters: [UInt8(link & 0xFF), UInt8(link >> 8), 0x13]).h4Bytes) }
+    let value = Array("benchmark!".utf8)
+    func request(_ pdu: [UInt8]) -> [UInt8] {
+        [0x02, UInt8(link & 0xFF), UInt8(link >> 8), UInt8(4 + pdu.count), 0, UInt8(pdu.count), 0, 0x04, 0x00] + pdu
+    }
+    let read = request([0x0A, UInt8(handle & 0xFF), UInt8(handle >> 8)])
+    let write = request([0x12, UInt8(handle & 0xFF), UInt8(handle >> 8)] + value)
+    /// Sends one request and reads until its response (or an Error Response).
+    func exchange(_ packet: [UInt8], answer: UInt8) -> Bool {
+        guard h4.send(packet) else { return false }
+        while let p = h4.next() {
+            let b = p.body.lowerBound
+            if p.type == 0x02, p.body.count >= 9, h4[b + 6] == 0x04, h4[b + 8] == answer || h4[b + 8] == 0x01 { return true }
+        }
+        return false
+    }
+    func time(_ packet: [UInt8], answer: UInt8) -> (Double, Double)? {
+        for _ in 0..<3 { guard exchange(packet, answer: answer) else { return nil } }
+        let t0 = ContinuousClock.now, c0 = threadCPU()
+        for _ in 0..<n { guard exchange(packet, answer: answer) else { return nil } }
+        return (seconds(ContinuousClock.now - t0), threadCPU() - c0)
+    }
+    guard let r = time(read, answer: 0x0B), let w = time(write, answer: 0x13) else { return nil }
+    return (r, w)
+}
