@@ -10,7 +10,7 @@ import L2CAP
 import Logging
 import NIOCore
 
-public actor ATTBearer {
+public actor ATTBearer: LoopIsolated {
     /// What the peer sends that is not an answer to us.
     public enum Incoming: Hashable, Sendable {
         /// Answer with `respond(_:)`.
@@ -80,7 +80,7 @@ public actor ATTBearer {
         opened = true
         // The channel delivers on its loop, this actor's executor.
         channel.open { [weak self] input in
-            self?.assumeIsolated { bearer in
+            self?.onLoop { bearer in
                 switch input {
                 case let .frame(pdu): bearer.receive(pdu)
                 case .closed: bearer.linkEnded()
@@ -193,7 +193,7 @@ public actor ATTBearer {
             switch e {
             case let .send(bytes):
                 unsent += 1
-                let queued = channel.write(bytes) { [weak self] _ in self?.assumeIsolated { $0.written() } }
+                let queued = channel.write(bytes) { [weak self] _ in self?.onLoop { $0.written() } }
                 if !queued {
                     unsent -= 1
                     logger.debug("ATT send failed: the link is gone")
@@ -202,7 +202,7 @@ public actor ATTBearer {
                 }
             case let .startTimer(id):
                 timers[id] = LoopTimer(after: timeout, on: loop, clock: clock) { [weak self] in
-                    self?.assumeIsolated { $0.timerFired(id) }
+                    self?.onLoop { $0.timerFired(id) }
                 }
             case let .cancelTimer(id):
                 timers.removeValue(forKey: id)?.cancel()

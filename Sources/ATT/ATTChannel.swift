@@ -39,11 +39,11 @@ public struct L2CAPATTChannel: ATTChannel {
     public var loop: any EventLoop { host.loop }
 
     public func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {
-        host.assumeIsolated { $0.setReceiver(.att, handle: handle, deliver) }
+        host.onLoop { $0.setReceiver(.att, handle: handle, deliver) }
     }
 
     public func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
-        host.assumeIsolated { $0.enqueue(pdu, on: .att, handle: handle, done: done) }
+        host.onLoop { $0.enqueue(pdu, on: .att, handle: handle, done: done) }
     }
 
     public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }

@@ -153,7 +153,7 @@ enum LinkEnd: Hashable, Sendable {
     }
 }
 
-public actor BluetoothHost {
+public actor BluetoothHost: LoopIsolated {
     public nonisolated let controller: HCIController
     /// The facade runs on the controller's loop, as the layers below it do (see Ordering.swift).
     public nonisolated var unownedExecutor: UnownedSerialExecutor { controller.unownedExecutor }
@@ -330,7 +330,7 @@ public actor BluetoothHost {
             let l2cap = self.l2cap
             await server.setSecuritySource { handle in
                 guard l2cap.loop.inEventLoop else { return nil }
-                return l2cap.assumeIsolated { $0.linkSecurity(handle: handle) }.map {
+                return l2cap.onLoop { $0.linkSecurity(handle: handle) }.map {
                     LinkSecurity(encrypted: $0.encrypted, authenticated: $0.authenticated, keySize: $0.keySize)
                 }
             }

@@ -197,7 +197,7 @@ extension BluetoothHost {
         own.controller = (a, generation)
         // Legacy advertising shares the controller's random address with connecting.
         let role: ConnectionRole? = usesExtendedCommands ? .central : nil
-        security.assumeIsolated { $0.setOwnAddress(a, type: .random, role: role) }
+        security.onLoop { $0.setOwnAddress(a, type: .random, role: role) }
     }
 
     /// Legacy advertising's start: the address to set with it (advertising is stopped
@@ -212,7 +212,7 @@ extension BluetoothHost {
 
     /// Advertising set 0 now advertises from `a`: links it makes have it as ours.
     func advertisingSetAddressSet(_ a: BluetoothAddress) {
-        security.assumeIsolated { $0.setOwnAddress(a, type: .random, role: .peripheral) }
+        security.onLoop { $0.setOwnAddress(a, type: .random, role: .peripheral) }
     }
 
     // MARK: Peers' private addresses

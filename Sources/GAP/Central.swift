@@ -54,7 +54,7 @@ public enum Central {
         // first: handed to the controller, then reported completed by it (up to half
         // the time allowed), so the Disconnect cannot overtake it.
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            host.loop.execute { host.assumeIsolated { $0.whenSent(handle: connection.handle) { c.resume() } } }
+            host.loop.execute { host.onLoop { $0.whenSent(handle: connection.handle) { c.resume() } } }
         }
         await host.controller.packetsCompleted(handle: connection.handle, within: limit / 2)
         let events = await host.linkEvents()

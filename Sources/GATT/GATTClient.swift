@@ -9,10 +9,11 @@ import BLECrypto
 import HCI
 import NIOCore
 
-public actor GATTClient {
+public actor GATTClient: LoopIsolated {
     public nonisolated let bearer: ATTBearer
     /// The bearer's executor: the client runs on its link's event loop.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { bearer.unownedExecutor }
+    public nonisolated var loop: any EventLoop { bearer.loop }
     /// Per value handle: where its notifications and indications go (on the loop).
     private var subscribers: [UInt16: Subscriber] = [:]
     private struct Subscriber {
@@ -50,8 +51,8 @@ public actor GATTClient {
         guard !started else { return }
         started = true
         let bearer = self.bearer
-        await bearer.setHandler({ [weak self] item in self?.assumeIsolated { $0.route(item, on: bearer, server: $0.serverHandler) } },
-                                closed: { [weak self] in self?.assumeIsolated { $0.finishSubscriptions() } })
+        await bearer.setHandler({ [weak self] item in self?.onLoop { $0.route(item, on: bearer, server: $0.serverHandler) } },
+                                closed: { [weak self] in self?.onLoop { $0.finishSubscriptions() } })
         await bearer.start()
     }
 
@@ -72,8 +73,8 @@ public actor GATTClient {
             return
         }
         let id = ObjectIdentifier(added)
-        await added.setHandler({ [weak self] item in self?.assumeIsolated { $0.route(item, on: added, server: server) } },
-                               closed: { [weak self] in self?.assumeIsolated { $0.enhancedClosed(id) } })
+        await added.setHandler({ [weak self] item in self?.onLoop { $0.route(item, on: added, server: server) } },
+                               closed: { [weak self] in self?.onLoop { $0.enhancedClosed(id) } })
         await added.start()
         guard await added.isOpen else { return }
         if enhanced.isEmpty, !leased.contains(ObjectIdentifier(bearer)) { idle = [bearer] }
@@ -133,7 +134,7 @@ public actor GATTClient {
             subscribers[h]?.deliver(v)
         case let .indication(h, v):
             // Confirm first, so a consumer that stops at this value cannot lose the confirmation.
-            bearer.assumeIsolated { $0.confirm() }
+            bearer.onLoop { $0.confirm() }
             if h == serviceChangedHandle, v.count == 4 {
                 let start = UInt16(v[0]) | UInt16(v[1]) << 8, end = UInt16(v[2]) | UInt16(v[3]) << 8
                 if start <= end { invalidate(start...end) }
@@ -142,7 +143,7 @@ public actor GATTClient {
         case .request, .command:
             if let serverHandler { serverHandler(item); return }
             // This client has no server here: §3.4.1.1 Request Not Supported.
-            if case let .request(pdu) = item { bearer.assumeIsolated { $0.respond(.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported)) } }
+            if case let .request(pdu) = item { bearer.onLoop { $0.respond(.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported)) } }
         }
     }
 

@@ -9,7 +9,7 @@ import Logging
 import NIOCore
 import NIOPosix
 
-public actor GATTServer {
+public actor GATTServer: LoopIsolated {
     public enum Event: Hashable, Sendable {
         case written(handle: UInt16, value: [UInt8], connection: UInt16)
         case subscription(valueHandle: UInt16, connection: UInt16, notify: Bool, indicate: Bool)
@@ -208,7 +208,7 @@ public actor GATTServer {
             // The usual case: the bearer shares this server's loop, requests are served
             // synchronously as they arrive. The server stays alive while it serves a
             // connection: the bearer holds these closures until it closes.
-            await bearer.setHandler(handler(connection: handle), closed: { self.assumeIsolated { $0.detach(handle) } })
+            await bearer.setHandler(handler(connection: handle), closed: { self.onLoop { $0.detach(handle) } })
             await bearer.start()
             return
         }
@@ -230,7 +230,7 @@ public actor GATTServer {
         guard bearers[handle] != nil else { return }
         enhanced[handle, default: []].append(bearer)
         let id = ObjectIdentifier(bearer)
-        await bearer.setHandler(handler(connection: handle, on: bearer), closed: { self.assumeIsolated { $0.detachEnhanced(id, connection: handle) } })
+        await bearer.setHandler(handler(connection: handle, on: bearer), closed: { self.onLoop { $0.detachEnhanced(id, connection: handle) } })
         await bearer.start()
     }
 
@@ -248,7 +248,7 @@ public actor GATTServer {
     public nonisolated func handler(connection: UInt16) -> @Sendable (ATTBearer.Incoming) -> Void {
         { item in
             if self.loop.inEventLoop {
-                self.assumeIsolated { $0.serveNow(item, connection: connection) }
+                self.onLoop { $0.serveNow(item, connection: connection) }
             } else {
                 Task { await self.serve(item, connection: connection) }
             }
@@ -261,7 +261,7 @@ public actor GATTServer {
     public nonisolated func handler(connection: UInt16, on bearer: ATTBearer) -> @Sendable (ATTBearer.Incoming) -> Void {
         { item in
             if self.loop.inEventLoop, bearer.loop === self.loop {
-                self.assumeIsolated { $0.serveNow(item, connection: connection, on: bearer) }
+                self.onLoop { $0.serveNow(item, connection: connection, on: bearer) }
             } else {
                 Task { await self.serve(item, connection: connection, on: bearer) }
             }
@@ -281,15 +281,15 @@ public actor GATTServer {
                 Task { _ = await serveManually(pdu, connection: connection, bearer: bearer) }
                 return
             }
-            let mtu = bearer.assumeIsolated { $0.mtu }
+            let mtu = bearer.onLoop { $0.mtu }
             let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection))
-            if let response { bearer.assumeIsolated { $0.respond(response) } }
+            if let response { bearer.onLoop { $0.respond(response) } }
             report(effects, response: response, connection: connection, pdu: pdu)
         case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
         case .indication:
             // §3.4.7.3: every indication is confirmed, even one nobody here asked for.
-            bearer.assumeIsolated { $0.confirm() }
+            bearer.onLoop { $0.confirm() }
         }
     }
 

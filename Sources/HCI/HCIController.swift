@@ -57,7 +57,7 @@ public enum HCIInbound: Sendable {
 /// next packet is read.
 public typealias HCIInboundSink = @Sendable (HCIInbound) -> Void
 
-public actor HCIController {
+public actor HCIController: LoopIsolated {
     public nonisolated let transport: any HCITransport
     /// The event loop this controller's stack runs on: this actor, the L2CAP host over
     /// it, the ATT bearers of its links and the GATT server and clients on them all use
@@ -66,8 +66,8 @@ public actor HCIController {
     /// The loop as a task executor (`LoopTaskExecutor`): an application task that prefers
     /// it resumes on the loop after each wait inside the stack, not on the global pool.
     public nonisolated let taskExecutor: LoopTaskExecutor
-    /// The loop as the actor's executor, made once: every isolated call and
-    /// `assumeIsolated` reads it, and building it anew each time boxed the loop.
+    /// The loop as the actor's executor, made once: every isolated call reads it,
+    /// and building it anew each time boxed the loop.
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     public let commandTimeout: Duration
     /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
@@ -118,7 +118,7 @@ public actor HCIController {
         // above handles each packet synchronously before the next: events and ACL data
         // reach it in the controller's order, and nothing queues between them.
         transport.deliver(on: loop) { [weak self] input in
-            self?.assumeIsolated { controller in
+            self?.onLoop { controller in
                 switch input {
                 case let .packets(packets): for p in packets { controller.receive(p) }
                 case .ended(nil): controller.transportEnded("closed")
@@ -185,7 +185,7 @@ public actor HCIController {
 
     private func armTimer(id: UInt64, opcode: HCIOpcode) {
         timers[id] = LoopTimer(after: commandTimeout, on: loop, clock: clock) { [weak self] in
-            self?.assumeIsolated { $0.timerFired(id: id, opcode: opcode) }
+            self?.onLoop { $0.timerFired(id: id, opcode: opcode) }
         }
     }
 
@@ -290,7 +290,7 @@ public actor HCIController {
         guard closedReason == nil, acl.outstanding[handle] != nil || aclWaiters.contains(where: { $0.handle == handle }) else { return }
         let id = nextACLWaiter
         nextACLWaiter += 1
-        let timer = LoopTimer(after: limit, on: loop, clock: clock) { [weak self] in self?.assumeIsolated { $0.resumeCompletionWaiter(id) } }
+        let timer = LoopTimer(after: limit, on: loop, clock: clock) { [weak self] in self?.onLoop { $0.resumeCompletionWaiter(id) } }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in completionWaiters[id] = (handle, c) }
         } onCancel: {

@@ -99,7 +99,7 @@ public final class L2CAPChannel: SDUChannel, CustomStringConvertible {
     /// straight back), then `.closed` once. `sdus` then yields nothing.
     public func setReceiver(_ deliver: @escaping @Sendable (ChannelInput) -> Void) {
         let localCID = info.localCID
-        host.assumeIsolated { $0.setChannelReceiver(handle: handle, localCID: localCID, deliver) }
+        host.onLoop { $0.setChannelReceiver(handle: handle, localCID: localCID, deliver) }
     }
 
     /// Called on the host's loop: queues `sdu` behind the ones before it without
@@ -108,7 +108,7 @@ public final class L2CAPChannel: SDUChannel, CustomStringConvertible {
     /// channel is closed or the SDU is longer than the peer's MTU.
     public func write(_ sdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
         let localCID = info.localCID
-        return host.assumeIsolated { $0.writeSDU(sdu, handle: handle, localCID: localCID, done: done) }
+        return host.onLoop { $0.writeSDU(sdu, handle: handle, localCID: localCID, done: done) }
     }
 
     /// Why the channel ended, once it has.

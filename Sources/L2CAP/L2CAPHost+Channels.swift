@@ -106,7 +106,7 @@ extension L2CAPHost {
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         return try await withCheckedThrowingContinuation { c in
             let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
-                self?.assumeIsolated { $0.connectTimedOut(key) }
+                self?.onLoop { $0.connectTimedOut(key) }
             }
             coc.connects[key] = (c, timer)
             enqueue(bytes, on: .leSignaling, handle: handle)
@@ -134,7 +134,7 @@ extension L2CAPHost {
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
             let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
-                self?.assumeIsolated { $0.reconfigureTimedOut(key) }
+                self?.onLoop { $0.reconfigureTimedOut(key) }
             }
             coc.reconfigures[key] = (c, timer)
             enqueue(bytes, on: .leSignaling, handle: handle)
@@ -212,7 +212,7 @@ extension L2CAPHost {
         guard let events = connections[handle]?.signaling.channels.disconnect(localCID), !events.isEmpty else { return }
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
-                self?.assumeIsolated { $0.closeAnswered(key) }
+                self?.onLoop { $0.closeAnswered(key) }
             }
             coc.closes[key] = (c, timer)
             channelEvents(events, handle: handle)
@@ -332,7 +332,7 @@ extension L2CAPHost {
             case let .frame(remoteCID, bytes, token):
                 var done: (@Sendable (Bool) -> Void)?
                 if let token {
-                    done = { [weak self] sent in self?.assumeIsolated { $0.sduDone(token, sent: sent, handle: handle) } }
+                    done = { [weak self] sent in self?.onLoop { $0.sduDone(token, sent: sent, handle: handle) } }
                 }
                 if !enqueue(bytes, on: ChannelID(rawValue: remoteCID), handle: handle, done: done), let token {
                     sduDone(token, sent: false, handle: handle)

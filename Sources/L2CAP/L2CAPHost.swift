@@ -30,7 +30,7 @@ public enum ChannelInput: Sendable {
     case closed
 }
 
-public actor L2CAPHost {
+public actor L2CAPHost: LoopIsolated {
     public struct Connection: Sendable, Equatable {
         public var handle: UInt16
         public var role: ConnectionRole
@@ -108,8 +108,8 @@ public actor L2CAPHost {
         guard !started else { return }
         started = true
         // Both run on the loop this actor shares with the controller.
-        await controller.setACLCreditListener { [weak self] in self?.assumeIsolated { $0.pump() } }
-        await controller.setInboundSink { [weak self] item in self?.assumeIsolated { $0.deliver(item) } }
+        await controller.setACLCreditListener { [weak self] in self?.onLoop { $0.pump() } }
+        await controller.setInboundSink { [weak self] item in self?.onLoop { $0.deliver(item) } }
     }
 
     private func deliver(_ item: HCIInbound) {
@@ -206,7 +206,7 @@ public actor L2CAPHost {
     @discardableResult
     public func enqueue(_ payload: [UInt8], on channel: ChannelID, handle: UInt16, done: (@Sendable (Bool) -> Void)? = nil) -> Bool {
         guard connections[handle] != nil else { return false }
-        let length = controller.assumeIsolated { $0.info?.leACLDataPacketLength } ?? 27
+        let length = controller.onLoop { $0.info?.leACLDataPacketLength } ?? 27
         let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
         if queues[handle] == nil { order.append(handle) }
         for (i, f) in fragments.enumerated() {
@@ -243,11 +243,11 @@ public actor L2CAPHost {
                 continue
             }
             let dropsBefore = drops
-            let sent = controller.assumeIsolated { $0.sendACLNow(fragment.packet) }
+            let sent = controller.onLoop { $0.sendACLNow(fragment.packet) }
             // The write ended the transport (every queued fragment, this one too, was told).
             guard drops == dropsBefore else { return }
             guard sent else {
-                if controller.assumeIsolated({ $0.isClosed }) {
+                if controller.onLoop({ $0.isClosed }) {
                     for h in Array(queues.keys) { drop(handle: h) }
                     order.removeAll()
                 }

@@ -74,9 +74,10 @@ public enum SecurityEvent: Sendable, Equatable {
     case keypress(handle: UInt16, KeypressType)
 }
 
-public actor SecurityManager {
+public actor SecurityManager: LoopIsolated {
     public nonisolated let l2cap: L2CAPHost
     public nonisolated var unownedExecutor: UnownedSerialExecutor { l2cap.unownedExecutor }
+    public nonisolated var loop: any EventLoop { l2cap.loop }
     public nonisolated let logger: Logger
     public nonisolated let store: any BondStore
     public var configuration: PairingConfiguration
@@ -131,7 +132,7 @@ public actor SecurityManager {
     public func start() async {
         guard !started else { return }
         started = true
-        await l2cap.addEventObserver { [weak self] e in self?.assumeIsolated { $0.event(e) } }
+        await l2cap.addEventObserver { [weak self] e in self?.onLoop { $0.event(e) } }
         for c in await l2cap.currentConnections { attach(c) }
     }
 
@@ -145,7 +146,7 @@ public actor SecurityManager {
         let loop = l2cap.loop
         c.onTermination = { [weak self] _ in
             guard let self else { return }
-            loop.execute { self.assumeIsolated { $0.continuations[id] = nil } }
+            loop.execute { self.onLoop { $0.continuations[id] = nil } }
         }
         return stream
     }
@@ -352,13 +353,13 @@ public actor SecurityManager {
 
     func attach(_ c: L2CAPHost.Connection, peerOnAir: (BluetoothAddress, AddressType)? = nil, localOnAir: (BluetoothAddress, AddressType)? = nil) {
         guard links[c.handle] == nil else { return }
-        let local = localOnAir ?? ownAddress[c.role] ?? (l2cap.controller.assumeIsolated { $0.info?.address } ?? .zero, AddressType.public)
+        let local = localOnAir ?? ownAddress[c.role] ?? (l2cap.controller.onLoop { $0.info?.address } ?? .zero, AddressType.public)
         // An identity type (0x02/0x03) with no RPA reported: the identity itself was on the air.
         let peer = peerOnAir ?? (c.peer, AddressType(rawValue: c.peerType.rawValue & 1))
         links[c.handle] = Link(connection: c, local: local, peerOnAir: peer)
-        l2cap.assumeIsolated { host in
+        l2cap.onLoop { host in
             host.setReceiver(.securityManager, handle: c.handle) { [weak self] input in
-                self?.assumeIsolated { $0.input(input, handle: c.handle) }
+                self?.onLoop { $0.input(input, handle: c.handle) }
             }
         }
     }
@@ -544,13 +545,13 @@ public actor SecurityManager {
     }
 
     func send(_ pdu: SMPPDU, handle: UInt16) {
-        l2cap.assumeIsolated { _ = $0.enqueue(pdu.bytes, on: .securityManager, handle: handle) }
+        l2cap.onLoop { _ = $0.enqueue(pdu.bytes, on: .securityManager, handle: handle) }
         // §3.4: the timer restarts whenever a command is queued during a pairing; a
         // Security Request starts it too, so an unanswered one ends its waiters.
         guard links[handle]?.session != nil || pdu.code == .securityRequest else { return }
         links[handle]?.timer?.cancel()
         links[handle]?.timer = LoopTimer(after: timeout, on: l2cap.loop, clock: clock) { [weak self] in
-            self?.assumeIsolated { $0.timedOut(handle: handle) }
+            self?.onLoop { $0.timedOut(handle: handle) }
         }
     }
 
@@ -670,7 +671,7 @@ public actor SecurityManager {
     func emit(_ e: SecurityEvent) {
         // L2CAP checks an SPSM's requirement against the link's security when a peer
         // asks for a channel: it learns each change before anyone else.
-        if case let .securityChanged(handle, state) = e { l2cap.assumeIsolated { $0.setLinkSecurity(state, handle: handle) } }
+        if case let .securityChanged(handle, state) = e { l2cap.onLoop { $0.setLinkSecurity(state, handle: handle) } }
         for (_, c) in continuations { c.yield(e) }
     }
 }

@@ -9,7 +9,7 @@ import HCI
 import NIOCore
 import Synchronization
 
-public actor VirtualController: HCITransport {
+public actor VirtualController: HCITransport, LoopIsolated {
     public nonisolated let address: BluetoothAddress
     /// Controller-to-host packets for a host that reads the stream instead of using
     /// `deliver(on:_:)` (HCIController does the latter). Buffer: the newest 65,536
@@ -99,7 +99,7 @@ public actor VirtualController: HCITransport {
             Task { for p in packets { try? await self.send(p) } }
             return
         }
-        try assumeIsolated { c in
+        try onLoop { c in
             guard !c.closed else { throw TransportError.closed }
             for p in packets { c.accept(p) }
         }
@@ -303,7 +303,7 @@ public actor VirtualController: HCITransport {
     /// Relays ACL data through the radio (on this loop, synchronously) and returns the buffer.
     private func aclNow(_ p: ACLDataPacket) {
         guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
-        if radio.assumeIsolated({ $0.relay(p, from: self) }) {
+        if radio.onLoop({ $0.relay(p, from: self) }) {
             emit(.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: p.handle, numCompletedPackets: 1)])))
         }
     }

@@ -17,7 +17,7 @@ import HCI
 import NIOCore
 import NIOPosix
 
-public actor VirtualRadio {
+public actor VirtualRadio: LoopIsolated {
     /// The radio, its controllers and (by default) the hosts on them run on this loop:
     /// one thread, no hand-off between threads, the same order every run.
     public nonisolated let loop: any EventLoop
@@ -138,7 +138,7 @@ public actor VirtualRadio {
         repeat {
             let end = Swift.min(packet.data.count, offset + step)
             let piece = offset == 0 && end == packet.data.count ? packet.data : Array(packet.data[offset..<end])
-            to.assumeIsolated { $0.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: piece)) }
+            to.onLoop { $0.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: piece)) }
             boundary = .continuing
             offset = end
         } while offset < packet.data.count
@@ -155,7 +155,7 @@ public actor VirtualRadio {
         let l = links[i]
         let time = (octets + 14) * 8
         for (c, h) in [(l.central, l.centralHandle), (l.peripheral, l.peripheralHandle)] {
-            c.assumeIsolated { $0.dataLengthChanged(handle: h, octets: octets, time: time) }
+            c.onLoop { $0.dataLengthChanged(handle: h, octets: octets, time: time) }
         }
         return true
     }
