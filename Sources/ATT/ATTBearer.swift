@@ -151,6 +151,20 @@ public actor ATTBearer: LoopIsolated {
         execute(state.sendUnacknowledged(pdu))
     }
 
+    /// Sends a Handle Value Notification of `value`, cut to ATT_MTU - 3 octets; throws as
+    /// `sendUnacknowledged` does.
+    public func notify(handle: UInt16, value: [UInt8]) throws {
+        let room = state.mtu - 3
+        try sendUnacknowledged(.handleValueNotification(handle: handle, value: value.count > room ? Array(value.prefix(room)) : value))
+    }
+
+    /// Whether every PDU queued so far is in the link's hands, or the bearer is closed:
+    /// what `drain()` waits for.
+    public var isDrained: Bool { unsent == 0 || unusable }
+
+    /// Runs `body` isolated to this bearer (for a caller that may be on another loop).
+    public func perform<T: Sendable>(_ body: @Sendable (isolated ATTBearer) throws -> T) rethrows -> T { try body(self) }
+
     public func respond(_ pdu: ATTPDU) { execute(state.respond(pdu)) }
     public func confirm() { execute(state.confirm()) }
 

@@ -405,13 +405,25 @@ public actor GATTServer: LoopIsolated {
         var sent: [(UInt16, ATTBearer)] = []
         for (c, bearer) in bearers.sorted(by: { $0.key < $1.key })
         where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false {
-            let mtu = await bearer.mtu
-            if (try? await bearer.sendUnacknowledged(.handleValueNotification(handle: valueHandle, value: Array(value.prefix(mtu - 3))))) != nil {
+            if (try? await with(bearer, { try $0.notify(handle: valueHandle, value: value) })) != nil {
                 sent.append((c, bearer))
             }
         }
-        if waitUntilSent { for (_, b) in sent { await b.drain() } }
+        if waitUntilSent { await drain(sent.map(\.1)) }
         return sent.map(\.0).sorted()
+    }
+
+    /// Runs `body` on `bearer`: synchronously when it shares this server's loop (every
+    /// bearer of the server's own host does), so a notification handed to a link with
+    /// room in the controller's buffers never suspends; otherwise by a hop to it.
+    private func with<T: Sendable>(_ bearer: ATTBearer, _ body: @Sendable (isolated ATTBearer) throws -> T) async rethrows -> T {
+        if bearer.loop === loop { return try bearer.onLoop(body) }
+        return try await bearer.perform(body)
+    }
+
+    /// Returns once each of `bearers` has handed everything queued to its link.
+    private func drain(_ bearers: [ATTBearer]) async {
+        for b in bearers where await !with(b, { $0.isDrained }) { await b.drain() }
     }
 
     /// Stores each value and notifies every connection subscribed to notifications of
@@ -429,7 +441,7 @@ public actor GATTServer: LoopIsolated {
         for (c, bearer) in bearers.sorted(by: { $0.key < $1.key }) where only?.contains(c) != false {
             let wanted = values.filter { state.configuration(valueHandle: $0.handle, connection: c).notify }
             guard !wanted.isEmpty else { continue }
-            let mtu = await bearer.mtu
+            let mtu = await with(bearer) { $0.mtu }
             let pdus = state.clientSupportedFeatures(connection: c) & ClientSupportedFeatures.multipleHandleValueNotifications != 0
                 ? GATTServerState.packNotifications(wanted, mtu: mtu)
                 : wanted.map { ATTPDU.handleValueNotification(handle: $0.handle, value: Array($0.value.prefix(mtu - 3))) }
@@ -437,7 +449,7 @@ public actor GATTServer: LoopIsolated {
             for pdu in pdus where (try? await bearer.sendUnacknowledged(pdu)) == nil { ok = false; break }
             if ok { sent.append((c, bearer)) }
         }
-        if waitUntilSent { for (_, b) in sent { await b.drain() } }
+        if waitUntilSent { await drain(sent.map(\.1)) }
         return sent.map(\.0)
     }
 

@@ -303,7 +303,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Relays ACL data through the radio (on this loop, synchronously) and returns the buffer.
     private func aclNow(_ p: ACLDataPacket) {
         guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
-        if radio.onLoop({ $0.relay(p, from: self) }) {
+        if radio.onLoop({ $0.relay(p, from: self) }), !closed, !outbox.completed(handle: p.handle) {
             emit(.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: p.handle, numCompletedPackets: 1)])))
         }
     }
@@ -408,6 +408,31 @@ final class LoopOutbox: Sendable {
         }
         if let loop = schedule { loop.execute { self.flush() } }
         return state.withLock { $0.loop != nil }
+    }
+
+    /// One more packet of `handle` completed: counted into the Number Of Completed
+    /// Packets event still waiting at the end of the queue when there is one for that
+    /// handle (a controller reports completions at the rate it chooses, Vol 4, Part E,
+    /// §4.3; so the host takes several buffers back in one event), otherwise queued as
+    /// a new event. False when no loop is attached (use the stream).
+    func completed(handle: UInt16) -> Bool {
+        let one = HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: handle, numCompletedPackets: 1)])).packet
+        let schedule = state.withLock { s -> (any EventLoop)?? in
+            guard let loop = s.loop else { return .none }
+            if case let .event(code, p)? = s.pending.last, code == .numberOfCompletedPackets, p.count == 5, p[0] == 1,
+               UInt16(p[1]) | UInt16(p[2]) << 8 == handle, p[3] != 0xFF || p[4] != 0xFF {
+                let count = (UInt16(p[3]) | UInt16(p[4]) << 8) + 1
+                s.pending[s.pending.count - 1] = .event(code: code, parameters: [1, p[1], p[2], UInt8(count & 0xFF), UInt8(count >> 8)])
+                return .some(nil)
+            }
+            s.pending.append(one)
+            if s.scheduled { return .some(nil) }
+            s.scheduled = true
+            return .some(loop)
+        }
+        guard case let .some(loop) = schedule else { return false }
+        loop?.execute { self.flush() }
+        return true
     }
 
     private func flush() {
