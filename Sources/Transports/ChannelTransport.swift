@@ -26,7 +26,8 @@ public final class ChannelTransport: HCITransport {
     public let label: String
     private let loop: any EventLoop
     private let logger: Logger
-    private let quickAck: Bool
+    /// The socket to re-arm TCP_QUICKACK on after each read, when asked for.
+    private let quickAckSocket: Int32?
     private let state = Mutex(State())
     private let stream: AsyncThrowingStream<HCIPacket, any Error>
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
@@ -58,7 +59,7 @@ public final class ChannelTransport: HCITransport {
         self.loop = loop
         self.label = label
         self.logger = logger
-        self.quickAck = quickAck
+        self.quickAckSocket = quickAck && socket ? fd : nil
         (stream, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .unbounded)
         let initializer: @Sendable (any Channel) -> EventLoopFuture<Void> = { [weak self] channel in
             guard let self else { return channel.eventLoop.makeFailedFuture(TransportError.closed) }
@@ -162,10 +163,12 @@ public final class ChannelTransport: HCITransport {
         if let target { target.loop.execute { target.receive(input) } }
     }
 
-    fileprivate func readCompleted(_ channel: any Channel) {
-        guard quickAck, let options = channel.syncOptions else { return }
-        let option = ChannelOptions.Types.SocketOption(level: .tcp, name: NIOBSDSocket.Option(rawValue: TCP_QUICKACK))
-        try? options.setOption(option, value: 1)
+    /// Called on the loop while the channel is open (so `fd` is still the channel's).
+    /// A plain setsockopt(2): NIO's option API casts the option type on every call.
+    fileprivate func readCompleted() {
+        guard let fd = quickAckSocket else { return }
+        var one: Int32 = 1
+        _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
     public func send(_ packet: HCIPacket) async throws { try sendNow([packet]) }
@@ -243,7 +246,7 @@ private final class H4ChannelHandler: ChannelInboundHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        transport?.readCompleted(context.channel)
+        transport?.readCompleted()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
