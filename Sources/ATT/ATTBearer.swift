@@ -207,7 +207,8 @@ public actor ATTBearer: LoopIsolated {
             switch e {
             case let .send(bytes):
                 unsent += 1
-                let queued = channel.write(bytes) { [weak self] _ in self?.onLoop { $0.written() } }
+                // Held by the link's queue only until the PDU is handed over or the link drops.
+                let queued = channel.write(bytes) { _ in self.onLoop { $0.written() } }
                 if !queued {
                     unsent -= 1
                     logger.debug("ATT send failed: the link is gone")

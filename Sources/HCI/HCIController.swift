@@ -220,7 +220,7 @@ public actor HCIController: LoopIsolated {
         if transport.sendsSynchronously {
             // Written now, on the loop, in order.
             let packets = Array(outbox)
-            outbox.removeAll()
+            outbox.removeAll(keepingCapacity: true)
             do { try transport.sendNow(packets) } catch { transportEnded("send failed: \(error)") }
             return
         }
@@ -277,6 +277,11 @@ public actor HCIController: LoopIsolated {
 
     /// The one way ACL data goes to the wire: the outbox, behind the commands before it.
     private func queueACL(_ packet: ACLDataPacket) {
+        if outbox.isEmpty, !pumping, transport.sendsSynchronously {
+            // Nothing ahead of it: written now, without a trip through the outbox.
+            do { try transport.sendNow([.acl(packet)]) } catch { transportEnded("send failed: \(error)") }
+            return
+        }
         outbox.append(.acl(packet))
         startPump()
     }

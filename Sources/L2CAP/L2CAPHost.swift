@@ -46,8 +46,8 @@ public actor L2CAPHost: LoopIsolated {
 
     public nonisolated let controller: HCIController
     /// The controller's event loop, this actor's executor.
-    public nonisolated var loop: any EventLoop { controller.loop }
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { controller.unownedExecutor }
+    public nonisolated let loop: any EventLoop
+    public nonisolated let unownedExecutor: UnownedSerialExecutor
     public nonisolated let logger: Logger
     private var reassembler: Reassembler
     var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
@@ -98,6 +98,8 @@ public actor L2CAPHost: LoopIsolated {
 
     public init(controller: HCIController, maximumPayload: Int = 65_535, logger: Logger) {
         self.controller = controller
+        self.loop = controller.loop
+        self.unownedExecutor = controller.unownedExecutor
         self.logger = logger
         self.reassembler = Reassembler(maximumPayload: maximumPayload)
     }
@@ -208,6 +210,13 @@ public actor L2CAPHost: LoopIsolated {
         guard connections[handle] != nil else { return false }
         let length = controller.onLoop { $0.info?.leACLDataPacketLength } ?? 27
         let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
+        let dropsBefore = drops
+        if order.isEmpty, fragments.count == 1, controller.onLoop({ $0.sendACLNow(fragments[0]) }) {
+            // Nothing queued on any link and a buffer free: what `pump` would do at once.
+            // A write that ended the transport dropped every link: the frame was lost.
+            done?(drops == dropsBefore)
+            return true
+        }
         if queues[handle] == nil { order.append(handle) }
         for (i, f) in fragments.enumerated() {
             queues[handle, default: []].append(Outgoing(packet: f, done: i == fragments.count - 1 ? done : nil))
