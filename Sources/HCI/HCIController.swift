@@ -221,7 +221,7 @@ public actor HCIController: LoopIsolated {
             // Written now, on the loop, in order.
             let packets = Array(outbox)
             outbox.removeAll(keepingCapacity: true)
-            do { try transport.sendNow(packets) } catch { transportEnded("send failed: \(error)") }
+            writeNow(packets)
             return
         }
         pumping = true
@@ -275,15 +275,20 @@ public actor HCIController: LoopIsolated {
         return true
     }
 
-    /// The one way ACL data goes to the wire: the outbox, behind the commands before it.
+    /// The one way ACL data goes to the wire: behind the commands before it in the
+    /// outbox (written at once when nothing is ahead of it).
     private func queueACL(_ packet: ACLDataPacket) {
         if outbox.isEmpty, !pumping, transport.sendsSynchronously {
-            // Nothing ahead of it: written now, without a trip through the outbox.
-            do { try transport.sendNow([.acl(packet)]) } catch { transportEnded("send failed: \(error)") }
+            writeNow([.acl(packet)])
             return
         }
         outbox.append(.acl(packet))
         startPump()
+    }
+
+    /// Writes on the loop, now, to a transport that `sendsSynchronously`.
+    private func writeNow(_ packets: [HCIPacket]) {
+        do { try transport.sendNow(packets) } catch { transportEnded("send failed: \(error)") }
     }
 
     /// Returns once every ACL packet sent on `handle` so far has been reported by Number

@@ -303,7 +303,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Relays ACL data through the radio (on this loop, synchronously) and returns the buffer.
     private func aclNow(_ p: ACLDataPacket) {
         guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
-        if radio.onLoop({ $0.relay(p, from: self) }), !closed, !outbox.completed(handle: p.handle) {
+        if radio.onLoop({ $0.relay(p, from: self) }) {
             emit(.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: p.handle, numCompletedPackets: 1)])))
         }
     }
@@ -398,10 +398,18 @@ final class LoopOutbox: Sendable {
     }
 
     /// Queues `p` for the loop; false when no loop is attached (use the stream).
+    /// Number Of Completed Packets for one handle is counted into the event still
+    /// queued at the end for that handle, if there is one: a controller reports
+    /// completions at the rate it chooses (Vol 4, Part E, §4.3), and the host takes
+    /// several buffers back in one event.
     func put(_ p: HCIPacket) -> Bool {
         let schedule = state.withLock { s -> (any EventLoop)? in
             guard let loop = s.loop else { return nil }
-            s.pending.append(p)
+            if let last = s.pending.last, let merged = Self.completions(last, plus: p) {
+                s.pending[s.pending.count - 1] = merged
+            } else {
+                s.pending.append(p)
+            }
             if s.scheduled { return nil }
             s.scheduled = true
             return loop
@@ -410,29 +418,15 @@ final class LoopOutbox: Sendable {
         return state.withLock { $0.loop != nil }
     }
 
-    /// One more packet of `handle` completed: counted into the Number Of Completed
-    /// Packets event still waiting at the end of the queue when there is one for that
-    /// handle (a controller reports completions at the rate it chooses, Vol 4, Part E,
-    /// §4.3; so the host takes several buffers back in one event), otherwise queued as
-    /// a new event. False when no loop is attached (use the stream).
-    func completed(handle: UInt16) -> Bool {
-        let one = HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: handle, numCompletedPackets: 1)])).packet
-        let schedule = state.withLock { s -> (any EventLoop)?? in
-            guard let loop = s.loop else { return .none }
-            if case let .event(code, p)? = s.pending.last, code == .numberOfCompletedPackets, p.count == 5, p[0] == 1,
-               UInt16(p[1]) | UInt16(p[2]) << 8 == handle, p[3] != 0xFF || p[4] != 0xFF {
-                let count = (UInt16(p[3]) | UInt16(p[4]) << 8) + 1
-                s.pending[s.pending.count - 1] = .event(code: code, parameters: [1, p[1], p[2], UInt8(count & 0xFF), UInt8(count >> 8)])
-                return .some(nil)
-            }
-            s.pending.append(one)
-            if s.scheduled { return .some(nil) }
-            s.scheduled = true
-            return .some(loop)
-        }
-        guard case let .some(loop) = schedule else { return false }
-        loop?.execute { self.flush() }
-        return true
+    /// `earlier` and `later` as one event, when both are Number Of Completed Packets
+    /// for the same single handle and the sum fits.
+    private static func completions(_ earlier: HCIPacket, plus later: HCIPacket) -> HCIPacket? {
+        guard case let .event(code, a) = earlier, case let .event(laterCode, b) = later,
+              code == .numberOfCompletedPackets, laterCode == code,
+              a.count == 5, b.count == 5, a[0] == 1, b[0] == 1, a[1] == b[1], a[2] == b[2] else { return nil }
+        let sum = (Int(a[3]) | Int(a[4]) << 8) + (Int(b[3]) | Int(b[4]) << 8)
+        guard sum <= Int(UInt16.max) else { return nil }
+        return .event(code: code, parameters: [1, a[1], a[2], UInt8(sum & 0xFF), UInt8(sum >> 8)])
     }
 
     private func flush() {
