@@ -61,7 +61,7 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
     let server = GATTServer(database: db, loop: ha.loop, logger: logger)
     let incoming = await la.newConnections()
     try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
-    let link = try await Central.connect(to: a, type: .public, host: lb, within: .seconds(5))
+    let link = try await TestCentral.connect(to: a, type: .public, host: lb, within: .seconds(5))
     var it = incoming.makeAsyncIterator()
     guard let pc = await it.next() else { return }
     // Larger ATT MTU comes with larger air PDUs, as a central asks for them (LE Data Length Extension).
@@ -111,7 +111,7 @@ func virtualRadioChannel(total: Int, sdu: Int) async throws {
     let parameters = CreditBasedParameters(mtu: UInt16(sdu), mps: 247, initialCredits: 32)
     let accepted = await la.listen(spsm: 0x80, parameters: parameters)
     try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
-    let link = try await Central.connect(to: a, type: .public, host: lb, within: .seconds(5))
+    let link = try await TestCentral.connect(to: a, type: .public, host: lb, within: .seconds(5))
     try await hb.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120))
     let sender = try await lb.connectChannel(spsm: 0x80, handle: link.handle, parameters: parameters)
     guard let receiver = await firstElement(accepted, within: .seconds(5)) else { return }
@@ -191,8 +191,8 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
     try await controller.initialize()
     let host = L2CAPHost(controller: controller, logger: logger)
     await host.start()
-    let link = try await Central.connect(to: target, type: .random, host: host, within: .seconds(20))
-    let client = try await Central.gattClient(on: link, host: host)
+    let link = try await TestCentral.connect(to: target, type: .random, host: host, within: .seconds(20))
+    let client = try await TestCentral.gattClient(on: link, host: host)
     var f = Figures()
     let before = requests.withLock { $0 }
     var t0 = ContinuousClock.now, c0 = cpu()
@@ -323,7 +323,7 @@ func channelAgainstBumble(python: String, port: UInt16, total: Int) async throws
     try await controller.initialize()
     let host = L2CAPHost(controller: controller, logger: logger)
     await host.start()
-    let link = try await Central.connect(to: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, type: .random, host: host, within: .seconds(20))
+    let link = try await TestCentral.connect(to: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, type: .random, host: host, within: .seconds(20))
     // Rootcanal 1.10 does not know LE Set Data Length (Unknown HCI Command): its air PDUs stay as they are.
     _ = try? await controller.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120))
     let channel = try await host.connectChannel(spsm: 0x80, handle: link.handle, parameters: CreditBasedParameters(mtu: 4096, mps: 247, initialCredits: 32))

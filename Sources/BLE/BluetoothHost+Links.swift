@@ -241,10 +241,15 @@ extension BluetoothHost {
     /// Whether link `id` is still up.
     func isActive(_ id: UInt64) -> Bool { active.values.contains { $0.id == id } }
 
-    /// Sends Disconnect and waits (at most 5 s) for Disconnection Complete; returns the reason reported.
+    /// Sends Disconnect once the link's queued PDUs are out (handed to the controller and
+    /// reported sent, at most 2 s) and waits (at most 5 s) for Disconnection Complete;
+    /// returns the reason reported.
     @discardableResult
     public func disconnect(_ c: Connection, reason: HCIStatus = .remoteUserTerminatedConnection) async throws -> HCIStatus {
         await settle()
+        // What was sent last (a Write Command, the keys a pairing distributes) goes out
+        // first, so the Disconnect cannot overtake it in the controller.
+        if isActive(c.id) { await l2cap.flush(handle: c.handle, within: .seconds(2)) }
         guard isActive(c.id) else { throw BLEError.disconnected(reason: ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
         try await controller.send(Disconnect(connectionHandle: c.handle, reason: reason))
         switch await end(of: c.id, within: .seconds(5)) {

@@ -297,20 +297,31 @@ public actor RemotePeripheral {
 
     /// Reads a value, long values included (Read Blob until the end).
     public func read(_ c: RemoteCharacteristic) async throws -> [UInt8] {
-        try await run { try await client.read(c.valueHandle) }
+        try await read(handle: c.valueHandle)
+    }
+
+    /// Reads the attribute at `handle`, long values included, without discovery: for a
+    /// handle known otherwise (a tool's `--handle`, a fixed handle a profile documents).
+    public func read(handle: UInt16) async throws -> [UInt8] {
+        try await run { try await client.read(handle) }
     }
 
     /// Writes a value: with response (long values as a prepared write), or as Write
     /// Command, which returns once the controller has buffer room for it (backpressure,
     /// never a silent drop).
     public func write(_ value: [UInt8], to c: RemoteCharacteristic, withResponse: Bool = true) async throws {
+        try await write(value, handle: c.valueHandle, withResponse: withResponse)
+    }
+
+    /// Writes the attribute at `handle` as `write(_:to:withResponse:)` does, without discovery.
+    public func write(_ value: [UInt8], handle: UInt16, withResponse: Bool = true) async throws {
         try await run {
             if withResponse {
-                try await client.write(c.valueHandle, value: value)
+                try await client.write(handle, value: value)
             } else {
                 let limit = await client.bearer.mtu - 3
                 guard value.count <= limit else { throw BLEError.notSupported("a Write Command carries at most \(limit) bytes (ATT_MTU - 3)") }
-                try await client.writeWithoutResponse(c.valueHandle, value: value)
+                try await client.writeWithoutResponse(handle, value: value)
                 await client.bearer.drain()
                 if !(await host.isActive(connection.id)) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
             }
@@ -325,16 +336,21 @@ public actor RemotePeripheral {
     /// once the controller has room for it. Throws `SecurityError.noSigningKey` without
     /// a key to sign with.
     public func writeSigned(_ value: [UInt8], to c: RemoteCharacteristic) async throws {
+        try await writeSigned(value, handle: c.valueHandle)
+    }
+
+    /// Writes the attribute at `handle` as `writeSigned(_:to:)` does, without discovery.
+    public func writeSigned(_ value: [UInt8], handle attribute: UInt16) async throws {
         let security = host.security, handle = connection.handle
         guard !(await security.security(handle: handle).encrypted) else {
-            try await write(value, to: c, withResponse: false)
+            try await write(value, handle: attribute, withResponse: false)
             return
         }
         try await run {
             let limit = await client.bearer.mtu - 15
             guard value.count <= limit else { throw BLEError.notSupported("a Signed Write Command carries at most \(limit) bytes (ATT_MTU - 15)") }
             let key = try await security.nextSignature(handle: handle)
-            try await client.writeSigned(c.valueHandle, value: value, csrk: key.csrk, counter: key.counter)
+            try await client.writeSigned(attribute, value: value, csrk: key.csrk, counter: key.counter)
             await client.bearer.drain()
             if !(await host.isActive(connection.id)) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         }
@@ -378,11 +394,11 @@ public actor RemotePeripheral {
     // MARK: FA14
 
     public func read(_ d: RemoteDescriptor) async throws -> [UInt8] {
-        try await run { try await client.read(d.handle) }
+        try await read(handle: d.handle)
     }
 
     public func write(_ value: [UInt8], to d: RemoteDescriptor) async throws {
-        try await run { try await client.write(d.handle, value: value) }
+        try await write(value, handle: d.handle)
     }
 
     // MARK: FA15

@@ -12,6 +12,7 @@ import DequeModule
 import HCI
 import Logging
 import NIOCore
+import Synchronization
 
 /// A frame received on a fixed channel of one connection.
 public struct ChannelFrame: Hashable, Sendable {
@@ -233,6 +234,42 @@ public actor L2CAPHost: LoopIsolated {
         queues[handle]?[last].done = { sent in previous?(sent); done() }
     }
 
+    /// Waits until what was queued for `handle` so far is out: handed to the controller
+    /// (at most half of `limit`), then reported sent by it in Number Of Completed
+    /// Packets (the rest). Returns early when the link or the transport ends. A
+    /// Disconnect sent while a PDU still sits in the controller's buffer may end the
+    /// link before that PDU goes out (the keys a pairing distributes, a Write Command).
+    public func flush(handle: UInt16, within limit: Duration) async {
+        let once = ResumeOnce()
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            once.set(c)
+            let timer = LoopTimer(after: limit / 2, on: loop, clock: nil) { once.resume() }
+            whenSent(handle: handle) {
+                timer.cancel()
+                once.resume()
+            }
+        }
+        await controller.packetsCompleted(handle: handle, within: limit / 2)
+    }
+
+    /// Ends the link `handle` the way a host that means it does: its queued PDUs go
+    /// out first (`flush`, half of `limit`), then Disconnect with `reason`, then the
+    /// Disconnection Complete is awaited (the other half). Returns the reason the
+    /// controller reported; nil when the link was not up, the controller refused the
+    /// command, the transport ended, or no answer came in time.
+    @discardableResult
+    public func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminatedConnection, within limit: Duration) async -> HCIStatus? {
+        guard connections[handle] != nil else { return nil }
+        await flush(handle: handle, within: limit / 2)
+        let events = linkEvents()
+        guard (try? await controller.send(Disconnect(connectionHandle: handle, reason: reason))) != nil else { return nil }
+        let ended = events.compactMap { e -> HCIStatus? in
+            if case let .disconnected(c, reason) = e, c.handle == handle { return reason }
+            return nil
+        }
+        return await firstElement(ended, within: limit / 2)
+    }
+
     /// Peripheral: asks the central for new connection parameters (§4.20).
     public func requestParameterUpdate(_ p: ConnectionParameterUpdate, handle: UInt16) async throws -> UInt8 {
         guard var c = connections[handle] else { throw HCIError.connectionClosed(handle: handle) }
@@ -395,4 +432,11 @@ public actor L2CAPHost: LoopIsolated {
         for h in Array(queues.keys) { drop(handle: h) }
         order.removeAll()
     }
+}
+
+/// Resumes a continuation once, whichever of its wakers (a completion, a timer) comes first.
+private final class ResumeOnce: Sendable {
+    private let state = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    func set(_ c: CheckedContinuation<Void, Never>) { state.withLock { $0 = c } }
+    func resume() { state.withLock { c in defer { c = nil }; return c }?.resume() }
 }

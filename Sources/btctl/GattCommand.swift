@@ -1,11 +1,10 @@
 // btctl gatt discover|read|write|subscribe|serve (docs/btctl.md).
 
 import ArgumentParser
-import ATT
+import BLE
 import Foundation
 import GATT
 import HCI
-import L2CAP
 import Snoop
 
 struct Gatt: AsyncParsableCommand {
@@ -19,28 +18,28 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
 
         func run() async throws {
-            let (session, writer) = try await GATTSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
-            let all: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])]
+            let all: [RemoteService]
             do { all = try await session.discoverAll() } catch {
                 await session.close()
                 throw CLIError("discovery failed: \(error)")
             }
             await session.close()
-            for (s, chars) in all {
+            for s in all {
                 if options.json {
-                    emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.start))), ("end", .int(Int(s.end)))] + nameField(s.uuid)))
+                    emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.startHandle))), ("end", .int(Int(s.endHandle)))] + nameField(s.uuid)))
                 } else {
-                    print("service \(named(s.uuid))  handles 0x\(String(s.start, radix: 16))–0x\(String(s.end, radix: 16))")
+                    print("service \(named(s.uuid))  handles 0x\(String(s.startHandle, radix: 16))–0x\(String(s.endHandle, radix: 16))")
                 }
-                for (c, ds) in chars {
+                for c in s.characteristics {
                     if options.json {
                         emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
                                       ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))] + nameField(c.uuid)))
                     } else {
                         print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
                     }
-                    for d in ds {
+                    for d in c.descriptors {
                         if options.json {
                             emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))] + nameField(d.uuid)))
                         } else {
@@ -60,11 +59,11 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var attribute: AttributeOptions
 
         func run() async throws {
-            let (session, writer) = try await GATTSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
             do {
                 let handle = try await session.valueHandle(attribute)
-                let value = try await session.securedOnDemand { try await session.client.read(handle) }
+                let value = try await session.reportingSecurity { try await session.peripheral.read(handle: handle) }
                 await session.close()
                 if options.json { emit(.object([("event", .string("value"))] + valueJSON(handle, value, uuid: attribute.uuid))) } else { print(valueLine(handle, value, uuid: attribute.uuid)) }
             } catch {
@@ -93,16 +92,14 @@ struct Gatt: AsyncParsableCommand {
 
         func run() async throws {
             let bytes = text.map { Array($0.utf8) } ?? value.flatMap { [UInt8](hex: $0) } ?? []
-            let (session, writer) = try await GATTSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
             do {
                 let handle = try await session.valueHandle(attribute)
                 if signed {
-                    try await session.writeSigned(handle, value: bytes)
-                } else if withoutResponse {
-                    try await session.client.writeWithoutResponse(handle, value: bytes)
+                    try await session.peripheral.writeSigned(bytes, handle: handle)
                 } else {
-                    try await session.securedOnDemand { try await session.client.write(handle, value: bytes) }
+                    try await session.reportingSecurity { try await session.peripheral.write(bytes, handle: handle, withResponse: !withoutResponse) }
                 }
                 await session.close()
                 if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(handle))), ("length", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(String(handle, radix: 16))") }
@@ -127,14 +124,14 @@ struct Gatt: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (session, writer) = try await GATTSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
             do {
-                guard let (c, ds) = try await session.characteristic(attribute) else { throw CLIError("no such characteristic") }
-                guard let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else {
+                guard let c = try await session.characteristic(attribute) else { throw CLIError("no such characteristic") }
+                guard c.clientConfiguration != nil else {
                     throw CLIError("characteristic \(c.uuid) has no Client Characteristic Configuration descriptor: it cannot notify or indicate")
                 }
-                let values = try await session.securedOnDemand { try await session.client.subscribe(c, cccd: cccd.handle, indications: indicate) }
+                let values = try await session.reportingSecurity { try await session.peripheral.subscribe(to: c, indications: indicate) }
                 let kind = indicate ? "indication" : "notification"
                 if options.json {
                     emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicate))] + nameField(c.uuid)))
@@ -145,13 +142,17 @@ struct Gatt: AsyncParsableCommand {
                 var n = 0
                 let started = ContinuousClock.now
                 var live = LiveStatus(json: options.json)
-                for await v in values {
-                    n += 1
-                    live.willPrint()
-                    if options.json { emit(.object([("event", .string(kind))] + valueJSON(c.valueHandle, v, uuid: c.uuid))) } else { print(valueLine(c.valueHandle, v, uuid: c.uuid)) }
-                    fflush(nil)
-                    live.update("\(n) \(kind)s")
-                    if let count, n >= count { break }
+                do {
+                    for try await v in values {
+                        n += 1
+                        live.willPrint()
+                        if options.json { emit(.object([("event", .string(kind))] + valueJSON(c.valueHandle, v, uuid: c.uuid))) } else { print(valueLine(c.valueHandle, v, uuid: c.uuid)) }
+                        fflush(nil)
+                        live.update("\(n) \(kind)s")
+                        if let count, n >= count { break }
+                    }
+                } catch BLEError.disconnected, BLEError.transportClosed {
+                    // The link ended (the peer, or a signal's shutdown): the values end here.
                 }
                 live.clear()
                 let seconds = tenthsOfSecondsSince(started)

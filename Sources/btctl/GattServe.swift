@@ -373,7 +373,7 @@ extension Gatt {
                 // On SIGINT/SIGTERM: stop advertising, disconnect every central, then exit.
                 Interrupt.onSignal {
                     _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
-                    for c in await host.currentConnections { await Central.disconnect(c, host: host, within: .seconds(2)) }
+                    for c in await host.currentConnections { await host.disconnect(handle: c.handle, within: .seconds(2)) }
                 }
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask {
@@ -393,7 +393,7 @@ extension Gatt {
                 }
                 acceptor.cancel(); readvertiser.cancel(); printer.cancel()
                 _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
-                for c in await host.currentConnections where !Interrupt.requested { await Central.disconnect(c, host: host, within: .seconds(2)) }
+                for c in await host.currentConnections where !Interrupt.requested { await host.disconnect(handle: c.handle, within: .seconds(2)) }
                 await controller.close()
                 let n = tally.counts
                 let seconds = tenthsOfSecondsSince(started)

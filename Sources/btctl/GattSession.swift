@@ -1,18 +1,14 @@
-// What every `btctl gatt` client command does first: open the controller, find the
-// peer (by address, or by scanning for its name), connect as central with a
-// timeout (cancelled with LE Create Connection Cancel), and set up the GATT client
-// and the Security Manager that encrypts or pairs when the peer asks for it.
+// What every `btctl gatt` client command, `btctl pair` and `btctl l2cap connect` do
+// first, through the facade (`BluetoothHost`, the stack's one way to connect): start
+// the host, find the peer (by address, or by scanning for its name), connect as
+// central with a timeout, with pairing on demand when the peer asks for security.
 
 import ArgumentParser
+import BLE
 import Foundation
-import ATT
-import GAP
 import GATT
 import HCI
-import L2CAP
-import SMP
 import Snoop
-import Transports
 
 /// `XX:XX:XX:XX:XX:XX[/random|/public]`, as `btctl scan` prints addresses.
 struct PeerAddress: ExpressibleByArgument, Sendable {
@@ -66,99 +62,92 @@ struct AttributeOptions: ParsableArguments {
     }
 }
 
-/// Open the controller, find the peer (by address, or by scanning for its name) and
-/// connect as central with a timeout: what `btctl gatt` and `btctl l2cap connect` do first.
-enum PeerLink {
-    static func open(_ options: ControllerOptions, _ peer: PeerOptions) async throws -> (HCIController, L2CAPHost, L2CAPHost.Connection, TraceFileWriter?) {
-        let (controller, writer) = try await options.openController()
-        do {
-            try await controller.initialize()
-            let host = L2CAPHost(controller: controller, logger: options.logger)
-            await host.start()
-            let limit = cliDuration(seconds: peer.connectTimeout)
-            let target: (BluetoothAddress, AddressType)
-            if let p = peer.peer { target = (p.address, p.type) } else { target = try await Central.find(name: peer.name ?? "", controller: controller, within: limit) }
-            let connection = try await Central.connect(to: target.0, type: target.1, host: host, within: limit)
-            // On SIGINT/SIGTERM the link ends with a Disconnect, not with the process.
-            Interrupt.onSignal { await Central.disconnect(connection, host: host, within: .seconds(2)) }
-            return (controller, host, connection, writer)
-        } catch {
-            await controller.close()
-            writer?.close()
-            throw error
-        }
-    }
-}
-
-struct GATTSession {
-    let controller: HCIController
-    let host: L2CAPHost
-    let client: GATTClient
-    let connection: L2CAPHost.Connection
-    let security: SecurityManager
+/// A link to one peer through the facade: what `btctl gatt` (discover, read, write,
+/// subscribe), `btctl pair` and `btctl l2cap connect` do first. The host starts on the
+/// controller, finds the peer (by address, or by scanning for its name), connects as
+/// central with a timeout (LE Create Connection Cancel when it passes) and exchanges the
+/// MTU; operations that the peer refuses for the link's security encrypt from the bond
+/// or pair, with the pairing options given (`PairingOptions`), as the facade does for
+/// any application. On SIGINT/SIGTERM the host shuts down (the link ends with a
+/// Disconnect, not with the process).
+struct PeerSession {
+    let host: BluetoothHost
+    let peripheral: RemotePeripheral
     let json: Bool
 
-    static func open(_ options: ControllerOptions, _ peer: PeerOptions, _ pairing: PairingOptions) async throws -> (GATTSession, TraceFileWriter?) {
-        let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
+    static func open(_ options: ControllerOptions, _ peer: PeerOptions, _ pairing: PairingOptions? = nil) async throws -> (PeerSession, TraceFileWriter?) {
+        let store = AdapterBondStore(path: pairing?.store.bonds)
+        let security = pairing?.securityOptions(store: store, json: options.json) ?? SecurityOptions()
+        let (host, writer) = try await options.openHost(security: security)
         do {
-            let security = await pairing.securityManager(host: host, controller: controller, options: options)
-            let client = try await Central.gattClient(on: connection, host: host)
-            return (GATTSession(controller: controller, host: host, client: client, connection: connection, security: security, json: options.json), writer)
+            store.bind(adapter: try await host.start().address)
+            let limit = cliDuration(seconds: peer.connectTimeout)
+            let peripheral: RemotePeripheral
+            if let p = peer.peer {
+                peripheral = try await host.central.connect(to: p.address, type: p.type, within: limit)
+            } else {
+                let name = peer.name ?? ""
+                guard let found = try await host.central.first(matching: ScanFilter(names: [name]), within: limit) else {
+                    throw CLIError("no device named '\(name)' advertised within \(secondsText(peer.connectTimeout))")
+                }
+                peripheral = try await host.central.connect(to: found, within: limit)
+            }
+            return (PeerSession(host: host, peripheral: peripheral, json: options.json), writer)
         } catch {
-            await controller.close()
+            await host.close()
             writer?.close()
             throw error
         }
     }
 
+    /// Ends the link (what was sent last goes out first) and closes the host.
     func close() async {
-        await client.bearer.drain()
-        await Central.disconnect(connection, host: host, within: .seconds(2))
-        await controller.close()
+        _ = try? await peripheral.disconnect()
+        await host.close()
     }
 
-    func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
-        try await securedOnDemand { try await client.discoverAll() }
-    }
-
-    /// Runs a GATT operation; when the peer refuses it for the link's security
-    /// (Insufficient Authentication or Encryption, Encryption Key Size Too Short), the
-    /// link is encrypted from the bond or paired, one step at a time as BlueZ does
-    /// (`SecurityOnDemand`), and the operation runs again. Reports each new security.
-    func securedOnDemand<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        let security = self.security, handle = connection.handle, json = self.json
-        return try await SecurityOnDemand.run(current: { await security.security(handle: handle) }, secure: { level in
-            let s = try await security.secure(handle: handle, level: level)
-            if json {
-                emit(.object([("event", .string("secured")), ("level", .string(s.level.description)), ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))]))
-            } else {
-                note("the peer asked for security: link \(s)")
-            }
-        }, body)
-    }
-
-    /// A Signed Write Command (Vol 3, Part G, §4.9.2) with our CSRK from the bond and
-    /// its next SignCounter; a plain Write Command on an encrypted link, as §4.9.2 asks.
-    func writeSigned(_ handle: UInt16, value: [UInt8]) async throws {
-        guard !(await security.security(handle: connection.handle).encrypted) else {
-            try await client.writeWithoutResponse(handle, value: value)
-            return
+    /// Runs a facade operation and reports the link's security when the operation
+    /// changed it (the peer refused for security, and the link was encrypted from the
+    /// bond or paired): `{"event":"secured",...}` with --json, a note on stderr otherwise.
+    func reportingSecurity<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        let before = await peripheral.security
+        do {
+            let result = try await body()
+            await reportSecurity(since: before)
+            return result
+        } catch {
+            await reportSecurity(since: before)
+            throw error
         }
-        let key = try await security.nextSignature(handle: connection.handle)
-        try await client.writeSigned(handle, value: value, csrk: key.csrk, counter: key.counter)
+    }
+
+    private func reportSecurity(since before: LinkSecurityState) async {
+        let s = await peripheral.security
+        guard s != before, s.encrypted else { return }
+        if json {
+            emit(.object([("event", .string("secured")), ("level", .string(s.level.description)), ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))]))
+        } else {
+            note("the peer asked for security: link \(s)")
+        }
+    }
+
+    /// Every service, characteristic and descriptor (from the bond's stored layout while
+    /// the peer's Database Hash matches it, else discovered).
+    func discoverAll() async throws -> [RemoteService] {
+        try await reportingSecurity { try await peripheral.discoverServices() }
     }
 
     /// The handle an `AttributeOptions` names: `--handle` as given, `--uuid` resolved by discovery.
     func valueHandle(_ a: AttributeOptions) async throws -> UInt16 {
         if let h = a.handle { return h }
-        guard let (c, _) = try await characteristic(a) else { throw CLIError("no characteristic \(a.uuid?.description ?? "")") }
+        guard let c = try await characteristic(a) else { throw CLIError("no characteristic \(a.uuid?.description ?? "")") }
         return c.valueHandle
     }
 
     /// The characteristic an `AttributeOptions` names (by value handle or UUID), with its descriptors.
-    func characteristic(_ a: AttributeOptions) async throws -> (DiscoveredCharacteristic, [DiscoveredDescriptor])? {
-        for (_, chars) in try await discoverAll() {
-            for (c, d) in chars where (a.uuid.map { $0 == c.uuid } ?? false) || a.handle == c.valueHandle { return (c, d) }
+    func characteristic(_ a: AttributeOptions) async throws -> RemoteCharacteristic? {
+        for s in try await discoverAll() {
+            for c in s.characteristics where (a.uuid.map { $0 == c.uuid } ?? false) || a.handle == c.valueHandle { return c }
         }
         return nil
     }

@@ -9,6 +9,7 @@
 import ArgumentParser
 import Dispatch
 import Foundation
+import BLE
 import GAP
 import HCI
 import L2CAP
@@ -96,25 +97,23 @@ struct L2CAP_: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
+            let (session, writer) = try await PeerSession.open(options, peer)
             defer { writer?.close() }
             let ch: L2CAPChannel
             do {
                 if enhanced {
-                    let opened = try await host.connectChannels(spsm: spsm, count: 1, handle: connection.handle, parameters: channel.parameters)
+                    let opened = try await session.peripheral.openChannels(spsm: spsm, count: 1, parameters: channel.parameters)
                     guard let first = opened.first else { throw L2CAPChannelError.noResources }
                     ch = first
                 } else {
-                    ch = try await host.connectChannel(spsm: spsm, handle: connection.handle, parameters: channel.parameters)
+                    ch = try await session.peripheral.openChannel(spsm: spsm, parameters: channel.parameters)
                 }
             } catch {
-                _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
-                await controller.close()
+                await session.close()
                 throw CLIError("cannot open a channel to SPSM 0x\(String(spsm, radix: 16)): \(error)")
             }
             try await pipe(ch, options: options, wait: channel.wait)
-            _ = try? await controller.send(Disconnect(connectionHandle: connection.handle))
-            await controller.close()
+            await session.close()
         }
     }
 }

@@ -3,13 +3,12 @@
 // bond file (docs/btctl.md).
 
 import ArgumentParser
+import BLE
 import Foundation
-import GAP
 import HCI
-import L2CAP
 import SMP
 import Snoop
-import Transports
+import Synchronization
 
 /// Where bonds are kept: --bonds FILE, else the adapter's default file.
 struct BondOptions: ParsableArguments {
@@ -54,18 +53,39 @@ struct PairingOptions: ParsableArguments {
     /// The level pairing aims for: authenticated with --mitm.
     var level: SecurityLevel { mitm ? .authenticated : .encrypted }
 
-    /// A started Security Manager on `host`'s links, with the adapter's bond file and
-    /// prompts on the terminal (or as JSON events).
-    func securityManager(host: L2CAPHost, controller: HCIController, options: ControllerOptions) async -> SecurityManager {
-        let adapter = await controller.info?.address ?? .zero
+    /// The host's security policy from these options: pairing as configured, bonds in
+    /// `store`, prompts on the terminal (or as JSON events), pairing on demand.
+    func securityOptions(store: AdapterBondStore, json: Bool) -> SecurityOptions {
         var config = PairingConfiguration(ioCapability: ioCapability, bonding: bond, mitm: mitm, secureConnections: !legacy,
                                           secureConnectionsOnly: secureConnectionsOnly, minimumKeySize: minimumKeySize)
         if signingKeys { config.keys.insert(.signingKey) }
-        let security = SecurityManager(l2cap: host, configuration: config, store: store.store(adapter: adapter),
-                                       delegate: TerminalPairingDelegate(json: options.json, passkey: passkey, yes: yes), logger: options.logger)
-        await security.start()
-        return security
+        return SecurityOptions(pairing: config, store: store, delegate: TerminalPairingDelegate(json: json, passkey: passkey, yes: yes))
     }
+}
+
+/// The bond file btctl uses: --bonds FILE, else the default file of the adapter, whose
+/// address is known once the host has started (`bind`). Until then it holds no bonds
+/// and takes none (nothing pairs before the host is started).
+final class AdapterBondStore: BondStore {
+    private let file: Mutex<FileBondStore?>
+
+    init(path: String?) { file = Mutex(path.map { FileBondStore(path: $0) }) }
+
+    /// Chooses the adapter's default file, unless --bonds named one.
+    func bind(adapter: BluetoothAddress) {
+        file.withLock { f in if f == nil { f = FileBondStore(path: FileBondStore.defaultPath(adapter: adapter)) } }
+    }
+
+    private func bound() throws -> FileBondStore {
+        guard let f = file.withLock({ $0 }) else { throw CLIError("the bond file is not known before the controller's address") }
+        return f
+    }
+
+    func bonds() throws -> [Bond] { try file.withLock { $0 }?.bonds() ?? [] }
+    func save(_ bond: Bond) throws { try bound().save(bond) }
+    func remove(address: BluetoothAddress, type: AddressType) throws -> Bool { try bound().remove(address: address, type: type) }
+    func localIdentity() throws -> IdentityKey? { try file.withLock { $0 }?.localIdentity() }
+    func saveLocalIdentity(_ identity: IdentityKey) throws { try bound().saveLocalIdentity(identity) }
 }
 
 struct Pair: AsyncParsableCommand {
@@ -77,12 +97,12 @@ struct Pair: AsyncParsableCommand {
     @OptionGroup var pairing: PairingOptions
 
     func run() async throws {
-        let (controller, host, connection, writer) = try await PeerLink.open(options, peer)
+        let (session, writer) = try await PeerSession.open(options, peer, pairing)
         defer { writer?.close() }
-        let security = await pairing.securityManager(host: host, controller: controller, options: options)
+        let connection = session.peripheral.connection
         let target = "\(connection.peer)\(connection.peerType == .random ? "/random" : "")"
         do {
-            let result = try await security.pair(handle: connection.handle, level: pairing.level)
+            let result = try await session.host.security.pair(handle: connection.handle, level: pairing.level)
             let s = result.security
             if options.json {
                 emit(.object([("event", .string("paired")), ("peer", .string(target)), ("method", .string(result.method.description)),
@@ -92,16 +112,15 @@ struct Pair: AsyncParsableCommand {
                 print("paired with \(target): \(result.method), \(s)" + (result.keys.peerIdentity.map { ", identity \($0.address)" } ?? ""))
             }
         } catch {
-            await Central.disconnect(connection, host: host, within: .seconds(2))
-            await controller.close()
+            await session.close()
             throw CLIError("pairing with \(target) failed: \(error)")
         }
-        // Our keys, the last PDUs of the pairing, reach the peer before the link ends, and
-        // the link stays up a moment for the peer to finish with them: a peer may drop
-        // a pairing whose link ends while it stores the keys (Bumble cancels it).
+        // Our keys, the last PDUs of the pairing, reach the peer before the link ends
+        // (the disconnect waits for them), and the link stays up a moment for the peer
+        // to finish with them: a peer may drop a pairing whose link ends while it
+        // stores the keys (Bumble cancels it).
         try? await Task.sleep(for: .milliseconds(500))
-        await Central.disconnect(connection, host: host, within: .seconds(2))
-        await controller.close()
+        await session.close()
     }
 }
 

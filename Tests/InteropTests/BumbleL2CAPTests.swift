@@ -42,7 +42,7 @@ import Transports
         let (peer, out) = try Interop.launchBumble(python, "bumble_l2cap_peer.py", port: rc.hciPort, ["server"])
         defer { RootcanalProcess.kill(peer) }
 
-        let link = try await Central.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
+        let link = try await TestCentral.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
         // No server on 0x0081: Bumble answers "SPSM not supported".
         await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) {
             _ = try await host.connectChannel(spsm: 0x81, handle: link.handle)
@@ -123,7 +123,7 @@ import Transports
         let (peer, out) = try Interop.launchBumble(python, "bumble_l2cap_peer.py", port: rc.hciPort, ["server"])
         defer { RootcanalProcess.kill(peer) }
 
-        let link = try await Central.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
+        let link = try await TestCentral.connect(to: Self.bumble, type: .random, host: host, within: .seconds(20))
         await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) {
             _ = try await host.connectChannels(spsm: 0x81, count: 2, handle: link.handle)
         }

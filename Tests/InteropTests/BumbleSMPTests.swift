@@ -67,7 +67,7 @@ import Transports
         let peer = try Self.launch(python, rc.hciPort, ["peripheral", sc ? "1" : "0", mitm ? "1" : "0", bumbleIO, "123456"])
         defer { RootcanalProcess.kill(peer.process) }
 
-        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let link = try await TestCentral.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
         let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: link.handle), logger: Interop.logger))
         await client.start()
         let chars = try await client.discoverAll().flatMap(\.1).map(\.0)
@@ -91,7 +91,7 @@ import Transports
         try await controller.send(Disconnect(connectionHandle: link.handle))
 
         // Second link: encrypted from the bond, no pairing.
-        let again = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let again = try await TestCentral.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
         let reencrypted = try await security.secure(handle: again.handle, level: level)
         #expect(reencrypted.encrypted && reencrypted.authenticated == mitm && reencrypted.bonded)
         try await controller.send(Disconnect(connectionHandle: again.handle))
@@ -137,7 +137,7 @@ import Transports
                                                                    delegate: AutomaticPairingDelegate(passkey: 111_111))
         let peer = try Self.launch(python, rc.hciPort, ["peripheral", "1", "1", "display", "123456"])
         defer { RootcanalProcess.kill(peer.process) }
-        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let link = try await TestCentral.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
         await #expect(throws: SecurityError.pairing(.remote(.confirmValueFailed))) {
             try await security.secure(handle: link.handle, level: .authenticated)
         }
@@ -284,7 +284,7 @@ extension BumbleSMPTests {
         let (controller, l2cap, security, _) = try await Self.host(rc.hciPort, PairingConfiguration(deriveLinkKey: true))
         let peer = try Self.launch(python, rc.hciPort, ["peripheral-ctkd", "1", "0", "none", "0", function])
         defer { RootcanalProcess.kill(peer.process) }
-        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let link = try await TestCentral.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
         let result = try await security.pair(handle: link.handle)
         #expect(result.security.secureConnections)
         let ours = try #require(result.keys.linkKey, "no link key derived")
@@ -318,7 +318,7 @@ extension BumbleSMPTests {
         let peer = try Self.launch(python, rc.hciPort, ["peripheral-oob", sc ? "1" : "0", "1", "none", "0",
                                                          hex(ours.shared.random), hex(ours.shared.confirm), hex(tk)])
         defer { RootcanalProcess.kill(peer.process) }
-        let link = try await Central.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
+        let link = try await TestCentral.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
         let events = await security.events()
         let result = try await security.pair(handle: link.handle, level: .authenticated)
         #expect(result.method == .outOfBand && result.security.authenticated && result.security.secureConnections == sc)
