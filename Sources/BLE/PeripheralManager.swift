@@ -191,6 +191,9 @@ public struct PeripheralManager: Sendable {
         try await host.handles(of: c)
     }
 
+    /// The handle of a published descriptor.
+    public func handle(of d: Descriptor) async throws -> UInt16 { try await host.handle(of: d) }
+
     // MARK: Values, FA09
 
     /// Sets the value reads return (no notification).
@@ -281,6 +284,15 @@ extension BluetoothHost {
     func characteristic(containing d: Descriptor) throws -> (Service, Characteristic) {
         for e in published.values {
             for c in e.characteristics where (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).contains(where: { $0 === d }) { return (e.service, c) }
+        }
+        throw BLEError.notPublished("descriptor \(d.uuid)")
+    }
+
+    func handle(of d: Descriptor) throws -> UInt16 {
+        for e in published.values {
+            for (i, c) in e.characteristics.enumerated() {
+                if let j = (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).firstIndex(where: { $0 === d }) { return e.descriptorHandle(i, j) }
+            }
         }
         throw BLEError.notPublished("descriptor \(d.uuid)")
     }

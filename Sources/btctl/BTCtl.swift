@@ -168,7 +168,7 @@ struct ControllerOptions: ParsableArguments {
 
     var commandTimeout: Duration { cliDuration(seconds: timeout) }
 
-    /// A controller on the transport (for the commands below the facade: info, gatt serve, l2cap listen).
+    /// A controller on the transport (for the commands below the facade: info, l2cap listen).
     /// On a signal it is closed (after the command's own cleanups).
     func openController() async throws -> (HCIController, TraceFileWriter?) {
         let (t, w) = try await openTransport()
@@ -179,9 +179,9 @@ struct ControllerOptions: ParsableArguments {
 
     /// A facade host on the transport, not started. On a signal it shuts down: scans and
     /// advertising stop, links are disconnected, then it closes.
-    func openHost(security: SecurityOptions = SecurityOptions()) async throws -> (BluetoothHost, TraceFileWriter?) {
+    func openHost(security: SecurityOptions = SecurityOptions(), deviceName: String = "swift-ble-host") async throws -> (BluetoothHost, TraceFileWriter?) {
         let (t, w) = try await openTransport()
-        let host = BluetoothHost(transport: t, logger: logger, commandTimeout: commandTimeout, security: security)
+        let host = BluetoothHost(transport: t, logger: logger, commandTimeout: commandTimeout, security: security, deviceName: deviceName)
         Interrupt.onSignal { await host.shutdown() }
         return (host, w)
     }

@@ -2,12 +2,11 @@
 // JSON file (schema and example: docs/gatt-serve.md), printing what clients do.
 
 import ArgumentParser
-import ATT
+import BLE
 import Foundation
 import GAP
 import GATT
 import HCI
-import L2CAP
 import Snoop
 import Synchronization
 
@@ -310,25 +309,23 @@ extension Gatt {
 
         func run() async throws {
             let (spec, db) = try load()
-            let (controller, writer) = try await options.openController()
+            let name = spec.name ?? "btctl"
+            let (host, writer) = try await options.openHost(deviceName: name)
             defer { writer?.close() }
             do {
-                try await controller.initialize()
-                let host = L2CAPHost(controller: controller, logger: options.logger)
-                await host.start()
-                let server = GATTServer(database: db, loop: controller.loop, logger: options.logger)
-                let connections = await host.newConnections()
-                let hciEvents = await controller.events()
-                let name = spec.name ?? "btctl"
+                try await host.start()
+                let peripheral = host.peripheral
+                // The file's services, published through the facade after its GAP and GATT
+                // services: the same handles `load()` laid out and checked.
+                let published = try await ServedDatabase.publish(spec, on: peripheral)
+                let served = await host.server.database
+                if served.attributes.count != db.attributes.count { options.logger.warning("served \(served.attributes.count) attributes, the file lays out \(db.attributes.count)") }
+                let links = host.connectionEvents()
+                let changes = peripheral.events()
                 let uuids = noServiceUUIDs ? [] : spec.primaryServiceUUIDs
                 let (adv, response) = AdvertisingData.server(name: name, serviceUUIDs: uuids)
-                let advertise: @Sendable () async throws -> Void = {
-                    try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x00A0, advertisingIntervalMax: 0x00A0, advertisingType: 0))
-                    try await controller.send(LESetAdvertisingData(data: adv.bytes))
-                    try await controller.send(LESetScanResponseData(data: response.bytes))
-                    try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
-                }
-                try await advertise()
+                // Advertising resumes by itself when a central leaves (the facade does it).
+                try await peripheral.startAdvertising(adv, scanResponse: response, intervalMilliseconds: 100)
                 let json = options.json
                 let started = ContinuousClock.now
                 let tally = EventTally()
@@ -339,62 +336,58 @@ extension Gatt {
                 }
                 let shown = adv.serviceUUIDs.map(\.description)
                 report([("event", .string("advertising")), ("name", .string(name)), ("services", .array(shown.map { .string($0) })),
-                        ("complete", .bool(adv.serviceUUIDsComplete)), ("attributes", .int(db.attributes.count))],
-                       "advertising \"\(name)\"\(shown.isEmpty ? "" : " with services " + shown.joined(separator: ", ") + (adv.serviceUUIDsComplete ? "" : " (not all fit)")), serving \(db.attributes.count) attributes; type 'help' for commands")
-                let acceptor = Task {
-                    for await c in connections {
-                        report([("event", .string("connected")), ("handle", .int(Int(c.handle))), ("peer", .string("\(c.peer)"))], "connected: \(c.peer) (handle 0x\(String(c.handle, radix: 16)))")
-                        await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: c.handle), logger: options.logger), connection: c.handle)
-                    }
-                }
-                // Advertising stops when a central connects; start it again when the link drops.
-                let readvertiser = Task {
-                    for await e in hciEvents {
-                        if case let .disconnectionComplete(d) = e, !Interrupt.requested {
-                            report([("event", .string("disconnected")), ("handle", .int(Int(d.connectionHandle))), ("reason", .string(d.reason.description))],
-                                   "disconnected: handle 0x\(String(d.connectionHandle, radix: 16)), \(d.reason)")
-                            try? await advertise()
-                        }
-                    }
-                }
-                let printer = Task {
-                    for await e in server.events {
+                        ("complete", .bool(adv.serviceUUIDsComplete)), ("attributes", .int(served.attributes.count))],
+                       "advertising \"\(name)\"\(shown.isEmpty ? "" : " with services " + shown.joined(separator: ", ") + (adv.serviceUUIDsComplete ? "" : " (not all fit)")), serving \(served.attributes.count) attributes; type 'help' for commands")
+                let linkPrinter = Task {
+                    for await e in links {
                         switch e {
-                        case let .written(h, v, c):
-                            report([("event", .string("written")), ("handle", .int(Int(h))), ("value", .string(v.hexString)), ("connection", .int(Int(c)))],
-                                   "written " + valueLine(h, v))
-                        case let .subscription(h, c, n, i):
-                            report([("event", .string("subscription")), ("handle", .int(Int(h))), ("notify", .bool(n)), ("indicate", .bool(i)), ("connection", .int(Int(c)))],
-                                   "subscription 0x\(String(h, radix: 16)): notify=\(n) indicate=\(i)")
+                        case let .connected(c):
+                            report([("event", .string("connected")), ("handle", .int(Int(c.handle))), ("peer", .string("\(c.peer)"))], "connected: \(c.peer) (handle 0x\(String(c.handle, radix: 16)))")
+                        case let .disconnected(c, reason) where !Interrupt.requested:
+                            report([("event", .string("disconnected")), ("handle", .int(Int(c.handle))), ("reason", .string(reason.description))],
+                                   "disconnected: handle 0x\(String(c.handle, radix: 16)), \(reason)")
                         default: break
                         }
                     }
                 }
-                // On SIGINT/SIGTERM: stop advertising, disconnect every central, then exit.
-                Interrupt.onSignal {
-                    _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
-                    for c in await host.currentConnections { await host.disconnect(handle: c.handle, within: .seconds(2)) }
+                let printer = Task {
+                    for await e in changes {
+                        switch e {
+                        case let .written(c, v, central):
+                            guard let h = published.handle(of: c) else { continue }
+                            report([("event", .string("written")), ("handle", .int(Int(h))), ("value", .string(v.hexString)), ("connection", .int(Int(central.handle)))],
+                                   "written " + valueLine(h, v))
+                        case let .descriptorWritten(d, v, central):
+                            guard let h = try? await peripheral.handle(of: d) else { continue }
+                            report([("event", .string("written")), ("handle", .int(Int(h))), ("value", .string(v.hexString)), ("connection", .int(Int(central.handle)))],
+                                   "written " + valueLine(h, v))
+                        case let .subscriptionChanged(c, central, n, i):
+                            guard let h = published.handle(of: c) else { continue }
+                            report([("event", .string("subscription")), ("handle", .int(Int(h))), ("notify", .bool(n)), ("indicate", .bool(i)), ("connection", .int(Int(central.handle)))],
+                                   "subscription 0x\(String(h, radix: 16)): notify=\(n) indicate=\(i)")
+                        }
+                    }
                 }
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask {
                         if let duration {
                             await Interrupt.sleep(for: cliDuration(seconds: duration))
                         } else {
-                            while !Interrupt.requested, !Task.isCancelled, await !controller.isClosed { await Interrupt.sleep(for: .seconds(1)) }
+                            while !Interrupt.requested, !Task.isCancelled, await !host.controller.isClosed { await Interrupt.sleep(for: .seconds(1)) }
                         }
                     }
                     group.addTask {
                         // `quit` ends serving; at end of input serving goes on.
-                        if await Self.console(server: server, json: json, report: report) { return }
+                        if await Self.console(peripheral, published, json: json, report: report) { return }
                         await Interrupt.waitForSignal()
                     }
                     await group.next()
                     group.cancelAll()
                 }
-                acceptor.cancel(); readvertiser.cancel(); printer.cancel()
-                _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
-                for c in await host.currentConnections where !Interrupt.requested { await host.disconnect(handle: c.handle, within: .seconds(2)) }
-                await controller.close()
+                // Advertising stops, every central is disconnected (on a signal the
+                // signal's own shutdown has done it), the host closes.
+                if !Interrupt.requested { await host.shutdown() }
+                linkPrinter.cancel(); printer.cancel()
                 let n = tally.counts
                 let seconds = tenthsOfSecondsSince(started)
                 func plural(_ k: Int, _ one: String) -> String { "\(k) \(one)\(k == 1 ? "" : "s")" }
@@ -406,7 +399,7 @@ extension Gatt {
                            + "\(plural(fields[2].1, "subscription change")), \(plural(fields[3].1, "notification")) and \(plural(fields[4].1, "indication")) sent, "
                            + plural(fields[5].1, "console error"))
             } catch {
-                await controller.close()
+                await host.close()
                 throw CLIError("serve failed: \(error)")
             }
         }
@@ -414,33 +407,35 @@ extension Gatt {
         /// Runs the commands typed on standard input until `quit` (returns true) or the
         /// end of input (false). Each result is reported; a bad command is an `error`
         /// event (on standard error in text mode) and serving goes on.
-        static func console(server: GATTServer, json: Bool, report: (_ o: [(String, JSONValue)], _ text: String) -> Void) async -> Bool {
+        static func console(_ peripheral: PeripheralManager, _ published: ServedDatabase, json: Bool,
+                            report: (_ o: [(String, JSONValue)], _ text: String) -> Void) async -> Bool {
             let (lines, done) = StandardInputLines.start()
             for await line in lines {
                 defer { done() }
                 do {
                     guard let command = try ServeCommand.parse(line) else { continue }
-                    let db = await server.database
+                    let db = await peripheral.host.server.database
                     switch command {
                     case .quit: return true
                     case .help: FileHandle.standardError.write(Data((ServeCommand.usage + "\n").utf8))
                     case let .set(t, v):
                         let a = try ServeCommand.resolve(t, in: db, value: v, needs: nil)
-                        await server.setValue(v, at: a.handle)
+                        try await peripheral.setValue(v, of: try published.characteristic(at: a))
                         report([("event", .string("set"))] + valueJSON(a.handle, v, uuid: a.type), "set " + valueLine(a.handle, v, uuid: a.type))
                     case let .notify(t, v), let .indicate(t, v):
                         let notify = if case .notify = command { true } else { false }
                         let a = try ServeCommand.resolve(t, in: db, value: v, needs: notify ? .notify : .indicate)
+                        let c = try published.characteristic(at: a)
                         let value = v ?? a.value
                         // Notified: the links notified. Indicated: the links that confirmed.
-                        let reached = notify ? await server.notify(a.handle, value: value) : await server.indicate(a.handle, value: value)
+                        let reached = notify ? try await peripheral.notify(c, value: value) : try await peripheral.indicate(c, value: value)
                         let (event, key, how) = notify ? ("notified", "connections", " to") : ("indicated", "confirmed", ", confirmed by")
-                        report([("event", .string(event))] + valueJSON(a.handle, value, uuid: a.type) + [(key, .array(reached.map { .int(Int($0)) }))],
+                        report([("event", .string(event))] + valueJSON(a.handle, value, uuid: a.type) + [(key, .array(reached.map { .int(Int($0.handle)) }))],
                                "\(event) " + valueLine(a.handle, value, uuid: a.type) + "\(how) \(reached.count) subscriber\(reached.count == 1 ? "" : "s")")
                     }
                 } catch {
                     if json {
-                        report([("event", .string("error")), ("command", .string(line)), ("message", .string(error.description))], "")
+                        report([("event", .string("error")), ("command", .string(line)), ("message", .string("\(error)"))], "")
                     } else {
                         FileHandle.standardError.write(Data("btctl: \(error)\n".utf8))
                     }
@@ -448,6 +443,34 @@ extension Gatt {
             }
             return false
         }
+    }
+}
+
+/// The file's services as the facade publishes them, and where their characteristics'
+/// values are.
+struct ServedDatabase: Sendable {
+    let characteristics: [UInt16: Characteristic]
+
+    static func publish(_ spec: DatabaseFile, on peripheral: PeripheralManager) async throws -> ServedDatabase {
+        var byHandle: [UInt16: Characteristic] = [:]
+        for s in spec.services {
+            let service = Service(uuid: s.uuid, isPrimary: s.primary, characteristics: s.characteristics.map { g in
+                Characteristic(uuid: g.uuid, properties: g.properties, permissions: g.permissions, value: g.value, maximumLength: g.maximumLength,
+                               descriptors: g.descriptors.map { Descriptor(uuid: $0.uuid, value: $0.value, permissions: $0.permissions) })
+            })
+            try await peripheral.add(service)
+            for c in service.characteristics { byHandle[try await peripheral.handles(of: c).value] = c }
+        }
+        return ServedDatabase(characteristics: byHandle)
+    }
+
+    func handle(of c: Characteristic) -> UInt16? { characteristics.first { $0.value === c }?.key }
+
+    /// The file's characteristic whose value attribute `a` is (the GAP and GATT
+    /// services' characteristics are the host's, not the file's).
+    func characteristic(at a: Attribute) throws(CLIError) -> Characteristic {
+        guard let c = characteristics[a.handle] else { throw CLIError("\(named(a.type)) at 0x\(String(a.handle, radix: 16)) belongs to the host's own services, not to the file's") }
+        return c
     }
 }
 
