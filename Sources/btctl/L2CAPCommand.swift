@@ -58,27 +58,26 @@ struct L2CAP_: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (controller, writer) = try await options.openController()
+            let (host, writer) = try await options.openHost(deviceName: name)
             defer { writer?.close() }
-            try await controller.initialize()
-            let host = L2CAPHost(controller: controller, logger: options.logger)
-            await host.start()
-            let incoming = await host.listen(spsm: spsm, parameters: channel.parameters)
-            var ad = AdvertisingData()
-            ad.flags = 0x06
-            ad.localName = name
-            try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: 0x30, advertisingIntervalMax: 0x30, advertisingType: 0))
-            try await controller.send(LESetAdvertisingData(data: try ad.encoded()))
-            try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))
-            say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm))], "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\"")
-            guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration)) else {
-                await controller.close()
-                throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
+            do {
+                try await host.start()
+                let incoming = await host.publishChannel(spsm: spsm, parameters: channel.parameters)
+                var ad = AdvertisingData()
+                ad.flags = 0x06
+                ad.localName = name
+                try await host.peripheral.startAdvertising(ad, intervalMilliseconds: 30)
+                say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm))], "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\"")
+                guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration)) else {
+                    throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
+                }
+                try? await host.peripheral.stopAdvertising()
+                try await pipe(ch, options: options, wait: channel.wait)
+                if !Interrupt.requested { await host.shutdown() }
+            } catch {
+                await host.close()
+                throw error
             }
-            _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
-            try await pipe(ch, options: options, wait: channel.wait)
-            _ = try? await controller.send(Disconnect(connectionHandle: ch.handle))
-            await controller.close()
         }
     }
 
@@ -123,8 +122,15 @@ func parseSPSM(_ s: String) throws -> UInt16 {
     return v
 }
 
+/// An event: a JSON line on stdout (flushed, for a program reading the pipe) with
+/// --json, else a line on stderr.
 private func say(_ json: Bool, _ fields: KeyValuePairs<String, JSONValue>, _ text: String) {
-    if json { emit(.object(fields.map { ($0.key, $0.value) })) } else { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+    if json {
+        emit(.object(fields.map { ($0.key, $0.value) }))
+        fflush(nil)
+    } else {
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
 }
 
 /// Standard input to `ch`, `ch` to standard output, until both are done.
@@ -143,7 +149,7 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
             for try await sdu in ch.sdus {
                 lastHeard.touch()
                 progress.willPrint()
-                if json { emit(.object([("event", .string("sdu")), ("length", .int(sdu.count)), ("value", .string(sdu.hexString))])) } else { FileHandle.standardOutput.write(Data(sdu)) }
+                if json { say(true, ["event": .string("sdu"), "length": .int(sdu.count), "value": .string(sdu.hexString)], "") } else { FileHandle.standardOutput.write(Data(sdu)) }
                 progress.add(received: sdu.count)
             }
             return nil as String?

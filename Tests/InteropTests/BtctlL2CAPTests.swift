@@ -1,6 +1,8 @@
 // `btctl l2cap connect` as a user runs it: a real btctl process on Rootcanal opens a
 // channel to Bumble's echo server (bumble_l2cap_peer.py server), pipes a file in on
-// standard input, and must print the same bytes back on standard output.
+// standard input, and must print the same bytes back on standard output. And `btctl
+// l2cap listen`: Bumble's client opens a channel to it and gets what is typed on
+// btctl's standard input, while btctl prints what Bumble sends.
 
 import BLETesting
 import Foundation
@@ -44,5 +46,33 @@ import Testing
         #expect(Array(output) == input, "\(output.count) bytes back; \(messages)")
         #expect(messages.contains("sent 5000 bytes, received 5000"), "\(messages)")
         #expect(messages.contains("enhanced channel") == !mode.isEmpty, "\(messages)")
+    }
+
+    @Test func listenTakesBumblesChannelBothWays() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let listener = try LiveProcess(BtctlGATTTests.btctl, ["l2cap", "listen", "0x82", "--json", "--wait", "5", "--duration", "60", "-t", rc.transportSpec])
+        #expect(await listener.waitForOutput { $0.contains("\"event\":\"listening\"") }, "\(listener.output)")
+        // A fresh Rootcanal gives the first controller that connects DA:4C:10:DE:17:00: btctl's.
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "client", "DA:4C:10:DE:17:00", "3000"])
+        #expect(await bumble.waitForOutput(within: .seconds(45)) { $0.contains("\"event\": \"channel\"") }, "\(bumble.output)")
+        // Bumble's client takes SDUs once it reports the channel: type 3000 bytes then.
+        let line = String(repeating: "0123456789", count: 10).dropLast()
+        for _ in 0..<30 { listener.send(String(line)) }
+        listener.closeInput()
+        // Bumble closes the channel, then the link, which btctl may have ended first
+        // (its channel closed, it disconnects): "channel-closed" is Bumble's last sure word.
+        #expect(await bumble.waitForOutput(within: .seconds(45)) { $0.contains("\"event\": \"channel-closed\"") }, "\(bumble.output)")
+        // What Bumble got back is what was typed (its own pattern differs, so `same` is false).
+        #expect(bumble.output.contains("\"event\": \"echoed\", \"bytes\": 3000"), "\(bumble.output)")
+        #expect(await Interop.exit(of: listener.process, timeout: 30) == 0, "\(listener.output)")
+        let events = BtctlServeTests.events(listener.output)
+        let received = events.filter { $0["event"] as? String == "sdu" }.compactMap { $0["length"] as? Int }.reduce(0, +)
+        #expect(received == 3000, "\(listener.output)")
+        let closed = try #require(events.last { $0["event"] as? String == "closed" }, "\(listener.output)")
+        #expect(closed["sent"] as? Int == 3000 && closed["received"] as? Int == 3000, "\(closed)")
+        _ = await bumble.stop()
     }
 }

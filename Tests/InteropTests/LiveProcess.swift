@@ -69,6 +69,11 @@ final class LiveProcess: Sendable {
         try? input.write(contentsOf: Data((line + "\n").utf8))
     }
 
+    /// Closes the program's standard input (it reads end of file).
+    func closeInput() {
+        try? input.close()
+    }
+
     /// Returns true once the output satisfies `predicate`; false when the program's
     /// output ends without it, or after `limit`.
     func waitForOutput(within limit: Duration = .seconds(30), _ predicate: @escaping @Sendable (String) -> Bool) async -> Bool {
