@@ -6,8 +6,9 @@
 // deliver with one byte changed (position, xor), drop it, deliver it to its sender,
 // inject a PDU of the input's bytes, answer a pending prompt (value bytes), fail
 // encryption, time out a side. Nothing may trap; each side ends at most once and
-// says nothing after; every PDU a session sends decodes; when both complete, they
-// hold the same encryption key.
+// says nothing after; every PDU a session sends decodes; when both complete with the
+// same key size, they hold the same encryption key (different sizes only in LE Secure
+// Connections, whose checks do not cover the size fields).
 import BLECrypto
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -103,7 +104,18 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         }
     }
     if let a = results[0], let b = results[1], a.keys.encryptionKey(asCentral: true) != nil || b.keys.encryptionKey(asCentral: false) != nil {
-        if sides[0].encryptionKey != sides[1].encryptionKey { fatalError("both completed with different keys") }
+        if a.security.keySize != b.security.keySize {
+            // LE Secure Connections does not authenticate the Maximum Encryption Key Size
+            // of the Pairing Request and Response (the DHKey checks cover AuthReq, the OOB
+            // flag and the IO capability, Vol 3, Part H, §2.3.5.6.5): a size changed in
+            // flight leaves the sides with keys of different sizes, which the link layer
+            // refuses when encryption starts. Legacy pairing's c1 covers both PDUs whole.
+            if !(a.security.secureConnections && b.security.secureConnections) {
+                fatalError("legacy pairing completed with different key sizes: \(a.security) \(b.security)")
+            }
+        } else if sides[0].encryptionKey != sides[1].encryptionKey {
+            fatalError("both completed with different keys: \(a.security) \(b.security)")
+        }
     }
     return 0
 }
