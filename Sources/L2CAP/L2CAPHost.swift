@@ -252,24 +252,6 @@ public actor L2CAPHost: LoopIsolated {
         await controller.packetsCompleted(handle: handle, within: limit / 2)
     }
 
-    /// Ends the link `handle` the way a host that means it does: its queued PDUs go
-    /// out first (`flush`, half of `limit`), then Disconnect with `reason`, then the
-    /// Disconnection Complete is awaited (the other half). Returns the reason the
-    /// controller reported; nil when the link was not up, the controller refused the
-    /// command, the transport ended, or no answer came in time.
-    @discardableResult
-    public func disconnect(handle: UInt16, reason: HCIStatus = .remoteUserTerminatedConnection, within limit: Duration) async -> HCIStatus? {
-        guard connections[handle] != nil else { return nil }
-        await flush(handle: handle, within: limit / 2)
-        let events = linkEvents()
-        guard (try? await controller.send(Disconnect(connectionHandle: handle, reason: reason))) != nil else { return nil }
-        let ended = events.compactMap { e -> HCIStatus? in
-            if case let .disconnected(c, reason) = e, c.handle == handle { return reason }
-            return nil
-        }
-        return await firstElement(ended, within: limit / 2)
-    }
-
     /// Peripheral: asks the central for new connection parameters (§4.20).
     public func requestParameterUpdate(_ p: ConnectionParameterUpdate, handle: UInt16) async throws -> UInt8 {
         guard var c = connections[handle] else { throw HCIError.connectionClosed(handle: handle) }
