@@ -51,7 +51,7 @@ let package = Package(
             swiftSettings: strict),
         .target(name: "Snoop", dependencies: ["HCI", "L2CAP", "SMP", .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
         .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "DequeModule", package: "swift-collections")], swiftSettings: strict),
-        .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
+        .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLECrypto",
             dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "_CryptoExtras", package: "swift-crypto")],
@@ -65,7 +65,7 @@ let package = Package(
             name: "Transports",
             dependencies: ["HCI", "Snoop", "CBlueZ", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
-        .target(name: "GAP", dependencies: ["HCI", "L2CAP", "ATT", "GATT"], swiftSettings: strict),
+        .target(name: "GAP", dependencies: ["HCI"], swiftSettings: strict),
         .target(
             name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "SMP", "Snoop", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
                                       .product(name: "DequeModule", package: "swift-collections")],
@@ -93,7 +93,7 @@ let package = Package(
         .executableTarget(
             name: "btctl",
             dependencies: [
-                "HCI", "Snoop", "Transports", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm", "SMP", "VirtualHCI",
+                "HCI", "Snoop", "Transports", "L2CAP", "GATT", "GAP", "BLE", "FireAlarm", "SMP", "VirtualHCI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
