@@ -34,9 +34,19 @@ public actor ATTBearer: LoopIsolated {
     private var timers: [UInt64: LoopTimer] = [:]
     private var incomingContinuation: BufferedStream<Incoming>.Continuation?
     private var opened = false
-    /// PDUs handed to the channel and not yet to the link.
+    /// PDUs handed to the channel and not yet to the link, and their octets.
     private var unsent = 0
+    private var unsentOctets = 0
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    private var writableWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Writability, as a NIO channel has it: the bearer stops being writable when the
+    /// PDUs it has handed to the channel and the link has not taken yet pass
+    /// `highWaterMark` octets, and is writable again once they are back under
+    /// `lowWaterMark`. Requests, responses and confirmations always go (the protocol
+    /// bounds them: one outstanding each way); a sender of notifications or commands
+    /// waits in `writable()` so that what it queues stays bounded.
+    public nonisolated let highWaterMark: Int
+    public nonisolated var lowWaterMark: Int { highWaterMark / 2 }
     private var handler: (@Sendable (Incoming) -> Void)?
     private var closedHandler: (@Sendable () -> Void)?
     /// Transactions started without a waiter (`startIndication`) and their outcomes until awaited.
@@ -47,9 +57,15 @@ public actor ATTBearer: LoopIsolated {
     /// loop use). Buffer: the newest 1024, drops counted. Ends when the bearer closes.
     public nonisolated let incoming: BufferedStream<Incoming>
 
+    /// The default `highWaterMark`: 16 KiB, some 700 notifications at the smallest
+    /// ATT_MTU, more than a connection event carries.
+    public static let defaultHighWaterMark = 16 * 1024
+
     public init(channel: any ATTChannel, localRxMTU: UInt16 = 517, clock: (any Clock<Duration>)? = nil,
-                transactionTimeout: Duration = ATTBearerState.transactionTimeout, logger: Logger) {
-        self.init(channel: channel, state: ATTBearerState(localRxMTU: localRxMTU), clock: clock, transactionTimeout: transactionTimeout, logger: logger)
+                transactionTimeout: Duration = ATTBearerState.transactionTimeout,
+                highWaterMark: Int = ATTBearer.defaultHighWaterMark, logger: Logger) {
+        self.init(channel: channel, state: ATTBearerState(localRxMTU: localRxMTU), clock: clock, transactionTimeout: transactionTimeout,
+                  highWaterMark: highWaterMark, logger: logger)
     }
 
     /// An enhanced bearer (EATT) over an L2CAP enhanced credit-based channel to SPSM
@@ -58,11 +74,13 @@ public actor ATTBearer: LoopIsolated {
                 transactionTimeout: Duration = ATTBearerState.transactionTimeout, logger: Logger) {
         let info = channel.info
         self.init(channel: EATTChannel(channel: channel), state: ATTBearerState(enhancedMTU: Int(Swift.min(info.local.mtu, info.remote.mtu))),
-                  clock: clock, transactionTimeout: transactionTimeout, logger: logger)
+                  clock: clock, transactionTimeout: transactionTimeout, highWaterMark: ATTBearer.defaultHighWaterMark, logger: logger)
     }
 
-    private init(channel: any ATTChannel, state: ATTBearerState, clock: (any Clock<Duration>)?, transactionTimeout: Duration, logger: Logger) {
+    private init(channel: any ATTChannel, state: ATTBearerState, clock: (any Clock<Duration>)?, transactionTimeout: Duration,
+                 highWaterMark: Int, logger: Logger) {
         self.channel = channel
+        self.highWaterMark = Swift.max(1, highWaterMark)
         self.loop = channel.loop
         self.unownedExecutor = channel.loop.executor.asUnownedSerialExecutor()
         self.clock = clock
@@ -151,6 +169,13 @@ public actor ATTBearer: LoopIsolated {
         execute(state.sendUnacknowledged(pdu))
     }
 
+    /// `sendUnacknowledged` once the bearer is writable: a sender in a loop is paced by
+    /// the link instead of queueing without bound.
+    public func sendWhenWritable(_ pdu: ATTPDU) async throws {
+        await writable()
+        try sendUnacknowledged(pdu)
+    }
+
     /// Sends a Handle Value Notification of `value`, cut to ATT_MTU - 3 octets; throws as
     /// `sendUnacknowledged` does.
     public func notify(handle: UInt16, value: [UInt8]) throws {
@@ -161,6 +186,17 @@ public actor ATTBearer: LoopIsolated {
     /// Whether every PDU queued so far is in the link's hands, or the bearer is closed:
     /// what `drain()` waits for.
     public var isDrained: Bool { unsent == 0 || unusable }
+
+    /// Whether a notification or command may be queued now without passing
+    /// `highWaterMark` (or the bearer is closed, and sending fails at once).
+    public var isWritable: Bool { unsentOctets < highWaterMark || unusable }
+
+    /// Returns at once when `isWritable`, else once what waits for the link is back
+    /// under `lowWaterMark` or the bearer closes. Waiters resume in the order they came.
+    public func writable() async {
+        guard !isWritable else { return }
+        await withCheckedContinuation { writableWaiters.append($0) }
+    }
 
     /// Runs `body` isolated to this bearer (for a caller that may be on another loop).
     public func perform<T: Sendable>(_ body: @Sendable (isolated ATTBearer) throws -> T) rethrows -> T { try body(self) }
@@ -195,6 +231,13 @@ public actor ATTBearer: LoopIsolated {
         closedHandler.take()?()
         for w in drainWaiters { w.resume() }
         drainWaiters.removeAll()
+        resumeWritableWaiters()
+    }
+
+    private func resumeWritableWaiters() {
+        let waiting = writableWaiters
+        writableWaiters.removeAll()
+        for w in waiting { w.resume() }
     }
 
     private func deliver(_ item: Incoming) {
@@ -207,10 +250,13 @@ public actor ATTBearer: LoopIsolated {
             switch e {
             case let .send(bytes):
                 unsent += 1
+                let octets = bytes.count
+                unsentOctets += octets
                 // Held by the link's queue only until the PDU is handed over or the link drops.
-                let queued = channel.write(bytes) { _ in self.onLoop { $0.written() } }
+                let queued = channel.write(bytes) { _ in self.onLoop { $0.written(octets) } }
                 if !queued {
                     unsent -= 1
+                    unsentOctets -= octets
                     logger.debug("ATT send failed: the link is gone")
                     close(reason: channel.closeReason)
                     return
@@ -238,8 +284,10 @@ public actor ATTBearer: LoopIsolated {
         }
     }
 
-    private func written() {
+    private func written(_ octets: Int) {
         unsent -= 1
+        unsentOctets -= octets
+        if !writableWaiters.isEmpty, unsentOctets <= lowWaterMark { resumeWritableWaiters() }
         guard unsent == 0 else { return }
         for w in drainWaiters { w.resume() }
         drainWaiters.removeAll()

@@ -312,8 +312,10 @@ public actor GATTClient: LoopIsolated {
 
     // MARK: §4.9 Characteristic value write
 
+    /// Write Without Response (§4.9.1). Returns once the command is queued; when the
+    /// link has fallen behind (the bearer is not writable) it waits for room first.
     public func writeWithoutResponse(_ handle: UInt16, value: [UInt8]) async throws {
-        do { try await bearer.sendUnacknowledged(.writeCommand(handle: handle, value: value)) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
+        do { try await bearer.sendWhenWritable(.writeCommand(handle: handle, value: value)) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
     }
 
     /// Signed Write Without Response (§4.9.2): a Signed Write Command whose signature is
@@ -326,7 +328,7 @@ public actor GATTClient: LoopIsolated {
         guard value.count <= limit else { throw GATTClientError.valueTooLong(length: value.count, limit: limit) }
         let message = [ATTOpcode.signedWriteCommand.rawValue, UInt8(truncatingIfNeeded: handle), UInt8(truncatingIfNeeded: handle >> 8)] + value
         let signature = try SecurityToolbox.signature(csrk: csrk, message: message, counter: counter)
-        do { try await bearer.sendUnacknowledged(.signedWriteCommand(handle: handle, value: value, signature: signature)) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
+        do { try await bearer.sendWhenWritable(.signedWriteCommand(handle: handle, value: value, signature: signature)) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
     }
 
     /// Write Characteristic Value, or Write Long Characteristic Values when it does not fit one PDU.

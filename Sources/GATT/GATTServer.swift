@@ -395,19 +395,32 @@ public actor GATTServer: LoopIsolated {
 
     /// Stores `value` and notifies every connection subscribed to notifications
     /// (truncated to ATT_MTU - 3). Returns the connections notified.
+    /// Connections whose bearer is writable get theirs first; then, for each one that
+    /// has fallen behind (`ATTBearer.isWritable`), this waits until it has room: a
+    /// caller notifying in a loop is paced by its slowest subscriber, as CoreBluetooth's
+    /// `updateValue` is, and nothing queues without bound.
     /// With `waitUntilSent`, returns once every notification is in the controller's
-    /// buffers: the caller is paced by the link instead of queueing without bound.
-    @discardableResult
+    /// buffers.
     /// `only` limits the notification to those connections (the value is stored either way).
     /// `store: false` sends without changing what reads return (a transfer in pieces).
+    @discardableResult
     public func notify(_ valueHandle: UInt16, value: [UInt8], waitUntilSent: Bool = false, only: Set<UInt16>? = nil, store: Bool = true) async -> [UInt16] {
         if store { state.database.setValue(value, at: valueHandle) }
         var sent: [(UInt16, ATTBearer)] = []
+        var behind: [(UInt16, ATTBearer)] = []
         for (c, bearer) in bearers.sorted(by: { $0.key < $1.key })
         where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false {
-            if (try? await with(bearer, { try $0.notify(handle: valueHandle, value: value) })) != nil {
-                sent.append((c, bearer))
+            // nil: not writable now, served after the others.
+            let outcome: Bool? = await with(bearer) { b in b.isWritable ? (try? b.notify(handle: valueHandle, value: value)) != nil : nil }
+            switch outcome {
+            case true?: sent.append((c, bearer))
+            case nil: behind.append((c, bearer))
+            case false?: break
             }
+        }
+        for (c, bearer) in behind {
+            await bearer.writable()
+            if (try? await with(bearer, { try $0.notify(handle: valueHandle, value: value) })) != nil { sent.append((c, bearer)) }
         }
         if waitUntilSent { await drain(sent.map(\.1)) }
         return sent.map(\.0).sorted()
@@ -446,7 +459,7 @@ public actor GATTServer: LoopIsolated {
                 ? GATTServerState.packNotifications(wanted, mtu: mtu)
                 : wanted.map { ATTPDU.handleValueNotification(handle: $0.handle, value: Array($0.value.prefix(mtu - 3))) }
             var ok = true
-            for pdu in pdus where (try? await bearer.sendUnacknowledged(pdu)) == nil { ok = false; break }
+            for pdu in pdus where (try? await bearer.sendWhenWritable(pdu)) == nil { ok = false; break }
             if ok { sent.append((c, bearer)) }
         }
         if waitUntilSent { await drain(sent.map(\.1)) }

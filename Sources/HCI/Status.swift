@@ -14,6 +14,9 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let unsupportedFeatureOrParameterValue = HCIStatus(rawValue: 0x11)
     public static let invalidCommandParameters = HCIStatus(rawValue: 0x12)
     public static let remoteUserTerminatedConnection = HCIStatus(rawValue: 0x13)
+    /// Remote Device Terminated Connection due to Low Resources: what a host that can
+    /// no longer keep up with a link tells its peer.
+    public static let remoteDeviceTerminatedConnectionDueToLowResources = HCIStatus(rawValue: 0x14)
     public static let connectionTerminatedByLocalHost = HCIStatus(rawValue: 0x16)
     public static let unspecifiedError = HCIStatus(rawValue: 0x1F)
     /// Connection Terminated due to MIC Failure: the two sides' keys differ.

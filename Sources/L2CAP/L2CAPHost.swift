@@ -6,7 +6,10 @@
 // above registered for that connection (synchronously, on the loop) or to a stream;
 // answers the LE signaling channel; and sends outbound frames as ACL fragments, one
 // fragment per connection in turn (round robin), while the controller has buffers,
-// so a connection with a long queue cannot starve the others.
+// so a connection with a long queue cannot starve the others. Each connection's queue
+// is bounded (`outboundLimit`): the layers above pace themselves below it (an ATT
+// bearer's writability, a channel's credits, senders that wait until sent), so only
+// a peer that keeps asking while taking nothing can fill it, and that link ends.
 
 import DequeModule
 import HCI
@@ -87,6 +90,17 @@ public actor L2CAPHost: LoopIsolated {
     /// with fragments in round-robin order.
     private var queues: [UInt16: Deque<Outgoing>] = [:]
     private var order = Deque<UInt16>()
+    /// Octets of ACL data in each connection's queue, and the connections whose queue
+    /// passed `outboundLimit` (their Disconnect is on its way; they take nothing more).
+    private var queuedOctets: [UInt16: Int] = [:]
+    private var overflowed: Set<UInt16> = []
+    /// The most ACL data one connection may have waiting for controller buffers, in
+    /// octets. Past it the link is disconnected with Remote Device Terminated
+    /// Connection due to Low Resources (0x14) and what it had queued fails: the stack
+    /// neither drops frames silently nor grows without bound.
+    public nonisolated let outboundLimit: Int
+    /// Links ended because their queue passed `outboundLimit`.
+    public private(set) var linksEndedForLowResources = 0
     /// Counts `drop(handle:)`s: a write that fails synchronously ends the transport
     /// inside `pump()`, and the queues it was walking are gone.
     private var drops: UInt64 = 0
@@ -97,8 +111,9 @@ public actor L2CAPHost: LoopIsolated {
     /// Reassembly problems seen, for diagnostics.
     public private(set) var reassemblyErrors: [ReassemblyError] = []
 
-    public init(controller: HCIController, maximumPayload: Int = 65_535, logger: Logger) {
+    public init(controller: HCIController, maximumPayload: Int = 65_535, outboundLimit: Int = 1 << 20, logger: Logger) {
         self.controller = controller
+        self.outboundLimit = outboundLimit
         self.loop = controller.loop
         self.unownedExecutor = controller.unownedExecutor
         self.logger = logger
@@ -205,10 +220,11 @@ public actor L2CAPHost: LoopIsolated {
     /// Queues `payload` as one frame on `channel` of connection `handle`, on the loop;
     /// `done` is called when its last fragment is in the controller's hands (true) or
     /// was dropped with the connection (false). Returns false, without queueing or
-    /// calling `done`, when the connection is not up.
+    /// calling `done`, when the connection is not up (or is being ended because its
+    /// queue passed `outboundLimit`).
     @discardableResult
     public func enqueue(_ payload: [UInt8], on channel: ChannelID, handle: UInt16, done: (@Sendable (Bool) -> Void)? = nil) -> Bool {
-        guard connections[handle] != nil else { return false }
+        guard connections[handle] != nil, !overflowed.contains(handle) else { return false }
         let length = controller.onLoop { $0.info?.leACLDataPacketLength } ?? 27
         let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
         let dropsBefore = drops
@@ -219,12 +235,33 @@ public actor L2CAPHost: LoopIsolated {
             return true
         }
         if queues[handle] == nil { order.append(handle) }
+        var octets = queuedOctets[handle] ?? 0
         for (i, f) in fragments.enumerated() {
             queues[handle, default: []].append(Outgoing(packet: f, done: i == fragments.count - 1 ? done : nil))
+            octets += f.data.count
         }
+        queuedOctets[handle] = octets
         pump()
+        if (queuedOctets[handle] ?? 0) > outboundLimit { overflow(handle) }
         return true
     }
+
+    /// A connection's queue passed `outboundLimit`: its peer asks faster than it takes
+    /// what we send. Ends the link (its queued frames fail now, its pending operations
+    /// when Disconnection Complete comes).
+    private func overflow(_ handle: UInt16) {
+        overflowed.insert(handle)
+        linksEndedForLowResources += 1
+        logger.warning("outbound queue over its limit: disconnecting", metadata: [
+            "ble.handle": "\(handle)", "l2cap.queued": "\(queuedOctets[handle] ?? 0)", "l2cap.limit": "\(outboundLimit)",
+        ])
+        drop(handle: handle)
+        let controller = self.controller
+        Task { _ = try? await controller.send(Disconnect(connectionHandle: handle, reason: .remoteDeviceTerminatedConnectionDueToLowResources)) }
+    }
+
+    /// Octets of ACL data waiting in `handle`'s queue for controller buffers.
+    public func queuedOctets(handle: UInt16) -> Int { queuedOctets[handle] ?? 0 }
 
     /// Calls `done` once everything queued so far for `handle` is in the controller's
     /// hands (at once when nothing is queued).
@@ -283,13 +320,20 @@ public actor L2CAPHost: LoopIsolated {
             }
             order.removeFirst()
             queues[handle]?.removeFirst()  // in place: no copy of the queue
-            if queues[handle]?.isEmpty ?? true { queues[handle] = nil } else { order.append(handle) }
+            if queues[handle]?.isEmpty ?? true {
+                queues[handle] = nil
+                queuedOctets[handle] = nil
+            } else {
+                queuedOctets[handle]? -= fragment.packet.data.count
+                order.append(handle)
+            }
             fragment.done?(true)
         }
     }
 
     private func drop(handle: UInt16) {
         drops &+= 1
+        queuedOctets[handle] = nil
         for f in queues.removeValue(forKey: handle) ?? [] { f.done?(false) }
         order.removeAll { $0 == handle }
     }
@@ -382,6 +426,7 @@ public actor L2CAPHost: LoopIsolated {
                 r(.closed)
             }
             drop(handle: d.connectionHandle)
+            overflowed.remove(d.connectionHandle)
         default:
             break
         }
@@ -413,6 +458,7 @@ public actor L2CAPHost: LoopIsolated {
         connections.removeAll()
         for h in Array(queues.keys) { drop(handle: h) }
         order.removeAll()
+        overflowed.removeAll()
     }
 }
 

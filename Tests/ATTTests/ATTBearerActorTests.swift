@@ -10,16 +10,16 @@ struct ATTBearerActorTests {
 
     /// A controller on the scripted transport with one LE connection (handle 0x40) and
     /// an ATT bearer on it.
-    func setUp(clock: ManualClock = ManualClock()) async -> (ATTBearer, ScriptedTransport, ManualClock) {
+    func setUp(clock: ManualClock = ManualClock(), buffers: Int = 8, highWaterMark: Int = ATTBearer.defaultHighWaterMark) async -> (ATTBearer, ScriptedTransport, ManualClock) {
         let t = ScriptedTransport()
         let c = HCIController(transport: t, logger: Self.logger)
-        await c.setACLBufferCount(8)
+        await c.setACLBufferCount(buffers)
         let host = L2CAPHost(controller: c, logger: Self.logger)
         await host.start()
         var links = await host.linkEvents().makeAsyncIterator()
         t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .central, peerAddressType: .public, peerAddress: BluetoothAddress("11:22:33:44:55:66")!))))
         _ = await links.next()  // the connection is known to L2CAP before this event
-        let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), clock: clock, logger: Self.logger)
+        let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), clock: clock, highWaterMark: highWaterMark, logger: Self.logger)
         await bearer.start()
         return (bearer, t, clock)
     }
@@ -34,6 +34,45 @@ struct ATTBearerActorTests {
         #expect(await t.nextSent() == Self.acl([0x0A, 0x03, 0x00], boundary: .firstNonFlushable))
         t.inject(Self.acl([0x0B, 0x64]))
         #expect(try await read.value == .readResponse(value: [0x64]))
+    }
+
+    /// Writability: notifications the link has not taken count against the high-water
+    /// mark; a sender waits in `writable()` until the controller's completions bring
+    /// them back under the low-water mark, then goes on.
+    @Test func notificationsPastTheHighWaterMarkWaitForTheLink() async throws {
+        let (bearer, t, _) = await setUp(buffers: 1, highWaterMark: 14)
+        let pdu = ATTPDU.handleValueNotification(handle: 3, value: [1, 2, 3, 4])  // 7 octets
+        try await bearer.sendUnacknowledged(pdu)  // the one controller buffer takes it
+        #expect(await bearer.isWritable)
+        try await bearer.sendUnacknowledged(pdu)  // 7 waiting
+        #expect(await bearer.isWritable)
+        try await bearer.sendUnacknowledged(pdu)  // 14 waiting: not writable
+        #expect(await !bearer.isWritable)
+        let fourth = Task { try await bearer.sendWhenWritable(.handleValueNotification(handle: 3, value: [9])) }
+        #expect(await t.nextSent() == Self.acl(pdu.bytes, boundary: .firstNonFlushable))
+        #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
+        // The fourth waits in the bearer, not in the link: two frames of 11 octets queued.
+        let host = try #require(bearer.channel as? L2CAPATTChannel).host
+        #expect(await host.queuedOctets(handle: 0x40) == 22)
+        // One buffer back: the second goes, 7 octets wait (the low-water mark): writable.
+        t.inject(HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 0x40, numCompletedPackets: 1)])))
+        #expect(await t.nextSent() == Self.acl(pdu.bytes, boundary: .firstNonFlushable))
+        try await fourth.value
+        for _ in 0..<2 {
+            #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
+            t.inject(HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 0x40, numCompletedPackets: 1)])))
+            _ = await t.nextSent()
+        }
+        #expect(await bearer.isDrained)
+    }
+
+    /// A sender waiting for room hears the link's end instead of waiting for ever.
+    @Test func aWriterWaitingForRoomIsReleasedWhenTheLinkEnds() async throws {
+        let (bearer, t, _) = await setUp(buffers: 0, highWaterMark: 7)
+        try await bearer.sendUnacknowledged(.writeCommand(handle: 3, value: [1, 2, 3, 4]))
+        let waiting = Task { try await bearer.sendWhenWritable(.writeCommand(handle: 3, value: [5])) }
+        t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
+        await #expect(throws: ATTBearerError.bearerUnusable("connection 0x40 closed")) { try await waiting.value }
     }
 
     @Test func mtuExchangeSetsTheMTU() async throws {

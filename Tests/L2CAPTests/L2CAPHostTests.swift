@@ -65,6 +65,43 @@ struct L2CAPHostTests {
         #expect(frames.contains(BasicFrame(channel: .att, payload: [UInt8](repeating: 0xAA, count: 27 * 5 - 4))))
     }
 
+    /// A peer that keeps sending what draws an answer while taking nothing (here: no
+    /// controller buffers ever free) fills its link's queue: past `outboundLimit` the
+    /// link ends with Low Resources (0x14) and what was queued fails, instead of the
+    /// queue growing without bound or anything vanishing unreported.
+    @Test func aLinkWhoseQueuePassesTheLimitIsDisconnectedForLowResources() async throws {
+        let t = ScriptedTransport()
+        let c = HCIController(transport: t, logger: Self.logger)
+        await c.setACLBufferCount(0)
+        let host = L2CAPHost(controller: c, outboundLimit: 60, logger: Self.logger)
+        await host.start()
+        await connect(t, host, handle: 0x40)
+        await connect(t, host, handle: 0x41)
+        let first = AsyncStream<Bool>.makeStream()
+        #expect(await host.enqueue([0x1B, 0x03, 0x00, 0x01], on: .att, handle: 0x40, done: { first.continuation.yield($0) }))
+        #expect(await host.enqueue([0x1B, 0x03, 0x00, 0x01], on: .att, handle: 0x41))
+        // Each Pairing Request (no Security Manager here) draws Pairing Failed: 6 octets of ACL data.
+        let pairingRequest = BasicFrame(channel: .securityManager, payload: [0x01, 0x03, 0x00, 0x01, 0x10, 0x07, 0x07]).bytes
+        for n in 1...9 {
+            t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: pairingRequest)))
+            if n == 8 {
+                await connect(t, host, handle: 0x42)  // delivered in order: the eight came first
+                #expect(await host.queuedOctets(handle: 0x40) == 8 + 8 * 6)
+                #expect(await host.linksEndedForLowResources == 0)
+            }
+        }
+        // The ninth answer passes 60 octets.
+        try await t.expect(Disconnect(connectionHandle: 0x40, reason: .remoteDeviceTerminatedConnectionDueToLowResources).packet)
+        var it = first.stream.makeAsyncIterator()
+        #expect(await it.next() == false)
+        #expect(await host.linksEndedForLowResources == 1)
+        #expect(await host.queuedOctets(handle: 0x40) == 0)
+        #expect(await !host.enqueue([0x52], on: .att, handle: 0x40))
+        // The other link keeps its queue and its place.
+        #expect(await host.queuedOctets(handle: 0x41) == 8)
+        #expect(await host.enqueue([0x52], on: .att, handle: 0x41))
+    }
+
     @Test func centralAnswersParameterUpdateAndUpdatesTheConnection() async throws {
         let (host, _, t) = await setUp()
         await connect(t, host, handle: 0x40, role: .central)

@@ -1,0 +1,90 @@
+// Notifications under a subscriber that falls behind: the server paces its caller by
+// the bearers' writability (bounded queues) and serves every subscriber with room
+// before it waits for one without.
+
+import ATT
+import HCI
+import L2CAP
+import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+import Testing
+@testable import GATT
+
+struct NotifyPacingTests {
+    static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+
+    /// An ATT channel that records what is written (in one log shared by several
+    /// channels) and either hands each PDU to the "link" at once or holds it until
+    /// `release()`: a subscriber whose link takes nothing.
+    final class RecordingChannel: ATTChannel {
+        let loop: any EventLoop
+        let name: String
+        let holds: Bool
+        private let held = Mutex<[@Sendable (Bool) -> Void]>([])
+        private let shared: SharedLog
+
+        final class SharedLog: Sendable {
+            let entries = Mutex<[String]>([])
+            /// Each entry as it is written, for a test to wait on.
+            let written = AsyncStream<String>.makeStream()
+        }
+
+        init(loop: any EventLoop, name: String, holds: Bool, log: SharedLog) {
+            self.loop = loop
+            self.name = name
+            self.holds = holds
+                self.shared = log
+        }
+
+        func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {}
+
+        func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
+            shared.entries.withLock { $0.append("\(name) \(pdu)") }
+            shared.written.continuation.yield("\(name) \(pdu)")
+            if holds { held.withLock { $0.append(done ?? { _ in }) } } else { done?(true) }
+            return true
+        }
+
+        /// Hands every held PDU to the link (on the loop, where the bearer expects it).
+        func release() {
+            let all = held.withLock { h in defer { h.removeAll() }; return h }
+            loop.execute { for d in all { d(true) } }
+        }
+
+        var closeReason: String { "\(name) closed" }
+    }
+
+    @Test func aSubscriberWithoutRoomGetsItsNotificationAfterTheOthers() async throws {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        var db = AttributeDatabase()
+        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .notify], value: [0]),
+        ]))
+        let value = s.characteristicValues[0], cccd = try #require(s.clientConfigurations[0])
+        let server = GATTServer(database: db, loop: loop, logger: Self.logger)
+        let log = RecordingChannel.SharedLog()
+        let slow = RecordingChannel(loop: loop, name: "slow", holds: true, log: log)
+        let fast = RecordingChannel(loop: loop, name: "fast", holds: false, log: log)
+        // 7-octet notifications; the slow bearer is not writable from 8 octets on.
+        await server.attach(ATTBearer(channel: slow, highWaterMark: 8, logger: Self.logger), connection: 0x40)
+        await server.attach(ATTBearer(channel: fast, highWaterMark: 8, logger: Self.logger), connection: 0x41)
+        for c: UInt16 in [0x40, 0x41] { await server.restoreClientConfigurations([cccd: 1], connection: c) }
+
+        let note: (UInt8) -> String = { "\([0x1B, UInt8(value & 0xFF), UInt8(value >> 8), 1, 2, 3, $0])" }
+        // The first goes to both (the slow one now holds 7 octets: still writable).
+        #expect(await server.notify(value, value: [1, 2, 3, 1]) == [0x40, 0x41])
+        #expect(await server.notify(value, value: [1, 2, 3, 2]) == [0x40, 0x41])
+        // 14 octets held: the third waits for the slow subscriber, the fast one has it first.
+        let third = Task { await server.notify(value, value: [1, 2, 3, 3]) }
+        var written = log.written.stream.makeAsyncIterator()
+        while let entry = await written.next(), entry != "fast \(note(3))" {}
+        #expect(!log.entries.withLock { $0.contains("slow \(note(3))") })
+        slow.release()
+        #expect(await third.value == [0x40, 0x41])
+        #expect(log.entries.withLock { $0 } == [
+            "slow \(note(1))", "fast \(note(1))", "slow \(note(2))", "fast \(note(2))", "fast \(note(3))", "slow \(note(3))",
+        ])
+    }
+}
