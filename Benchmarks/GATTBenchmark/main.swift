@@ -114,7 +114,7 @@ func virtualRadioChannel(total: Int, sdu: Int) async throws {
     let link = try await TestCentral.connect(to: a, type: .public, host: lb, within: .seconds(5))
     try await hb.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120))
     let sender = try await lb.connectChannel(spsm: 0x80, handle: link.handle, parameters: parameters)
-    guard let receiver = await firstElement(accepted, within: .seconds(5)) else { return }
+    guard let receiver = await firstElement(accepted, within: .seconds(5), on: la.loop) else { return }
     let payload = [UInt8](repeating: 0x5A, count: sdu)
     let count = total / sdu
     let t0 = ContinuousClock.now, c0 = cpu()

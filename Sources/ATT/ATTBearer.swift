@@ -1,5 +1,5 @@
-// The ATT bearer actor: executes `ATTBearerState` over an `ATTChannel` with an
-// injected clock for the 30 s transaction timeout, on the channel's event loop (its
+// The ATT bearer actor: executes `ATTBearerState` over an `ATTChannel` with the
+// loop's timer for the 30 s transaction timeout, on the channel's event loop (its
 // executor). The channel hands PDUs in synchronously and takes PDUs out
 // synchronously; what the peer sends goes synchronously to the handler a GATT client
 // or server set (`setHandler`), else to the `incoming` stream. Callers get async
@@ -25,8 +25,6 @@ public actor ATTBearer: LoopIsolated {
     /// The channel's event loop, this actor's executor (both read once, at init).
     public nonisolated let loop: any EventLoop
     public nonisolated let unownedExecutor: UnownedSerialExecutor
-    /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
-    private let clock: (any Clock<Duration>)?
     private let logger: Logger
     private let timeout: Duration
     private var state: ATTBearerState
@@ -61,29 +59,28 @@ public actor ATTBearer: LoopIsolated {
     /// ATT_MTU, more than a connection event carries.
     public static let defaultHighWaterMark = 16 * 1024
 
-    public init(channel: any ATTChannel, localRxMTU: UInt16 = 517, clock: (any Clock<Duration>)? = nil,
+    public init(channel: any ATTChannel, localRxMTU: UInt16 = 517,
                 transactionTimeout: Duration = ATTBearerState.transactionTimeout,
                 highWaterMark: Int = ATTBearer.defaultHighWaterMark, logger: Logger) {
-        self.init(channel: channel, state: ATTBearerState(localRxMTU: localRxMTU), clock: clock, transactionTimeout: transactionTimeout,
+        self.init(channel: channel, state: ATTBearerState(localRxMTU: localRxMTU), transactionTimeout: transactionTimeout,
                   highWaterMark: highWaterMark, logger: logger)
     }
 
     /// An enhanced bearer (EATT) over an L2CAP enhanced credit-based channel to SPSM
     /// 0x0027: its ATT_MTU is the channel's, the smaller of both sides' MTUs.
-    public init(enhanced channel: L2CAPChannel, clock: (any Clock<Duration>)? = nil,
+    public init(enhanced channel: L2CAPChannel,
                 transactionTimeout: Duration = ATTBearerState.transactionTimeout, logger: Logger) {
         let info = channel.info
         self.init(channel: EATTChannel(channel: channel), state: ATTBearerState(enhancedMTU: Int(Swift.min(info.local.mtu, info.remote.mtu))),
-                  clock: clock, transactionTimeout: transactionTimeout, highWaterMark: ATTBearer.defaultHighWaterMark, logger: logger)
+                  transactionTimeout: transactionTimeout, highWaterMark: ATTBearer.defaultHighWaterMark, logger: logger)
     }
 
-    private init(channel: any ATTChannel, state: ATTBearerState, clock: (any Clock<Duration>)?, transactionTimeout: Duration,
+    private init(channel: any ATTChannel, state: ATTBearerState, transactionTimeout: Duration,
                  highWaterMark: Int, logger: Logger) {
         self.channel = channel
         self.highWaterMark = Swift.max(1, highWaterMark)
         self.loop = channel.loop
         self.unownedExecutor = channel.loop.executor.asUnownedSerialExecutor()
-        self.clock = clock
         self.logger = logger
         self.timeout = transactionTimeout
         self.state = state
@@ -262,7 +259,7 @@ public actor ATTBearer: LoopIsolated {
                     return
                 }
             case let .startTimer(id):
-                timers[id] = LoopTimer(after: timeout, on: loop, clock: clock) { [weak self] in
+                timers[id] = LoopTimer(after: timeout, on: loop) { [weak self] in
                     self?.onLoop { $0.timerFired(id) }
                 }
             case let .cancelTimer(id):

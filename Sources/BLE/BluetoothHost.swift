@@ -203,7 +203,8 @@ public actor BluetoothHost: LoopIsolated {
     /// Link events being handled, and who waits for none to be (`close()`).
     var reacting = 0
     var quietWaiters: [CheckedContinuation<Void, Never>] = []
-    let epoch = ContinuousClock.now
+    /// When this host was made, in its loop's time: the registry's times count from it.
+    let epoch: NIODeadline
 
     // Central role.
     struct ConnectWaiter {
@@ -272,6 +273,7 @@ public actor BluetoothHost: LoopIsolated {
         self.attMTU = Swift.max(23, attMTU)
         self.extendedPolicy = extendedCommands
         self.controller = HCIController(transport: transport, commandTimeout: commandTimeout, logger: logger)
+        self.epoch = controller.loop.now
         self.l2cap = L2CAPHost(controller: controller, logger: logger)
         var db = AttributeDatabase()
         // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...):
@@ -408,7 +410,7 @@ public actor BluetoothHost: LoopIsolated {
     public func shutdown(within limit: Duration = .seconds(2)) async {
         if state == .ready {
             await settle()
-            let deadline = ContinuousClock.now + limit
+            let deadline = loop.now + TimeAmount(limit)
             for id in scans.keys.sorted() {
                 let s = scans[id]
                 await endScan(id)
@@ -418,9 +420,9 @@ public actor BluetoothHost: LoopIsolated {
             let links = active.values.sorted { $0.handle < $1.handle }
             for c in links { _ = try? await controller.send(Disconnect(connectionHandle: c.handle)) }
             for c in links {
-                let left = deadline - ContinuousClock.now
+                let left = deadline - loop.now
                 guard left > .zero else { break }
-                _ = await end(of: c.id, within: left)
+                _ = await end(of: c.id, within: Duration(left))
             }
         }
         await close()
@@ -452,7 +454,8 @@ public actor BluetoothHost: LoopIsolated {
 
     // MARK: Events
 
-    var now: Duration { ContinuousClock.now - epoch }
+    /// The loop's time since `epoch`.
+    var now: Duration { Duration(loop.now - epoch) }
 
     func handle(_ event: HCIEvent) async {
         switch event {

@@ -35,7 +35,7 @@ public struct Central: Sendable {
     }
 
     /// Scans for `window` and returns every result heard, in the order heard. The
-    /// window is measured on this host's clock, but what it holds is decided by the
+    /// window is measured on this host's loop, but what it holds is decided by the
     /// HCI conversation alone: a report counts when the controller sent it before it
     /// answered LE Set Scan Enable (off), however late the host's threads got to it,
     /// so a replay of a recording picks the same results as the recorded run did.
@@ -50,11 +50,11 @@ public struct Central: Sendable {
         var results: [ScanResult] = []
         await withTaskGroup(of: Void.self) { g in
             g.addTask { [host] in
-                try? await Task.sleep(for: window)
+                try? await host.loop.sleep(for: window)
                 await host.finishScan(id)
                 // The answer's Command Complete reaches the follower at once; should it
                 // have been lost (the event buffer overran), end the wait anyway.
-                try? await Task.sleep(for: .seconds(2))
+                try? await host.loop.sleep(for: .seconds(2))
                 if !Task.isCancelled { await host.flushDraining() }
             }
             // Ends when the follower reaches the stop's answer (or on cancellation).
@@ -69,7 +69,7 @@ public struct Central: Sendable {
     /// stopped (LE Set Scan Enable off sent and answered) when this returns, unless
     /// another scan of this host is still running.
     public func first(matching filter: ScanFilter, within limit: Duration) async throws -> ScanResult? {
-        let found = await firstElement(try await scan(filter: filter), within: limit)
+        let found = await firstElement(try await scan(filter: filter), within: limit, on: host.loop)
         // Letting go of the results queued the scan stop; send it now.
         await host.settle()
         return found

@@ -42,7 +42,7 @@ extension BluetoothHost {
         let done = await firstElement(updates.compactMap { e -> ConnectionParameters? in
             if case let .parametersUpdated(u, i, l, t) = e, u.id == c.id { return ConnectionParameters(interval: i, latency: l, supervisionTimeout: t) }
             return nil
-        }, within: limit)
+        }, within: limit, on: controller.loop)
         if done == nil, !isActive(c.id) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         return done
     }

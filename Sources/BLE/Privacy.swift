@@ -133,7 +133,7 @@ extension BluetoothHost {
 
     func armRotation(_ every: Duration) {
         own.timer?.cancel()
-        own.timer = LoopTimer(after: every, on: controller.loop, clock: nil) { [weak self] in
+        own.timer = LoopTimer(after: every, on: controller.loop) { [weak self] in
             guard let self else { return }
             Task { await self.rotationDue(every) }
         }

@@ -27,7 +27,7 @@ public enum TestCentral {
     public static func find(name: String, controller: HCIController, within limit: Duration) async throws -> (BluetoothAddress, AddressType) {
         let (ads, _) = try await Scanner.start(controller, active: true, filterDuplicates: false,
                                               filter: ScanFilter(names: [name]), interval: 0x0010, window: 0x0010)
-        let found = await firstElement(ads, within: limit).map { ($0.address, $0.addressType) }
+        let found = await firstElement(ads, within: limit, on: controller.loop).map { ($0.address, $0.addressType) }
         _ = try? await controller.send(LESetScanEnable(scanEnable: false))
         guard let found else { throw TestCentralError.notFound(name: name, within: limit) }
         return found
@@ -37,7 +37,7 @@ public enum TestCentral {
     public static func connect(to address: BluetoothAddress, type: AddressType, host: L2CAPHost, within limit: Duration) async throws -> L2CAPHost.Connection {
         let connections = await host.newConnections()
         try await host.controller.send(LECreateConnection(peerAddressType: type, peerAddress: address))
-        guard let c = await firstElement(connections.filter { $0.peer == address }, within: limit) else {
+        guard let c = await firstElement(connections.filter { $0.peer == address }, within: limit, on: host.loop) else {
             _ = try? await host.controller.send(LECreateConnectionCancel())
             throw TestCentralError.connectionTimeout(address, within: limit)
         }

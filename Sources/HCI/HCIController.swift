@@ -1,5 +1,5 @@
 // The host's view of one controller: sends commands through `CommandFlow`, matches
-// their answers, times them out with an injected clock, paces ACL data with
+// their answers, times them out on the loop's timers, paces ACL data with
 // `ACLFlow`, and fans events and ACL data out to subscribers. The only serial owner
 // of this state is the actor; the transport is the only I/O.
 
@@ -70,8 +70,6 @@ public actor HCIController: LoopIsolated {
     /// and building it anew each time boxed the loop.
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     public let commandTimeout: Duration
-    /// nil: timers are the loop's scheduled work; a test may inject a clock instead.
-    private let clock: (any Clock<Duration>)?
     private let logger: Logger
 
     private var flow = CommandFlow()
@@ -99,13 +97,12 @@ public actor HCIController: LoopIsolated {
 
     /// `loop`: the event loop the stack runs on; by default the transport's preferred
     /// loop (an in-process controller's), else one of NIO's shared loops.
-    public init(transport: any HCITransport, clock: (any Clock<Duration>)? = nil,
+    public init(transport: any HCITransport,
                 commandTimeout: Duration = .seconds(5), loop: (any EventLoop)? = nil, logger: Logger) {
         self.transport = transport
         self.loop = loop ?? transport.preferredLoop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.unownedExecutor = self.loop.executor.asUnownedSerialExecutor()
         self.taskExecutor = LoopTaskExecutor(self.loop)
-        self.clock = clock
         self.commandTimeout = commandTimeout
         self.logger = logger
     }
@@ -184,7 +181,7 @@ public actor HCIController: LoopIsolated {
     }
 
     private func armTimer(id: UInt64, opcode: HCIOpcode) {
-        timers[id] = LoopTimer(after: commandTimeout, on: loop, clock: clock) { [weak self] in
+        timers[id] = LoopTimer(after: commandTimeout, on: loop) { [weak self] in
             self?.onLoop { $0.timerFired(id: id, opcode: opcode) }
         }
     }
@@ -300,7 +297,7 @@ public actor HCIController: LoopIsolated {
         guard closedReason == nil, acl.outstanding[handle] != nil || aclWaiters.contains(where: { $0.handle == handle }) else { return }
         let id = nextACLWaiter
         nextACLWaiter += 1
-        let timer = LoopTimer(after: limit, on: loop, clock: clock) { [weak self] in self?.onLoop { $0.resumeCompletionWaiter(id) } }
+        let timer = LoopTimer(after: limit, on: loop) { [weak self] in self?.onLoop { $0.resumeCompletionWaiter(id) } }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in completionWaiters[id] = (handle, c) }
         } onCancel: {

@@ -1,36 +1,30 @@
-// One-shot timers for the protocol layers: work scheduled on the stack's event loop
-// (what the runtime uses), or, when a test injects a `Clock`, a task sleeping on
-// that clock which then fires on the loop. Either way the timer fires on the loop,
-// where the layer that armed it runs.
+// One-shot timers for the protocol layers: work scheduled on the stack's event loop,
+// so the timer fires on the loop where the layer that armed it runs, and time is the
+// loop's (a test drives it with `NIOAsyncTestingEventLoop.advanceTime`).
 
 import NIOCore
 
 public struct LoopTimer: Sendable {
-    private enum Kind: Sendable {
-        case scheduled(Scheduled<Void>)
-        case task(Task<Void, Never>)
-    }
-    private let kind: Kind
+    private let scheduled: Scheduled<Void>
 
-    /// Calls `fire` on `loop` after `delay`, unless cancelled first.
-    public init(after delay: Duration, on loop: any EventLoop, clock: (any Clock<Duration>)?, _ fire: @escaping @Sendable () -> Void) {
-        if let clock {
-            kind = .task(Task {
-                do { try await clock.sleep(for: delay) } catch { return }
-                loop.execute(fire)
-            })
-        } else {
-            let (seconds, attoseconds) = delay.components
-            let nanos = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-            let amount = nanos.overflow ? TimeAmount.nanoseconds(.max) : .nanoseconds(nanos.partialValue &+ attoseconds / 1_000_000_000)
-            kind = .scheduled(loop.scheduleTask(in: amount, fire))
-        }
+    /// Calls `fire` on `loop` after `delay` of the loop's time (NIO's conversion:
+    /// nanoseconds, clamped), unless cancelled first.
+    public init(after delay: Duration, on loop: any EventLoop, _ fire: @escaping @Sendable () -> Void) {
+        scheduled = loop.scheduleTask(in: TimeAmount(delay), fire)
     }
 
-    public func cancel() {
-        switch kind {
-        case let .scheduled(s): s.cancel()
-        case let .task(t): t.cancel()
+    public func cancel() { scheduled.cancel() }
+}
+
+extension EventLoop {
+    /// Suspends for `duration` of this loop's time; throws `CancellationError` when the
+    /// task is cancelled first (the scheduled wake-up is cancelled with it).
+    public func sleep(for duration: Duration) async throws {
+        let wake = scheduleTask(in: TimeAmount(duration)) {}
+        try await withTaskCancellationHandler {
+            do { try await wake.futureResult.get() } catch { throw CancellationError() }
+        } onCancel: {
+            wake.cancel()
         }
     }
 }

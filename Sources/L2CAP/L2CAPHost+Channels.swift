@@ -105,7 +105,7 @@ extension L2CAPHost {
     private func awaitChannels(identifier id: UInt8, bytes: [UInt8], handle: UInt16) async throws -> [L2CAPChannel] {
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         return try await withCheckedThrowingContinuation { c in
-            let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) { [weak self] in
                 self?.onLoop { $0.connectTimedOut(key) }
             }
             coc.connects[key] = (c, timer)
@@ -133,7 +133,7 @@ extension L2CAPHost {
         }
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-            let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) { [weak self] in
                 self?.onLoop { $0.reconfigureTimedOut(key) }
             }
             coc.reconfigures[key] = (c, timer)
@@ -211,7 +211,7 @@ extension L2CAPHost {
         let key = ChannelRuntime.Key(handle: handle, cid: localCID)
         guard let events = connections[handle]?.signaling.channels.disconnect(localCID), !events.isEmpty else { return }
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let timer = LoopTimer(after: Self.signalingTimeout, on: loop, clock: nil) { [weak self] in
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) { [weak self] in
                 self?.onLoop { $0.closeAnswered(key) }
             }
             coc.closes[key] = (c, timer)

@@ -280,7 +280,7 @@ public actor L2CAPHost: LoopIsolated {
         let once = ResumeOnce()
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
             once.set(c)
-            let timer = LoopTimer(after: limit / 2, on: loop, clock: nil) { once.resume() }
+            let timer = LoopTimer(after: limit / 2, on: loop) { once.resume() }
             whenSent(handle: handle) {
                 timer.cancel()
                 once.resume()

@@ -83,8 +83,6 @@ public actor SecurityManager: LoopIsolated {
     public var configuration: PairingConfiguration
     public var delegate: any PairingDelegate
     let random: SecurityRandom
-    /// A clock for the SMP timer and back-off in tests; nil: the loop's own timers.
-    let clock: (any Clock<Duration>)?
     /// The SMP timeout (§3.4: 30 s): a pairing, or a Security Request nobody answers.
     public let timeout: Duration
 
@@ -117,14 +115,13 @@ public actor SecurityManager: LoopIsolated {
 
     public init(l2cap: L2CAPHost, configuration: PairingConfiguration = PairingConfiguration(), store: any BondStore = InMemoryBondStore(),
                 delegate: any PairingDelegate = AutomaticPairingDelegate(), random: SecurityRandom = .system,
-                clock: (any Clock<Duration>)? = nil, timeout: Duration = .seconds(30), logger: Logger) {
+                timeout: Duration = .seconds(30), logger: Logger) {
         self.l2cap = l2cap
         self.timeout = timeout
         self.configuration = configuration
         self.store = store
         self.delegate = delegate
         self.random = random
-        self.clock = clock
         self.logger = logger
     }
 
@@ -550,7 +547,7 @@ public actor SecurityManager: LoopIsolated {
         // Security Request starts it too, so an unanswered one ends its waiters.
         guard links[handle]?.session != nil || pdu.code == .securityRequest else { return }
         links[handle]?.timer?.cancel()
-        links[handle]?.timer = LoopTimer(after: timeout, on: l2cap.loop, clock: clock) { [weak self] in
+        links[handle]?.timer = LoopTimer(after: timeout, on: l2cap.loop) { [weak self] in
             self?.onLoop { $0.timedOut(handle: handle) }
         }
     }

@@ -68,7 +68,7 @@ struct L2CAP_: AsyncParsableCommand {
                 ad.localName = name
                 try await host.peripheral.startAdvertising(ad, intervalMilliseconds: 30)
                 say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm))], "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\"")
-                guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration)) else {
+                guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration), on: host.controller.loop) else {
                     throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
                 }
                 try? await host.peripheral.stopAdvertising()

@@ -2,6 +2,8 @@ import BLETesting
 import HCI
 import L2CAP
 import Logging
+import NIOCore
+import NIOEmbedded
 import Testing
 @testable import ATT
 
@@ -10,18 +12,20 @@ struct ATTBearerActorTests {
 
     /// A controller on the scripted transport with one LE connection (handle 0x40) and
     /// an ATT bearer on it.
-    func setUp(clock: ManualClock = ManualClock(), buffers: Int = 8, highWaterMark: Int = ATTBearer.defaultHighWaterMark) async -> (ATTBearer, ScriptedTransport, ManualClock) {
+    /// The whole stack runs on a testing loop: its time moves only when a test advances it.
+    func setUp(buffers: Int = 8, highWaterMark: Int = ATTBearer.defaultHighWaterMark) async -> (ATTBearer, ScriptedTransport, NIOAsyncTestingEventLoop) {
         let t = ScriptedTransport()
-        let c = HCIController(transport: t, logger: Self.logger)
+        let loop = NIOAsyncTestingEventLoop()
+        let c = HCIController(transport: t, loop: loop, logger: Self.logger)
         await c.setACLBufferCount(buffers)
         let host = L2CAPHost(controller: c, logger: Self.logger)
         await host.start()
         var links = await host.linkEvents().makeAsyncIterator()
         t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .central, peerAddressType: .public, peerAddress: BluetoothAddress("11:22:33:44:55:66")!))))
         _ = await links.next()  // the connection is known to L2CAP before this event
-        let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), clock: clock, highWaterMark: highWaterMark, logger: Self.logger)
+        let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), highWaterMark: highWaterMark, logger: Self.logger)
         await bearer.start()
-        return (bearer, t, clock)
+        return (bearer, t, loop)
     }
 
     static func acl(_ pdu: [UInt8], boundary: ACLPacketBoundary = .firstFlushable) -> HCIPacket {
@@ -85,13 +89,12 @@ struct ATTBearerActorTests {
     }
 
     @Test func thirtySecondsWithoutAnswerMakesTheBearerUnusable() async throws {
-        let (bearer, t, clock) = await setUp()
+        let (bearer, t, loop) = await setUp()
         let read = Task { try await bearer.request(.readRequest(handle: 3)) }
         _ = await t.nextSent()
-        #expect(await clock.waitForSleepers(1))
-        clock.advance(by: .seconds(29))
-        #expect(clock.sleeperCount == 1)
-        clock.advance(by: .seconds(1))
+        await loop.advanceTime(by: .seconds(29))
+        #expect(await bearer.isOpen)
+        await loop.advanceTime(by: .seconds(1))
         await #expect(throws: ATTBearerError.transactionTimeout(.readRequest)) { try await read.value }
         await #expect(throws: ATTBearerError.self) { try await bearer.request(.readRequest(handle: 4)) }
         #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)

@@ -3,6 +3,8 @@ import Glibc
 #endif
 import BLETesting
 import Logging
+import NIOCore
+import NIOEmbedded
 import Snoop
 import Testing
 @testable import HCI
@@ -10,9 +12,12 @@ import Testing
 struct ControllerTests {
     static let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 
-    func make(clock: ManualClock = ManualClock(), timeout: Duration = .seconds(2)) -> (HCIController, ScriptedTransport, ManualClock) {
+    /// A controller on the scripted transport whose loop is a testing loop: its time
+    /// moves only when a test advances it (`advanceTime`), so no timer fires unasked.
+    func make(timeout: Duration = .seconds(2)) -> (HCIController, ScriptedTransport, NIOAsyncTestingEventLoop) {
         let t = ScriptedTransport()
-        return (HCIController(transport: t, clock: clock, commandTimeout: timeout, logger: Self.logger), t, clock)
+        let loop = NIOAsyncTestingEventLoop()
+        return (HCIController(transport: t, commandTimeout: timeout, loop: loop, logger: Self.logger), t, loop)
     }
 
     @Test func commandCompleteIsMatchedAndDecoded() async throws {
@@ -83,14 +88,16 @@ struct ControllerTests {
     }
 
     @Test func timeoutGivesTypedErrorAndFreesTheCredit() async throws {
-        let (c, t, clock) = make(timeout: .seconds(2))
+        let (c, t, loop) = make(timeout: .seconds(2))
         let a = Task { try await c.send(Reset()) }
         _ = await t.nextSent()
-        #expect(await clock.waitForSleepers(1))
-        clock.advance(by: .seconds(2))
+        await loop.advanceTime(by: .milliseconds(1999))
+        // Still waiting: it holds the one command credit, so the next stays queued.
+        let b = Task { try await c.send(Reset()) }
+        #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
+        await loop.advanceTime(by: .milliseconds(1))
         await #expect(throws: HCIError.commandTimedOut(opcode: .reset, timeout: .seconds(2))) { try await a.value }
         // The credit came back: the next command goes out.
-        let b = Task { try await c.send(Reset()) }
         #expect(await t.nextSent() == Reset().packet)
         t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])))
         _ = try await b.value
@@ -155,7 +162,7 @@ struct ControllerTests {
         let (c, t, _) = make()
         let script = ScriptedTransport.script(from: trace)
         // A frame the recording does not have fails the play; closing the controller then
-        // fails the command waiting for its answer (the manual clock never times it out).
+        // fails the command waiting for its answer (the testing loop's time never times it out).
         let played = Task {
             do { try await t.play(script) } catch {
                 await c.close()
