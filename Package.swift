@@ -116,7 +116,7 @@ let package = Package(
             path: "Benchmarks/SpeedTestBenchmark", swiftSettings: strict),
         .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "SMPTests", dependencies: ["SMP", "BLECrypto", "HCI", "L2CAP", "BLETesting"], swiftSettings: strict),
-        .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(
             name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "SMP"], swiftSettings: strict),

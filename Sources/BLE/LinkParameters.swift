@@ -5,6 +5,7 @@
 import GAP
 import HCI
 import L2CAP
+import NIOCore
 
 /// Parameters in force after LE Connection Update Complete.
 public struct ConnectionParameters: Hashable, Sendable {
@@ -25,7 +26,8 @@ extension BluetoothHost {
     /// units). As central: LE Connection Update. As peripheral: the L2CAP Connection
     /// Parameter Update Request, which the central may refuse. Returns the parameters
     /// in force once LE Connection Update Complete arrives, or nil if none arrived
-    /// within `limit` (the central refused or ignored the request).
+    /// within `limit`: at once when the central refused (or rejected) the request,
+    /// else when `limit` passed (it did not answer, or did not update the link).
     @discardableResult
     public func updateParameters(_ c: Connection, intervalMin: UInt16, intervalMax: UInt16, latency: UInt16 = 0,
                                  supervisionTimeout: UInt16, within limit: Duration = .seconds(10)) async throws -> ConnectionParameters? {
@@ -35,14 +37,23 @@ extension BluetoothHost {
         if c.role == .central {
             try await controller.send(LEConnectionUpdate(connectionHandle: c.handle, connection: LEConnectionParameters(
                 connectionIntervalMin: intervalMin, connectionIntervalMax: intervalMax, maxLatency: latency, supervisionTimeout: supervisionTimeout)))
-        } else {
-            _ = try await l2cap.requestParameterUpdate(ConnectionParameterUpdate(intervalMin: intervalMin, intervalMax: intervalMax,
-                                                                                latency: latency, timeout: supervisionTimeout), handle: c.handle)
         }
+        let start = loop.now
+        if c.role != .central {
+            let request = ConnectionParameterUpdate(intervalMin: intervalMin, intervalMax: intervalMax, latency: latency, timeout: supervisionTimeout)
+            do {
+                guard try await l2cap.requestParameterUpdate(request, handle: c.handle, within: limit) else { return nil }
+            } catch L2CAPChannelError.timedOut {
+                return nil
+            } catch {
+                throw BLEError.disconnected(reason: .unknownConnectionIdentifier)
+            }
+        }
+        let left = limit - Duration(loop.now - start)
         let done = await firstElement(updates.compactMap { e -> ConnectionParameters? in
             if case let .parametersUpdated(u, i, l, t) = e, u.id == c.id { return ConnectionParameters(interval: i, latency: l, supervisionTimeout: t) }
             return nil
-        }, within: limit, on: controller.loop)
+        }, within: max(left, .zero), on: controller.loop)
         if done == nil, !isActive(c.id) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         return done
     }

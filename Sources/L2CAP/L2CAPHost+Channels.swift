@@ -36,6 +36,9 @@ struct ChannelRuntime {
     var writes: [UInt64: @Sendable (Bool) -> Void] = [:]
     /// `close()` callers waiting for the peer's Disconnection Response, by channel.
     var closes: [Key: (waiter: CheckedContinuation<Void, Never>, timer: LoopTimer)] = [:]
+    /// Our Connection Parameter Update Requests (peripheral) by (handle, identifier):
+    /// not a channel's, but answered on the same signaling channel with the same RTX.
+    var parameterUpdates: [Key: (waiter: CheckedContinuation<Bool, any Error>, timer: LoopTimer)] = [:]
     var nextToken: UInt64 = 1
 }
 
@@ -292,6 +295,11 @@ extension L2CAPHost {
             pending.timer.cancel()
             pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: handle))
         }
+        for (key, pending) in coc.parameterUpdates where key.handle == handle {
+            coc.parameterUpdates[key] = nil
+            pending.timer.cancel()
+            pending.waiter.resume(throwing: HCIError.connectionClosed(handle: handle))
+        }
     }
 
     /// The transport ended: every channel and waiter ends.
@@ -322,6 +330,11 @@ extension L2CAPHost {
             pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: key.handle))
         }
         coc.reconfigures.removeAll()
+        for (key, pending) in coc.parameterUpdates {
+            pending.timer.cancel()
+            pending.waiter.resume(throwing: HCIError.connectionClosed(handle: key.handle))
+        }
+        coc.parameterUpdates.removeAll()
     }
 
     func channelEvents(_ events: [CreditBasedChannels.Event], handle: UInt16) {

@@ -289,13 +289,34 @@ public actor L2CAPHost: LoopIsolated {
         await controller.packetsCompleted(handle: handle, within: limit / 2)
     }
 
-    /// Peripheral: asks the central for new connection parameters (§4.20).
-    public func requestParameterUpdate(_ p: ConnectionParameterUpdate, handle: UInt16) async throws -> UInt8 {
+    /// Peripheral: asks the central for new connection parameters (§4.20) and returns
+    /// its answer: true when it accepted (LE Connection Update Complete follows if it
+    /// changes anything), false when it refused (result 0x0001) or rejected the command
+    /// (Command Reject). Throws `L2CAPChannelError.timedOut` when no answer came within
+    /// `limit` (the RTX timer, §6.2.1; the request is then forgotten, and a late answer
+    /// ignored), `HCIError.connectionClosed` when the link ends first.
+    public func requestParameterUpdate(_ p: ConnectionParameterUpdate, handle: UInt16,
+                                       within limit: Duration = L2CAPHost.signalingTimeout) async throws -> Bool {
         guard var c = connections[handle] else { throw HCIError.connectionClosed(handle: handle) }
         let (id, bytes) = c.signaling.requestParameterUpdate(p)
         connections[handle] = c
-        try await send(bytes, on: .leSignaling, handle: handle)
-        return id
+        let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
+        return try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Bool, any Error>) in
+            let timer = LoopTimer(after: limit, on: loop) { [weak self] in
+                self?.onLoop { $0.parameterUpdateAnswered(key, .failure(L2CAPChannelError.timedOut)) }
+            }
+            coc.parameterUpdates[key] = (waiter, timer)
+            if !enqueue(bytes, on: .leSignaling, handle: handle) {
+                parameterUpdateAnswered(key, .failure(HCIError.connectionClosed(handle: handle)))
+            }
+        }
+    }
+
+    private func parameterUpdateAnswered(_ key: ChannelRuntime.Key, _ answer: Result<Bool, any Error>) {
+        guard let pending = coc.parameterUpdates.removeValue(forKey: key) else { return }
+        pending.timer.cancel()
+        if case .failure = answer { connections[key.handle]?.signaling.abandon(identifier: UInt8(truncatingIfNeeded: key.cid)) }
+        pending.waiter.resume(with: answer)
     }
 
     /// Hands queued fragments to the controller, one per connection in turn, while it
@@ -393,6 +414,11 @@ public actor L2CAPHost: LoopIsolated {
             enqueue(bytes, on: .leSignaling, handle: handle)
         case let .channel(event):
             channelEvents([event], handle: handle)
+        case let .parameterUpdateAnswered(id, accepted):
+            parameterUpdateAnswered(ChannelRuntime.Key(handle: handle, cid: UInt16(id)), .success(accepted))
+        case let .rejected(id, reason):
+            logger.debug("signaling command rejected", metadata: ["ble.handle": "\(handle)", "l2cap.reason": "\(reason)"])
+            parameterUpdateAnswered(ChannelRuntime.Key(handle: handle, cid: UInt16(id)), .success(false))
         case let .updateConnection(p):
             let c = LEConnectionParameters(connectionIntervalMin: p.intervalMin, connectionIntervalMax: p.intervalMax,
                                            maxLatency: p.latency, supervisionTimeout: p.timeout)

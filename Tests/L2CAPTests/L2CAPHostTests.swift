@@ -1,6 +1,8 @@
 import BLETesting
 import HCI
 import Logging
+import NIOCore
+import NIOEmbedded
 import Testing
 @testable import L2CAP
 
@@ -63,6 +65,55 @@ struct L2CAPHostTests {
         var frames: [BasicFrame] = []
         for p in sent { if let f = r.receive(p).frame { frames.append(f) } }
         #expect(frames.contains(BasicFrame(channel: .att, payload: [UInt8](repeating: 0xAA, count: 27 * 5 - 4))))
+    }
+
+    /// Peripheral: a Connection Parameter Update Request ends with the central's
+    /// answer (accepted, refused, Command Reject), with the RTX timeout of the loop's
+    /// time when none comes (a late answer then changes nothing), or with the link.
+    @Test func parameterUpdateRequestsEndWithTheAnswerTheRTXOrTheLink() async throws {
+        let t = ScriptedTransport()
+        let loop = NIOAsyncTestingEventLoop()
+        let c = HCIController(transport: t, loop: loop, logger: Self.logger)
+        await c.setACLBufferCount(8)
+        let host = L2CAPHost(controller: c, logger: Self.logger)
+        await host.start()
+        await connect(t, host, handle: 0x40, role: .peripheral)
+        let params = ConnectionParameterUpdate(intervalMin: 0x18, intervalMax: 0x28, latency: 0, timeout: 0x190)
+        /// Starts a request and returns it with the identifier it went out with.
+        func request() async throws -> (Task<Bool, any Error>, UInt8) {
+            let r = Task { try await host.requestParameterUpdate(params, handle: 0x40) }
+            var reassembler = Reassembler()
+            guard case let .acl(p)? = await t.nextSent(), let f = reassembler.receive(p).frame, f.channel == .leSignaling,
+                  f.payload.count == 12, f.payload[0] == 0x12, Array(f.payload[4...]) == params.bytes else {
+                Issue.record("no Connection Parameter Update Request")
+                throw CancellationError()
+            }
+            return (r, f.payload[1])
+        }
+        func inject(_ signal: [UInt8]) {
+            t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .leSignaling, payload: signal).bytes)))
+        }
+        var (r, id) = try await request()
+        inject([0x13, id, 0x02, 0x00, 0x00, 0x00])
+        #expect(try await r.value == true)
+        (r, id) = try await request()
+        inject([0x13, id, 0x02, 0x00, 0x01, 0x00])
+        #expect(try await r.value == false)
+        (r, id) = try await request()
+        inject([0x01, id, 0x02, 0x00, 0x00, 0x00])  // Command Not Understood
+        #expect(try await r.value == false)
+        // No answer: 30 s of the loop's time, not a moment less.
+        (r, id) = try await request()
+        await loop.advanceTime(by: .seconds(29))
+        let early = Task { try await host.requestParameterUpdate(params, handle: 0x40, within: .seconds(60)) }
+        _ = await t.nextSent()  // the second request is out; the first still waits
+        await loop.advanceTime(by: .seconds(1))
+        await #expect(throws: L2CAPChannelError.timedOut) { try await r.value }
+        inject([0x13, id, 0x02, 0x00, 0x00, 0x00])  // too late: ignored, nothing answers it
+        #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
+        // The link ends under the other one.
+        t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
+        await #expect(throws: HCIError.connectionClosed(handle: 0x40)) { try await early.value }
     }
 
     /// A peer that keeps sending what draws an answer while taking nothing (here: no
