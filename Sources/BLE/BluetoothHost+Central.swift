@@ -27,9 +27,9 @@ extension BluetoothHost {
         let own = ownAddressType
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
-                let timer = Task { [weak self] in
-                    do { try await Task.sleep(for: limit) } catch { return }
-                    await self?.abandonConnect(BLEError.connectionTimeout(peer, within: limit))
+                let timer = LoopTimer(after: limit, on: loop) { [weak self] in
+                    guard let self else { return }
+                    Task { await self.abandonConnect(BLEError.connectionTimeout(peer, within: limit)) }
                 }
                 connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
                 let extended = usesExtendedCommands

@@ -226,9 +226,8 @@ extension BluetoothHost {
         }
         let token = nextWaiter
         nextWaiter += 1
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: limit)
-            await self?.stopWaiting(id, token)
+        let timer = LoopTimer(after: limit, on: loop) { [weak self] in
+            self?.onLoop { $0.stopWaiting(id, token) }
         }
         defer { timer.cancel() }
         return await withCheckedContinuation { endWaiters[id, default: [:]][token] = $0 }

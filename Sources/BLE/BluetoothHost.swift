@@ -210,7 +210,8 @@ public actor BluetoothHost: LoopIsolated {
     struct ConnectWaiter {
         var peer: BluetoothAddress
         var continuation: CheckedContinuation<Connection, any Error>
-        var timer: Task<Void, Never>
+        /// The connect timeout, on the loop's time.
+        var timer: LoopTimer
     }
     var connectWaiter: ConnectWaiter?
     var connectQueue: [CheckedContinuation<Void, Never>] = []
