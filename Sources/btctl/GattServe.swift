@@ -329,9 +329,17 @@ extension Gatt {
                 let json = options.json
                 let started = ContinuousClock.now
                 let tally = EventTally()
+                /// Counts the event for the summary and shows it: a JSON line, or the text
+                /// (a console error's on standard error).
                 @Sendable func report(_ o: [(String, JSONValue)], _ text: String) {
                     tally.count(o)
-                    if json { emit(.object(o)) } else { print(text) }
+                    if json {
+                        emit(.object(o))
+                    } else if o.first?.1 == .string("error") {
+                        FileHandle.standardError.write(Data("\(text)\n".utf8))
+                    } else {
+                        print(text)
+                    }
                     fflush(nil)
                 }
                 let shown = adv.serviceUUIDs.map(\.description)
@@ -434,11 +442,7 @@ extension Gatt {
                                "\(event) " + valueLine(a.handle, value, uuid: a.type) + "\(how) \(reached.count) subscriber\(reached.count == 1 ? "" : "s")")
                     }
                 } catch {
-                    if json {
-                        report([("event", .string("error")), ("command", .string(line)), ("message", .string("\(error)"))], "")
-                    } else {
-                        FileHandle.standardError.write(Data("btctl: \(error)\n".utf8))
-                    }
+                    report([("event", .string("error")), ("command", .string(line)), ("message", .string("\(error)"))], "btctl: \(error)")
                 }
             }
             return false

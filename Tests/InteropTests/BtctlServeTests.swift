@@ -61,6 +61,19 @@ import Testing
                     && summary["subscriptions"] as? Int == s.filter { $0["event"] as? String == "subscription" }.count, "\(summary)")
     }
 
+    /// Without --json a console command that fails is said on standard error and
+    /// counted in the closing summary, as with --json.
+    @Test func aConsoleErrorIsCountedWithoutJSONToo() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", "virtual"], mergeStderr: true)
+        #expect(await server.waitForOutput { $0.contains("type 'help' for commands") }, "\(server.output)")
+        server.send("notify 2A00")  // not a notifying characteristic
+        server.send("quit")
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        #expect(server.output.contains("btctl: ") && server.output.contains("cannot notify"), "\(server.output)")
+        #expect(server.output.contains("sent, 1 console error\n"), "\(server.output)")
+    }
+
     /// Syntax errors (strict JSON: no trailing comma, no repeated key) and schema errors
     /// name the file, line and column, the way a compiler does.
     @Test func errorsInTheDatabaseFileNameLineAndColumn() async throws {
