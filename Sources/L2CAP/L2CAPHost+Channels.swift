@@ -295,10 +295,8 @@ extension L2CAPHost {
             pending.timer.cancel()
             pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: handle))
         }
-        for (key, pending) in coc.parameterUpdates where key.handle == handle {
-            coc.parameterUpdates[key] = nil
-            pending.timer.cancel()
-            pending.waiter.resume(throwing: HCIError.connectionClosed(handle: handle))
+        for key in coc.parameterUpdates.keys where key.handle == handle {
+            parameterUpdateAnswered(key, .failure(HCIError.connectionClosed(handle: handle)))
         }
     }
 
@@ -330,11 +328,7 @@ extension L2CAPHost {
             pending.waiter.resume(throwing: L2CAPChannelError.linkClosed(handle: key.handle))
         }
         coc.reconfigures.removeAll()
-        for (key, pending) in coc.parameterUpdates {
-            pending.timer.cancel()
-            pending.waiter.resume(throwing: HCIError.connectionClosed(handle: key.handle))
-        }
-        coc.parameterUpdates.removeAll()
+        for key in coc.parameterUpdates.keys { parameterUpdateAnswered(key, .failure(HCIError.connectionClosed(handle: key.handle))) }
     }
 
     func channelEvents(_ events: [CreditBasedChannels.Event], handle: UInt16) {

@@ -312,7 +312,9 @@ public actor L2CAPHost: LoopIsolated {
         }
     }
 
-    private func parameterUpdateAnswered(_ key: ChannelRuntime.Key, _ answer: Result<Bool, any Error>) {
+    /// Ends our parameter update request `key` with `answer` (the peer's, the RTX
+    /// timeout, or the link's end), once.
+    func parameterUpdateAnswered(_ key: ChannelRuntime.Key, _ answer: Result<Bool, any Error>) {
         guard let pending = coc.parameterUpdates.removeValue(forKey: key) else { return }
         pending.timer.cancel()
         if case .failure = answer { connections[key.handle]?.signaling.abandon(identifier: UInt8(truncatingIfNeeded: key.cid)) }
