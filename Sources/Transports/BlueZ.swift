@@ -5,6 +5,7 @@
 import CBlueZ
 import HCI
 import Logging
+import NIOCore
 import Snoop
 import Synchronization
 #if canImport(Glibc)
@@ -130,7 +131,7 @@ public enum BlueZ {
 
     /// Opens adapter `index` on an HCI socket channel as a transport. For the user
     /// channel the adapter is brought down first (the kernel requires it).
-    public static func open(index: UInt16, channel: HCIChannel, logger: Logger) throws -> FileDescriptorTransport {
+    public static func open(index: UInt16, channel: HCIChannel, on loop: (any EventLoop)? = nil, logger: Logger) throws -> ChannelTransport {
         let fd = cbluez_hci_socket()
         guard fd >= 0 else { throw BlueZError(operation: "socket(AF_BLUETOOTH, BTPROTO_HCI)", errno: errno, index: index, channel: channel) }
         /// Closes the socket and throws the explained errno when a step failed.
@@ -151,7 +152,7 @@ public enum BlueZ {
             try check(cbluez_hci_bind(fd, index, UInt16(CBLUEZ_HCI_CHANNEL_RAW)) == 0, "binding hci\(index) raw channel")
             try check(cbluez_hci_set_filter_all(fd) == 0, "setting the HCI filter on hci\(index)")
         }
-        return try FileDescriptorTransport(fd: fd, label: "hci\(index)\(channel == .raw ? ":raw" : "")", logger: logger)
+        return ChannelTransport(fd: fd, kind: .packetSocket, label: "hci\(index)\(channel == .raw ? ":raw" : "")", on: loop, logger: logger)
     }
 }
 

@@ -1,6 +1,7 @@
 // H4 over a NIO channel: TCP and unix sockets (ClientBootstrap on a descriptor we
-// connected ourselves, so the errors keep their advice) and serial ttys and ptys
-// (NIOPipeBootstrap after our termios set-up). The channel's event loop reads the
+// connected ourselves, so the errors keep their advice), serial ttys and ptys
+// (NIOPipeBootstrap after our termios set-up) and the BlueZ HCI socket
+// (NIOPipeBootstrap on the bound socket). The channel's event loop reads the
 // descriptor and hands each read's packets to the host synchronously, on the same
 // thread, in arrival order: no reader thread, no hop. The host runs on that loop
 // (`preferredLoop`), so a packet goes from read(2) through HCI, L2CAP, ATT and GATT
@@ -10,8 +11,11 @@
 // the host has not taken stay in the kernel (and the controller's flow control holds
 // the rest). Reading starts with `deliver(on:_:)` (or `inbound`), never before.
 //
-// The BlueZ HCI socket stays on `FileDescriptorTransport`: there one write(2) is one
-// packet, and a NIO channel may gather several writes into one writev(2).
+// On the BlueZ HCI socket one write(2) is one packet and one read(2) returns one
+// packet (cut short if the buffer is smaller). A NIO channel gathers the writes that
+// queued while the descriptor was not writable into one writev(2), which that socket
+// would take as one packet: there the transport keeps one packet at a time in the
+// channel (`OnePacketAtATime`) and reads into buffers as large as any packet.
 
 import HCI
 import Logging
@@ -23,6 +27,17 @@ import Glibc
 #endif
 
 public final class ChannelTransport: HCITransport {
+    /// What the descriptor is, which decides how the channel reads and writes it.
+    enum Descriptor {
+        /// A connected stream socket (TCP, unix).
+        case streamSocket
+        /// A serial tty or a pty.
+        case terminal
+        /// A socket where one write(2) is one packet and one read(2) returns one packet:
+        /// the BlueZ HCI socket (a SOCK_SEQPACKET socket behaves the same).
+        case packetSocket
+    }
+
     public let label: String
     private let loop: any EventLoop
     private let logger: Logger
@@ -31,6 +46,8 @@ public final class ChannelTransport: HCITransport {
     private let state = Mutex(State())
     private let stream: AsyncThrowingStream<HCIPacket, any Error>
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
+    /// Set on a packet socket: its writes go through here, one packet in the channel at a time.
+    private let onePacketAtATime: OnePacketAtATime?
 
     struct Target {
         let receive: @Sendable (TransportInput) -> Void
@@ -49,17 +66,17 @@ public final class ChannelTransport: HCITransport {
         var closedByUs = false
     }
 
-    /// Wraps a connected stream socket (`socket: true`) or a tty/pty descriptor
-    /// (`socket: false`); takes ownership of `fd`.
+    /// Wraps a descriptor of the given kind; takes ownership of `fd`.
     /// - Parameters:
     ///   - quickAck: re-arm TCP_QUICKACK after each read (TCP peers that write a packet in
     ///     two segments, like Rootcanal, otherwise stall on our delayed ACK).
-    init(fd: Int32, socket: Bool, label: String, quickAck: Bool = false, on loop: (any EventLoop)? = nil, logger: Logger) {
+    init(fd: Int32, kind: Descriptor, label: String, quickAck: Bool = false, on loop: (any EventLoop)? = nil, logger: Logger) {
         let loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.loop = loop
         self.label = label
         self.logger = logger
-        self.quickAckSocket = quickAck && socket ? fd : nil
+        self.quickAckSocket = quickAck && kind == .streamSocket ? fd : nil
+        self.onePacketAtATime = kind == .packetSocket ? OnePacketAtATime() : nil
         (stream, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .unbounded)
         let initializer: @Sendable (any Channel) -> EventLoopFuture<Void> = { [weak self] channel in
             guard let self else { return channel.eventLoop.makeFailedFuture(TransportError.closed) }
@@ -68,14 +85,23 @@ public final class ChannelTransport: HCITransport {
             }
         }
         let registered: EventLoopFuture<any Channel>
-        if socket {
+        switch kind {
+        case .streamSocket:
             registered = ClientBootstrap(group: loop)
                 .channelOption(.autoRead, value: false)
                 .channelInitializer(initializer)
                 .withConnectedSocket(fd)
-        } else {
+        case .terminal:
             registered = NIOPipeBootstrap(group: loop)
                 .channelOption(.autoRead, value: false)
+                .channelInitializer(initializer)
+                .takingOwnershipOfDescriptor(inputOutput: fd)
+        case .packetSocket:
+            // A read shorter than the packet loses the rest of it: every read gets room
+            // for the largest packet H4 can frame (an ACL packet of 65,535 octets).
+            registered = NIOPipeBootstrap(group: loop)
+                .channelOption(.autoRead, value: false)
+                .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 1 + 4 + 65_535))
                 .channelInitializer(initializer)
                 .takingOwnershipOfDescriptor(inputOutput: fd)
         }
@@ -196,9 +222,13 @@ public final class ChannelTransport: HCITransport {
             let bytes = p.h4Bytes
             var buffer = channel.allocator.buffer(capacity: bytes.count)
             buffer.writeBytes(bytes)
-            channel.write(buffer, promise: nil)
+            if let onePacketAtATime {
+                onePacketAtATime.write(buffer, to: channel)
+            } else {
+                channel.write(buffer, promise: nil)
+            }
         }
-        channel.flush()
+        if onePacketAtATime == nil { channel.flush() }
     }
 
     deinit {
@@ -213,6 +243,44 @@ public final class ChannelTransport: HCITransport {
         }
         end(nil)
         try? await channel?.close()
+    }
+}
+
+/// The writes of a packet socket: one packet in the channel at a time, so each is its
+/// own write(2) (the channel writes a lone buffer with write(2) and gathers several into
+/// one writev(2)). The next packet goes in when the previous one's write completed,
+/// which on a writable socket is within the same flush; when the socket is full, the
+/// channel waits for it to drain as for any channel and the rest wait here, in order.
+/// Used only on the channel's loop.
+private final class OnePacketAtATime: @unchecked Sendable {
+    private var waiting = CircularBuffer<ByteBuffer>()
+    private var inFlight = false
+
+    func write(_ buffer: ByteBuffer, to channel: any Channel) {
+        channel.eventLoop.preconditionInEventLoop()
+        waiting.append(buffer)
+        if !inFlight { next(channel) }
+    }
+
+    private func next(_ channel: any Channel) {
+        guard let buffer = waiting.popFirst() else {
+            inFlight = false
+            return
+        }
+        inFlight = true
+        let written = channel.eventLoop.makePromise(of: Void.self)
+        written.futureResult.whenComplete { result in
+            switch result {
+            case .success:
+                self.next(channel)
+            case .failure:
+                // The channel failed or closed: the transport ends through the handler
+                // (`errorCaught`, `channelInactive`); what waited here is not sent.
+                self.waiting.removeAll()
+                self.inFlight = false
+            }
+        }
+        channel.writeAndFlush(buffer, promise: written)
     }
 }
 

@@ -12,6 +12,9 @@ import Synchronization
 import Glibc
 #endif
 
+/// errno as a sentence.
+func errnoString(_ e: Int32) -> String { String(cString: strerror(e)) }
+
 public enum StreamTransports {
     /// H4 over TCP. Sets TCP_NODELAY and re-arms TCP_QUICKACK before each read.
     public static func tcp(host: String, port: UInt16, on loop: (any EventLoop)? = nil, logger: Logger) throws -> ChannelTransport {
@@ -32,7 +35,7 @@ public enum StreamTransports {
                 if connect(fd, a.pointee.ai_addr, a.pointee.ai_addrlen) == 0 {
                     var one: Int32 = 1
                     _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-                    return ChannelTransport(fd: fd, socket: true, label: "tcp:\(host):\(port)", quickAck: true, on: loop, logger: logger)
+                    return ChannelTransport(fd: fd, kind: .streamSocket, label: "tcp:\(host):\(port)", quickAck: true, on: loop, logger: logger)
                 }
                 lastErrno = errno
                 Glibc.close(fd)
@@ -70,7 +73,7 @@ public enum StreamTransports {
             Glibc.close(fd)
             throw TransportError.io(operation: "connect unix:\(path)", errno: e, reason: errnoString(e))
         }
-        return ChannelTransport(fd: fd, socket: true, label: "unix:\(path)", on: loop, logger: logger)
+        return ChannelTransport(fd: fd, kind: .streamSocket, label: "unix:\(path)", on: loop, logger: logger)
     }
 
     /// H4 over a serial tty or a pty: raw mode, 8N1, the given baud rate (nil keeps it),
@@ -105,7 +108,7 @@ public enum StreamTransports {
             throw TransportError.io(operation: "tcsetattr \(path)", errno: e, reason: errnoString(e))
         }
         tcflush(fd, TCIOFLUSH)
-        return ChannelTransport(fd: fd, socket: false, label: "serial:\(path)", on: loop, logger: logger)
+        return ChannelTransport(fd: fd, kind: .terminal, label: "serial:\(path)", on: loop, logger: logger)
     }
 
     static let supportedBauds = [9600, 19200, 38400, 57600, 115_200, 230_400, 460_800, 921_600, 1_000_000, 1_500_000, 2_000_000, 3_000_000]
@@ -192,7 +195,7 @@ public final class H4Listener: Sendable {
         }
         var one: Int32 = 1
         _ = setsockopt(client, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        return ChannelTransport(fd: client, socket: true, label: "host on \(label)", quickAck: true, on: loop, logger: logger)
+        return ChannelTransport(fd: client, kind: .streamSocket, label: "host on \(label)", quickAck: true, on: loop, logger: logger)
     }
 
     /// Stops listening; a waiting `accept` throws. Idempotent: the descriptor is

@@ -34,7 +34,11 @@ extension KernelTests {
 
     /// Ends the link from our side and waits for Disconnection Complete (5 s at most),
     /// so that neither btvirt adapter keeps a link the next kernel test would trip on.
+    /// What was sent last (the keys a pairing distributes) goes out first, as the
+    /// facade's `disconnect` does: btvirt has one LE buffer, and a Disconnect sent while
+    /// the last key waits for it would end the link before the kernel has its keys.
     static func disconnect(_ handle: UInt16, controller: HCIController, host: L2CAPHost) async {
+        await host.flush(handle: handle, within: .seconds(2))
         let events = await host.linkEvents()
         _ = try? await controller.send(Disconnect(connectionHandle: handle))
         let gone = events.filter { if case let .disconnected(c, _) = $0 { return c.handle == handle } else { return false } }

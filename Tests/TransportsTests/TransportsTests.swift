@@ -1,3 +1,4 @@
+import BLETesting
 import Foundation
 import HCI
 import Logging
@@ -48,7 +49,7 @@ struct TransportsTests {
     @Test func h4OverAUnixSocketByteByByte() async throws {
         var fds: [Int32] = [0, 0]
         #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
-        let t = try FileDescriptorTransport(fd: fds[0], label: "pair", logger: Self.logger)
+        let t = ChannelTransport(fd: fds[0], kind: .streamSocket, label: "pair", logger: Self.logger)
         let packets: [HCIPacket] = [
             HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])).packet,
             .acl(ACLDataPacket(handle: 1, boundary: .firstFlushable, data: [1, 2, 3])),
@@ -74,7 +75,7 @@ struct TransportsTests {
     @Test func garbageOnTheWireFailsTheStream() async throws {
         var fds: [Int32] = [0, 0]
         #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
-        let t = try FileDescriptorTransport(fd: fds[0], label: "pair", logger: Self.logger)
+        let t = ChannelTransport(fd: fds[0], kind: .streamSocket, label: "pair", logger: Self.logger)
         var junk: [UInt8] = [0x07, 0, 0]
         #expect(write(fds[1], &junk, 3) == 3)
         var it = t.inbound.makeAsyncIterator()
@@ -82,6 +83,71 @@ struct TransportsTests {
         await #expect(throws: TransportError.closed) { try await t.send(Reset().packet) }
         await t.close()
         close(fds[1])
+    }
+
+    /// Reads one packet from a SOCK_SEQPACKET socket (one recv is one packet), waiting at
+    /// most 5 s; nil when none came.
+    static func receivePacket(_ fd: Int32) -> [UInt8]? {
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        guard poll(&p, 1, 5000) == 1 else { return nil }
+        var buf = [UInt8](repeating: 0, count: 70_000)
+        let n = recv(fd, &buf, buf.count, 0)
+        return n > 0 ? Array(buf.prefix(n)) : nil
+    }
+
+    /// The BlueZ HCI socket takes one write(2) as one packet. Modelled by a SOCK_SEQPACKET
+    /// pair: 200 packets sent at once, while the peer reads nothing, fill the socket (the
+    /// peer queues about ten); each must still arrive as a message of its own, in order,
+    /// once the peer reads. A channel that gathered the queued writes into one writev(2)
+    /// would deliver several packets as one message.
+    @Test func aPacketSocketGetsOneWritePerPacketWhenItIsFull() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0)
+        defer { close(fds[1]) }
+        let t = ChannelTransport(fd: fds[0], kind: .packetSocket, label: "seqpacket", logger: Self.logger)
+        let packets: [HCIPacket] = (0..<200).map { i in
+            .acl(ACLDataPacket(handle: 0x40, boundary: .firstNonFlushable, data: [UInt8](repeating: UInt8(i), count: 1 + i % 40)))
+        }
+        try t.sendNow(packets)
+        var received: [[UInt8]] = []
+        while received.count < packets.count, let p = Self.receivePacket(fds[1]) { received.append(p) }
+        #expect(received == packets.map(\.h4Bytes))
+        await t.close()
+    }
+
+    /// One read(2) on a packet socket returns one packet, cut short when the buffer is
+    /// smaller: every read has room for the largest H4 packet (here a 4,000-octet ACL
+    /// packet, more than a channel's default first read of 2,048).
+    @Test func aPacketSocketReadsWholePackets() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0, &fds) == 0)
+        defer { close(fds[1]) }
+        let t = ChannelTransport(fd: fds[0], kind: .packetSocket, label: "seqpacket", logger: Self.logger)
+        let packets: [HCIPacket] = [
+            .acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: [UInt8](repeating: 0xA5, count: 4000))),
+            HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])).packet,
+        ]
+        for p in packets {
+            let bytes = p.h4Bytes
+            #expect(send(fds[1], bytes, bytes.count, 0) == bytes.count)
+        }
+        // A cut-short packet would never complete (bounded wait) or misframe what follows.
+        let inbound = t.inbound
+        let firstTwo = AsyncStream<[HCIPacket]> { c in
+            let reader = Task {
+                var out: [HCIPacket] = []
+                for try await p in inbound {
+                    out.append(p)
+                    if out.count == 2 { break }
+                }
+                c.yield(out)
+                c.finish()
+            }
+            c.onTermination = { _ in reader.cancel() }
+        }
+        let both = await firstElement(firstTwo, within: .seconds(5))
+        #expect(both == packets)
+        await t.close()
     }
 
     @Test func h4OverAPtyAsASerialPort() async throws {
