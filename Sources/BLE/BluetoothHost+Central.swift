@@ -19,7 +19,7 @@ extension BluetoothHost {
                  parameters: LEConnectionParameters) async throws -> Connection {
         await settle()
         try requireReady()
-        if let c = active.values.first(where: { $0.peer == peer && $0.role == .central }) { return c }
+        if let c = links.active.values.first(where: { $0.peer == peer && $0.role == .central }) { return c }
         await acquireConnectSlot()
         defer { releaseConnectSlot() }
         try Task.checkCancellation()
@@ -31,7 +31,7 @@ extension BluetoothHost {
                     guard let self else { return }
                     Task { await self.abandonConnect(BLEError.connectionTimeout(peer, within: limit)) }
                 }
-                connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
+                centralState.connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
                 let extended = usesExtendedCommands
                 Task {
                     do {
@@ -52,23 +52,23 @@ extension BluetoothHost {
     }
 
     func abandonConnect(_ error: any Error, cancel: Bool = true) async {
-        guard let w = connectWaiter else { return }
-        connectWaiter = nil
+        guard let w = centralState.connectWaiter else { return }
+        centralState.connectWaiter = nil
         w.timer.cancel()
         w.continuation.resume(throwing: error)
         if cancel { _ = try? await controller.send(LECreateConnectionCancel()) }
     }
 
     func acquireConnectSlot() async {
-        if !connectBusy {
-            connectBusy = true
+        if !centralState.connectBusy {
+            centralState.connectBusy = true
             return
         }
-        await withCheckedContinuation { connectQueue.append($0) }
+        await withCheckedContinuation { centralState.connectQueue.append($0) }
     }
 
     func releaseConnectSlot() {
-        if connectQueue.isEmpty { connectBusy = false } else { connectQueue.removeFirst().resume() }
+        if centralState.connectQueue.isEmpty { centralState.connectBusy = false } else { centralState.connectQueue.removeFirst().resume() }
     }
 
     /// Adds a scan subscriber; scanning starts with the first and stops with the last.
@@ -82,10 +82,10 @@ extension BluetoothHost {
         try requireReady()
         let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
         let dropped = DropCounter()
-        let id = nextScan
-        nextScan += 1
-        let first = scans.isEmpty
-        scans[id] = ScanSubscriber(filter: filter, continuation: cont, dropped: dropped)
+        let id = centralState.nextScan
+        centralState.nextScan += 1
+        let first = centralState.scans.isEmpty
+        centralState.scans[id] = ScanSubscriber(filter: filter, continuation: cont, dropped: dropped)
         // The consumer let go: the scan stops before the program's next operation goes out.
         cont.onTermination = { [weak self] _ in
             guard let host = self else { return }
@@ -103,7 +103,7 @@ extension BluetoothHost {
                     }
                 }
             } catch {
-                scans[id] = nil
+                centralState.scans[id] = nil
                 throw error
             }
         }
@@ -111,7 +111,7 @@ extension BluetoothHost {
     }
 
     func endScan(_ id: UInt64) async {
-        guard scans.removeValue(forKey: id) != nil, scans.isEmpty, state == .ready else { return }
+        guard centralState.scans.removeValue(forKey: id) != nil, centralState.scans.isEmpty, state == .ready else { return }
         _ = try? await stopScanning()
     }
 
@@ -127,19 +127,19 @@ extension BluetoothHost {
     /// answer; otherwise (the controller keeps scanning for the others) at once.
     func finishScan(_ id: UInt64) async {
         await settle()
-        guard let s = scans.removeValue(forKey: id) else { return }
-        guard scans.isEmpty, state == .ready else { return s.continuation.finish() }
+        guard let s = centralState.scans.removeValue(forKey: id) else { return }
+        guard centralState.scans.isEmpty, state == .ready else { return s.continuation.finish() }
         // Draining from before the stop goes out: the follower may reach reports the
         // controller sends meanwhile while this task still awaits the answer.
-        let before = scanAnswersOwed
-        draining.append((s, before + 1))
+        let before = centralState.scanAnswersOwed
+        centralState.draining.append((s, before + 1))
         do {
             try await stopScanning()
             finishDrained()
         } catch {
             // An answer with an error status is still an answer the follower comes to;
             // without one (timed out, transport gone) nothing is left to wait for.
-            if scanAnswersOwed == before { flushDraining() } else { finishDrained() }
+            if centralState.scanAnswersOwed == before { flushDraining() } else { finishDrained() }
         }
     }
 
@@ -148,12 +148,12 @@ extension BluetoothHost {
     private func scanCommand(_ body: () async throws -> Void) async throws {
         do {
             try await body()
-            scanAnswersOwed += 1
+            centralState.scanAnswersOwed += 1
         } catch let e as HCIError {
             switch e {
             case let .commandFailed(op, _) where op == .leSetScanEnable || op == .leSetExtendedScanEnable,
                  let .malformedResponse(op, _) where op == .leSetScanEnable || op == .leSetExtendedScanEnable:
-                scanAnswersOwed += 1
+                centralState.scanAnswersOwed += 1
             default:
                 break
             }
@@ -163,29 +163,29 @@ extension BluetoothHost {
 
     /// Finishes the windowed scans whose stop the event follower has come to.
     func finishDrained() {
-        while let d = draining.first, d.answer <= scanAnswersSeen {
-            draining.removeFirst()
+        while let d = centralState.draining.first, d.answer <= centralState.scanAnswersSeen {
+            centralState.draining.removeFirst()
             d.subscriber.continuation.finish()
         }
     }
 
     /// Finishes every windowed scan at once (the answers will not come).
     func flushDraining() {
-        for d in draining { d.subscriber.continuation.finish() }
-        draining.removeAll()
-        scanAnswersSeen = scanAnswersOwed
+        for d in centralState.draining { d.subscriber.continuation.finish() }
+        centralState.draining.removeAll()
+        centralState.scanAnswersSeen = centralState.scanAnswersOwed
     }
 
     /// The peer's GATT server on link `c`, in either role (a central connected to us may
     /// serve a database too); nil once the link is gone.
     public func gattPeer(on c: Connection) -> RemotePeripheral? {
-        if let r = remotes[c.id] { return r }
-        guard isActive(c.id), let client = clients[c.id] else { return nil }
+        if let r = links.remotes[c.id] { return r }
+        guard isActive(c.id), let client = links.clients[c.id] else { return nil }
         let r = RemotePeripheral(host: self, connection: c, client: client)
-        remotes[c.id] = r
+        links.remotes[c.id] = r
         return r
     }
 
     /// True the first time it is asked for link `c` (the central exchanges MTU once).
-    func needsMTUExchange(_ c: Connection) -> Bool { mtuExchanged.insert(c.id).inserted }
+    func needsMTUExchange(_ c: Connection) -> Bool { links.mtuExchanged.insert(c.id).inserted }
 }

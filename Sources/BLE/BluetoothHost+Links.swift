@@ -21,14 +21,13 @@ extension BluetoothHost {
     }
 
     /// Every link now up, in both roles.
-    public var connections: [Connection] { active.values.sorted { $0.handle < $1.handle } }
+    public var connections: [Connection] { links.active.values.sorted { $0.handle < $1.handle } }
 
     func handle(_ event: L2CAPHost.LinkEvent) async {
         switch event {
         case let .connected(c):
-            let conn = Connection(handle: c.handle, role: c.role, peer: c.peer, peerType: c.peerType, id: nextLinkID)
-            nextLinkID += 1
-            active[c.handle] = conn
+            let conn = Connection(handle: c.handle, role: c.role, peer: c.peer, peerType: c.peerType, id: links.newLinkID())
+            links.active[c.handle] = conn
             registry.connected(c.peer, type: c.peerType, handle: c.handle, at: now)
             connectionBroadcast.yield(.connected(conn))
             // One ATT bearer per link carries both GATT roles: the local server answers the
@@ -40,27 +39,27 @@ extension BluetoothHost {
             await applySigningKey(handle)
             let client = GATTClient(bearer: bearer, server: server.handler(connection: handle))
             await client.start()
-            clients[conn.id] = client
+            links.clients[conn.id] = client
             if c.role == .peripheral {
                 // The controller stopped advertising for this connection; ask it to go on so
                 // more centrals can connect (controllers that cannot refuse, and we wait for the
                 // disconnection). Not with the extended commands: Rootcanal 1.10 then never
                 // connects to the set again once this link ends (seen in ST03), so an extended
                 // set resumes at the disconnection only.
-                if advertising != nil, state == .ready, !usesExtendedCommands {
+                if peripheralState.advertising != nil, state == .ready, !usesExtendedCommands {
                     do {
-                        try await withAdvertisingLock { if let a = advertising, state == .ready { try await startAdvertisingNow(a) } }
+                        try await withAdvertisingLock { if let a = peripheralState.advertising, state == .ready { try await startAdvertisingNow(a) } }
                     } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
                 }
-            } else if let w = connectWaiter, w.peer == c.peer {
-                connectWaiter = nil
+            } else if let w = centralState.connectWaiter, w.peer == c.peer {
+                centralState.connectWaiter = nil
                 w.timer.cancel()
                 w.continuation.resume(returning: conn)
             }
         case let .disconnected(c, reason):
-            guard let conn = active.removeValue(forKey: c.handle) else { return }
+            guard let conn = links.active.removeValue(forKey: c.handle) else { return }
             registry.disconnected(handle: c.handle)
-            securityRequested.remove(c.handle)
+            links.securityRequested.remove(c.handle)
             // The reason first (operations failing on the dead bearer ask for it at once),
             // then the server forgets the link before the next link event is handled: the
             // controller may give the handle to a new link.
@@ -68,9 +67,9 @@ extension BluetoothHost {
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
             await server.detach(connection: c.handle)
             // Legacy advertising stops when a central connects; resume it as asked.
-            if conn.role == .peripheral, advertising != nil, state == .ready {
+            if conn.role == .peripheral, peripheralState.advertising != nil, state == .ready {
                 do {
-                    try await withAdvertisingLock { if let a = advertising, state == .ready { try await startAdvertisingNow(a) } }
+                    try await withAdvertisingLock { if let a = peripheralState.advertising, state == .ready { try await startAdvertisingNow(a) } }
                 } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
             }
         }
@@ -82,7 +81,7 @@ extension BluetoothHost {
     /// closed.
     func serveEnhancedBearers(_ channels: BufferedStream<L2CAPChannel>) async {
         for await channel in channels {
-            guard channel.info.enhanced, active[channel.handle] != nil else {
+            guard channel.info.enhanced, links.active[channel.handle] != nil else {
                 await channel.close()
                 continue
             }
@@ -98,8 +97,8 @@ extension BluetoothHost {
     func handle(_ e: SecurityEvent) async {
         switch e {
         case let .securityChanged(handle, state):
-            guard let conn = active[handle] else { return }
-            securityRequested.remove(handle)
+            guard let conn = links.active[handle] else { return }
+            links.securityRequested.remove(handle)
             // The server already judges by this (its security source reads the Security
             // Manager's record as each request comes).
             connectionBroadcast.yield(.securityChanged(conn, state))
@@ -110,13 +109,13 @@ extension BluetoothHost {
                 await server.restoreClientConfigurations(bond.clientConfigurations, connection: handle)
             }
             // A layout discovered before the link was encrypted with the bond's key is stored now.
-            if state.encrypted && state.bonded, let remote = remotes[conn.id] { owe { await remote.storeServices() } }
+            if state.encrypted && state.bonded, let remote = links.remotes[conn.id] { owe { await remote.storeServices() } }
         case let .paired(handle, _, result) where result.bonding:
             // Subscriptions made before the pairing, and the peer's GATT layout, are kept with
             // the new bond; the CSRK it distributed verifies its signed writes from now on.
             await saveClientConfigurations(handle)
             await applySigningKey(handle)
-            if let conn = active[handle], let remote = remotes[conn.id] { owe { await remote.storeServices() } }
+            if let conn = links.active[handle], let remote = links.remotes[conn.id] { owe { await remote.storeServices() } }
         case .bonded:
             bondsChanged()
         default:
@@ -136,16 +135,16 @@ extension BluetoothHost {
 
     /// Stores what the client on `handle` has set in our CCCDs with its bond, if it has one.
     func saveClientConfigurations(_ handle: UInt16) async {
-        guard active[handle] != nil else { return }
+        guard links.active[handle] != nil else { return }
         await security.saveClientConfigurations(await server.clientConfigurations(connection: handle), handle: handle)
     }
 
     /// The local server refused a peripheral link's request for its security: ask the
     /// central to pair or encrypt (Security Request), once at a time.
     func securityNeeded(connection handle: UInt16, _ code: ATTErrorCode) {
-        guard securityOptions.requestSecurity, let conn = active[handle], conn.role == .peripheral,
-              !securityRequested.contains(handle) else { return }
-        securityRequested.insert(handle)
+        guard securityOptions.requestSecurity, let conn = links.active[handle], conn.role == .peripheral,
+              !links.securityRequested.contains(handle) else { return }
+        links.securityRequested.insert(handle)
         let level: SecurityLevel = code == .insufficientAuthentication ? .authenticated : .encrypted
         let security = self.security
         Task { [weak self] in
@@ -156,7 +155,7 @@ extension BluetoothHost {
         }
     }
 
-    func securityRequestEnded(_ handle: UInt16) { securityRequested.remove(handle) }
+    func securityRequestEnded(_ handle: UInt16) { links.securityRequested.remove(handle) }
 
     /// The security of `connection` now.
     public func security(of connection: Connection) async -> LinkSecurityState { await security.security(handle: connection.handle) }
@@ -208,37 +207,30 @@ extension BluetoothHost {
     }
 
     func linkEnded(_ c: Connection, _ end: LinkEnd) {
-        remotes[c.id] = nil
-        clients[c.id] = nil
-        mtuExchanged.remove(c.id)
-        ended[c.id] = end
-        endedOrder.append(c.id)
-        if endedOrder.count > 256 { ended[endedOrder.removeFirst()] = nil }
-        for (_, w) in endWaiters.removeValue(forKey: c.id) ?? [:] { w.resume(returning: end) }
+        for w in links.ended(c.id, end) { w.resume(returning: end) }
     }
 
     /// How link `id` ended: waits for it (at most `limit`), nil if it is still up then.
     func end(of id: UInt64, within limit: Duration) async -> LinkEnd? {
-        if let e = ended[id] { return e }
-        if !active.values.contains(where: { $0.id == id }) {
+        if let e = links.ended[id] { return e }
+        if !links.active.values.contains(where: { $0.id == id }) {
             // Unknown: older than the ended-links memory, or never seen.
             return .disconnected(.unknownConnectionIdentifier)
         }
-        let token = nextWaiter
-        nextWaiter += 1
+        let token = links.newWaiterToken()
         let timer = LoopTimer(after: limit, on: loop) { [weak self] in
             self?.onLoop { $0.stopWaiting(id, token) }
         }
         defer { timer.cancel() }
-        return await withCheckedContinuation { endWaiters[id, default: [:]][token] = $0 }
+        return await withCheckedContinuation { links.endWaiters[id, default: [:]][token] = $0 }
     }
 
     func stopWaiting(_ id: UInt64, _ token: UInt64) {
-        endWaiters[id]?.removeValue(forKey: token)?.resume(returning: nil)
+        links.endWaiters[id]?.removeValue(forKey: token)?.resume(returning: nil)
     }
 
     /// Whether link `id` is still up.
-    func isActive(_ id: UInt64) -> Bool { active.values.contains { $0.id == id } }
+    func isActive(_ id: UInt64) -> Bool { links.active.values.contains { $0.id == id } }
 
     /// Sends Disconnect once the link's queued PDUs are out (handed to the controller and
     /// reported sent, at most 2 s) and waits (at most 5 s) for Disconnection Complete;
@@ -249,7 +241,7 @@ extension BluetoothHost {
         // What was sent last (a Write Command, the keys a pairing distributes) goes out
         // first, so the Disconnect cannot overtake it in the controller.
         if isActive(c.id) { await l2cap.flush(handle: c.handle, within: .seconds(2)) }
-        guard isActive(c.id) else { throw BLEError.disconnected(reason: ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: links.ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
         try await controller.send(Disconnect(connectionHandle: c.handle, reason: reason))
         switch await end(of: c.id, within: .seconds(5)) {
         case let .disconnected(r)?: return r

@@ -178,8 +178,6 @@ public actor BluetoothHost: LoopIsolated {
     /// Pairing, encryption and bonds on every link (SMP).
     public nonisolated let security: SecurityManager
     public nonisolated let securityOptions: SecurityOptions
-    /// Peripheral links with a Security Request outstanding (one at a time).
-    var securityRequested: Set<UInt16> = []
     public nonisolated let logger: Logger
     public private(set) var state: HostState = .idle
     /// What initialisation learned about the controller.
@@ -188,13 +186,16 @@ public actor BluetoothHost: LoopIsolated {
     let stateBroadcast = Broadcast<HostState>(replaysLatest: true)
     let connectionBroadcast = Broadcast<ConnectionEvent>()
     let peripheralBroadcast = Broadcast<PeripheralEvent>()
+    // The host's state by concern (BluetoothHost+State.swift): each room is a struct
+    // of its own, so a reader knows which one to open.
+    /// Who is connected, how links ended and who waits for that, each link's client.
+    var links = LinkState()
+    /// Connecting and scanning.
+    var centralState = CentralState()
+    /// Published services, advertising, the request stream.
+    var peripheralState = PeripheralState()
+    /// The known devices (FA10–FA12), fed by every advertising report.
     var registry: DeviceRegistry
-    var active: [UInt16: Connection] = [:]
-    var ended: [UInt64: LinkEnd] = [:]
-    var endedOrder: [UInt64] = []
-    var endWaiters: [UInt64: [UInt64: CheckedContinuation<LinkEnd?, Never>]] = [:]
-    var nextWaiter: UInt64 = 1
-    var nextLinkID: UInt64 = 1
     var tasks: [Task<Void, Never>] = []
     /// Traffic owed by streams the application let go of (Ordering.swift).
     let owed = OwedWork()
@@ -206,20 +207,6 @@ public actor BluetoothHost: LoopIsolated {
     /// When this host was made, in its loop's time: the registry's times count from it.
     let epoch: NIODeadline
 
-    // Central role.
-    struct ConnectWaiter {
-        var peer: BluetoothAddress
-        var continuation: CheckedContinuation<Connection, any Error>
-        /// The connect timeout, on the loop's time.
-        var timer: LoopTimer
-    }
-    var connectWaiter: ConnectWaiter?
-    var connectQueue: [CheckedContinuation<Void, Never>] = []
-    var connectBusy = false
-    var remotes: [UInt64: RemotePeripheral] = [:]
-    /// The GATT client of each link (it also reads the bearer for the server).
-    var clients: [UInt64: GATTClient] = [:]
-    var mtuExchanged: Set<UInt64> = []
     /// The ATT_MTU this host offers on every link (Exchange MTU, both directions).
     public nonisolated let attMTU: UInt16
 
@@ -228,35 +215,10 @@ public actor BluetoothHost: LoopIsolated {
     public nonisolated var enhancedBearerParameters: CreditBasedParameters {
         CreditBasedParameters(mtu: Swift.max(64, attMTU), mps: 247, initialCredits: 10)
     }
-    struct ScanSubscriber {
-        var filter: ScanFilter
-        var continuation: AsyncStream<ScanResult>.Continuation
-        var dropped: DropCounter
-    }
-    var scans: [UInt64: ScanSubscriber] = [:]
-    /// Windowed scans that have ended: each still gets the reports the controller sent
-    /// before it answered the scan stop, then finishes (see `finishScan`).
-    var draining: [(subscriber: ScanSubscriber, answer: Int)] = []
-    /// Answers to scan enable/disable commands: how many the host has seen returned
-    /// (`scanAnswersOwed`) and how many the event follower has come to in its stream.
-    var scanAnswersOwed = 0, scanAnswersSeen = 0
-    var nextScan: UInt64 = 1
-    var assembler = ExtendedReportAssembler()
     let extendedPolicy: ExtendedCommandsPolicy
     /// Whether this host drives the controller with the extended commands (decided at `start`).
     public private(set) var usesExtendedCommands = false
 
-    // Peripheral role (PeripheralManager.swift).
-    var published: [ObjectIdentifier: PublishedService] = [:]
-    var advertising: AdvertisingConfiguration?
-    /// One advertising change at a time (`withAdvertisingLock`): the application's
-    /// start or stop, the resumption after a link, a new private address.
-    var advertisingBusy = false
-    var advertisingWaiters: [CheckedContinuation<Void, Never>] = []
-    var requestContinuation: AsyncStream<ReadWriteRequest>.Continuation?
-    var requestGeneration: UInt64 = 0
-    /// Requests handed to a `requests()` consumer, with its generation, possibly unanswered.
-    var handedRequests: [(UInt64, GATTServer.Request)] = []
     /// Our private addresses (Privacy.swift).
     var own = OwnAddresses()
 
@@ -378,12 +340,12 @@ public actor BluetoothHost: LoopIsolated {
     public func reset() async throws {
         try requireReady()
         setState(.resetting)
-        for c in active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
+        for c in links.active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
         do {
             let i = try await controller.initialize(reset: true)
             adopt(i)
             try await startPrivacy(i)
-            try await withAdvertisingLock { if let a = advertising { try await startAdvertisingNow(a) } }
+            try await withAdvertisingLock { if let a = peripheralState.advertising { try await startAdvertisingNow(a) } }
             setState(.ready)
         } catch {
             setState(.failed("\(error)"))
@@ -412,13 +374,13 @@ public actor BluetoothHost: LoopIsolated {
         if state == .ready {
             await settle()
             let deadline = loop.now + TimeAmount(limit)
-            for id in scans.keys.sorted() {
-                let s = scans[id]
+            for id in centralState.scans.keys.sorted() {
+                let s = centralState.scans[id]
                 await endScan(id)
                 s?.continuation.finish()
             }
-            if advertising != nil { try? await setAdvertising(nil) }
-            let links = active.values.sorted { $0.handle < $1.handle }
+            if peripheralState.advertising != nil { try? await setAdvertising(nil) }
+            let links = links.active.values.sorted { $0.handle < $1.handle }
             for c in links { _ = try? await controller.send(Disconnect(connectionHandle: c.handle)) }
             for c in links {
                 let left = deadline - loop.now
@@ -435,19 +397,19 @@ public actor BluetoothHost: LoopIsolated {
         setState(.transportClosed(reason))
         own.timer?.cancel()
         own.timer = nil
-        let links = active.values
-        active.removeAll()
-        for c in links { linkEnded(c, .transportClosed(reason)) }
-        for c in links { await server.detach(connection: c.handle) }
-        if let w = connectWaiter {
-            connectWaiter = nil
+        let gone = links.active.values
+        links.active.removeAll()
+        for c in gone { linkEnded(c, .transportClosed(reason)) }
+        for c in gone { await server.detach(connection: c.handle) }
+        if let w = centralState.connectWaiter {
+            centralState.connectWaiter = nil
             w.timer.cancel()
             w.continuation.resume(throwing: BLEError.transportClosed(reason))
         }
-        for (_, s) in scans { s.continuation.finish() }
-        scans.removeAll()
+        for (_, s) in centralState.scans { s.continuation.finish() }
+        centralState.scans.removeAll()
         flushDraining()
-        requestContinuation?.finish()
+        peripheralState.requestContinuation?.finish()
         stateBroadcast.finish()
         connectionBroadcast.finish()
         peripheralBroadcast.finish()
@@ -463,9 +425,9 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.advertisingReport(r)):
             for rp in r.reports { received(Advertisement(rp)) }
         case let .le(.extendedAdvertisingReport(r)):
-            for rp in r.reports { if let a = assembler.add(rp) { received(a) } }
+            for rp in r.reports { if let a = centralState.assembler.add(rp) { received(a) } }
         case let .le(.connectionUpdateComplete(u)) where u.status.isSuccess:
-            if let c = active[u.connectionHandle] {
+            if let c = links.active[u.connectionHandle] {
                 connectionBroadcast.yield(.parametersUpdated(c, interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout))
             }
         case let .le(.connectionComplete(c)) where !c.status.isSuccess:
@@ -475,7 +437,7 @@ public actor BluetoothHost: LoopIsolated {
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:
-            scanAnswersSeen += 1
+            centralState.scanAnswersSeen += 1
             finishDrained()
         default:
             break
@@ -485,21 +447,21 @@ public actor BluetoothHost: LoopIsolated {
     /// One advertising PDU: into the registry, and to every scan whose filter the device's merged view matches.
     func received(_ a: Advertisement) {
         let d = registry.record(a, at: now, identity: identity(of: a.address, type: a.addressType))
-        guard !scans.isEmpty || !draining.isEmpty else { return }
+        guard !centralState.scans.isEmpty || !centralState.draining.isEmpty else { return }
         let result = ScanResult(advertisement: a, device: d)
         // Filters look at what the device said in its advertisement and scan response together.
         let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
         func offer(_ s: ScanSubscriber) {
             if s.filter.matches(merged), case .dropped = s.continuation.yield(result) { s.dropped.increment() }
         }
-        for (_, s) in scans { offer(s) }
-        for d in draining { offer(d.subscriber) }
+        for (_, s) in centralState.scans { offer(s) }
+        for d in centralState.draining { offer(d.subscriber) }
     }
 
     func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {
         // Unknown Connection Identifier follows our own LE Create Connection Cancel; the waiter is gone by then.
-        guard let w = connectWaiter else { return }
-        connectWaiter = nil
+        guard let w = centralState.connectWaiter else { return }
+        centralState.connectWaiter = nil
         w.timer.cancel()
         w.continuation.resume(throwing: BLEError.connectionFailed(w.peer, status))
     }

@@ -83,7 +83,7 @@ public struct Central: Sendable {
 
     /// FA03: the peripherals we are connected to as central.
     public var connectedPeripherals: [RemotePeripheral] {
-        get async { await host.remotes.values.filter { $0.connection.role == .central }.sorted { $0.connection.handle < $1.connection.handle } }
+        get async { await host.links.remotes.values.filter { $0.connection.role == .central }.sorted { $0.connection.handle < $1.connection.handle } }
     }
 
     /// FA04: connects (LE Create Connection) and opens GATT with the MTU exchanged

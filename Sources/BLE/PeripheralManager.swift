@@ -175,7 +175,7 @@ public struct PeripheralManager: Sendable {
     }
 
     /// The services published now, in handle order (included services too).
-    public var services: [Service] { get async { await host.published.values.sorted { $0.handles.start < $1.handles.start }.map(\.service) } }
+    public var services: [Service] { get async { await host.peripheralState.published.values.sorted { $0.handles.start < $1.handles.start }.map(\.service) } }
 
     /// The characteristics of a published service as they are now.
     public func characteristics(of s: Service) async throws -> [Characteristic] { try await host.entry(s).characteristics }
@@ -272,24 +272,24 @@ public struct PeripheralManager: Sendable {
 
 extension BluetoothHost {
     func entry(_ s: Service) throws -> PublishedService {
-        guard let e = published[ObjectIdentifier(s)] else { throw BLEError.notPublished("service \(s.uuid)") }
+        guard let e = peripheralState.published[ObjectIdentifier(s)] else { throw BLEError.notPublished("service \(s.uuid)") }
         return e
     }
 
     func service(containing c: Characteristic) throws -> Service {
-        guard let e = published.values.first(where: { $0.index(of: c) != nil }) else { throw BLEError.notPublished("characteristic \(c.uuid)") }
+        guard let e = peripheralState.published.values.first(where: { $0.index(of: c) != nil }) else { throw BLEError.notPublished("characteristic \(c.uuid)") }
         return e.service
     }
 
     func characteristic(containing d: Descriptor) throws -> (Service, Characteristic) {
-        for e in published.values {
+        for e in peripheralState.published.values {
             for c in e.characteristics where (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).contains(where: { $0 === d }) { return (e.service, c) }
         }
         throw BLEError.notPublished("descriptor \(d.uuid)")
     }
 
     func handle(of d: Descriptor) throws -> UInt16 {
-        for e in published.values {
+        for e in peripheralState.published.values {
             for (i, c) in e.characteristics.enumerated() {
                 if let j = (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).firstIndex(where: { $0 === d }) { return e.descriptorHandle(i, j) }
             }
@@ -298,13 +298,13 @@ extension BluetoothHost {
     }
 
     func handles(of c: Characteristic) throws -> (value: UInt16, clientConfiguration: UInt16?) {
-        for e in published.values {
+        for e in peripheralState.published.values {
             if let i = e.index(of: c) { return (e.handles.characteristicValues[i], e.handles.clientConfigurations[i]) }
         }
         throw BLEError.notPublished("characteristic \(c.uuid)")
     }
 
-    func connections(_ handles: [UInt16]) -> [Connection] { handles.compactMap { active[$0] } }
+    func connections(_ handles: [UInt16]) -> [Connection] { handles.compactMap { links.active[$0] } }
 
     private func definition(_ e: PublishedService) throws -> GATTService {
         let includes = try e.service.includedServices.map { try entry($0).handles.start }
@@ -315,9 +315,9 @@ extension BluetoothHost {
     }
 
     func publish(_ s: Service, implicit: Bool) async throws {
-        if let e = published[ObjectIdentifier(s)] {
+        if let e = peripheralState.published[ObjectIdentifier(s)] {
             // Asked for explicitly now: it stays when its includer goes.
-            if !implicit { published[ObjectIdentifier(s)]?.implicit = false }
+            if !implicit { peripheralState.published[ObjectIdentifier(s)]?.implicit = false }
             _ = e
             return
         }
@@ -325,20 +325,20 @@ extension BluetoothHost {
         var e = PublishedService(service: s, characteristics: s.characteristics, descriptors: [:],
                                  handles: ServiceHandles(start: 0, end: 0, characteristicValues: [], clientConfigurations: []), implicit: implicit)
         e.handles = try await server.addService(try definition(e))
-        published[ObjectIdentifier(s)] = e
+        peripheralState.published[ObjectIdentifier(s)] = e
         await updateManual()
     }
 
     func unpublish(_ s: Service) async throws {
         let e = try entry(s)
-        if let includer = published.values.first(where: { $0.service.includedServices.contains { $0 === s } }) {
+        if let includer = peripheralState.published.values.first(where: { $0.service.includedServices.contains { $0 === s } }) {
             throw BLEError.notSupported("service \(s.uuid) is included by published service \(includer.service.uuid); remove that first")
         }
         try await server.removeService(at: e.handles.start)
-        published[ObjectIdentifier(s)] = nil
+        peripheralState.published[ObjectIdentifier(s)] = nil
         for inc in s.includedServices {
-            guard let ie = published[ObjectIdentifier(inc)], ie.implicit else { continue }
-            if !published.values.contains(where: { $0.service.includedServices.contains { $0 === inc } }) { try await unpublish(inc) }
+            guard let ie = peripheralState.published[ObjectIdentifier(inc)], ie.implicit else { continue }
+            if !peripheralState.published.values.contains(where: { $0.service.includedServices.contains { $0 === inc } }) { try await unpublish(inc) }
         }
         await updateManual()
     }
@@ -355,15 +355,15 @@ extension BluetoothHost {
     private func republish(_ e: PublishedService) async throws {
         var e = e
         e.handles = try await server.replaceService(at: e.handles.start, with: try definition(e))
-        published[ObjectIdentifier(e.service)] = e
-        for inc in published.values where inc.service.includedServices.contains(where: { $0 === e.service }) {
+        peripheralState.published[ObjectIdentifier(e.service)] = e
+        for inc in peripheralState.published.values where inc.service.includedServices.contains(where: { $0 === e.service }) {
             try await republish(inc)
         }
     }
 
     private func updateManual() async {
         var handles: Set<UInt16> = []
-        for e in published.values {
+        for e in peripheralState.published.values {
             for (i, c) in e.characteristics.enumerated() where c.answersManually { handles.insert(e.handles.characteristicValues[i]) }
         }
         await server.setManual(handles)
@@ -375,12 +375,12 @@ extension BluetoothHost {
         // controller has answered the enable, and the event follower may handle that
         // connection before this task resumes; whether advertising resumes for it must
         // follow the HCI conversation, not which task ran first.
-        let previous = advertising
-        advertising = a
+        let previous = peripheralState.advertising
+        peripheralState.advertising = a
         do {
             try await withAdvertisingLock { if let a { try await startAdvertisingNow(a) } else { try await stopAdvertisingNow() } }
         } catch {
-            advertising = previous
+            peripheralState.advertising = previous
             throw error
         }
     }
@@ -391,11 +391,11 @@ extension BluetoothHost {
     /// parameters while the first has enabled advertising (Command Disallowed). Each
     /// change's commands have their own timeouts, so the wait ends.
     func withAdvertisingLock(_ body: () async throws -> Void) async throws {
-        while advertisingBusy { await withCheckedContinuation { advertisingWaiters.append($0) } }
-        advertisingBusy = true
+        while peripheralState.advertisingBusy { await withCheckedContinuation { peripheralState.advertisingWaiters.append($0) } }
+        peripheralState.advertisingBusy = true
         defer {
-            advertisingBusy = false
-            if !advertisingWaiters.isEmpty { advertisingWaiters.removeFirst().resume() }
+            peripheralState.advertisingBusy = false
+            if !peripheralState.advertisingWaiters.isEmpty { peripheralState.advertisingWaiters.removeFirst().resume() }
         }
         try await body()
     }
@@ -426,11 +426,11 @@ extension BluetoothHost {
     }
 
     func takeRequests() -> AsyncStream<ReadWriteRequest> {
-        requestContinuation?.finish()
+        peripheralState.requestContinuation?.finish()
         let (s, c) = AsyncStream<ReadWriteRequest>.makeStream(bufferingPolicy: .bufferingOldest(256))
-        requestGeneration += 1
-        let generation = requestGeneration
-        requestContinuation = c
+        peripheralState.requestGeneration += 1
+        let generation = peripheralState.requestGeneration
+        peripheralState.requestContinuation = c
         // Queued in order with the program's other let-go work (`owe`), so the stored
         // values answer from the program's next operation on, the same way every run.
         c.onTermination = { [weak self] termination in
@@ -445,22 +445,22 @@ extension BluetoothHost {
     /// finished by a newer `requests()` keeps its requests (its consumer may still take
     /// and answer them).
     private func requestsEnded(_ generation: UInt64, consumerGone: Bool) async {
-        if generation == requestGeneration { requestContinuation = nil }
-        let (ended, kept) = handedRequests.reduce(into: ([GATTServer.Request](), [(UInt64, GATTServer.Request)]())) {
+        if generation == peripheralState.requestGeneration { peripheralState.requestContinuation = nil }
+        let (ended, kept) = peripheralState.handedRequests.reduce(into: ([GATTServer.Request](), [(UInt64, GATTServer.Request)]())) {
             if consumerGone && $1.0 == generation { $0.0.append($1.1) } else { $0.1.append($1) }
         }
-        handedRequests = kept
+        peripheralState.handedRequests = kept
         for r in ended where await server.isPending(r.id) { await answerFromStoredValue(r) }
     }
 
     /// Remembers a request handed to the consumer of `requests()` until it is answered
     /// (checked when the list grows, so it holds the unanswered ones and a few more).
     private func handed(_ r: GATTServer.Request) async {
-        handedRequests.append((requestGeneration, r))
-        guard handedRequests.count > 64 else { return }
+        peripheralState.handedRequests.append((peripheralState.requestGeneration, r))
+        guard peripheralState.handedRequests.count > 64 else { return }
         var kept: [(UInt64, GATTServer.Request)] = []
-        for h in handedRequests where await server.isPending(h.1.id) { kept.append(h) }
-        handedRequests = kept
+        for h in peripheralState.handedRequests where await server.isPending(h.1.id) { kept.append(h) }
+        peripheralState.handedRequests = kept
     }
 
     private func answerFromStoredValue(_ r: GATTServer.Request) async {
@@ -473,14 +473,14 @@ extension BluetoothHost {
     }
 
     private func lookup(_ valueHandle: UInt16) -> Characteristic? {
-        for e in published.values {
+        for e in peripheralState.published.values {
             if let i = e.handles.characteristicValues.firstIndex(of: valueHandle) { return e.characteristics[i] }
         }
         return nil
     }
 
     private func lookupDescriptor(_ handle: UInt16) -> Descriptor? {
-        for e in published.values where (e.handles.start...e.handles.end).contains(handle) {
+        for e in peripheralState.published.values where (e.handles.start...e.handles.end).contains(handle) {
             for (i, c) in e.characteristics.enumerated() {
                 for (j, d) in (e.descriptors[ObjectIdentifier(c)] ?? c.descriptors).enumerated() where e.descriptorHandle(i, j) == handle { return d }
             }
@@ -491,14 +491,14 @@ extension BluetoothHost {
     func handle(_ e: GATTServer.Event) async {
         switch e {
         case let .written(h, v, conn):
-            guard let central = active[conn] else { return }
+            guard let central = links.active[conn] else { return }
             if let c = lookup(h) {
                 peripheralBroadcast.yield(.written(c, value: v, central: central))
             } else if let d = lookupDescriptor(h) {
                 peripheralBroadcast.yield(.descriptorWritten(d, value: v, central: central))
             }
         case let .subscription(h, conn, n, i):
-            guard let central = active[conn] else { return }
+            guard let central = links.active[conn] else { return }
             if let c = lookup(h) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i)) }
             // A bonded client's subscriptions persist across connections.
             await saveClientConfigurations(conn)
@@ -512,7 +512,7 @@ extension BluetoothHost {
     }
 
     func handle(_ r: GATTServer.Request) async {
-        guard let c = lookup(r.handle), let central = active[r.connection] else {
+        guard let c = lookup(r.handle), let central = links.active[r.connection] else {
             await server.respond(to: r.id, with: .failure(.unlikelyError))
             return
         }
@@ -522,7 +522,7 @@ extension BluetoothHost {
         case let .write(v, w): kind = .write(value: v, withResponse: w)
         }
         let request = ReadWriteRequest(characteristic: c, central: central, kind: kind, id: r.id, server: server)
-        if let k = requestContinuation, case .enqueued = k.yield(request) {
+        if let k = peripheralState.requestContinuation, case .enqueued = k.yield(request) {
             // A Write Command has no answer to wait for.
             if case .write(_, withResponse: false) = r.kind { return }
             return await handed(r)

@@ -154,10 +154,10 @@ extension BluetoothHost {
         armRotation(every)
         guard state == .ready else { return }
         logger.debug("private address expired", metadata: ["ble.generation": "\(own.generation)"])
-        if advertising != nil, usesExtendedCommands || (scans.isEmpty && connectWaiter == nil) {
+        if peripheralState.advertising != nil, usesExtendedCommands || (centralState.scans.isEmpty && centralState.connectWaiter == nil) {
             // After any change under way, with what the application asks for then.
             do {
-                try await withAdvertisingLock { if let a = advertising { try await startAdvertisingNow(a) } }
+                try await withAdvertisingLock { if let a = peripheralState.advertising { try await startAdvertisingNow(a) } }
             } catch {
                 logger.warning("advertising did not restart with a new private address", metadata: ["error": "\(error)"])
             }
@@ -170,7 +170,7 @@ extension BluetoothHost {
     /// one `startingScan`, not yet enabled), no connection attempt, no legacy
     /// advertising (or it is stopped: `advertisingStopped`).
     func controllerAddressMayChange(advertisingStopped: Bool = false, startingScan: Bool = false) -> Bool {
-        scans.count <= (startingScan ? 1 : 0) && connectWaiter == nil && (usesExtendedCommands || advertising == nil || advertisingStopped)
+        centralState.scans.count <= (startingScan ? 1 : 0) && centralState.connectWaiter == nil && (usesExtendedCommands || peripheralState.advertising == nil || advertisingStopped)
     }
 
     /// Before scanning or connecting under privacy: the current RPA into the controller
@@ -249,7 +249,7 @@ extension BluetoothHost {
     /// stopped advertising to restart it; `startingScan`: the one scan is not enabled yet).
     func syncResolvingList(advertisingStopped: Bool = false, startingScan: Bool = false) async {
         guard var list = own.resolvingList, list.stale, let local = own.identity?.irk, state == .ready || state == .initializing,
-              scans.count <= (startingScan ? 1 : 0), connectWaiter == nil, advertising == nil || advertisingStopped else { return }
+              centralState.scans.count <= (startingScan ? 1 : 0), centralState.connectWaiter == nil, peripheralState.advertising == nil || advertisingStopped else { return }
         list.stale = false
         own.resolvingList = list
         let bonds = ((try? securityOptions.store.bonds()) ?? []).compactMap { b -> ResolvingList.Entry? in

@@ -1,0 +1,103 @@
+// BluetoothHost's state, by concern. The actor keeps its runtime (the controller and
+// the layers, the broadcasts, the settle and owed-work bookkeeping of Ordering.swift)
+// and one value per room: the links, the central role, the peripheral role, the
+// registry (DeviceRegistry, its own type) and our private addresses (OwnAddresses,
+// Privacy.swift). Each room is plain data; the code that changes it lives with its
+// role (BluetoothHost+Links.swift, BluetoothHost+Central.swift, PeripheralManager.swift).
+
+import GATT
+import GAP
+import HCI
+import NIOCore
+
+extension BluetoothHost {
+    /// The links: who is connected, how each link ended (kept for a while after) and who
+    /// waits for an end, and what each link has on top (its GATT client, the
+    /// `RemotePeripheral` handed out, its MTU exchange, a Security Request outstanding).
+    struct LinkState {
+        /// Connected links by handle.
+        var active: [UInt16: Connection] = [:]
+        /// How each link ended, by link id; the oldest are forgotten first (`endedOrder`).
+        var ended: [UInt64: LinkEnd] = [:]
+        var endedOrder: [UInt64] = []
+        /// Who waits for a link's end, by link id and waiter token.
+        var endWaiters: [UInt64: [UInt64: CheckedContinuation<LinkEnd?, Never>]] = [:]
+        var nextWaiter: UInt64 = 1
+        var nextLinkID: UInt64 = 1
+        var remotes: [UInt64: RemotePeripheral] = [:]
+        /// The GATT client of each link (it also reads the bearer for the server).
+        var clients: [UInt64: GATTClient] = [:]
+        var mtuExchanged: Set<UInt64> = []
+        /// Peripheral links with a Security Request outstanding (one at a time).
+        var securityRequested: Set<UInt16> = []
+
+        /// How many ended links `ended` remembers.
+        static let endsRemembered = 256
+
+        mutating func newLinkID() -> UInt64 {
+            defer { nextLinkID += 1 }
+            return nextLinkID
+        }
+
+        mutating func newWaiterToken() -> UInt64 {
+            defer { nextWaiter += 1 }
+            return nextWaiter
+        }
+
+        /// Link `id` ended: what it had on top goes, its end is remembered (the oldest
+        /// of more than `endsRemembered` forgotten); returns who waited for the end.
+        mutating func ended(_ id: UInt64, _ end: LinkEnd) -> [CheckedContinuation<LinkEnd?, Never>] {
+            remotes[id] = nil
+            clients[id] = nil
+            mtuExchanged.remove(id)
+            ended[id] = end
+            endedOrder.append(id)
+            if endedOrder.count > Self.endsRemembered { ended[endedOrder.removeFirst()] = nil }
+            return Array((endWaiters.removeValue(forKey: id) ?? [:]).values)
+        }
+    }
+
+    struct ConnectWaiter {
+        var peer: BluetoothAddress
+        var continuation: CheckedContinuation<Connection, any Error>
+        /// The connect timeout, on the loop's time.
+        var timer: LoopTimer
+    }
+
+    struct ScanSubscriber {
+        var filter: ScanFilter
+        var continuation: AsyncStream<ScanResult>.Continuation
+        var dropped: DropCounter
+    }
+
+    /// The central role: the connect in progress and those queued behind it, the scans.
+    struct CentralState {
+        var connectWaiter: ConnectWaiter?
+        var connectQueue: [CheckedContinuation<Void, Never>] = []
+        var connectBusy = false
+        var scans: [UInt64: ScanSubscriber] = [:]
+        /// Windowed scans that have ended: each still gets the reports the controller sent
+        /// before it answered the scan stop, then finishes (see `finishScan`).
+        var draining: [(subscriber: ScanSubscriber, answer: Int)] = []
+        /// Answers to scan enable/disable commands: how many the host has seen returned
+        /// (`scanAnswersOwed`) and how many the event follower has come to in its stream.
+        var scanAnswersOwed = 0, scanAnswersSeen = 0
+        var nextScan: UInt64 = 1
+        var assembler = ExtendedReportAssembler()
+    }
+
+    /// The peripheral role (PeripheralManager.swift): published services, advertising,
+    /// the stream of read and write requests.
+    struct PeripheralState {
+        var published: [ObjectIdentifier: PublishedService] = [:]
+        var advertising: AdvertisingConfiguration?
+        /// One advertising change at a time (`withAdvertisingLock`): the application's
+        /// start or stop, the resumption after a link, a new private address.
+        var advertisingBusy = false
+        var advertisingWaiters: [CheckedContinuation<Void, Never>] = []
+        var requestContinuation: AsyncStream<ReadWriteRequest>.Continuation?
+        var requestGeneration: UInt64 = 0
+        /// Requests handed to a `requests()` consumer, with its generation, possibly unanswered.
+        var handedRequests: [(UInt64, GATTServer.Request)] = []
+    }
+}
