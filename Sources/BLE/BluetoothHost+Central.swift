@@ -27,9 +27,9 @@ extension BluetoothHost {
         let own = ownAddressType
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
+                // Fires on the loop, the host's executor: the connect ends there and then.
                 let timer = LoopTimer(after: limit, on: loop) { [weak self] in
-                    guard let self else { return }
-                    Task { await self.abandonConnect(BLEError.connectionTimeout(peer, within: limit)) }
+                    self?.onLoop { $0.abandonConnect(BLEError.connectionTimeout(peer, within: limit)) }
                 }
                 centralState.connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
                 let extended = usesExtendedCommands
@@ -42,7 +42,7 @@ extension BluetoothHost {
                             try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, ownAddressType: own, connection: parameters))
                         }
                     } catch {
-                        await self.abandonConnect(error, cancel: false)
+                        self.abandonConnect(error, cancel: false)
                     }
                 }
             }
@@ -51,12 +51,17 @@ extension BluetoothHost {
         }
     }
 
-    func abandonConnect(_ error: any Error, cancel: Bool = true) async {
+    /// Ends the connect in progress with `error`, now; with `cancel`, then tells the
+    /// controller to stop trying (LE Create Connection Cancel, sent in the background:
+    /// its answer changes nothing for the caller).
+    func abandonConnect(_ error: any Error, cancel: Bool = true) {
         guard let w = centralState.connectWaiter else { return }
         centralState.connectWaiter = nil
         w.timer.cancel()
         w.continuation.resume(throwing: error)
-        if cancel { _ = try? await controller.send(LECreateConnectionCancel()) }
+        guard cancel else { return }
+        let controller = self.controller
+        Task { _ = try? await controller.send(LECreateConnectionCancel()) }
     }
 
     func acquireConnectSlot() async {

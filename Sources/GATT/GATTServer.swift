@@ -459,7 +459,13 @@ public actor GATTServer: LoopIsolated {
                 ? GATTServerState.packNotifications(wanted, mtu: mtu)
                 : wanted.map { ATTPDU.handleValueNotification(handle: $0.handle, value: Array($0.value.prefix(mtu - 3))) }
             var ok = true
-            for pdu in pdus where (try? await bearer.sendWhenWritable(pdu)) == nil { ok = false; break }
+            for pdu in pdus {
+                // Handed over synchronously while the bearer has room (no hop on this
+                // server's own loop); otherwise after waiting for room.
+                let now: Bool? = await with(bearer) { b in b.isWritable ? (try? b.sendUnacknowledged(pdu)) != nil : nil }
+                if let now { ok = now } else { ok = (try? await bearer.sendWhenWritable(pdu)) != nil }
+                if !ok { break }
+            }
             if ok { sent.append((c, bearer)) }
         }
         if waitUntilSent { await drain(sent.map(\.1)) }

@@ -87,4 +87,33 @@ struct NotifyPacingTests {
             "slow \(note(1))", "fast \(note(1))", "slow \(note(2))", "fast \(note(2))", "fast \(note(3))", "slow \(note(3))",
         ])
     }
+
+    /// `notify(multiple:)` hands each PDU over at once while the bearer has room and
+    /// waits for room before the rest: nothing is dropped, the order holds.
+    @Test func severalValuesWaitForRoomInOrder() async throws {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        var db = AttributeDatabase()
+        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .notify], value: [0]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF2), properties: [.read, .notify], value: [0]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF3), properties: [.read, .notify], value: [0]),
+        ]))
+        let server = GATTServer(database: db, loop: loop, logger: Self.logger)
+        let log = RecordingChannel.SharedLog()
+        let slow = RecordingChannel(loop: loop, name: "slow", holds: true, log: log)
+        await server.attach(ATTBearer(channel: slow, highWaterMark: 8, logger: Self.logger), connection: 0x40)
+        var configurations: [UInt16: UInt16] = [:]
+        for c in s.clientConfigurations { configurations[try #require(c)] = 1 }
+        await server.restoreClientConfigurations(configurations, connection: 0x40)
+        let handles = s.characteristicValues
+        let note: (Int) -> String = { i in "slow \([0x1B, UInt8(handles[i] & 0xFF), UInt8(handles[i] >> 8), 1, 2, 3, UInt8(i)])" }
+        // 7 octets each: two go at once (7, then 14 held: no longer writable), the third waits.
+        let all = Task { await server.notify(multiple: (0..<3).map { (handles[$0], [1, 2, 3, UInt8($0)]) }) }
+        var written = log.written.stream.makeAsyncIterator()
+        while let entry = await written.next(), entry != note(1) {}
+        #expect(log.entries.withLock { $0 } == [note(0), note(1)])
+        slow.release()
+        #expect(await all.value == [0x40])
+        #expect(log.entries.withLock { $0 } == [note(0), note(1), note(2)])
+    }
 }
