@@ -250,8 +250,9 @@ public final class ChannelTransport: HCITransport {
 /// own write(2) (the channel writes a lone buffer with write(2) and gathers several into
 /// one writev(2)). The next packet goes in when the previous one's write completed,
 /// which on a writable socket is within the same flush; when the socket is full, the
-/// channel waits for it to drain as for any channel and the rest wait here, in order.
-/// Used only on the channel's loop.
+/// channel waits for it to drain as for any channel and the rest wait here, in order
+/// (no more than HCI's flow control lets the host send: the controller's ACL buffers
+/// and command credits). Used only on the channel's loop.
 private final class OnePacketAtATime: @unchecked Sendable {
     private var waiting = CircularBuffer<ByteBuffer>()
     private var inFlight = false
