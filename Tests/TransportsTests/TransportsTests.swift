@@ -132,20 +132,7 @@ struct TransportsTests {
             #expect(send(fds[1], bytes, bytes.count, 0) == bytes.count)
         }
         // A cut-short packet would never complete (bounded wait) or misframe what follows.
-        let inbound = t.inbound
-        let firstTwo = AsyncStream<[HCIPacket]> { c in
-            let reader = Task {
-                var out: [HCIPacket] = []
-                for try await p in inbound {
-                    out.append(p)
-                    if out.count == 2 { break }
-                }
-                c.yield(out)
-                c.finish()
-            }
-            c.onTermination = { _ in reader.cancel() }
-        }
-        let both = await firstElement(firstTwo, within: .seconds(5))
+        let both = await collect(t.inbound, count: 2, within: .seconds(5))
         #expect(both == packets)
         await t.close()
     }
