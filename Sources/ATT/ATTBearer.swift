@@ -95,7 +95,7 @@ public actor ATTBearer: LoopIsolated {
         opened = true
         // The channel delivers on its loop, this actor's executor.
         channel.open { [weak self] input in
-            self?.onLoop { bearer in
+            self?.onLoop(input) { bearer, input in
                 switch input {
                 case let .frame(pdu): bearer.receive(pdu)
                 case .closed: bearer.linkEnded()
@@ -250,7 +250,7 @@ public actor ATTBearer: LoopIsolated {
                 let octets = bytes.count
                 unsentOctets += octets
                 // Held by the link's queue only until the PDU is handed over or the link drops.
-                let queued = channel.write(bytes) { _ in self.onLoop { $0.written(octets) } }
+                let queued = channel.write(bytes) { _ in self.onLoop(octets) { $0.written($1) } }
                 if !queued {
                     unsent -= 1
                     unsentOctets -= octets

@@ -43,7 +43,7 @@ public struct L2CAPATTChannel: ATTChannel {
     }
 
     public func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
-        host.onLoop { $0.enqueue(pdu, on: .att, handle: handle, done: done) }
+        host.onLoop((pdu, handle, done)) { $0.enqueue($1.0, on: .att, handle: $1.1, done: $1.2) }
     }
 
     public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }

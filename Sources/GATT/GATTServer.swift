@@ -29,7 +29,7 @@ public actor GATTServer: LoopIsolated {
     public nonisolated let loop: any EventLoop
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     private var state: GATTServerState
-    private var bearers: [UInt16: ATTBearer] = [:]
+    private var bearers = BearerTable()
     /// Each connection's enhanced bearers (EATT), beside its unenhanced one.
     private var enhanced: [UInt16: [ATTBearer]] = [:]
     private var security: [UInt16: LinkSecurity] = [:]
@@ -181,7 +181,7 @@ public actor GATTServer: LoopIsolated {
     }
 
     /// The connections being served.
-    public var connections: [UInt16] { bearers.keys.sorted() }
+    public var connections: [UInt16] { bearers.handles }
 
     /// The ATT_MTU of a connection being served.
     public func mtu(connection: UInt16) async -> Int? { await bearers[connection]?.mtu }
@@ -248,7 +248,7 @@ public actor GATTServer: LoopIsolated {
     public nonisolated func handler(connection: UInt16) -> @Sendable (ATTBearer.Incoming) -> Void {
         { item in
             if self.loop.inEventLoop {
-                self.onLoop { $0.serveNow(item, connection: connection) }
+                self.onLoop((item, connection)) { $0.serveNow($1.0, connection: $1.1) }
             } else {
                 Task { await self.serve(item, connection: connection) }
             }
@@ -261,7 +261,7 @@ public actor GATTServer: LoopIsolated {
     public nonisolated func handler(connection: UInt16, on bearer: ATTBearer) -> @Sendable (ATTBearer.Incoming) -> Void {
         { item in
             if self.loop.inEventLoop, bearer.loop === self.loop {
-                self.onLoop { $0.serveNow(item, connection: connection, on: bearer) }
+                self.onLoop((item, connection, bearer)) { $0.serveNow($1.0, connection: $1.1, on: $1.2) }
             } else {
                 Task { await self.serve(item, connection: connection, on: bearer) }
             }
@@ -406,24 +406,33 @@ public actor GATTServer: LoopIsolated {
     @discardableResult
     public func notify(_ valueHandle: UInt16, value: [UInt8], waitUntilSent: Bool = false, only: Set<UInt16>? = nil, store: Bool = true) async -> [UInt16] {
         if store { state.database.setValue(value, at: valueHandle) }
-        var sent: [(UInt16, ATTBearer)] = []
-        var behind: [(UInt16, ATTBearer)] = []
-        for (c, bearer) in bearers.sorted(by: { $0.key < $1.key })
+        // Connection order; `sent` in that order is already sorted. The bearers' table
+        // keeps its handles sorted, so a notification allocates only what it returns.
+        var sent: [UInt16] = []
+        var behind: [UInt16] = []
+        for c in bearers.handles
         where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false {
+            guard let bearer = bearers[c] else { continue }
             // nil: not writable now, served after the others.
-            let outcome: Bool? = await with(bearer) { b in b.isWritable ? (try? b.notify(handle: valueHandle, value: value)) != nil : nil }
+            let outcome: Bool? = await with(bearer, (valueHandle, value)) { b, a in
+                b.isWritable ? (try? b.notify(handle: a.0, value: a.1)) != nil : nil
+            }
             switch outcome {
-            case true?: sent.append((c, bearer))
-            case nil: behind.append((c, bearer))
+            case true?: sent.append(c)
+            case nil: behind.append(c)
             case false?: break
             }
         }
-        for (c, bearer) in behind {
+        for c in behind {
+            guard let bearer = bearers[c] else { continue }
             await bearer.writable()
-            if (try? await with(bearer, { try $0.notify(handle: valueHandle, value: value) })) != nil { sent.append((c, bearer)) }
+            if (try? await with(bearer, (valueHandle, value), { try $0.notify(handle: $1.0, value: $1.1) })) != nil {
+                sent.append(c)
+            }
         }
-        if waitUntilSent { await drain(sent.map(\.1)) }
-        return sent.map(\.0).sorted()
+        if !behind.isEmpty { sent.sort() }
+        if waitUntilSent { await drain(sent) }
+        return sent
     }
 
     /// Runs `body` on `bearer`: synchronously when it shares this server's loop (every
@@ -434,9 +443,25 @@ public actor GATTServer: LoopIsolated {
         return try await bearer.perform(body)
     }
 
+    /// `with(_:_:)` with what `body` needs passed in (no closure context to allocate).
+    private func with<Argument: Sendable, T: Sendable>(
+        _ bearer: ATTBearer, _ argument: Argument, _ body: @Sendable (isolated ATTBearer, Argument) throws -> T
+    ) async rethrows -> T {
+        if bearer.loop === loop { return try bearer.onLoop(argument, body) }
+        return try await bearer.perform { try body($0, argument) }
+    }
+
     /// Returns once each of `bearers` has handed everything queued to its link.
     private func drain(_ bearers: [ATTBearer]) async {
         for b in bearers where await !with(b, { $0.isDrained }) { await b.drain() }
+    }
+
+    /// Returns once the bearer of each of `connections` still served has handed
+    /// everything queued to its link.
+    private func drain(_ connections: [UInt16]) async {
+        for c in connections {
+            if let b = bearers[c], await !with(b, { $0.isDrained }) { await b.drain() }
+        }
     }
 
     /// Stores each value and notifies every connection subscribed to notifications of
@@ -451,7 +476,8 @@ public actor GATTServer: LoopIsolated {
     public func notify(multiple values: [(handle: UInt16, value: [UInt8])], waitUntilSent: Bool = false, only: Set<UInt16>? = nil) async -> [UInt16] {
         for (h, v) in values { state.database.setValue(v, at: h) }
         var sent: [(UInt16, ATTBearer)] = []
-        for (c, bearer) in bearers.sorted(by: { $0.key < $1.key }) where only?.contains(c) != false {
+        for c in bearers.handles where only?.contains(c) != false {
+            guard let bearer = bearers[c] else { continue }
             let wanted = values.filter { state.configuration(valueHandle: $0.handle, connection: c).notify }
             guard !wanted.isEmpty else { continue }
             let mtu = await with(bearer) { $0.mtu }
@@ -487,7 +513,9 @@ public actor GATTServer: LoopIsolated {
     @discardableResult
     public func indicate(_ valueHandle: UInt16, value: [UInt8]) async -> [UInt16] {
         state.database.setValue(value, at: valueHandle)
-        let targets = bearers.sorted { $0.key < $1.key }.filter { state.configuration(valueHandle: valueHandle, connection: $0.key).indicate }
+        let targets = bearers.handles.filter { state.configuration(valueHandle: valueHandle, connection: $0).indicate }.compactMap { c in
+            bearers[c].map { (c, $0) }
+        }
         let logger = self.logger
         // Every indication is handed to its bearer, in connection order, before any confirmation is awaited.
         var sent: [(UInt16, Task<Bool, Never>)] = []
@@ -504,5 +532,25 @@ public actor GATTServer: LoopIsolated {
         var confirmed: [UInt16] = []
         for (c, t) in sent where await t.value { confirmed.append(c) }
         return confirmed
+    }
+}
+
+/// The bearers a server serves, by connection handle, with the handles kept sorted:
+/// notifying walks connections in order without sorting (or allocating) each time.
+private struct BearerTable {
+    private var byHandle: [UInt16: ATTBearer] = [:]
+    /// The connection handles, ascending.
+    private(set) var handles: [UInt16] = []
+
+    subscript(handle: UInt16) -> ATTBearer? {
+        get { byHandle[handle] }
+        set {
+            let old = newValue.map { byHandle.updateValue($0, forKey: handle) } ?? byHandle.removeValue(forKey: handle)
+            switch (old, newValue) {
+            case (nil, _?): handles.insert(handle, at: handles.firstIndex { $0 > handle } ?? handles.endIndex)
+            case (_?, nil): handles.removeAll { $0 == handle }
+            default: break
+            }
+        }
     }
 }

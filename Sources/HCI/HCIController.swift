@@ -115,7 +115,7 @@ public actor HCIController: LoopIsolated {
         // above handles each packet synchronously before the next: events and ACL data
         // reach it in the controller's order, and nothing queues between them.
         transport.deliver(on: loop) { [weak self] input in
-            self?.onLoop { controller in
+            self?.onLoop(input) { controller, input in
                 switch input {
                 case let .packets(packets): for p in packets { controller.receive(p) }
                 case .ended(nil): controller.transportEnded("closed")

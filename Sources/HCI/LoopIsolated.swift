@@ -20,12 +20,40 @@ extension LoopIsolated {
     /// end on the virtual radio). The loop already knows whether this is its thread, so
     /// this checks that instead, and traps as `assumeIsolated` would when it is not.
     @inlinable
-    public nonisolated func onLoop<T>(_ body: (isolated Self) throws -> T) rethrows -> T {
+    public nonisolated func onLoop<T, E: Error>(_ body: (isolated Self) throws(E) -> T) throws(E) -> T {
         precondition(loop.inEventLoop, "\(Self.self) entered off its event loop")
-        return try withoutActuallyEscaping(body) { isolatedBody in
-            // The executor check above is what makes dropping `isolated` sound: the
-            // actor's executor is this loop, and this is the loop's thread.
-            try unsafeBitCast(isolatedBody, to: ((Self) throws -> T).self)(self)
-        }
+        // The executor check above is what makes dropping `isolated` sound: the actor's
+        // executor is this loop, and this is the loop's thread. The cast is of a global
+        // function (no context), not of `body`: casting `body` itself needs
+        // `withoutActuallyEscaping`, which allocates its context on every call.
+        typealias Isolated = (isolated Self, (isolated Self) throws(E) -> T) throws(E) -> T
+        typealias Unchecked = (Self, (isolated Self) throws(E) -> T) throws(E) -> T
+        return try unsafeBitCast(loopIsolatedApply as Isolated, to: Unchecked.self)(self, body)
     }
+
+    /// `onLoop(_:)` with what `body` needs passed in as `argument`: a closure that
+    /// captures nothing has no context to allocate, so a layer's per-packet hand-off
+    /// to the next (the hot path) costs no allocation.
+    @inlinable
+    public nonisolated func onLoop<Argument, T, E: Error>(
+        _ argument: Argument, _ body: (isolated Self, Argument) throws(E) -> T
+    ) throws(E) -> T {
+        precondition(loop.inEventLoop, "\(Self.self) entered off its event loop")
+        typealias Isolated = (isolated Self, Argument, (isolated Self, Argument) throws(E) -> T) throws(E) -> T
+        typealias Unchecked = (Self, Argument, (isolated Self, Argument) throws(E) -> T) throws(E) -> T
+        return try unsafeBitCast(loopIsolatedApply as Isolated, to: Unchecked.self)(self, argument, body)
+    }
+}
+
+/// Calls `body` isolated to `actor` (what `onLoop` casts to a nonisolated function).
+@inlinable
+func loopIsolatedApply<A: LoopIsolated, T, E: Error>(_ actor: isolated A, _ body: (isolated A) throws(E) -> T) throws(E) -> T {
+    try body(actor)
+}
+
+@inlinable
+func loopIsolatedApply<A: LoopIsolated, Argument, T, E: Error>(
+    _ actor: isolated A, _ argument: Argument, _ body: (isolated A, Argument) throws(E) -> T
+) throws(E) -> T {
+    try body(actor, argument)
 }

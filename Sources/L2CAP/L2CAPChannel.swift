@@ -108,7 +108,7 @@ public final class L2CAPChannel: SDUChannel, CustomStringConvertible {
     /// channel is closed or the SDU is longer than the peer's MTU.
     public func write(_ sdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
         let localCID = info.localCID
-        return host.onLoop { $0.writeSDU(sdu, handle: handle, localCID: localCID, done: done) }
+        return host.onLoop((sdu, handle, localCID, done)) { $0.writeSDU($1.0, handle: $1.1, localCID: $1.2, done: $1.3) }
     }
 
     /// Why the channel ended, once it has.

@@ -339,7 +339,7 @@ extension L2CAPHost {
             case let .frame(remoteCID, bytes, token):
                 var done: (@Sendable (Bool) -> Void)?
                 if let token {
-                    done = { [weak self] sent in self?.onLoop { $0.sduDone(token, sent: sent, handle: handle) } }
+                    done = { [weak self] sent in self?.onLoop((token, sent, handle)) { $0.sduDone($1.0, sent: $1.1, handle: $1.2) } }
                 }
                 if !enqueue(bytes, on: ChannelID(rawValue: remoteCID), handle: handle, done: done), let token {
                     sduDone(token, sent: false, handle: handle)

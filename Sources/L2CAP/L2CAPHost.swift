@@ -127,7 +127,7 @@ public actor L2CAPHost: LoopIsolated {
         started = true
         // Both run on the loop this actor shares with the controller.
         await controller.setACLCreditListener { [weak self] in self?.onLoop { $0.pump() } }
-        await controller.setInboundSink { [weak self] item in self?.onLoop { $0.deliver(item) } }
+        await controller.setInboundSink { [weak self] item in self?.onLoop(item) { $0.deliver($1) } }
     }
 
     private func deliver(_ item: HCIInbound) {
@@ -228,7 +228,7 @@ public actor L2CAPHost: LoopIsolated {
         let length = controller.onLoop { $0.info?.leACLDataPacketLength } ?? 27
         let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
         let dropsBefore = drops
-        if order.isEmpty, fragments.count == 1, controller.onLoop({ $0.sendACLNow(fragments[0]) }) {
+        if order.isEmpty, fragments.count == 1, controller.onLoop(fragments[0], { $0.sendACLNow($1) }) {
             // Nothing queued on any link and a buffer free: what `pump` would do at once.
             // A write that ended the transport dropped every link: the frame was lost.
             done?(drops == dropsBefore)
@@ -331,7 +331,7 @@ public actor L2CAPHost: LoopIsolated {
                 continue
             }
             let dropsBefore = drops
-            let sent = controller.onLoop { $0.sendACLNow(fragment.packet) }
+            let sent = controller.onLoop(fragment.packet) { $0.sendACLNow($1) }
             // The write ended the transport (every queued fragment, this one too, was told).
             guard drops == dropsBefore else { return }
             guard sent else {

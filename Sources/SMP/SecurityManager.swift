@@ -129,7 +129,7 @@ public actor SecurityManager: LoopIsolated {
     public func start() async {
         guard !started else { return }
         started = true
-        await l2cap.addEventObserver { [weak self] e in self?.onLoop { $0.event(e) } }
+        await l2cap.addEventObserver { [weak self] e in self?.onLoop(e) { $0.event($1) } }
         for c in await l2cap.currentConnections { attach(c) }
     }
 

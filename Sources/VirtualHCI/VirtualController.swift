@@ -99,7 +99,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             Task { for p in packets { try? await self.send(p) } }
             return
         }
-        try onLoop { c in
+        try onLoop(packets) { c, packets throws(TransportError) in
             guard !c.closed else { throw TransportError.closed }
             for p in packets { c.accept(p) }
         }
@@ -303,7 +303,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Relays ACL data through the radio (on this loop, synchronously) and returns the buffer.
     private func aclNow(_ p: ACLDataPacket) {
         guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
-        if radio.onLoop({ $0.relay(p, from: self) }) {
+        if radio.onLoop((p, self), { $0.relay($1.0, from: $1.1) }) {
             emit(.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: p.handle, numCompletedPackets: 1)])))
         }
     }

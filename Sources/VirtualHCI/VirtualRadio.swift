@@ -138,7 +138,7 @@ public actor VirtualRadio: LoopIsolated {
         repeat {
             let end = Swift.min(packet.data.count, offset + step)
             let piece = offset == 0 && end == packet.data.count ? packet.data : Array(packet.data[offset..<end])
-            to.onLoop { $0.deliver(ACLDataPacket(handle: handle, boundary: boundary, data: piece)) }
+            to.onLoop(ACLDataPacket(handle: handle, boundary: boundary, data: piece)) { $0.deliver($1) }
             boundary = .continuing
             offset = end
         } while offset < packet.data.count
