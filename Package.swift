@@ -51,7 +51,7 @@ let package = Package(
             swiftSettings: strict),
         .target(name: "Snoop", dependencies: ["HCI", "L2CAP", "SMP", .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
         .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "DequeModule", package: "swift-collections")], swiftSettings: strict),
-        .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
+        .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "DequeModule", package: "swift-collections")], swiftSettings: strict),
         .target(
             name: "BLECrypto",
             dependencies: [.product(name: "Crypto", package: "swift-crypto"), .product(name: "_CryptoExtras", package: "swift-crypto")],

@@ -5,6 +5,7 @@
 // or server set (`setHandler`), else to the `incoming` stream. Callers get async
 // functions for their transactions.
 
+import DequeModule
 import HCI
 import L2CAP
 import Logging
@@ -35,6 +36,11 @@ public actor ATTBearer: LoopIsolated {
     /// PDUs handed to the channel and not yet to the link, and their octets.
     private var unsent = 0
     private var unsentOctets = 0
+    /// The octets of each of those PDUs, oldest first: a channel reports them handed
+    /// over in the order they were written, through one callback made once
+    /// (`writtenCallback`), not a closure per PDU.
+    private var unsentSizes = Deque<Int>()
+    private var writtenCallback: (@Sendable (Bool) -> Void)?
     private var drainWaiters: [CheckedContinuation<Void, Never>] = []
     private var writableWaiters: [CheckedContinuation<Void, Never>] = []
     /// Writability, as a NIO channel has it: the bearer stops being writable when the
@@ -249,11 +255,12 @@ public actor ATTBearer: LoopIsolated {
                 unsent += 1
                 let octets = bytes.count
                 unsentOctets += octets
-                // Held by the link's queue only until the PDU is handed over or the link drops.
-                let queued = channel.write(bytes) { _ in self.onLoop(octets) { $0.written($1) } }
+                unsentSizes.append(octets)
+                let queued = channel.write(bytes, done: whenWritten)
                 if !queued {
                     unsent -= 1
                     unsentOctets -= octets
+                    unsentSizes.removeLast()
                     logger.debug("ATT send failed: the link is gone")
                     close(reason: channel.closeReason)
                     return
@@ -281,7 +288,16 @@ public actor ATTBearer: LoopIsolated {
         }
     }
 
-    private func written(_ octets: Int) {
+    /// What the channel calls as each PDU is handed to the link (or dropped with it).
+    private var whenWritten: @Sendable (Bool) -> Void {
+        if let writtenCallback { return writtenCallback }
+        let callback: @Sendable (Bool) -> Void = { [weak self] _ in self?.onLoop { $0.written() } }
+        writtenCallback = callback
+        return callback
+    }
+
+    private func written() {
+        guard let octets = unsentSizes.popFirst() else { return }
         unsent -= 1
         unsentOctets -= octets
         if !writableWaiters.isEmpty, unsentOctets <= lowWaterMark { resumeWritableWaiters() }

@@ -109,7 +109,7 @@ public enum ATTPDU: Hashable, Sendable {
     }
 
     public var bytes: [UInt8] {
-        var w = ByteWriter(capacity: 32)
+        var w = ByteWriter(capacity: encodedCapacity)
         w.write(opcode.rawValue)
         switch self {
         case let .errorResponse(req, h, e): w.write(req.rawValue); w.write(h); w.write(e.rawValue)
@@ -144,5 +144,17 @@ public enum ATTPDU: Hashable, Sendable {
         case let .unknown(_, p): w.write(contentsOf: p)
         }
         return w.bytes
+    }
+
+    /// Room for the encoding of the PDUs that carry one value (exact for those: no
+    /// growth while writing), 32 octets for the others (grown when needed).
+    private var encodedCapacity: Int {
+        switch self {
+        case let .writeRequest(_, v), let .writeCommand(_, v), let .handleValueNotification(_, v), let .handleValueIndication(_, v):
+            return 3 + v.count
+        case let .readResponse(v), let .readBlobResponse(v), let .readMultipleResponse(v): return 1 + v.count
+        case let .prepareWriteRequest(_, _, v), let .prepareWriteResponse(_, _, v): return 5 + v.count
+        default: return 32
+        }
     }
 }

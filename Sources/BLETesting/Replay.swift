@@ -462,6 +462,7 @@ public final class CaptureFeed: HCITransport {
     public var preferredLoop: (any EventLoop)? { base.preferredLoop }
     public var sendsSynchronously: Bool { base.sendsSynchronously }
     public func sendNow(_ packets: [HCIPacket]) throws { try base.sendNow(packets) }
+    public func sendNow(_ packet: HCIPacket) throws { try base.sendNow(packet) }
 }
 
 /// Misuse of the testing kit, saying what to do.

@@ -276,7 +276,7 @@ public actor HCIController: LoopIsolated {
     /// outbox (written at once when nothing is ahead of it).
     private func queueACL(_ packet: ACLDataPacket) {
         if outbox.isEmpty, !pumping, transport.sendsSynchronously {
-            writeNow([.acl(packet)])
+            do { try transport.sendNow(.acl(packet)) } catch { transportEnded("send failed: \(error)") }
             return
         }
         outbox.append(.acl(packet))

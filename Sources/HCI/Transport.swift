@@ -52,6 +52,9 @@ public protocol HCITransport: AnyObject, Sendable {
     var sendsSynchronously: Bool { get }
     /// Writes `packets` in order from the caller's thread, one write per packet.
     func sendNow(_ packets: [HCIPacket]) throws
+    /// `sendNow(_:)` of one packet (what the host does per ACL fragment: no array to
+    /// allocate). The default wraps it in one.
+    func sendNow(_ packet: HCIPacket) throws
 }
 
 /// What `HCITransport.deliver(on:_:)` hands over.
@@ -79,4 +82,6 @@ extension HCITransport {
     public var preferredLoop: (any EventLoop)? { nil }
 
     public func sendNow(_ packets: [HCIPacket]) throws { throw TransportError.unavailable("this transport sends asynchronously") }
+
+    public func sendNow(_ packet: HCIPacket) throws { try sendNow([packet]) }
 }

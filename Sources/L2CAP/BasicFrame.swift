@@ -36,6 +36,13 @@ public struct BasicFrame: Hashable, Sendable {
         return w.bytes
     }
 
+    /// The frame as one ACL packet ("first non-automatically-flushable"), when it fits
+    /// in `maximumDataLength` bytes (what most frames do: no fragment array to build).
+    public func onlyFragment(handle: UInt16, maximumDataLength: Int) -> ACLDataPacket? {
+        guard payload.count + 4 <= maximumDataLength else { return nil }
+        return ACLDataPacket(handle: handle, boundary: .firstNonFlushable, data: bytes)
+    }
+
     /// Splits the frame into ACL packets of at most `maximumDataLength` bytes: the first
     /// marked "first non-automatically-flushable" (the LE host's), the rest "continuing".
     public func fragments(handle: UInt16, maximumDataLength: Int) -> [ACLDataPacket] {

@@ -225,15 +225,17 @@ public actor L2CAPHost: LoopIsolated {
     @discardableResult
     public func enqueue(_ payload: [UInt8], on channel: ChannelID, handle: UInt16, done: (@Sendable (Bool) -> Void)? = nil) -> Bool {
         guard connections[handle] != nil, !overflowed.contains(handle) else { return false }
-        let length = controller.onLoop { $0.info?.leACLDataPacketLength } ?? 27
-        let fragments = BasicFrame(channel: channel, payload: payload).fragments(handle: handle, maximumDataLength: Swift.max(1, length))
+        let length = Swift.max(1, Int(controller.onLoop { $0.info?.leACLDataPacketLength } ?? 27))
+        let frame = BasicFrame(channel: channel, payload: payload)
         let dropsBefore = drops
-        if order.isEmpty, fragments.count == 1, controller.onLoop(fragments[0], { $0.sendACLNow($1) }) {
+        let only = frame.onlyFragment(handle: handle, maximumDataLength: length)
+        if order.isEmpty, let only, controller.onLoop(only, { $0.sendACLNow($1) }) {
             // Nothing queued on any link and a buffer free: what `pump` would do at once.
             // A write that ended the transport dropped every link: the frame was lost.
             done?(drops == dropsBefore)
             return true
         }
+        let fragments = only.map { [$0] } ?? frame.fragments(handle: handle, maximumDataLength: length)
         if queues[handle] == nil { order.append(handle) }
         var octets = queuedOctets[handle] ?? 0
         for (i, f) in fragments.enumerated() {

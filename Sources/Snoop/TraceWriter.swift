@@ -285,6 +285,11 @@ public final class RecordingTransport: HCITransport {
         try base.sendNow(packets)
     }
 
+    public func sendNow(_ packet: HCIPacket) throws {
+        sink(TraceRecord(timestampMicros: now(), packet: packet, direction: .hostToController))
+        try base.sendNow(packet)
+    }
+
     public func close() async {
         await base.close()
         file?.close()

@@ -105,6 +105,14 @@ public actor VirtualController: HCITransport, LoopIsolated {
         }
     }
 
+    public nonisolated func sendNow(_ packet: HCIPacket) throws {
+        guard loop.inEventLoop else { return try sendNow([packet]) }
+        try onLoop(packet) { c, p throws(TransportError) in
+            guard !c.closed else { throw TransportError.closed }
+            c.accept(p)
+        }
+    }
+
     private func accept(_ p: HCIPacket) {
         if case let .acl(a) = p, !processing, queue.isEmpty {
             aclNow(a)
@@ -304,7 +312,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private func aclNow(_ p: ACLDataPacket) {
         guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
         if radio.onLoop((p, self), { $0.relay($1.0, from: $1.1) }) {
-            emit(.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: p.handle, numCompletedPackets: 1)])))
+            // Number Of Completed Packets, one handle, one packet (encoded here: the
+            // typed event would build its entry array and then its bytes).
+            emit(.event(code: .numberOfCompletedPackets, parameters: [1, UInt8(truncatingIfNeeded: p.handle), UInt8(truncatingIfNeeded: p.handle >> 8), 1, 0]))
         }
     }
 
@@ -385,16 +395,32 @@ public actor VirtualController: HCITransport, LoopIsolated {
 /// Packets on their way to a host's event loop: collected under a lock, handed over in
 /// one batch per loop turn, in order.
 final class LoopOutbox: Sendable {
+    /// Where batches go, set once by `attach`. A class: it leaves the lock as one
+    /// reference (a closure returned from `withLock`, a generic function, is
+    /// re-wrapped in a new allocation each time).
+    private final class Target: Sendable {
+        let loop: any EventLoop
+        let receive: @Sendable (TransportInput) -> Void
+        /// `flush` as the loop's job, made once.
+        let job: @Sendable () -> Void
+        init(loop: any EventLoop, receive: @escaping @Sendable (TransportInput) -> Void, job: @escaping @Sendable () -> Void) {
+            self.loop = loop
+            self.receive = receive
+            self.job = job
+        }
+    }
     private struct State {
-        var loop: (any EventLoop)?
-        var receive: (@Sendable (TransportInput) -> Void)?
+        var target: Target?
         var pending: [HCIPacket] = []
+        /// The storage of the batch handed over last, emptied, for the next one.
+        var spare: [HCIPacket] = []
         var scheduled = false
     }
     private let state = Mutex(State())
 
     func attach(loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
-        state.withLock { $0.loop = loop; $0.receive = receive }
+        let target = Target(loop: loop, receive: receive, job: { [weak self] in self?.flush() })
+        state.withLock { $0.target = target }
     }
 
     /// Queues `p` for the loop; false when no loop is attached (use the stream).
@@ -403,46 +429,57 @@ final class LoopOutbox: Sendable {
     /// completions at the rate it chooses (Vol 4, Part E, §4.3), and the host takes
     /// several buffers back in one event.
     func put(_ p: HCIPacket) -> Bool {
-        let schedule = state.withLock { s -> (any EventLoop)? in
-            guard let loop = s.loop else { return nil }
-            if let last = s.pending.last, let merged = Self.completions(last, plus: p) {
-                s.pending[s.pending.count - 1] = merged
-            } else {
-                s.pending.append(p)
-            }
-            if s.scheduled { return nil }
+        let (attached, schedule) = state.withLock { s -> (Bool, Target?) in
+            guard let target = s.target else { return (false, nil) }
+            if !Self.addCompletions(p, toLastOf: &s.pending) { s.pending.append(p) }
+            if s.scheduled { return (true, nil) }
             s.scheduled = true
-            return loop
+            return (true, target)
         }
-        if let loop = schedule { loop.execute { self.flush() } }
-        return state.withLock { $0.loop != nil }
+        if let schedule { schedule.loop.execute(schedule.job) }
+        return attached
     }
 
-    /// `earlier` and `later` as one event, when both are Number Of Completed Packets
-    /// for the same single handle and the sum fits.
-    private static func completions(_ earlier: HCIPacket, plus later: HCIPacket) -> HCIPacket? {
-        guard case let .event(code, a) = earlier, case let .event(laterCode, b) = later,
+    /// Counts `later` into the last of `pending` when both are Number Of Completed
+    /// Packets for the same single handle and the sum fits; false when it cannot.
+    /// The last event's bytes are changed in place (no new array).
+    private static func addCompletions(_ later: HCIPacket, toLastOf pending: inout [HCIPacket]) -> Bool {
+        guard let i = pending.indices.last, case let .event(code, a) = pending[i], case let .event(laterCode, b) = later,
               code == .numberOfCompletedPackets, laterCode == code,
-              a.count == 5, b.count == 5, a[0] == 1, b[0] == 1, a[1] == b[1], a[2] == b[2] else { return nil }
+              a.count == 5, b.count == 5, a[0] == 1, b[0] == 1, a[1] == b[1], a[2] == b[2] else { return false }
         let sum = (Int(a[3]) | Int(a[4]) << 8) + (Int(b[3]) | Int(b[4]) << 8)
-        guard sum <= Int(UInt16.max) else { return nil }
-        return .event(code: code, parameters: [1, a[1], a[2], UInt8(sum & 0xFF), UInt8(sum >> 8)])
+        guard sum <= Int(UInt16.max) else { return false }
+        var parameters = a
+        pending[i] = .sco([])  // lets go of the array's other reference, so the change below needs no copy
+        parameters[3] = UInt8(sum & 0xFF)
+        parameters[4] = UInt8(sum >> 8)
+        pending[i] = .event(code: code, parameters: parameters)
+        return true
     }
 
     private func flush() {
-        let (batch, receive) = state.withLock { s in
-            defer { s.pending = []; s.scheduled = false }
-            return (s.pending, s.receive)
+        let (batch, target) = state.withLock { s -> ([HCIPacket], Target?) in
+            s.scheduled = false
+            let batch = s.pending
+            s.pending = s.spare
+            s.spare = []
+            return (batch, s.target)
         }
-        if !batch.isEmpty { receive?(.packets(batch)) }
+        guard !batch.isEmpty, let target else { return }
+        target.receive(.packets(batch))
+        // The host is done with the batch (it handles packets as they come): its
+        // storage serves the next one.
+        var storage = consume batch
+        storage.removeAll(keepingCapacity: true)
+        state.withLock { if $0.spare.capacity < storage.capacity { $0.spare = storage } }
     }
 
     /// The controller closed: after what is queued, the host hears the end. False when no loop is attached.
     func end() -> Bool {
-        guard let (loop, receive) = state.withLock({ s in s.loop.map { ($0, s.receive) } }) else { return false }
-        loop.execute {
+        guard let target = state.withLock({ $0.target }) else { return false }
+        target.loop.execute {
             self.flush()
-            receive?(.ended(nil))
+            target.receive(.ended(nil))
         }
         return true
     }

@@ -129,10 +129,20 @@ enum BatteryFlow {
             let program = again.program == first.program
             let server = ReplayFlows(again.server) == ReplayFlows(first.server)
             #expect(program, "\(names.0), run \(run): \(firstDifference(first.program, again.program))")
-            #expect(server, "\(names.1), run \(run): \(firstDifference(first.server, again.server))")
+            #expect(server, "\(names.1), run \(run): \(flowDifference(first.server, again.server))")
             if !program || !server { break }
         }
         return first
+    }
+
+    /// Where two conversations compared flow by flow first differ: the flow, then
+    /// its first differing packet.
+    static func flowDifference(_ a: [HCIPacket], _ b: [HCIPacket]) -> String {
+        let fa = ReplayFlows(a).flows, fb = ReplayFlows(b).flows
+        for k in Set(fa.keys).union(fb.keys).sorted() where fa[k] != fb[k] {
+            return "flow 0x\(String(k, radix: 16)): \(firstDifference(fa[k] ?? [], fb[k] ?? []))"
+        }
+        return "no flow differs"
     }
 
     /// One fire-alarm session on the virtual radio (short scan and alarm delay: CI
