@@ -449,7 +449,7 @@ final class LoopOutbox: Sendable {
               a.count == 5, b.count == 5, a[0] == 1, b[0] == 1, a[1] == b[1], a[2] == b[2] else { return false }
         let sum = (Int(a[3]) | Int(a[4]) << 8) + (Int(b[3]) | Int(b[4]) << 8)
         guard sum <= Int(UInt16.max) else { return false }
-        var parameters = a
+        var parameters = consume a
         pending[i] = .sco([])  // lets go of the array's other reference, so the change below needs no copy
         parameters[3] = UInt8(sum & 0xFF)
         parameters[4] = UInt8(sum >> 8)
