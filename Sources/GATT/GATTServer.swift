@@ -451,11 +451,6 @@ public actor GATTServer: LoopIsolated {
         return try await bearer.perform { try body($0, argument) }
     }
 
-    /// Returns once each of `bearers` has handed everything queued to its link.
-    private func drain(_ bearers: [ATTBearer]) async {
-        for b in bearers where await !with(b, { $0.isDrained }) { await b.drain() }
-    }
-
     /// Returns once the bearer of each of `connections` still served has handed
     /// everything queued to its link.
     private func drain(_ connections: [UInt16]) async {
@@ -475,7 +470,7 @@ public actor GATTServer: LoopIsolated {
     @discardableResult
     public func notify(multiple values: [(handle: UInt16, value: [UInt8])], waitUntilSent: Bool = false, only: Set<UInt16>? = nil) async -> [UInt16] {
         for (h, v) in values { state.database.setValue(v, at: h) }
-        var sent: [(UInt16, ATTBearer)] = []
+        var sent: [UInt16] = []
         for c in bearers.handles where only?.contains(c) != false {
             guard let bearer = bearers[c] else { continue }
             let wanted = values.filter { state.configuration(valueHandle: $0.handle, connection: c).notify }
@@ -492,10 +487,10 @@ public actor GATTServer: LoopIsolated {
                 if let now { ok = now } else { ok = (try? await bearer.sendWhenWritable(pdu)) != nil }
                 if !ok { break }
             }
-            if ok { sent.append((c, bearer)) }
+            if ok { sent.append(c) }
         }
-        if waitUntilSent { await drain(sent.map(\.1)) }
-        return sent.map(\.0)
+        if waitUntilSent { await drain(sent) }
+        return sent
     }
 
     /// What `connection`'s client wrote to Client Supported Features (Vol 3, Part G, §7.2).
