@@ -100,8 +100,10 @@ public actor ATTBearer: LoopIsolated {
         guard !opened else { return }
         opened = true
         // The channel delivers on its loop, this actor's executor.
-        channel.open { [weak self] input in
-            self?.onLoop(input) { bearer, input in
+        // Held strongly (a weak reference would give the bearer a side table, and every
+        // retain of it the slow path): the L2CAP host lets go of it after `.closed`.
+        channel.open { input in
+            self.onLoop(input) { bearer, input in
                 switch input {
                 case let .frame(pdu): bearer.receive(pdu)
                 case .closed: bearer.linkEnded()
@@ -231,6 +233,7 @@ public actor ATTBearer: LoopIsolated {
         incomingContinuation?.finish()
         incomingContinuation = nil
         handler = nil
+        writtenCallback = nil
         closedHandler.take()?()
         for w in drainWaiters { w.resume() }
         drainWaiters.removeAll()
@@ -266,8 +269,8 @@ public actor ATTBearer: LoopIsolated {
                     return
                 }
             case let .startTimer(id):
-                timers[id] = LoopTimer(after: timeout, on: loop) { [weak self] in
-                    self?.onLoop { $0.timerFired(id) }
+                timers[id] = LoopTimer(after: timeout, on: loop) {
+                    self.onLoop { $0.timerFired(id) }
                 }
             case let .cancelTimer(id):
                 timers.removeValue(forKey: id)?.cancel()
@@ -291,8 +294,9 @@ public actor ATTBearer: LoopIsolated {
     /// What the channel calls as each PDU is handed to the link (or dropped with it).
     private var whenWritten: @Sendable (Bool) -> Void {
         if let writtenCallback { return writtenCallback }
-        let callback: @Sendable (Bool) -> Void = { [weak self] _ in self?.onLoop { $0.written() } }
-        writtenCallback = callback
+        let callback: @Sendable (Bool) -> Void = { _ in self.onLoop { $0.written() } }
+        // Kept while the bearer is open; `close()` lets go of it (it holds the bearer).
+        if !unusable { writtenCallback = callback }
         return callback
     }
 

@@ -413,6 +413,10 @@ public actor BluetoothHost: LoopIsolated {
         stateBroadcast.finish()
         connectionBroadcast.finish()
         peripheralBroadcast.finish()
+        // The tasks that follow the GATT server's and the Security Manager's streams
+        // (which outlive a transport) would wait for what can no longer come, holding
+        // this host and through it the whole stack: they end here.
+        for t in tasks { t.cancel() }
     }
 
     // MARK: Events

@@ -239,6 +239,8 @@ public final class ReplayTransport: HCITransport {
         let target = state.withLock { s -> Target? in
             s.closed = true
             s.watchdog?.cancel()
+            // The host hears the end below; then nothing holds its handler (which holds it).
+            defer { s.target = nil }
             return s.target
         }
         continuation.finish()
@@ -454,7 +456,10 @@ public final class CaptureFeed: HCITransport {
 
     public var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
     public func send(_ packet: HCIPacket) async throws { try await base.send(packet) }
-    public func close() async { await base.close() }
+    public func close() async {
+        await base.close()
+        target.withLock { $0 = nil }
+    }
     public func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
         target.withLock { $0 = (loop, receive) }
         base.deliver(on: loop, receive)

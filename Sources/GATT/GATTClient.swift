@@ -51,8 +51,9 @@ public actor GATTClient: LoopIsolated {
         guard !started else { return }
         started = true
         let bearer = self.bearer
-        await bearer.setHandler({ [weak self] item in self?.onLoop((item, bearer)) { $0.route($1.0, on: $1.1, server: $0.serverHandler) } },
-                                closed: { [weak self] in self?.onLoop { $0.finishSubscriptions() } })
+        // Held strongly (no side table, no slow retains): the bearer lets go of both when it closes.
+        await bearer.setHandler({ item in self.onLoop((item, bearer)) { $0.route($1.0, on: $1.1, server: $0.serverHandler) } },
+                                closed: { self.onLoop { $0.finishSubscriptions() } })
         await bearer.start()
     }
 
@@ -73,8 +74,8 @@ public actor GATTClient: LoopIsolated {
             return
         }
         let id = ObjectIdentifier(added)
-        await added.setHandler({ [weak self] item in self?.onLoop((item, added, server)) { $0.route($1.0, on: $1.1, server: $1.2) } },
-                               closed: { [weak self] in self?.onLoop { $0.enhancedClosed(id) } })
+        await added.setHandler({ item in self.onLoop((item, added, server)) { $0.route($1.0, on: $1.1, server: $1.2) } },
+                               closed: { self.onLoop { $0.enhancedClosed(id) } })
         await added.start()
         guard await added.isOpen else { return }
         if enhanced.isEmpty, !leased.contains(ObjectIdentifier(bearer)) { idle = [bearer] }

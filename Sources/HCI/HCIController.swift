@@ -114,8 +114,11 @@ public actor HCIController: LoopIsolated {
         // The transport hands packets over on the loop (this actor's executor). The layer
         // above handles each packet synchronously before the next: events and ACL data
         // reach it in the controller's order, and nothing queues between them.
-        transport.deliver(on: loop) { [weak self] input in
-            self?.onLoop(input) { controller, input in
+        // The handler holds this controller strongly (a weak reference would give it a
+        // side table, and every retain of it the slow path); the transport lets go of
+        // the handler after `.ended`, which `close()` brings about.
+        transport.deliver(on: loop) { input in
+            self.onLoop(input) { controller, input in
                 switch input {
                 case let .packets(packets): for p in packets { controller.receive(p) }
                 case .ended(nil): controller.transportEnded("closed")
@@ -181,8 +184,8 @@ public actor HCIController: LoopIsolated {
     }
 
     private func armTimer(id: UInt64, opcode: HCIOpcode) {
-        timers[id] = LoopTimer(after: commandTimeout, on: loop) { [weak self] in
-            self?.onLoop { $0.timerFired(id: id, opcode: opcode) }
+        timers[id] = LoopTimer(after: commandTimeout, on: loop) {
+            self.onLoop { $0.timerFired(id: id, opcode: opcode) }
         }
     }
 
@@ -297,7 +300,7 @@ public actor HCIController: LoopIsolated {
         guard closedReason == nil, acl.outstanding[handle] != nil || aclWaiters.contains(where: { $0.handle == handle }) else { return }
         let id = nextACLWaiter
         nextACLWaiter += 1
-        let timer = LoopTimer(after: limit, on: loop) { [weak self] in self?.onLoop { $0.resumeCompletionWaiter(id) } }
+        let timer = LoopTimer(after: limit, on: loop) { self.onLoop { $0.resumeCompletionWaiter(id) } }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in completionWaiters[id] = (handle, c) }
         } onCancel: {

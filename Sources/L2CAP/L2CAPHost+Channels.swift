@@ -108,8 +108,8 @@ extension L2CAPHost {
     private func awaitChannels(identifier id: UInt8, bytes: [UInt8], handle: UInt16) async throws -> [L2CAPChannel] {
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         return try await withCheckedThrowingContinuation { c in
-            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) { [weak self] in
-                self?.onLoop { $0.connectTimedOut(key) }
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) {
+                self.onLoop { $0.connectTimedOut(key) }
             }
             coc.connects[key] = (c, timer)
             enqueue(bytes, on: .leSignaling, handle: handle)
@@ -136,8 +136,8 @@ extension L2CAPHost {
         }
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
-            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) { [weak self] in
-                self?.onLoop { $0.reconfigureTimedOut(key) }
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) {
+                self.onLoop { $0.reconfigureTimedOut(key) }
             }
             coc.reconfigures[key] = (c, timer)
             enqueue(bytes, on: .leSignaling, handle: handle)
@@ -214,8 +214,8 @@ extension L2CAPHost {
         let key = ChannelRuntime.Key(handle: handle, cid: localCID)
         guard let events = connections[handle]?.signaling.channels.disconnect(localCID), !events.isEmpty else { return }
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) { [weak self] in
-                self?.onLoop { $0.closeAnswered(key) }
+            let timer = LoopTimer(after: Self.signalingTimeout, on: loop) {
+                self.onLoop { $0.closeAnswered(key) }
             }
             coc.closes[key] = (c, timer)
             channelEvents(events, handle: handle)
@@ -339,7 +339,7 @@ extension L2CAPHost {
             case let .frame(remoteCID, bytes, token):
                 var done: (@Sendable (Bool) -> Void)?
                 if let token {
-                    done = { [weak self] sent in self?.onLoop((token, sent, handle)) { $0.sduDone($1.0, sent: $1.1, handle: $1.2) } }
+                    done = { sent in self.onLoop((token, sent, handle)) { $0.sduDone($1.0, sent: $1.1, handle: $1.2) } }
                 }
                 if !enqueue(bytes, on: ChannelID(rawValue: remoteCID), handle: handle, done: done), let token {
                     sduDone(token, sent: false, handle: handle)

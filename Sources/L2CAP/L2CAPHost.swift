@@ -126,8 +126,10 @@ public actor L2CAPHost: LoopIsolated {
         guard !started else { return }
         started = true
         // Both run on the loop this actor shares with the controller.
-        await controller.setACLCreditListener { [weak self] in self?.onLoop { $0.pump() } }
-        await controller.setInboundSink { [weak self] item in self?.onLoop(item) { $0.deliver($1) } }
+        // Held strongly (no side table, no slow retains): the controller lets go of both
+        // when its transport ends.
+        await controller.setACLCreditListener { self.onLoop { $0.pump() } }
+        await controller.setInboundSink { item in self.onLoop(item) { $0.deliver($1) } }
     }
 
     private func deliver(_ item: HCIInbound) {
@@ -304,8 +306,8 @@ public actor L2CAPHost: LoopIsolated {
         connections[handle] = c
         let key = ChannelRuntime.Key(handle: handle, cid: UInt16(id))
         return try await withCheckedThrowingContinuation { (waiter: CheckedContinuation<Bool, any Error>) in
-            let timer = LoopTimer(after: limit, on: loop) { [weak self] in
-                self?.onLoop { $0.parameterUpdateAnswered(key, .failure(L2CAPChannelError.timedOut)) }
+            let timer = LoopTimer(after: limit, on: loop) {
+                self.onLoop { $0.parameterUpdateAnswered(key, .failure(L2CAPChannelError.timedOut)) }
             }
             coc.parameterUpdates[key] = (waiter, timer)
             if !enqueue(bytes, on: .leSignaling, handle: handle) {

@@ -134,10 +134,15 @@ public final class ChannelTransport: HCITransport {
 
     public func deliver(on target: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
         let (channel, ending) = state.withLock { s -> ((any Channel)?, TransportInput?) in
-            guard s.target == nil else { return (nil, nil) }
+            // One taker; none once the end was handed over.
+            guard s.target == nil, !(s.ended && s.ending == nil) else { return (nil, nil) }
+            if let ending = s.ending {
+                // Ended before anyone took delivery: only the end is left to hand over.
+                s.ending = nil
+                return (nil, ending)
+            }
             s.target = Target(receive: receive, loop: target)
-            defer { s.ending = nil }
-            return (s.channel, s.ending)
+            return (s.channel, nil)
         }
         if let ending {
             target.execute { receive(ending) }
@@ -182,6 +187,8 @@ public final class ChannelTransport: HCITransport {
             s.ended = true
             let input = TransportInput.ended(s.closedByUs ? nil : error)
             if s.target == nil { s.ending = input }
+            // Nothing more is delivered: let go of the host's handler (it holds the host).
+            defer { s.target = nil }
             return (s.target, input)
         }
         guard let input else { return }

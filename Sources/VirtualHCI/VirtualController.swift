@@ -419,7 +419,9 @@ final class LoopOutbox: Sendable {
     private let state = Mutex(State())
 
     func attach(loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
-        let target = Target(loop: loop, receive: receive, job: { [weak self] in self?.flush() })
+        // The job holds this outbox strongly (a weak reference would give it a side
+        // table, and every retain of it the slow path): `end()` lets go of the target.
+        let target = Target(loop: loop, receive: receive, job: { self.flush() })
         state.withLock { $0.target = target }
     }
 
@@ -479,6 +481,7 @@ final class LoopOutbox: Sendable {
         guard let target = state.withLock({ $0.target }) else { return false }
         target.loop.execute {
             self.flush()
+            self.state.withLock { $0.target = nil }
             target.receive(.ended(nil))
         }
         return true

@@ -2,6 +2,9 @@
 // Device Name and Appearance are the daemon's own, a host records to a file.
 
 import BLE
+import GATT
+import HCI
+import L2CAP
 import BLETesting
 import Foundation
 import Testing
@@ -49,6 +52,38 @@ import Testing
         // Values are not part of the Database Hash: a central's cache stays valid.
         #expect(try await read(0x2B2A) == hash)
         try await remote.disconnect()
+    }
+
+    /// The layers hold each other strongly while the transport is open (a weak reference
+    /// gives an object a side table and every retain of it the slow path, on every
+    /// packet); the transport's end lets go of every hold. A daemon that closes its
+    /// hosts keeps nothing of them: controller, L2CAP host, bearers and clients go.
+    @Test func aClosedHostKeepsNothingOfItsStack() async throws {
+        let radio = VirtualRadio()
+        let a = BluetoothAddress("C0:00:00:00:0D:04")!, b = BluetoothAddress("C0:00:00:00:0D:05")!
+        weak var host: BluetoothHost?, controller: HCIController?, l2cap: L2CAPHost?
+        weak var peerHost: BluetoothHost?, peerController: HCIController?, peerL2CAP: L2CAPHost?, server: GATTServer?
+        do {
+            let central = BluetoothHost(transport: await radio.makeController(address: a), logger: Bench.logger)
+            let peripheral = BluetoothHost(transport: await radio.makeController(address: b), logger: Bench.logger)
+            try await central.start()
+            try await peripheral.start()
+            try await peripheral.peripheral.startAdvertising(AdvertisingData())
+            let remote = try await central.central.connect(to: b, within: .seconds(5))
+            #expect(try await remote.read(try await remote.characteristic(BluetoothUUID(0x2A00))).isEmpty == false)
+            (host, controller, l2cap) = (central, central.controller, central.l2cap)
+            (peerHost, peerController, peerL2CAP, server) = (peripheral, peripheral.controller, peripheral.l2cap, peripheral.server)
+            await central.close()
+            await peripheral.close()
+        }
+        var alive: [String] {
+            [("the central's BluetoothHost", host == nil), ("the central's HCIController", controller == nil), ("the central's L2CAPHost", l2cap == nil),
+             ("the peripheral's BluetoothHost", peerHost == nil), ("the peripheral's HCIController", peerController == nil),
+             ("the peripheral's L2CAPHost", peerL2CAP == nil), ("the peripheral's GATTServer", server == nil)].filter { !$0.1 }.map(\.0)
+        }
+        // Tasks that were following the hosts' streams end soon after: up to 2 s of the loop's time.
+        for _ in 0..<200 where !alive.isEmpty { try await radio.loop.sleep(for: .milliseconds(10)) }
+        #expect(alive.isEmpty, "outlived close(): \(alive)")
     }
 
     /// The DocC tutorial shows the example package as it is: each file's last step is a
