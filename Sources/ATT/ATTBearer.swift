@@ -203,6 +203,18 @@ public actor ATTBearer: LoopIsolated {
         await withCheckedContinuation { writableWaiters.append($0) }
     }
 
+    /// `writable()` for a caller on this bearer's loop that suspends in its own
+    /// isolation: `waiter` is resumed at once if the bearer has room, else once it has.
+    /// The caller's task then resumes where it is, with no hop to this actor and back.
+    public func whenWritable(_ waiter: CheckedContinuation<Void, Never>) {
+        if isWritable { waiter.resume() } else { writableWaiters.append(waiter) }
+    }
+
+    /// `drain()` for a caller on this bearer's loop, as `whenWritable(_:)` is.
+    public func whenDrained(_ waiter: CheckedContinuation<Void, Never>) {
+        if isDrained { waiter.resume() } else { drainWaiters.append(waiter) }
+    }
+
     /// Runs `body` isolated to this bearer (for a caller that may be on another loop).
     public func perform<T: Sendable>(_ body: @Sendable (isolated ATTBearer) throws -> T) rethrows -> T { try body(self) }
 

@@ -425,7 +425,7 @@ public actor GATTServer: LoopIsolated {
         }
         for c in behind {
             guard let bearer = bearers[c] else { continue }
-            await bearer.writable()
+            await writable(bearer)
             if (try? await with(bearer, (valueHandle, value), { try $0.notify(handle: $1.0, value: $1.1) })) != nil {
                 sent.append(c)
             }
@@ -455,7 +455,25 @@ public actor GATTServer: LoopIsolated {
     /// everything queued to its link.
     private func drain(_ connections: [UInt16]) async {
         for c in connections {
-            if let b = bearers[c], await !with(b, { $0.isDrained }) { await b.drain() }
+            guard let b = bearers[c] else { continue }
+            if b.loop === loop {
+                // Registered with the bearer synchronously: the wait costs this task one
+                // resumption on the loop, not a hop to the bearer's actor and one back.
+                if b.onLoop({ $0.isDrained }) { continue }
+                await withCheckedContinuation { c in b.onLoop(c) { $0.whenDrained($1) } }
+            } else {
+                await b.drain()
+            }
+        }
+    }
+
+    /// Waits until `bearer` has room, as `drain(_:)` waits for it to empty.
+    private func writable(_ bearer: ATTBearer) async {
+        if bearer.loop === loop {
+            if bearer.onLoop({ $0.isWritable }) { return }
+            await withCheckedContinuation { c in bearer.onLoop(c) { $0.whenWritable($1) } }
+        } else {
+            await bearer.writable()
         }
     }
 

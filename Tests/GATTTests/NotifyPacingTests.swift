@@ -116,4 +116,45 @@ struct NotifyPacingTests {
         #expect(await all.value == [0x40])
         #expect(log.entries.withLock { $0 } == [note(0), note(1), note(2)])
     }
+
+    /// With `waitUntilSent`, `notify` returns once each bearer has handed its PDUs to
+    /// the link, not while the link still holds one (the server waits on the bearer's
+    /// own loop, with no hop to it).
+    @Test func waitUntilSentReturnsOnceTheLinkHasTheNotification() async throws {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        var db = AttributeDatabase()
+        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .notify], value: [0]),
+        ]))
+        let value = s.characteristicValues[0], cccd = try #require(s.clientConfigurations[0])
+        let server = GATTServer(database: db, loop: loop, logger: Self.logger)
+        let log = RecordingChannel.SharedLog()
+        let slow = RecordingChannel(loop: loop, name: "slow", holds: true, log: log)
+        await server.attach(ATTBearer(channel: slow, highWaterMark: 64, logger: Self.logger), connection: 0x40)
+        await server.restoreClientConfigurations([cccd: 1], connection: 0x40)
+        let returned = Flag()
+        let notifying = Task { await Self.notify(value, on: server, thenSet: returned) }
+        var written = log.written.stream.makeAsyncIterator()
+        _ = await written.next()
+        // Two turns of the loop: the job that wrote the PDU has ended, and anything it
+        // resumed has run.
+        for _ in 0..<2 { try await loop.submit {}.get() }
+        #expect(!returned.isSet, "notify returned while the link still held the notification")
+        slow.release()
+        #expect(await notifying.value == [0x40])
+        #expect(returned.isSet)
+    }
+
+    final class Flag: Sendable {
+        private let value = Mutex(false)
+        var isSet: Bool { value.withLock { $0 } }
+        func set() { value.withLock { $0 = true } }
+    }
+
+    /// Isolated to the server: `flag` is set on the loop as soon as notify returns.
+    static func notify(_ handle: UInt16, on server: isolated GATTServer, thenSet flag: Flag) async -> [UInt16] {
+        let sent = await server.notify(handle, value: [1, 2, 3], waitUntilSent: true)
+        flag.set()
+        return sent
+    }
 }
