@@ -460,7 +460,7 @@ public actor GATTServer: LoopIsolated {
                 // Registered with the bearer synchronously: the wait costs this task one
                 // resumption on the loop, not a hop to the bearer's actor and one back.
                 if b.onLoop({ $0.isDrained }) { continue }
-                await withCheckedContinuation { c in b.onLoop(c) { $0.whenDrained($1) } }
+                await withCheckedContinuation { waiter in b.onLoop(waiter) { $0.whenDrained($1) } }
             } else {
                 await b.drain()
             }
@@ -471,7 +471,7 @@ public actor GATTServer: LoopIsolated {
     private func writable(_ bearer: ATTBearer) async {
         if bearer.loop === loop {
             if bearer.onLoop({ $0.isWritable }) { return }
-            await withCheckedContinuation { c in bearer.onLoop(c) { $0.whenWritable($1) } }
+            await withCheckedContinuation { waiter in bearer.onLoop(waiter) { $0.whenWritable($1) } }
         } else {
             await bearer.writable()
         }
