@@ -56,15 +56,21 @@ struct NotifyPacingTests {
         var closeReason: String { "\(name) closed" }
     }
 
-    @Test func aSubscriberWithoutRoomGetsItsNotificationAfterTheOthers() async throws {
+    /// A server on a shared loop with one notifiable characteristic: its value handle,
+    /// its CCCD and a log for the channels the test attaches.
+    static func oneNotifiableCharacteristic() throws
+        -> (any EventLoop, GATTServer, value: UInt16, cccd: UInt16, RecordingChannel.SharedLog) {
         let loop = MultiThreadedEventLoopGroup.singleton.next()
         var db = AttributeDatabase()
         let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
             GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .notify], value: [0]),
         ]))
-        let value = s.characteristicValues[0], cccd = try #require(s.clientConfigurations[0])
-        let server = GATTServer(database: db, loop: loop, logger: Self.logger)
-        let log = RecordingChannel.SharedLog()
+        let cccd = try #require(s.clientConfigurations[0])
+        return (loop, GATTServer(database: db, loop: loop, logger: logger), s.characteristicValues[0], cccd, RecordingChannel.SharedLog())
+    }
+
+    @Test func aSubscriberWithoutRoomGetsItsNotificationAfterTheOthers() async throws {
+        let (loop, server, value, cccd, log) = try Self.oneNotifiableCharacteristic()
         let slow = RecordingChannel(loop: loop, name: "slow", holds: true, log: log)
         let fast = RecordingChannel(loop: loop, name: "fast", holds: false, log: log)
         // 7-octet notifications; the slow bearer is not writable from 8 octets on.
@@ -121,14 +127,7 @@ struct NotifyPacingTests {
     /// the link, not while the link still holds one (the server waits on the bearer's
     /// own loop, with no hop to it).
     @Test func waitUntilSentReturnsOnceTheLinkHasTheNotification() async throws {
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
-        var db = AttributeDatabase()
-        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
-            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .notify], value: [0]),
-        ]))
-        let value = s.characteristicValues[0], cccd = try #require(s.clientConfigurations[0])
-        let server = GATTServer(database: db, loop: loop, logger: Self.logger)
-        let log = RecordingChannel.SharedLog()
+        let (loop, server, value, cccd, log) = try Self.oneNotifiableCharacteristic()
         let slow = RecordingChannel(loop: loop, name: "slow", holds: true, log: log)
         await server.attach(ATTBearer(channel: slow, highWaterMark: 64, logger: Self.logger), connection: 0x40)
         await server.restoreClientConfigurations([cccd: 1], connection: 0x40)
