@@ -499,11 +499,10 @@ public actor GATTServer: LoopIsolated {
                 : wanted.map { ATTPDU.handleValueNotification(handle: $0.handle, value: Array($0.value.prefix(mtu - 3))) }
             var ok = true
             for pdu in pdus {
-                // Handed over synchronously while the bearer has room (no hop on this
-                // server's own loop); otherwise after waiting for room.
-                let now: Bool? = await with(bearer) { b in b.isWritable ? (try? b.sendUnacknowledged(pdu)) != nil : nil }
-                if let now { ok = now } else { ok = (try? await bearer.sendWhenWritable(pdu)) != nil }
-                if !ok { break }
+                // Waits for room as `notify` does (on this server's loop, no hop to the
+                // bearer), then hands the PDU over synchronously.
+                await writable(bearer)
+                if (try? await with(bearer, pdu, { try $0.sendUnacknowledged($1) })) == nil { ok = false; break }
             }
             if ok { sent.append(c) }
         }
