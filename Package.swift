@@ -114,7 +114,10 @@ let package = Package(
             name: "SpeedTestBenchmark",
             dependencies: ["BenchmarkSupport", "BLE", "BLETesting", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/SpeedTestBenchmark", swiftSettings: strict),
-        .testTarget(name: "HCITests", dependencies: ["HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
+        .testTarget(
+            name: "HCITests",
+            dependencies: ["HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            swiftSettings: strict),
         .testTarget(name: "SMPTests", dependencies: ["SMP", "BLECrypto", "HCI", "L2CAP", "BLETesting"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),

@@ -146,8 +146,9 @@ func sendIsolated(n: Int, server: isolated GATTServer, handle: UInt16, value: [U
 /// Application code isolated to a host's event loop.
 actor OnLoop {
     nonisolated let loop: any EventLoop
-    nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
-    init(_ loop: any EventLoop) { self.loop = loop }
+    nonisolated let executor: LoopExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(_ loop: any EventLoop) { self.loop = loop; self.executor = LoopExecutor.of(loop) }
 
     func send(n: Int, server: GATTServer, handle: UInt16, value: [UInt8]) async {
         for _ in 0..<n { await server.notify(handle, value: value, waitUntilSent: true) }

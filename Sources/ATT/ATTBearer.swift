@@ -25,6 +25,8 @@ public actor ATTBearer: LoopIsolated {
     public nonisolated let channel: any ATTChannel
     /// The channel's event loop, this actor's executor (both read once, at init).
     public nonisolated let loop: any EventLoop
+    /// The loop's actors' executor (held here: `unownedExecutor` does not keep it).
+    public nonisolated let loopExecutor: LoopExecutor
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     private let logger: Logger
     private let timeout: Duration
@@ -86,7 +88,8 @@ public actor ATTBearer: LoopIsolated {
         self.channel = channel
         self.highWaterMark = Swift.max(1, highWaterMark)
         self.loop = channel.loop
-        self.unownedExecutor = channel.loop.executor.asUnownedSerialExecutor()
+        self.loopExecutor = LoopExecutor.of(channel.loop)
+        self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
         self.logger = logger
         self.timeout = transactionTimeout
         self.state = state

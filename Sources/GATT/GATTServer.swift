@@ -27,6 +27,8 @@ public actor GATTServer: LoopIsolated {
     /// The event loop the server runs on: the controller's, so serving a request on one
     /// of its links needs no thread hop.
     public nonisolated let loop: any EventLoop
+    /// The loop's actors' executor (held here: `unownedExecutor` does not keep it).
+    public nonisolated let loopExecutor: LoopExecutor
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     private var state: GATTServerState
     private var bearers = BearerTable()
@@ -72,7 +74,8 @@ public actor GATTServer: LoopIsolated {
     /// one executor; by default one of NIO's shared loops.
     public init(database: AttributeDatabase, prepareQueueLimit: Int = 64, loop: (any EventLoop)? = nil, logger: Logger) {
         self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
-        self.unownedExecutor = self.loop.executor.asUnownedSerialExecutor()
+        self.loopExecutor = LoopExecutor.of(self.loop)
+        self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
         self.state = GATTServerState(database: database, prepareQueueLimit: prepareQueueLimit)
         self.logger = logger
         (events, continuation) = BufferedStream<Event>.makeStream(capacity: 4096)

@@ -66,8 +66,10 @@ public actor HCIController: LoopIsolated {
     /// The loop as a task executor (`LoopTaskExecutor`): an application task that prefers
     /// it resumes on the loop after each wait inside the stack, not on the global pool.
     public nonisolated let taskExecutor: LoopTaskExecutor
-    /// The loop as the actor's executor, made once: every isolated call reads it,
-    /// and building it anew each time boxed the loop.
+    /// The serial executor of every actor on the loop (held here: `unownedExecutor`
+    /// does not keep it).
+    public nonisolated let loopExecutor: LoopExecutor
+    /// `loopExecutor`, made once: every isolated call reads it.
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     public let commandTimeout: Duration
     private let logger: Logger
@@ -101,8 +103,9 @@ public actor HCIController: LoopIsolated {
                 commandTimeout: Duration = .seconds(5), loop: (any EventLoop)? = nil, logger: Logger) {
         self.transport = transport
         self.loop = loop ?? transport.preferredLoop ?? MultiThreadedEventLoopGroup.singleton.next()
-        self.unownedExecutor = self.loop.executor.asUnownedSerialExecutor()
-        self.taskExecutor = LoopTaskExecutor(self.loop)
+        self.loopExecutor = LoopExecutor.of(self.loop)
+        self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
+        self.taskExecutor = loopExecutor.taskExecutor
         self.commandTimeout = commandTimeout
         self.logger = logger
     }

@@ -22,6 +22,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private weak var radio: VirtualRadio?
     /// The radio's loop: this controller's executor, and the loop its host prefers.
     public nonisolated let loop: any EventLoop
+    /// The loop's actors' executor (held here: `unownedExecutor` does not keep it).
+    public nonisolated let loopExecutor: LoopExecutor
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     public nonisolated var preferredLoop: (any EventLoop)? { loop }
     private var closed = false
@@ -52,7 +54,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
     init(radio: VirtualRadio, loop: any EventLoop, address: BluetoothAddress) {
         self.radio = radio
         self.loop = loop
-        self.unownedExecutor = loop.executor.asUnownedSerialExecutor()
+        self.loopExecutor = LoopExecutor.of(loop)
+        self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
         self.address = address
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
     }

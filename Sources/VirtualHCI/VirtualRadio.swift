@@ -21,6 +21,8 @@ public actor VirtualRadio: LoopIsolated {
     /// The radio, its controllers and (by default) the hosts on them run on this loop:
     /// one thread, no hand-off between threads, the same order every run.
     public nonisolated let loop: any EventLoop
+    /// The loop's actors' executor (held here: `unownedExecutor` does not keep it).
+    public nonisolated let loopExecutor: LoopExecutor
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     /// RSSI at the scanner for a distance in metres: log-distance path loss,
     /// RSSI = txPower − 41 dB (at 1 m) − 10·n·log10(d), n = `pathLossExponent`.
@@ -54,7 +56,8 @@ public actor VirtualRadio: LoopIsolated {
     /// `loop`: by default one of NIO's shared loops.
     public init(loop: (any EventLoop)? = nil) {
         self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
-        self.unownedExecutor = self.loop.executor.asUnownedSerialExecutor()
+        self.loopExecutor = LoopExecutor.of(self.loop)
+        self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
     }
 
     /// Adds a controller with this public address.
