@@ -5,15 +5,26 @@
 import NIOCore
 
 public struct LoopTimer: Sendable {
-    private let scheduled: Scheduled<Void>
+    /// nil when the loop had shut down: such a timer never fires.
+    private let scheduled: NIOScheduledCallback?
+
+    /// What the loop calls when the time comes.
+    private struct Fire: NIOScheduledCallbackHandler, Sendable {
+        let fire: @Sendable () -> Void
+        func handleScheduledCallback(eventLoop: some EventLoop) { fire() }
+    }
 
     /// Calls `fire` on `loop` after `delay` of the loop's time (NIO's conversion:
     /// nanoseconds, clamped), unless cancelled first.
+    ///
+    /// A scheduled callback, not `scheduleTask`: NIO's own loops keep it as one entry in
+    /// their timer queue, with no promise, future or cancellation error behind it (the
+    /// ATT layer arms and cancels one per request).
     public init(after delay: Duration, on loop: any EventLoop, _ fire: @escaping @Sendable () -> Void) {
-        scheduled = loop.scheduleTask(in: TimeAmount(delay), fire)
+        scheduled = try? loop.scheduleCallback(in: TimeAmount(delay), handler: Fire(fire: fire))
     }
 
-    public func cancel() { scheduled.cancel() }
+    public func cancel() { scheduled?.cancel() }
 }
 
 extension EventLoop {
