@@ -159,8 +159,14 @@ public actor BluetoothHost: LoopIsolated {
     public nonisolated var unownedExecutor: UnownedSerialExecutor { controller.unownedExecutor }
     /// The event loop this controller's stack runs on. Code that wants no thread
     /// hand-off per operation (a daemon notifying at a high rate) can run there: an
-    /// actor whose `unownedExecutor` is this loop's executor.
+    /// actor whose executor is `loopExecutor`.
     public nonisolated var loop: any EventLoop { controller.loop }
+    /// The serial executor of every actor on `loop`, the stack's and the facade's. An
+    /// application actor that uses it (holding it, and returning
+    /// `loopExecutor.asUnownedSerialExecutor()` as its `unownedExecutor`) calls into
+    /// the stack without a job on the loop per call. (`loop.executor` is NIO's, another
+    /// executor to Swift: each call from it to the stack's actors is a job.)
+    public nonisolated var loopExecutor: LoopExecutor { controller.loopExecutor }
 
     /// The loop as a task executor: a task that prefers it
     /// (`withTaskExecutorPreference(host.taskExecutor) { ... }`) resumes on the loop

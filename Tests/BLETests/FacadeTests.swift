@@ -5,6 +5,7 @@
 import BLE
 import BLETesting
 import GATT
+import NIOPosix
 import Testing
 
 @Suite struct FacadeTests {
@@ -250,5 +251,43 @@ import Testing
         await #expect(throws: BLEError.self) { try await pair.remote.openEnhancedBearers() }
         // Nothing changed: the unenhanced bearer still serves.
         #expect(try await pair.remote.discoverServices().isEmpty == false)
+    }
+}
+
+/// Application code on the host's loop, as TheRuntime.md shows it: an actor on
+/// `BluetoothHost.loopExecutor`, in a task that prefers the host's task executor.
+private actor LoopSender {
+    nonisolated let executor: LoopExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(_ executor: LoopExecutor) { self.executor = executor }
+
+    func notify(_ peripheral: PeripheralManager, _ c: Characteristic, times: Int) async throws {
+        for i in 0..<times { _ = try await peripheral.notify(c, value: [UInt8(truncatingIfNeeded: i)]) }
+    }
+}
+
+@Suite struct LoopSenderTests {
+    @Test func anActorOnTheHostsExecutorNotifiesWithoutAJobPerCall() async throws {
+        // A loop of its own: the count below is of every job on the loop.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let pair = try await Pair(radio: VirtualRadio(loop: group.next()))
+        let host = pair.server
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        try await host.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let rc = try await pair.remote.characteristic(uuidC, in: uuidA)
+        let values = try await pair.remote.subscribe(to: rc)
+        let sender = LoopSender(host.loopExecutor)
+        let n = 200
+        let executor = host.loopExecutor
+        let before = try await host.loop.submit { executor.jobsRun }.get()
+        try await withTaskExecutorPreference(host.taskExecutor) { try await sender.notify(host.peripheral, c, times: n) }
+        let jobs = try await host.loop.submit { executor.jobsRun }.get() - before
+        #expect(await collect(values, count: n, within: .seconds(10)).count == n)
+        // Each notify is calls from the sender into PeripheralManager and GATTServer and
+        // back: no job of their own (what remains is the waits for the controller's
+        // buffers, ~64 here). An actor on NIO's `loop.executor` ran four per notify.
+        #expect(jobs < n, "\(jobs) jobs for \(n) notifications")
+        await pair.room.close()
+        try await group.shutdownGracefully()
     }
 }

@@ -12,12 +12,14 @@ import Testing
 
 /// A radio with one central and `count` peripherals, each publishing the test service and advertising.
 struct Room {
-    let radio = VirtualRadio()
+    let radio: VirtualRadio
     let central: BluetoothHost
     let peripherals: [BluetoothHost]
     let addresses: [BluetoothAddress]
 
-    init(peripherals count: Int, enhancedATT: Bool = false) async throws {
+    /// `radio`: by default one on NIO's shared loops.
+    init(peripherals count: Int, enhancedATT: Bool = false, radio: VirtualRadio = VirtualRadio()) async throws {
+        self.radio = radio
         central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!), logger: Bench.logger)
         try await central.start()
         var ps: [BluetoothHost] = [], addrs: [BluetoothAddress] = []
@@ -44,8 +46,8 @@ struct Pair {
     var server: BluetoothHost { room.peripherals[0] }
     let remote: RemotePeripheral
 
-    init() async throws {
-        room = try await Room(peripherals: 1)
+    init(radio: VirtualRadio = VirtualRadio()) async throws {
+        room = try await Room(peripherals: 1, radio: radio)
         var ad = AdvertisingData()
         ad.localName = "UT"
         try await room.peripherals[0].peripheral.startAdvertising(ad)
