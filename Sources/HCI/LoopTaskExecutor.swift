@@ -34,8 +34,12 @@ import Synchronization
 /// an actor; none after.
 public final class LoopExecutor: SerialExecutor, @unchecked Sendable {
     public let loop: any EventLoop
-    /// The loop as a task executor, for `withTaskExecutorPreference`.
-    public let taskExecutor: LoopTaskExecutor
+    /// The task executor, held weakly: it holds this executor, and whoever prefers it
+    /// keeps it (a strong reference both ways would keep both alive for ever).
+    private let task = Mutex(WeakTaskExecutor())
+    private struct WeakTaskExecutor {
+        weak var executor: LoopTaskExecutor?
+    }
     /// The job running now through this executor and whether it runs with
     /// `taskExecutor` as its task executor. Read and written only on the loop's thread
     /// (the reason this class is `@unchecked Sendable`).
@@ -52,8 +56,17 @@ public final class LoopExecutor: SerialExecutor, @unchecked Sendable {
 
     private init(loop: any EventLoop) {
         self.loop = loop
-        self.taskExecutor = LoopTaskExecutor(loop: loop)
-        taskExecutor.serial = self
+    }
+
+    /// The loop as a task executor, for `withTaskExecutorPreference`: the same object
+    /// for as long as anyone holds it (a controller does).
+    public var taskExecutor: LoopTaskExecutor {
+        task.withLock { t in
+            if let e = t.executor { return e }
+            let e = LoopTaskExecutor(serial: self)
+            t.executor = e
+            return e
+        }
     }
 
     private struct Entry {
@@ -78,16 +91,19 @@ public final class LoopExecutor: SerialExecutor, @unchecked Sendable {
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let preferred = loop.inEventLoop && running == Self.identity(job) ? !runningWithPreference : false
-        loop.execute { self.run(job, withPreference: preferred) }
+        // The task executor is taken now, off the job's way (it is a lock).
+        let taskExecutor = preferred ? self.taskExecutor : nil
+        loop.execute { self.run(job, on: taskExecutor) }
     }
 
-    /// Runs `job` on the loop (the caller is on it).
-    fileprivate func run(_ job: UnownedJob, withPreference: Bool) {
+    /// Runs `job` on the loop (the caller is on it), with `taskExecutor` as its task
+    /// executor if given.
+    fileprivate func run(_ job: UnownedJob, on taskExecutor: LoopTaskExecutor?) {
         let outer = (running, runningWithPreference)
         running = Self.identity(job)
-        runningWithPreference = withPreference
+        runningWithPreference = taskExecutor != nil
         jobs &+= 1
-        if withPreference {
+        if let taskExecutor {
             job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: taskExecutor.asUnownedTaskExecutor())
         } else {
             job.runSynchronously(on: asUnownedSerialExecutor())
@@ -115,20 +131,19 @@ public final class LoopExecutor: SerialExecutor, @unchecked Sendable {
 /// The loop as a Swift task executor: a task that prefers it resumes on the loop after
 /// each wait, isolated to the loop's actors (`LoopExecutor`), so its calls into them
 /// need no new job.
-public final class LoopTaskExecutor: TaskExecutor, @unchecked Sendable {
+public final class LoopTaskExecutor: TaskExecutor, Sendable {
     public let loop: any EventLoop
-    /// The loop's serial executor, which holds this one (a strong reference back would
-    /// keep both alive for ever): set once, before any job. Whoever prefers this
-    /// executor keeps a host, a controller or another actor on the loop, which keeps
-    /// `serial`.
-    fileprivate unowned var serial: LoopExecutor?
+    /// The loop's serial executor, which runs this one's jobs.
+    private let serial: LoopExecutor
 
-    /// Made by `LoopExecutor.of(_:)` only: `LoopExecutor.of(loop).taskExecutor`.
-    fileprivate init(loop: any EventLoop) { self.loop = loop }
+    /// Made by `LoopExecutor` only: `LoopExecutor.of(loop).taskExecutor`.
+    fileprivate init(serial: LoopExecutor) {
+        self.serial = serial
+        self.loop = serial.loop
+    }
 
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        guard let serial else { preconditionFailure("LoopTaskExecutor outlived its loop's actors") }
-        loop.execute { serial.run(job, withPreference: true) }
+        loop.execute { self.serial.run(job, on: self) }
     }
 }

@@ -70,6 +70,27 @@ private actor Elsewhere {
         try await group.shutdownGracefully()
     }
 
+    @Test func theTaskExecutorOutlivesTheActorsOnItsLoop() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let loop = group.next()
+        weak var serial: LoopExecutor?
+        var taskExecutor: LoopTaskExecutor? = LoopExecutor.of(loop).taskExecutor
+        #expect(taskExecutor === LoopExecutor.of(loop).taskExecutor)
+        // No actor holds the loop's serial executor now: the task executor does.
+        let count = await withTaskExecutorPreference(taskExecutor) {
+            let executor = LoopExecutor.of(loop)
+            serial = executor
+            return await Caller(executor).call(Callee(executor), times: 10)
+        }
+        #expect(count == 10)
+        #expect(serial != nil)
+        taskExecutor = nil
+        // Nothing holds either now: both are gone, and the loop gets new ones.
+        #expect(serial == nil)
+        #expect(LoopExecutor.of(loop).loop === loop)
+        try await group.shutdownGracefully()
+    }
+
     @Test func callsBetweenTheLoopsActorsNeedNoJobWhenTheTaskPrefersTheLoop() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let executor = LoopExecutor.of(group.next())
