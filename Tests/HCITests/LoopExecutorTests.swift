@@ -61,6 +61,19 @@ private actor Elsewhere {
         return (result, after - before)
     }
 
+    /// `times` calls between two actors on `executor`'s loop, in a task that prefers
+    /// the loop (waiting every `waitEvery` calls, resumed by `resumer`): the callee's
+    /// count and the jobs run.
+    private func callsPreferringTheLoop(_ executor: LoopExecutor, times: Int, waitEvery: Int = 0, resumer: (any EventLoop)? = nil)
+        async throws -> (result: Int, jobs: Int) {
+        let (caller, callee) = (Caller(executor), Callee(executor))
+        return try await jobs(on: executor) {
+            await withTaskExecutorPreference(executor.taskExecutor) {
+                await caller.call(callee, times: times, waitEvery: waitEvery, resumer: resumer)
+            }
+        }
+    }
+
     @Test func oneExecutorPerLoop() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         let (a, b) = (group.next(), group.next())
@@ -93,11 +106,7 @@ private actor Elsewhere {
 
     @Test func callsBetweenTheLoopsActorsNeedNoJobWhenTheTaskPrefersTheLoop() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let executor = LoopExecutor.of(group.next())
-        let (caller, callee) = (Caller(executor), Callee(executor))
-        let (count, jobs) = try await self.jobs(on: executor) {
-            await withTaskExecutorPreference(executor.taskExecutor) { await caller.call(callee, times: 1000) }
-        }
+        let (count, jobs) = try await callsPreferringTheLoop(LoopExecutor.of(group.next()), times: 1000)
         #expect(count == 1000)
         // Entering the loop and leaving it; NIO's own executor ran two jobs per call.
         #expect(jobs < 10, "\(jobs) jobs for 1000 calls")
@@ -118,12 +127,8 @@ private actor Elsewhere {
 
     @MainActor @Test func aTaskThatPrefersTheLoopComingFromTheMainActorNeedsNoJobPerCall() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let here = LoopExecutor.of(group.next())
-        let (caller, callee) = (Caller(here), Callee(here))
-        let (count, jobs) = try await self.jobs(on: here) {
-            await withTaskExecutorPreference(here.taskExecutor) { await caller.call(callee, times: 1000) }
-        }
-        print("MAIN JOBS", jobs)
+        // The call into the loop is from this test, on the main actor.
+        let (count, jobs) = try await callsPreferringTheLoop(LoopExecutor.of(group.next()), times: 1000)
         #expect(count == 1000)
         #expect(jobs < 10, "\(jobs) jobs for 1000 calls")
         try await group.shutdownGracefully()
@@ -142,12 +147,7 @@ private actor Elsewhere {
     @Test func aTaskThatPrefersTheLoopResumesOnItAfterAWait() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
         let (executor, resumer) = (LoopExecutor.of(group.next()), group.next())
-        let (caller, callee) = (Caller(executor), Callee(executor))
-        let (count, jobs) = try await self.jobs(on: executor) {
-            await withTaskExecutorPreference(executor.taskExecutor) {
-                await caller.call(callee, times: 1000, waitEvery: 100, resumer: resumer)
-            }
-        }
+        let (count, jobs) = try await callsPreferringTheLoop(executor, times: 1000, waitEvery: 100, resumer: resumer)
         #expect(count == 1000)
         // One job per wait (the resumption, through the task executor), none per call.
         #expect(jobs < 30, "\(jobs) jobs for 1000 calls and 10 waits")
