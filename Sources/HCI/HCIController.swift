@@ -65,6 +65,8 @@ public actor HCIController: LoopIsolated {
     public nonisolated let loop: any EventLoop
     /// The loop as a task executor (`LoopTaskExecutor`): an application task that prefers
     /// it resumes on the loop after each wait inside the stack, not on the global pool.
+    /// Kept here, not derived from `loopExecutor` on each read: the loop executor holds
+    /// it weakly, and this reference keeps it (and so its identity) for the controller's life.
     public nonisolated let taskExecutor: LoopTaskExecutor
     /// The serial executor of every actor on the loop (held here: `unownedExecutor`
     /// does not keep it).
