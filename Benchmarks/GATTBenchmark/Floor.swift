@@ -12,13 +12,18 @@ import HCI
 import Glibc
 #endif
 
-/// Raw H4 over TCP: blocking writes and reads, whole packets out of a byte buffer.
+/// Raw H4 over TCP: whole packets out of a byte buffer. Blocking reads, or (`polled`)
+/// the system calls of an event loop: a non-blocking socket, a wait for readability
+/// before each read (poll(2): Glibc's module has no epoll; the wake-up is the same) and
+/// TCP_QUICKACK re-armed after it, as `ChannelTransport` does.
 struct RawH4 {
     let fd: Int32
+    let polled: Bool
     private var buffer = [UInt8](repeating: 0, count: 4096)
     private var start = 0, end = 0
 
-    init?(port: UInt16) {
+    init?(port: UInt16, polled: Bool = false) {
+        self.polled = polled
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         var one: Int32 = 1
@@ -30,11 +35,16 @@ struct RawH4 {
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = port.bigEndian
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let socket = fd
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
-        guard connected == 0 else { close(fd); return nil }
+        guard connected == 0 else { Glibc.close(fd); return nil }
+        guard polled else { return }
+        guard fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0 else { Glibc.close(fd); return nil }
     }
+
+    func close() { _ = Glibc.close(fd) }
 
     func send(_ bytes: [UInt8]) -> Bool {
         bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) == $0.count }
@@ -62,9 +72,17 @@ struct RawH4 {
                 buffer.withUnsafeMutableBytes { b in _ = memmove(b.baseAddress!, b.baseAddress! + start, end - start) }
                 end -= start; start = 0
             }
+            if polled {
+                var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard Glibc.poll(&ready, 1, 5000) == 1 else { return nil }
+            }
             let got = buffer.withUnsafeMutableBytes { b in read(fd, b.baseAddress! + end, b.count - end) }
             guard got > 0 else { return nil }
             end += got
+            if polled {
+                var one: Int32 = 1
+                setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
+            }
         }
     }
 
@@ -95,11 +113,12 @@ func threadCPU() -> Double {
 }
 
 /// Connects a fresh Rootcanal controller to `target` and times `n` reads and `n` writes
-/// of `handle` by raw H4 on this (blocking) thread: (wall, cpu) for each, or nil when
-/// the controller or the peer does not answer.
-func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, n: Int) -> (read: (Double, Double), write: (Double, Double))? {
-    guard var h4 = RawH4(port: port) else { return nil }
-    defer { close(h4.fd) }
+/// of `handle` by raw H4 on this thread (blocking, or with an event loop's system calls
+/// when `polled`): (wall, cpu) for each, or nil when the controller or the peer does not
+/// answer.
+func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, n: Int, polled: Bool = false) -> (read: (Double, Double), write: (Double, Double))? {
+    guard var h4 = RawH4(port: port, polled: polled) else { return nil }
+    defer { h4.close() }
     guard h4.command(.reset),
           h4.command(HCIOpcode(rawValue: 0x0C01), [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x3F]),
           h4.command(LECreateConnection.opcode, LECreateConnection(peerAddressType: .random, peerAddress: target).parameters)

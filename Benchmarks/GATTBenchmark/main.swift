@@ -289,14 +289,17 @@ if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.def
     let o = try await ours(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, n: count)
     report("ours  ", o, n: count)
     try await Task.sleep(for: .milliseconds(500))
-    // Blocking on purpose: the probe is one thread doing only system calls.
-    if o.handle != 0, let floor = floorRequests(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, handle: o.handle, n: count) {
-        say(label("floor : read (raw H4, blocking)") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", floor.read.1 / Double(count) * 1e6, floor.read.0 / Double(count) * 1000))
-        say(label("floor : write (raw H4, blocking)") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", floor.write.1 / Double(count) * 1e6, floor.write.0 / Double(count) * 1000))
-    } else {
-        say("floor : the raw H4 probe got no answer")
+    // Blocking on purpose: the probe is one thread doing only system calls, first as a
+    // blocking reader, then with the system calls of an event loop.
+    for (polled, name) in [(false, "raw H4, blocking"), (true, "raw H4, poll")] {
+        if o.handle != 0, let floor = floorRequests(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, handle: o.handle, n: count, polled: polled) {
+            say(label("floor : read (\(name))") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", floor.read.1 / Double(count) * 1e6, floor.read.0 / Double(count) * 1000))
+            say(label("floor : write (\(name))") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", floor.write.1 / Double(count) * 1e6, floor.write.0 / Double(count) * 1000))
+        } else {
+            say("floor : the raw H4 probe (\(name)) got no answer")
+        }
+        try await Task.sleep(for: .milliseconds(500))
     }
-    try await Task.sleep(for: .milliseconds(500))
     if let b = try bumble(python: python, port: rc.hciPort, n: count) { report("bumble", b, n: count) } else { print("bumble client produced no figures") }
     RootcanalProcess.kill(server)
     rc.stop()
