@@ -43,3 +43,27 @@ public func startBumbleServer(python: String, root: String, port: UInt16) throws
     try server.run()
     return server
 }
+
+/// One spinning process per online CPU at nice 19, so no CPU goes idle while they run:
+/// what a request costs when the CPUs are busy, without the wake-up of an idle CPU (on
+/// this VM a halted virtual CPU resumes with cold caches). Stop them with `stopSpinners`.
+/// (SCHED_IDLE spinners, `chrt --idle 0`, hide less of it: the scheduler still treats
+/// their CPUs as idle when it places a waking thread.)
+public func startSpinners() throws -> [Process] {
+    let cpus = max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+    return try (0..<cpus).map { _ in
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/nice")
+        p.arguments = ["-n", "19", "/bin/sh", "-c", "while :; do :; done"]
+        try p.run()
+        return p
+    }
+}
+
+/// Stops what `startSpinners` started, by PID, and waits for each to end.
+public func stopSpinners(_ spinners: [Process]) {
+    for p in spinners where p.isRunning {
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+    }
+}

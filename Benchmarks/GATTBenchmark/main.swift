@@ -283,6 +283,10 @@ let python = root + "/.venv/bin/python"
 if !onlyChannel {
 say("== 2. Rootcanal, one Bumble GATT server; our client and Bumble's, same run (\(count) reads, \(count) writes, 200×200 B notified)")
 if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.default.isExecutableFile(atPath: python) {
+    // BENCH_BUSY_CPUS=1: every CPU kept busy by a lowest-priority spinner during part 2.
+    let spinners = ProcessInfo.processInfo.environment["BENCH_BUSY_CPUS"] != nil ? try startSpinners() : []
+    defer { stopSpinners(spinners) }
+    if !spinners.isEmpty { say("(\(spinners.count) spinners at the lowest priority keep every CPU busy)") }
     let rc = try await RootcanalProcess.launch(binary: rcPath)
     let server = try startBumbleServer(python: python, root: root, port: rc.hciPort)
     try await Task.sleep(for: .seconds(3))

@@ -214,9 +214,11 @@ public struct PeripheralManager: Sendable {
     /// alone (both for a transfer in pieces, each sized to one central's MTU).
     @discardableResult
     public func notify(_ c: Characteristic, value: [UInt8], to centrals: [Connection]? = nil, storeValue: Bool = true) async throws -> [Connection] {
-        let h = try await host.handles(of: c).value
-        let only = centrals.map { Set($0.map(\.handle)) }
-        return await host.connections(await host.server.notify(h, value: value, waitUntilSent: true, only: only, store: storeValue))
+        try await onLoop {
+            let h = try await host.handles(of: c).value
+            let only = centrals.map { Set($0.map(\.handle)) }
+            return await host.connections(await host.server.notify(h, value: value, waitUntilSent: true, only: only, store: storeValue))
+        }
     }
 
     /// Stores several values and notifies each central subscribed to any of them; a
@@ -227,18 +229,32 @@ public struct PeripheralManager: Sendable {
     /// per value. Returns once all are in the controller's buffers, with the centrals notified.
     @discardableResult
     public func notify(_ values: [(Characteristic, [UInt8])], to centrals: [Connection]? = nil) async throws -> [Connection] {
-        var resolved: [(handle: UInt16, value: [UInt8])] = []
-        for (c, v) in values { resolved.append((try await host.handles(of: c).value, v)) }
-        let only = centrals.map { Set($0.map(\.handle)) }
-        return await host.connections(await host.server.notify(multiple: resolved, waitUntilSent: true, only: only))
+        try await onLoop {
+            var resolved: [(handle: UInt16, value: [UInt8])] = []
+            for (c, v) in values { resolved.append((try await host.handles(of: c).value, v)) }
+            let only = centrals.map { Set($0.map(\.handle)) }
+            return await host.connections(await host.server.notify(multiple: resolved, waitUntilSent: true, only: only))
+        }
     }
 
     /// Stores the value and indicates it to every central subscribed; returns when all
     /// have confirmed (or their links failed), with the centrals that confirmed.
     @discardableResult
     public func indicate(_ c: Characteristic, value: [UInt8]) async throws -> [Connection] {
-        let h = try await host.handles(of: c).value
-        return await host.connections(await host.server.indicate(h, value: value))
+        try await onLoop {
+            let h = try await host.handles(of: c).value
+            return await host.connections(await host.server.indicate(h, value: value))
+        }
+    }
+
+    /// Runs `body` in a task that prefers the host's loop: the waits inside resume on
+    /// the loop and go on there, and the caller's executor sees the task once, when
+    /// `body` returns (see TheRuntime.md).
+    private func onLoop<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        let loop = host.taskExecutor
+        let preferred = withUnsafeCurrentTask { $0?.unownedTaskExecutor == loop.asUnownedTaskExecutor() }
+        if preferred { return try await body() }
+        return try await withTaskExecutorPreference(loop, operation: body)
     }
 
     /// The most a notification or indication to `central` carries (ATT_MTU − 3).

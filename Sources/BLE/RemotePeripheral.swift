@@ -113,6 +113,10 @@ public actor RemotePeripheral {
     /// authenticated key if the peer still refuses (`SecurityOnDemand`). A pairing that
     /// fails throws its `SecurityError`.
     private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        try await withTaskExecutorPreference(host.taskExecutor) { try await runOnLoop(body) }
+    }
+
+    private func runOnLoop<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         await host.settle()
         guard host.securityOptions.pairOnDemand else {
             do { return try await body() } catch { throw await translate(error) }

@@ -122,9 +122,11 @@ public actor GATTClient: LoopIsolated {
 
     /// Runs `body` on a bearer of its own (see `lease`).
     private func using<T: Sendable>(_ body: (ATTBearer) async throws -> T) async throws -> T {
-        let b = await lease()
-        defer { release(b) }
-        return try await body(b)
+        try await withTaskExecutorPreference(bearer.loopExecutor.taskExecutor) {
+            let b = await lease()
+            defer { release(b) }
+            return try await body(b)
+        }
     }
 
     private var linkEnded = false

@@ -5,7 +5,9 @@
 import BLE
 import BLETesting
 import GATT
+import NIOCore
 import NIOPosix
+import Synchronization
 import Testing
 
 @Suite struct FacadeTests {
@@ -287,6 +289,80 @@ private actor LoopSender {
         // back: no job of their own (what remains is the waits for the controller's
         // buffers, ~64 here). An actor on NIO's `loop.executor` ran four per notify.
         #expect(jobs < n, "\(jobs) jobs for \(n) notifications")
+        await pair.room.close()
+        try await group.shutdownGracefully()
+    }
+}
+
+/// A task executor that runs its jobs on a loop of its own and counts them: it stands in
+/// for the cooperative pool, so a test can count how often a caller's task comes back
+/// to its own executor.
+private final class CountingTaskExecutor: TaskExecutor, @unchecked Sendable {
+    let loop: any EventLoop
+    private let count = Mutex(0)
+    var jobs: Int { count.withLock { $0 } }
+    init(_ loop: any EventLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        count.withLock { $0 += 1 }
+        let job = UnownedJob(job)
+        loop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}
+
+@Suite struct CallerHopTests {
+    @Test func aReadComesBackToItsCallerOnce() async throws {
+        // Loops of their own: one for the stack, one for the caller.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        let pair = try await Pair(radio: VirtualRadio(loop: loops[0]))
+        let c = Characteristic(uuid: uuidC, properties: [.read, .write], value: [7])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let rc = try await pair.remote.characteristic(uuidC, in: uuidA)
+        let caller = CountingTaskExecutor(loops[1])
+        let n = 50
+        let executor = pair.server.loopExecutor
+        let loopBefore = try await loops[0].submit { executor.jobsRun }.get()
+        let jobs = try await withTaskExecutorPreference(caller) {
+            let before = caller.jobs
+            for _ in 0..<n {
+                #expect(try await pair.remote.read(rc) == [7])
+                try await pair.remote.write([7], to: rc)
+            }
+            return caller.jobs - before
+        }
+        let loopJobs = try await loops[0].submit { executor.jobsRun }.get() - loopBefore
+        let operations = 2 * n
+        // Each operation goes to the loop and comes back once: the stack waits for the
+        // peer's answer on its loop, not on the caller's executor (there, each answer
+        // came back to the caller first and went on to the loop: twice per operation).
+        #expect(jobs <= operations + 4, "\(jobs) jobs on the caller's executor for \(operations) operations")
+        // Both hosts and both controllers, all on one loop: ~8.5 jobs per operation when
+        // the whole facade call prefers the loop, ~15 when only the GATT procedure does,
+        // 24 when nothing does.
+        #expect(loopJobs < 12 * operations, "\(loopJobs) jobs on the stack's loop for \(operations) operations")
+        await pair.room.close()
+        try await group.shutdownGracefully()
+    }
+
+    @Test func aNotificationComesBackToItsCallerOnce() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        let pair = try await Pair(radio: VirtualRadio(loop: loops[0]))
+        let host = pair.server
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        try await host.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let rc = try await pair.remote.characteristic(uuidC, in: uuidA)
+        let values = try await pair.remote.subscribe(to: rc)
+        let caller = CountingTaskExecutor(loops[1])
+        let n = 200
+        let jobs = try await withTaskExecutorPreference(caller) {
+            let before = caller.jobs
+            for i in 0..<n { _ = try await host.peripheral.notify(c, value: [UInt8(truncatingIfNeeded: i)]) }
+            return caller.jobs - before
+        }
+        #expect(await collect(values, count: n, within: .seconds(10)).count == n)
+        #expect(jobs <= n + 4, "\(jobs) jobs on the caller's executor for \(n) notifications")
         await pair.room.close()
         try await group.shutdownGracefully()
     }
