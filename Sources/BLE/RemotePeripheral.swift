@@ -111,11 +111,13 @@ public actor RemotePeripheral {
     /// host pairs on demand, the link is encrypted (from a bond) or paired and the
     /// operation runs again, one step at a time as BlueZ does: encryption first, then an
     /// authenticated key if the peer still refuses (`SecurityOnDemand`). A pairing that
-    /// fails throws its `SecurityError`.
+    /// fails throws its `SecurityError`. The whole operation runs in a task that prefers
+    /// the host's loop, so its waits resume there, not on the caller's executor.
     private func run<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         try await withTaskExecutorPreference(host.taskExecutor) { try await runOnLoop(body) }
     }
 
+    /// `run` on the loop.
     private func runOnLoop<T: Sendable>(_ body: () async throws -> T) async throws -> T {
         await host.settle()
         guard host.securityOptions.pairOnDemand else {

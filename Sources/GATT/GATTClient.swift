@@ -120,7 +120,9 @@ public actor GATTClient: LoopIsolated {
         }
     }
 
-    /// Runs `body` on a bearer of its own (see `lease`).
+    /// Runs `body` on a bearer of its own (see `lease`), in a task that prefers the
+    /// loop: each response resumes the procedure on the loop, and a caller without that
+    /// preference sees its task once, when the procedure returns.
     private func using<T: Sendable>(_ body: (ATTBearer) async throws -> T) async throws -> T {
         try await withTaskExecutorPreference(bearer.loopExecutor.taskExecutor) {
             let b = await lease()
