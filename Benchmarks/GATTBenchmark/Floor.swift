@@ -14,8 +14,8 @@ import Glibc
 
 /// Raw H4 over TCP: whole packets out of a byte buffer. Blocking reads, or (`polled`)
 /// the system calls of an event loop: a non-blocking socket, a wait for readability
-/// before each read (poll(2): Glibc's module has no epoll; the wake-up is the same) and
-/// TCP_QUICKACK re-armed after it, as `ChannelTransport` does.
+/// before each read (poll(2): Glibc's module has no epoll; the wake-up is the same) and,
+/// when the bytes read end inside a packet, the immediate ACK `ChannelTransport` sends.
 struct RawH4 {
     let fd: Int32
     let polled: Bool
@@ -79,11 +79,24 @@ struct RawH4 {
             let got = buffer.withUnsafeMutableBytes { b in read(fd, b.baseAddress! + end, b.count - end) }
             guard got > 0 else { return nil }
             end += got
-            if polled {
-                var one: Int32 = 1
-                setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &one, socklen_t(MemoryLayout<Int32>.size))
+            if polled && !endsOnBoundary() {
+                var acknowledgeNow: Int32 = 2
+                setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &acknowledgeNow, socklen_t(MemoryLayout<Int32>.size))
             }
         }
+    }
+
+    /// Whether the bytes read so far end where a packet ends.
+    func endsOnBoundary() -> Bool {
+        var i = start
+        while i < end {
+            let type = buffer[i]
+            let header = type == 0x04 ? 2 : type == 0x02 ? 4 : 0
+            guard header > 0, end - i >= 1 + header else { return false }
+            let length = type == 0x04 ? Int(buffer[i + 2]) : Int(buffer[i + 3]) | Int(buffer[i + 4]) << 8
+            i += 1 + header + length
+        }
+        return i == end
     }
 
     subscript(i: Int) -> UInt8 { buffer[i] }
@@ -112,11 +125,15 @@ func threadCPU() -> Double {
     return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
 }
 
-/// Connects a fresh Rootcanal controller to `target` and times `n` reads and `n` writes
-/// of `handle` by raw H4 on this thread (blocking, or with an event loop's system calls
-/// when `polled`): (wall, cpu) for each, or nil when the controller or the peer does not
-/// answer.
-func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, n: Int, polled: Bool = false) -> (read: (Double, Double), write: (Double, Double))? {
+/// Connects a fresh Rootcanal controller to `target`, exchanges the MTU as our client
+/// does, and times `n` reads and `n` writes of `handle` by raw H4 on this thread
+/// (blocking, or with an event loop's system calls when `polled`): (wall, cpu) for each,
+/// or nil when the controller or the peer does not answer. Then, when `burst` names a
+/// value and its Client Characteristic Configuration, subscribes and times the burst
+/// that starts (200 notifications of 200 bytes from the benchmark's Bumble server),
+/// reading every fragment and reassembling nothing.
+func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, burst: (value: UInt16, cccd: UInt16), n: Int,
+                   polled: Bool = false) -> (read: (Double, Double), write: (Double, Double), notify: (figure: (Double, Double), bytes: Int)?)? {
     guard var h4 = RawH4(port: port, polled: polled) else { return nil }
     defer { h4.close() }
     guard h4.command(.reset),
@@ -137,6 +154,8 @@ func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, n: In
     func request(_ pdu: [UInt8]) -> [UInt8] {
         [0x02, UInt8(link & 0xFF), UInt8(link >> 8), UInt8(4 + pdu.count), 0, UInt8(pdu.count), 0, 0x04, 0x00] + pdu
     }
+    // Exchange MTU (517, as ours asks), so notifications carry the whole 200-byte value.
+    guard exchange(request([0x02, 0x05, 0x02]), answer: 0x03) else { return nil }
     let read = request([0x0A, UInt8(handle & 0xFF), UInt8(handle >> 8)])
     let write = request([0x12, UInt8(handle & 0xFF), UInt8(handle >> 8)] + value)
     /// Sends one request and reads until its response (or an Error Response).
@@ -155,5 +174,24 @@ func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, n: In
         return (seconds(ContinuousClock.now - t0), threadCPU() - c0)
     }
     guard let r = time(read, answer: 0x0B), let w = time(write, answer: 0x13) else { return nil }
-    return (r, w)
+    guard burst.value != 0 else { return (r, w, nil) }
+    // Notifications: count the values' bytes from each first fragment's L2CAP length, and
+    // read the continuing fragments of the last one too.
+    let t0 = ContinuousClock.now, c0 = threadCPU()
+    guard exchange(request([0x12, UInt8(burst.cccd & 0xFF), UInt8(burst.cccd >> 8), 0x01, 0x00]), answer: 0x13) else { return (r, w, nil) }
+    var bytes = 0, left = 0
+    while bytes < 200 * 200 || left > 0, let p = h4.next() {
+        let b = p.body.lowerBound
+        guard p.type == 0x02, p.body.count >= 4 else { continue }
+        let fragment = p.body.count - 4
+        if h4[b + 1] & 0x30 == 0x10 {  // continuing fragment
+            left -= min(left, fragment)
+        } else if p.body.count >= 11, h4[b + 6] == 0x04, h4[b + 8] == 0x1B {
+            let length = Int(h4[b + 4]) | Int(h4[b + 5]) << 8
+            bytes += length - 3
+            left = length + 4 - fragment
+        }
+    }
+    guard bytes >= 200 * 200 else { return (r, w, nil) }
+    return (r, w, ((seconds(ContinuousClock.now - t0), threadCPU() - c0), bytes))
 }

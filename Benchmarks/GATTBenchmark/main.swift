@@ -36,7 +36,7 @@ while let a = argv.next() {
 }
 let root = FileManager.default.currentDirectoryPath
 
-func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 34 - s.count)) }
+func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 42 - s.count)) }
 
 // MARK: 1. Virtual radio
 
@@ -165,12 +165,37 @@ actor OnLoop {
 
 // MARK: 2. Rootcanal + Bumble
 
+/// Bytes counted by a callback, and one waiter for `until` of them (or the end).
+final class Tally: Sendable {
+    private let state = Mutex((count: 0, ended: false, waiter: CheckedContinuation<Void, Never>?.none))
+    private let until: Int
+    init(until: Int) { self.until = until }
+    var count: Int { state.withLock { $0.count } }
+    func add(_ n: Int) {
+        state.withLock { s in
+            s.count += n
+            if s.count >= until { s.waiter.take()?.resume() }
+        }
+    }
+    func end() { state.withLock { s in s.ended = true; s.waiter.take()?.resume() } }
+    func wait() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            state.withLock { s in if s.count >= until || s.ended { c.resume() } else { s.waiter = c } }
+        }
+    }
+}
+
 struct Figures {
     var requests = 0; var discover = (0.0, 0.0); var read = (0.0, 0.0); var write = (0.0, 0.0); var notify = (0.0, 0.0); var bytes = 0
     /// Ours only: the same reads and writes from code isolated to the host's event loop.
     var onLoop: (read: (Double, Double), write: (Double, Double))?
-    /// Ours only: the value handle read and written, for the floor probe.
-    var handle: UInt16 = 0
+    /// Ours only: the same notifications handed to a callback on the loop (Bumble's client's shape).
+    var notifyByCallback = (0.0, 0.0); var bytesByCallback = 0
+    /// Ours only: the same notifications from the stream, its consumer preferring the loop.
+    var notifyOnLoop = (0.0, 0.0); var bytesOnLoop = 0
+    /// Ours only: the value handle read and written, the notifying value's handle and its
+    /// Client Characteristic Configuration, for the floor probe.
+    var handle: UInt16 = 0; var burst: UInt16 = 0; var cccd: UInt16 = 0
 }
 
 let debug = ProcessInfo.processInfo.environment["BENCH_DEBUG"] != nil
@@ -190,6 +215,11 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
     }
     let controller = HCIController(transport: tap, logger: logger)
     try await controller.initialize()
+    if debug {
+        let t = ContinuousClock.now
+        for _ in 0..<50 { _ = try await controller.send(ReadBDADDR()) }
+        print("50 Read BD_ADDR:", ContinuousClock.now - t)
+    }
     let host = L2CAPHost(controller: controller, logger: logger)
     await host.start()
     let link = try await TestCentral.connect(to: target, type: .random, host: host, within: .seconds(20))
@@ -204,7 +234,7 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
     guard let rw = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF1) })?.0,
           let (burst, ds) = chars.first(where: { $0.0.uuid == BluetoothUUID(0xFFF5) }),
           let cccd = ds.first(where: { $0.uuid == GATTType.clientCharacteristicConfiguration }) else { return f }
-    f.handle = rw.valueHandle
+    f.handle = rw.valueHandle; f.burst = burst.valueHandle; f.cccd = cccd.handle
     inbound.withLock { $0.removeAll() }
     var u0 = rusage(); getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u0)
     t0 = ContinuousClock.now; c0 = cpu()
@@ -229,10 +259,37 @@ func ours(port: UInt16, target: BluetoothAddress, n: Int) async throws -> Figure
         try await app.writes(n: n, client: client, handle: rw.valueHandle, value: Array("benchmark!".utf8))
         f.onLoop = (readOnLoop, (seconds(ContinuousClock.now - t0), cpu() - c0))
     }
+    inbound.withLock { $0.removeAll() }
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u0)
     t0 = ContinuousClock.now; c0 = cpu()
     let values = try await client.subscribe(burst, cccd: cccd.handle)
-    for await v in values { f.bytes += v.count; if f.bytes >= 200 * 200 { break } }
+    var notified = 0
+    for await v in values { f.bytes += v.count; notified += 1; if f.bytes >= 200 * 200 { break } }
     f.notify = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    if debug {
+        var u1 = rusage(); getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u1)
+        print("inbound during notifications:", inbound.withLock { $0 }, "notifications:", notified,
+              "voluntary switches/notification:", Double(u1.ru_nvcsw - u0.ru_nvcsw) / Double(max(notified, 1)))
+    }
+    // The same burst again (subscribing again restarts it), each value handed to a
+    // callback on the loop as it arrives: the shape of Bumble's client (`on_value`).
+    let got = Tally(until: 200 * 200)
+    t0 = ContinuousClock.now; c0 = cpu()
+    try await client.subscribe(burst, cccd: cccd.handle, deliver: { got.add($0.count) }, ended: { got.end() })
+    await got.wait()
+    f.notifyByCallback = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    f.bytesByCallback = got.count
+    // Once more, the stream consumed by a task that prefers the loop: each value resumes
+    // the consumer on the loop, with no thread wake-up (TheRuntime.md).
+    t0 = ContinuousClock.now; c0 = cpu()
+    let onLoop = try await client.subscribe(burst, cccd: cccd.handle)
+    let streamed = await withTaskExecutorPreference(controller.taskExecutor) {
+        var bytes = 0
+        for await v in onLoop { bytes += v.count; if bytes >= 200 * 200 { break } }
+        return bytes
+    }
+    f.notifyOnLoop = (seconds(ContinuousClock.now - t0), cpu() - c0)
+    f.bytesOnLoop = streamed
     await client.bearer.drain()
     _ = try? await controller.send(Disconnect(connectionHandle: link.handle))
     try await Task.sleep(for: .milliseconds(300))
@@ -259,8 +316,14 @@ func report(_ name: String, _ f: Figures, n: Int) {
         say(label("\(name): read, caller on the loop") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", l.read.1 / Double(n) * 1e6, l.read.0 / Double(n) * 1000))
         say(label("\(name): write, caller on the loop") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", l.write.1 / Double(n) * 1e6, l.write.0 / Double(n) * 1000))
     }
-    let kib = Double(f.bytes) / 1024
-    say(label("\(name): notifications") + String(format: "%7.1f µs cpu/KiB    %6.1f KiB/s (%.0f KiB)", f.notify.1 / max(kib, 1) * 1e6, kib / max(f.notify.0, 1e-9), kib))
+    say(label("\(name): notifications") + perKiB(f.notify, bytes: f.bytes))
+    if f.bytesOnLoop > 0 { say(label("\(name): notifications, consumer on the loop") + perKiB(f.notifyOnLoop, bytes: f.bytesOnLoop)) }
+    if f.bytesByCallback > 0 { say(label("\(name): notifications, to a callback") + perKiB(f.notifyByCallback, bytes: f.bytesByCallback)) }
+}
+
+func perKiB(_ figure: (wall: Double, cpu: Double), bytes: Int) -> String {
+    let kib = Double(bytes) / 1024
+    return String(format: "%7.1f µs cpu/KiB    %6.1f KiB/s (%.0f KiB)", figure.cpu / max(kib, 1) * 1e6, kib / max(figure.wall, 1e-9), kib)
 }
 
 say("== 1. notifications end to end over the virtual radio")
@@ -296,9 +359,11 @@ if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.def
     // Blocking on purpose: the probe is one thread doing only system calls, first as a
     // blocking reader, then with the system calls of an event loop.
     for (polled, name) in [(false, "raw H4, blocking"), (true, "raw H4, poll")] {
-        if o.handle != 0, let floor = floorRequests(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, handle: o.handle, n: count, polled: polled) {
+        if o.handle != 0, let floor = floorRequests(port: rc.hciPort, target: BluetoothAddress("F1:F2:F3:F4:F5:F6")!, handle: o.handle,
+                                                    burst: (o.burst, o.cccd), n: count, polled: polled) {
             say(label("floor : read (\(name))") + String(format: "%7.1f µs cpu/read   %6.2f ms wall/read", floor.read.1 / Double(count) * 1e6, floor.read.0 / Double(count) * 1000))
             say(label("floor : write (\(name))") + String(format: "%7.1f µs cpu/write  %6.2f ms wall/write", floor.write.1 / Double(count) * 1e6, floor.write.0 / Double(count) * 1000))
+            if let n = floor.notify { say(label("floor : notifications (\(name))") + perKiB(n.figure, bytes: n.bytes)) }
         } else {
             say("floor : the raw H4 probe (\(name)) got no answer")
         }

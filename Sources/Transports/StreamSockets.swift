@@ -16,7 +16,8 @@ import Glibc
 func errnoString(_ e: Int32) -> String { String(cString: strerror(e)) }
 
 public enum StreamTransports {
-    /// H4 over TCP. Sets TCP_NODELAY and re-arms TCP_QUICKACK before each read.
+    /// H4 over TCP. Sets TCP_NODELAY, and acknowledges at once each read that ends
+    /// inside a packet (`ChannelTransport.readCompleted`).
     public static func tcp(host: String, port: UInt16, on loop: (any EventLoop)? = nil, logger: Logger) throws -> ChannelTransport {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC

@@ -2,6 +2,7 @@ import BLETesting
 import Foundation
 import HCI
 import Logging
+import Synchronization
 import Testing
 @testable import Transports
 #if canImport(Glibc)
@@ -209,5 +210,73 @@ struct KernelATTSocketTests {
         }
         #expect(L2CAPError(operation: "listening on the ATT channel", errno: EADDRINUSE).description.contains("bluetoothd"))
         #expect(L2CAPError(operation: "connecting", errno: EHOSTDOWN).description.contains("address type"))
+    }
+}
+
+/// A TCP peer that writes each packet as Rootcanal does: the H4 indicator, then the
+/// rest, in two writes, with Nagle's algorithm on, so the rest leaves only once the
+/// host acknowledges the indicator.
+struct TwoSegmentPeerTests {
+    /// What the peer saw: for each Command Complete, whether the host acknowledged its
+    /// lone indicator byte before Linux's delayed-ACK timer (40 ms at the least) could.
+    final class Log: Sendable {
+        let acknowledged = Mutex([Bool]())
+    }
+
+    @Test func aPacketSplitAfterItsIndicatorIsAcknowledgedAtOnce() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var a = sockaddr_in()
+        a.sin_family = sa_family_t(AF_INET)
+        a.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &a) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) == 0 && getsockname(listener, $0, &len) == 0 }
+        }
+        try #require(bound && listen(listener, 1) == 0)
+        let port = UInt16(bigEndian: a.sin_port)
+        let log = Log(), commands = 10
+        let peer = Thread {
+            let fd = accept(listener, nil, nil)
+            guard fd >= 0 else { return }
+            defer { close(fd) }
+            var limit = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            func readExactly(_ n: Int) -> [UInt8]? {
+                var out = [UInt8](repeating: 0, count: n), got = 0
+                while got < n {
+                    let r = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, n - got) }
+                    guard r > 0 else { return nil }
+                    got += r
+                }
+                return out
+            }
+            for _ in 0..<commands {
+                // H4 command: indicator, opcode, length, parameters.
+                guard let header = readExactly(4), header[0] == 0x01, let _ = readExactly(Int(header[3])) else { return }
+                // Command Complete (1 credit, the same opcode, status 0, BD_ADDR).
+                let rest: [UInt8] = [0x0E, 10, 1, header[1], header[2], 0, 1, 2, 3, 4, 5, 6]
+                guard write(fd, [UInt8(0x04)], 1) == 1 else { return }
+                // Unacknowledged bytes in the send queue (SIOCOUTQ), until the host's ACK.
+                let start = ContinuousClock.now
+                var unacknowledged: Int32 = 1
+                while unacknowledged > 0, ContinuousClock.now - start < .milliseconds(30) {
+                    _ = ioctl(fd, UInt(0x5411), &unacknowledged)
+                    if unacknowledged > 0 { usleep(200) }
+                }
+                log.acknowledged.withLock { $0.append(unacknowledged == 0) }
+                guard rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count else { return }
+            }
+        }
+        peer.start()
+        let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, logger: TransportsTests.logger)
+        let controller = HCIController(transport: transport, logger: TransportsTests.logger)
+        for _ in 0..<commands { _ = try await controller.send(ReadBDADDR()) }
+        await controller.close()
+        let seen = log.acknowledged.withLock { $0 }
+        #expect(seen.count == commands)
+        // Without the immediate ACK none would be: each waits for the delayed-ACK timer.
+        // A loaded machine may be slow to run the loop once or twice.
+        #expect(seen.filter { $0 }.count >= commands - 2, "\(seen)")
     }
 }
