@@ -36,7 +36,7 @@ while let a = argv.next() {
 }
 let root = FileManager.default.currentDirectoryPath
 
-func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 42 - s.count)) }
+func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 44 - s.count)) }
 
 // MARK: 1. Virtual radio
 
