@@ -184,13 +184,20 @@ struct TransportsTests {
     func freeLoopbackPort() throws -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
-        var a = sockaddr_in()
-        a.sin_family = sa_family_t(AF_INET)
-        a.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len); return getsockname(fd, $0, &len) } }
-        return UInt16(bigEndian: a.sin_port)
+        return try #require(bindToLoopback(fd))
     }
+}
+
+/// Binds `fd` to 127.0.0.1 on a port the kernel picks and returns the port (nil on failure).
+func bindToLoopback(_ fd: Int32) -> UInt16? {
+    var a = sockaddr_in()
+    a.sin_family = sa_family_t(AF_INET)
+    a.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &a) { p in
+        p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+    }
+    return bound ? UInt16(bigEndian: a.sin_port) : nil
 }
 
 struct KernelATTSocketTests {
@@ -226,15 +233,8 @@ struct TwoSegmentPeerTests {
     @Test func aPacketSplitAfterItsIndicatorIsAcknowledgedAtOnce() async throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(listener) }
-        var a = sockaddr_in()
-        a.sin_family = sa_family_t(AF_INET)
-        a.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &a) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, len) == 0 && getsockname(listener, $0, &len) == 0 }
-        }
-        try #require(bound && listen(listener, 1) == 0)
-        let port = UInt16(bigEndian: a.sin_port)
+        let port = try #require(bindToLoopback(listener))
+        try #require(listen(listener, 1) == 0)
         let log = Log(), commands = 10
         let peer = Thread {
             let fd = accept(listener, nil, nil)
