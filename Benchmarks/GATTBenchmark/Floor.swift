@@ -54,18 +54,11 @@ struct RawH4 {
     /// included) in `bytes`; nil when the socket ends, times out or the framing breaks.
     mutating func next() -> (type: UInt8, body: Range<Int>)? {
         while true {
-            if end - start >= 1 {
-                let type = buffer[start]
-                let header = type == 0x04 ? 2 : type == 0x02 ? 4 : 0
-                guard header > 0 else { return nil }
-                if end - start >= 1 + header {
-                    let length = type == 0x04 ? Int(buffer[start + 2]) : Int(buffer[start + 3]) | Int(buffer[start + 4]) << 8
-                    let total = 1 + header + length
-                    guard total <= buffer.count else { return nil }
-                    if end - start >= total {
-                        defer { start += total }
-                        return (type, start + 1 ..< start + total)
-                    }
+            if end - start >= 1, let total = packetLength(at: start) {
+                guard total > 0, total <= buffer.count else { return nil }
+                if end - start >= total {
+                    defer { start += total }
+                    return (buffer[start], start + 1 ..< start + total)
                 }
             }
             if start > 0 {
@@ -86,15 +79,22 @@ struct RawH4 {
         }
     }
 
+    /// The whole length of the packet read from `i` on (indicator and headers included):
+    /// nil while its header is incomplete, 0 for an indicator this probe does not know.
+    func packetLength(at i: Int) -> Int? {
+        let type = buffer[i]
+        let header = type == 0x04 ? 2 : type == 0x02 ? 4 : 0
+        guard header > 0 else { return 0 }
+        guard end - i >= 1 + header else { return nil }
+        return 1 + header + (type == 0x04 ? Int(buffer[i + 2]) : Int(buffer[i + 3]) | Int(buffer[i + 4]) << 8)
+    }
+
     /// Whether the bytes read so far end where a packet ends.
     func endsOnBoundary() -> Bool {
         var i = start
         while i < end {
-            let type = buffer[i]
-            let header = type == 0x04 ? 2 : type == 0x02 ? 4 : 0
-            guard header > 0, end - i >= 1 + header else { return false }
-            let length = type == 0x04 ? Int(buffer[i + 2]) : Int(buffer[i + 3]) | Int(buffer[i + 4]) << 8
-            i += 1 + header + length
+            guard let total = packetLength(at: i), total > 0 else { return false }
+            i += total
         }
         return i == end
     }
