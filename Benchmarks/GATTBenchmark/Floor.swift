@@ -14,13 +14,16 @@ import Glibc
 
 /// Raw H4 over TCP: whole packets out of a byte buffer. Blocking reads, or (`polled`)
 /// the system calls of an event loop: a non-blocking socket, a wait for readability
-/// before each read (poll(2): Glibc's module has no epoll; the wake-up is the same) and,
-/// when the bytes read end inside a packet, the immediate ACK `ChannelTransport` sends.
+/// before each read (poll(2): Glibc's module has no epoll; the wake-up is the same) and
+/// the ACKs `ChannelTransport` sends (`BoundedAck`): at once when the bytes read end
+/// inside a packet, 1 ms later when they end on a boundary and nothing was sent since.
 struct RawH4 {
     let fd: Int32
     let polled: Bool
     private var buffer = [UInt8](repeating: 0, count: 4096)
     private var start = 0, end = 0
+    /// Polled: a read ended on a boundary and nothing was sent since; when it is due.
+    private var ackDue: ContinuousClock.Instant?
 
     init?(port: UInt16, polled: Bool = false) {
         self.polled = polled
@@ -46,8 +49,14 @@ struct RawH4 {
 
     func close() { _ = Glibc.close(fd) }
 
-    func send(_ bytes: [UInt8]) -> Bool {
-        bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) == $0.count }
+    mutating func send(_ bytes: [UInt8]) -> Bool {
+        ackDue = nil
+        return bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) == $0.count }
+    }
+
+    private func acknowledgeNow() {
+        var acknowledgeNow: Int32 = 2
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &acknowledgeNow, socklen_t(MemoryLayout<Int32>.size))
     }
 
     /// The next whole packet: its H4 indicator and the range of its body (headers
@@ -67,14 +76,27 @@ struct RawH4 {
             }
             if polled {
                 var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                guard Glibc.poll(&ready, 1, 5000) == 1 else { return nil }
+                if let due = ackDue {
+                    // Wait until the ACK is due (poll's 1 ms resolution), then send it.
+                    let left = (due - .now) / .milliseconds(1)
+                    if Glibc.poll(&ready, 1, Int32(max(0, left.rounded(.up)))) == 0 {
+                        ackDue = nil
+                        acknowledgeNow()
+                    }
+                }
+                if ready.revents == 0 { guard Glibc.poll(&ready, 1, 5000) == 1 else { return nil } }
             }
-            let got = buffer.withUnsafeMutableBytes { b in read(fd, b.baseAddress! + end, b.count - end) }
+            let (socket, filled) = (fd, end)
+            let got = buffer.withUnsafeMutableBytes { b in read(socket, b.baseAddress! + filled, b.count - filled) }
             guard got > 0 else { return nil }
             end += got
-            if polled && !endsOnBoundary() {
-                var acknowledgeNow: Int32 = 2
-                setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &acknowledgeNow, socklen_t(MemoryLayout<Int32>.size))
+            if polled {
+                if !endsOnBoundary() {
+                    ackDue = nil
+                    acknowledgeNow()
+                } else if ackDue == nil {
+                    ackDue = .now + .milliseconds(1)
+                }
             }
         }
     }

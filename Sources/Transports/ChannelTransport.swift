@@ -41,8 +41,7 @@ public final class ChannelTransport: HCITransport {
     public let label: String
     private let loop: any EventLoop
     private let logger: Logger
-    /// The socket to acknowledge at once after a read that ends inside a packet, when
-    /// asked for (`readCompleted`).
+    /// The TCP socket whose ACKs the transport sends itself, when asked for (`BoundedAck`).
     private let quickAckSocket: Int32?
     private let state = Mutex(State())
     private let stream: AsyncThrowingStream<HCIPacket, any Error>
@@ -69,9 +68,9 @@ public final class ChannelTransport: HCITransport {
 
     /// Wraps a descriptor of the given kind; takes ownership of `fd`.
     /// - Parameters:
-    ///   - quickAck: acknowledge at once a read that ends inside a packet (TCP peers that
-    ///     write a packet in two segments, like Rootcanal, otherwise stall on our delayed
-    ///     ACK; see `readCompleted`).
+    ///   - quickAck: acknowledge what was read sooner than Linux's delayed ACK (TCP peers
+    ///     that write a packet in two segments, like Rootcanal, otherwise stall on it;
+    ///     see `BoundedAck`).
     init(fd: Int32, kind: Descriptor, label: String, quickAck: Bool = false, on loop: (any EventLoop)? = nil, logger: Logger) {
         let loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.loop = loop
@@ -198,25 +197,19 @@ public final class ChannelTransport: HCITransport {
         if let target { target.loop.execute { target.receive(input) } }
     }
 
-    /// Called on the loop while the channel is open (so `fd` is still the channel's), at
-    /// the end of each read, `insidePacket` when the bytes read end inside a packet.
+    /// Sends the ACK the kernel holds for the socket, now; called on the loop while the
+    /// channel is open (so `fd` is still the channel's). See `BoundedAck` for when.
     ///
-    /// Rootcanal writes each packet as two writes (the H4 indicator, then the rest) with
-    /// Nagle's algorithm on: the rest leaves only once we acknowledge the indicator, and
-    /// Linux delays that ACK up to 40 ms when nothing of ours goes out (an HCI command's
-    /// Command Complete took 45 ms). So a read that ends inside a packet is acknowledged
-    /// at once: TCP_QUICKACK with the value 2 sends the pending ACK and leaves the
-    /// socket in delayed-ACK mode (Linux's `__tcp_sock_set_quickack`: an even value
-    /// re-enters it). A read that ends where a packet ends is not: quick-ACK mode (the
-    /// value 1, which stays on) acknowledged every segment of a burst as it arrived, so
-    /// the peer wrote each piece as its own segment and each woke the loop (per KiB
-    /// notified: ~300 µs of CPU at the system calls alone, against ~90 µs this way).
+    /// TCP_QUICKACK with the value 2 sends the pending ACK and leaves the socket in
+    /// delayed-ACK mode (Linux's `__tcp_sock_set_quickack`: an even value re-enters it).
     /// A plain setsockopt(2): NIO's option API casts the option type on every call.
-    fileprivate func readCompleted(insidePacket: Bool) {
-        guard insidePacket, let fd = quickAckSocket else { return }
+    fileprivate func acknowledgeNow() {
+        guard let fd = quickAckSocket else { return }
         var acknowledgeNow: Int32 = 2
         _ = setsockopt(fd, Int32(IPPROTO_TCP), TCP_QUICKACK, &acknowledgeNow, socklen_t(MemoryLayout<Int32>.size))
     }
+
+    fileprivate var acknowledges: Bool { quickAckSocket != nil }
 
     public func send(_ packet: HCIPacket) async throws { try sendNow([packet]) }
 
@@ -306,18 +299,104 @@ private final class OnePacketAtATime: @unchecked Sendable {
     }
 }
 
-/// The channel's one handler: bytes in, H4 framing, packets to the transport.
-private final class H4ChannelHandler: ChannelInboundHandler {
+/// When a TCP transport acknowledges what it read, rather than leaving it to Linux's
+/// delayed ACK (40 ms at the least when nothing of ours goes out).
+///
+/// Rootcanal writes each packet as two writes (the H4 indicator, then the rest) with
+/// Nagle's algorithm on: while any byte it sent is unacknowledged, its next small write
+/// waits for our ACK. So:
+/// - a read that ends inside a packet is acknowledged at once: the rest of the packet
+///   is held behind that ACK (an HCI command's Command Complete took 45 ms without it);
+/// - a read that ends where a packet ends is acknowledged `delay` later: the next
+///   packet's indicator is held behind that ACK (an event 5 ms after another arrived
+///   ~37 ms late without it), but what the peer writes within `delay` leaves in one
+///   segment.
+///
+/// Our own bytes carry the ACK: nothing is sent for a read when we flushed after it,
+/// and the timer is armed only once the work the read started has run (the loop's
+/// queued jobs, where a task the read resumed writes its next request), so a request
+/// answered on the loop costs no timer. A flush that finds the socket full sends
+/// nothing; the kernel's own delayed ACK then remains.
+///
+/// Acknowledging every read at once (quick-ACK mode, TCP_QUICKACK 1, which stays on)
+/// let the peer write each piece of a burst as its own segment, and each woke the
+/// loop (per KiB notified: ~300 µs of CPU at the system calls alone, against ~90 µs
+/// this way). Used only on the channel's loop.
+struct BoundedAck {
+    /// How long an ACK owed after a read that ended on a packet boundary may wait.
+    static let delay = TimeAmount.milliseconds(1)
+
+    enum Action: Equatable {
+        case none
+        /// Acknowledge now.
+        case acknowledge
+        /// Call `queuedWorkRan` once the loop's queued jobs have run.
+        case checkAfterQueuedWork
+        /// Arm the timer: `timerFired` after `delay`.
+        case armTimer
+    }
+
+    /// The bytes read are unacknowledged (a read ended on a packet boundary, and
+    /// nothing of ours went out after it).
+    private(set) var owed = false
+    private var flushedSinceRead = false
+    private var checking = false
+    private var armed = false
+
+    /// Bytes were read (one read(2); `readCompleted` follows the last of a batch).
+    mutating func read() { flushedSinceRead = false }
+
+    /// Our bytes went out: they carry the ACK for everything read before.
+    mutating func flushed() {
+        owed = false
+        flushedSinceRead = true
+    }
+
+    /// At the end of a batch of reads.
+    mutating func readCompleted(insidePacket: Bool) -> Action {
+        if flushedSinceRead { return .none }
+        if insidePacket {
+            owed = false
+            return .acknowledge
+        }
+        owed = true
+        if armed || checking { return .none }
+        checking = true
+        return .checkAfterQueuedWork
+    }
+
+    mutating func queuedWorkRan() -> Action {
+        checking = false
+        guard owed, !armed else { return .none }
+        armed = true
+        return .armTimer
+    }
+
+    mutating func timerFired() -> Action {
+        armed = false
+        guard owed else { return .none }
+        owed = false
+        return .acknowledge
+    }
+}
+
+/// The channel's one handler: bytes in, H4 framing, packets to the transport; on TCP,
+/// the ACKs (`BoundedAck`).
+private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallbackHandler {
     typealias InboundIn = ByteBuffer
+    typealias OutboundIn = ByteBuffer
 
     private weak var transport: ChannelTransport?
     private var framer = H4Framer()
     private var failed = false
-
+    private var ack = BoundedAck()
+    /// Cleared when the channel closes (its descriptor with it): no ACK after that.
+    private var open = true
     init(transport: ChannelTransport) { self.transport = transport }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
+        ack.read()
         let buffer = unwrapInboundIn(data)
         buffer.withUnsafeReadableBytes { framer.append($0) }
         var packets: [HCIPacket] = []
@@ -336,10 +415,33 @@ private final class H4ChannelHandler: ChannelInboundHandler {
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
-        transport?.readCompleted(insidePacket: framer.bufferedByteCount > 0)
+        guard let transport, transport.acknowledges else { return }
+        perform(ack.readCompleted(insidePacket: framer.bufferedByteCount > 0), on: context.eventLoop)
+    }
+
+    func flush(context: ChannelHandlerContext) {
+        ack.flushed()
+        context.flush()
+    }
+
+    func handleScheduledCallback(eventLoop: some EventLoop) {
+        perform(ack.timerFired(), on: eventLoop)
+    }
+
+    private func perform(_ action: BoundedAck.Action, on loop: some EventLoop) {
+        switch action {
+        case .none: break
+        case .acknowledge: if open { transport?.acknowledgeNow() }
+        case .checkAfterQueuedWork:
+            loop.assumeIsolated().execute { self.perform(self.ack.queuedWorkRan(), on: loop) }
+        case .armTimer:
+            // Fails only on a loop that is shutting down: the kernel's own delayed ACK remains.
+            _ = try? loop.assumeIsolated().scheduleCallback(in: BoundedAck.delay, handler: self)
+        }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        open = false
         transport?.end(.endOfStream)
     }
 

@@ -16,8 +16,8 @@ import Glibc
 func errnoString(_ e: Int32) -> String { String(cString: strerror(e)) }
 
 public enum StreamTransports {
-    /// H4 over TCP. Sets TCP_NODELAY, and acknowledges at once each read that ends
-    /// inside a packet (`ChannelTransport.readCompleted`).
+    /// H4 over TCP. Sets TCP_NODELAY, and acknowledges a read that ends inside a packet
+    /// at once, one that ends on a packet boundary within 1 ms (`BoundedAck`).
     public static func tcp(host: String, port: UInt16, on loop: (any EventLoop)? = nil, logger: Logger) throws -> ChannelTransport {
         var hints = addrinfo()
         hints.ai_family = AF_UNSPEC
