@@ -23,7 +23,9 @@ public struct ReplayOptions: Sendable {
         /// (by connection handle). Between flows the host may interleave differently, as
         /// concurrent work does (a peripheral restarting its advertising while it answers
         /// the central's first requests), but never ahead of a controller packet the
-        /// recorded host had received first. The default.
+        /// recorded host had received first and that can be its cause: a command may go
+        /// ahead of links' data (ACL data, Number Of Completed Packets), link data ahead
+        /// of a command's answer (Command Complete, Command Status). The default.
         case perFlow
     }
 
@@ -317,8 +319,12 @@ public final class ReplayTransport: HCITransport {
             return refuse(expecting: due)
         }
         // Causality holds in either ordering: the host may not send what the recorded host
-        // sent only after a controller packet that has not been delivered yet.
-        if (s.cursor..<i).contains(where: { !steps[$0].fromHost }) { return refuse(expecting: due) }
+        // sent only after a controller packet that has not been delivered yet (per flow,
+        // only one that can be its cause: `mayCause`).
+        let total = options.ordering == .total
+        if (s.cursor..<i).contains(where: { !steps[$0].fromHost && (total || Self.mayCause(steps[$0].packet, p)) }) {
+            return refuse(expecting: due)
+        }
         guard steps[i].packet == p else { return refuse(expecting: i) }
         s.consumed[i] = true
         s.progress &+= 1
@@ -368,6 +374,23 @@ public final class ReplayTransport: HCITransport {
     }
 
     // MARK: Helpers
+
+    /// Whether the recorded controller packet `c`, before the host packet `p`, counts as
+    /// a possible cause of `p` when flows may interleave. A command is not sent because
+    /// of links' data and its flow control (ACL data, Number Of Completed Packets), nor
+    /// is link data because of a command's answer (Command Complete, Command Status):
+    /// the recorded host's own work (resuming its advertising) may have waited behind
+    /// a central's requests that reached its loop first, or a program's notification
+    /// behind a command. Every other event counts (a link's start or end, a Long Term
+    /// Key Request, ...).
+    static func mayCause(_ c: HCIPacket, _ p: HCIPacket) -> Bool {
+        switch (c, p) {
+        case (.acl, .command): false
+        case let (.event(code, _), .command): code != .numberOfCompletedPackets
+        case let (.event(code, _), .acl): code != .commandComplete && code != .commandStatus
+        default: true
+        }
+    }
 
     static func commandOpcode(_ p: HCIPacket) -> HCIOpcode? {
         switch p {

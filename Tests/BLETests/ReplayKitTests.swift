@@ -55,12 +55,13 @@ import Testing
         for _ in 0..<10 {
             // Same inputs, same conversation, per flow (the default). Not in total order:
             // the peripheral resumes advertising while it answers the central's first
-            // requests, and one recording in ~10 had the resumption's last command (LE Set
-            // Advertising Enable) after two ATT exchanges that followed its previous
+            // requests, and about one recording in 40 had the resumption's last command
+            // (LE Set Advertising Enable) after ATT exchanges that followed its previous
             // Command Complete (the central's requests reached the recording host's loop
-            // before the resumption's task did). The replay hands each request as soon as
-            // the host packet before it is sent, after the resumption was queued, so the
-            // host sends that command first, in every replay of that recording.
+            // before the resumption's task did). The replay hands each request in a job
+            // queued when the host packet before it is sent, after the resumption was
+            // queued, so the host sends that command first, in every replay of that
+            // recording. Per flow, such a command may go ahead of links' data.
             let replay = try ReplayTransport(contentsOf: p)
             let host = BluetoothHost(transport: replay, logger: Bench.logger)
             try await host.start()
@@ -92,7 +93,7 @@ import Testing
         #expect(m.expectedDecoded?.contains("Read Request") == true, "\(m)")
         #expect(m.actualDecoded?.contains("Write Request") == true, "\(m)")
         #expect(m.frame > 20)
-        await #expect(throws: m) { try await replay.finished(within: .seconds(1)) }
+        await #expect(throws: m) { try await replay.finished(within: Duration.seconds(1)) }
         await host.close()
     }
 
@@ -134,6 +135,84 @@ import Testing
         #expect(try await BatteryFlow.central(host).count == 3)
         try await replay.finished()
         await host.close()
+    }
+
+    static func trace(_ records: [(HCIPacket, TraceRecord.Direction)]) -> Trace {
+        Trace(format: .btsnoop(datalink: TraceFormat.btsnoopH4),
+              records: records.map { TraceRecord(timestampMicros: 0, packet: $0.0, direction: $0.1) })
+    }
+
+    static func acl(_ att: [UInt8]) -> HCIPacket {
+        .acl(ACLDataPacket(handle: 0x41, boundary: .firstNonFlushable, data: [UInt8(att.count), 0, 4, 0] + att))
+    }
+
+    static func complete(_ op: HCIOpcode) -> HCIPacket {
+        HCIEvent.commandComplete(CommandComplete(commandOpcode: op, returnParameters: [0])).packet
+    }
+
+    /// What a replay hands the host, once it has taken `count` packets.
+    static func handed(_ replay: ReplayTransport, _ count: Int) async throws -> [HCIPacket] {
+        var handed: [HCIPacket] = []
+        for try await p in replay.inbound {
+            handed.append(p)
+            if handed.count == count { break }
+        }
+        return handed
+    }
+
+    @Test func perFlowACommandMayGoAheadOfLinkDataOnly() async throws {
+        let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
+        let completed = HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 0x41, numCompletedPackets: 1)])).packet
+        let disconnected = HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x41, reason: .remoteUserTerminatedConnection)).packet
+        let scanResponse = LESetScanResponseData(data: []).packet, enable = LESetAdvertisingEnable(advertisingEnable: true).packet
+        // A peripheral's recording: its advertising's next command went out only after
+        // it had answered a request that arrived in between.
+        func recording(_ between: HCIPacket) -> Trace {
+            Self.trace([(scanResponse, host), (Self.complete(.leSetScanResponseData), controller),
+                        (Self.acl([0x0A, 0x03, 0x00]), controller), (Self.acl([0x0B, 0x64]), host),
+                        (between, controller), (enable, host), (Self.complete(.leSetAdvertisingEnable), controller)])
+        }
+        // The replayed host is quicker: its Enable goes before its answer to the request.
+        let replay = ReplayTransport(trace: recording(completed))
+        try replay.sendNow([scanResponse, enable, Self.acl([0x0B, 0x64])])
+        // Each controller packet once, in the recorded order, none ahead of what it follows.
+        let handed = try await Self.handed(replay, 4)
+        #expect(handed == [Self.complete(.leSetScanResponseData), Self.acl([0x0A, 0x03, 0x00]), completed, Self.complete(.leSetAdvertisingEnable)])
+        try await replay.finished(within: Duration.seconds(1))
+
+        // In total order the same host is refused, and per flow so is a command ahead of
+        // an event other than links' data (here a link's end).
+        for (trace, ordering) in [(recording(completed), ReplayOptions.Ordering.total), (recording(disconnected), .perFlow)] {
+            let strict = ReplayTransport(trace: trace, options: ReplayOptions(ordering: ordering))
+            try strict.sendNow([scanResponse])
+            #expect(throws: ReplayMismatch.self, "\(ordering)") { try strict.sendNow([enable]) }
+        }
+    }
+
+    @Test func perFlowLinkDataMayGoAheadOfACommandsAnswerOnly() async throws {
+        let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
+        let scanResponse = LESetScanResponseData(data: []).packet, enable = LESetAdvertisingEnable(advertisingEnable: true).packet
+        let subscribe = Self.acl([0x12, 0x11, 0x00, 0x01, 0x00]), subscribed = Self.acl([0x13]), notification = Self.acl([0x1B, 0x10, 0x00, 0x63])
+        // A peripheral's recording: the program's notification went out after its
+        // advertising's Enable was answered.
+        func recording(_ answer: HCIPacket) -> Trace {
+            Self.trace([(scanResponse, host), (Self.complete(.leSetScanResponseData), controller), (subscribe, controller),
+                        (subscribed, host), (enable, host), (answer, controller), (notification, host)])
+        }
+        // The replayed program is quicker: its notification goes before the Enable.
+        let replay = ReplayTransport(trace: recording(Self.complete(.leSetAdvertisingEnable)))
+        try replay.sendNow([scanResponse, subscribed, notification, enable])
+        let handed = try await Self.handed(replay, 3)
+        #expect(handed == [Self.complete(.leSetScanResponseData), subscribe, Self.complete(.leSetAdvertisingEnable)])
+        try await replay.finished(within: Duration.seconds(1))
+
+        // Not ahead of an event that can be its cause (here a link's end), nor in total order.
+        let ended = HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x41, reason: .remoteUserTerminatedConnection)).packet
+        for (trace, ordering) in [(recording(Self.complete(.leSetAdvertisingEnable)), ReplayOptions.Ordering.total), (recording(ended), .perFlow)] {
+            let strict = ReplayTransport(trace: trace, options: ReplayOptions(ordering: ordering))
+            try strict.sendNow([scanResponse, subscribed])
+            #expect(throws: ReplayMismatch.self, "\(ordering)") { try strict.sendNow([notification]) }
+        }
     }
 
     @Test func addressesAreSubstituted() async throws {
