@@ -23,9 +23,8 @@ public struct ReplayOptions: Sendable {
         /// (by connection handle). Between flows the host may interleave differently, as
         /// concurrent work does (a peripheral restarting its advertising while it answers
         /// the central's first requests), but never ahead of a controller packet the
-        /// recorded host had received first and that can be its cause: a command may go
-        /// ahead of links' data (ACL data, Number Of Completed Packets), link data ahead
-        /// of a command's answer (Command Complete, Command Status). The default.
+        /// recorded host had received first (see `independentCommands` for the one
+        /// exception). The default.
         case perFlow
     }
 
@@ -38,6 +37,22 @@ public struct ReplayOptions: Sendable {
     }
 
     public var ordering: Ordering
+    /// Commands the host sends on its own schedule, not because of a link's traffic (a
+    /// peripheral resuming its advertising when a central connects): per flow, they
+    /// may go ahead of links' data (ACL data, Number Of Completed Packets) the recorded
+    /// host had received first, and links' data may go ahead of their answers (Command
+    /// Complete, Command Status). The recorded host's resumption may have waited behind
+    /// a central's requests that reached its loop first, where the replayed one does
+    /// not. Empty by default: a program's own commands (a disconnection after its
+    /// notifications) follow the links' traffic it saw. `advertisingCommands` lists the
+    /// advertising commands.
+    public var independentCommands: Set<HCIOpcode>
+    /// The legacy and extended advertising commands a host resumes advertising with.
+    public static let advertisingCommands: Set<HCIOpcode> = [
+        .leSetRandomAddress, .leSetAdvertisingParameters, .leSetAdvertisingData, .leSetScanResponseData, .leSetAdvertisingEnable,
+        .leSetAdvertisingSetRandomAddress, .leSetExtendedAdvertisingParameters, .leSetExtendedAdvertisingData,
+        .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable,
+    ]
     /// Commands the host may send or not (LE Rand, LE Encrypt, ...): left out of the
     /// recording and not checked; when the host sends one, it gets the recorded
     /// answer to the next such command, else a bare success Command Complete.
@@ -49,9 +64,10 @@ public struct ReplayOptions: Sendable {
     /// How long the host may stay silent while the recording expects a packet from it.
     public var timeout: Duration
 
-    public init(ordering: Ordering = .perFlow, ignoredCommands: Set<HCIOpcode> = [], addresses: [BluetoothAddress: BluetoothAddress] = [:],
-                trailing: Trailing = .refused, timeout: Duration = .seconds(5)) {
+    public init(ordering: Ordering = .perFlow, independentCommands: Set<HCIOpcode> = [], ignoredCommands: Set<HCIOpcode> = [],
+                addresses: [BluetoothAddress: BluetoothAddress] = [:], trailing: Trailing = .refused, timeout: Duration = .seconds(5)) {
         self.ordering = ordering
+        self.independentCommands = independentCommands
         self.ignoredCommands = ignoredCommands
         self.addresses = addresses
         self.trailing = trailing
@@ -320,9 +336,9 @@ public final class ReplayTransport: HCITransport {
         }
         // Causality holds in either ordering: the host may not send what the recorded host
         // sent only after a controller packet that has not been delivered yet (per flow,
-        // only one that can be its cause: `mayCause`).
+        // `independentCommands` excepted).
         let total = options.ordering == .total
-        if (s.cursor..<i).contains(where: { !steps[$0].fromHost && (total || Self.mayCause(steps[$0].packet, p)) }) {
+        if (s.cursor..<i).contains(where: { !steps[$0].fromHost && (total || mayCause(steps[$0].packet, p)) }) {
             return refuse(expecting: due)
         }
         guard steps[i].packet == p else { return refuse(expecting: i) }
@@ -376,19 +392,16 @@ public final class ReplayTransport: HCITransport {
     // MARK: Helpers
 
     /// Whether the recorded controller packet `c`, before the host packet `p`, counts as
-    /// a possible cause of `p` when flows may interleave. A command is not sent because
-    /// of links' data and its flow control (ACL data, Number Of Completed Packets), nor
-    /// is link data because of a command's answer (Command Complete, Command Status):
-    /// the recorded host's own work (resuming its advertising) may have waited behind
-    /// a central's requests that reached its loop first, or a program's notification
-    /// behind a command. Every other event counts (a link's start or end, a Long Term
-    /// Key Request, ...).
-    static func mayCause(_ c: HCIPacket, _ p: HCIPacket) -> Bool {
+    /// a possible cause of `p` when flows may interleave: always, except between links'
+    /// data and the `independentCommands` (see there) with their answers.
+    private func mayCause(_ c: HCIPacket, _ p: HCIPacket) -> Bool {
+        let independent = options.independentCommands
+        guard !independent.isEmpty else { return true }
         switch (c, p) {
-        case (.acl, .command): false
-        case let (.event(code, _), .command): code != .numberOfCompletedPackets
-        case let (.event(code, _), .acl): code != .commandComplete && code != .commandStatus
-        default: true
+        case let (.acl, .command(opcode, _)): return !independent.contains(opcode)
+        case let (.event(code, _), .command(opcode, _)) where code == .numberOfCompletedPackets: return !independent.contains(opcode)
+        case (.event, .acl): return Self.commandOpcode(c).map { !independent.contains($0) } ?? true
+        default: return true
         }
     }
 

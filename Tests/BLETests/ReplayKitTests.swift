@@ -61,8 +61,9 @@ import Testing
             // before the resumption's task did). The replay hands each request in a job
             // queued when the host packet before it is sent, after the resumption was
             // queued, so the host sends that command first, in every replay of that
-            // recording. Per flow, such a command may go ahead of links' data.
-            let replay = try ReplayTransport(contentsOf: p)
+            // recording. The advertising commands are declared independent: they may go
+            // ahead of links' data.
+            let replay = try ReplayTransport(contentsOf: p, options: Self.independent)
             let host = BluetoothHost(transport: replay, logger: Bench.logger)
             try await host.start()
             try await BatteryFlow.peripheral(host)
@@ -146,6 +147,11 @@ import Testing
         .acl(ACLDataPacket(handle: 0x41, boundary: .firstNonFlushable, data: [UInt8(att.count), 0, 4, 0] + att))
     }
 
+    static func commandOpcode(_ p: HCIPacket) -> HCIOpcode {
+        if case let .command(opcode, _) = p { return opcode }
+        return HCIOpcode(rawValue: 0)
+    }
+
     static func complete(_ op: HCIOpcode) -> HCIPacket {
         HCIEvent.commandComplete(CommandComplete(commandOpcode: op, returnParameters: [0])).packet
     }
@@ -160,36 +166,44 @@ import Testing
         return handed
     }
 
-    @Test func perFlowACommandMayGoAheadOfLinkDataOnly() async throws {
+    static let independent = ReplayOptions(independentCommands: ReplayOptions.advertisingCommands)
+
+    @Test func anIndependentCommandMayGoAheadOfLinkDataOnly() async throws {
         let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
         let completed = HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 0x41, numCompletedPackets: 1)])).packet
         let disconnected = HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x41, reason: .remoteUserTerminatedConnection)).packet
         let scanResponse = LESetScanResponseData(data: []).packet, enable = LESetAdvertisingEnable(advertisingEnable: true).packet
         // A peripheral's recording: its advertising's next command went out only after
         // it had answered a request that arrived in between.
-        func recording(_ between: HCIPacket) -> Trace {
+        func recording(_ between: HCIPacket, then command: HCIPacket = enable) -> Trace {
             Self.trace([(scanResponse, host), (Self.complete(.leSetScanResponseData), controller),
                         (Self.acl([0x0A, 0x03, 0x00]), controller), (Self.acl([0x0B, 0x64]), host),
-                        (between, controller), (enable, host), (Self.complete(.leSetAdvertisingEnable), controller)])
+                        (between, controller), (command, host), (Self.complete(Self.commandOpcode(command)), controller)])
         }
         // The replayed host is quicker: its Enable goes before its answer to the request.
-        let replay = ReplayTransport(trace: recording(completed))
+        let replay = ReplayTransport(trace: recording(completed), options: Self.independent)
         try replay.sendNow([scanResponse, enable, Self.acl([0x0B, 0x64])])
         // Each controller packet once, in the recorded order, none ahead of what it follows.
         let handed = try await Self.handed(replay, 4)
         #expect(handed == [Self.complete(.leSetScanResponseData), Self.acl([0x0A, 0x03, 0x00]), completed, Self.complete(.leSetAdvertisingEnable)])
         try await replay.finished(within: Duration.seconds(1))
 
-        // In total order the same host is refused, and per flow so is a command ahead of
-        // an event other than links' data (here a link's end).
-        for (trace, ordering) in [(recording(completed), ReplayOptions.Ordering.total), (recording(disconnected), .perFlow)] {
-            let strict = ReplayTransport(trace: trace, options: ReplayOptions(ordering: ordering))
+        // Refused: without the option, in total order, ahead of an event other than
+        // links' data (here a link's end), and a command not listed (a program's
+        // disconnection follows the traffic it saw).
+        var total = Self.independent
+        total.ordering = .total
+        let disconnect = Disconnect(connectionHandle: 0x41, reason: .remoteUserTerminatedConnection).packet
+        for (trace, options, early) in [(recording(completed), ReplayOptions(), enable), (recording(completed), total, enable),
+                                        (recording(disconnected), Self.independent, enable),
+                                        (recording(completed, then: disconnect), Self.independent, disconnect)] {
+            let strict = ReplayTransport(trace: trace, options: options)
             try strict.sendNow([scanResponse])
-            #expect(throws: ReplayMismatch.self, "\(ordering)") { try strict.sendNow([enable]) }
+            #expect(throws: ReplayMismatch.self, "\(options) \(early)") { try strict.sendNow([early]) }
         }
     }
 
-    @Test func perFlowLinkDataMayGoAheadOfACommandsAnswerOnly() async throws {
+    @Test func linkDataMayGoAheadOfAnIndependentCommandsAnswerOnly() async throws {
         let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
         let scanResponse = LESetScanResponseData(data: []).packet, enable = LESetAdvertisingEnable(advertisingEnable: true).packet
         let subscribe = Self.acl([0x12, 0x11, 0x00, 0x01, 0x00]), subscribed = Self.acl([0x13]), notification = Self.acl([0x1B, 0x10, 0x00, 0x63])
@@ -200,18 +214,23 @@ import Testing
                         (subscribed, host), (enable, host), (answer, controller), (notification, host)])
         }
         // The replayed program is quicker: its notification goes before the Enable.
-        let replay = ReplayTransport(trace: recording(Self.complete(.leSetAdvertisingEnable)))
+        let replay = ReplayTransport(trace: recording(Self.complete(.leSetAdvertisingEnable)), options: Self.independent)
         try replay.sendNow([scanResponse, subscribed, notification, enable])
         let handed = try await Self.handed(replay, 3)
         #expect(handed == [Self.complete(.leSetScanResponseData), subscribe, Self.complete(.leSetAdvertisingEnable)])
         try await replay.finished(within: Duration.seconds(1))
 
-        // Not ahead of an event that can be its cause (here a link's end), nor in total order.
+        // Refused: without the option, in total order, ahead of an event that can be its
+        // cause (here a link's end), and ahead of the answer to a command not listed.
+        var total = Self.independent
+        total.ordering = .total
         let ended = HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x41, reason: .remoteUserTerminatedConnection)).packet
-        for (trace, ordering) in [(recording(Self.complete(.leSetAdvertisingEnable)), ReplayOptions.Ordering.total), (recording(ended), .perFlow)] {
-            let strict = ReplayTransport(trace: trace, options: ReplayOptions(ordering: ordering))
+        let answered = recording(Self.complete(.leSetAdvertisingEnable))
+        for (trace, options) in [(answered, ReplayOptions()), (answered, total), (recording(ended), Self.independent),
+                                 (answered, ReplayOptions(independentCommands: [.leSetScanResponseData]))] {
+            let strict = ReplayTransport(trace: trace, options: options)
             try strict.sendNow([scanResponse, subscribed])
-            #expect(throws: ReplayMismatch.self, "\(ordering)") { try strict.sendNow([notification]) }
+            #expect(throws: ReplayMismatch.self, "\(options)") { try strict.sendNow([notification]) }
         }
     }
 
