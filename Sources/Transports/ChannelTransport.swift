@@ -392,6 +392,7 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     private var ack = BoundedAck()
     /// Cleared when the channel closes (its descriptor with it): no ACK after that.
     private var open = true
+
     init(transport: ChannelTransport) { self.transport = transport }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

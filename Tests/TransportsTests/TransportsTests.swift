@@ -231,11 +231,32 @@ struct TwoSegmentPeerTests {
         let acknowledged = Mutex([Bool]())
     }
 
+    /// A TCP socket listening on 127.0.0.1, and its port; nil when none could be had.
+    static func listening() -> (fd: Int32, port: UInt16)? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard let port = bindToLoopback(fd), listen(fd, 1) == 0 else {
+            close(fd)
+            return nil
+        }
+        return (fd, port)
+    }
+
+    /// How long the peer's send queue keeps unacknowledged bytes (SIOCOUTQ) until the
+    /// host's ACK; nil when it did not come within `limit`.
+    static func acknowledgement(on fd: Int32, within limit: Duration) -> Duration? {
+        let start = ContinuousClock.now
+        var unacknowledged: Int32 = 1
+        while true {
+            _ = ioctl(fd, UInt(0x5411), &unacknowledged)
+            if unacknowledged == 0 { return ContinuousClock.now - start }
+            if ContinuousClock.now - start >= limit { return nil }
+            usleep(200)
+        }
+    }
+
     @Test func aPacketSplitAfterItsIndicatorIsAcknowledgedAtOnce() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try #require(Self.listening())
         defer { close(listener) }
-        let port = try #require(bindToLoopback(listener))
-        try #require(listen(listener, 1) == 0)
         let log = Log(), commands = 10
         let peer = Thread {
             let fd = accept(listener, nil, nil)
@@ -258,14 +279,8 @@ struct TwoSegmentPeerTests {
                 // Command Complete (1 credit, the same opcode, status 0, BD_ADDR).
                 let rest: [UInt8] = [0x0E, 10, 1, header[1], header[2], 0, 1, 2, 3, 4, 5, 6]
                 guard write(fd, [UInt8(0x04)], 1) == 1 else { return }
-                // Unacknowledged bytes in the send queue (SIOCOUTQ), until the host's ACK.
-                let start = ContinuousClock.now
-                var unacknowledged: Int32 = 1
-                while unacknowledged > 0, ContinuousClock.now - start < .milliseconds(30) {
-                    _ = ioctl(fd, UInt(0x5411), &unacknowledged)
-                    if unacknowledged > 0 { usleep(200) }
-                }
-                log.acknowledged.withLock { $0.append(unacknowledged == 0) }
+                let acknowledged = Self.acknowledgement(on: fd, within: .milliseconds(30)) != nil
+                log.acknowledged.withLock { $0.append(acknowledged) }
                 guard rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count else { return }
             }
         }
@@ -341,10 +356,8 @@ struct TwoSegmentPeerTests {
     }
 
     @Test func aReadEndingOnAPacketBoundaryIsAcknowledgedWithinMilliseconds() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try #require(Self.listening())
         defer { close(listener) }
-        let port = try #require(bindToLoopback(listener))
-        try #require(listen(listener, 1) == 0)
         let waits = Waits(), events = 20
         let peer = Thread {
             let fd = accept(listener, nil, nil)
@@ -358,14 +371,8 @@ struct TwoSegmentPeerTests {
                 guard write(fd, [UInt8(0x04)], 1) == 1,
                     rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count
                 else { return }
-                // Unacknowledged bytes in the send queue (SIOCOUTQ), until the host's ACK.
-                let start = ContinuousClock.now
-                var unacknowledged: Int32 = 1
-                while unacknowledged > 0, ContinuousClock.now - start < .milliseconds(60) {
-                    _ = ioctl(fd, UInt(0x5411), &unacknowledged)
-                    if unacknowledged > 0 { usleep(200) }
-                }
-                waits.values.withLock { $0.append(ContinuousClock.now - start) }
+                let wait = Self.acknowledgement(on: fd, within: .milliseconds(60)) ?? .milliseconds(60)
+                waits.values.withLock { $0.append(wait) }
                 usleep(5000)
             }
             // Stay connected until the host has read everything.
