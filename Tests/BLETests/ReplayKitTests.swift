@@ -94,7 +94,7 @@ import Testing
         #expect(m.expectedDecoded?.contains("Read Request") == true, "\(m)")
         #expect(m.actualDecoded?.contains("Write Request") == true, "\(m)")
         #expect(m.frame > 20)
-        await #expect(throws: m) { try await replay.finished(within: Duration.seconds(1)) }
+        await #expect(throws: m) { try await replay.finished(within: .seconds(1)) }
         await host.close()
     }
 
@@ -147,11 +147,6 @@ import Testing
         .acl(ACLDataPacket(handle: 0x41, boundary: .firstNonFlushable, data: [UInt8(att.count), 0, 4, 0] + att))
     }
 
-    static func commandOpcode(_ p: HCIPacket) -> HCIOpcode {
-        if case let .command(opcode, _) = p { return opcode }
-        return HCIOpcode(rawValue: 0)
-    }
-
     static func complete(_ op: HCIOpcode) -> HCIPacket {
         HCIEvent.commandComplete(CommandComplete(commandOpcode: op, returnParameters: [0])).packet
     }
@@ -175,10 +170,10 @@ import Testing
         let scanResponse = LESetScanResponseData(data: []).packet, enable = LESetAdvertisingEnable(advertisingEnable: true).packet
         // A peripheral's recording: its advertising's next command went out only after
         // it had answered a request that arrived in between.
-        func recording(_ between: HCIPacket, then command: HCIPacket = enable) -> Trace {
+        func recording(_ between: HCIPacket, then command: any HCICommand = LESetAdvertisingEnable(advertisingEnable: true)) -> Trace {
             Self.trace([(scanResponse, host), (Self.complete(.leSetScanResponseData), controller),
                         (Self.acl([0x0A, 0x03, 0x00]), controller), (Self.acl([0x0B, 0x64]), host),
-                        (between, controller), (command, host), (Self.complete(Self.commandOpcode(command)), controller)])
+                        (between, controller), (command.packet, host), (Self.complete(type(of: command).opcode), controller)])
         }
         // The replayed host is quicker: its Enable goes before its answer to the request.
         let replay = ReplayTransport(trace: recording(completed), options: Self.independent)
@@ -193,10 +188,10 @@ import Testing
         // disconnection follows the traffic it saw).
         var total = Self.independent
         total.ordering = .total
-        let disconnect = Disconnect(connectionHandle: 0x41, reason: .remoteUserTerminatedConnection).packet
+        let disconnect = Disconnect(connectionHandle: 0x41, reason: .remoteUserTerminatedConnection)
         for (trace, options, early) in [(recording(completed), ReplayOptions(), enable), (recording(completed), total, enable),
                                         (recording(disconnected), Self.independent, enable),
-                                        (recording(completed, then: disconnect), Self.independent, disconnect)] {
+                                        (recording(completed, then: disconnect), Self.independent, disconnect.packet)] {
             let strict = ReplayTransport(trace: trace, options: options)
             try strict.sendNow([scanResponse])
             #expect(throws: ReplayMismatch.self, "\(options) \(early)") { try strict.sendNow([early]) }

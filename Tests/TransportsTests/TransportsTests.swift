@@ -225,10 +225,9 @@ struct KernelATTSocketTests {
 /// rest, in two writes, with Nagle's algorithm on, so the rest leaves only once the
 /// host acknowledges the indicator.
 struct TwoSegmentPeerTests {
-    /// What the peer saw: for each Command Complete, whether the host acknowledged its
-    /// lone indicator byte before Linux's delayed-ACK timer (40 ms at the least) could.
-    final class Log: Sendable {
-        let acknowledged = Mutex([Bool]())
+    /// What the peer saw, one value per packet it wrote (kept across its thread).
+    final class Seen<Value: Sendable>: Sendable {
+        let values = Mutex([Value]())
     }
 
     /// A TCP socket listening on 127.0.0.1, and its port; nil when none could be had.
@@ -257,7 +256,9 @@ struct TwoSegmentPeerTests {
     @Test func aPacketSplitAfterItsIndicatorIsAcknowledgedAtOnce() async throws {
         let (listener, port) = try #require(Self.listening())
         defer { close(listener) }
-        let log = Log(), commands = 10
+        // For each Command Complete, whether the host acknowledged its lone indicator
+        // byte before Linux's delayed-ACK timer (40 ms at the least) could.
+        let log = Seen<Bool>(), commands = 10
         let peer = Thread {
             let fd = accept(listener, nil, nil)
             guard fd >= 0 else { return }
@@ -280,7 +281,7 @@ struct TwoSegmentPeerTests {
                 let rest: [UInt8] = [0x0E, 10, 1, header[1], header[2], 0, 1, 2, 3, 4, 5, 6]
                 guard write(fd, [UInt8(0x04)], 1) == 1 else { return }
                 let acknowledged = Self.acknowledgement(on: fd, within: .milliseconds(30)) != nil
-                log.acknowledged.withLock { $0.append(acknowledged) }
+                log.values.withLock { $0.append(acknowledged) }
                 guard rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count else { return }
             }
         }
@@ -292,7 +293,7 @@ struct TwoSegmentPeerTests {
         for _ in 0..<commands { _ = try await controller.send(ReadBDADDR()) }
         await controller.close()
         try await group.shutdownGracefully()
-        let seen = log.acknowledged.withLock { $0 }
+        let seen = log.values.withLock { $0 }
         #expect(seen.count == commands)
         // Without the immediate ACK none would be: each waits for the delayed-ACK timer.
         // A loaded machine may be slow to run the loop once or twice.
@@ -350,15 +351,11 @@ struct TwoSegmentPeerTests {
         #expect(ack.timerFired() == .none)
     }
 
-    /// How long each of the peer's events waited for the host's ACK, once fully written.
-    final class Waits: Sendable {
-        let values = Mutex([Duration]())
-    }
-
     @Test func aReadEndingOnAPacketBoundaryIsAcknowledgedWithinMilliseconds() async throws {
         let (listener, port) = try #require(Self.listening())
         defer { close(listener) }
-        let waits = Waits(), events = 20
+        // How long each of the peer's events waited for the host's ACK, once fully written.
+        let waits = Seen<Duration>(), events = 20
         let peer = Thread {
             let fd = accept(listener, nil, nil)
             guard fd >= 0 else { return }
