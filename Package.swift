@@ -130,7 +130,7 @@ let package = Package(
         .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "L2CAP", "HCI", "BLETesting", "BLECrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),
         .testTarget(
-            name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT", "SMP", .product(name: "NIOPosix", package: "swift-nio")],
+            name: "TransportsTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "BlueZATT", "SMP", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .testTarget(
             name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm", "SMP"],

@@ -16,7 +16,8 @@ import Glibc
 /// the system calls of an event loop: a non-blocking socket, a wait for readability
 /// before each read (poll(2): Glibc's module has no epoll; the wake-up is the same) and
 /// the ACKs `ChannelTransport` sends (`BoundedAck`): at once when the bytes read end
-/// inside a packet, 1 ms later when they end on a boundary and nothing was sent since.
+/// inside a packet; when they end on a boundary and nothing was sent since, before the
+/// next wait, or 1 ms later if another read ended on a boundary within 1 ms before.
 struct RawH4 {
     let fd: Int32
     let polled: Bool
@@ -24,6 +25,8 @@ struct RawH4 {
     private var start = 0, end = 0
     /// Polled: a read ended on a boundary and nothing was sent since; when it is due.
     private var ackDue: ContinuousClock.Instant?
+    /// Polled: when the last read that ended on a boundary did.
+    private var lastBoundary: ContinuousClock.Instant?
 
     init?(port: UInt16, polled: Bool = false) {
         self.polled = polled
@@ -79,7 +82,7 @@ struct RawH4 {
                 if let due = ackDue {
                     // Wait until the ACK is due (poll's 1 ms resolution), then send it.
                     let left = (due - .now) / .milliseconds(1)
-                    if Glibc.poll(&ready, 1, Int32(max(0, left.rounded(.up)))) == 0 {
+                    if left <= 0 || Glibc.poll(&ready, 1, Int32(left.rounded(.up))) == 0 {
                         ackDue = nil
                         acknowledgeNow()
                     }
@@ -94,8 +97,11 @@ struct RawH4 {
                 if !endsOnBoundary() {
                     ackDue = nil
                     acknowledgeNow()
-                } else if ackDue == nil {
-                    ackDue = .now + .milliseconds(1)
+                } else {
+                    let now = ContinuousClock.now
+                    let burst = lastBoundary.map { now - $0 < .milliseconds(1) } ?? false
+                    lastBoundary = now
+                    if ackDue == nil { ackDue = burst ? now + .milliseconds(1) : now }
                 }
             }
         }

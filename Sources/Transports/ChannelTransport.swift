@@ -307,33 +307,40 @@ private final class OnePacketAtATime: @unchecked Sendable {
 /// waits for our ACK. So:
 /// - a read that ends inside a packet is acknowledged at once: the rest of the packet
 ///   is held behind that ACK (an HCI command's Command Complete took 45 ms without it);
-/// - a read that ends where a packet ends is acknowledged `delay` later: the next
-///   packet's indicator is held behind that ACK (an event 5 ms after another arrived
-///   ~37 ms late without it), but what the peer writes within `delay` leaves in one
-///   segment.
+/// - a read that ends where a packet ends is acknowledged too, or the next packet's
+///   indicator is held behind that ACK (an event 5 ms after another arrived ~37 ms late
+///   without it). Once the work the read started has run: at once when no other read
+///   ended on a boundary within `delay` before it (a lone packet: the ACK costs one
+///   setsockopt, a timer would cost a wake-up), else `delay` later (a burst: what the
+///   peer writes meanwhile leaves in one segment, one wake-up for all of it).
 ///
-/// Our own bytes carry the ACK: nothing is sent for a read when we flushed after it,
-/// and the timer is armed only once the work the read started has run (the loop's
-/// queued jobs, where a task the read resumed writes its next request), so a request
-/// answered on the loop costs no timer. A flush that finds the socket full sends
-/// nothing; the kernel's own delayed ACK then remains.
+/// Our own bytes carry the ACK: nothing is sent for a read when we flushed after it; the
+/// check waits for the loop's queued jobs, where a task the read resumed writes its next
+/// request; and a flush cancels an armed timer (in the same loop turn, before NIO
+/// programs its timer, that saves the wake-up). A flush that finds the socket full
+/// sends nothing; the kernel's own delayed ACK then remains.
 ///
 /// Acknowledging every read at once (quick-ACK mode, TCP_QUICKACK 1, which stays on)
 /// let the peer write each piece of a burst as its own segment, and each woke the
 /// loop (per KiB notified: ~300 µs of CPU at the system calls alone, against ~90 µs
 /// this way). Used only on the channel's loop.
 struct BoundedAck {
-    /// How long an ACK owed after a read that ended on a packet boundary may wait.
+    /// How long an ACK owed after a read that ended on a packet boundary may wait, when
+    /// another such read came less than this before it.
     static let delay = TimeAmount.milliseconds(1)
 
     enum Action: Equatable {
         case none
         /// Acknowledge now.
         case acknowledge
+        /// Acknowledge now and cancel the armed timer.
+        case acknowledgeAndCancelTimer
         /// Call `queuedWorkRan` once the loop's queued jobs have run.
         case checkAfterQueuedWork
         /// Arm the timer: `timerFired` after `delay`.
         case armTimer
+        /// Cancel the armed timer (nothing is owed any more).
+        case cancelTimer
     }
 
     /// The bytes read are unacknowledged (a read ended on a packet boundary, and
@@ -342,24 +349,39 @@ struct BoundedAck {
     private var flushedSinceRead = false
     private var checking = false
     private var armed = false
+    /// When the last read that ended on a packet boundary completed.
+    private var lastBoundary: NIODeadline?
+    /// The read that made the ACK owed came within `delay` of the boundary before it.
+    private var burst = false
 
     /// Bytes were read (one read(2); `readCompleted` follows the last of a batch).
     mutating func read() { flushedSinceRead = false }
 
     /// Our bytes went out: they carry the ACK for everything read before.
-    mutating func flushed() {
+    mutating func flushed() -> Action {
         owed = false
         flushedSinceRead = true
+        guard armed else { return .none }
+        armed = false
+        return .cancelTimer
     }
 
-    /// At the end of a batch of reads.
-    mutating func readCompleted(insidePacket: Bool) -> Action {
+    /// At the end of a batch of reads, at `now`.
+    mutating func readCompleted(insidePacket: Bool, at now: NIODeadline) -> Action {
+        var withinDelay = false
+        if !insidePacket {
+            withinDelay = lastBoundary.map { now - $0 < Self.delay } ?? false
+            lastBoundary = now
+        }
         if flushedSinceRead { return .none }
         if insidePacket {
             owed = false
-            return .acknowledge
+            guard armed else { return .acknowledge }
+            armed = false
+            return .acknowledgeAndCancelTimer
         }
         owed = true
+        burst = withinDelay
         if armed || checking { return .none }
         checking = true
         return .checkAfterQueuedWork
@@ -368,6 +390,10 @@ struct BoundedAck {
     mutating func queuedWorkRan() -> Action {
         checking = false
         guard owed, !armed else { return .none }
+        if !burst {
+            owed = false
+            return .acknowledge
+        }
         armed = true
         return .armTimer
     }
@@ -390,6 +416,8 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     private var framer = H4Framer()
     private var failed = false
     private var ack = BoundedAck()
+    /// The ACK timer while armed.
+    private var timer: NIOScheduledCallback?
     /// Cleared when the channel closes (its descriptor with it): no ACK after that.
     private var open = true
 
@@ -417,15 +445,16 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
 
     func channelReadComplete(context: ChannelHandlerContext) {
         guard let transport, transport.acknowledges else { return }
-        perform(ack.readCompleted(insidePacket: framer.bufferedByteCount > 0), on: context.eventLoop)
+        perform(ack.readCompleted(insidePacket: framer.bufferedByteCount > 0, at: .now()), on: context.eventLoop)
     }
 
     func flush(context: ChannelHandlerContext) {
-        ack.flushed()
+        perform(ack.flushed(), on: context.eventLoop)
         context.flush()
     }
 
     func handleScheduledCallback(eventLoop: some EventLoop) {
+        timer = nil
         perform(ack.timerFired(), on: eventLoop)
     }
 
@@ -433,12 +462,22 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
         switch action {
         case .none: break
         case .acknowledge: if open { transport?.acknowledgeNow() }
+        case .acknowledgeAndCancelTimer:
+            cancelTimer()
+            if open { transport?.acknowledgeNow() }
         case .checkAfterQueuedWork:
             loop.assumeIsolated().execute { self.perform(self.ack.queuedWorkRan(), on: loop) }
         case .armTimer:
             // Fails only on a loop that is shutting down: the kernel's own delayed ACK remains.
-            _ = try? loop.assumeIsolated().scheduleCallback(in: BoundedAck.delay, handler: self)
+            timer = try? loop.assumeIsolated().scheduleCallback(in: BoundedAck.delay, handler: self)
+        case .cancelTimer:
+            cancelTimer()
         }
+    }
+
+    private func cancelTimer() {
+        timer?.cancel()
+        timer = nil
     }
 
     func channelInactive(context: ChannelHandlerContext) {

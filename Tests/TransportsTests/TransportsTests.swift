@@ -2,6 +2,7 @@ import BLETesting
 import Foundation
 import HCI
 import Logging
+import NIOCore
 import NIOPosix
 import Synchronization
 import Testing
@@ -228,6 +229,13 @@ struct TwoSegmentPeerTests {
     /// What the peer saw, one value per packet it wrote (kept across its thread).
     final class Seen<Value: Sendable>: Sendable {
         let values = Mutex([Value]())
+        /// Signalled by the peer's thread as it ends.
+        let ended = DispatchSemaphore(value: 0)
+        /// What the peer saw, once its thread has ended (at most 5 s after the call).
+        func all() -> [Value] {
+            _ = ended.wait(timeout: .now() + 5)
+            return values.withLock { $0 }
+        }
     }
 
     /// A TCP socket listening on 127.0.0.1, and its port; nil when none could be had.
@@ -260,6 +268,7 @@ struct TwoSegmentPeerTests {
         // byte before Linux's delayed-ACK timer (40 ms at the least) could.
         let log = Seen<Bool>(), commands = 10
         let peer = Thread {
+            defer { log.ended.signal() }
             let fd = accept(listener, nil, nil)
             guard fd >= 0 else { return }
             defer { close(fd) }
@@ -293,7 +302,7 @@ struct TwoSegmentPeerTests {
         for _ in 0..<commands { _ = try await controller.send(ReadBDADDR()) }
         await controller.close()
         try await group.shutdownGracefully()
-        let seen = log.values.withLock { $0 }
+        let seen = log.all()
         #expect(seen.count == commands)
         // Without the immediate ACK none would be: each waits for the delayed-ACK timer.
         // A loaded machine may be slow to run the loop once or twice.
@@ -302,75 +311,101 @@ struct TwoSegmentPeerTests {
 
     @Test func theBoundedACKsDecisions() {
         var ack = BoundedAck()
+        var clock = NIODeadline.uptimeNanoseconds(1_000_000_000)
+        /// `ms` milliseconds later.
+        func at(_ ms: Int64) -> NIODeadline {
+            clock = clock + .milliseconds(ms)
+            return clock
+        }
         // Inside a packet: now, and nothing is owed after.
         ack.read()
-        #expect(ack.readCompleted(insidePacket: true) == .acknowledge)
+        #expect(ack.readCompleted(insidePacket: true, at: at(10)) == .acknowledge)
         #expect(!ack.owed)
-        // On a boundary: a timer once the queued work has run, one however many reads
-        // end there before it fires.
+        // A lone packet (no boundary within 1 ms before): acknowledged once the queued
+        // work has run, with no timer.
         ack.read()
-        #expect(ack.readCompleted(insidePacket: false) == .checkAfterQueuedWork)
+        #expect(ack.readCompleted(insidePacket: false, at: at(10)) == .checkAfterQueuedWork)
+        #expect(ack.queuedWorkRan() == .acknowledge)
+        #expect(!ack.owed)
+        // A burst (a boundary 0.5 ms after the last): a timer once the queued work has
+        // run, one however many reads end on a boundary before it fires.
         ack.read()
-        #expect(ack.readCompleted(insidePacket: false) == .none)
+        #expect(ack.readCompleted(insidePacket: false, at: clock + .microseconds(500)) == .checkAfterQueuedWork)
+        ack.read()
+        #expect(ack.readCompleted(insidePacket: false, at: clock + .microseconds(700)) == .none)
         #expect(ack.queuedWorkRan() == .armTimer)
         ack.read()
-        #expect(ack.readCompleted(insidePacket: false) == .none)
+        #expect(ack.readCompleted(insidePacket: false, at: clock + .microseconds(900)) == .none)
         #expect(ack.timerFired() == .acknowledge)
         #expect(!ack.owed)
-        // The queued work wrote (a task the read resumed sent its next request): no timer.
+        // The queued work wrote (a task the read resumed sent its next request): no ACK,
+        // no timer.
         ack.read()
-        #expect(ack.readCompleted(insidePacket: false) == .checkAfterQueuedWork)
-        ack.flushed()
+        #expect(ack.readCompleted(insidePacket: false, at: at(10)) == .checkAfterQueuedWork)
+        #expect(ack.flushed() == .none)
         #expect(ack.queuedWorkRan() == .none)
         // Written while the read was handled (a server's answer): nothing at all, even
         // inside a packet.
         ack.read()
-        ack.flushed()
-        #expect(ack.readCompleted(insidePacket: false) == .none)
+        #expect(ack.flushed() == .none)
+        #expect(ack.readCompleted(insidePacket: false, at: at(10)) == .none)
         ack.read()
-        ack.flushed()
-        #expect(ack.readCompleted(insidePacket: true) == .none)
+        #expect(ack.flushed() == .none)
+        #expect(ack.readCompleted(insidePacket: true, at: at(10)) == .none)
         #expect(!ack.owed)
         // Written before the last read of a batch: that read is still owed.
         ack.read()
-        ack.flushed()
+        _ = ack.flushed()
         ack.read()
-        #expect(ack.readCompleted(insidePacket: true) == .acknowledge)
-        // Armed, then our bytes carried the ACK: the timer finds nothing to do.
+        #expect(ack.readCompleted(insidePacket: true, at: at(10)) == .acknowledge)
+        // Armed, then our bytes carried the ACK: the timer is cancelled.
         ack.read()
-        #expect(ack.readCompleted(insidePacket: false) == .checkAfterQueuedWork)
+        #expect(ack.readCompleted(insidePacket: false, at: at(10)) == .checkAfterQueuedWork)
+        #expect(ack.queuedWorkRan() == .acknowledge)
+        ack.read()
+        #expect(ack.readCompleted(insidePacket: false, at: clock + .microseconds(100)) == .checkAfterQueuedWork)
         #expect(ack.queuedWorkRan() == .armTimer)
-        ack.flushed()
+        #expect(ack.flushed() == .cancelTimer)
+        #expect(ack.flushed() == .none)
         #expect(ack.timerFired() == .none)
-        // A read inside a packet before the timer: acknowledged then, not again.
+        // A read inside a packet while armed: acknowledged then, and the timer cancelled.
         ack.read()
-        #expect(ack.readCompleted(insidePacket: false) == .checkAfterQueuedWork)
+        #expect(ack.readCompleted(insidePacket: false, at: at(10)) == .checkAfterQueuedWork)
+        #expect(ack.queuedWorkRan() == .acknowledge)
+        ack.read()
+        #expect(ack.readCompleted(insidePacket: false, at: clock + .microseconds(100)) == .checkAfterQueuedWork)
         #expect(ack.queuedWorkRan() == .armTimer)
         ack.read()
-        #expect(ack.readCompleted(insidePacket: true) == .acknowledge)
+        #expect(ack.readCompleted(insidePacket: true, at: clock + .microseconds(200)) == .acknowledgeAndCancelTimer)
         #expect(ack.timerFired() == .none)
     }
 
-    @Test func aReadEndingOnAPacketBoundaryIsAcknowledgedWithinMilliseconds() async throws {
+    /// `back`: each event is followed, as soon as it is acknowledged, by another, so the
+    /// second ends on a boundary less than 1 ms after the first (a burst: the host's
+    /// timer acknowledges it); else the events are 5 ms apart (each acknowledged once
+    /// the loop's work for it has run).
+    @Test(arguments: [false, true])
+    func aReadEndingOnAPacketBoundaryIsAcknowledgedWithinMilliseconds(back: Bool) async throws {
         let (listener, port) = try #require(Self.listening())
         defer { close(listener) }
         // How long each of the peer's events waited for the host's ACK, once fully written.
         let waits = Seen<Duration>(), events = 20
         let peer = Thread {
+            defer { waits.ended.signal() }
             let fd = accept(listener, nil, nil)
             guard fd >= 0 else { return }
             defer { close(fd) }
-            // An unsolicited Command Complete (no opcode) every 5 ms, in two writes with
-            // Nagle on: the host's read ends where it ends. Until the host acknowledges
-            // it, the peer's next small write would wait.
+            // An unsolicited Command Complete (no opcode) every 5 ms (or two, back to
+            // back), in two writes with Nagle on: the host's read ends where it ends.
+            // Until the host acknowledges it, the peer's next small write would wait.
             let rest: [UInt8] = [0x0E, 3, 1, 0, 0]
-            for _ in 0..<events {
+            for i in 0..<events {
                 guard write(fd, [UInt8(0x04)], 1) == 1,
                     rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count
                 else { return }
                 let wait = Self.acknowledgement(on: fd, within: .milliseconds(60)) ?? .milliseconds(60)
                 waits.values.withLock { $0.append(wait) }
-                usleep(5000)
+                if !back || i % 2 == 1 { usleep(5000) }
             }
             // Stay connected until the host has read everything.
             var byte: UInt8 = 0
@@ -387,7 +422,9 @@ struct TwoSegmentPeerTests {
         }
         await transport.close()
         try await group.shutdownGracefully()
-        let seen = waits.values.withLock { $0 }
+        // The peer records the last wait after the host has the event: its thread ends
+        // when the host has closed.
+        let seen = waits.all()
         #expect(seen.count == events)
         // Left to Linux's delayed ACK (40 ms at the least), about half wait ~40 ms (11
         // of 20 in one run; the kernel acknowledges some at once on its own). The host's
