@@ -236,6 +236,18 @@ struct TwoSegmentPeerTests {
             _ = ended.wait(timeout: .now() + 5)
             return values.withLock { $0 }
         }
+
+        /// Starts the peer: a thread that accepts one connection on `listener`, runs
+        /// `body` with its socket, closes it and signals `ended`.
+        func startPeer(accepting listener: Int32, _ body: @escaping @Sendable (Int32) -> Void) {
+            Thread {
+                defer { self.ended.signal() }
+                let fd = accept(listener, nil, nil)
+                guard fd >= 0 else { return }
+                defer { close(fd) }
+                body(fd)
+            }.start()
+        }
     }
 
     /// A TCP socket listening on 127.0.0.1, and its port; nil when none could be had.
@@ -267,11 +279,7 @@ struct TwoSegmentPeerTests {
         // For each Command Complete, whether the host acknowledged its lone indicator
         // byte before Linux's delayed-ACK timer (40 ms at the least) could.
         let log = Seen<Bool>(), commands = 10
-        let peer = Thread {
-            defer { log.ended.signal() }
-            let fd = accept(listener, nil, nil)
-            guard fd >= 0 else { return }
-            defer { close(fd) }
+        log.startPeer(accepting: listener) { fd in
             var limit = timeval(tv_sec: 10, tv_usec: 0)
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
             func readExactly(_ n: Int) -> [UInt8]? {
@@ -294,7 +302,6 @@ struct TwoSegmentPeerTests {
                 guard rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count else { return }
             }
         }
-        peer.start()
         // A loop of its own: the rest of the suite keeps the shared one busy.
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
@@ -390,11 +397,7 @@ struct TwoSegmentPeerTests {
         defer { close(listener) }
         // How long each of the peer's events waited for the host's ACK, once fully written.
         let waits = Seen<Duration>(), events = 20
-        let peer = Thread {
-            defer { waits.ended.signal() }
-            let fd = accept(listener, nil, nil)
-            guard fd >= 0 else { return }
-            defer { close(fd) }
+        waits.startPeer(accepting: listener) { fd in
             // An unsolicited Command Complete (no opcode) every 5 ms (or two, back to
             // back), in two writes with Nagle on: the host's read ends where it ends.
             // Until the host acknowledges it, the peer's next small write would wait.
@@ -411,7 +414,6 @@ struct TwoSegmentPeerTests {
             var byte: UInt8 = 0
             _ = read(fd, &byte, 1)
         }
-        peer.start()
         // A loop of its own: the rest of the suite keeps the shared one busy.
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
