@@ -365,30 +365,49 @@ public actor RemotePeripheral {
     // MARK: FA13
 
     /// Subscribes (notifications if the characteristic has them, else indications;
-    /// `indications` chooses) and returns the values as they arrive.
+    /// `indications` chooses) and returns the values as they arrive. Buffer: the newest
+    /// `capacity` values; `dropped` counts the ones lost to a consumer that fell behind.
+    /// The sequence finishes after `unsubscribe` (or a new subscription to the same
+    /// characteristic) and throws the link's end when the link goes; a consumer that
+    /// stops iterating unsubscribes.
     public func subscribe(to c: RemoteCharacteristic, indications: Bool? = nil, capacity: Int = 256) async throws -> CharacteristicValues {
         guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
-        let useIndications = indications ?? !c.properties.contains(.notify)
         let (stream, cont) = AsyncThrowingStream<[UInt8], any Error>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
         let dropped = DropCounter()
-        let host = self.host, id = connection.id, gatt = self.client
-        // Values go straight from the link's loop into this stream; no task in between.
-        try await run {
-            try await client.subscribe(c.discovered, cccd: cccd.handle, indications: useIndications,
-                                       deliver: { v in if case .dropped = cont.yield(v) { dropped.increment() } },
-                                       ended: {
-                                           // The values ended: the link went (say why), or we unsubscribed.
-                                           Task {
-                                               if let end = await host.end(of: id, within: .seconds(1)) { cont.finish(throwing: end.error) } else { cont.finish() }
-                                           }
-                                       })
-        }
+        try await subscribe(to: c, indications: indications,
+                            onValue: { v in if case .dropped = cont.yield(v) { dropped.increment() } },
+                            ended: { cont.finish(throwing: $0) })
+        let host = self.host, gatt = self.client
         cont.onTermination = { reason in
             // The consumer stopped: tell the peer (unless the link is what stopped it), before
             // anything the program does next goes out.
             if case .cancelled = reason { host.owe { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
         }
         return CharacteristicValues(base: stream, dropped: dropped)
+    }
+
+    /// Subscribes and hands each value to `onValue` as it arrives: on the host's loop,
+    /// in the order the controller delivered them, with no task and no buffer in between
+    /// (the shape of Bumble's `subscribe(subscriber)`; indications are confirmed first).
+    /// Nothing is dropped, and nothing else on the loop runs while `onValue` does: keep
+    /// it short and never block in it.
+    ///
+    /// `ended` is called once, after the last value: with nil after `unsubscribe` (or a
+    /// new subscription to the same characteristic), with the link's end
+    /// (`BLEError.disconnected`) when the link went.
+    public func subscribe(to c: RemoteCharacteristic, indications: Bool? = nil,
+                          onValue: @escaping @Sendable ([UInt8]) -> Void,
+                          ended: @escaping @Sendable ((any Error)?) -> Void = { _ in }) async throws {
+        guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
+        let useIndications = indications ?? !c.properties.contains(.notify)
+        let host = self.host, id = connection.id, bearer = client.bearer
+        try await run {
+            try await client.subscribe(c.discovered, cccd: cccd.handle, indications: useIndications, deliver: onValue, ended: {
+                // The values ended: we unsubscribed (the bearer is still open), or the link
+                // went (say why: the host hears of it a little after the bearer closed).
+                Task { ended(await bearer.isOpen ? nil : await host.end(of: id, within: .seconds(1))?.error) }
+            })
+        }
     }
 
     /// Ends a subscription explicitly (the CCCD is written to 0; the sequence finishes).

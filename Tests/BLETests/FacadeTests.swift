@@ -367,3 +367,47 @@ private final class CountingTaskExecutor: TaskExecutor, @unchecked Sendable {
         try await group.shutdownGracefully()
     }
 }
+
+@Suite struct CallbackSubscriptionTests {
+    /// What a subscription's callbacks saw.
+    final class Seen: Sendable {
+        let values: AsyncStream<[UInt8]>, ends: AsyncStream<String>
+        private let valuesIn: AsyncStream<[UInt8]>.Continuation, endsIn: AsyncStream<String>.Continuation
+        /// Every value came on the host's loop.
+        let onLoop = Mutex(true)
+        init() {
+            (values, valuesIn) = AsyncStream.makeStream()
+            (ends, endsIn) = AsyncStream.makeStream()
+        }
+        func value(_ v: [UInt8], on loop: any EventLoop) {
+            onLoop.withLock { $0 = $0 && loop.inEventLoop }
+            valuesIn.yield(v)
+        }
+        func ended(_ e: (any Error)?) { endsIn.yield(e.map { "\($0)" } ?? "unsubscribed") }
+    }
+
+    @Test func valuesGoToACallbackOnTheLoopUntilTheSubscriptionEnds() async throws {
+        let pair = try await Pair()
+        let server = pair.server, loop = pair.remote.host.loop
+        let c = Characteristic(uuid: uuidC, properties: [.notify, .indicate], value: [0])
+        try await server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let rc = try await pair.remote.characteristic(uuidC, in: uuidA)
+        let seen = Seen()
+        try await pair.remote.subscribe(to: rc, onValue: { seen.value($0, on: loop) }, ended: { seen.ended($0) })
+        for i: UInt8 in 0..<20 { try await server.peripheral.notify(c, value: [i]) }
+        #expect(await collect(seen.values, count: 20, within: .seconds(5)) == (0..<20).map { [UInt8($0)] })
+        #expect(seen.onLoop.withLock { $0 })
+        // Unsubscribing ends it with no error, without waiting for a link end that is
+        // not coming (that wait is 1 s).
+        try await pair.remote.unsubscribe(from: rc)
+        #expect(await firstElement(seen.ends, within: .milliseconds(500)) == "unsubscribed")
+        // Indications this time; the link's end ends it with the disconnection.
+        let again = Seen()
+        try await pair.remote.subscribe(to: rc, indications: true, onValue: { again.value($0, on: loop) }, ended: { again.ended($0) })
+        #expect(try await server.peripheral.indicate(c, value: [42]).count == 1)
+        #expect(await collect(again.values, count: 1, within: .seconds(5)) == [[42]])
+        _ = try await pair.remote.disconnect()
+        #expect(await firstElement(again.ends, within: .seconds(5)) == "\(BLEError.disconnected(reason: .connectionTerminatedByLocalHost))")
+        await pair.room.close()
+    }
+}

@@ -76,7 +76,9 @@ import Transports
         #expect(try await p.read(try c(0xFFF4)) == (0..<200).map { UInt8($0) })
         try await p.write(Array("facade".utf8), to: try c(0xFFF1))
         #expect(try await p.read(try c(0xFFF1)) == Array("facade".utf8))
-        let notified = try await p.subscribe(to: try c(0xFFF2))
+        // Notifications to a callback on the host's loop; indications as a sequence.
+        let (notified, notifiedIn) = AsyncStream<[UInt8]>.makeStream()
+        try await p.subscribe(to: try c(0xFFF2), onValue: { notifiedIn.yield($0) })
         #expect(await firstElement(notified, within: .seconds(10)) == [0x42])
         let indicated = try await p.subscribe(to: try c(0xFFF3))
         enum Outcome: Sendable, Equatable { case value([UInt8]), finished, failed(BLEError), other(String) }
