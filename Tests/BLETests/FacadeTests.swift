@@ -167,7 +167,6 @@ import Testing
         let rc = try await central.characteristic(uuidC, in: uuidA)
         #expect(try await central.read(rc) == [12, 0])
         let ticks = try await central.subscribe(to: rc)
-        try await Task.sleep(for: .milliseconds(20))
         try await pair.room.central.peripheral.notify(clock, value: [13, 0])
         #expect(await collect(ticks, count: 1, within: .seconds(5)) == [[13, 0]])
         // Meanwhile the central's own client still works on the same bearer.

@@ -44,7 +44,8 @@ final class EventLog: Sendable {
         #expect(await sender.waitForSubscriber(within: .seconds(10)))
         for c in await senderHost.connections { try await senderHost.disconnect(c) }
         // The receiver scans again, reconnects and subscribes; then the alarm is handled.
-        try await Task.sleep(for: .milliseconds(50))
+        // (Its first subscription is gone once the sender has seen that central leave.)
+        #expect(await sender.waitForCentralsToLeave(within: .seconds(10)))
         #expect(await sender.waitForSubscriber(within: .seconds(10)))
         try await sender.raiseAlarm()
         let finished = await firstElement(AsyncStream<Bool> { c in Task { c.yield((try? await run.value) != nil); c.finish() } }, within: .seconds(10))

@@ -207,7 +207,6 @@ let uuidC = BluetoothUUID("0000CCCC-0000-1000-8000-00805F9B34FB")!
         #expect(try await pair.remote.read(rc) == Array("new".utf8))
         // Published means usable: the central subscribes and gets a notification.
         let values = try await pair.remote.subscribe(to: rc)
-        try await Task.sleep(for: .milliseconds(50))
         try await pair.server.peripheral.notify(c, value: [42])
         #expect(await collect(values, count: 1, within: .seconds(5)) == [[42]])
     }
