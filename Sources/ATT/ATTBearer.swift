@@ -128,6 +128,9 @@ public actor ATTBearer: LoopIsolated {
     /// Whether the bearer can still carry transactions (not closed, not timed out).
     public var isOpen: Bool { !unusable }
 
+    /// Why the bearer can no longer carry transactions (closed, timed out); nil while open.
+    public var unusableReason: String? { state.unusableReason }
+
     public var mtu: Int { state.mtu }
 
     /// Sends a request and returns the peer's response; throws `ATTBearerError`.

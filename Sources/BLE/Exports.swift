@@ -13,6 +13,7 @@
 @_exported import class HCI.LoopExecutor
 @_exported import class HCI.LoopTaskExecutor
 @_exported import struct ATT.ATTErrorCode
+@_exported import enum ATT.ATTBearerError
 @_exported import struct GATT.CharacteristicProperties
 @_exported import struct GATT.AttributePermissions
 @_exported import enum GATT.GATTType

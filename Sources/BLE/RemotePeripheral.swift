@@ -368,8 +368,9 @@ public actor RemotePeripheral {
     /// `indications` chooses) and returns the values as they arrive. Buffer: the newest
     /// `capacity` values; `dropped` counts the ones lost to a consumer that fell behind.
     /// The sequence finishes after `unsubscribe` (or a new subscription to the same
-    /// characteristic) and throws the link's end when the link goes; a consumer that
-    /// stops iterating unsubscribes.
+    /// characteristic) and throws what `subscribe(to:indications:onValue:ended:)` hands
+    /// `ended` otherwise (the link's end, or the bearer's); a consumer that stops
+    /// iterating unsubscribes.
     public func subscribe(to c: RemoteCharacteristic, indications: Bool? = nil, capacity: Int = 256) async throws -> CharacteristicValues {
         guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
         let (stream, cont) = AsyncThrowingStream<[UInt8], any Error>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
@@ -394,7 +395,8 @@ public actor RemotePeripheral {
     ///
     /// `ended` is called once, after the last value: with nil after `unsubscribe` (or a
     /// new subscription to the same characteristic), with the link's end
-    /// (`BLEError.disconnected`) when the link went.
+    /// (`BLEError.disconnected`) when the link went, with `ATTBearerError.bearerUnusable`
+    /// when the bearer closed while the link stayed (an ATT transaction timed out).
     public func subscribe(to c: RemoteCharacteristic, indications: Bool? = nil,
                           onValue: @escaping @Sendable ([UInt8]) -> Void,
                           ended: @escaping @Sendable ((any Error)?) -> Void = { _ in }) async throws {
@@ -404,8 +406,12 @@ public actor RemotePeripheral {
         try await run {
             try await client.subscribe(c.discovered, cccd: cccd.handle, indications: useIndications, deliver: onValue, ended: {
                 // The values ended: we unsubscribed (the bearer is still open), or the link
-                // went (say why: the host hears of it a little after the bearer closed).
-                Task { ended(await bearer.isOpen ? nil : await host.end(of: id, within: .seconds(1))?.error) }
+                // went (say why: the host hears of it a little after the bearer closed), or
+                // the bearer closed with the link up (an ATT transaction timed out).
+                Task {
+                    guard let unusable = await bearer.unusableReason else { return ended(nil) }
+                    ended(await host.end(of: id, within: .seconds(1))?.error ?? ATTBearerError.bearerUnusable(unusable))
+                }
             })
         }
     }

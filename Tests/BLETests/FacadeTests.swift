@@ -409,4 +409,18 @@ private final class CountingTaskExecutor: TaskExecutor, @unchecked Sendable {
         #expect(await firstElement(again.ends, within: .seconds(5)) == "\(BLEError.disconnected(reason: .connectionTerminatedByLocalHost))")
         await pair.room.close()
     }
+
+    @Test func aBearerClosedUnderTheLinkEndsTheSubscriptionWithItsReason() async throws {
+        let pair = try await Pair()
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let rc = try await pair.remote.characteristic(uuidC, in: uuidA)
+        let seen = Seen(), loop = pair.remote.host.loop
+        try await pair.remote.subscribe(to: rc, onValue: { seen.value($0, on: loop) }, ended: { seen.ended($0) })
+        // What an ATT transaction timeout does to the bearer, with the link still up.
+        await pair.remote.client.bearer.close(reason: "closed by the test")
+        #expect(await firstElement(seen.ends, within: .seconds(5)) == "\(ATTBearerError.bearerUnusable("closed by the test"))")
+        #expect(await pair.room.central.central.connectedPeripherals.count == 1)
+        await pair.room.close()
+    }
 }
