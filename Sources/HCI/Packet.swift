@@ -125,7 +125,12 @@ public enum HCIPacket: Hashable, Sendable {
     }
 
     public init(type: HCIPacketType, body: [UInt8]) throws {
-        var r = ByteReader(body, context: Self.readerContext(type))
+        try self.init(type: type, reader: ByteReader(body, context: Self.readerContext(type)))
+    }
+
+    /// Decodes the packet body `r` holds (all of what remains in it).
+    init(type: HCIPacketType, reader: ByteReader) throws {
+        var r = reader
         switch type {
         case .command:
             let opcode = HCIOpcode(rawValue: try r.readUInt16("opcode"))
@@ -151,15 +156,15 @@ public enum HCIPacket: Hashable, Sendable {
                 handle: hf & 0x0FFF, boundary: ACLPacketBoundary(rawValue: UInt8((hf >> 12) & 0x3)),
                 broadcast: UInt8(hf >> 14), data: r.readRemaining()))
         case .sco:
-            guard let header = H4Framer.headerLength(for: .sco), body.count >= header else {
-                throw DecodeError.truncated(what: "HCI SCO header", offset: 0, needed: 3, available: body.count)
+            guard let header = H4Framer.headerLength(for: .sco), r.remaining >= header else {
+                throw DecodeError.truncated(what: "HCI SCO header", offset: 0, needed: 3, available: r.remaining)
             }
-            self = .sco(body)
+            self = .sco(r.readRemaining())
         case .iso:
-            guard body.count >= 4 else {
-                throw DecodeError.truncated(what: "HCI ISO header", offset: 0, needed: 4, available: body.count)
+            guard r.remaining >= 4 else {
+                throw DecodeError.truncated(what: "HCI ISO header", offset: 0, needed: 4, available: r.remaining)
             }
-            self = .iso(body)
+            self = .iso(r.readRemaining())
         default:
             throw DecodeError.invalidValue(what: "HCI packet type", value: Int(type.rawValue))
         }
@@ -230,10 +235,14 @@ public struct H4Framer: Sendable {
         }
         let total = 1 + headerLength + payloadLength
         guard available >= total else { return nil }
-        let body = Array(buffer[(start + 1)..<(start + total)])
+        // Decoded from the framer's buffer in place (the reader is gone before `compact`
+        // changes the buffer): each field's bytes are copied once.
+        let body = start + 1 ..< start + total
         start += total
+        let packet = try HCIPacket(type: type, reader: ByteReader(storage: buffer, start: body.lowerBound, end: body.upperBound,
+                                                                   context: HCIPacket.readerContext(type)))
         compact()
-        return try HCIPacket(type: type, body: body)
+        return packet
     }
 
     private mutating func compact() {

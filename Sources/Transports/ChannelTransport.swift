@@ -418,6 +418,11 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     private var ack = BoundedAck()
     /// The ACK timer while armed.
     private var timer: NIOScheduledCallback?
+    /// The packet array of the last read, kept for the next.
+    private var spare: [HCIPacket] = []
+    /// `queuedWorkRan` as the loop's job, made once (it holds this handler until the
+    /// handler is removed from the pipeline).
+    private var check: (() -> Void)?
     /// Cleared when the channel closes (its descriptor with it): no ACK after that.
     private var open = true
 
@@ -428,7 +433,12 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
         ack.read()
         let buffer = unwrapInboundIn(data)
         buffer.withUnsafeReadableBytes { framer.append($0) }
+        // The last read's storage, when the host let go of it (it handles packets as they
+        // come): no array allocated per read.
         var packets: [HCIPacket] = []
+        swap(&packets, &spare)
+        packets.removeAll(keepingCapacity: true)
+        defer { swap(&packets, &spare) }
         do {
             while let p = try framer.nextPacket() { packets.append(p) }
             transport?.received(packets)
@@ -466,7 +476,8 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
             cancelTimer()
             if open { transport?.acknowledgeNow() }
         case .checkAfterQueuedWork:
-            loop.assumeIsolated().execute { self.perform(self.ack.queuedWorkRan(), on: loop) }
+            if check == nil { check = { self.perform(self.ack.queuedWorkRan(), on: loop) } }
+            if let check { loop.assumeIsolated().execute(check) }
         case .armTimer:
             // Fails only on a loop that is shutting down: the kernel's own delayed ACK remains.
             timer = try? loop.assumeIsolated().scheduleCallback(in: BoundedAck.delay, handler: self)
@@ -478,6 +489,10 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     private func cancelTimer() {
         timer?.cancel()
         timer = nil
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        check = nil
     }
 
     func channelInactive(context: ChannelHandlerContext) {
