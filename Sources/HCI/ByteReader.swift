@@ -150,6 +150,27 @@ public struct ByteReader: Sendable {
 }
 
 /// Appends little-endian (and big-endian, for file formats) integers to a growing byte buffer.
+/// Where `HCIPacket.encodeBody` writes.
+public protocol HCIByteSink {
+    mutating func write(_ v: UInt8)
+    /// Little-endian.
+    mutating func write(_ v: UInt16)
+    mutating func write(contentsOf bytes: [UInt8])
+}
+
+/// Counts what would be written (sizes a buffer before the bytes go in).
+public struct ByteCounter: HCIByteSink {
+    public private(set) var count = 0
+    public init() {}
+    public mutating func write(_ v: UInt8) { count += 1 }
+    public mutating func write(_ v: UInt16) { count += 2 }
+    public mutating func write(contentsOf bytes: [UInt8]) { count += bytes.count }
+}
+
+extension ByteWriter: HCIByteSink {
+    public mutating func write(contentsOf bytes: [UInt8]) { self.bytes.append(contentsOf: bytes) }
+}
+
 public struct ByteWriter: Sendable {
     public private(set) var bytes: [UInt8]
 

@@ -78,20 +78,31 @@ public enum HCIPacket: Hashable, Sendable {
 
     /// The packet's bytes without the H4 indicator (what btsnoop 1001 and monitor records hold).
     public var body: [UInt8] {
-        var w = ByteWriter(capacity: 8)
+        var w = ByteWriter(capacity: bodyCount)
         encodeBody(into: &w)
         return w.bytes
     }
 
     /// The H4 encoding: indicator byte then body.
     public var h4Bytes: [UInt8] {
-        var w = ByteWriter(capacity: 8)
+        var w = ByteWriter(capacity: 1 + bodyCount)
         w.write(type.rawValue)
         encodeBody(into: &w)
         return w.bytes
     }
 
-    public func encodeBody(into w: inout ByteWriter) {
+    /// How many bytes `encodeBody` writes.
+    @inlinable
+    public var bodyCount: Int {
+        var counter = ByteCounter()
+        encodeBody(into: &counter)
+        return counter.count
+    }
+
+    /// Writes the body (header fields little-endian, then the payload) into `w`: a
+    /// `ByteWriter`, or a transport's own buffer.
+    @inlinable
+    public func encodeBody<Sink: HCIByteSink>(into w: inout Sink) {
         switch self {
         case let .command(opcode, parameters):
             w.write(opcode.rawValue)

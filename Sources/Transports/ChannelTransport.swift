@@ -233,9 +233,11 @@ public final class ChannelTransport: HCITransport {
 
     private func write(_ packets: [HCIPacket], to channel: any Channel) {
         for p in packets {
-            let bytes = p.h4Bytes
-            var buffer = channel.allocator.buffer(capacity: bytes.count)
-            buffer.writeBytes(bytes)
+            // Encoded straight into the buffer written, with no array in between.
+            var sink = BufferSink(buffer: channel.allocator.buffer(capacity: 1 + p.bodyCount))
+            sink.write(p.type.rawValue)
+            p.encodeBody(into: &sink)
+            let buffer = sink.buffer
             if let onePacketAtATime {
                 onePacketAtATime.write(buffer, to: channel)
             } else {
@@ -258,6 +260,14 @@ public final class ChannelTransport: HCITransport {
         end(nil)
         try? await channel?.close()
     }
+}
+
+/// A ByteBuffer as the target of `HCIPacket.encodeBody`.
+private struct BufferSink: HCIByteSink {
+    var buffer: ByteBuffer
+    mutating func write(_ v: UInt8) { buffer.writeInteger(v) }
+    mutating func write(_ v: UInt16) { buffer.writeInteger(v, endianness: .little) }
+    mutating func write(contentsOf bytes: [UInt8]) { buffer.writeBytes(bytes) }
 }
 
 /// The writes of a packet socket: one packet in the channel at a time, so each is its

@@ -69,6 +69,17 @@ struct TransportsTests {
         var buf = [UInt8](repeating: 0, count: 16)
         let n = read(fds[1], &buf, 16)
         #expect(Array(buf.prefix(n)) == [1, 3, 0x0C, 0])
+        // ACL: indicator, handle and flags, then a 16-bit length, little-endian (Vol 4, Part E, §5.4.2).
+        let data = (0..<300).map { UInt8(truncatingIfNeeded: $0) }
+        try await t.send(.acl(ACLDataPacket(handle: 0x0040, boundary: .firstNonFlushable, data: data)))
+        var acl: [UInt8] = []
+        while acl.count < 5 + data.count {
+            var chunk = [UInt8](repeating: 0, count: 512)
+            let got = read(fds[1], &chunk, chunk.count)
+            guard got > 0 else { break }
+            acl += chunk.prefix(got)
+        }
+        #expect(acl == [2, 0x40, 0x00, 0x2C, 0x01] + data)
         // The peer closing ends the stream with a typed error.
         close(fds[1])
         await #expect(throws: TransportError.endOfStream) { _ = try await it.next() }
