@@ -149,7 +149,6 @@ public struct ByteReader: Sendable {
     }
 }
 
-/// Appends little-endian (and big-endian, for file formats) integers to a growing byte buffer.
 /// Where `HCIPacket.encodeBody` writes.
 public protocol HCIByteSink {
     mutating func write(_ v: UInt8)
@@ -171,6 +170,7 @@ extension ByteWriter: HCIByteSink {
     public mutating func write(contentsOf bytes: [UInt8]) { self.bytes.append(contentsOf: bytes) }
 }
 
+/// Appends little-endian (and big-endian, for file formats) integers to a growing byte buffer.
 public struct ByteWriter: Sendable {
     public private(set) var bytes: [UInt8]
 
