@@ -16,8 +16,9 @@ import Glibc
 /// the system calls of an event loop: a non-blocking socket, a wait for readability
 /// before each read (poll(2): Glibc's module has no epoll; the wake-up is the same) and
 /// the ACKs `ChannelTransport` sends (`BoundedAck`): at once when the bytes read end
-/// inside a packet; when they end on a boundary and nothing was sent since, before the
-/// next wait, or 1 ms later if another read ended on a boundary within 1 ms before.
+/// inside a packet, and then the next read without a wait, as the transport does; when
+/// they end on a boundary and nothing was sent since, before the next wait, or 1 ms
+/// later if another read ended on a boundary within 1 ms before.
 struct RawH4 {
     let fd: Int32
     let polled: Bool
@@ -27,6 +28,9 @@ struct RawH4 {
     private var ackDue: ContinuousClock.Instant?
     /// Polled: when the last read that ended on a boundary did.
     private var lastBoundary: ContinuousClock.Instant?
+    /// Polled: the last read ended inside a packet and was acknowledged, so the next
+    /// read comes without a wait (the rest is usually there already).
+    private var readAtOnce = false
 
     init?(port: UInt16, polled: Bool = false) {
         self.polled = polled
@@ -87,16 +91,23 @@ struct RawH4 {
                         acknowledgeNow()
                     }
                 }
-                if ready.revents == 0 { guard Glibc.poll(&ready, 1, 5000) == 1 else { return nil } }
+                if ready.revents == 0, !readAtOnce { guard Glibc.poll(&ready, 1, 5000) == 1 else { return nil } }
             }
             let (socket, filled) = (fd, end)
             let got = buffer.withUnsafeMutableBytes { b in read(socket, b.baseAddress! + filled, b.count - filled) }
+            if readAtOnce, got < 0, errno == EAGAIN {
+                // Not here yet: wait for it as the loop then does.
+                readAtOnce = false
+                continue
+            }
+            readAtOnce = false
             guard got > 0 else { return nil }
             end += got
             if polled {
                 if !endsOnBoundary() {
                     ackDue = nil
                     acknowledgeNow()
+                    readAtOnce = true
                 } else {
                     let now = ContinuousClock.now
                     let burst = lastBoundary.map { now - $0 < .milliseconds(1) } ?? false

@@ -42,7 +42,10 @@ public final class ChannelTransport: HCITransport {
     private let loop: any EventLoop
     private let logger: Logger
     /// The TCP socket whose ACKs the transport sends itself, when asked for (`BoundedAck`).
-    private let quickAckSocket: Int32?
+    fileprivate let quickAckSocket: Int32?
+    /// How many times the rest of a packet was read right after acknowledging its start,
+    /// in the same turn of the loop (see `H4ChannelHandler.channelReadComplete`).
+    let restReadAtOnce = Atomic<Int>(0)
     private let state = Mutex(State())
     private let stream: AsyncThrowingStream<HCIPacket, any Error>
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
@@ -248,8 +251,10 @@ public final class ChannelTransport: HCITransport {
     }
 
     deinit {
-        // Dropped without close() (e.g. after the controller hung up): release the socket.
-        state.withLock { $0.channel }?.close(promise: nil)
+        // Dropped while open, without close(): release the socket. Once ended, the channel
+        // is closed or closing already (by close(), the peer, or an error), and its loop
+        // may be shut down by now.
+        state.withLock { $0.ended ? nil : $0.channel }?.close(promise: nil)
     }
 
     public func close() async {
@@ -440,8 +445,12 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
+        take(unwrapInboundIn(data), context: context)
+    }
+
+    /// One read's bytes: framed, and the whole packets handed to the host.
+    private func take(_ buffer: ByteBuffer, context: ChannelHandlerContext) {
         ack.read()
-        let buffer = unwrapInboundIn(data)
         buffer.withUnsafeReadableBytes { framer.append($0) }
         // The last read's storage, when the host let go of it (it handles packets as they
         // come): no array allocated per read.
@@ -465,7 +474,46 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
 
     func channelReadComplete(context: ChannelHandlerContext) {
         guard let transport, transport.acknowledges else { return }
-        perform(ack.readCompleted(insidePacket: framer.bufferedByteCount > 0, at: .now()), on: context.eventLoop)
+        var reads = 0
+        while true {
+            let insidePacket = framer.bufferedByteCount > 0
+            let action = ack.readCompleted(insidePacket: insidePacket, at: .now())
+            perform(action, on: context.eventLoop)
+            // The read ended inside a packet, and the ACK for it went out (just now, or
+            // with the bytes we wrote since): on loopback the peer's ACK processing ran
+            // in our system call and released the rest of the packet (held behind its
+            // Nagle), so the rest is usually readable now. Reading it here saves the
+            // loop a turn (an epoll_wait(2) that returns at once, and NIO's read path).
+            guard insidePacket, reads < Self.readsAfterAcknowledging,
+                let buffer = readNow(context: context)
+            else { return }
+            reads += 1
+            transport.restReadAtOnce.add(1, ordering: .relaxed)
+            take(buffer, context: context)
+            if failed { return }
+        }
+    }
+
+    /// At most this many reads of our own after acknowledging, per read of the channel's
+    /// (a peer that keeps sending does not hold the loop: the channel reads it next).
+    private static let readsAfterAcknowledging = 4
+
+    /// What the socket holds now, without waiting; nil when nothing (EAGAIN), at its end
+    /// or on an error, which the channel's next read then sees and reports as usual (an
+    /// error that only this read would see ends the transport here).
+    private func readNow(context: ChannelHandlerContext) -> ByteBuffer? {
+        guard open, let fd = transport?.quickAckSocket else { return nil }
+        var buffer = context.channel.allocator.buffer(capacity: 2048)
+        let n = buffer.withUnsafeMutableWritableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        if n > 0 {
+            buffer.moveWriterIndex(forwardBy: n)
+            return buffer
+        }
+        let code = errno
+        if n < 0, code != EAGAIN, code != EWOULDBLOCK, code != EINTR {
+            errorCaught(context: context, error: IOError(errnoCode: code, reason: "read(2)"))
+        }
+        return nil
     }
 
     func flush(context: ChannelHandlerContext) {

@@ -327,6 +327,36 @@ struct TwoSegmentPeerTests {
         #expect(seen.filter { $0 }.count >= commands - 2, "\(seen)")
     }
 
+    @Test func aPeerThatResetsInsideAPacketEndsTheTransportWithTheError() async throws {
+        let (listener, port) = try #require(Self.listening())
+        defer { close(listener) }
+        let peer = Seen<Bool>()
+        peer.startPeer(accepting: listener) { fd in
+            // An indicator, then a reset (SO_LINGER 0: close(2) sends RST). The host
+            // reads the byte and acknowledges it; its next read, its own right after the
+            // ACK or the channel's, meets the reset.
+            guard write(fd, [UInt8(0x04)], 1) == 1 else { return }
+            var reset = linger(l_onoff: 1, l_linger: 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
+        }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
+        // The transport ends with the reset, never with a packet, a clean end or a hang.
+        // When the reset arrives before the loop first reads, NIO takes the socket down in
+        // its own reset path, which a handler sees as the peer's close: so either.
+        do {
+            for try await p in transport.inbound { Issue.record("a packet from one byte: \(p)") }
+            Issue.record("ended without an error")
+        } catch let TransportError.io(_, code, _) {
+            #expect(code == ECONNRESET)
+        } catch {
+            #expect(error as? TransportError == .endOfStream)
+        }
+        _ = peer.all()
+        await transport.close()
+        try await group.shutdownGracefully()
+    }
+
     @Test func theBoundedACKsDecisions() {
         var ack = BoundedAck()
         var clock = NIODeadline.uptimeNanoseconds(1_000_000_000)
@@ -442,5 +472,41 @@ struct TwoSegmentPeerTests {
         // of 20 in one run; the kernel acknowledges some at once on its own). The host's
         // bound is 1 ms; a loaded machine may be slow to run the loop now and then.
         #expect(seen.filter { $0 > .milliseconds(20) }.count <= 2, "\(seen)")
+    }
+
+    @Test func theRestOfAPacketHeldBehindTheACKIsReadInTheSameTurn() async throws {
+        let (listener, port) = try #require(Self.listening())
+        defer { close(listener) }
+        let peer = Seen<Bool>(), commands = 20
+        peer.startPeer(accepting: listener) { fd in
+            var limit = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            for _ in 0..<commands {
+                // Reset: indicator, opcode, no parameters, in one read.
+                var command = [UInt8](repeating: 0, count: 4)
+                guard read(fd, &command, 4) == 4, command[0] == 0x01 else { return }
+                // Command Complete in two writes with Nagle on, back to back, as
+                // Rootcanal answers: the rest waits for the host's ACK of the indicator.
+                let rest: [UInt8] = [0x0E, 4, 1, command[1], command[2], 0]
+                guard write(fd, [UInt8(0x04)], 1) == 1,
+                    rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count
+                else { return }
+            }
+        }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
+        let controller = HCIController(transport: transport, logger: TransportsTests.logger)
+        for _ in 0..<commands { _ = try await controller.send(Reset()) }
+        await controller.close()
+        try await group.shutdownGracefully()
+        _ = peer.all()
+        // The loop read the indicator alone and acknowledged it; the peer's kernel took
+        // the ACK in the host's system call and sent the rest, which the host read right
+        // then, in the same turn. (The rest comes later when the host's kernel
+        // acknowledged the indicator on its own, as it may for the first segments of a
+        // connection, or when the peer's thread was inside a system call on its socket
+        // as the ACK arrived.)
+        let atOnce = transport.restReadAtOnce.load(ordering: .relaxed)
+        #expect(atOnce >= commands / 2, "\(atOnce) of \(commands)")
     }
 }
