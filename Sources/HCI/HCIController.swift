@@ -368,7 +368,13 @@ public actor HCIController: LoopIsolated {
             nextSubscriber += 1
             eventSubscribers[id] = (continuation, counter)
             if answers { answerSubscribers.insert(id) }
-            continuation.onTermination = { _ in Task { await self.removeEventSubscriber(id) } }
+            // The consumer let go. (Finished is by `close`, which removed every subscriber
+            // already: no task then, which would reach the loop after its owner may have
+            // shut it down.)
+            continuation.onTermination = { termination in
+                guard case .cancelled = termination else { return }
+                Task { await self.removeEventSubscriber(id) }
+            }
         }
         start()
         return HCIEventStream(base: stream, dropped: counter)
