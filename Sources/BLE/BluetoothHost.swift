@@ -331,7 +331,9 @@ public actor BluetoothHost: LoopIsolated {
             setState(.ready)
             return i
         } catch {
-            if let r = await controller.closedReason { setState(.transportClosed(r)) } else { setState(.failed("\(error)")) }
+            // A closed transport ends the host as it would after start (its waiters fail,
+            // its followers end); the state says why.
+            if await controller.closedReason != nil { await transportEnded() } else { setState(.failed("\(error)")) }
             throw error
         }
     }
@@ -368,6 +370,11 @@ public actor BluetoothHost: LoopIsolated {
         await quiesce()
         await controller.close()
         await transportEnded()
+        // The tasks that followed the layers' streams have ended (`transportEnded`
+        // cancelled them, here or, if it got there first, in the events' follower, which
+        // this waits for too): nothing holds the host, and none reaches its loop after
+        // this (the loop's owner may shut it down once `close` returns).
+        for t in tasks { await t.value }
     }
 
     /// Ends the session the way a person quitting expects, then closes: every scan
