@@ -364,7 +364,8 @@ public actor BluetoothHost: LoopIsolated {
     /// Closes the transport: every link ends, every stream finishes. What the host
     /// owes or is doing goes out first: traffic owed by streams the application let go
     /// of (a scan stop, a CCCD write), and its reaction to a link that came or went
-    /// (advertising resumed), so a recording ends at the same place every run.
+    /// (advertising resumed), so a recording ends at the same place every run. Returns
+    /// once the host's own tasks have ended: nothing of the host runs on its loop after.
     public func close() async {
         await settle()
         await quiesce()
