@@ -504,13 +504,15 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     private func readNow(context: ChannelHandlerContext) -> ByteBuffer? {
         guard open, let fd = transport?.quickAckSocket else { return nil }
         var buffer = context.channel.allocator.buffer(capacity: 2048)
-        let n = buffer.withUnsafeMutableWritableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        let (n, code) = buffer.withUnsafeMutableWritableBytes { b -> (Int, Int32) in
+            let n = Glibc.read(fd, b.baseAddress, b.count)
+            return (n, n < 0 ? errno : 0)
+        }
         if n > 0 {
             buffer.moveWriterIndex(forwardBy: n)
             return buffer
         }
-        let code = errno
-        if n < 0, code != EAGAIN, code != EWOULDBLOCK, code != EINTR {
+        if n < 0, code != EAGAIN, code != EINTR {
             errorCaught(context: context, error: IOError(errnoCode: code, reason: "read(2)"))
         }
         return nil
