@@ -140,8 +140,10 @@ struct ControllerTests {
         try await third.value
         #expect(await t.nextSent() == .acl(p(1)))
         // A fourth for handle 2 waits; handle 2 disconnects: its waiter fails, its credit returns.
-        let fourth = Task { try await c.sendACL(p(2)) }
-        try await Task.sleep(for: .milliseconds(20))
+        // Started on the controller's loop, so its wait is registered before the jobs
+        // queued there after it: the read of the credits, then the event.
+        let fourth = Task(executorPreference: c.taskExecutor) { try await c.sendACL(p(2)) }
+        #expect(await c.aclCredits.available == 0)
         t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 2, reason: .remoteUserTerminatedConnection)))
         await #expect(throws: HCIError.connectionClosed(handle: 2)) { try await fourth.value }
         let credits = await c.aclCredits
