@@ -7,6 +7,8 @@ import Foundation
 import Synchronization
 import HCI
 import Logging
+import NIOCore
+import NIOPosix
 import Snoop
 import Testing
 import Transports
@@ -70,43 +72,57 @@ enum Interop {
         return (p, out)
     }
 
-    /// Runs a program to completion (killed after `timeout`), returning its status and
-    /// stdout (with stderr too when `mergeStderr`). Never blocks a cooperative thread:
-    /// the output is read on its own thread and the exit is polled with Task.sleep, so
-    /// tests that serve a peer in-process keep running while the peer's program does.
-    /// `interrupt`: sends that signal once the output contains the text (a person's
-    /// Ctrl-C once the command is under way).
+    /// Runs a program to completion (killed with SIGKILL after `timeout`), returning its
+    /// status and stdout (with stderr too when `mergeStderr`). Never blocks a cooperative thread:
+    /// the output is read on its own thread, and the output, its end, the exit and the
+    /// timeout each reach the caller as an event, so tests that serve a peer in-process
+    /// keep running while the peer's program does. `interrupt`: sends that signal once
+    /// the output contains the text (a person's Ctrl-C once the command is under way).
     static func execute(_ path: String, _ args: [String], timeout: TimeInterval = 60, mergeStderr: Bool = false,
                         interrupt: (signal: Int32, whenOutputContains: String)? = nil) async throws -> (status: Int32, out: String) {
+        enum Happening { case output, outputEnded, exited, timedOut }
+        // A handful of events per run: nothing is dropped.
+        let (happenings, happened) = AsyncStream.makeStream(of: Happening.self, bufferingPolicy: .unbounded)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: path)
         p.arguments = args
         let out = Pipe()
         p.standardOutput = out
         p.standardError = mergeStderr ? out : FileHandle.nullDevice
+        p.terminationHandler = { _ in happened.yield(.exited) }
         try p.run()
-        let collected = Mutex<(data: Data, done: Bool)>((Data(), false))
+        let collected = Mutex(Data())
         let reader = out.fileHandleForReading
         Thread.detachNewThread {
             while true {
                 let d = reader.availableData
-                collected.withLock { d.isEmpty ? ($0.done = true) : $0.data.append(d) }
                 if d.isEmpty { break }
+                collected.withLock { $0.append(d) }
+                happened.yield(.output)
             }
+            happened.yield(.outputEnded)
         }
-        let deadline = Date().addingTimeInterval(timeout)
-        var interrupted = false
-        while p.isRunning && Date() < deadline {
-            if let (sig, marker) = interrupt, !interrupted, collected.withLock({ String(decoding: $0.data, as: UTF8.self).contains(marker) }) {
-                kill(p.processIdentifier, sig)
-                interrupted = true
+        let timer = MultiThreadedEventLoopGroup.singleton.next().scheduleTask(in: .milliseconds(Int64(timeout * 1000))) {
+            happened.yield(.timedOut)
+        }
+        var exited = false, outputEnded = false, interrupted = false
+        for await h in happenings {
+            switch h {
+            case .output:
+                if let (sig, marker) = interrupt, !interrupted, collected.withLock({ String(decoding: $0, as: UTF8.self).contains(marker) }) {
+                    kill(p.processIdentifier, sig)
+                    interrupted = true
+                }
+            case .outputEnded: outputEnded = true
+            case .exited: exited = true
+            // SIGKILL: a child of the test process may have SIGTERM ignored (the
+            // disposition is inherited through exec), and then terminate() did nothing.
+            case .timedOut: if !exited { kill(p.processIdentifier, SIGKILL) }
             }
-            try await Task.sleep(for: .milliseconds(20))
+            if exited && outputEnded { break }
         }
-        if p.isRunning { p.terminate() }
-        while p.isRunning { try await Task.sleep(for: .milliseconds(20)) }
-        while !collected.withLock({ $0.done }) { try await Task.sleep(for: .milliseconds(10)) }
-        return (p.terminationStatus, String(decoding: collected.withLock { $0.data }, as: UTF8.self))
+        timer.cancel()
+        return (p.terminationStatus, String(decoding: collected.withLock { $0 }, as: UTF8.self))
     }
 
     static func run(_ path: String, _ args: [String]) async throws -> String { try await execute(path, args).out }
