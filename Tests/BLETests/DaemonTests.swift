@@ -102,11 +102,16 @@ import Testing
             }
             // Bounded: close() waits for the followers, which used to run for good here.
             let (closed, done) = AsyncStream.makeStream(of: Void.self)
-            Task {
+            let closing = Task {
                 await host.close()
                 done.yield()
             }
-            #expect(await firstElement(closed, within: .seconds(5)) != nil, "close() did not return")
+            guard await firstElement(closed, within: .seconds(5)) != nil else {
+                Issue.record("close() did not return")
+                return
+            }
+            // Once it has ended, the task no longer holds the host.
+            await closing.value
         }
         #expect(gone == nil, "the host outlived close()")
     }
