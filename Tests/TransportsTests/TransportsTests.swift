@@ -271,6 +271,12 @@ struct TwoSegmentPeerTests {
         return (fd, port)
     }
 
+    /// A peer's reads of `fd` give up after 10 s (a host that stops writing ends the peer).
+    static func limitReads(on fd: Int32) {
+        var limit = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+    }
+
     /// How long the peer's send queue keeps unacknowledged bytes (SIOCOUTQ) until the
     /// host's ACK; nil when it did not come within `limit`.
     static func acknowledgement(on fd: Int32, within limit: Duration) -> Duration? {
@@ -291,8 +297,7 @@ struct TwoSegmentPeerTests {
         // byte before Linux's delayed-ACK timer (40 ms at the least) could.
         let log = Seen<Bool>(), commands = 10
         log.startPeer(accepting: listener) { fd in
-            var limit = timeval(tv_sec: 10, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            Self.limitReads(on: fd)
             func readExactly(_ n: Int) -> [UInt8]? {
                 var out = [UInt8](repeating: 0, count: n), got = 0
                 while got < n {
@@ -479,8 +484,7 @@ struct TwoSegmentPeerTests {
         defer { close(listener) }
         let peer = Seen<Bool>(), commands = 20
         peer.startPeer(accepting: listener) { fd in
-            var limit = timeval(tv_sec: 10, tv_usec: 0)
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+            Self.limitReads(on: fd)
             for _ in 0..<commands {
                 // Reset: indicator, opcode, no parameters, in one read.
                 var command = [UInt8](repeating: 0, count: 4)
