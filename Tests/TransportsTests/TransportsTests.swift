@@ -271,6 +271,30 @@ struct TwoSegmentPeerTests {
         return (fd, port)
     }
 
+    /// `n` bytes from `fd`, however many reads they take; nil at the end or on an error.
+    static func readExactly(_ n: Int, from fd: Int32) -> [UInt8]? {
+        var out = [UInt8](repeating: 0, count: n), got = 0
+        while got < n {
+            let r = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, n - got) }
+            guard r > 0 else { return nil }
+            got += r
+        }
+        return out
+    }
+
+    /// Sends `command` `times` times through an `HCIController` on a TCP transport to
+    /// the peer on `port`, each after the last one's answer, then closes; returns the
+    /// transport. A loop of its own: the rest of the suite keeps the shared one busy.
+    static func send<C: HCICommand>(_ command: C, times: Int, to port: UInt16) async throws -> ChannelTransport {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
+        let controller = HCIController(transport: transport, logger: TransportsTests.logger)
+        for _ in 0..<times { _ = try await controller.send(command) }
+        await controller.close()
+        try await group.shutdownGracefully()
+        return transport
+    }
+
     /// A peer's reads of `fd` give up after 10 s (a host that stops writing ends the peer).
     static func limitReads(on fd: Int32) {
         var limit = timeval(tv_sec: 10, tv_usec: 0)
@@ -298,18 +322,11 @@ struct TwoSegmentPeerTests {
         let log = Seen<Bool>(), commands = 10
         log.startPeer(accepting: listener) { fd in
             Self.limitReads(on: fd)
-            func readExactly(_ n: Int) -> [UInt8]? {
-                var out = [UInt8](repeating: 0, count: n), got = 0
-                while got < n {
-                    let r = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, n - got) }
-                    guard r > 0 else { return nil }
-                    got += r
-                }
-                return out
-            }
             for _ in 0..<commands {
                 // H4 command: indicator, opcode, length, parameters.
-                guard let header = readExactly(4), header[0] == 0x01, let _ = readExactly(Int(header[3])) else { return }
+                guard let header = Self.readExactly(4, from: fd), header[0] == 0x01,
+                    let _ = Self.readExactly(Int(header[3]), from: fd)
+                else { return }
                 // Command Complete (1 credit, the same opcode, status 0, BD_ADDR).
                 let rest: [UInt8] = [0x0E, 10, 1, header[1], header[2], 0, 1, 2, 3, 4, 5, 6]
                 guard write(fd, [UInt8(0x04)], 1) == 1 else { return }
@@ -318,13 +335,7 @@ struct TwoSegmentPeerTests {
                 guard rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count else { return }
             }
         }
-        // A loop of its own: the rest of the suite keeps the shared one busy.
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
-        let controller = HCIController(transport: transport, logger: TransportsTests.logger)
-        for _ in 0..<commands { _ = try await controller.send(ReadBDADDR()) }
-        await controller.close()
-        try await group.shutdownGracefully()
+        _ = try await Self.send(ReadBDADDR(), times: commands, to: port)
         let seen = log.all()
         #expect(seen.count == commands)
         // Without the immediate ACK none would be: each waits for the delayed-ACK timer.
@@ -486,9 +497,8 @@ struct TwoSegmentPeerTests {
         peer.startPeer(accepting: listener) { fd in
             Self.limitReads(on: fd)
             for _ in 0..<commands {
-                // Reset: indicator, opcode, no parameters, in one read.
-                var command = [UInt8](repeating: 0, count: 4)
-                guard read(fd, &command, 4) == 4, command[0] == 0x01 else { return }
+                // Reset: indicator, opcode, no parameters.
+                guard let command = Self.readExactly(4, from: fd), command[0] == 0x01 else { return }
                 // Command Complete in two writes with Nagle on, back to back, as
                 // Rootcanal answers: the rest waits for the host's ACK of the indicator.
                 let rest: [UInt8] = [0x0E, 4, 1, command[1], command[2], 0]
@@ -497,12 +507,7 @@ struct TwoSegmentPeerTests {
                 else { return }
             }
         }
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
-        let controller = HCIController(transport: transport, logger: TransportsTests.logger)
-        for _ in 0..<commands { _ = try await controller.send(Reset()) }
-        await controller.close()
-        try await group.shutdownGracefully()
+        let transport = try await Self.send(Reset(), times: commands, to: port)
         _ = peer.all()
         // The loop read the indicator alone and acknowledged it; the peer's kernel took
         // the ACK in the host's system call and sent the rest, which the host read right
