@@ -43,7 +43,15 @@ public struct L2CAPATTChannel: ATTChannel {
     }
 
     public func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
-        host.onLoop((pdu, handle, done)) { $0.enqueue($1.0, on: .att, handle: $1.1, done: $1.2) }
+        // Handed over as a struct to a closure that captures nothing: no allocation per
+        // PDU (`onLoop(_:_:)`).
+        host.onLoop(Outgoing(pdu: pdu, handle: handle, done: done)) { $0.enqueue($1.pdu, on: .att, handle: $1.handle, done: $1.done) }
+    }
+
+    private struct Outgoing {
+        let pdu: [UInt8]
+        let handle: UInt16
+        let done: (@Sendable (Bool) -> Void)?
     }
 
     public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }

@@ -435,6 +435,10 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     private var timer: NIOScheduledCallback?
     /// The packet array of the last read, kept for the next.
     private var spare: [HCIPacket] = []
+    /// `readNow`'s buffer, kept between reads: the framer copies the bytes it keeps, so
+    /// the storage is this handler's alone again once `take` returns (no allocation per
+    /// read of our own).
+    private var ownReads: ByteBuffer?
     /// `queuedWorkRan` as the loop's job, made once (it holds this handler until the
     /// handler is removed from the pipeline).
     private var check: (() -> Void)?
@@ -503,7 +507,10 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     /// error that only this read would see ends the transport here).
     private func readNow(context: ChannelHandlerContext) -> ByteBuffer? {
         guard open, let fd = transport?.quickAckSocket else { return nil }
-        var buffer = context.channel.allocator.buffer(capacity: 2048)
+        var buffer = ownReads ?? context.channel.allocator.buffer(capacity: 2048)
+        ownReads = nil
+        buffer.clear()
+        defer { ownReads = buffer }
         let (n, code) = buffer.withUnsafeMutableWritableBytes { b -> (Int, Int32) in
             let n = Glibc.read(fd, b.baseAddress, b.count)
             return (n, n < 0 ? errno : 0)
