@@ -441,12 +441,14 @@ public actor GATTServer: LoopIsolated {
     /// Runs `body` on `bearer`: synchronously when it shares this server's loop (every
     /// bearer of the server's own host does), so a notification handed to a link with
     /// room in the controller's buffers never suspends; otherwise by a hop to it.
+    @inline(__always)  // as `onLoop` is: `body` reaches it as the closure written at the call
     private func with<T: Sendable>(_ bearer: ATTBearer, _ body: @Sendable (isolated ATTBearer) throws -> T) async rethrows -> T {
         if bearer.loop === loop { return try bearer.onLoop(body) }
         return try await bearer.perform(body)
     }
 
     /// `with(_:_:)` with what `body` needs passed in (no closure context to allocate).
+    @inline(__always)
     private func with<Argument: Sendable, T: Sendable>(
         _ bearer: ATTBearer, _ argument: Argument, _ body: @Sendable (isolated ATTBearer, Argument) throws -> T
     ) async rethrows -> T {
