@@ -5,6 +5,8 @@
 import BLE
 import BLETesting
 import GATT
+import HCI
+import Snoop
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -37,15 +39,30 @@ import Testing
     }
 
     @Test func cancellingConnectEndsItAtOnce() async throws {
-        let room = try await Room(peripherals: 1)
+        // The controller's answers to LE Create Connection (taken on) and to its Cancel (succeeded),
+        // as they reach the host.
+        let (taken, takenOn) = AsyncStream<Void>.makeStream()
+        let (cancelled, cancelledOn) = AsyncStream<Bool>.makeStream()
+        let room = try await Room(peripherals: 1) { r in
+            guard r.direction == .controllerToHost, case let .event(code, parameters)? = r.packet,
+                  let e = try? HCIEvent(code: code, parameters: parameters) else { return }
+            switch e {
+            case let .commandStatus(s) where s.commandOpcode == .leCreateConnection && s.status.isSuccess: takenOn.yield()
+            case let .commandComplete(c) where c.commandOpcode == .leCreateConnectionCancel: cancelledOn.yield(c.status?.isSuccess == true)
+            default: break
+            }
+        }
         defer { Task { await room.close() } }
         let central = room.central.central
         let attempt = Task { try await central.connect(to: BluetoothAddress("C0:DE:AD:00:00:01")!, within: .seconds(30)) }
-        try await Task.sleep(for: .milliseconds(50))
+        // Cancelled once the controller has taken the attempt on.
+        #expect(await firstElement(taken, within: .seconds(5)) != nil)
         let start = ContinuousClock.now
         attempt.cancel()
         await #expect(throws: CancellationError.self) { _ = try await attempt.value }
         #expect(ContinuousClock.now - start < .seconds(2))
+        // The controller was told to give up, and did.
+        #expect(await firstElement(cancelled, within: .seconds(5)) == true)
         try await room.peripherals[0].peripheral.startAdvertising(AdvertisingData())
         let r = try await central.connect(to: room.addresses[0], within: .seconds(5))
         try await r.disconnect()
@@ -122,14 +139,23 @@ import Testing
     }
 
     @Test func aFullScanBufferCountsWhatItDropped() async throws {
-        let room = try await Room(peripherals: 1)
+        let room = try await Room(peripherals: 2)
         defer { Task { await room.close() } }
         try await room.peripherals[0].peripheral.startAdvertising(AdvertisingData())
         let results = try await room.central.central.scan(capacity: 2)
+        // A second scan, for the other peripheral only: the host offers each report to
+        // every scan in one call on its loop, in the order the controller sent them.
+        let marker = try await room.central.central.scan(filter: ScanFilter(addresses: [room.addresses[1]]))
+        // The first peripheral's advertisement and scan response: 2 when the scan
+        // started and 2 per tick.
         for _ in 0..<10 { await room.radio.tick() }
-        // Let the host process the reports, then read what is left.
-        try await Task.sleep(for: .milliseconds(100))
-        #expect(results.dropped.count >= 8)
+        // Then the second peripheral's: once it reaches the marker scan (and the call that
+        // offered it has returned), every report before it has met the full buffer.
+        try await room.peripherals[1].peripheral.startAdvertising(AdvertisingData())
+        #expect(await firstElement(marker, within: .seconds(5))?.address == room.addresses[1])
+        try await room.radio.loop.submit {}.get()
+        // 22 reports of the first peripheral, and 1 or 2 of the second's, into a buffer of 2.
+        #expect((20...22).contains(results.dropped.count), "\(results.dropped.count)")
         #expect(await collect(results, count: 2, within: .seconds(2)).count == 2)
     }
 }

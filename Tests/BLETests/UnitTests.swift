@@ -8,6 +8,7 @@ import BLETesting
 import GAP
 import GATT
 import HCI
+import Snoop
 import Testing
 
 /// A radio with one central and `count` peripherals, each publishing the test service and advertising.
@@ -17,10 +18,13 @@ struct Room {
     let peripherals: [BluetoothHost]
     let addresses: [BluetoothAddress]
 
-    /// `radio`: by default one on NIO's shared loops.
-    init(peripherals count: Int, enhancedATT: Bool = false, radio: VirtualRadio = VirtualRadio()) async throws {
+    /// `radio`: by default one on NIO's shared loops. `watchCentral` sees each packet
+    /// between the central's host and its controller, in order per direction.
+    init(peripherals count: Int, enhancedATT: Bool = false, radio: VirtualRadio = VirtualRadio(),
+         watchCentral: (@Sendable (TraceRecord) -> Void)? = nil) async throws {
         self.radio = radio
-        central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!), logger: Bench.logger)
+        let controller: any HCITransport = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!)
+        central = BluetoothHost(transport: watchCentral.map { RecordingTransport(wrapping: controller, sink: $0) } ?? controller, logger: Bench.logger)
         try await central.start()
         var ps: [BluetoothHost] = [], addrs: [BluetoothAddress] = []
         for i in 0..<count {
