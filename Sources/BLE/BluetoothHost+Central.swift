@@ -85,12 +85,11 @@ extension BluetoothHost {
     func addScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> (id: UInt64, stream: BufferedStream<ScanResult>) {
         await settle()
         try requireReady()
-        let (stream, cont) = AsyncStream<ScanResult>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
-        let dropped = DropCounter()
+        let (stream, cont) = BufferedStream<ScanResult>.makeStream(capacity: capacity)
         let id = centralState.nextScan
         centralState.nextScan += 1
         let first = centralState.scans.isEmpty
-        centralState.scans[id] = ScanSubscriber(filter: filter, continuation: cont, dropped: dropped)
+        centralState.scans[id] = ScanSubscriber(filter: filter, continuation: cont)
         // The consumer let go: the scan stops before the program's next operation goes out.
         cont.onTermination = { [weak self] _ in
             guard let host = self else { return }
@@ -112,7 +111,7 @@ extension BluetoothHost {
                 throw error
             }
         }
-        return (id, BufferedStream(base: stream, dropped: dropped))
+        return (id, stream)
     }
 
     func endScan(_ id: UInt64) async {

@@ -16,8 +16,7 @@ extension BluetoothHost {
 
     /// Connections and disconnections in both roles, as they happen. Buffer: newest 256.
     public nonisolated func connectionEvents() -> BufferedStream<ConnectionEvent> {
-        let (s, d) = connectionBroadcast.subscribe(capacity: 256)
-        return BufferedStream(base: s, dropped: d)
+        connectionBroadcast.subscribe(capacity: 256)
     }
 
     /// Every link now up, in both roles.

@@ -66,8 +66,8 @@ extension BluetoothHost {
 
     struct ScanSubscriber {
         var filter: ScanFilter
-        var continuation: AsyncStream<ScanResult>.Continuation
-        var dropped: DropCounter
+        /// Counts what its full buffer drops.
+        var continuation: BufferedStream<ScanResult>.Continuation
     }
 
     /// The central role: the connect in progress and those queued behind it, the scans.

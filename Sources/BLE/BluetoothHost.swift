@@ -267,8 +267,7 @@ public actor BluetoothHost: LoopIsolated {
 
     /// The state now and every change after it. Buffer: the newest 16 states.
     public nonisolated func states() -> BufferedStream<HostState> {
-        let (s, d) = stateBroadcast.subscribe(capacity: 16)
-        return BufferedStream(base: s, dropped: d)
+        stateBroadcast.subscribe(capacity: 16)
     }
 
     func setState(_ s: HostState) {
@@ -470,7 +469,7 @@ public actor BluetoothHost: LoopIsolated {
         // Filters look at what the device said in its advertisement and scan response together.
         let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
         func offer(_ s: ScanSubscriber) {
-            if s.filter.matches(merged), case .dropped = s.continuation.yield(result) { s.dropped.increment() }
+            if s.filter.matches(merged) { s.continuation.yield(result) }
         }
         for (_, s) in centralState.scans { offer(s) }
         for d in centralState.draining { offer(d.subscriber) }

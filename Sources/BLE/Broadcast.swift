@@ -1,5 +1,5 @@
 // One producer, any number of consumers: each `subscribe` gets its own bounded
-// AsyncStream and its own drop counter. The facade's streams (hardware state,
+// stream with its own drop counter. The facade's streams (hardware state,
 // connection events) are built on it.
 
 import HCI
@@ -7,7 +7,7 @@ import Synchronization
 
 final class Broadcast<Element: Sendable>: Sendable {
     private struct State {
-        var subscribers: [UInt64: (AsyncStream<Element>.Continuation, DropCounter)] = [:]
+        var subscribers: [UInt64: BufferedStream<Element>.Continuation] = [:]
         var next: UInt64 = 1
         var latest: Element?
         var finished = false
@@ -20,23 +20,22 @@ final class Broadcast<Element: Sendable>: Sendable {
 
     /// A stream of what is yielded from now on (preceded by the latest element when
     /// replaying); keeps the newest `capacity` elements, counting the rest as dropped.
-    func subscribe(capacity: Int) -> (AsyncStream<Element>, DropCounter) {
-        let (stream, c) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
-        let dropped = DropCounter()
+    func subscribe(capacity: Int) -> BufferedStream<Element> {
+        let (stream, c) = BufferedStream<Element>.makeStream(capacity: capacity)
         let id: UInt64? = state.withLock { s in
             if replaysLatest, let l = s.latest { c.yield(l) }
             if s.finished { return nil }
             let id = s.next
             s.next += 1
-            s.subscribers[id] = (c, dropped)
+            s.subscribers[id] = c
             return id
         }
         guard let id else {
             c.finish()
-            return (stream, dropped)
+            return stream
         }
         c.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.subscribers.removeValue(forKey: id) } }
-        return (stream, dropped)
+        return stream
     }
 
     func yield(_ e: Element) {
@@ -44,7 +43,7 @@ final class Broadcast<Element: Sendable>: Sendable {
             s.latest = e
             return Array(s.subscribers.values)
         }
-        for (c, d) in subs { if case .dropped = c.yield(e) { d.increment() } }
+        for c in subs { c.yield(e) }
     }
 
     func finish() {
@@ -53,7 +52,7 @@ final class Broadcast<Element: Sendable>: Sendable {
             defer { s.subscribers.removeAll() }
             return Array(s.subscribers.values)
         }
-        for (c, _) in subs { c.finish() }
+        for c in subs { c.finish() }
     }
 
     var latest: Element? { state.withLock { $0.latest } }

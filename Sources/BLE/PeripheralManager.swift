@@ -275,8 +275,7 @@ public struct PeripheralManager: Sendable {
 
     /// Writes and subscription changes by centrals. Buffer: the newest 256.
     public func events() -> BufferedStream<PeripheralEvent> {
-        let (s, d) = host.peripheralBroadcast.subscribe(capacity: 256)
-        return BufferedStream(base: s, dropped: d)
+        host.peripheralBroadcast.subscribe(capacity: 256)
     }
 
     /// Reads and writes of characteristics created with `answersManually`, for the app

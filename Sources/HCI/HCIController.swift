@@ -39,9 +39,9 @@ public enum HCIError: Error, Equatable, Sendable, CustomStringConvertible {
 /// transport closes.
 public struct HCIEventStream: AsyncSequence, Sendable {
     public typealias Element = HCIEvent
-    let base: AsyncStream<HCIEvent>
-    public let dropped: DropCounter
-    public func makeAsyncIterator() -> AsyncStream<HCIEvent>.Iterator { base.makeAsyncIterator() }
+    let base: BufferedStream<HCIEvent>
+    public var dropped: DropCounter { base.dropped }
+    public func makeAsyncIterator() -> BufferedStream<HCIEvent>.Iterator { base.makeAsyncIterator() }
 }
 
 /// What the controller sent that the layer above (L2CAP) follows: every event but
@@ -83,7 +83,7 @@ public actor HCIController: LoopIsolated {
     /// Those waiting for a connection's ACL packets to be completed (`packetsCompleted`).
     private var completionWaiters: [UInt64: (handle: UInt16, continuation: CheckedContinuation<Void, Never>)] = [:]
     private var nextACLWaiter: UInt64 = 1
-    private var eventSubscribers: [UInt64: (AsyncStream<HCIEvent>.Continuation, DropCounter)] = [:]
+    private var eventSubscribers: [UInt64: BufferedStream<HCIEvent>.Continuation] = [:]
     /// The subscribers that also get Command Complete and Command Status.
     private var answerSubscribers: Set<UInt64> = []
     private var sink: HCIInboundSink?
@@ -359,14 +359,13 @@ public actor HCIController: LoopIsolated {
     /// events and before the command it answers returns: a follower can tell which
     /// events the controller sent before it answered a command.
     public func events(capacity: Int = 1024, answers: Bool = false) -> HCIEventStream {
-        let (stream, continuation) = AsyncStream<HCIEvent>.makeStream(bufferingPolicy: .bufferingNewest(capacity))
-        let counter = DropCounter()
+        let (stream, continuation) = BufferedStream<HCIEvent>.makeStream(capacity: capacity)
         if closedReason != nil {
             continuation.finish()
         } else {
             let id = nextSubscriber
             nextSubscriber += 1
-            eventSubscribers[id] = (continuation, counter)
+            eventSubscribers[id] = continuation
             if answers { answerSubscribers.insert(id) }
             // The consumer let go. (Finished is by `close`, which removed every subscriber
             // already: no task then, which would reach the loop after its owner may have
@@ -377,7 +376,7 @@ public actor HCIController: LoopIsolated {
             }
         }
         start()
-        return HCIEventStream(base: stream, dropped: counter)
+        return HCIEventStream(base: stream)
     }
 
     /// Hands every event (but Command Complete and Command Status) and every inbound
@@ -450,16 +449,13 @@ public actor HCIController: LoopIsolated {
         default:
             break
         }
-        for (_, (c, counter)) in eventSubscribers {
-            if case .dropped = c.yield(event) { counter.increment() }
-        }
+        for (_, c) in eventSubscribers { c.yield(event) }
         return true
     }
 
     private func yieldAnswer(_ event: HCIEvent) {
         for id in answerSubscribers {
-            guard let (c, counter) = eventSubscribers[id] else { continue }
-            if case .dropped = c.yield(event) { counter.increment() }
+            eventSubscribers[id]?.yield(event)
         }
     }
 
@@ -481,7 +477,7 @@ public actor HCIController: LoopIsolated {
         for w in aclWaiters { w.continuation.resume(throwing: HCIError.transportClosed(reason)) }
         aclWaiters.removeAll()
         resumeCompletionWaiters(all: true)
-        for (_, (c, _)) in eventSubscribers { c.finish() }
+        for (_, c) in eventSubscribers { c.finish() }
         eventSubscribers.removeAll()
         answerSubscribers.removeAll()
         if let sink {

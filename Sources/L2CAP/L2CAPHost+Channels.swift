@@ -26,7 +26,7 @@ struct ChannelRuntime {
         var receiver: (@Sendable (ChannelInput) -> Void)?
     }
     var endpoints: [Key: Endpoint] = [:]
-    var listeners: [UInt16: (stream: AsyncStream<L2CAPChannel>.Continuation, dropped: DropCounter)] = [:]
+    var listeners: [UInt16: BufferedStream<L2CAPChannel>.Continuation] = [:]
     /// Our connection requests by (handle, identifier).
     var connects: [Key: (waiter: CheckedContinuation<[L2CAPChannel], any Error>, timer: LoopTimer)] = [:]
     /// Our reconfigure requests by (handle, identifier).
@@ -57,18 +57,17 @@ extension L2CAPHost {
     /// listening again on the same SPSM replaces it.
     public func listen(spsm: UInt16, parameters: CreditBasedParameters = CreditBasedParameters(), security: ChannelSecurity = .none,
                        backlog: Int = 16) -> BufferedStream<L2CAPChannel> {
-        let (stream, c) = AsyncStream<L2CAPChannel>.makeStream(bufferingPolicy: .bufferingOldest(Swift.max(1, backlog)))
-        let dropped = DropCounter()
-        coc.listeners[spsm]?.stream.finish()
-        coc.listeners[spsm] = (c, dropped)
+        let (stream, c) = BufferedStream<L2CAPChannel>.makeStream(capacity: backlog, keeping: .oldest)
+        coc.listeners[spsm]?.finish()
+        coc.listeners[spsm] = c
         listening[spsm] = CreditBasedChannels.Listener(parameters: parameters, security: security)
         for h in Array(connections.keys) { connections[h]?.signaling.channels.listen(spsm: spsm, parameters, security: security) }
-        return BufferedStream(base: stream, dropped: dropped)
+        return stream
     }
 
     /// Stops accepting channels to `spsm` (open ones stay open).
     public func stopListening(spsm: UInt16) {
-        coc.listeners.removeValue(forKey: spsm)?.stream.finish()
+        coc.listeners.removeValue(forKey: spsm)?.finish()
         listening[spsm] = nil
         for h in Array(connections.keys) { connections[h]?.signaling.channels.stopListening(spsm: spsm) }
     }
@@ -302,7 +301,7 @@ extension L2CAPHost {
 
     /// The transport ended: every channel and waiter ends.
     func channelsFinishAll() {
-        for (_, l) in coc.listeners { l.stream.finish() }
+        for (_, l) in coc.listeners { l.finish() }
         coc.listeners.removeAll()
         for (key, pending) in coc.connects {
             pending.timer.cancel()
@@ -347,10 +346,8 @@ extension L2CAPHost {
             case let .accepted(info):
                 let ch = open(info, handle: handle)
                 guard let l = coc.listeners[info.spsm] else { closeNow(handle: handle, localCID: info.localCID); continue }
-                if case .dropped = l.stream.yield(ch) {
-                    l.dropped.increment()
-                    closeNow(handle: handle, localCID: info.localCID)
-                }
+                // Refused by a full backlog (counted), or nobody takes them any more: closed.
+                if l.yield(ch) != .enqueued { closeNow(handle: handle, localCID: info.localCID) }
             case let .opened(id, infos, result):
                 let opened = infos.map { open($0, handle: handle) }
                 if let pending = coc.connects.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {
