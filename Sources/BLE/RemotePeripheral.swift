@@ -62,9 +62,9 @@ public struct RemoteService: Hashable, Sendable {
 /// `capacity` values; `dropped` counts the rest.
 public struct CharacteristicValues: AsyncSequence, Sendable {
     public typealias Element = [UInt8]
-    let base: AsyncThrowingStream<[UInt8], any Error>
-    public let dropped: DropCounter
-    public func makeAsyncIterator() -> AsyncThrowingStream<[UInt8], any Error>.Iterator { base.makeAsyncIterator() }
+    let base: BufferedThrowingStream<[UInt8]>
+    public var dropped: DropCounter { base.dropped }
+    public func makeAsyncIterator() -> BufferedThrowingStream<[UInt8]>.Iterator { base.makeAsyncIterator() }
 }
 
 public actor RemotePeripheral {
@@ -373,10 +373,9 @@ public actor RemotePeripheral {
     /// iterating unsubscribes.
     public func subscribe(to c: RemoteCharacteristic, indications: Bool? = nil, capacity: Int = 256) async throws -> CharacteristicValues {
         guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
-        let (stream, cont) = AsyncThrowingStream<[UInt8], any Error>.makeStream(bufferingPolicy: .bufferingNewest(Swift.max(1, capacity)))
-        let dropped = DropCounter()
+        let (stream, cont) = BufferedThrowingStream<[UInt8]>.makeStream(capacity: capacity)
         try await subscribe(to: c, indications: indications,
-                            onValue: { v in if case .dropped = cont.yield(v) { dropped.increment() } },
+                            onValue: { cont.yield($0) },
                             ended: { cont.finish(throwing: $0) })
         let host = self.host, gatt = self.client
         cont.onTermination = { reason in
@@ -384,7 +383,7 @@ public actor RemotePeripheral {
             // anything the program does next goes out.
             if case .cancelled = reason { host.owe { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
         }
-        return CharacteristicValues(base: stream, dropped: dropped)
+        return CharacteristicValues(base: stream)
     }
 
     /// Subscribes and hands each value to `onValue` as it arrives: on the host's loop,

@@ -115,6 +115,9 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
             /// How the stream ended, once it has.
             var ending: Termination?
             var ended: Bool { ending != nil }
+            /// What the producer finished with, thrown once after the buffer (a
+            /// `BufferedThrowingStream`'s).
+            var failure: (any Error)?
             var onTermination: (@Sendable (Termination) -> Void)?
         }
         let state = Mutex(State())
@@ -150,13 +153,14 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
             return result
         }
 
-        /// Finished by the producer (what is buffered is still handed out) or cancelled
-        /// (it is not); the first of these only.
-        func end(_ how: Termination) {
+        /// Finished by the producer (what is buffered is still handed out, then
+        /// `failure` if any) or cancelled (it is not); the first of these only.
+        func end(_ how: Termination, failure: (any Error)? = nil) {
             let (waiter, handler) = state.withLock { s -> (UnsafeContinuation<Element?, Never>?, (@Sendable (Termination) -> Void)?) in
                 if how == .cancelled { s.buffer.removeAll() }
                 guard !s.ended else { return (nil, nil) }
                 s.ending = how
+                s.failure = failure
                 let w = s.waiter, h = s.onTermination
                 s.waiter = nil
                 s.onTermination = nil
@@ -174,6 +178,14 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
                 return nil
             }
             if let late { handler?(late) }
+        }
+
+        /// After `next()` returned nil: the producer's error, once.
+        func takeFailure() -> (any Error)? {
+            state.withLock { s in
+                defer { s.failure = nil }
+                return s.failure
+            }
         }
 
         func next() async -> Element? {
@@ -197,6 +209,58 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
             } onCancel: {
                 end(.cancelled)
             }
+        }
+    }
+}
+
+/// `BufferedStream` whose producer may end it with an error, thrown to the consumer
+/// after the elements still buffered. The same buffer, policies and endings.
+public struct BufferedThrowingStream<Element: Sendable>: AsyncSequence, Sendable {
+    public typealias Failure = any Error
+    let consumer: BufferedStream<Element>.Consumer
+    /// Elements lost because the buffer was full.
+    public let dropped: DropCounter
+
+    public static func makeStream(capacity: Int, keeping: BufferedStream<Element>.Keeping = .newest)
+        -> (stream: BufferedThrowingStream, continuation: Continuation) {
+        let (s, c) = BufferedStream<Element>.makeStream(capacity: capacity, keeping: keeping)
+        return (BufferedThrowingStream(consumer: s.consumer, dropped: s.dropped), Continuation(base: c))
+    }
+
+    public func makeAsyncIterator() -> Iterator { Iterator(consumer: consumer) }
+
+    public struct Iterator: AsyncIteratorProtocol {
+        let consumer: BufferedStream<Element>.Consumer
+
+        /// The next element, on the caller's executor; nil once the stream finished or
+        /// the task was cancelled; the producer's error, once, after the last element.
+        public mutating func next(isolation actor: isolated (any Actor)?) async throws(any Error) -> Element? {
+            if let e = await consumer.storage.next() { return e }
+            if let failure = consumer.storage.takeFailure() { throw failure }
+            return nil
+        }
+
+        public mutating func next() async throws -> Element? {
+            if let e = await consumer.storage.next() { return e }
+            if let failure = consumer.storage.takeFailure() { throw failure }
+            return nil
+        }
+    }
+
+    /// The producer's side. `yield` counts what the buffer drops.
+    public struct Continuation: Sendable {
+        let base: BufferedStream<Element>.Continuation
+
+        @discardableResult
+        public func yield(_ e: Element) -> BufferedStream<Element>.YieldResult { base.yield(e) }
+
+        /// Ends the stream: the consumer gets what is buffered, then `error` (if any) is thrown.
+        public func finish(throwing error: (any Error)? = nil) { base.storage.end(.finished, failure: error) }
+
+        /// Called once, when the stream ends either way.
+        public var onTermination: (@Sendable (BufferedStream<Element>.Termination) -> Void)? {
+            get { base.onTermination }
+            nonmutating set { base.onTermination = newValue }
         }
     }
 }

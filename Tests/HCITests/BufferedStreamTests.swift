@@ -126,6 +126,23 @@ private final class Endings: Sendable {
         try await group.shutdownGracefully()
     }
 
+    @Test func aThrowingStreamThrowsItsErrorOnceAfterWhatIsBuffered() async throws {
+        struct LinkWent: Error {}
+        let endings = Endings()
+        let (s, c) = BufferedThrowingStream<Int>.makeStream(capacity: 2)
+        c.onTermination = { endings.record($0) }
+        for i in 0..<3 { c.yield(i) }
+        c.finish(throwing: LinkWent())
+        var it = s.makeAsyncIterator()
+        var got: [Int] = []
+        await #expect(throws: LinkWent.self) { while let e = try await it.next() { got.append(e) } }
+        #expect(got == [1, 2])
+        #expect(s.dropped.count == 1)
+        #expect(endings.all == [.finished])
+        // Thrown once: the stream has ended.
+        #expect(try await it.next() == nil)
+    }
+
     private func collect(_ s: BufferedStream<Int>) async -> [Int] {
         var out: [Int] = []
         for await e in s { out.append(e) }
