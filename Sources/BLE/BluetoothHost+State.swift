@@ -95,7 +95,7 @@ extension BluetoothHost {
         /// start or stop, the resumption after a link, a new private address.
         var advertisingBusy = false
         var advertisingWaiters: [CheckedContinuation<Void, Never>] = []
-        var requestContinuation: AsyncStream<ReadWriteRequest>.Continuation?
+        var requestContinuation: BufferedStream<ReadWriteRequest>.Continuation?
         var requestGeneration: UInt64 = 0
         /// Requests handed to a `requests()` consumer, with its generation, possibly unanswered.
         var handedRequests: [(UInt64, GATTServer.Request)] = []

@@ -280,9 +280,10 @@ public struct PeripheralManager: Sendable {
 
     /// Reads and writes of characteristics created with `answersManually`, for the app
     /// to answer. One consumer: a second call ends the first stream. Buffer: the oldest
-    /// 256 unanswered (a central has at most one request outstanding); beyond that,
-    /// and without a consumer, the server answers from the stored value.
-    public func requests() async -> AsyncStream<ReadWriteRequest> { await host.takeRequests() }
+    /// 256 unanswered (a central has at most one request outstanding); beyond that
+    /// (counted in `dropped`), and without a consumer, the server answers from the
+    /// stored value.
+    public func requests() async -> BufferedStream<ReadWriteRequest> { await host.takeRequests() }
 }
 
 extension BluetoothHost {
@@ -440,9 +441,9 @@ extension BluetoothHost {
         if usesExtendedCommands { try await Advertiser.stopExtended(controller) } else { try await Advertiser.stop(controller) }
     }
 
-    func takeRequests() -> AsyncStream<ReadWriteRequest> {
+    func takeRequests() -> BufferedStream<ReadWriteRequest> {
         peripheralState.requestContinuation?.finish()
-        let (s, c) = AsyncStream<ReadWriteRequest>.makeStream(bufferingPolicy: .bufferingOldest(256))
+        let (s, c) = BufferedStream<ReadWriteRequest>.makeStream(capacity: 256, keeping: .oldest)
         peripheralState.requestGeneration += 1
         let generation = peripheralState.requestGeneration
         peripheralState.requestContinuation = c
