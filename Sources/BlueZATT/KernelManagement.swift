@@ -84,10 +84,9 @@ public final class KernelManagement: Sendable {
         }
         let fd: Int32
         let state = Mutex(State())
-        let dropped = Atomic<Int>(0)
-        let continuation: AsyncStream<Event>.Continuation
+        let continuation: BufferedStream<Event>.Continuation
 
-        init(fd: Int32, continuation: AsyncStream<Event>.Continuation) {
+        init(fd: Int32, continuation: BufferedStream<Event>.Continuation) {
             self.fd = fd
             self.continuation = continuation
         }
@@ -112,8 +111,8 @@ public final class KernelManagement: Sendable {
                     } else {
                         waiter?.resume(returning: code == EventCode.commandComplete ? Array(parameters.dropFirst(3)) : [])
                     }
-                } else if case .dropped = continuation.yield(Event(code: code, index: index, parameters: parameters)) {
-                    dropped.add(1, ordering: .relaxed)
+                } else {
+                    continuation.yield(Event(code: code, index: index, parameters: parameters))
                 }
             }
             let waiters = state.withLock { s in
@@ -130,8 +129,8 @@ public final class KernelManagement: Sendable {
 
     /// Every event that is not a command's reply, in order. Buffers the oldest 256 not
     /// yet read; later ones are dropped and counted in `droppedEvents`.
-    public let events: AsyncStream<Event>
-    public var droppedEvents: Int { reader.dropped.load(ordering: .relaxed) }
+    public let events: BufferedStream<Event>
+    public var droppedEvents: Int { events.dropped.count }
 
     /// Opens the control channel (needs CAP_NET_ADMIN for most commands). `close()`,
     /// or dropping the value, closes it.
@@ -143,7 +142,7 @@ public final class KernelManagement: Sendable {
             Glibc.close(fd)
             throw BlueZError(operation: "binding the management channel (HCI_CHANNEL_CONTROL)", errno: e)
         }
-        let (events, continuation) = AsyncStream.makeStream(of: Event.self, bufferingPolicy: .bufferingOldest(256))
+        let (events, continuation) = BufferedStream<Event>.makeStream(capacity: 256, keeping: .oldest)
         self.events = events
         let reader = Reader(fd: fd, continuation: continuation)
         self.reader = reader

@@ -66,23 +66,22 @@ public enum Scanner {
     /// transport ends). Buffer: the newest 256; `dropped` counts what was lost.
     /// Interval and window are in 0.625 ms units.
     public static func start(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
-                             filter: ScanFilter = ScanFilter(), interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws -> (AsyncStream<Advertisement>, DropCounter) {
+                             filter: ScanFilter = ScanFilter(), interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws -> (BufferedStream<Advertisement>, DropCounter) {
         let events = await controller.events()
-        let (stream, cont) = AsyncStream<Advertisement>.makeStream(bufferingPolicy: .bufferingNewest(256))
-        let dropped = DropCounter()
+        let (stream, cont) = BufferedStream<Advertisement>.makeStream(capacity: 256)
         let pump = Task {
             for await e in events {
                 guard case let .le(.advertisingReport(r)) = e else { continue }
                 for rp in r.reports {
                     let a = Advertisement(rp)
-                    if filter.matches(a), case .dropped = cont.yield(a) { dropped.increment() }
+                    if filter.matches(a) { cont.yield(a) }
                 }
             }
             cont.finish()
         }
         cont.onTermination = { _ in pump.cancel() }
         try await enable(controller, active: active, filterDuplicates: filterDuplicates, interval: interval, window: window)
-        return (stream, dropped)
+        return (stream, stream.dropped)
     }
 
     /// LE Set Scan Parameters and LE Set Scan Enable; the reports arrive as events.
