@@ -235,12 +235,12 @@ public struct BufferedThrowingStream<Element: Sendable>: AsyncSequence, Sendable
         /// The next element, on the caller's executor; nil once the stream finished or
         /// the task was cancelled; the producer's error, once, after the last element.
         public mutating func next(isolation actor: isolated (any Actor)?) async throws(any Error) -> Element? {
-            if let e = await consumer.storage.next() { return e }
-            if let failure = consumer.storage.takeFailure() { throw failure }
-            return nil
+            try await take()
         }
 
-        public mutating func next() async throws -> Element? {
+        public mutating func next() async throws -> Element? { try await take() }
+
+        private func take() async throws -> Element? {
             if let e = await consumer.storage.next() { return e }
             if let failure = consumer.storage.takeFailure() { throw failure }
             return nil
