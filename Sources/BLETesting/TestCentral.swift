@@ -25,8 +25,8 @@ public enum TestCentral {
     /// Scans (active, 10 ms interval and window, every report) until an advertising
     /// report carries `name` as its local name; stops scanning either way.
     public static func find(name: String, controller: HCIController, within limit: Duration) async throws -> (BluetoothAddress, AddressType) {
-        let (ads, _) = try await Scanner.start(controller, active: true, filterDuplicates: false,
-                                              filter: ScanFilter(names: [name]), interval: 0x0010, window: 0x0010)
+        let ads = try await Scanner.start(controller, active: true, filterDuplicates: false,
+                                         filter: ScanFilter(names: [name]), interval: 0x0010, window: 0x0010)
         let found = await firstElement(ads, within: limit, on: controller.loop).map { ($0.address, $0.addressType) }
         _ = try? await controller.send(LESetScanEnable(scanEnable: false))
         guard let found else { throw TestCentralError.notFound(name: name, within: limit) }

@@ -66,7 +66,7 @@ public enum Scanner {
     /// transport ends). Buffer: the newest 256; `dropped` counts what was lost.
     /// Interval and window are in 0.625 ms units.
     public static func start(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
-                             filter: ScanFilter = ScanFilter(), interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws -> (BufferedStream<Advertisement>, DropCounter) {
+                             filter: ScanFilter = ScanFilter(), interval: UInt16 = 0x0060, window: UInt16 = 0x0030) async throws -> BufferedStream<Advertisement> {
         let events = await controller.events()
         let (stream, cont) = BufferedStream<Advertisement>.makeStream(capacity: 256)
         let pump = Task {
@@ -81,7 +81,7 @@ public enum Scanner {
         }
         cont.onTermination = { _ in pump.cancel() }
         try await enable(controller, active: active, filterDuplicates: filterDuplicates, interval: interval, window: window)
-        return (stream, stream.dropped)
+        return stream
     }
 
     /// LE Set Scan Parameters and LE Set Scan Enable; the reports arrive as events.
