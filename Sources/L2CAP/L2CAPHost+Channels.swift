@@ -20,6 +20,8 @@ struct ChannelRuntime {
         /// Whole SDUs not yet taken, with the K-frames (credits) each used.
         var sdus = Deque<(bytes: [UInt8], frames: Int)>()
         var reader: CheckedContinuation<[UInt8]?, any Error>?
+        /// Waits begun by readers: names the one `reader` is, for its cancellation.
+        var waits: UInt64 = 0
         var ended: ChannelCloseReason?
         /// A layer above that takes each SDU synchronously on the loop (an EATT bearer):
         /// SDUs go to it as they arrive, their credits straight back, then `.closed`.
@@ -200,11 +202,26 @@ extension L2CAPHost {
             }
         }
         guard ep.reader == nil else { throw L2CAPChannelError.closed(.closedLocally) }  // one reader at a time
-        // Resumed by the next SDU (whose credits then go back at once) or the channel's end.
-        return try await withCheckedThrowingContinuation { (c: CheckedContinuation<[UInt8]?, any Error>) in
-            ep.reader = c
-            coc.endpoints[key] = ep
+        ep.waits &+= 1
+        coc.endpoints[key] = ep
+        let wait = ep.waits, loop = self.loop
+        // Resumed by the next SDU (whose credits then go back at once), the channel's end,
+        // or the reading task's cancellation (CancellationError; the channel stays open).
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<[UInt8]?, any Error>) in
+                guard !Task.isCancelled else { return c.resume(throwing: CancellationError()) }
+                coc.endpoints[key]?.reader = c
+            }
+        } onCancel: {
+            loop.execute { self.onLoop { $0.cancelRead(key, wait: wait) } }
         }
+    }
+
+    /// The reader of `wait` was cancelled: its wait ends with CancellationError.
+    private func cancelRead(_ key: ChannelRuntime.Key, wait: UInt64) {
+        guard let ep = coc.endpoints[key], ep.waits == wait, let reader = ep.reader else { return }
+        coc.endpoints[key]?.reader = nil
+        reader.resume(throwing: CancellationError())
     }
 
     /// Closes our channel and waits (up to the signaling timeout) for the peer's

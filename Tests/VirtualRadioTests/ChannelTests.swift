@@ -53,6 +53,45 @@ struct ChannelTests {
         await #expect(throws: L2CAPChannelError.self) { try await ours.send([1]) }
     }
 
+    /// A listener whose stream nobody holds any more: the channel it would have handed
+    /// over is closed at once, not left open with no one to read it.
+    @Test func aChannelNobodyTakesIsClosed() async throws {
+        let radio = VirtualRadio()
+        let (a, b, _, bHandle) = try await Self.link(radio)
+        _ = await a.listen(spsm: 0x82)
+        let ours = try await b.connectChannel(spsm: 0x82, handle: bHandle)
+        // Ends (nil) when the peer closes it; bounded, should it stay open.
+        _ = await firstElement(ours.sdus, within: .seconds(5), on: b.loop)
+        #expect(await ours.closeReason == .closedByPeer)
+    }
+
+    /// A reader waiting for an SDU whose task is cancelled stops waiting; the channel
+    /// stays open, and the next SDU goes to the next reader.
+    @Test func cancellingAReaderEndsItsWait() async throws {
+        let radio = VirtualRadio()
+        let (a, b, _, bHandle) = try await Self.link(radio)
+        let accepted = await a.listen(spsm: 0x83)
+        let ours = try await b.connectChannel(spsm: 0x83, handle: bHandle)
+        var it = accepted.makeAsyncIterator()
+        let theirs = try #require(await it.next())
+        let reader = Task {
+            var sdus = theirs.sdus.makeAsyncIterator()
+            return try await sdus.next()
+        }
+        reader.cancel()
+        // Bounded: a wait that ignored the cancellation would hold the test until an SDU came.
+        let ended = AsyncStream<Bool> { c in
+            Task {
+                do { _ = try await reader.value; c.yield(false) } catch { c.yield(error is CancellationError) }
+                c.finish()
+            }
+        }
+        #expect(await firstElement(ended, within: .seconds(5), on: b.loop) == true)
+        try await ours.send([7])
+        var again = theirs.sdus.makeAsyncIterator()
+        #expect(try await again.next() == [7])
+    }
+
     @Test func refusedAndLostChannelsEndWithTheirReason() async throws {
         let radio = VirtualRadio()
         let (a, b, _, bHandle) = try await Self.link(radio)
