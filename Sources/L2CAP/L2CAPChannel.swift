@@ -107,8 +107,18 @@ public final class L2CAPChannel: SDUChannel, CustomStringConvertible {
     /// K-frame reached the controller. Returns false, without calling `done`, when the
     /// channel is closed or the SDU is longer than the peer's MTU.
     public func write(_ sdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
-        let localCID = info.localCID
-        return host.onLoop((sdu, handle, localCID, done)) { $0.writeSDU($1.0, handle: $1.1, localCID: $1.2, done: $1.3) }
+        // A struct, not a tuple: a closure inside a tuple argument costs `onLoop` an
+        // allocation per call.
+        host.onLoop(Outgoing(sdu: sdu, handle: handle, localCID: info.localCID, done: done)) {
+            $0.writeSDU($1.sdu, handle: $1.handle, localCID: $1.localCID, done: $1.done)
+        }
+    }
+
+    private struct Outgoing {
+        let sdu: [UInt8]
+        let handle: UInt16
+        let localCID: UInt16
+        let done: (@Sendable (Bool) -> Void)?
     }
 
     /// Why the channel ended, once it has.
@@ -119,6 +129,8 @@ public final class L2CAPChannel: SDUChannel, CustomStringConvertible {
     /// The SDUs the peer sends, in order. Ends (nil) when either side closes the channel;
     /// throws `L2CAPChannelError.closed` when the link is lost or the peer broke the
     /// flow-control rules. Buffer: what our credits allow, nothing more. Iterate once.
+    /// A reader whose task is cancelled stops waiting with `CancellationError`; the
+    /// channel stays open, and the next SDU goes to the next reader.
     public var sdus: SDUs { SDUs(channel: self) }
 
     public struct SDUs: AsyncSequence, Sendable {
