@@ -33,7 +33,7 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
     public typealias Failure = Never
     let consumer: Consumer
     /// Elements lost because the buffer was full.
-    public let dropped: DropCounter
+    public var dropped: DropCounter { consumer.storage.dropped }
 
     /// Which elements a full buffer keeps.
     public enum Keeping: Sendable {
@@ -62,9 +62,8 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
 
     /// A stream keeping at most `capacity` elements (at least one), by default the newest.
     public static func makeStream(capacity: Int, keeping: Keeping = .newest) -> (stream: BufferedStream, continuation: Continuation) {
-        let d = DropCounter()
-        let storage = Storage(capacity: Swift.max(1, capacity), keepingNewest: keeping == .newest, dropped: d)
-        return (BufferedStream(consumer: Consumer(storage: storage), dropped: d), Continuation(storage: storage))
+        let storage = Storage(capacity: Swift.max(1, capacity), keepingNewest: keeping == .newest, dropped: DropCounter())
+        return (BufferedStream(consumer: Consumer(storage: storage)), Continuation(storage: storage))
     }
 
     public func makeAsyncIterator() -> Iterator { Iterator(consumer: consumer) }
@@ -188,18 +187,19 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
             }
         }
 
+        /// An element waiting, or the end (`.some(nil)`): what `next()` returns without
+        /// suspending. nil when it must wait.
+        private static func ready(_ s: inout State) -> Element?? {
+            if let e = s.buffer.popFirst() { return .some(e) }
+            return s.ended ? .some(nil) : nil
+        }
+
         func next() async -> Element? {
-            // An element waiting, or the end: no suspension (nil when it must wait).
-            let now = state.withLock { s -> Element?? in
-                if let e = s.buffer.popFirst() { return .some(e) }
-                return s.ended ? .some(nil) : nil
-            }
-            if let now { return now }
+            if let now = state.withLock({ Self.ready(&$0) }) { return now }
             return await withTaskCancellationHandler {
                 await withUnsafeContinuation { (c: UnsafeContinuation<Element?, Never>) in
                     let ready = state.withLock { s -> Element?? in
-                        if let e = s.buffer.popFirst() { return .some(e) }
-                        if s.ended { return .some(nil) }
+                        if let now = Self.ready(&s) { return now }
                         precondition(s.waiter == nil, "BufferedStream: more than one consumer at a time")
                         s.waiter = c
                         return nil
@@ -219,12 +219,12 @@ public struct BufferedThrowingStream<Element: Sendable>: AsyncSequence, Sendable
     public typealias Failure = any Error
     let consumer: BufferedStream<Element>.Consumer
     /// Elements lost because the buffer was full.
-    public let dropped: DropCounter
+    public var dropped: DropCounter { consumer.storage.dropped }
 
     public static func makeStream(capacity: Int, keeping: BufferedStream<Element>.Keeping = .newest)
         -> (stream: BufferedThrowingStream, continuation: Continuation) {
         let (s, c) = BufferedStream<Element>.makeStream(capacity: capacity, keeping: keeping)
-        return (BufferedThrowingStream(consumer: s.consumer, dropped: s.dropped), Continuation(base: c))
+        return (BufferedThrowingStream(consumer: s.consumer), Continuation(base: c))
     }
 
     public func makeAsyncIterator() -> Iterator { Iterator(consumer: consumer) }
