@@ -16,7 +16,9 @@ public enum FireAlarmDemo {
     }
 
     /// Runs sender and receiver until the receiver has handled one alarm (the sender
-    /// raises it `alarmAfter` the receiver subscribed); at most `limit`. The receiver
+    /// raises it `alarmAfter` the receiver, subscribed, read the alarm state clear and
+    /// said it is watching: an order of events, not a race between two timers, so
+    /// both conversations are the same every run); at most `limit`. The receiver
     /// listens `scanTime` before it picks the nearest sender. `recordSenderTo` and
     /// `recordReceiverTo` record each host's HCI conversation (btsnoop, pcap or pcapng
     /// by the extension), complete when this returns.
@@ -46,15 +48,22 @@ public enum FireAlarmDemo {
         try await senderHost.start()
         try await receiverHost.start()
         log(FireAlarmEvent(role: "radio", event: "virtual", detail: "sender \(senderAddress) and receiver \(receiverAddress), \(distance) m apart"))
+        // The receiver's "watching" (it read the alarm state clear) arms the alarm.
+        let (armed, arm) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let receiverLog: FireAlarmLog = { event in
+            log(event)
+            if event.event == "watching" { arm.yield() }
+        }
         let sender = FireAlarmSender(host: senderHost, name: "FireAlarm-B3", log: log)
         let receiver = FireAlarmReceiver(host: receiverHost, name: "receiver-\(receiverAddress.description.suffix(2))",
-                                         scanTime: scanTime, saveDirectory: saveDirectory, log: log)
+                                         scanTime: scanTime, saveDirectory: saveDirectory, log: receiverLog)
         try await sender.start()
         do {
             try await withThrowingTaskGroup(of: Void.self) { g in
                 g.addTask { try await receiver.run(once: true) }
                 g.addTask {
-                    guard await sender.waitForSubscriber(within: limit) else { return }
+                    var watching = armed.makeAsyncIterator()
+                    guard await watching.next() != nil, await sender.waitForSubscriber(within: limit) else { return }
                     try await Task.sleep(for: alarmAfter)
                     try await sender.raiseAlarm()
                 }

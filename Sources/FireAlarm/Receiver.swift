@@ -86,6 +86,7 @@ public actor FireAlarmReceiver {
             handled = true
             if once { try await p.disconnect(); return true }
         }
+        emit("watching", "no alarm now; waiting for one")
         for try await v in alarms {
             if v.first == 1 {
                 try await handle(p)

@@ -148,18 +148,15 @@ enum BatteryFlow {
     /// One fire-alarm session on the virtual radio (short scan: CI time), both hosts
     /// recorded to files; returns each host's packets.
     ///
-    /// The alarm is an input on a timer: the sender raises it `alarmAfter` it saw the
-    /// subscription, while the receiver, once subscribed, reads the alarm state. Which
-    /// comes first decides both conversations (a Read Response with 0 then the
-    /// indication, or the indication first and its confirmation ahead of the read).
-    /// With 5 ms, a receiver stalled that long between its CCCD write and its read
-    /// under the full suite's load (about 1 session in 200 with no delay at all) got
-    /// the indication first. 50 ms puts the alarm after the read on any machine that
-    /// keeps a task waiting less than that.
+    /// The alarm follows the receiver's progress: the sender raises it once the
+    /// receiver read the alarm state clear and said it is watching. On a timer after
+    /// the subscription instead (50 ms), a receiver stalled longer than that between its
+    /// CCCD write and its read under the full suite's load (about 1 run in 13) got the
+    /// indication first, and both conversations changed.
     static func fireAlarmSession(keep: Bool = false) async throws -> (receiver: [HCIPacket], sender: [HCIPacket], files: (String, String)) {
         let r = ReplayKitTests.temporaryPath("receiver.btsnoop"), s = ReplayKitTests.temporaryPath("sender.btsnoop")
         defer { if !keep { unlink(r); unlink(s) } }
-        let outcome = try await FireAlarmDemo.run(alarmAfter: .milliseconds(50), scanTime: .milliseconds(20), limit: .seconds(20),
+        let outcome = try await FireAlarmDemo.run(alarmAfter: .zero, scanTime: .milliseconds(20), limit: .seconds(20),
                                                   recordSenderTo: s, recordReceiverTo: r, logger: Bench.logger, log: { _ in })
         #expect(outcome.floorPlan == FireAlarmProfile.defaultFloorPlan)
         func sent(_ path: String) throws -> [HCIPacket] {
