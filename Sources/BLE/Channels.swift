@@ -23,7 +23,9 @@ extension BluetoothHost {
     /// "encryption key size too short"): the peer pairs or encrypts and asks again.
     /// Channels not yet taken wait in a buffer of `backlog`; beyond that a new channel
     /// is closed at once and counted in `dropped`. Publishing the SPSM again replaces
-    /// the previous stream (which ends).
+    /// the previous stream (which ends). Letting go of the stream (the consuming task
+    /// cancelled, the stream dropped) unpublishes the SPSM: later requests are refused
+    /// with "SPSM not supported".
     public func publishChannel(spsm: UInt16, parameters: CreditBasedParameters = CreditBasedParameters(), security: ChannelSecurity = .none,
                                backlog: Int = 16) async -> BufferedStream<L2CAPChannel> {
         await l2cap.listen(spsm: spsm, parameters: parameters, security: security, backlog: backlog)

@@ -28,7 +28,9 @@ struct ChannelRuntime {
         var receiver: (@Sendable (ChannelInput) -> Void)?
     }
     var endpoints: [Key: Endpoint] = [:]
-    var listeners: [UInt16: BufferedStream<L2CAPChannel>.Continuation] = [:]
+    /// Who takes the channels peers open to each SPSM, and which `listen` made it
+    /// (a consumer that let go unregisters only its own).
+    var listeners: [UInt16: (continuation: BufferedStream<L2CAPChannel>.Continuation, token: UInt64)] = [:]
     /// Our connection requests by (handle, identifier).
     var connects: [Key: (waiter: CheckedContinuation<[L2CAPChannel], any Error>, timer: LoopTimer)] = [:]
     /// Our reconfigure requests by (handle, identifier).
@@ -56,20 +58,38 @@ extension L2CAPHost {
     /// authentication, encryption key size too short) and may pair and ask again.
     /// The stream holds up to `backlog` channels not yet taken; a channel beyond that is
     /// closed at once (and counted in `dropped`). Ends with the transport, or when
-    /// listening again on the same SPSM replaces it.
+    /// listening again on the same SPSM replaces it. A consumer that lets go of the
+    /// stream (its task cancelled, the stream dropped) stops the listening, as
+    /// `stopListening` does: peers asking afterwards are refused with "SPSM not
+    /// supported" rather than accepted and closed.
     public func listen(spsm: UInt16, parameters: CreditBasedParameters = CreditBasedParameters(), security: ChannelSecurity = .none,
                        backlog: Int = 16) -> BufferedStream<L2CAPChannel> {
         let (stream, c) = BufferedStream<L2CAPChannel>.makeStream(capacity: backlog, keeping: .oldest)
-        coc.listeners[spsm]?.finish()
-        coc.listeners[spsm] = c
+        coc.listeners[spsm]?.continuation.finish()
+        let token = coc.nextToken
+        coc.nextToken += 1
+        coc.listeners[spsm] = (c, token)
+        // Finished (by a newer listen, stopListening or the transport's end): nothing to undo.
+        let loop = self.loop
+        c.onTermination = { [weak self] how in
+            guard case .cancelled = how, let self else { return }
+            loop.execute { self.onLoop { $0.listenerGone(spsm: spsm, token: token) } }
+        }
         listening[spsm] = CreditBasedChannels.Listener(parameters: parameters, security: security)
         for h in Array(connections.keys) { connections[h]?.signaling.channels.listen(spsm: spsm, parameters, security: security) }
         return stream
     }
 
+    /// The consumer of `listen`'s stream `token` let go: stop listening, unless a newer
+    /// `listen` on the same SPSM replaced it.
+    private func listenerGone(spsm: UInt16, token: UInt64) {
+        guard coc.listeners[spsm]?.token == token else { return }
+        stopListening(spsm: spsm)
+    }
+
     /// Stops accepting channels to `spsm` (open ones stay open).
     public func stopListening(spsm: UInt16) {
-        coc.listeners.removeValue(forKey: spsm)?.finish()
+        coc.listeners.removeValue(forKey: spsm)?.continuation.finish()
         listening[spsm] = nil
         for h in Array(connections.keys) { connections[h]?.signaling.channels.stopListening(spsm: spsm) }
     }
@@ -318,7 +338,7 @@ extension L2CAPHost {
 
     /// The transport ended: every channel and waiter ends.
     func channelsFinishAll() {
-        for (_, l) in coc.listeners { l.finish() }
+        for (_, l) in coc.listeners { l.continuation.finish() }
         coc.listeners.removeAll()
         for (key, pending) in coc.connects {
             pending.timer.cancel()
@@ -363,8 +383,9 @@ extension L2CAPHost {
             case let .accepted(info):
                 let ch = open(info, handle: handle)
                 guard let l = coc.listeners[info.spsm] else { closeNow(handle: handle, localCID: info.localCID); continue }
-                // Refused by a full backlog (counted), or nobody takes them any more: closed.
-                if l.yield(ch) != .enqueued { closeNow(handle: handle, localCID: info.localCID) }
+                // Refused by a full backlog (counted), or its consumer let go and the
+                // listening has not stopped yet: closed.
+                if l.continuation.yield(ch) != .enqueued { closeNow(handle: handle, localCID: info.localCID) }
             case let .opened(id, infos, result):
                 let opened = infos.map { open($0, handle: handle) }
                 if let pending = coc.connects.removeValue(forKey: ChannelRuntime.Key(handle: handle, cid: UInt16(id))) {

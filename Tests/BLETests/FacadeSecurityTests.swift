@@ -150,14 +150,16 @@ import Testing
         // An SPSM that asks for authentication: the central tries to pair with MITM
         // protection, which two hosts without input or output cannot do; that failure
         // is the answer.
-        _ = await p.publishChannel(spsm: 0x0086, security: ChannelSecurity(level: .authenticated))
+        let protected = await p.publishChannel(spsm: 0x0086, security: ChannelSecurity(level: .authenticated))
         await #expect(throws: SecurityError.self) { _ = try await remote.openChannel(spsm: 0x0086) }
+        withExtendedLifetime(protected) {}
     }
 
     @Test func withoutPairingOnDemandTheRefusalIsTheAnswer() async throws {
         let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(13), pairOnDemand: false), peripheral: SecurityOptions(random: .seeded(14)))
         defer { Task { await c.close(); await p.close(); _ = radio } }
-        _ = await p.publishChannel(spsm: 0x0085, security: ChannelSecurity(level: .encrypted))
+        let published = await p.publishChannel(spsm: 0x0085, security: ChannelSecurity(level: .encrypted))
+        defer { withExtendedLifetime(published) {} }
         try await p.peripheral.startAdvertising(AdvertisingData())
         let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
         await #expect(throws: L2CAPChannelError.refused(.insufficientAuthentication)) { _ = try await remote.openChannel(spsm: 0x0085) }

@@ -53,16 +53,50 @@ struct ChannelTests {
         await #expect(throws: L2CAPChannelError.self) { try await ours.send([1]) }
     }
 
-    /// A listener whose stream nobody holds any more: the channel it would have handed
-    /// over is closed at once, not left open with no one to read it.
-    @Test func aChannelNobodyTakesIsClosed() async throws {
+    /// A listener whose stream nobody holds any more stops listening: the next peer is
+    /// refused with "SPSM not supported", as if nobody had listened, not accepted and
+    /// left with no one to read. A newer `listen` on the SPSM is not undone by the
+    /// older stream's end.
+    @Test func aListenerNobodyHoldsStopsListening() async throws {
         let radio = VirtualRadio()
         let (a, b, _, bHandle) = try await Self.link(radio)
         _ = await a.listen(spsm: 0x82)
-        let ours = try await b.connectChannel(spsm: 0x82, handle: bHandle)
+        await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) {
+            _ = try await b.connectChannel(spsm: 0x82, handle: bHandle)
+        }
+        // Consumed, then its task cancelled.
+        let listening = await a.listen(spsm: 0x82)
+        let consumer = Task { for await _ in listening {} }
+        _ = try await b.connectChannel(spsm: 0x82, handle: bHandle)
+        consumer.cancel()
+        await consumer.value
+        await #expect(throws: L2CAPChannelError.refused(.spsmNotSupported)) {
+            _ = try await b.connectChannel(spsm: 0x82, handle: bHandle)
+        }
+        // Replaced: the first stream's end leaves the second listening.
+        let first = await a.listen(spsm: 0x82), second = await a.listen(spsm: 0x82)
+        var ended = first.makeAsyncIterator()
+        #expect(await ended.next() == nil)
+        _ = try await b.connectChannel(spsm: 0x82, handle: bHandle)
+        var it = second.makeAsyncIterator()
+        #expect(await it.next() != nil)
+    }
+
+    /// A channel beyond the listener's backlog (nobody took the ones before it) is
+    /// closed at once and counted, not left open with no one to read it.
+    @Test func aChannelBeyondTheBacklogIsClosed() async throws {
+        let radio = VirtualRadio()
+        let (a, b, _, bHandle) = try await Self.link(radio)
+        let accepted = await a.listen(spsm: 0x84, backlog: 1)
+        let kept = try await b.connectChannel(spsm: 0x84, handle: bHandle)
+        let beyond = try await b.connectChannel(spsm: 0x84, handle: bHandle)
         // Ends (nil) when the peer closes it; bounded, should it stay open.
-        _ = await firstElement(ours.sdus, within: .seconds(5), on: b.loop)
-        #expect(await ours.closeReason == .closedByPeer)
+        _ = await firstElement(beyond.sdus, within: .seconds(5), on: b.loop)
+        #expect(await beyond.closeReason == .closedByPeer)
+        #expect(accepted.dropped.count == 1)
+        var it = accepted.makeAsyncIterator()
+        #expect(await it.next()?.info.remoteCID == kept.info.localCID)
+        #expect(await kept.closeReason == nil)
     }
 
     /// A reader waiting for an SDU whose task is cancelled stops waiting; the channel
