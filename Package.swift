@@ -99,7 +99,7 @@ let package = Package(
             ],
             swiftSettings: strict),
         .executableTarget(
-            name: "DecodeBenchmark", dependencies: ["HCI", "Snoop", "SMP"], path: "Benchmarks/DecodeBenchmark",
+            name: "DecodeBenchmark", dependencies: ["BenchmarkSupport", "HCI", "Snoop", "SMP"], path: "Benchmarks/DecodeBenchmark",
             swiftSettings: strict),
         .target(name: "BenchmarkSupport", path: "Benchmarks/BenchmarkSupport", swiftSettings: strict),
         .executableTarget(

@@ -1,6 +1,8 @@
 // What the benchmark programs share: CPU and wall-time figures, printing as it
-// goes, and the Bumble processes they measure against on Rootcanal.
+// goes, the Bumble processes they measure against on Rootcanal, and stopping those
+// (every child, by PID) when a signal stops the benchmark.
 
+import Dispatch
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -65,5 +67,40 @@ public func stopSpinners(_ spinners: [Process]) {
     for p in spinners where p.isRunning {
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
+    }
+}
+
+/// A benchmark stopped by a signal stops what it started first: on SIGINT, SIGTERM or
+/// SIGHUP it kills every child process (Rootcanal, the Bumble peers, the spinners,
+/// tshark), by PID, then exits 128 + the signal. Ctrl-C reaches the whole process
+/// group anyway; SIGTERM from a supervisor or `timeout` reaches only the benchmark,
+/// and left its Rootcanal and Bumble running. Call once, first thing.
+public func stopChildrenOnSignals() {
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
+        _ = signal(sig, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+        source.setEventHandler {
+            for pid in childProcesses() { kill(pid, SIGKILL) }
+            exit(128 + sig)
+        }
+        source.resume()
+        signalSources.append(source)
+    }
+}
+
+/// Kept alive for the program's life; written only by `stopChildrenOnSignals`, at its start.
+nonisolated(unsafe) private var signalSources: [any DispatchSourceSignal] = []
+
+/// The PIDs whose parent is this process, from /proc/PID/stat (its fourth field, after
+/// the command name in parentheses, which may itself hold spaces and parentheses).
+public func childProcesses() -> [pid_t] {
+    let me = getpid()
+    guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return [] }
+    return entries.compactMap { entry -> pid_t? in
+        guard let pid = pid_t(entry), let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 1, let parent = pid_t(fields[1]) else { return nil }
+        return parent == me ? pid : nil
     }
 }

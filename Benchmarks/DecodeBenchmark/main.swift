@@ -13,6 +13,7 @@
 // connection updates and Number Of Completed Packets. Wall time and child CPU time are
 // measured per run; the median run is reported.
 
+import BenchmarkSupport
 import Foundation
 import HCI
 import Snoop
@@ -20,6 +21,8 @@ import SMP
 #if canImport(Glibc)
 import Glibc
 #endif
+
+stopChildrenOnSignals()
 
 var frames = 500_000
 var runs = 3

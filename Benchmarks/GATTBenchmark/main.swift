@@ -26,6 +26,8 @@ import Transports
 import Glibc
 #endif
 
+stopChildrenOnSignals()
+
 let logger = Logger(label: "bench") { _ in SwiftLogNoOpLogHandler() }
 var count = 200
 var argv = CommandLine.arguments.dropFirst().makeIterator()

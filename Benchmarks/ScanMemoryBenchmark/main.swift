@@ -17,6 +17,8 @@ import Logging
 import Synchronization
 import VirtualHCI
 
+stopChildrenOnSignals()
+
 var advertisers = 1000, seconds = 60
 var argv = CommandLine.arguments.dropFirst().makeIterator()
 while let a = argv.next() {

@@ -12,6 +12,8 @@ import BLETesting
 import Foundation
 import Logging
 
+stopChildrenOnSignals()
+
 let root = String(#filePath).components(separatedBy: "/Benchmarks/").first ?? "."
 let logger = Logger(label: "speed") { _ in SwiftLogNoOpLogHandler() }
 var sessions = 20

@@ -74,7 +74,9 @@ public actor GATTClient: LoopIsolated {
             return
         }
         let id = ObjectIdentifier(added)
-        await added.setHandler({ item in self.onLoop((item, added, server)) { $0.route($1.0, on: $1.1, server: $1.2) } },
+        // A struct, not a tuple: a closure inside a tuple argument costs `onLoop` an
+        // allocation per PDU (see `LoopIsolated.onLoop(_:_:)`).
+        await added.setHandler({ item in self.onLoop(Routed(item: item, bearer: added, server: server)) { $0.route($1.item, on: $1.bearer, server: $1.server) } },
                                closed: { self.onLoop { $0.enhancedClosed(id) } })
         await added.start()
         guard await added.isOpen else { return }
@@ -132,6 +134,13 @@ public actor GATTClient: LoopIsolated {
     }
 
     private var linkEnded = false
+
+    /// What an enhanced bearer hands `route`.
+    private struct Routed {
+        var item: ATTBearer.Incoming
+        var bearer: ATTBearer
+        var server: (@Sendable (ATTBearer.Incoming) -> Void)?
+    }
 
     private func route(_ item: ATTBearer.Incoming, on bearer: ATTBearer, server serverHandler: (@Sendable (ATTBearer.Incoming) -> Void)?) {
         switch item {
