@@ -6,7 +6,8 @@ name:NAME to scan (actively) for the device advertising that local name first an
 what its advertising and scan response data carry (an "advertisement" event). Then it
 discovers everything, reads every readable characteristic (long reads included),
 writes every writable one outside the GAP and GATT services, subscribes to every notify/indicate characteristic,
-waits for one value on each, disconnects. Prints one JSON object per line on stdout.
+waits for one value on each, reads the device name once more (so the server has
+every confirmation), disconnects. Prints one JSON object per line on stdout.
 """
 import asyncio
 import json
@@ -14,7 +15,8 @@ import sys
 
 from bumble.core import AdvertisingData
 from bumble.device import Device, Peer
-from bumble.gatt import GATT_GENERIC_ACCESS_SERVICE, GATT_GENERIC_ATTRIBUTE_SERVICE, GATT_SERVICE_CHANGED_CHARACTERISTIC
+from bumble.gatt import (GATT_DEVICE_NAME_CHARACTERISTIC, GATT_GENERIC_ACCESS_SERVICE, GATT_GENERIC_ATTRIBUTE_SERVICE,
+                         GATT_SERVICE_CHANGED_CHARACTERISTIC)
 from bumble.hci import Address
 from bumble.transport import open_transport
 
@@ -87,6 +89,13 @@ async def main(port: str, target: str) -> None:
         for uuid, future in waiters:
             value = await asyncio.wait_for(future, 10)
             emit(event="value", uuid=uuid, value=value)
+        # Bumble confirms an indication after handing its value over; a disconnection
+        # right away can overtake that confirmation in the controller (seen under load:
+        # the server's indication ended unconfirmed). One more request on the same bearer
+        # makes sure the server has had it: ATT PDUs of a bearer arrive in order.
+        names = [c for s in peer.services for c in s.characteristics if c.uuid == GATT_DEVICE_NAME_CHARACTERISTIC]
+        if names:
+            await peer.read_value(names[0])
         await connection.disconnect()
         emit(event="done")
 
