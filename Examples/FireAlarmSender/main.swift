@@ -21,7 +21,7 @@ struct FireAlarmSenderCommand: AsyncParsableCommand {
     @Option(help: "Advertised name.") var name = "FireAlarm"
     @Option(help: "The alarm text.") var text = FireAlarmProfile.defaultText
     @Option(help: ArgumentHelp("Serve this file as the floor plan (default: a built-in SVG).", valueName: "FILE")) var floorPlan: String?
-    @Option(help: ArgumentHelp("Raise the alarm this many seconds after the first central subscribes.", valueName: "SECONDS")) var alarmAfter: Double?
+    @Option(help: ArgumentHelp("Raise the alarm this many seconds after the first central subscribes (virtual: after the receiver read the alarm state clear).", valueName: "SECONDS")) var alarmAfter: Double?
 
     func validate() throws {
         if let a = alarmAfter, !(a >= 0 && a.isFinite) { throw ValidationError("--alarm-after must be a number of seconds ≥ 0") }
