@@ -287,9 +287,7 @@ public actor ATTBearer: LoopIsolated {
                     return
                 }
             case let .startTimer(id):
-                timers[id] = LoopTimer(after: timeout, on: loop) {
-                    self.onLoop { $0.timerFired(id) }
-                }
+                timers[id] = LoopTimer(after: timeout, on: loop, handler: TransactionTimer(bearer: self, id: id))
             case let .cancelTimer(id):
                 timers.removeValue(forKey: id)?.cancel()
             case let .responded(id, pdu):
@@ -333,6 +331,13 @@ public actor ATTBearer: LoopIsolated {
     public func drain() async {
         guard unsent > 0, !unusable else { return }
         await withCheckedContinuation { drainWaiters.append($0) }
+    }
+
+    /// Transaction `id`'s 30 s timer, for `LoopTimer` (a struct: no closure context per request).
+    private struct TransactionTimer: NIOScheduledCallbackHandler, Sendable {
+        let bearer: ATTBearer
+        let id: UInt64
+        func handleScheduledCallback(eventLoop: some EventLoop) { bearer.onLoop(id) { $0.timerFired($1) } }
     }
 
     private func timerFired(_ id: UInt64) {

@@ -173,11 +173,11 @@ public struct ATTBearerState: Sendable {
             guard Self.answers(pdu.opcode, r.pdu.opcode) else {
                 return [.protocolViolation("\(pdu.opcode) does not answer \(r.pdu.opcode)")]
             }
-            var events: [Event] = []
+            // One array per response: concatenating onto an empty one allocated a second.
             if case let .exchangeMTUResponse(serverRx) = pdu, case let .exchangeMTURequest(clientRx) = r.pdu {
-                events += setMTU(client: clientRx, server: serverRx)
+                return setMTU(client: clientRx, server: serverRx) + finishRequest(.responded(id: r.id, pdu))
             }
-            return events + finishRequest(.responded(id: r.id, pdu))
+            return finishRequest(.responded(id: r.id, pdu))
         case .request:
             if case let .exchangeMTURequest(clientRx) = pdu {
                 // Not on an enhanced bearer, whose ATT_MTU is its channel's.
@@ -187,10 +187,9 @@ public struct ATTBearerState: Sendable {
             if case .unknown = pdu {
                 return [.send(ATTPDU.errorResponse(request: pdu.opcode, handle: 0, error: .requestNotSupported).bytes)]
             }
-            var events: [Event] = []
-            if peerRequestOpen { events.append(.protocolViolation("\(pdu.opcode) before the previous request was answered")) }
-            peerRequestOpen = true
-            return events + [.request(pdu)]
+            defer { peerRequestOpen = true }
+            if peerRequestOpen { return [.protocolViolation("\(pdu.opcode) before the previous request was answered"), .request(pdu)] }
+            return [.request(pdu)]
         case .command:
             if case .unknown = pdu { return [] }  // §3.4.8: unknown commands are ignored
             return [.command(pdu)]

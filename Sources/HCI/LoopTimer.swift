@@ -24,6 +24,14 @@ public struct LoopTimer: Sendable {
         scheduled = try? loop.scheduleCallback(in: TimeAmount(delay), handler: Fire(fire: fire))
     }
 
+    /// Calls `handler` on `loop` after `delay`, unless cancelled first. A struct handler
+    /// that holds what it needs (an object and an id) costs no allocation; a `fire`
+    /// closure capturing the same costs its context (the ATT bearer arms one timer per
+    /// transaction).
+    public init(after delay: Duration, on loop: any EventLoop, handler: some NIOScheduledCallbackHandler & Sendable) {
+        scheduled = try? loop.scheduleCallback(in: TimeAmount(delay), handler: handler)
+    }
+
     public func cancel() { scheduled?.cancel() }
 }
 
