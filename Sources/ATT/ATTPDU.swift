@@ -146,6 +146,18 @@ public enum ATTPDU: Hashable, Sendable {
         return w.bytes
     }
 
+    /// How many octets `bytes` has. Counted without encoding for an Error Response and
+    /// the PDUs that carry one value (a client checks every response against ATT_MTU).
+    public var encodedCount: Int {
+        switch self {
+        case .errorResponse: return 5
+        case .writeRequest, .writeCommand, .handleValueNotification, .handleValueIndication,
+             .readResponse, .readBlobResponse, .readMultipleResponse, .prepareWriteRequest, .prepareWriteResponse:
+            return encodedCapacity
+        default: return bytes.count
+        }
+    }
+
     /// Room for the encoding of the PDUs that carry one value (exact for those: no
     /// growth while writing), 32 octets for the others (grown when needed).
     private var encodedCapacity: Int {

@@ -118,7 +118,7 @@ public protocol GATTClientProcedure: Sendable {
 /// other than Attribute Not Found ends the procedure with that error.
 /// Returns true for Attribute Not Found (the end of a discovery).
 private func isAttributeNotFound(_ answer: ATTPDU, mtu: Int) throws(GATTClientError) -> Bool {
-    let length = answer.bytes.count
+    let length = answer.encodedCount
     guard length <= mtu else { throw .responseExceedsMTU(answer.opcode, length: length, mtu: mtu) }
     if case let .errorResponse(req, h, code) = answer {
         if code == .attributeNotFound { return true }
@@ -414,7 +414,7 @@ public struct ReadLongProcedure: GATTClientProcedure {
     public mutating func start() -> GATTProcedureStep<[UInt8]> { .request(.readRequest(handle: handle)) }
 
     public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[UInt8]> {
-        let length = answer.bytes.count
+        let length = answer.encodedCount
         guard length <= mtu else { throw .responseExceedsMTU(answer.opcode, length: length, mtu: mtu) }
         let piece: [UInt8]
         switch answer {
@@ -427,7 +427,8 @@ public struct ReadLongProcedure: GATTClientProcedure {
         default:
             throw .unexpectedResponse(answer.opcode)
         }
-        value += piece
+        // The first piece is the value so far as it is (no copy): most reads end there.
+        if value.isEmpty { value = piece } else { value += piece }
         guard piece.count == mtu - 1, value.count < 512, value.count <= Int(UInt16.max) else { return .finished(value) }
         return .request(.readBlobRequest(handle: handle, offset: UInt16(value.count)))
     }

@@ -221,12 +221,7 @@ public final class ChannelTransport: HCITransport {
     /// Queues `packets` on the channel in order and flushes. On the channel's loop the
     /// write happens now; from elsewhere it is handed to the loop.
     public func sendNow(_ packets: [HCIPacket]) throws {
-        let channel = try state.withLock { s -> (any Channel)? in
-            if s.ended || s.closedByUs { throw TransportError.closed }
-            if s.channel == nil { s.unsent += packets }
-            return s.channel
-        }
-        guard let channel else { return }
+        guard let channel = try channelForSending(orQueue: { $0 += packets }) else { return }
         if channel.eventLoop.inEventLoop {
             write(packets, to: channel)
         } else {
@@ -234,20 +229,44 @@ public final class ChannelTransport: HCITransport {
         }
     }
 
-    private func write(_ packets: [HCIPacket], to channel: any Channel) {
-        for p in packets {
-            // Encoded straight into the buffer written, with no array in between.
-            var sink = BufferSink(buffer: channel.allocator.buffer(capacity: 1 + p.bodyCount))
-            sink.write(p.type.rawValue)
-            p.encodeBody(into: &sink)
-            let buffer = sink.buffer
-            if let onePacketAtATime {
-                onePacketAtATime.write(buffer, to: channel)
-            } else {
-                channel.write(buffer, promise: nil)
-            }
+    /// One packet (the host's path for each ACL fragment), with no array around it.
+    public func sendNow(_ packet: HCIPacket) throws {
+        guard let channel = try channelForSending(orQueue: { $0.append(packet) }) else { return }
+        if channel.eventLoop.inEventLoop {
+            write(packet, to: channel)
+            if onePacketAtATime == nil { channel.flush() }
+        } else {
+            channel.eventLoop.execute { self.write([packet], to: channel) }
         }
+    }
+
+    /// The channel to write to; nil while connecting (`queue` then adds the packets to
+    /// those sent once connected). Throws once the transport has ended.
+    private func channelForSending(orQueue queue: (inout [HCIPacket]) -> Void) throws -> (any Channel)? {
+        try state.withLock { s -> (any Channel)? in
+            if s.ended || s.closedByUs { throw TransportError.closed }
+            if s.channel == nil { queue(&s.unsent) }
+            return s.channel
+        }
+    }
+
+    private func write(_ packets: [HCIPacket], to channel: any Channel) {
+        for p in packets { write(p, to: channel) }
         if onePacketAtATime == nil { channel.flush() }
+    }
+
+    /// Writes one packet, not flushed unless one goes at a time.
+    private func write(_ p: HCIPacket, to channel: any Channel) {
+        // Encoded straight into the buffer written, with no array in between.
+        var sink = BufferSink(buffer: channel.allocator.buffer(capacity: 1 + p.bodyCount))
+        sink.write(p.type.rawValue)
+        p.encodeBody(into: &sink)
+        let buffer = sink.buffer
+        if let onePacketAtATime {
+            onePacketAtATime.write(buffer, to: channel)
+        } else {
+            channel.write(buffer, promise: nil)
+        }
     }
 
     deinit {

@@ -36,6 +36,7 @@ struct ATTPDUTests {
         for p in Self.all {
             #expect(try ATTPDU(bytes: p.bytes) == p, "\(p.opcode)")
             #expect(p.bytes.first == p.opcode.rawValue)
+            #expect(p.encodedCount == p.bytes.count, "\(p.opcode)")
         }
     }
 
