@@ -21,7 +21,7 @@ public struct LoopTimer: Sendable {
     /// their timer queue, with no promise, future or cancellation error behind it (the
     /// ATT layer arms and cancels one per request).
     public init(after delay: Duration, on loop: any EventLoop, _ fire: @escaping @Sendable () -> Void) {
-        scheduled = try? loop.scheduleCallback(in: TimeAmount(delay), handler: Fire(fire: fire))
+        self.init(after: delay, on: loop, handler: Fire(fire: fire))
     }
 
     /// Calls `handler` on `loop` after `delay`, unless cancelled first. A struct handler
