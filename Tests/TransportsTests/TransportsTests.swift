@@ -301,14 +301,19 @@ struct TwoSegmentPeerTests {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
     }
 
+    /// The bytes of `fd`'s send queue the other end has not acknowledged (SIOCOUTQ).
+    static func unacknowledgedBytes(on fd: Int32) -> Int32 {
+        var n: Int32 = 0
+        _ = ioctl(fd, UInt(0x5411), &n)
+        return n
+    }
+
     /// How long the peer's send queue keeps unacknowledged bytes (SIOCOUTQ) until the
     /// host's ACK; nil when it did not come within `limit`.
     static func acknowledgement(on fd: Int32, within limit: Duration) -> Duration? {
         let start = ContinuousClock.now
-        var unacknowledged: Int32 = 1
         while true {
-            _ = ioctl(fd, UInt(0x5411), &unacknowledged)
-            if unacknowledged == 0 { return ContinuousClock.now - start }
+            if unacknowledgedBytes(on: fd) == 0 { return ContinuousClock.now - start }
             if ContinuousClock.now - start >= limit { return nil }
             usleep(200)
         }
@@ -507,10 +512,9 @@ struct TwoSegmentPeerTests {
                 // acknowledged as the rest is written. (A peer thread preempted between
                 // its two writes, as under the full suite's load, writes the rest after
                 // the ACK; then it is sent at once, and this test learns nothing.)
-                var unacknowledged: Int32 = 0
-                _ = ioctl(fd, UInt(0x5411), &unacknowledged)  // SIOCOUTQ
+                let held = Self.unacknowledgedBytes(on: fd) > 0
                 guard rest.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == rest.count else { return }
-                peer.values.withLock { $0.append(unacknowledged > 0) }
+                peer.values.withLock { $0.append(held) }
             }
         }
         let transport = try await Self.send(Reset(), times: commands, to: port)
