@@ -39,8 +39,11 @@ public struct Reassembler: Sendable {
         var errors: [ReassemblyError] = []
         var buffer: [UInt8]
         if packet.boundary == .continuing {
-            guard let p = partial[h] else { return (nil, [.strayContinuation(handle: h)]) }
-            buffer = p + packet.data
+            // Taken out of `partial`, so the append grows the frame in place (linear in its
+            // length, however small the fragments a peer's controller sends).
+            guard var p = partial.removeValue(forKey: h) else { return (nil, [.strayContinuation(handle: h)]) }
+            p += packet.data
+            buffer = p
         } else {
             if let p = partial.removeValue(forKey: h) {
                 errors.append(.incompleteFrameDropped(handle: h, declared: Self.declared(p) ?? -1, received: Swift.max(0, p.count - 4)))
