@@ -241,7 +241,7 @@ public actor ATTBearer: LoopIsolated {
         }
     }
 
-    private func receive(_ bytes: [UInt8]) { execute(state.receive(bytes)) }
+    private func receive(_ bytes: ArraySlice<UInt8>) { execute(state.receive(bytes)) }
 
     private func linkEnded() { close(reason: channel.closeReason) }
 

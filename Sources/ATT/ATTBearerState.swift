@@ -139,7 +139,10 @@ public struct ATTBearerState: Sendable {
 
     // MARK: Incoming
 
-    public mutating func receive(_ bytes: [UInt8]) -> [Event] {
+    public mutating func receive(_ bytes: [UInt8]) -> [Event] { receive(bytes[...]) }
+
+    /// One PDU from the peer, as a slice of the frame it came in (decoded in place).
+    public mutating func receive(_ bytes: ArraySlice<UInt8>) -> [Event] {
         guard unusableReason == nil else { return [] }
         let pdu: ATTPDU
         do { pdu = try ATTPDU(bytes: bytes) } catch let e as ATTDecodeError {

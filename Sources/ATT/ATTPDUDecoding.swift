@@ -8,11 +8,17 @@ import HCI
 extension ATTPDU {
     /// Decodes one PDU. Throws `ATTDecodeError` (with the opcode) for malformed input.
     public init(bytes: [UInt8]) throws {
+        try self.init(bytes: bytes[...])
+    }
+
+    /// Decodes one PDU from a slice of a frame, reading it in place: only the fields a
+    /// PDU keeps (values, UUIDs, lists) are copied out.
+    public init(bytes: ArraySlice<UInt8>) throws {
         guard let first = bytes.first else {
             throw ATTDecodeError(opcode: ATTOpcode(rawValue: 0), reason: "empty PDU")
         }
         let op = ATTOpcode(rawValue: first)
-        var r = ByteReader(Array(bytes.dropFirst()), context: op.description)
+        var r = ByteReader(bytes.dropFirst(), context: op.description)
         func bad(_ why: String) -> ATTDecodeError { ATTDecodeError(opcode: op, reason: why) }
         func exact(_ n: Int) throws { if r.remaining != n { throw bad("parameters are \(r.remaining) bytes, expected \(n)") } }
         func u16() throws -> UInt16 { try r.readUInt16() }

@@ -50,7 +50,7 @@ public final class KernelATTChannel: ATTChannel, Sendable {
                         reason.set("the kernel closed the ATT channel")
                         break
                     }
-                    window.hand { deliver(.frame(pdu)) }
+                    window.hand { deliver(.frame(pdu[...])) }
                 } catch {
                     reason.set("\(error)")
                     break

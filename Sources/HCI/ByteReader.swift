@@ -32,25 +32,33 @@ public enum DecodeError: Error, Hashable, Sendable, CustomStringConvertible {
 
 /// Reads little-endian (and, for file formats, big-endian) integers from a byte buffer, bounds-checked.
 public struct ByteReader: Sendable {
-    let storage: [UInt8]
+    let storage: ArraySlice<UInt8>
     let end: Int
-    /// Index of the next byte to read, relative to the start of the buffer.
+    /// Index of the next byte to read, in the indices of the bytes the reader was made
+    /// from: 0 for an array's first byte; a slice keeps its base's indices.
     public private(set) var offset: Int
     /// Name used in errors ("LE Advertising Report", "btsnoop record", ...).
     public var context: String
 
     public init(_ bytes: [UInt8], context: String = "packet") {
+        self.init(bytes[...], context: context)
+    }
+
+    /// A reader over a slice, sharing its storage (nothing copied): how a layer reads the
+    /// part of a frame that is its own (an ATT PDU's parameters after its opcode).
+    public init(_ bytes: ArraySlice<UInt8>, context: String = "packet") {
         self.storage = bytes
-        self.end = bytes.count
-        self.offset = 0
+        self.end = bytes.endIndex
+        self.offset = bytes.startIndex
         self.context = context
     }
 
     init(storage: [UInt8], start: Int, end: Int, context: String) {
-        self.storage = storage
-        self.offset = start
-        self.end = end
-        self.context = context
+        self.init(storage[start..<end], context: context)
+    }
+
+    init(storage: ArraySlice<UInt8>, start: Int, end: Int, context: String) {
+        self.init(storage[start..<end], context: context)
     }
 
     public var remaining: Int { end - offset }

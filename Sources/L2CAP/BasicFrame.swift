@@ -24,22 +24,37 @@ public struct ChannelID: RawRepresentable, Hashable, Sendable, CustomStringConve
 /// A complete L2CAP basic frame (B-frame, §3.1).
 public struct BasicFrame: Hashable, Sendable {
     public var channel: ChannelID
-    public var payload: [UInt8]
+    /// The information payload as a slice: a reassembled frame's shares the storage of
+    /// the ACL data it came in (nothing copied), with that data's indices, so index it
+    /// from `startIndex`. The stack hands this on; a layer that keeps bytes copies them.
+    public var payloadSlice: ArraySlice<UInt8>
+
+    /// The information payload as an array of its own (a copy of `payloadSlice`).
+    public var payload: [UInt8] {
+        get { Array(payloadSlice) }
+        set { payloadSlice = newValue[...] }
+    }
+
     public init(channel: ChannelID, payload: [UInt8]) {
         self.channel = channel
-        self.payload = payload
+        self.payloadSlice = payload[...]
+    }
+
+    public init(channel: ChannelID, payload: ArraySlice<UInt8>) {
+        self.channel = channel
+        self.payloadSlice = payload
     }
 
     public var bytes: [UInt8] {
-        var w = ByteWriter(capacity: payload.count + 4)
-        w.write(UInt16(truncatingIfNeeded: payload.count)); w.write(channel.rawValue); w.write(contentsOf: payload)
+        var w = ByteWriter(capacity: payloadSlice.count + 4)
+        w.write(UInt16(truncatingIfNeeded: payloadSlice.count)); w.write(channel.rawValue); w.write(contentsOf: payloadSlice)
         return w.bytes
     }
 
     /// The frame as one ACL packet ("first non-automatically-flushable"), when it fits
     /// in `maximumDataLength` bytes (what most frames do: no fragment array to build).
     public func onlyFragment(handle: UInt16, maximumDataLength: Int) -> ACLDataPacket? {
-        guard payload.count + 4 <= maximumDataLength else { return nil }
+        guard payloadSlice.count + 4 <= maximumDataLength else { return nil }
         return ACLDataPacket(handle: handle, boundary: .firstNonFlushable, data: bytes)
     }
 

@@ -260,7 +260,10 @@ public struct CreditBasedChannelState: Sendable {
     }
 
     /// One K-frame from the peer, with every check of §10.1.
-    public mutating func receive(_ payload: [UInt8]) -> [Event] {
+    public mutating func receive(_ payload: [UInt8]) -> [Event] { receive(payload[...]) }
+
+    /// One K-frame from the peer, as a slice of the frame it came in.
+    public mutating func receive(_ payload: ArraySlice<UInt8>) -> [Event] {
         guard receiveCredits > 0 else { return [.violation("K-frame received with no credits left")] }
         receiveCredits -= 1
         guard payload.count <= Int(local.mps) else { return [.violation("K-frame of \(payload.count) bytes exceeds our MPS \(local.mps)")] }
@@ -280,9 +283,10 @@ public struct CreditBasedChannelState: Sendable {
             return [.returnCredit]
         }
         guard payload.count >= 2 else { return [.violation("first K-frame of an SDU without its SDU length")] }
-        let length = Int(payload[0]) | Int(payload[1]) << 8
+        let s = payload.startIndex  // a slice keeps its frame's indices
+        let length = Int(payload[s]) | Int(payload[s + 1]) << 8
         guard length <= Int(local.mtu) else { return [.violation("SDU length \(length) exceeds our MTU \(local.mtu)")] }
-        let bytes = Array(payload[2...])
+        let bytes = Array(payload[(s + 2)...])
         guard bytes.count <= length else { return [.violation("K-frame carries \(bytes.count) bytes for an SDU of \(length)")] }
         if bytes.count == length { return [.sdu(bytes, frames: 1)] }
         partial = (length, bytes, 1)

@@ -156,17 +156,18 @@ public struct CreditBasedChannels: Sendable {
 
     /// Sends an SDU on our channel `localCID`.
     public mutating func send(_ sdu: [UInt8], on localCID: UInt16, token: UInt64?) throws(ChannelSendError) -> [Event] {
-        guard var ch = channels[localCID] else { throw .closed(.closedLocally) }
-        let events = try ch.send(sdu, token: token)
-        channels[localCID] = ch
+        // In place (`channels[localCID]?.…`): a copy of the channel taken out and stored
+        // back shared its queue and partial SDU with the dictionary's, so each SDU sent
+        // (or K-frame received) copied them whole.
+        guard let events = try channels[localCID]?.send(sdu, token: token), let ch = channels[localCID] else {
+            throw .closed(.closedLocally)
+        }
         return translate(events, ch)
     }
 
     /// The application consumed an SDU that came in `frames` K-frames: credit them back.
     public mutating func consumed(frames: Int, on localCID: UInt16) -> [Event] {
-        guard var ch = channels[localCID] else { return [] }
-        let n = ch.grant(frames)
-        channels[localCID] = ch
+        guard let n = channels[localCID]?.grant(frames) else { return [] }
         guard n > 0 else { return [] }
         return [.signal(creditIndication(cid: localCID, credits: n))]
     }
@@ -197,9 +198,12 @@ public struct CreditBasedChannels: Sendable {
 
     /// A K-frame on our CID `localCID`; nil when no channel has that CID.
     public mutating func receive(_ payload: [UInt8], on localCID: UInt16) -> [Event]? {
-        guard var ch = channels[localCID] else { return nil }
-        let events = ch.receive(payload)
-        channels[localCID] = ch
+        receive(payload[...], on: localCID)
+    }
+
+    /// A K-frame on our CID `localCID`, as a slice of the frame it came in.
+    public mutating func receive(_ payload: ArraySlice<UInt8>, on localCID: UInt16) -> [Event]? {
+        guard let events = channels[localCID]?.receive(payload), let ch = channels[localCID] else { return nil }
         return translate(events, ch)
     }
 
@@ -438,11 +442,10 @@ public struct CreditBasedChannels: Sendable {
             return [.ignored("malformed Flow Control Credit Indication")]
         }
         // The CID is the sender's source CID, our remote CID (§4.24).
-        guard let local = channels.first(where: { $0.value.remoteCID == cid })?.key, var ch = channels[local] else {
+        guard let local = channels.first(where: { $0.value.remoteCID == cid })?.key,
+              let events = channels[local]?.addCredits(credits), let ch = channels[local] else {
             return [.ignored("Flow Control Credit Indication for unknown CID 0x\(String(cid, radix: 16))")]
         }
-        let events = ch.addCredits(credits)
-        channels[local] = ch
         return translate(events, ch)
     }
 

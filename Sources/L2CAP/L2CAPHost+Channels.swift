@@ -282,7 +282,7 @@ extension L2CAPHost {
         ep.receiver = deliver
         coc.endpoints[key] = ep
         for sdu in waiting {
-            deliver(.frame(sdu.bytes))
+            deliver(.frame(sdu.bytes[...]))
             if ep.ended == nil, let events = connections[handle]?.signaling.channels.consumed(frames: sdu.frames, on: localCID) {
                 channelEvents(events, handle: handle)
             }
@@ -309,7 +309,7 @@ extension L2CAPHost {
     }
 
     /// A frame on a dynamic CID of `handle`: a K-frame for one of its channels, or nothing.
-    func channelFrame(_ payload: [UInt8], cid: ChannelID, handle: UInt16) -> Bool {
+    func channelFrame(_ payload: ArraySlice<UInt8>, cid: ChannelID, handle: UInt16) -> Bool {
         guard CreditBasedChannels.dynamicCIDs.contains(cid.rawValue),
               let events = connections[handle]?.signaling.channels.receive(payload, on: cid.rawValue) else { return false }
         channelEvents(events, handle: handle)
@@ -406,7 +406,7 @@ extension L2CAPHost {
                 let key = ChannelRuntime.Key(handle: handle, cid: cid)
                 guard var ep = coc.endpoints[key] else { continue }
                 if let receiver = ep.receiver {
-                    receiver(.frame(bytes))
+                    receiver(.frame(bytes[...]))
                     if let more = connections[handle]?.signaling.channels.consumed(frames: frames, on: cid) { channelEvents(more, handle: handle) }
                 } else if let reader = ep.reader {
                     ep.reader = nil

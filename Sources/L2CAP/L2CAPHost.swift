@@ -29,7 +29,9 @@ public typealias ChannelFrameStream = BufferedStream<ChannelFrame>
 
 /// What a channel receiver gets: each frame in order, then `.closed` once.
 public enum ChannelInput: Sendable {
-    case frame([UInt8])
+    /// One PDU: a slice of the frame it came in (nothing copied on the way), with that
+    /// frame's indices: index it from `startIndex`, or make an `Array` of what you keep.
+    case frame(ArraySlice<UInt8>)
     /// The connection ended (or never existed); nothing follows.
     case closed
 }
@@ -178,7 +180,7 @@ public actor L2CAPHost: LoopIsolated {
             return
         }
         receivers[key] = receiver
-        for f in early.removeValue(forKey: key) ?? [] { receiver(.frame(f)) }
+        for f in early.removeValue(forKey: key) ?? [] { receiver(.frame(f[...])) }
     }
 
     /// Calls `observer` with every controller event, on the loop, in order, after this
@@ -370,15 +372,15 @@ public actor L2CAPHost: LoopIsolated {
         for e in errors { logger.debug("reassembly", metadata: ["error": "\(e)"]) }
         reassemblyErrors += errors
         guard let frame else { return }
-        if frame.channel == .leSignaling, var c = connections[packet.handle] {
-            let events = c.signaling.receive(frame.payload)
-            connections[packet.handle] = c
+        // In place: a copy of the connection, changed and stored back, shared its channels'
+        // queues with the stored one, so each credit indication copied them.
+        if frame.channel == .leSignaling, let events = connections[packet.handle]?.signaling.receive(frame.payload) {
             for e in events { signaling(e, handle: packet.handle) }
             return
         }
-        if channelFrame(frame.payload, cid: frame.channel, handle: packet.handle) { return }
+        if channelFrame(frame.payloadSlice, cid: frame.channel, handle: packet.handle) { return }
         if let r = receivers[Key(handle: packet.handle, channel: frame.channel)] {
-            r(.frame(frame.payload))
+            r(.frame(frame.payloadSlice))
             return
         }
         if let s = connectionSubscribers[Key(handle: packet.handle, channel: frame.channel)] {
@@ -405,7 +407,7 @@ public actor L2CAPHost: LoopIsolated {
             return
         case .securityManager where connections[handle] != nil:
             // Never answer a Pairing Failed (code 0x05) with another.
-            guard frame.payload.first != 0x05 else { return }
+            guard frame.payloadSlice.first != 0x05 else { return }
             enqueue([0x05, 0x05], on: .securityManager, handle: handle)
             return
         default:

@@ -68,7 +68,7 @@ public struct Reassembler: Sendable {
             return (nil, errors + [.lengthMismatch(handle: h, declared: declared, received: received)])
         }
         let cid = ChannelID(rawValue: UInt16(buffer[2]) | UInt16(buffer[3]) << 8)
-        return (BasicFrame(channel: cid, payload: Array(buffer[4...])), errors)
+        return (BasicFrame(channel: cid, payload: buffer[4...]), errors)
     }
 
     /// The connection went away: forget its partial frame.

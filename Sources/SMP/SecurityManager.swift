@@ -371,7 +371,8 @@ public actor SecurityManager: LoopIsolated {
     }
 
     func input(_ input: ChannelInput, handle: UInt16) {
-        guard case let .frame(bytes) = input, var link = links[handle] else { return }
+        guard case let .frame(frame) = input, var link = links[handle] else { return }
+        let bytes = Array(frame)  // SMP keeps PDUs (Pairing Request and Response enter the confirm values)
         guard !link.smpDisabled else { return }
         if var session = link.session {
             let actions = session.receive(bytes)

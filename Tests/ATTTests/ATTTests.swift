@@ -40,6 +40,19 @@ struct ATTPDUTests {
         }
     }
 
+    /// How the bearer decodes: from a slice of the L2CAP frame, bytes on both sides of it
+    /// (the frame's header before, other bytes after) never read.
+    @Test func everyPDUDecodesInPlaceFromASliceOfItsFrame() throws {
+        for p in Self.all {
+            let frame: [UInt8] = [UInt8(p.bytes.count & 0xFF), UInt8(p.bytes.count >> 8), 0x04, 0x00] + p.bytes + [0xEE, 0xEE]
+            let slice = frame[4..<(4 + p.bytes.count)]
+            #expect(try ATTPDU(bytes: slice) == p, "\(p.opcode)")
+        }
+        // A truncated PDU in a slice is still an error, though the array goes on.
+        let frame: [UInt8] = [0, 0, 0x04, 0x00, 0x0A, 0x03, 0x00, 0x04]  // Read Request whose handle ends at the slice
+        #expect(throws: ATTDecodeError.self) { try ATTPDU(bytes: frame[4..<6]) }
+    }
+
     @Test func exactEncodingsFromTheSpecLayouts() {
         #expect(ATTPDU.exchangeMTURequest(clientRxMTU: 517).bytes == [0x02, 0x05, 0x02])
         #expect(ATTPDU.errorResponse(request: .readRequest, handle: 3, error: .readNotPermitted).bytes == [0x01, 0x0A, 0x03, 0x00, 0x02])

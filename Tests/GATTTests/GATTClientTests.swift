@@ -26,7 +26,7 @@ final class ChannelEnd: ATTChannel, @unchecked Sendable {
             defer { box.pending = [] }
             return box.pending
         }
-        for p in pending { deliver(.frame(p)) }
+        for p in pending { deliver(.frame(p[...])) }
     }
 
     func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
@@ -42,7 +42,7 @@ final class ChannelEnd: ATTChannel, @unchecked Sendable {
             if box.deliver == nil { box.pending.append(pdu) }
             return box.deliver
         }
-        if let deliver { loop.execute { deliver(.frame(pdu)) } }
+        if let deliver { loop.execute { deliver(.frame(pdu[...])) } }
     }
 
     var closeReason: String { "closed" }

@@ -13,6 +13,19 @@ struct CodecTests {
         #expect(r.isAtEnd)
     }
 
+    @Test func byteReaderOverASliceReadsOnlyTheSlice() throws {
+        let bytes: [UInt8] = [0xFF, 0xFF, 0x34, 0x12, 0xAA, 0xFF]
+        var r = ByteReader(bytes[2..<5], context: "t")
+        #expect(r.offset == 2 && r.remaining == 3)
+        #expect(try r.readUInt16() == 0x1234)
+        // The byte after the slice is not there to read; offsets are the array's.
+        #expect(throws: DecodeError.truncated(what: "t: UInt16", offset: 4, needed: 2, available: 1)) { try r.readUInt16() }
+        var sub = try r.readReader(1, "rest")
+        #expect(try sub.readUInt8() == 0xAA && sub.isAtEnd && r.isAtEnd)
+        var s = ByteReader(bytes[2..<5], context: "t")
+        #expect(s.readRemaining() == [0x34, 0x12, 0xAA])
+    }
+
     @Test func addressPrintsMostSignificantFirst() throws {
         let a = try BluetoothAddress(wireBytes: [0x00, 0x17, 0xDE, 0x10, 0x4C, 0xDA])
         #expect(a.description == "DA:4C:10:DE:17:00")
