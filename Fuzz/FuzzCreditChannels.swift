@@ -8,7 +8,8 @@
 // bytes each), 8 the link's security changing (one byte). SPSM 0x81 asks for an
 // encrypted link. Nothing may trap; every K-frame we send fits the peer's MPS;
 // credits we hold or grant never pass 65535; an enhanced channel's MTU and MPS stay
-// at 64 or more.
+// at 64 or more. K-frames arrive as slices of the input, with its indices, as the L2CAP
+// host hands them on (a slice of the ACL data).
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
@@ -21,6 +22,11 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         defer { i = end }
         return Array(bytes[i..<end])
     }
+    func slice(_ n: Int) -> ArraySlice<UInt8> {
+        let end = Swift.min(bytes.count, i + n)
+        defer { i = end }
+        return bytes[i..<end]
+    }
     while i < bytes.count {
         let op = take(1)[0] % 9
         var events: [CreditBasedChannels.Event] = []
@@ -31,7 +37,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         case 1:
             let cid = 0x40 + UInt16((take(1).first ?? 0) & 0x3F)
             let n = Int(take(1).first ?? 0)
-            events = link.receive(take(n), on: cid) ?? []
+            events = link.receive(slice(n), on: cid) ?? []
         case 2:
             let cid = 0x40 + UInt16((take(1).first ?? 0) & 0x3F)
             let l = take(2)
