@@ -268,8 +268,9 @@ public struct CreditBasedChannelState: Sendable {
         receiveCredits -= 1
         guard payload.count <= Int(local.mps) else { return [.violation("K-frame of \(payload.count) bytes exceeds our MPS \(local.mps)")] }
         if var p = partial.take() {
-            // Taken out of `partial` first, so the append grows the SDU in place; appending
-            // to a copy of `partial` copied every byte so far on each K-frame (quadratic).
+            // Taken out of `partial` first, so the append grows the SDU in place: appended
+            // to a copy while `partial` still shared its buffer, it would copy every byte
+            // so far on each K-frame.
             p.bytes += payload
             p.frames += 1
             guard p.bytes.count <= p.length else {

@@ -156,9 +156,9 @@ public struct CreditBasedChannels: Sendable {
 
     /// Sends an SDU on our channel `localCID`.
     public mutating func send(_ sdu: [UInt8], on localCID: UInt16, token: UInt64?) throws(ChannelSendError) -> [Event] {
-        // In place (`channels[localCID]?.…`): a copy of the channel taken out and stored
-        // back shared its queue and partial SDU with the dictionary's, so each SDU sent
-        // (or K-frame received) copied them whole.
+        // In place (`channels[localCID]?.…`), here and below: a copy of the channel taken
+        // out and stored back shares its queue and partial SDU with the dictionary's until
+        // then, so changing them copies them whole.
         guard let events = try channels[localCID]?.send(sdu, token: token), let ch = channels[localCID] else {
             throw .closed(.closedLocally)
         }

@@ -372,8 +372,8 @@ public actor L2CAPHost: LoopIsolated {
         for e in errors { logger.debug("reassembly", metadata: ["error": "\(e)"]) }
         reassemblyErrors += errors
         guard let frame else { return }
-        // In place: a copy of the connection, changed and stored back, shared its channels'
-        // queues with the stored one, so each credit indication copied them.
+        // In place: a copy of the connection, changed and stored back, shares its channels'
+        // queues with the stored one until then, so a credit indication would copy them.
         if frame.channel == .leSignaling, let events = connections[packet.handle]?.signaling.receive(frame.payload) {
             for e in events { signaling(e, handle: packet.handle) }
             return
