@@ -53,14 +53,6 @@ public struct ByteReader: Sendable {
         self.context = context
     }
 
-    init(storage: [UInt8], start: Int, end: Int, context: String) {
-        self.init(storage[start..<end], context: context)
-    }
-
-    init(storage: ArraySlice<UInt8>, start: Int, end: Int, context: String) {
-        self.init(storage[start..<end], context: context)
-    }
-
     public var remaining: Int { end - offset }
     public var isAtEnd: Bool { offset >= end }
 
@@ -133,7 +125,7 @@ public struct ByteReader: Sendable {
     /// A reader over the next `count` bytes; this reader skips past them.
     public mutating func readReader(_ count: Int, _ what: @autoclosure () -> String) throws -> ByteReader {
         let i = try take(count, what())
-        return ByteReader(storage: storage, start: i, end: i + count, context: "\(context): \(what())")
+        return ByteReader(storage[i..<(i + count)], context: "\(context): \(what())")
     }
 
     public mutating func skip(_ count: Int, _ what: @autoclosure () -> String = "bytes") throws {

@@ -250,8 +250,7 @@ public struct H4Framer: Sendable {
         // changes the buffer): each field's bytes are copied once.
         let body = start + 1 ..< start + total
         start += total
-        let packet = try HCIPacket(type: type, reader: ByteReader(storage: buffer, start: body.lowerBound, end: body.upperBound,
-                                                                   context: HCIPacket.readerContext(type)))
+        let packet = try HCIPacket(type: type, reader: ByteReader(buffer[body], context: HCIPacket.readerContext(type)))
         compact()
         return packet
     }
