@@ -36,8 +36,7 @@ public struct BasicFrame: Hashable, Sendable {
     }
 
     public init(channel: ChannelID, payload: [UInt8]) {
-        self.channel = channel
-        self.payloadSlice = payload[...]
+        self.init(channel: channel, payload: payload[...])
     }
 
     public init(channel: ChannelID, payload: ArraySlice<UInt8>) {
