@@ -137,6 +137,9 @@ public final class ReplayTransport: HCITransport {
         var flow: Int
     }
 
+    /// The trace's controller packets, for a host that reads a stream instead of taking
+    /// `deliver(on:_:)`. Unbounded on purpose: it never holds more than the trace's own
+    /// packets, which are in memory already.
     public let inbound: AsyncThrowingStream<HCIPacket, any Error>
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
     private let steps: [Step]

@@ -18,6 +18,8 @@ public struct ScriptMismatch: Error, CustomStringConvertible, Equatable {
 }
 
 public final class ScriptedTransport: HCITransport {
+    /// What the test injects, until the host takes it. Unbounded on purpose: it never
+    /// holds more than the test itself wrote.
     public let inbound: AsyncThrowingStream<HCIPacket, any Error>
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
     private let state = Mutex(State())

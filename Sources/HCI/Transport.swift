@@ -33,6 +33,8 @@ public enum TransportError: Error, Equatable, Sendable, CustomStringConvertible 
 /// `inbound` yields controller-to-host packets in arrival order. It can be iterated
 /// once; it finishes normally after `close()`, and throws `TransportError` when the
 /// link fails (end of stream, I/O error, framing error). After it ends, `send` throws.
+/// Each transport says how `inbound` buffers (a `ChannelTransport` stops reading while
+/// its consumer falls behind; none drops without counting).
 public protocol HCITransport: AnyObject, Sendable {
     var inbound: AsyncThrowingStream<HCIPacket, any Error> { get }
     func send(_ packet: HCIPacket) async throws

@@ -239,22 +239,23 @@ public final class RecordingTransport: HCITransport {
     }
 
     /// The base's packets, each recorded as it passes (read `inbound` or use `deliver`, not both).
+    /// Pulled from the base's stream one at a time as the consumer asks: no buffer of
+    /// its own, so the base's bound and back-pressure are the consumer's.
     public var inbound: AsyncThrowingStream<HCIPacket, any Error> {
-        let source = base.inbound, sink = self.sink, now = self.now
-        return AsyncThrowingStream { continuation in
-            let task = Task {
-                do {
-                    for try await p in source {
-                        sink(TraceRecord(timestampMicros: now(), packet: p, direction: .controllerToHost))
-                        continuation.yield(p)
-                    }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
-            }
-            continuation.onTermination = { _ in task.cancel() }
-        }
+        let source = Pull(base.inbound), sink = self.sink, now = self.now
+        return AsyncThrowingStream(unfolding: {
+            guard let p = try await source.next() else { return nil }
+            sink(TraceRecord(timestampMicros: now(), packet: p, direction: .controllerToHost))
+            return p
+        })
+    }
+
+    /// An iterator the unfolding closure can hold: `AsyncThrowingStream(unfolding:)` calls
+    /// it for one element at a time, never two at once.
+    private final class Pull: @unchecked Sendable {
+        private var iterator: AsyncThrowingStream<HCIPacket, any Error>.AsyncIterator
+        init(_ stream: AsyncThrowingStream<HCIPacket, any Error>) { iterator = stream.makeAsyncIterator() }
+        func next() async throws -> HCIPacket? { try await iterator.next() }
     }
 
     public convenience init(wrapping base: any HCITransport, writer: TraceFileWriter) {

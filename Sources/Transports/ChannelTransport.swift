@@ -47,8 +47,8 @@ public final class ChannelTransport: HCITransport {
     /// in the same turn of the loop (see `H4ChannelHandler.channelReadComplete`).
     let restReadAtOnce = Atomic<Int>(0)
     private let state = Mutex(State())
-    private let stream: AsyncThrowingStream<HCIPacket, any Error>
-    private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
+    /// `inbound`'s packets, read and not yet taken.
+    let pulled = PulledPackets()
     /// Set on a packet socket: its writes go through here, one packet in the channel at a time.
     private let onePacketAtATime: OnePacketAtATime?
 
@@ -81,7 +81,6 @@ public final class ChannelTransport: HCITransport {
         self.logger = logger
         self.quickAckSocket = quickAck && kind == .streamSocket ? fd : nil
         self.onePacketAtATime = kind == .packetSocket ? OnePacketAtATime() : nil
-        (stream, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .unbounded)
         let initializer: @Sendable (any Channel) -> EventLoopFuture<Void> = { [weak self] channel in
             guard let self else { return channel.eventLoop.makeFailedFuture(TransportError.closed) }
             return channel.eventLoop.makeCompletedFuture {
@@ -122,18 +121,20 @@ public final class ChannelTransport: HCITransport {
 
     public var preferredLoop: (any EventLoop)? { loop }
 
-    /// Packets as a stream (buffer: unbounded; for tools and tests: the host uses
-    /// `deliver(on:_:)`, which reads only as fast as the host takes packets).
+    /// Packets as a stream, for tools and tests (the host uses `deliver(on:_:)`).
+    /// Back-pressured, nothing dropped: the channel stops reading while
+    /// `PulledPackets.highWater` packets (256) wait for the consumer and reads again
+    /// once it has taken them down to 64; what is not read stays in the kernel, and the
+    /// controller's flow control holds the rest. One consumer; the stream holds the
+    /// transport while it is iterated.
     public var inbound: AsyncThrowingStream<HCIPacket, any Error> {
-        let continuation = self.continuation
-        deliver(on: loop) { input in
-            switch input {
-            case let .packets(ps): for p in ps { continuation.yield(p) }
-            case .ended(nil): continuation.finish()
-            case let .ended(e?): continuation.finish(throwing: e)
-            }
+        let pulled = self.pulled
+        deliver(on: loop) { [weak self] input in
+            if pulled.put(input) { self?.setReading(false) }
         }
-        return stream
+        return AsyncThrowingStream(unfolding: {
+            try await pulled.next { self.setReading(true) }
+        })
     }
 
     public func deliver(on target: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
@@ -151,13 +152,15 @@ public final class ChannelTransport: HCITransport {
         if let ending {
             target.execute { receive(ending) }
         } else if let channel {
-            startReading(channel)
+            setReading(true, channel)
         }
     }
 
-    private func startReading(_ channel: any Channel) {
-        channel.setOption(ChannelOptions.autoRead, value: true).whenFailure { [logger, label] e in
-            logger.debug("cannot start reading", metadata: ["transport": "\(label)", "error": "\(e)"])
+    /// Starts (`on`) or pauses the channel's reading; on the loop at once, else handed to it.
+    private func setReading(_ on: Bool, _ channel: (any Channel)? = nil) {
+        guard let channel = channel ?? state.withLock({ $0.channel }) else { return }
+        channel.setOption(ChannelOptions.autoRead, value: on).whenFailure { [logger, label] e in
+            logger.debug("cannot \(on ? "start" : "pause") reading", metadata: ["transport": "\(label)", "error": "\(e)"])
         }
     }
 
@@ -172,7 +175,7 @@ public final class ChannelTransport: HCITransport {
             return
         }
         if !unsent.isEmpty { write(unsent, to: channel) }
-        if reading { startReading(channel) }
+        if reading { setReading(true, channel) }
     }
 
     /// Called on the channel's loop by the handler.

@@ -4,6 +4,7 @@ import HCI
 import Logging
 import NIOCore
 import NIOPosix
+import Snoop
 import Synchronization
 import Testing
 @testable import Transports
@@ -97,6 +98,78 @@ struct TransportsTests {
         await #expect(throws: TransportError.closed) { try await t.send(Reset().packet) }
         await t.close()
         close(fds[1])
+    }
+
+    /// `inbound` is back-pressured, not unbounded: while its consumer takes nothing, the
+    /// channel stops reading with no more than the high-water mark and one turn's reads
+    /// waiting, so the peer's writes stall once the kernel's buffers are full; taking
+    /// the packets resumes the reading, and every packet arrives, in order. The same
+    /// through a `RecordingTransport`, which records each packet as it is taken.
+    @Test(arguments: [false, true])
+    func inboundStopsReadingWhileItsConsumerTakesNothing(recorded: Bool) async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        let peer = fds[1]
+        var small: Int32 = 16_384
+        setsockopt(peer, SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        #expect(fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) | O_NONBLOCK) == 0)
+        let t = ChannelTransport(fd: fds[0], kind: .streamSocket, label: "pair", logger: Self.logger)
+        // Vendor events of 200 octets, numbered in their first two: 4 MB in all, far more
+        // than the socket and the transport's bound hold.
+        let total = 20_000
+        @Sendable func event(_ i: Int) -> HCIPacket {
+            .event(code: .vendor, parameters: [UInt8(i & 0xFF), UInt8(i >> 8)] + [UInt8](repeating: 0x5A, count: 198))
+        }
+        let records = Mutex(0)
+        let inbound = recorded ? RecordingTransport(wrapping: t, now: { 0 }) { r in records.withLock { $0 += r.direction == .controllerToHost ? 1 : 0 } }.inbound : t.inbound
+        // Write until the transport has not read for 500 ms (or all of it went): the
+        // whole packets written, and what is left of the one the peer was writing.
+        let (written, rest): (Int, [UInt8]) = await withCheckedContinuation { c in
+            Thread.detachNewThread {
+                var sent = 0
+                var pending: [UInt8] = []
+                while sent < total || !pending.isEmpty {
+                    if pending.isEmpty {
+                        pending = event(sent).h4Bytes
+                        sent += 1
+                    }
+                    let n = pending.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    if n > 0 { pending.removeFirst(n); continue }
+                    var ready = pollfd(fd: peer, events: Int16(POLLOUT), revents: 0)
+                    if poll(&ready, 1, 500) == 0 { break }
+                }
+                c.resume(returning: (pending.isEmpty ? sent : sent - 1, pending))
+            }
+        }
+        #expect(written < total, "the transport read everything the peer wrote: its buffer is unbounded")
+        let waiting = t.pulled.mostWaiting
+        #expect(waiting >= PulledPackets.highWater, "reading paused before the high-water mark: \(waiting)")
+        // One turn of the channel's reads (4 of at most 64 KiB) may add what it read after the mark.
+        #expect(waiting < PulledPackets.highWater + 4 * 65_536 / 203 + 1, "\(waiting) packets waited")
+        // Taking them resumes the reading (most of them were still in the kernel): all
+        // of them arrive, in order, and then the one the peer had not finished.
+        _ = fcntl(peer, F_SETFL, fcntl(peer, F_GETFL) & ~O_NONBLOCK)
+        if !rest.isEmpty {
+            Thread.detachNewThread { _ = rest.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
+        }
+        let expected = rest.isEmpty ? written : written + 1
+        let packets = await collect(inbound, count: expected, within: .seconds(30))
+        #expect(packets.count == expected)
+        #expect(packets == (0..<packets.count).map(event))
+        if recorded { #expect(records.withLock { $0 } == expected) }
+        close(peer)
+        await t.close()
+    }
+
+    /// A consumer of `inbound` whose task is cancelled stops waiting: `firstElement`
+    /// cancels its reader when the time is up and waits for it to end.
+    @Test func aCancelledInboundConsumerStopsWaiting() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        let t = ChannelTransport(fd: fds[0], kind: .streamSocket, label: "pair", logger: Self.logger)
+        #expect(await firstElement(t.inbound, within: .milliseconds(50)) == nil)
+        close(fds[1])
+        await t.close()
     }
 
     /// Reads one packet from a SOCK_SEQPACKET socket (one recv is one packet), waiting at
