@@ -67,6 +67,9 @@ public final class ChannelTransport: HCITransport {
         var ending: TransportInput?
         var ended = false
         var closedByUs = false
+        /// `send` callers waiting for the channel to become writable again, by number.
+        var writableWaiters: [Int: CheckedContinuation<Void, any Error>] = [:]
+        var nextWaiter = 0
     }
 
     /// Wraps a descriptor of the given kind; takes ownership of `fd`.
@@ -176,6 +179,8 @@ public final class ChannelTransport: HCITransport {
         }
         if !unsent.isEmpty { write(unsent, to: channel) }
         if reading { setReading(true, channel) }
+        // `send` callers waited for the channel.
+        if channel.isWritable { becameWritable() }
     }
 
     /// Called on the channel's loop by the handler.
@@ -189,15 +194,17 @@ public final class ChannelTransport: HCITransport {
     }
 
     fileprivate func end(_ error: TransportError?) {
-        let (target, input) = state.withLock { s -> (Target?, TransportInput?) in
-            guard !s.ended else { return (nil, nil) }
+        let (target, input, waiters) = state.withLock { s -> (Target?, TransportInput?, [Int: CheckedContinuation<Void, any Error>]) in
+            guard !s.ended else { return (nil, nil, [:]) }
             s.ended = true
             let input = TransportInput.ended(s.closedByUs ? nil : error)
             if s.target == nil { s.ending = input }
             // Nothing more is delivered: let go of the host's handler (it holds the host).
-            defer { s.target = nil }
-            return (s.target, input)
+            defer { s.target = nil; s.writableWaiters = [:] }
+            return (s.target, input, s.writableWaiters)
         }
+        // Waiting senders go on, and find the transport ended.
+        for w in waiters.values { w.resume() }
         guard let input else { return }
         if let error { logger.debug("transport ended", metadata: ["transport": "\(label)", "error": "\(error)"]) }
         if let target { target.loop.execute { target.receive(input) } }
@@ -217,7 +224,51 @@ public final class ChannelTransport: HCITransport {
 
     fileprivate var acknowledges: Bool { quickAckSocket != nil }
 
-    public func send(_ packet: HCIPacket) async throws { try sendNow([packet]) }
+    /// Writes `packet` once the channel is writable: while what the channel holds unwritten
+    /// (the socket being full) is over NIO's high-water mark (64 KiB), the caller waits
+    /// until it drains under the low one, or until its task is cancelled
+    /// (`CancellationError`, nothing sent). A forwarder (`btctl monitor`'s tap) that
+    /// reads one side's `inbound` and sends to the other is so paced by the slower side,
+    /// with nothing growing. The host itself uses `sendNow`, bounded by HCI's flow control.
+    public func send(_ packet: HCIPacket) async throws {
+        try await writable()
+        guard let channel = try channelForSending(orQueue: { $0.append(packet) }) else { return }
+        if channel.eventLoop.inEventLoop {
+            write([packet], to: channel)
+        } else {
+            // Written before returning, so the next call's check sees what this one added.
+            try await channel.eventLoop.submit { self.write([packet], to: channel) }.get()
+        }
+    }
+
+    /// Returns when the channel is registered and writable, or the transport ended;
+    /// throws `CancellationError` when the caller's task is cancelled first.
+    private func writable() async throws {
+        let id = state.withLock { s in defer { s.nextWaiter += 1 }; return s.nextWaiter }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                // Checked under the lock that `becameWritable` takes after NIO set the
+                // channel writable: a waiter added here is either seen there or not needed.
+                let now: Result<Void, any Error>? = state.withLock { s in
+                    if Task.isCancelled { return .failure(CancellationError()) }
+                    guard !s.ended, !(s.channel?.isWritable ?? false) else { return .success(()) }
+                    s.writableWaiters[id] = c
+                    return nil
+                }
+                if let now { c.resume(with: now) }
+            }
+        } onCancel: {
+            state.withLock { $0.writableWaiters.removeValue(forKey: id) }?.resume(throwing: CancellationError())
+        }
+    }
+
+    /// How many `send` callers wait for the channel.
+    var sendersWaiting: Int { state.withLock { $0.writableWaiters.count } }
+
+    /// Called on the loop when the channel registered or became writable again.
+    fileprivate func becameWritable() {
+        for w in state.withLock({ s in defer { s.writableWaiters = [:] }; return s.writableWaiters }).values { w.resume() }
+    }
 
     public var sendsSynchronously: Bool { true }
 
@@ -545,6 +596,11 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
             errorCaught(context: context, error: IOError(errnoCode: code, reason: "read(2)"))
         }
         return nil
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable { transport?.becameWritable() }
+        context.fireChannelWritabilityChanged()
     }
 
     func flush(context: ChannelHandlerContext) {

@@ -161,6 +161,71 @@ struct TransportsTests {
         await t.close()
     }
 
+    /// `send` waits while the channel is not writable (a peer that reads nothing): what
+    /// the transport holds stays under the kernel's buffer and NIO's high-water mark
+    /// (64 KiB). Once the peer reads, every packet arrives, in order; a sender whose
+    /// task is cancelled while it waits stops waiting and sends nothing.
+    @Test func sendWaitsWhileThePeerReadsNothing() async throws {
+        var fds: [Int32] = [0, 0]
+        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        let peer = fds[1]
+        var small: Int32 = 16_384
+        setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        let t = ChannelTransport(fd: fds[0], kind: .streamSocket, label: "pair", logger: Self.logger)
+        @Sendable func packet(_ i: Int) -> HCIPacket {
+            .acl(ACLDataPacket(handle: 1, boundary: .firstNonFlushable, data: [UInt8(i & 0xFF), UInt8(i >> 8)] + [UInt8](repeating: 0xA5, count: 998)))
+        }
+        let total = 1000, sent = Mutex(0)
+        let sender = Task {
+            for i in 0..<total {
+                try await t.send(packet(i))
+                sent.withLock { $0 += 1 }
+            }
+        }
+        // The sender fills what there is and waits (at most 5 s for that), well short of 1 MB.
+        try await Self.until(within: .seconds(5)) { t.sendersWaiting == 1 }
+        let stalled = sent.withLock { $0 }
+        #expect(stalled < total, "send never waited: the channel's unwritten bytes grow without a bound")
+        #expect(stalled * 1005 < 16_384 * 2 + 2 * 65_536 + 4 * 1005, "\(stalled) packets went out to a peer that reads nothing")
+        // The peer reads: everything arrives, in order.
+        let received: [UInt8] = await withCheckedContinuation { c in
+            Thread.detachNewThread {
+                var all: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 65_536)
+                while all.count < total * 1005 {
+                    var ready = pollfd(fd: peer, events: Int16(POLLIN), revents: 0)
+                    guard poll(&ready, 1, 10_000) == 1 else { break }
+                    let n = read(peer, &chunk, chunk.count)
+                    guard n > 0 else { break }
+                    all += chunk.prefix(n)
+                }
+                c.resume(returning: all)
+            }
+        }
+        try await sender.value
+        #expect(received == (0..<total).flatMap { packet($0).h4Bytes })
+        // Full again: a waiting sender that is cancelled stops waiting, having sent nothing.
+        let waiting = Task {
+            var n = 0
+            while true {
+                try await t.send(packet(n))
+                n += 1
+            }
+        }
+        try await Self.until(within: .seconds(5)) { t.sendersWaiting == 1 }
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        close(peer)
+        await t.close()
+    }
+
+    /// Returns once `condition` holds, checked every 5 ms of a loop's time, or after `limit`.
+    static func until(within limit: Duration, _ condition: () -> Bool) async throws {
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let end = ContinuousClock.now + limit
+        while !condition(), ContinuousClock.now < end { try await loop.sleep(for: .milliseconds(5)) }
+    }
+
     /// A consumer of `inbound` whose task is cancelled stops waiting: `firstElement`
     /// cancels its reader when the time is up and waits for it to end.
     @Test func aCancelledInboundConsumerStopsWaiting() async throws {
