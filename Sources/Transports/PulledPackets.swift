@@ -34,6 +34,8 @@ final class PulledPackets: Sendable {
 
     /// The most packets that ever waited for the consumer at once.
     var mostWaiting: Int { state.withLock { $0.most } }
+    /// Whether reading is paused for the consumer.
+    var isPaused: Bool { state.withLock { $0.paused } }
 
     /// What the channel delivered (on its loop). True when reading should pause now.
     func put(_ input: TransportInput) -> Bool {

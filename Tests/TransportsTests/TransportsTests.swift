@@ -122,12 +122,14 @@ struct TransportsTests {
         }
         let records = Mutex(0)
         let inbound = recorded ? RecordingTransport(wrapping: t, now: { 0 }) { r in records.withLock { $0 += r.direction == .controllerToHost ? 1 : 0 } }.inbound : t.inbound
-        // Write until the transport has not read for 500 ms (or all of it went): the
-        // whole packets written, and what is left of the one the peer was writing.
+        // Write until the transport has paused its reading and not read for 500 ms (or
+        // all of it went): the whole packets written, and what is left of the one the
+        // peer was writing.
         let (written, rest): (Int, [UInt8]) = await withCheckedContinuation { c in
             Thread.detachNewThread {
                 var sent = 0
                 var pending: [UInt8] = []
+                let giveUp = ContinuousClock.now + .seconds(20)
                 while sent < total || !pending.isEmpty {
                     if pending.isEmpty {
                         pending = event(sent).h4Bytes
@@ -136,7 +138,7 @@ struct TransportsTests {
                     let n = pending.withUnsafeBytes { send(peer, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                     if n > 0 { pending.removeFirst(n); continue }
                     var ready = pollfd(fd: peer, events: Int16(POLLOUT), revents: 0)
-                    if poll(&ready, 1, 500) == 0 { break }
+                    if poll(&ready, 1, 500) == 0, t.pulled.isPaused || ContinuousClock.now > giveUp { break }
                 }
                 c.resume(returning: (pending.isEmpty ? sent : sent - 1, pending))
             }
@@ -164,7 +166,8 @@ struct TransportsTests {
     /// `send` waits while the channel is not writable (a peer that reads nothing): what
     /// the transport holds stays under the kernel's buffer and NIO's high-water mark
     /// (64 KiB). Once the peer reads, every packet arrives, in order; a sender whose
-    /// task is cancelled while it waits stops waiting and sends nothing.
+    /// task is cancelled while it waits stops waiting and sends nothing, and one waiting
+    /// when the transport closes ends with `TransportError.closed`.
     @Test func sendWaitsWhileThePeerReadsNothing() async throws {
         var fds: [Int32] = [0, 0]
         #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
@@ -215,8 +218,12 @@ struct TransportsTests {
         try await Self.until(within: .seconds(5)) { t.sendersWaiting == 1 }
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }
-        close(peer)
+        // And one still waiting when the transport closes ends with the typed error.
+        let ended = Task { while true { try await t.send(packet(0)) } }
+        try await Self.until(within: .seconds(5)) { t.sendersWaiting == 1 }
         await t.close()
+        await #expect(throws: TransportError.closed) { try await ended.value }
+        close(peer)
     }
 
     /// Returns once `condition` holds, checked every 5 ms of a loop's time, or after `limit`.
