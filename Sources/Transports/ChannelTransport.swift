@@ -83,7 +83,8 @@ public final class ChannelTransport: HCITransport {
         self.label = label
         self.logger = logger
         self.quickAckSocket = quickAck && kind == .streamSocket ? fd : nil
-        self.onePacketAtATime = kind == .packetSocket ? OnePacketAtATime() : nil
+        let onePacketAtATime = kind == .packetSocket ? OnePacketAtATime() : nil
+        self.onePacketAtATime = onePacketAtATime
         let initializer: @Sendable (any Channel) -> EventLoopFuture<Void> = { [weak self] channel in
             guard let self else { return channel.eventLoop.makeFailedFuture(TransportError.closed) }
             return channel.eventLoop.makeCompletedFuture {
@@ -111,6 +112,7 @@ public final class ChannelTransport: HCITransport {
                 .channelInitializer(initializer)
                 .takingOwnershipOfDescriptor(inputOutput: fd)
         }
+        onePacketAtATime?.drained = { [weak self] in self?.becameWritable() }
         registered.whenComplete { [weak self] result in
             switch result {
             case let .success(channel): self?.registered(channel)
@@ -248,10 +250,12 @@ public final class ChannelTransport: HCITransport {
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
                 // Checked under the lock that `becameWritable` takes after NIO set the
-                // channel writable: a waiter added here is either seen there or not needed.
+                // channel writable (or the packet socket's backlog drained): a waiter
+                // added here is either seen there or not needed.
                 let now: Result<Void, any Error>? = state.withLock { s in
                     if Task.isCancelled { return .failure(CancellationError()) }
-                    guard !s.ended, !(s.channel?.isWritable ?? false) else { return .success(()) }
+                    if s.ended { return .success(()) }
+                    if let channel = s.channel, channel.isWritable, !(onePacketAtATime?.isFull ?? false) { return .success(()) }
                     s.writableWaiters[id] = c
                     return nil
                 }
@@ -358,10 +362,19 @@ private struct BufferSink: HCIByteSink {
 private final class OnePacketAtATime: @unchecked Sendable {
     private var waiting = CircularBuffer<ByteBuffer>()
     private var inFlight = false
+    /// How many packets wait here (read from any thread: `ChannelTransport.send` waits
+    /// while it is over `limit`, as for a channel that is not writable).
+    private let backlog = Atomic<Int>(0)
+    static let limit = 16
+    /// Called when the backlog drops back to `limit` (set once, before any write).
+    nonisolated(unsafe) var drained: (@Sendable () -> Void)?
+
+    var isFull: Bool { backlog.load(ordering: .relaxed) > Self.limit }
 
     func write(_ buffer: ByteBuffer, to channel: any Channel) {
         channel.eventLoop.preconditionInEventLoop()
         waiting.append(buffer)
+        backlog.add(1, ordering: .relaxed)
         if !inFlight { next(channel) }
     }
 
@@ -370,6 +383,7 @@ private final class OnePacketAtATime: @unchecked Sendable {
             inFlight = false
             return
         }
+        if backlog.subtract(1, ordering: .relaxed).newValue == Self.limit { drained?() }
         inFlight = true
         let written = channel.eventLoop.makePromise(of: Void.self)
         written.futureResult.whenComplete { result in
@@ -380,6 +394,7 @@ private final class OnePacketAtATime: @unchecked Sendable {
                 // The channel failed or closed: the transport ends through the handler
                 // (`errorCaught`, `channelInactive`); what waited here is not sent.
                 self.waiting.removeAll()
+                self.backlog.store(0, ordering: .relaxed)
                 self.inFlight = false
             }
         }

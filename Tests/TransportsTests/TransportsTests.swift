@@ -165,16 +165,17 @@ struct TransportsTests {
 
     /// `send` waits while the channel is not writable (a peer that reads nothing): what
     /// the transport holds stays under the kernel's buffer and NIO's high-water mark
-    /// (64 KiB). Once the peer reads, every packet arrives, in order; a sender whose
+    /// (64 KiB), or on a packet socket, 16 packets waiting for their own write(2). Once the peer reads, every packet arrives, in order; a sender whose
     /// task is cancelled while it waits stops waiting and sends nothing, and one waiting
     /// when the transport closes ends with `TransportError.closed`.
-    @Test func sendWaitsWhileThePeerReadsNothing() async throws {
+    @Test(arguments: [false, true])
+    func sendWaitsWhileThePeerReadsNothing(packetSocket: Bool) async throws {
         var fds: [Int32] = [0, 0]
-        #expect(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        #expect(socketpair(AF_UNIX, Int32((packetSocket ? SOCK_SEQPACKET : SOCK_STREAM).rawValue), 0, &fds) == 0)
         let peer = fds[1]
         var small: Int32 = 16_384
         setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &small, socklen_t(MemoryLayout<Int32>.size))
-        let t = ChannelTransport(fd: fds[0], kind: .streamSocket, label: "pair", logger: Self.logger)
+        let t = ChannelTransport(fd: fds[0], kind: packetSocket ? .packetSocket : .streamSocket, label: "pair", logger: Self.logger)
         @Sendable func packet(_ i: Int) -> HCIPacket {
             .acl(ACLDataPacket(handle: 1, boundary: .firstNonFlushable, data: [UInt8(i & 0xFF), UInt8(i >> 8)] + [UInt8](repeating: 0xA5, count: 998)))
         }
