@@ -88,7 +88,7 @@ let package = Package(
         .target(name: "BlueZATT", dependencies: ["ATT", "L2CAP", "Transports", "HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLETesting",
-            dependencies: ["HCI", "Snoop", "Transports", "VirtualHCI", "L2CAP", "ATT", "GATT", "GAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            dependencies: ["HCI", "Snoop", "VirtualHCI", "L2CAP", "ATT", "GATT", "GAP", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .executableTarget(
             name: "btctl",
@@ -118,7 +118,7 @@ let package = Package(
             name: "HCITests",
             dependencies: ["HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
-        .testTarget(name: "SMPTests", dependencies: ["SMP", "BLECrypto", "HCI", "L2CAP", "BLETesting"], swiftSettings: strict),
+        .testTarget(name: "SMPTests", dependencies: ["SMP", "BLECrypto", "HCI"], swiftSettings: strict),
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(
