@@ -102,10 +102,9 @@ public actor GATTServer: LoopIsolated {
     private func ask(_ connection: UInt16, _ handle: UInt16, _ kind: Request.Kind) async -> Result<[UInt8], ATTErrorCode> {
         let id = nextRequest
         nextRequest += 1
-        let timeout = manualTimeout
-        let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
-            await self?.respond(to: id, with: .failure(.unlikelyError))
+        // The loop's time, as every timer of the stack: unanswered, the request fails.
+        let timer = LoopTimer(after: manualTimeout, on: loop) { [weak self] in
+            self?.onLoop(id) { $0.respond(to: $1, with: .failure(.unlikelyError)) }
         }
         defer { timer.cancel() }
         return await withCheckedContinuation { c in
@@ -140,15 +139,23 @@ public actor GATTServer: LoopIsolated {
             case .success: await bearer.respond(.writeResponse)
             }
             return true
-        case let .writeCommand(h, v) where manual.contains(h):
-            guard state.writeDenied(h, v.count, offset: 0, sec) == nil else { return true }
-            let id = nextRequest
-            nextRequest += 1
-            requestContinuation.yield(Request(id: id, connection: connection, handle: h, kind: .write(value: v, withResponse: false)))
-            return true
+        case .writeCommand:
+            return takeManualCommand(pdu, connection: connection)
         default:
             return false
         }
+    }
+
+    /// Hands a Write Command on a manual handle to `requests` (nothing to answer; one
+    /// the link's security does not allow is ignored, §3.4.5.3), synchronously, so
+    /// commands reach the application in the order they came. False when `pdu` is not one.
+    private func takeManualCommand(_ pdu: ATTPDU, connection: UInt16) -> Bool {
+        guard case let .writeCommand(h, v) = pdu, manual.contains(h) else { return false }
+        guard state.writeDenied(h, v.count, offset: 0, linkSecurity(connection)) == nil else { return true }
+        let id = nextRequest
+        nextRequest += 1
+        requestContinuation.yield(Request(id: id, connection: connection, handle: h, kind: .write(value: v, withResponse: false)))
+        return true
     }
 
     public var database: AttributeDatabase { state.database }
@@ -281,7 +288,10 @@ public actor GATTServer: LoopIsolated {
         switch item {
         case let .request(pdu), let .command(pdu):
             if isManual(pdu) {
-                Task { _ = await serveManually(pdu, connection: connection, bearer: bearer) }
+                // Reads and writes wait for the application's answer, in a task.
+                if !takeManualCommand(pdu, connection: connection) {
+                    Task { _ = await serveManually(pdu, connection: connection, bearer: bearer) }
+                }
                 return
             }
             let mtu = bearer.onLoop { $0.mtu }

@@ -101,6 +101,20 @@ import Testing
         #expect(try await pair.server.peripheral.value(of: dynamic) == Array("stored".utf8))
     }
 
+    /// Write Commands to a characteristic answered manually reach `requests()` in the
+    /// order the central sent them, each once.
+    @Test func manualWriteCommandsArriveInOrder() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        let sink = Characteristic(uuid: uuidB, properties: [.writeWithoutResponse], value: [], answersManually: true)
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [sink]))
+        let rc = try await pair.remote.characteristic(uuidB)
+        let requests = await pair.server.peripheral.requests()
+        for i in 0..<200 { try await pair.remote.write([UInt8(i)], to: rc, withResponse: false) }
+        let got = await collect(requests, count: 200, within: .seconds(10))
+        #expect(got.map(\.kind) == (0..<200).map { .write(value: [UInt8($0)], withResponse: false) })
+    }
+
     /// A consumer of `requests()` that lets go of the stream with a request taken but
     /// not answered: the stored value answers it at once, not the 20 s timeout.
     @Test func aRequestLeftUnansweredIsAnsweredFromTheStoredValue() async throws {
