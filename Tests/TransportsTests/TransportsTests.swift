@@ -165,9 +165,10 @@ struct TransportsTests {
 
     /// `send` waits while the channel is not writable (a peer that reads nothing): what
     /// the transport holds stays under the kernel's buffer and NIO's high-water mark
-    /// (64 KiB), or on a packet socket, 16 packets waiting for their own write(2). Once the peer reads, every packet arrives, in order; a sender whose
-    /// task is cancelled while it waits stops waiting and sends nothing, and one waiting
-    /// when the transport closes ends with `TransportError.closed`.
+    /// (64 KiB), or on a packet socket, 16 packets waiting for their own write(2). Once
+    /// the peer reads, every packet arrives, in order; a sender whose task is cancelled
+    /// while it waits stops waiting, and one waiting when the transport closes ends
+    /// with `TransportError.closed`.
     @Test(arguments: [false, true])
     func sendWaitsWhileThePeerReadsNothing(packetSocket: Bool) async throws {
         var fds: [Int32] = [0, 0]
@@ -208,7 +209,7 @@ struct TransportsTests {
         }
         try await sender.value
         #expect(received == (0..<total).flatMap { packet($0).h4Bytes })
-        // Full again: a waiting sender that is cancelled stops waiting, having sent nothing.
+        // Full again: a waiting sender that is cancelled stops waiting.
         let waiting = Task {
             var n = 0
             while true {
