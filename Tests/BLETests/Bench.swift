@@ -86,3 +86,14 @@ func recorded(_ name: String, _ t: any HCITransport) throws -> any HCITransport 
     guard let dir = ProcessInfo.processInfo.environment["BLE_TEST_BTSNOOP"] else { return t }
     return RecordingTransport(wrapping: t, writer: try TraceFileWriter(path: dir + "/\(name).btsnoop"))
 }
+
+/// The seeded source of every random choice in the hostile-peer and hostile-controller
+/// tests (SplitMix64 through `SecurityRandom`): the same seed, the same choices.
+struct SeededGenerator: RandomNumberGenerator {
+    let source: SecurityRandom
+    init(_ seed: UInt64) { source = .seeded(seed) }
+    mutating func next() -> UInt64 { source.uint64() }
+
+    /// Four seeds in the suite; BLE_HOSTILE_SEEDS=n runs seeds 1...n.
+    static let seeds: [UInt64] = Array(1...max(1, UInt64(ProcessInfo.processInfo.environment["BLE_HOSTILE_SEEDS"] ?? "") ?? 4))
+}

@@ -27,19 +27,12 @@ private enum PeerInput: Sendable {
     case timeout(round: Int)
 }
 
-/// The seeded source of every random choice (SplitMix64 through `SecurityRandom`).
-private struct Seeded: RandomNumberGenerator {
-    let source: SecurityRandom
-    init(_ seed: UInt64) { source = .seeded(seed) }
-    mutating func next() -> UInt64 { source.uint64() }
-}
-
 private func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
 
 /// Draws the hostile peer's frames. `granted` are the channels our host accepted (its
 /// CID and the peer's), learned from its answers, so later frames reach real channels.
 private struct HostileTraffic {
-    var rng: Seeded
+    var rng: SeededGenerator
     let probe: UInt16
     var granted: [(ours: UInt16, theirs: UInt16)] = []
     /// The peer's own CIDs in its channel requests.
@@ -48,7 +41,7 @@ private struct HostileTraffic {
     var requested: [UInt8: [UInt16]] = [:]
 
     init(seed: UInt64, probe: UInt16) {
-        rng = Seeded(seed)
+        rng = SeededGenerator(seed)
         self.probe = probe
     }
 
@@ -237,10 +230,7 @@ private struct HostileTraffic {
     static let server = BluetoothAddress("C0:00:00:00:0B:01")!
     static let peerAddress = BluetoothAddress("C0:00:00:00:0B:02")!
 
-    /// Four seeds in the suite; BLE_HOSTILE_SEEDS=n runs seeds 1...n.
-    static let seeds: [UInt64] = Array(1...max(1, UInt64(ProcessInfo.processInfo.environment["BLE_HOSTILE_SEEDS"] ?? "") ?? 4))
-
-    @Test(arguments: seeds)
+    @Test(arguments: SeededGenerator.seeds)
     func seededHostileTrafficNeverStopsTheServer(seed: UInt64) async throws {
         let radio = VirtualRadio()
         let host = BluetoothHost(transport: await radio.makeController(address: Self.server), logger: Bench.logger,

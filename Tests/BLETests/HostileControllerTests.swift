@@ -1,0 +1,196 @@
+// The whole host under a controller that lies, seeded: between the real packets of a
+// virtual controller, the central's host also receives events drawn from a seeded
+// generator: Number Of Completed Packets for handles and counts nobody sent, Command
+// Complete and Command Status for commands nobody issued (with any credit count),
+// connections that appear and vanish, Disconnection Complete for unknown handles,
+// encryption changes and key requests for unknown links, advertising reports, link
+// parameter updates, hardware errors, unknown events and subevents, ACL data for
+// unknown handles; each cut short or padded at times. Between batches the central
+// reads a characteristic of its real peripheral: the value must come every time (the
+// host neither crashed nor hung, its ACL credits stayed right, the real link stayed
+// up), and the link must still end in order.
+
+import BLE
+import BLETesting
+import Foundation
+import HCI
+import NIOCore
+import Synchronization
+import Testing
+
+/// A virtual controller whose host also receives what a test injects, on the host's
+/// loop, between the controller's own packets.
+final class InjectingTransport: HCITransport {
+    let base: VirtualController
+    private let receiver = Mutex<(@Sendable (TransportInput) -> Void)?>(nil)
+
+    init(_ base: VirtualController) { self.base = base }
+
+    var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
+    func send(_ packet: HCIPacket) async throws { try await base.send(packet) }
+    func close() async {
+        receiver.withLock { $0 = nil }
+        await base.close()
+    }
+    func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        receiver.withLock { $0 = receive }
+        base.deliver(on: loop, receive)
+    }
+    var preferredLoop: (any EventLoop)? { base.preferredLoop }
+    var sendsSynchronously: Bool { base.sendsSynchronously }
+    func sendNow(_ packets: [HCIPacket]) throws { try base.sendNow(packets) }
+    func sendNow(_ packet: HCIPacket) throws { try base.sendNow(packet) }
+
+    /// Hands `packets` to the host after what the controller has delivered so far.
+    func inject(_ packets: [HCIPacket]) async throws {
+        guard let loop = base.preferredLoop, let receive = receiver.withLock({ $0 }) else { return }
+        try await loop.submit { receive(.packets(packets)) }.get()
+    }
+}
+
+/// Draws the lying controller's packets; `live` is the one real link, left alone
+/// where a lie about it would end it (its disconnection, its encryption).
+private struct HostileEvents {
+    var rng: SeededGenerator
+    let live: UInt16
+
+    init(seed: UInt64, live: UInt16) {
+        rng = SeededGenerator(seed)
+        self.live = live
+    }
+
+    mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
+    mutating func pick<T>(_ options: [T]) -> T { options.randomElement(using: &rng)! }
+    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: .min ... .max, using: &rng) } }
+    mutating func byte() -> UInt8 { UInt8.random(in: .min ... .max, using: &rng) }
+    mutating func u16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
+
+    /// A handle that is not the live link's.
+    mutating func other() -> UInt16 {
+        let h = pick([0x0000, 0x0EFF, 0x0F00, 0xFFFF, UInt16.random(in: 0...0x0EFF, using: &rng), UInt16.random(in: .min ... .max, using: &rng)])
+        return h == live ? 0x0EFE : h
+    }
+
+    mutating func address() -> [UInt8] { bytes(6) }
+
+    mutating func le(_ subevent: UInt8, _ body: [UInt8]) -> HCIPacket { .event(code: .leMeta, parameters: mutated([subevent] + body)) }
+    mutating func event(_ code: UInt8, _ body: [UInt8]) -> HCIPacket { .event(code: HCIEventCode(rawValue: code), parameters: mutated(body)) }
+
+    mutating func mutated(_ p: [UInt8]) -> [UInt8] {
+        if chance(0.1) { return Array(p.prefix(Int.random(in: 0...p.count, using: &rng))) }
+        if chance(0.05) { return p + bytes(Int.random(in: 1...20, using: &rng)) }
+        return p
+    }
+
+    /// One batch: random lies, then every connection it invented disconnected (so
+    /// their ACL credits come back, as a real controller's disconnection gives them)
+    /// and a Command Complete for no command with one credit (a controller's NOP).
+    mutating func batch(_ n: Int) -> [HCIPacket] {
+        var out: [HCIPacket] = []
+        var invented: [UInt16] = []
+        for _ in 0..<n {
+            switch Int.random(in: 0..<100, using: &rng) {
+            case 0..<15:
+                let handles = (0..<pick([0, 1, 2, 3])).map { _ in chance(0.6) ? live : other() }
+                out.append(event(0x13, [UInt8(handles.count)] + handles.flatMap { u16($0) + u16(pick([0, 1, 2, 8, 0xFFFF])) }))
+            case 15..<27:
+                let opcode = pick([0x0000, 0x0C03, 0x1009, 0x2002, 0x200B, 0x2016, 0x201A, 0x2022, 0x0406, UInt16.random(in: .min ... .max, using: &rng)])
+                out.append(event(0x0E, [pick([0, 1, 1, 1, 5, 255])] + u16(opcode) + bytes(pick([0, 1, 4, 8]))))
+            case 27..<35:
+                out.append(event(0x0F, [pick([0, 0x0C, 0x12, byte()]), pick([0, 1, 1, 5])] + u16(pick([0x0406, 0x200D, 0x2043, UInt16.random(in: .min ... .max, using: &rng)]))))
+            case 35..<43:
+                let h = UInt16(0x0100 + invented.count)
+                invented.append(h)
+                let body = [pick([0, 0, 0, 0x3E, byte()])] + u16(h) + [pick([0, 1, 2])] + [pick([0, 1, 2, 3])] + address()
+                    + u16(pick([6, 24, 3200])) + u16(pick([0, 499])) + u16(pick([10, 3200])) + [byte()]
+                out.append(chance(0.5) ? le(0x01, body) : le(0x0A, Array(body.prefix(12)) + bytes(12) + Array(body.dropFirst(12))))
+            case 43..<50:
+                out.append(event(0x05, [pick([0, byte()])] + u16(other()) + [pick([0x13, 0x08, byte()])]))
+            case 50..<55:
+                out.append(event(0x08, [pick([0, byte()])] + u16(other()) + [pick([0, 1, byte()])]))
+            case 55..<58:
+                out.append(event(0x30, [pick([0, byte()])] + u16(other())))
+            case 58..<62:
+                out.append(le(0x05, u16(other()) + bytes(10)))
+            case 62..<70:
+                out.append(le(pick([0x02, 0x0D, 0x0B]), bytes(pick([0, 1, 12, Int.random(in: 0...60, using: &rng)]))))
+            case 70..<78:
+                let h = chance(0.5) ? live : other()
+                switch Int.random(in: 0..<5, using: &rng) {
+                case 0: out.append(le(0x03, [pick([0, byte()])] + u16(h) + u16(pick([6, 24, 3200])) + u16(pick([0, 499])) + u16(pick([10, 3200]))))
+                case 1: out.append(le(0x07, u16(h) + u16(pick([27, 251, 0xFFFF])) + u16(pick([328, 2120])) + u16(pick([27, 251, 0])) + u16(pick([328, 2120]))))
+                case 2: out.append(le(0x0C, [pick([0, byte()])] + u16(h) + [pick([1, 2, 3, byte()]), pick([1, 2, 3, byte()])]))
+                case 3: out.append(le(0x04, [pick([0, byte()])] + u16(h) + bytes(8)))
+                default: out.append(le(0x14, u16(h) + [pick([0, 1, byte()])]))
+                }
+            case 78..<82:
+                out.append(event(pick([0x10, 0x1A, 0x0C]), bytes(pick([1, 8]))))
+            case 82..<90:
+                out.append(chance(0.5) ? event(byte(), bytes(Int.random(in: 0...30, using: &rng))) : le(byte(), bytes(Int.random(in: 0...30, using: &rng))))
+            default:
+                let data = bytes(Int.random(in: 0...40, using: &rng))
+                out.append(.acl(ACLDataPacket(handle: other() & 0x0FFF, boundary: pick([.firstNonFlushable, .continuing, .firstFlushable]), data: data)))
+            }
+        }
+        for h in invented { out.append(.event(code: .disconnectionComplete, parameters: [0] + u16(h) + [0x13])) }
+        out.append(.event(code: .commandComplete, parameters: [1, 0, 0]))
+        return out
+    }
+}
+
+@Suite struct HostileControllerTests {
+    @Test(arguments: SeededGenerator.seeds)
+    func seededLiesFromTheControllerNeverStopTheCentral(seed: UInt64) async throws {
+        let radio = VirtualRadio()
+        let peripheralAddress = BluetoothAddress("C0:00:00:00:0C:01")!
+        let injecting = InjectingTransport(await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:02")!))
+        let central = BluetoothHost(transport: injecting, logger: Bench.logger, security: SecurityOptions(random: .seeded(seed)))
+        let peripheral = BluetoothHost(transport: await radio.makeController(address: peripheralAddress), logger: Bench.logger)
+        try await central.start()
+        try await peripheral.start()
+        let value: [UInt8] = [0x5E, 0xED, UInt8(truncatingIfNeeded: seed)]
+        try await peripheral.peripheral.add(Service(uuid: uuidA, characteristics: [Characteristic(uuid: uuidB, properties: [.read], value: value)]))
+        try await peripheral.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await central.central.connect(to: peripheralAddress, within: .seconds(5))
+        let characteristic = try await remote.characteristic(uuidB)
+        var lies = HostileEvents(seed: seed, live: remote.connection.handle)
+        let events = central.connectionEvents()
+        let seen = Mutex<[ConnectionEvent]>([])
+        let watcher = Task { for await e in events { seen.withLock { $0.append(e) } } }
+
+        for round in 0..<30 {
+            try await injecting.inject(lies.batch(20))
+            let read = await firstElement(AsyncStream<Result<[UInt8], any Error>> { c in
+                Task {
+                    do { c.yield(.success(try await remote.read(characteristic))) } catch { c.yield(.failure(error)) }
+                    c.finish()
+                }
+            }, within: .seconds(10))
+            switch read {
+            case .success(let v)?:
+                #expect(v == value, "seed \(seed), round \(round)")
+                // Credits for packets nobody sent were not taken: no handle has fewer
+                // than none out, and what is free and what is out add up to the
+                // controller's buffers.
+                let credits = await central.controller.aclCredits
+                #expect(credits.outstanding.values.allSatisfy { $0 > 0 }
+                        && credits.available + credits.outstanding.values.reduce(0, +) == credits.total, "seed \(seed), round \(round): \(credits)")
+            case .failure(let e)?:
+                Issue.record("seed \(seed), round \(round): the read failed: \(e)")
+                return
+            case nil:
+                Issue.record("seed \(seed), round \(round): no answer to the read in 10 s")
+                return
+            }
+        }
+        // The lies reached the host: connections it was told of came and went.
+        watcher.cancel()
+        let all = seen.withLock { $0 }
+        let invented = all.filter { if case let .connected(c) = $0 { return c.handle >= 0x0100 && c.handle < 0x0200 }; return false }
+        let ended = all.filter { if case let .disconnected(c, _) = $0 { return c.handle >= 0x0100 && c.handle < 0x0200 }; return false }
+        #expect(!invented.isEmpty && invented.count == ended.count, "seed \(seed): \(invented.count) invented links, \(ended.count) ended")
+        #expect(try await remote.disconnect() == .connectionTerminatedByLocalHost)
+        await central.close()
+        await peripheral.close()
+    }
+}
