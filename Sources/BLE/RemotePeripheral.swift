@@ -102,9 +102,31 @@ public actor RemotePeripheral {
             case .transportClosed, .connectionClosed: break
             }
         }
-        // The bearer fails when the link goes: report why the link went.
+        // The bearer fails when the link goes: report why the link went. A peer's
+        // answer that broke the protocol is the answer, at once: the link is up.
+        guard Self.mayMeanTheLinkWent(error) else { return error }
         if let end = await host.end(of: connection.id, within: .seconds(1)) { return end.error }
         return error
+    }
+
+    /// Whether `error` can come from the link going away (the bearer closed under a
+    /// request, a request that timed out as the link failed, a send to a link that is
+    /// gone): only then is the link's end worth waiting for. What a peer's answer
+    /// broke (a malformed response, handles out of order, an Error Response) is not.
+    static func mayMeanTheLinkWent(_ error: any Error) -> Bool {
+        func bearer(_ e: ATTBearerError) -> Bool {
+            switch e {
+            case .bearerUnusable, .transactionTimeout: return true
+            case .errorResponse, .malformedResponse: return false
+            }
+        }
+        switch error {
+        case let e as ATTBearerError: return bearer(e)
+        case let e as GATTClientError:
+            if case let .att(a) = e { return bearer(a) }
+            return false
+        default: return true
+        }
     }
 
     /// Runs a GATT operation. When the peer refuses it for the link's security and the

@@ -94,6 +94,10 @@ struct SeededGenerator: RandomNumberGenerator {
     init(_ seed: UInt64) { source = .seeded(seed) }
     mutating func next() -> UInt64 { source.uint64() }
 
-    /// Four seeds in the suite; BLE_HOSTILE_SEEDS=n runs seeds 1...n.
-    static let seeds: [UInt64] = Array(1...max(1, UInt64(ProcessInfo.processInfo.environment["BLE_HOSTILE_SEEDS"] ?? "") ?? 4))
+    /// Four seeds in the suite; BLE_HOSTILE_SEEDS=n runs seeds 1...n, =a-b seeds a...b.
+    static let seeds: [UInt64] = {
+        let bounds = (ProcessInfo.processInfo.environment["BLE_HOSTILE_SEEDS"] ?? "4").split(separator: "-").compactMap { UInt64($0) }
+        guard let last = bounds.last, let first = bounds.count == 2 ? bounds.first : 1, first >= 1, first <= last else { return [1, 2, 3, 4] }
+        return Array(first...last)
+    }()
 }

@@ -27,11 +27,11 @@ private enum PeerInput: Sendable {
     case timeout(round: Int)
 }
 
-private func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
+func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
 
 /// Draws the hostile peer's frames. `granted` are the channels our host accepted (its
 /// CID and the peer's), learned from its answers, so later frames reach real channels.
-private struct HostileTraffic {
+struct HostileTraffic {
     var rng: SeededGenerator
     let probe: UInt16
     var granted: [(ours: UInt16, theirs: UInt16)] = []
