@@ -94,6 +94,12 @@ struct SeededGenerator: RandomNumberGenerator {
     init(_ seed: UInt64) { source = .seeded(seed) }
     mutating func next() -> UInt64 { source.uint64() }
 
+    mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &self) < p }
+    mutating func pick<T>(_ options: [T]) -> T { options.randomElement(using: &self)! }
+    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: .min ... .max, using: &self) } }
+    mutating func byte() -> UInt8 { UInt8.random(in: .min ... .max, using: &self) }
+    mutating func count(upTo n: Int) -> Int { Int.random(in: 0...n, using: &self) }
+
     /// Four seeds in the suite; BLE_HOSTILE_SEEDS=n runs seeds 1...n, =a-b seeds a...b.
     static let seeds: [UInt64] = {
         let bounds = (ProcessInfo.processInfo.environment["BLE_HOSTILE_SEEDS"] ?? "4").split(separator: "-").compactMap { UInt64($0) }

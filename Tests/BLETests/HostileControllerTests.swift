@@ -59,26 +59,22 @@ private struct HostileEvents {
         self.live = live
     }
 
-    mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
-    mutating func pick<T>(_ options: [T]) -> T { options.randomElement(using: &rng)! }
-    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: .min ... .max, using: &rng) } }
-    mutating func byte() -> UInt8 { UInt8.random(in: .min ... .max, using: &rng) }
     mutating func u16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
 
     /// A handle that is not the live link's.
     mutating func other() -> UInt16 {
-        let h = pick([0x0000, 0x0EFF, 0x0F00, 0xFFFF, UInt16.random(in: 0...0x0EFF, using: &rng), UInt16.random(in: .min ... .max, using: &rng)])
+        let h = rng.pick([0x0000, 0x0EFF, 0x0F00, 0xFFFF, UInt16.random(in: 0...0x0EFF, using: &rng), UInt16.random(in: .min ... .max, using: &rng)])
         return h == live ? 0x0EFE : h
     }
 
-    mutating func address() -> [UInt8] { bytes(6) }
+    mutating func address() -> [UInt8] { rng.bytes(6) }
 
     mutating func le(_ subevent: UInt8, _ body: [UInt8]) -> HCIPacket { .event(code: .leMeta, parameters: mutated([subevent] + body)) }
     mutating func event(_ code: UInt8, _ body: [UInt8]) -> HCIPacket { .event(code: HCIEventCode(rawValue: code), parameters: mutated(body)) }
 
     mutating func mutated(_ p: [UInt8]) -> [UInt8] {
-        if chance(0.1) { return Array(p.prefix(Int.random(in: 0...p.count, using: &rng))) }
-        if chance(0.05) { return p + bytes(Int.random(in: 1...20, using: &rng)) }
+        if rng.chance(0.1) { return Array(p.prefix(Int.random(in: 0...p.count, using: &rng))) }
+        if rng.chance(0.05) { return p + rng.bytes(Int.random(in: 1...20, using: &rng)) }
         return p
     }
 
@@ -91,45 +87,45 @@ private struct HostileEvents {
         for _ in 0..<n {
             switch Int.random(in: 0..<100, using: &rng) {
             case 0..<15:
-                let handles = (0..<pick([0, 1, 2, 3])).map { _ in chance(0.6) ? live : other() }
-                out.append(event(0x13, [UInt8(handles.count)] + handles.flatMap { u16($0) + u16(pick([0, 1, 2, 8, 0xFFFF])) }))
+                let handles = (0..<rng.pick([0, 1, 2, 3])).map { _ in rng.chance(0.6) ? live : other() }
+                out.append(event(0x13, [UInt8(handles.count)] + handles.flatMap { u16($0) + u16(rng.pick([0, 1, 2, 8, 0xFFFF])) }))
             case 15..<27:
-                let opcode = pick([0x0000, 0x0C03, 0x1009, 0x2002, 0x200B, 0x2016, 0x201A, 0x2022, 0x0406, UInt16.random(in: .min ... .max, using: &rng)])
-                out.append(event(0x0E, [pick([0, 1, 1, 1, 5, 255])] + u16(opcode) + bytes(pick([0, 1, 4, 8]))))
+                let opcode = rng.pick([0x0000, 0x0C03, 0x1009, 0x2002, 0x200B, 0x2016, 0x201A, 0x2022, 0x0406, UInt16.random(in: .min ... .max, using: &rng)])
+                out.append(event(0x0E, [rng.pick([0, 1, 1, 1, 5, 255])] + u16(opcode) + rng.bytes(rng.pick([0, 1, 4, 8]))))
             case 27..<35:
-                out.append(event(0x0F, [pick([0, 0x0C, 0x12, byte()]), pick([0, 1, 1, 5])] + u16(pick([0x0406, 0x200D, 0x2043, UInt16.random(in: .min ... .max, using: &rng)]))))
+                out.append(event(0x0F, [rng.pick([0, 0x0C, 0x12, rng.byte()]), rng.pick([0, 1, 1, 5])] + u16(rng.pick([0x0406, 0x200D, 0x2043, UInt16.random(in: .min ... .max, using: &rng)]))))
             case 35..<43:
                 let h = UInt16(0x0100 + invented.count)
                 invented.append(h)
-                let body = [pick([0, 0, 0, 0x3E, byte()])] + u16(h) + [pick([0, 1, 2])] + [pick([0, 1, 2, 3])] + address()
-                    + u16(pick([6, 24, 3200])) + u16(pick([0, 499])) + u16(pick([10, 3200])) + [byte()]
-                out.append(chance(0.5) ? le(0x01, body) : le(0x0A, Array(body.prefix(12)) + bytes(12) + Array(body.dropFirst(12))))
+                let body = [rng.pick([0, 0, 0, 0x3E, rng.byte()])] + u16(h) + [rng.pick([0, 1, 2])] + [rng.pick([0, 1, 2, 3])] + address()
+                    + u16(rng.pick([6, 24, 3200])) + u16(rng.pick([0, 499])) + u16(rng.pick([10, 3200])) + [rng.byte()]
+                out.append(rng.chance(0.5) ? le(0x01, body) : le(0x0A, Array(body.prefix(12)) + rng.bytes(12) + Array(body.dropFirst(12))))
             case 43..<50:
-                out.append(event(0x05, [pick([0, byte()])] + u16(other()) + [pick([0x13, 0x08, byte()])]))
+                out.append(event(0x05, [rng.pick([0, rng.byte()])] + u16(other()) + [rng.pick([0x13, 0x08, rng.byte()])]))
             case 50..<55:
-                out.append(event(0x08, [pick([0, byte()])] + u16(other()) + [pick([0, 1, byte()])]))
+                out.append(event(0x08, [rng.pick([0, rng.byte()])] + u16(other()) + [rng.pick([0, 1, rng.byte()])]))
             case 55..<58:
-                out.append(event(0x30, [pick([0, byte()])] + u16(other())))
+                out.append(event(0x30, [rng.pick([0, rng.byte()])] + u16(other())))
             case 58..<62:
-                out.append(le(0x05, u16(other()) + bytes(10)))
+                out.append(le(0x05, u16(other()) + rng.bytes(10)))
             case 62..<70:
-                out.append(le(pick([0x02, 0x0D, 0x0B]), bytes(pick([0, 1, 12, Int.random(in: 0...60, using: &rng)]))))
+                out.append(le(rng.pick([0x02, 0x0D, 0x0B]), rng.bytes(rng.pick([0, 1, 12, Int.random(in: 0...60, using: &rng)]))))
             case 70..<78:
-                let h = chance(0.5) ? live : other()
+                let h = rng.chance(0.5) ? live : other()
                 switch Int.random(in: 0..<5, using: &rng) {
-                case 0: out.append(le(0x03, [pick([0, byte()])] + u16(h) + u16(pick([6, 24, 3200])) + u16(pick([0, 499])) + u16(pick([10, 3200]))))
-                case 1: out.append(le(0x07, u16(h) + u16(pick([27, 251, 0xFFFF])) + u16(pick([328, 2120])) + u16(pick([27, 251, 0])) + u16(pick([328, 2120]))))
-                case 2: out.append(le(0x0C, [pick([0, byte()])] + u16(h) + [pick([1, 2, 3, byte()]), pick([1, 2, 3, byte()])]))
-                case 3: out.append(le(0x04, [pick([0, byte()])] + u16(h) + bytes(8)))
-                default: out.append(le(0x14, u16(h) + [pick([0, 1, byte()])]))
+                case 0: out.append(le(0x03, [rng.pick([0, rng.byte()])] + u16(h) + u16(rng.pick([6, 24, 3200])) + u16(rng.pick([0, 499])) + u16(rng.pick([10, 3200]))))
+                case 1: out.append(le(0x07, u16(h) + u16(rng.pick([27, 251, 0xFFFF])) + u16(rng.pick([328, 2120])) + u16(rng.pick([27, 251, 0])) + u16(rng.pick([328, 2120]))))
+                case 2: out.append(le(0x0C, [rng.pick([0, rng.byte()])] + u16(h) + [rng.pick([1, 2, 3, rng.byte()]), rng.pick([1, 2, 3, rng.byte()])]))
+                case 3: out.append(le(0x04, [rng.pick([0, rng.byte()])] + u16(h) + rng.bytes(8)))
+                default: out.append(le(0x14, u16(h) + [rng.pick([0, 1, rng.byte()])]))
                 }
             case 78..<82:
-                out.append(event(pick([0x10, 0x1A, 0x0C]), bytes(pick([1, 8]))))
+                out.append(event(rng.pick([0x10, 0x1A, 0x0C]), rng.bytes(rng.pick([1, 8]))))
             case 82..<90:
-                out.append(chance(0.5) ? event(byte(), bytes(Int.random(in: 0...30, using: &rng))) : le(byte(), bytes(Int.random(in: 0...30, using: &rng))))
+                out.append(rng.chance(0.5) ? event(rng.byte(), rng.bytes(Int.random(in: 0...30, using: &rng))) : le(rng.byte(), rng.bytes(Int.random(in: 0...30, using: &rng))))
             default:
-                let data = bytes(Int.random(in: 0...40, using: &rng))
-                out.append(.acl(ACLDataPacket(handle: other() & 0x0FFF, boundary: pick([.firstNonFlushable, .continuing, .firstFlushable]), data: data)))
+                let data = rng.bytes(Int.random(in: 0...40, using: &rng))
+                out.append(.acl(ACLDataPacket(handle: other() & 0x0FFF, boundary: rng.pick([.firstNonFlushable, .continuing, .firstFlushable]), data: data)))
             }
         }
         for h in invented { out.append(.event(code: .disconnectionComplete, parameters: [0] + u16(h) + [0x13])) }

@@ -45,121 +45,116 @@ struct HostileTraffic {
         self.probe = probe
     }
 
-    mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
-    mutating func pick<T>(_ options: [T]) -> T { options.randomElement(using: &rng)! }
-    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: .min ... .max, using: &rng) } }
-    mutating func byte() -> UInt8 { UInt8.random(in: .min ... .max, using: &rng) }
-    mutating func count(upTo n: Int) -> Int { Int.random(in: 0...n, using: &rng) }
 
     /// Any handle but the probe's: the database's own, the edges, anything.
     mutating func handle() -> UInt16 {
-        let h: UInt16 = chance(0.7) ? UInt16.random(in: 1...0x20, using: &rng) : pick([0, 0xFFFF, 0x7FFF, UInt16.random(in: .min ... .max, using: &rng)])
+        let h: UInt16 = rng.chance(0.7) ? UInt16.random(in: 1...0x20, using: &rng) : rng.pick([0, 0xFFFF, 0x7FFF, UInt16.random(in: .min ... .max, using: &rng)])
         return h == probe ? 0 : h
     }
 
-    mutating func value() -> [UInt8] { bytes(pick([0, 1, 2, 20, count(upTo: 600)])) }
+    mutating func value() -> [UInt8] { rng.bytes(rng.pick([0, 1, 2, 20, rng.count(upTo: 600)])) }
 
     mutating func uuid() -> [UInt8] {
-        pick([le16(0x2800), le16(0x2801), le16(0x2802), le16(0x2803), le16(0x2902), le16(UInt16.random(in: .min ... .max, using: &rng)),
-              bytes(16), bytes(count(upTo: 18))])
+        rng.pick([le16(0x2800), le16(0x2801), le16(0x2802), le16(0x2803), le16(0x2902), le16(UInt16.random(in: .min ... .max, using: &rng)),
+              rng.bytes(16), rng.bytes(rng.count(upTo: 18))])
     }
 
     mutating func range() -> [UInt8] {
-        chance(0.5) ? le16(0x0001) + le16(0xFFFF) : le16(handle()) + le16(handle())
+        rng.chance(0.5) ? le16(0x0001) + le16(0xFFFF) : le16(handle()) + le16(handle())
     }
 
     mutating func att() -> [UInt8] {
-        let opcode: UInt8 = chance(0.9)
-            ? pick([0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13,
+        let opcode: UInt8 = rng.chance(0.9)
+            ? rng.pick([0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12, 0x13,
                     0x16, 0x17, 0x18, 0x19, 0x1B, 0x1D, 0x1E, 0x20, 0x21, 0x23, 0x52, 0xD2])
-            : byte()
+            : rng.byte()
         var body: [UInt8]
         switch opcode {
-        case 0x02: body = le16(pick([0, 22, 23, 24, 64, 185, 247, 517, 0xFFFF]))
+        case 0x02: body = le16(rng.pick([0, 22, 23, 24, 64, 185, 247, 517, 0xFFFF]))
         case 0x04: body = range()
-        case 0x06: body = range() + le16(pick([0x2800, 0x2801, UInt16.random(in: .min ... .max, using: &rng)])) + value()
+        case 0x06: body = range() + le16(rng.pick([0x2800, 0x2801, UInt16.random(in: .min ... .max, using: &rng)])) + value()
         case 0x08, 0x10: body = range() + uuid()
         case 0x0A: body = le16(handle())
-        case 0x0C: body = le16(handle()) + le16(pick([0, 1, 4, 22, 600, 0xFFFF]))
-        case 0x0E, 0x20: body = (0..<pick([0, 1, 2, 5, 40])).flatMap { _ in le16(handle()) }
+        case 0x0C: body = le16(handle()) + le16(rng.pick([0, 1, 4, 22, 600, 0xFFFF]))
+        case 0x0E, 0x20: body = (0..<rng.pick([0, 1, 2, 5, 40])).flatMap { _ in le16(handle()) }
         case 0x12, 0x52, 0x1B, 0x1D: body = le16(handle()) + value()
-        case 0x16: body = le16(handle()) + le16(pick([0, 1, 22, 512, 0xFFFF])) + value()
-        case 0x18: body = [pick([0, 1, 2, byte()])]
-        case 0xD2: body = le16(handle()) + value() + bytes(12)
-        case 0x23: body = (0..<pick([1, 2, 3])).flatMap { _ in le16(handle()) + le16(UInt16(count(upTo: 30))) + bytes(count(upTo: 30)) }
-        default: body = bytes(pick([0, 1, 4, count(upTo: 40)]))
+        case 0x16: body = le16(handle()) + le16(rng.pick([0, 1, 22, 512, 0xFFFF])) + value()
+        case 0x18: body = [rng.pick([0, 1, 2, rng.byte()])]
+        case 0xD2: body = le16(handle()) + value() + rng.bytes(12)
+        case 0x23: body = (0..<rng.pick([1, 2, 3])).flatMap { _ in le16(handle()) + le16(UInt16(rng.count(upTo: 30))) + rng.bytes(rng.count(upTo: 30)) }
+        default: body = rng.bytes(rng.pick([0, 1, 4, rng.count(upTo: 40)]))
         }
         return mutated([opcode] + body)
     }
 
     mutating func signaling() -> [UInt8] {
-        let code: UInt8 = chance(0.9) ? pick([0x01, 0x06, 0x07, 0x0A, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1A]) : byte()
-        let channel = granted.isEmpty ? (ours: UInt16(0x0040), theirs: UInt16(0x0040)) : pick(granted)
-        let other = pick([0, 1, 0x0004, 0x003F, 0xFFFF, UInt16.random(in: 0x40...0x7F, using: &rng)])
-        let (ours, theirs) = (chance(0.8) ? channel.ours : other, chance(0.8) ? channel.theirs : other)
-        let identifier: UInt8 = chance(0.1) ? 0 : byte()
+        let code: UInt8 = rng.chance(0.9) ? rng.pick([0x01, 0x06, 0x07, 0x0A, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1A]) : rng.byte()
+        let channel = granted.isEmpty ? (ours: UInt16(0x0040), theirs: UInt16(0x0040)) : rng.pick(granted)
+        let other = rng.pick([0, 1, 0x0004, 0x003F, 0xFFFF, UInt16.random(in: 0x40...0x7F, using: &rng)])
+        let (ours, theirs) = (rng.chance(0.8) ? channel.ours : other, rng.chance(0.8) ? channel.theirs : other)
+        let identifier: UInt8 = rng.chance(0.1) ? 0 : rng.byte()
         var data: [UInt8]
         switch code {
         case 0x06, 0x07: data = le16(ours) + le16(theirs)
-        case 0x12: data = le16(6) + le16(pick([6, 40, 3200, 0xFFFF])) + le16(pick([0, 499, 500])) + le16(pick([10, 3200, 0]))
+        case 0x12: data = le16(6) + le16(rng.pick([6, 40, 3200, 0xFFFF])) + le16(rng.pick([0, 499, 500])) + le16(rng.pick([10, 3200, 0]))
         case 0x14:
             let source = sourceCID()
             requested[identifier] = [source]
-            data = le16(chance(0.8) ? 0x0080 : pick([0, 0x0001, 0x0081, 0x00FF, 0x0100])) + le16(source)
-                + le16(pick([0, 22, 23, 100, 0xFFFF])) + le16(pick([0, 22, 23, 100, 65533, 0xFFFF])) + le16(pick([0, 1, 10, 0xFFFF]))
-        case 0x16: data = le16(theirs) + le16(pick([0, 1, 10, 0x8000, 0xFFFF]))
+            data = le16(rng.chance(0.8) ? 0x0080 : rng.pick([0, 0x0001, 0x0081, 0x00FF, 0x0100])) + le16(source)
+                + le16(rng.pick([0, 22, 23, 100, 0xFFFF])) + le16(rng.pick([0, 22, 23, 100, 65533, 0xFFFF])) + le16(rng.pick([0, 1, 10, 0xFFFF]))
+        case 0x16: data = le16(theirs) + le16(rng.pick([0, 1, 10, 0x8000, 0xFFFF]))
         case 0x17:
-            let sources = (0..<pick([0, 1, 2, 5, 6])).map { _ in sourceCID() }
+            let sources = (0..<rng.pick([0, 1, 2, 5, 6])).map { _ in sourceCID() }
             requested[identifier] = sources
-            data = le16(chance(0.8) ? 0x0080 : 0x0081) + le16(pick([0, 63, 64, 100, 0xFFFF])) + le16(pick([0, 63, 64, 65533]))
-                + le16(pick([0, 1, 0xFFFF])) + sources.flatMap(le16)
-        case 0x19: data = le16(pick([0, 64, 100, 0xFFFF])) + le16(pick([0, 64, 65533])) + (0..<pick([0, 1, 2])).flatMap { _ in le16(theirs) }
-        default: data = bytes(pick([0, 2, 4, 8, count(upTo: 30)]))
+            data = le16(rng.chance(0.8) ? 0x0080 : 0x0081) + le16(rng.pick([0, 63, 64, 100, 0xFFFF])) + le16(rng.pick([0, 63, 64, 65533]))
+                + le16(rng.pick([0, 1, 0xFFFF])) + sources.flatMap(le16)
+        case 0x19: data = le16(rng.pick([0, 64, 100, 0xFFFF])) + le16(rng.pick([0, 64, 65533])) + (0..<rng.pick([0, 1, 2])).flatMap { _ in le16(theirs) }
+        default: data = rng.bytes(rng.pick([0, 2, 4, 8, rng.count(upTo: 30)]))
         }
         var length = UInt16(data.count)
-        if chance(0.1) { length = pick([0, length &+ 1, length &- 1, 0xFFFF]) }
+        if rng.chance(0.1) { length = rng.pick([0, length &+ 1, length &- 1, 0xFFFF]) }
         return mutated([code, identifier] + le16(length) + data)
     }
 
     mutating func sourceCID() -> UInt16 {
-        guard chance(0.85) else { return pick([0, 0x0001, 0x0005, 0xFFFF, nextSourceCID &- 1]) }
+        guard rng.chance(0.85) else { return rng.pick([0, 0x0001, 0x0005, 0xFFFF, nextSourceCID &- 1]) }
         defer { nextSourceCID = nextSourceCID >= 0x007F ? 0x0040 : nextSourceCID + 1 }
         return nextSourceCID
     }
 
     mutating func smp() -> [UInt8] {
-        let code: UInt8 = chance(0.9) ? UInt8.random(in: 0x01...0x0E, using: &rng) : byte()
+        let code: UInt8 = rng.chance(0.9) ? UInt8.random(in: 0x01...0x0E, using: &rng) : rng.byte()
         let body: [UInt8]
         switch code {
         case 0x01, 0x02:
-            body = [pick([0, 1, 3, 4, 5, byte()]), pick([0, 1, 2]), pick([0x00, 0x01, 0x05, 0x09, 0x0D, 0x2D, byte()]),
-                    pick([0, 6, 7, 16, 17, byte()]), byte(), byte()]
-        case 0x03, 0x04, 0x06, 0x0D: body = bytes(16)
-        case 0x05: body = [byte()]
-        case 0x07: body = bytes(10)
-        case 0x08: body = bytes(16)
-        case 0x09: body = [pick([0, 1, byte()])] + bytes(6)
-        case 0x0A: body = bytes(16)
-        case 0x0B: body = [byte()]
-        case 0x0C: body = bytes(64)
-        case 0x0E: body = [pick([0, 1, 2, 3, 4, byte()])]
-        default: body = bytes(count(upTo: 70))
+            body = [rng.pick([0, 1, 3, 4, 5, rng.byte()]), rng.pick([0, 1, 2]), rng.pick([0x00, 0x01, 0x05, 0x09, 0x0D, 0x2D, rng.byte()]),
+                    rng.pick([0, 6, 7, 16, 17, rng.byte()]), rng.byte(), rng.byte()]
+        case 0x03, 0x04, 0x06, 0x0D: body = rng.bytes(16)
+        case 0x05: body = [rng.byte()]
+        case 0x07: body = rng.bytes(10)
+        case 0x08: body = rng.bytes(16)
+        case 0x09: body = [rng.pick([0, 1, rng.byte()])] + rng.bytes(6)
+        case 0x0A: body = rng.bytes(16)
+        case 0x0B: body = [rng.byte()]
+        case 0x0C: body = rng.bytes(64)
+        case 0x0E: body = [rng.pick([0, 1, 2, 3, 4, rng.byte()])]
+        default: body = rng.bytes(rng.count(upTo: 70))
         }
         return mutated([code] + body)
     }
 
     /// A K-frame on a channel our host granted (or near one): an SDU length on most.
     mutating func kFrame() -> (UInt16, [UInt8]) {
-        let cid = granted.isEmpty || chance(0.1) ? UInt16.random(in: 0x40...0x7F, using: &rng) : pick(granted).ours
-        let sdu = UInt16(pick([0, 1, 10, 100, 0xFFFF, count(upTo: 300)]))
-        return (cid, (chance(0.7) ? le16(sdu) : []) + bytes(pick([0, 1, 20, count(upTo: 260)])))
+        let cid = granted.isEmpty || rng.chance(0.1) ? UInt16.random(in: 0x40...0x7F, using: &rng) : rng.pick(granted).ours
+        let sdu = UInt16(rng.pick([0, 1, 10, 100, 0xFFFF, rng.count(upTo: 300)]))
+        return (cid, (rng.chance(0.7) ? le16(sdu) : []) + rng.bytes(rng.pick([0, 1, 20, rng.count(upTo: 260)])))
     }
 
     /// Sometimes cut short, sometimes padded, rarely replaced altogether.
     mutating func mutated(_ pdu: [UInt8]) -> [UInt8] {
-        if chance(0.15) { return Array(pdu.prefix(count(upTo: pdu.count))) }
-        if chance(0.1) { return pdu + bytes(1 + count(upTo: 30)) }
-        if chance(0.03) { return bytes(count(upTo: 80)) }
+        if rng.chance(0.15) { return Array(pdu.prefix(rng.count(upTo: pdu.count))) }
+        if rng.chance(0.1) { return pdu + rng.bytes(1 + rng.count(upTo: 30)) }
+        if rng.chance(0.03) { return rng.bytes(rng.count(upTo: 80)) }
         return pdu
     }
 
@@ -179,15 +174,15 @@ struct HostileTraffic {
         case 40..<65: (channel, payload) = (0x0005, signaling())
         case 65..<80: (channel, payload) = (0x0006, smp())
         case 80..<95: (channel, payload) = kFrame()
-        default: (channel, payload) = (pick([0x0000, 0x0001, 0x0002, 0x0003, 0x0007, 0x003F, 0x0080, 0xFFFF]), bytes(count(upTo: 40)))
+        default: (channel, payload) = (rng.pick([0x0000, 0x0001, 0x0002, 0x0003, 0x0007, 0x003F, 0x0080, 0xFFFF]), rng.bytes(rng.count(upTo: 40)))
         }
         var length = UInt16(payload.count)
         var intact = true
-        if chance(0.05) { length = pick([0, length &+ 1, length &+ 300, 0xFFFF, length &- 1]); intact = length == UInt16(payload.count) }
+        if rng.chance(0.05) { length = rng.pick([0, length &+ 1, length &+ 300, 0xFFFF, length &- 1]); intact = length == UInt16(payload.count) }
         let frame = le16(length) + le16(channel) + payload
         var pieces: [[UInt8]] = []
         var rest = frame[...]
-        let cut = chance(0.2) ? max(1, count(upTo: frame.count)) : 251
+        let cut = rng.chance(0.2) ? max(1, rng.count(upTo: frame.count)) : 251
         while !rest.isEmpty {
             let n = min(rest.count, pieces.isEmpty ? cut : 251)
             pieces.append(Array(rest.prefix(n)))
@@ -197,8 +192,8 @@ struct HostileTraffic {
             ACLDataPacket(handle: handle, boundary: i == 0 ? .firstNonFlushable : .continuing, data: piece)
         }
         // A continuation without its start, or a start whose rest never comes.
-        if chance(0.03) { packets[0] = ACLDataPacket(handle: handle, boundary: .continuing, data: packets[0].data); intact = false }
-        if packets.count > 1, chance(0.05) { packets.removeLast(); intact = false }
+        if rng.chance(0.03) { packets[0] = ACLDataPacket(handle: handle, boundary: .continuing, data: packets[0].data); intact = false }
+        if packets.count > 1, rng.chance(0.05) { packets.removeLast(); intact = false }
         return (packets, intact && channel == 0x0004 ? payload : nil)
     }
 
