@@ -28,6 +28,31 @@ struct ControllerTests {
         #expect(try await rssi.value.rssi == -42)
     }
 
+    /// A controller that answers commands nobody sent (another opcode, a Command Status
+    /// for a command that completes with Command Complete but names another opcode, a
+    /// truncated answer to another) does not finish the command in flight: its own
+    /// answer still does, with its own value. A truncated answer to *it* is a typed
+    /// error, and the credit it carried lets the next command go.
+    @Test func answersToCommandsNobodySentLeaveTheOneInFlight() async throws {
+        let (c, t, _) = make()
+        let rssi = Task { try await c.send(ReadRSSI(connectionHandle: 0x40)) }
+        try await t.expect(ReadRSSI(connectionHandle: 0x40).packet)
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])))
+        t.inject(HCIEvent.commandStatus(CommandStatus(status: .commandDisallowed, commandOpcode: .leCreateConnection)))
+        t.inject(.event(code: .commandComplete, parameters: [1, 0x03, 0x0C]))
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .readRSSI, returning: ReadRSSI.ReturnParameters(connectionHandle: 0x40, rssi: -42))))
+        #expect(try await rssi.value.rssi == -42)
+        // Its answer cut short: a typed error, and the credit it carried is used.
+        let cut = Task { try await c.send(ReadRSSI(connectionHandle: 0x40)) }
+        try await t.expect(ReadRSSI(connectionHandle: 0x40).packet)
+        t.inject(.event(code: .commandComplete, parameters: [1, 0x05, 0x14, 0x00, 0x40]))
+        await #expect(throws: HCIError.self) { _ = try await cut.value }
+        let next = Task { try await c.send(ReadBDADDR()) }
+        try await t.expect(ReadBDADDR().packet)
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .readBDADDR, returnParameters: [0, 1, 2, 3, 4, 5, 6])))
+        _ = try await next.value
+    }
+
     @Test func nonZeroStatusIsATypedError() async throws {
         let (c, t, _) = make()
         let r = Task { try await c.send(LESetAdvertisingEnable(advertisingEnable: true)) }
