@@ -34,11 +34,17 @@ func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
 struct HostileTraffic {
     var rng: SeededGenerator
     let probe: UInt16
-    var granted: [(ours: UInt16, theirs: UInt16)] = []
+    /// A channel our host accepted: its CID and the peer's, whether it is an enhanced
+    /// ATT bearer (SPSM 0x0027), and our host's MTU and MPS on it.
+    struct Granted { var ours: UInt16, theirs: UInt16, eatt: Bool, mtu: UInt16, mps: UInt16 }
+    var granted: [Granted] = []
+    /// How many channels our host granted in all, LE-mode and EATT (`granted` keeps the last 16).
+    var grants = (le: 0, eatt: 0)
     /// The peer's own CIDs in its channel requests.
     var nextSourceCID: UInt16 = 0x0040
-    /// The source CIDs of each channel request, by its identifier.
-    var requested: [UInt8: [UInt16]] = [:]
+    /// The source CIDs of each channel request and whether it asked for EATT, by its
+    /// identifier (the first of requests sharing one: answers come in order).
+    var requested: [UInt8: (sources: [UInt16], eatt: Bool)] = [:]
 
     init(seed: UInt64, probe: UInt16) {
         rng = SeededGenerator(seed)
@@ -89,24 +95,27 @@ struct HostileTraffic {
 
     mutating func signaling() -> [UInt8] {
         let code: UInt8 = rng.chance(0.9) ? rng.pick([0x01, 0x06, 0x07, 0x0A, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1A]) : rng.byte()
-        let channel = granted.isEmpty ? (ours: UInt16(0x0040), theirs: UInt16(0x0040)) : rng.pick(granted)
+        let channel = granted.isEmpty ? Granted(ours: 0x0040, theirs: 0x0040, eatt: false, mtu: 23, mps: 23) : rng.pick(granted)
         let other = rng.pick([0, 1, 0x0004, 0x003F, 0xFFFF, UInt16.random(in: 0x40...0x7F, using: &rng)])
         let (ours, theirs) = (rng.chance(0.8) ? channel.ours : other, rng.chance(0.8) ? channel.theirs : other)
-        let identifier: UInt8 = rng.chance(0.1) ? 0 : rng.byte()
+        // (Never 1 or 2: those are the fixed channel requests', whose answers must be theirs.)
+        let identifier: UInt8 = rng.chance(0.1) ? 0 : max(3, rng.byte())
         var data: [UInt8]
         switch code {
         case 0x06, 0x07: data = le16(ours) + le16(theirs)
         case 0x12: data = le16(6) + le16(rng.pick([6, 40, 3200, 0xFFFF])) + le16(rng.pick([0, 499, 500])) + le16(rng.pick([10, 3200, 0]))
         case 0x14:
             let source = sourceCID()
-            requested[identifier] = [source]
-            data = le16(rng.chance(0.8) ? 0x0080 : rng.pick([0, 0x0001, 0x0081, 0x00FF, 0x0100])) + le16(source)
+            if requested[identifier] == nil { requested[identifier] = ([source], false) }
+            // (An LE-mode channel to 0x0027 is accepted, then closed: EATT is enhanced mode only.)
+            data = le16(rng.chance(0.8) ? 0x0080 : rng.pick([0, 0x0001, 0x0027, 0x0081, 0x00FF, 0x0100])) + le16(source)
                 + le16(rng.pick([0, 22, 23, 100, 0xFFFF])) + le16(rng.pick([0, 22, 23, 100, 65533, 0xFFFF])) + le16(rng.pick([0, 1, 10, 0xFFFF]))
         case 0x16: data = le16(theirs) + le16(rng.pick([0, 1, 10, 0x8000, 0xFFFF]))
         case 0x17:
             let sources = (0..<rng.pick([0, 1, 2, 5, 6])).map { _ in sourceCID() }
-            requested[identifier] = sources
-            data = le16(rng.chance(0.8) ? 0x0080 : 0x0081) + le16(rng.pick([0, 63, 64, 100, 0xFFFF])) + le16(rng.pick([0, 63, 64, 65533]))
+            let spsm: UInt16 = rng.pick([0x0080, 0x0080, 0x0027, 0x0027, 0x0081])
+            if requested[identifier] == nil { requested[identifier] = (sources, spsm == 0x0027) }
+            data = le16(spsm) + le16(rng.pick([0, 63, 64, 100, 0xFFFF])) + le16(rng.pick([0, 63, 64, 65533]))
                 + le16(rng.pick([0, 1, 0xFFFF])) + sources.flatMap(le16)
         case 0x19: data = le16(rng.pick([0, 64, 100, 0xFFFF])) + le16(rng.pick([0, 64, 65533])) + (0..<rng.pick([0, 1, 2])).flatMap { _ in le16(theirs) }
         default: data = rng.bytes(rng.pick([0, 2, 4, 8, rng.count(upTo: 30)]))
@@ -118,6 +127,10 @@ struct HostileTraffic {
 
     mutating func sourceCID() -> UInt16 {
         guard rng.chance(0.85) else { return rng.pick([0, 0x0001, 0x0005, 0xFFFF, nextSourceCID &- 1]) }
+        return validSourceCID()
+    }
+
+    mutating func validSourceCID() -> UInt16 {
         defer { nextSourceCID = nextSourceCID >= 0x007F ? 0x0040 : nextSourceCID + 1 }
         return nextSourceCID
     }
@@ -143,8 +156,14 @@ struct HostileTraffic {
         return mutated([code] + body)
     }
 
-    /// A K-frame on a channel our host granted (or near one): an SDU length on most.
+    /// A K-frame on a channel our host granted (or near one): an SDU length on most;
+    /// on an enhanced ATT bearer mostly a whole SDU holding an ATT PDU (cut to fit our
+    /// host's MTU and one K-frame).
     mutating func kFrame() -> (UInt16, [UInt8]) {
+        if let bearer = granted.filter(\.eatt).randomElement(using: &rng), rng.chance(0.6) {
+            let pdu = Array(att().prefix(Int(min(bearer.mtu, bearer.mps &- 2))))
+            return (bearer.ours, le16(UInt16(pdu.count)) + pdu)
+        }
         let cid = granted.isEmpty || rng.chance(0.1) ? UInt16.random(in: 0x40...0x7F, using: &rng) : rng.pick(granted).ours
         let sdu = UInt16(rng.pick([0, 1, 10, 100, 0xFFFF, rng.count(upTo: 300)]))
         return (cid, (rng.chance(0.7) ? le16(sdu) : []) + rng.bytes(rng.pick([0, 1, 20, rng.count(upTo: 260)])))
@@ -158,15 +177,28 @@ struct HostileTraffic {
         return pdu
     }
 
+    /// How many frames were drawn.
+    var drawn = 0
+
     /// The next frame as the ACL packets that carry it (the peer's buffers hold 251 bytes),
-    /// and its ATT PDU when it is one that arrives whole. The first asks for a channel
-    /// our host grants, so every seed reaches the channel paths.
+    /// and its ATT PDU when it is one that arrives whole. The first two ask for channels
+    /// our host grants (one LE-mode to 0x0080, two enhanced to EATT's 0x0027), and every
+    /// 250 frames two more enhanced ones (the hostile frames soon close them), so every
+    /// seed reaches the channel paths and the enhanced ATT bearers.
     mutating func next(handle: UInt16) -> (packets: [ACLDataPacket], att: [UInt8]?) {
-        if requested.isEmpty, granted.isEmpty {
-            let source = sourceCID()
-            requested[1] = [source]
-            let request = [0x14, 1] + le16(10) + le16(0x0080) + le16(source) + le16(100) + le16(100) + le16(10)
-            return ([ACLDataPacket(handle: handle, boundary: .firstNonFlushable, data: le16(14) + le16(0x0005) + request)], nil)
+        drawn += 1
+        if drawn == 1 || drawn % 250 == 2 {
+            let request: [UInt8]
+            if drawn == 1 {
+                let source = validSourceCID()
+                requested[1] = ([source], false)
+                request = [0x14, 1] + le16(10) + le16(0x0080) + le16(source) + le16(100) + le16(100) + le16(10)
+            } else {
+                let sources = [validSourceCID(), validSourceCID()]
+                requested[2] = (sources, true)
+                request = [0x17, 2] + le16(12) + le16(0x0027) + le16(100) + le16(100) + le16(10) + sources.flatMap(le16)
+            }
+            return ([ACLDataPacket(handle: handle, boundary: .firstNonFlushable, data: le16(UInt16(request.count)) + le16(0x0005) + request)], nil)
         }
         let channel: UInt16, payload: [UInt8]
         switch Int.random(in: 0..<100, using: &rng) {
@@ -202,21 +234,23 @@ struct HostileTraffic {
         guard channel == .leSignaling, payload.count >= 4 else { return }
         let data = payload.dropFirst(4)
         func u16(_ i: Int) -> UInt16 { UInt16(data[data.startIndex + i]) | UInt16(data[data.startIndex + i + 1]) << 8 }
-        let theirs = requested.removeValue(forKey: payload[1]) ?? []
+        let request = requested.removeValue(forKey: payload[1]) ?? ([], false)
         switch payload[0] {
-        case 0x15 where data.count == 10 && u16(8) == 0 && u16(0) != 0 && theirs.count == 1:
-            remember(u16(0), theirs[0])
-        case 0x18 where data.count >= 8 && u16(6) == 0:
-            for (n, i) in stride(from: 8, to: data.count - 1, by: 2).enumerated() where u16(i) != 0 && n < theirs.count {
-                remember(u16(i), theirs[n])
+        case 0x15 where data.count == 10 && u16(8) == 0 && u16(0) != 0 && request.sources.count == 1:
+            remember(Granted(ours: u16(0), theirs: request.sources[0], eatt: false, mtu: u16(2), mps: u16(4)))
+        case 0x18 where data.count >= 8:
+            // Every non-zero Destination CID is a channel, whatever the result says of the others.
+            for (n, i) in stride(from: 8, to: data.count - 1, by: 2).enumerated() where u16(i) != 0 && n < request.sources.count {
+                remember(Granted(ours: u16(i), theirs: request.sources[n], eatt: request.eatt, mtu: u16(0), mps: u16(2)))
             }
         default: break
         }
     }
 
-    private mutating func remember(_ ours: UInt16, _ theirs: UInt16) {
-        granted.removeAll { $0.ours == ours }
-        granted.append((ours, theirs))
+    private mutating func remember(_ channel: Granted) {
+        if channel.eatt { grants.eatt += 1 } else { grants.le += 1 }
+        granted.removeAll { $0.ours == channel.ours }
+        granted.append(channel)
         if granted.count > 16 { granted.removeFirst() }
     }
 }
@@ -229,7 +263,7 @@ struct HostileTraffic {
     func seededHostileTrafficNeverStopsTheServer(seed: UInt64) async throws {
         let radio = VirtualRadio()
         let host = BluetoothHost(transport: await radio.makeController(address: Self.server), logger: Bench.logger,
-                                 security: SecurityOptions(random: .seeded(seed)))
+                                 security: SecurityOptions(random: .seeded(seed)), enhancedATT: true)
         try await host.start()
         let probeValue: [UInt8] = [0xC0, 0xFF, 0xEE, UInt8(truncatingIfNeeded: seed)]
         let probe = Characteristic(uuid: uuidB, properties: [.read], permissions: .read, value: probeValue)
@@ -274,12 +308,15 @@ struct HostileTraffic {
         var mtu = 23, exchanges: [Int] = []
         var sent = 0, probes = 0
         var answers: [ChannelID: Int] = [:]
+        var eattFrames = 0
         /// Checks what our host sent; true when it is the probe's answer.
         func check(_ i: PeerInput?, frame n: Int) -> Bool {
             switch i {
             case let .frame(channel, payload)?:
                 traffic.learn(channel, payload)
                 answers[channel, default: 0] += 1
+                // A K-frame on an enhanced ATT bearer: an answer there, in an SDU of its own.
+                if traffic.granted.contains(where: { $0.eatt && $0.theirs == channel.rawValue }) { eattFrames += 1 }
                 guard channel == .att, let opcode = payload.first else { return false }
                 #expect(payload.count <= mtu, "seed \(seed), after frame \(n): \(payload.count)-byte ATT PDU, ATT_MTU \(mtu): \(payload)")
                 if opcode == 0x03, payload.count == 3, !exchanges.isEmpty {
@@ -322,7 +359,7 @@ struct HostileTraffic {
         // and SMP answered, and channels were granted (and then sent K-frames to).
         #expect(probes == 40 && answers[.att, default: 0] > probes)
         #expect(answers[.leSignaling, default: 0] > 0 && answers[.securityManager, default: 0] > 0)
-        #expect(!traffic.granted.isEmpty)
+        #expect(traffic.grants.le > 0 && traffic.grants.eatt > 0 && eattFrames > 0, "seed \(seed): \(traffic.grants), \(eattFrames) EATT frames")
 
         // The link still ends in order, and the host closes.
         let events = host.connectionEvents()
