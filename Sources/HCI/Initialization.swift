@@ -41,7 +41,11 @@ public struct ControllerInfo: Sendable, Equatable {
 }
 
 extension HCIController {
-    /// Runs the initialisation sequence and records the result in `info`.
+    /// The least an ACL buffer for LE holds (an LE Data PDU's payload without Data Length Extension).
+    static let minimumLEDataLength = 27
+
+    /// Runs the initialisation sequence and records the result in `info`. Throws
+    /// `HCIError.malformedResponse` for a controller with no usable ACL buffer for LE.
     /// - Parameter reset: send Reset first. Leave it off on an adapter shared with
     ///   another host stack (the kernel, over the HCI raw channel).
     @discardableResult
@@ -56,20 +60,34 @@ extension HCIController {
         let acl = try await sendOptional(ReadBufferSize(), commands, &skipped)
         var leLength = 0, leCount = 0
         var isoLength: Int?, isoCount: Int?
+        var leOpcode = LEReadBufferSize.opcode
         if commands.supports(.leReadBufferSizeV2) == true, let v2 = try await sendOptional(LEReadBufferSizeV2(), commands, &skipped) {
             leLength = Int(v2.leACLDataPacketLength)
             leCount = Int(v2.totalNumLEACLDataPackets)
             isoLength = Int(v2.isoDataPacketLength)
             isoCount = Int(v2.totalNumISODataPackets)
+            leOpcode = LEReadBufferSizeV2.opcode
         } else {
             let v1 = try await send(LEReadBufferSize())
             leLength = Int(v1.leACLDataPacketLength)
             leCount = Int(v1.totalNumLEACLDataPackets)
         }
-        if leLength == 0 || leCount == 0, let acl {
-            // §7.8.2: zero means LE shares the BR/EDR buffers.
-            leLength = Int(acl.aclDataPacketLength)
-            leCount = Int(acl.totalNumACLDataPackets)
+        // §7.8.2: a dedicated LE buffer holds at least 27 octets (an LE Data PDU's
+        // payload); zero means LE shares the BR/EDR buffers, which must hold as much.
+        // Below that, or with no buffer at all, no ACL could go out: refused here, as
+        // Linux refuses it, instead of links whose every write waits forever.
+        if leLength != 0, leLength < Self.minimumLEDataLength {
+            throw HCIError.malformedResponse(opcode: leOpcode, .invalidValue(
+                what: "LE_ACL_Data_Packet_Length (a dedicated LE buffer holds at least \(Self.minimumLEDataLength) octets)", value: leLength))
+        }
+        if leLength == 0 || leCount == 0 {
+            leLength = Int(acl?.aclDataPacketLength ?? 0)
+            leCount = Int(acl?.totalNumACLDataPackets ?? 0)
+            guard leLength >= Self.minimumLEDataLength, leCount > 0 else {
+                throw HCIError.malformedResponse(opcode: acl == nil ? leOpcode : ReadBufferSize.opcode, .invalidValue(
+                    what: "ACL buffers for LE: none dedicated, and the shared ones (\(leCount) of \(leLength) octets) hold no LE Data PDU",
+                    value: leLength))
+            }
         }
         let leFeatures = try await send(LEReadLocalSupportedFeatures()).mask
         let states = try await sendOptional(LEReadSupportedStates(), commands, &skipped)?.mask

@@ -231,6 +231,47 @@ struct ControllerTests {
         #expect(info.skipped.map(\.status) == [.unknownCommand, .unsupportedFeatureOrParameterValue])
         #expect(!t.sent.contains(LEReadBufferSizeV2().packet))
     }
+
+    /// A controller whose ACL buffers cannot carry an LE Data PDU (§7.8.2: a dedicated
+    /// LE buffer holds at least 27 octets; zero means the shared BR/EDR ones) fails
+    /// initialisation with a typed error naming the value, as Linux refuses it; one whose
+    /// LE buffers are shared and large enough is taken.
+    @Test(arguments: [
+        // LE Read Buffer Size, Read Buffer Size (ACL length, SCO length, ACL count), taken?
+        ([0x05, 0x00, 0x08], [0xFD, 0x03, 0x40, 0x08, 0x00], false),   // 5-octet LE buffers
+        ([0x00, 0x00, 0x00], [0x00, 0x00, 0x40, 0x08, 0x00], false),   // shared, of 0 octets
+        ([0xFB, 0x00, 0x00], [0xFD, 0x03, 0x40, 0x00, 0x00], false),   // shared, none of them
+        ([0x00, 0x00, 0x08], [0x1A, 0x00, 0x40, 0x08, 0x00], false),   // shared, of 26 octets
+        ([0x1B, 0x00, 0x01], [0x00, 0x00, 0x00, 0x00, 0x00], true),    // 27 octets, one buffer
+        ([0x00, 0x00, 0x00], [0x1B, 0x00, 0x40, 0x02, 0x00], true),    // shared, 27 octets
+    ] as [([UInt8], [UInt8], Bool)])
+    func aControllerWithoutUsableLEBuffersIsRefused(le: [UInt8], shared: [UInt8], taken: Bool) async throws {
+        let (c, t, _) = make()
+        t.respond { p in
+            guard case let .command(op, _) = p else { return [] }
+            var r: [UInt8] = [0]
+            switch op {
+            case .readLocalVersionInformation: r += [9, 0, 0, 9, 0x5F, 0x00, 1, 0]
+            case .readLocalSupportedCommands: r += [UInt8](repeating: 0xFF, count: 64)
+            case .readLocalSupportedFeatures, .leReadLocalSupportedFeatures, .leReadSupportedStates: r += [UInt8](repeating: 0, count: 8)
+            case .readBDADDR: r += [1, 2, 3, 4, 5, 6]
+            case .readBufferSize: r += shared + [0x01, 0x00]
+            case .leReadBufferSizeV2: r = [0x01]  // Unknown HCI Command: version 1 answers
+            case .leReadBufferSize: r += le
+            case .leReadMaximumDataLength: r += [0xFB, 0x00, 0x48, 0x08, 0xFB, 0x00, 0x48, 0x08]
+            default: break
+            }
+            return [HCIEvent.commandComplete(CommandComplete(commandOpcode: op, returnParameters: r)).packet]
+        }
+        do {
+            let info = try await c.initialize()
+            #expect(taken, "taken with \(info.leACLDataPacketLength) octets × \(info.totalNumLEACLDataPackets)")
+            #expect(info.leACLDataPacketLength >= 27 && info.totalNumLEACLDataPackets > 0)
+        } catch let HCIError.malformedResponse(_, .invalidValue(what, _)) {
+            #expect(!taken, "refused: \(what)")
+            #expect(what.contains("ACL"))
+        }
+    }
 }
 
 enum Fixtures {
