@@ -467,6 +467,14 @@ public actor L2CAPHost: LoopIsolated {
     }
 
     private func connected(_ c: Connection) {
+        // A controller that reports a connection already up (a firmware bug; the
+        // handle is never reused before its Disconnection Complete) would otherwise
+        // reset the link's channels and bearers under its users. Ignored, as Linux does.
+        guard connections[c.handle] == nil else {
+            logger.warning("connection complete for a connection already up ignored",
+                           metadata: ["ble.handle": "\(c.handle)", "ble.peer": "\(c.peer)"])
+            return
+        }
         var signaling = LESignalingChannel(role: c.role)
         for (spsm, l) in listening { signaling.channels.listen(spsm: spsm, l.parameters, security: l.security) }
         connections[c.handle] = (c, signaling)

@@ -2,7 +2,7 @@
 // virtual controller, the central's host also receives events drawn from a seeded
 // generator: Number Of Completed Packets for handles and counts nobody sent, Command
 // Complete and Command Status for commands nobody issued (with any credit count),
-// connections that appear and vanish, Disconnection Complete for unknown handles,
+// connections that appear and vanish, the live connection reported again, Disconnection Complete for unknown handles,
 // encryption changes and key requests for unknown links, advertising reports, link
 // parameter updates, hardware errors, unknown events and subevents, ACL data for
 // unknown handles; each cut short or padded at times, while a Read RSSI is in flight.
@@ -96,8 +96,11 @@ private struct HostileEvents {
             case 27..<35:
                 out.append(event(0x0F, [rng.pick([0, 0x0C, 0x12, rng.byte()]), rng.pick([0, 1, 1, 5])] + u16(rng.pick([0x0406, 0x200D, 0x2043, UInt16.random(in: .min ... .max, using: &rng)]))))
             case 35..<43:
-                let h = UInt16(0x0100 + invented.count)
-                invented.append(h)
+                // A connection the controller already reported, reported again (ignored,
+                // as Linux does), or a new one.
+                let again = rng.chance(0.15)
+                let h = again ? live : UInt16(0x0100 + invented.count)
+                if !again { invented.append(h) }
                 let body = [rng.pick([0, 0, 0, 0x3E, rng.byte()])] + u16(h) + [rng.pick([0, 1, 2])] + [rng.pick([0, 1, 2, 3])] + address()
                     + u16(rng.pick([6, 24, 3200])) + u16(rng.pick([0, 499])) + u16(rng.pick([10, 3200])) + [rng.byte()]
                 out.append(rng.chance(0.5) ? le(0x01, body) : le(0x0A, Array(body.prefix(12)) + rng.bytes(12) + Array(body.dropFirst(12))))

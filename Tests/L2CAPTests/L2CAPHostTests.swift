@@ -37,6 +37,36 @@ struct L2CAPHostTests {
         #expect(await it.next() == ChannelFrame(handle: 0x40, payload: Array(0..<40)))
     }
 
+    /// A controller that reports a connection already up again (a firmware bug) does
+    /// not reset the link: no second `.connected` reaches the layers above, the link's
+    /// credit-based channels stay, and its frames keep coming. (Before, the link was
+    /// rebuilt under its users: the seeded lying-controller test saw reads hang.)
+    @Test func aSecondConnectionCompleteForALinkThatIsUpIsIgnored() async throws {
+        let (host, _, t) = await setUp()
+        let att = await host.frames(on: .att)
+        var links = await host.linkEvents().makeAsyncIterator()
+        let complete = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .peripheral, peerAddressType: .random, peerAddress: Self.peer)))
+        t.inject(complete)
+        guard case .connected? = await links.next() else { Issue.record("no link"); return }
+        // A channel on the link, opened by the peer.
+        let channels = await host.listen(spsm: 0x0080, parameters: CreditBasedParameters(), security: .none, backlog: 4)
+        t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .leSignaling, payload:
+            [0x14, 0x01, 0x0A, 0x00, 0x80, 0x00, 0x40, 0x00, 0x17, 0x00, 0x17, 0x00, 0x01, 0x00]).bytes)))
+        var opened = channels.makeAsyncIterator()
+        let channel = try #require(await opened.next())
+        // The same connection, reported again (the enhanced event too), then the link's data.
+        t.inject(complete)
+        t.inject(HCIEvent.le(.enhancedConnectionComplete(LEEnhancedConnectionComplete(connectionHandle: 0x40, role: .central, peerAddressType: .random, peerAddress: Self.peer))))
+        t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .att, payload: [0x0A, 0x03, 0x00]).bytes)))
+        var it = att.makeAsyncIterator()
+        #expect(await it.next() == ChannelFrame(handle: 0x40, payload: [0x0A, 0x03, 0x00]))
+        let stillOpen = await channel.closeReason == nil
+        #expect(stillOpen)
+        // The next link event is the real end, not a second start.
+        t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
+        guard case .disconnected? = await links.next() else { Issue.record("a second link start reached the layers above"); return }
+    }
+
     @Test func outboundFramesAreFragmentedAndConnectionsTakeTurns() async throws {
         let (host, c, t) = await setUp(credits: 0)
         await connect(t, host, handle: 1)
