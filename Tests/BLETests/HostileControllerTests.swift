@@ -3,7 +3,7 @@
 // generator: Number Of Completed Packets for handles and counts nobody sent, Command
 // Complete and Command Status for commands nobody issued (with any credit count),
 // connections that appear and vanish, the live connection reported again, Disconnection Complete for unknown handles,
-// encryption changes and key requests for unknown links, advertising reports, link
+// encryption changes and key requests for unknown links and the live one, advertising reports, link
 // parameter updates, hardware errors, unknown events and subevents, ACL data for
 // unknown handles; each cut short or padded at times, while a Read RSSI is in flight.
 // Between batches the central reads a characteristic of its real peripheral: the
@@ -49,8 +49,9 @@ final class InjectingTransport: HCITransport {
     }
 }
 
-/// Draws the lying controller's packets; `live` is the one real link, left alone
-/// where a lie about it would end it (its disconnection, its encryption).
+/// Draws the lying controller's packets; `live` is the one real link, told of
+/// encryption changes, key requests, parameter updates and completed packets it never
+/// had, but never of its own disconnection.
 private struct HostileEvents {
     var rng: SeededGenerator
     let live: UInt16
@@ -107,11 +108,11 @@ private struct HostileEvents {
             case 43..<50:
                 out.append(event(0x05, [rng.pick([0, rng.byte()])] + u16(other()) + [rng.pick([0x13, 0x08, rng.byte()])]))
             case 50..<55:
-                out.append(event(0x08, [rng.pick([0, rng.byte()])] + u16(other()) + [rng.pick([0, 1, rng.byte()])]))
+                out.append(event(0x08, [rng.pick([0, rng.byte()])] + u16(rng.chance(0.5) ? live : other()) + [rng.pick([0, 1, rng.byte()])]))
             case 55..<58:
-                out.append(event(0x30, [rng.pick([0, rng.byte()])] + u16(other())))
+                out.append(event(0x30, [rng.pick([0, rng.byte()])] + u16(rng.chance(0.5) ? live : other())))
             case 58..<62:
-                out.append(le(0x05, u16(other()) + rng.bytes(10)))
+                out.append(le(0x05, u16(rng.chance(0.5) ? live : other()) + rng.bytes(10)))
             case 62..<70:
                 out.append(le(rng.pick([0x02, 0x0D, 0x0B]), rng.bytes(rng.pick([0, 1, 12, Int.random(in: 0...60, using: &rng)]))))
             case 70..<78:
