@@ -1,6 +1,6 @@
 // The whole host under a controller that lies, seeded: between the real packets of a
-// virtual controller, the central's host also receives events drawn from a seeded
-// generator: Number Of Completed Packets for handles and counts nobody sent, Command
+// virtual controller, the central's host (or, in the other half of the cases, the
+// peripheral's) also receives events drawn from a seeded generator: Number Of Completed Packets for handles and counts nobody sent, Command
 // Complete and Command Status for commands nobody issued (with any credit count),
 // connections that appear and vanish, the live connection reported again, Disconnection Complete for unknown handles,
 // encryption changes and key requests for unknown links and the live one, advertising reports, link
@@ -63,10 +63,11 @@ private struct HostileEvents {
 
     mutating func u16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
 
-    /// A handle that is not the live link's.
+    /// A handle that is not the live link's, in any of its spellings.
     mutating func other() -> UInt16 {
         let h = rng.pick([0x0000, 0x0EFF, 0x0F00, 0xFFFF, UInt16.random(in: 0...0x0EFF, using: &rng), UInt16.random(in: .min ... .max, using: &rng)])
-        return h == live ? 0x0EFE : h
+        // (Events carry 12-bit handles: 0x1041 names 0x041.)
+        return h & 0x0FFF == live ? 0x0EFE : h
     }
 
     mutating func address() -> [UInt8] { rng.bytes(6) }
@@ -140,13 +141,20 @@ private struct HostileEvents {
 }
 
 @Suite struct HostileControllerTests {
-    @Test(arguments: SeededGenerator.seeds)
-    func seededLiesFromTheControllerNeverStopTheCentral(seed: UInt64) async throws {
+    /// Whose controller lies: the central's (which reads) or the peripheral's (which answers).
+    enum Liar: String, CaseIterable, Sendable { case central, peripheral }
+
+    @Test(arguments: SeededGenerator.seeds, Liar.allCases)
+    func seededLiesFromTheControllerNeverStopTheLink(seed: UInt64, liar: Liar) async throws {
         let radio = VirtualRadio()
         let peripheralAddress = BluetoothAddress("C0:00:00:00:0C:01")!
-        let injecting = InjectingTransport(await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:02")!))
-        let central = BluetoothHost(transport: injecting, logger: Bench.logger, security: SecurityOptions(random: .seeded(seed)))
-        let peripheral = BluetoothHost(transport: await radio.makeController(address: peripheralAddress), logger: Bench.logger)
+        let centralController = await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:02")!)
+        let peripheralController = await radio.makeController(address: peripheralAddress)
+        let injecting = InjectingTransport(liar == .central ? centralController : peripheralController)
+        let central = BluetoothHost(transport: liar == .central ? injecting : centralController, logger: Bench.logger,
+                                    security: SecurityOptions(random: .seeded(seed)))
+        let peripheral = BluetoothHost(transport: liar == .peripheral ? injecting : peripheralController, logger: Bench.logger)
+        let lied = liar == .central ? central : peripheral
         try await central.start()
         try await peripheral.start()
         let value: [UInt8] = [0x5E, 0xED, UInt8(truncatingIfNeeded: seed)]
@@ -154,8 +162,10 @@ private struct HostileEvents {
         try await peripheral.peripheral.startAdvertising(AdvertisingData())
         let remote = try await central.central.connect(to: peripheralAddress, within: .seconds(5))
         let characteristic = try await remote.characteristic(uuidB)
-        var lies = HostileEvents(seed: seed, live: remote.connection.handle)
-        let events = central.connectionEvents()
+        // The live link's handle on the lying side.
+        let live = try #require(await lied.connections.first?.handle)
+        var lies = HostileEvents(seed: seed, live: live)
+        let events = lied.connectionEvents()
         let seen = Mutex<[ConnectionEvent]>([])
         let watcher = Task { for await e in events { seen.withLock { $0.append(e) } } }
 
@@ -176,27 +186,27 @@ private struct HostileEvents {
             }, within: .seconds(10))
             switch read {
             case .success(let v)?:
-                #expect(v == value, "seed \(seed), round \(round)")
+                #expect(v == value, "seed \(seed) (\(liar) lies), round \(round)")
                 // Credits for packets nobody sent were not taken: no handle has fewer
                 // than none out, and what is free and what is out add up to the
                 // controller's buffers.
-                let credits = await central.controller.aclCredits
+                let credits = await lied.controller.aclCredits
                 #expect(credits.outstanding.values.allSatisfy { $0 > 0 }
-                        && credits.available + credits.outstanding.values.reduce(0, +) == credits.total, "seed \(seed), round \(round): \(credits)")
+                        && credits.available + credits.outstanding.values.reduce(0, +) == credits.total, "seed \(seed) (\(liar) lies), round \(round): \(credits)")
                 // The command in flight ended, with a value or a typed error (a lie may
                 // have answered it), within the command timeout; the next one works.
                 let ended = await firstElement(AsyncStream<String?> { c in Task { c.yield(await command.value); c.finish() } }, within: .seconds(10))
                 switch ended {
                 case nil?: break
-                case let what??: Issue.record("seed \(seed), round \(round): Read RSSI ended with \(what)")
-                case nil: Issue.record("seed \(seed), round \(round): Read RSSI did not end in 10 s")
+                case let what??: Issue.record("seed \(seed) (\(liar) lies), round \(round): Read RSSI ended with \(what)")
+                case nil: Issue.record("seed \(seed) (\(liar) lies), round \(round): Read RSSI did not end in 10 s")
                 }
-                await #expect(throws: Never.self, "seed \(seed), round \(round)") { _ = try await remote.readRSSI() }
+                await #expect(throws: Never.self, "seed \(seed) (\(liar) lies), round \(round)") { _ = try await remote.readRSSI() }
             case .failure(let e)?:
-                Issue.record("seed \(seed), round \(round): the read failed: \(e)")
+                Issue.record("seed \(seed) (\(liar) lies), round \(round): the read failed: \(e)")
                 return
             case nil:
-                Issue.record("seed \(seed), round \(round): no answer to the read in 10 s")
+                Issue.record("seed \(seed) (\(liar) lies), round \(round): no answer to the read in 10 s")
                 return
             }
         }
@@ -205,7 +215,7 @@ private struct HostileEvents {
         let all = seen.withLock { $0 }
         let invented = all.filter { if case let .connected(c) = $0 { return c.handle >= 0x0100 && c.handle < 0x0200 }; return false }
         let ended = all.filter { if case let .disconnected(c, _) = $0 { return c.handle >= 0x0100 && c.handle < 0x0200 }; return false }
-        #expect(!invented.isEmpty && invented.count == ended.count, "seed \(seed): \(invented.count) invented links, \(ended.count) ended")
+        #expect(!invented.isEmpty && invented.count == ended.count, "seed \(seed) (\(liar) lies): \(invented.count) invented links, \(ended.count) ended")
         #expect(try await remote.disconnect() == .connectionTerminatedByLocalHost)
         await central.close()
         await peripheral.close()
