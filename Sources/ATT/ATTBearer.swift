@@ -57,6 +57,8 @@ public actor ATTBearer: LoopIsolated {
     private var closedHandler: (@Sendable () -> Void)?
     /// Transactions started without a waiter (`startIndication`) and their outcomes until awaited.
     private var detached: Set<UInt64> = []
+    /// Transactions started by `startRequest`: who takes each outcome, on the loop.
+    private var answerHandlers: [UInt64: @Sendable (Result<ATTPDU, any Error>) -> Void] = [:]
     private var outcomes: [UInt64: Result<ATTPDU?, any Error>] = [:]
     /// Incoming requests, commands, notifications and indications, in arrival order,
     /// when no handler is set (`setHandler`, which GATT clients and servers on the same
@@ -158,6 +160,18 @@ public actor ATTBearer: LoopIsolated {
         return { [self] in _ = try await self.outcome(of: id) }
     }
 
+    /// Queues a request at once, behind those queued before it, and hands its outcome
+    /// to `answered` on the loop as it comes, before the bearer takes its next PDU.
+    /// For traffic whose place in the conversation matters but whose answer nobody
+    /// should wait for in line: what the facade owes the peer before the program's
+    /// next operation, which must not wait out a request outstanding before it.
+    public func startRequest(_ pdu: ATTPDU, answered: @escaping @Sendable (Result<ATTPDU, any Error>) -> Void) {
+        start()
+        let (id, events) = state.sendRequest(pdu)
+        answerHandlers[id] = answered
+        execute(events)
+    }
+
     /// Waits for transaction `id` started by `startIndication`, whose outcome may have come already.
     private func outcome(of id: UInt64) async throws -> ATTPDU? {
         if let r = outcomes.removeValue(forKey: id) { return try r.get() }
@@ -167,7 +181,9 @@ public actor ATTBearer: LoopIsolated {
 
     /// Resumes the waiter of `id`, or keeps the outcome for one not waiting yet.
     private func finish(_ id: UInt64, _ result: Result<ATTPDU?, any Error>) {
-        if let w = waiters.removeValue(forKey: id) {
+        if let answered = answerHandlers.removeValue(forKey: id) {
+            answered(result.map { $0 ?? .writeResponse })
+        } else if let w = waiters.removeValue(forKey: id) {
             w.resume(with: result)
         } else if detached.remove(id) != nil {
             outcomes[id] = result

@@ -240,14 +240,33 @@ public actor RemotePeripheral {
 
     /// Stores the discovered layout with the peer's Database Hash in its bond (only on a
     /// link encrypted with the bond's key; nothing when the peer has no Database Hash).
+    /// Owed work: the hash's Read Request is queued now, in its place among the
+    /// program's requests, and its answer taken later, so the program's next operation
+    /// (a disconnect, a scan) does not wait behind a request outstanding before it.
     func storeServices() async {
         guard let services, !servicesInBond, await host.security.bond(handle: connection.handle) != nil,
-              let hashHandle = services.lazy.flatMap(\.characteristics).first(where: { $0.uuid == GATTCharacteristicType.databaseHash })?.valueHandle,
-              let hash = try? await client.read(hashHandle), hash.count == 16
+              let hashHandle = services.lazy.flatMap(\.characteristics).first(where: { $0.uuid == GATTCharacteristicType.databaseHash })?.valueHandle
         else { return }
-        await host.security.saveDatabase(CachedDatabase(hash: hash, services: services.map(Self.cached)), handle: connection.handle)
         servicesInBond = true
+        let layout = services.map(Self.cached), security = host.security, handle = connection.handle
+        // Stored as the answer comes, on the loop: before the answers queued after it
+        // reach the program (which may then look at its bonds).
+        await client.bearer.startRequest(.readRequest(handle: hashHandle)) { [weak self] outcome in
+            guard case let .success(.readResponse(hash)) = outcome, hash.count == 16 else {
+                Task { await self?.storeFailed() }
+                return
+            }
+            let database = CachedDatabase(hash: hash, services: layout)
+            if security.loop.inEventLoop {
+                security.onLoop { $0.saveDatabase(database, handle: handle) }
+            } else {
+                Task { await security.saveDatabase(database, handle: handle) }
+            }
+        }
     }
+
+    /// The Database Hash did not come: a later encryption may try again.
+    private func storeFailed() { servicesInBond = false }
 
     static func cached(_ s: RemoteService) -> CachedDatabase.Service {
         CachedDatabase.Service(uuid: s.uuid.description, start: s.startHandle, end: s.endHandle, primary: s.isPrimary, characteristics: s.characteristics.map { c in
@@ -403,7 +422,7 @@ public actor RemotePeripheral {
         cont.onTermination = { reason in
             // The consumer stopped: tell the peer (unless the link is what stopped it), before
             // anything the program does next goes out.
-            if case .cancelled = reason { host.owe { _ = try? await gatt.unsubscribe(c.discovered, cccd: cccd.handle) } }
+            if case .cancelled = reason { host.owe { await gatt.unsubscribeQueued(c.discovered, cccd: cccd.handle) } }
         }
         return CharacteristicValues(base: stream)
     }

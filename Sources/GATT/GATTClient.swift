@@ -413,6 +413,15 @@ public actor GATTClient: LoopIsolated {
         subscribers.removeValue(forKey: c.valueHandle)?.ended()
         try await write(cccd, value: [0, 0])
     }
+
+    /// Ends the subscription now and queues its CCCD write on the unenhanced bearer
+    /// behind the requests already queued, without waiting for the answer (which is
+    /// taken and dropped): for a facade that owes the peer this write before the
+    /// program's next operation, and must not hold that operation until it is answered.
+    public func unsubscribeQueued(_ c: DiscoveredCharacteristic, cccd: UInt16) async {
+        subscribers.removeValue(forKey: c.valueHandle)?.ended()
+        await bearer.startRequest(.writeRequest(handle: cccd, value: [0, 0])) { _ in }
+    }
 }
 
 /// Values of one subscription (`GATTClient.subscribe`). Buffer: the newest N values;

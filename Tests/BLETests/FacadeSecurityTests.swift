@@ -313,3 +313,57 @@ extension FacadeSecurityTests {
         _ = try await third.disconnect()
     }
 }
+
+/// What the facade owes the peer (the Database Hash read that stores a new bond's
+/// layout, the CCCD write of a subscription the program let go of) is queued in its
+/// place before the program's next operation but not waited for. With a read
+/// outstanding that the peer's application never answers, a disconnect goes out at
+/// once and the read ends with the link; it used to wait behind the read (and the
+/// owed request queued after it) for the peer's 20 s manual-answer timeout, which the
+/// link-churn test showed as 20 s disconnects.
+@Suite struct OwedTrafficTests {
+    enum Owed: String, CaseIterable, Sendable { case layoutAfterPairing, unsubscribeLetGo }
+
+    @Test(arguments: Owed.allCases)
+    func owedTrafficDoesNotHoldTheNextOperation(owed: Owed) async throws {
+        let radio = VirtualRadio()
+        let address = BluetoothAddress("C0:00:00:00:0F:01")!
+        let central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0F:02")!), logger: Bench.logger,
+                                    security: SecurityOptions(random: .seeded(1)))
+        let peripheral = BluetoothHost(transport: await radio.makeController(address: address), logger: Bench.logger,
+                                       security: SecurityOptions(random: .seeded(2)))
+        try await central.start()
+        try await peripheral.start()
+        defer { Task { await central.close(); await peripheral.close(); _ = radio } }
+        let silent = Characteristic(uuid: uuidA, properties: [.read], value: [], answersManually: true)
+        let noisy = Characteristic(uuid: uuidB, properties: [.read, .notify], value: [1])
+        try await peripheral.peripheral.add(Service(uuid: BluetoothUUID(0xFFE0), characteristics: [silent, noisy]))
+        // The peer's application takes each request and never answers; `asked` says it came.
+        let requests = await peripheral.peripheral.requests()
+        let (asked, ask) = AsyncStream<Void>.makeStream()
+        let taker = Task { var held: [ReadWriteRequest] = []; for await r in requests { held.append(r); ask.yield() } }
+        defer { taker.cancel() }
+        try await peripheral.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await central.central.connect(to: address, within: .seconds(5))
+        let rs = try await remote.characteristic(uuidA), rn = try await remote.characteristic(uuidB)
+        switch owed {
+        case .layoutAfterPairing:
+            let read = Task { try await remote.read(rs) }
+            #expect(await firstElement(asked, within: .seconds(5)) != nil)
+            #expect(try await remote.secure().bonded)
+            _ = try await remote.disconnect()
+            await #expect(throws: BLEError.disconnected(reason: .connectionTerminatedByLocalHost)) { _ = try await read.value }
+        case .unsubscribeLetGo:
+            let values = try await remote.subscribe(to: rn)
+            let (started, start) = AsyncStream<Void>.makeStream()
+            let consumer = Task { start.yield(); for try await _ in values {} }
+            _ = await firstElement(started, within: .seconds(5))
+            let read = Task { try await remote.read(rs) }
+            // The read is outstanding at the peer before the subscription is let go of.
+            #expect(await firstElement(asked, within: .seconds(5)) != nil)
+            consumer.cancel()
+            _ = try await remote.disconnect()
+            await #expect(throws: BLEError.disconnected(reason: .connectionTerminatedByLocalHost)) { _ = try await read.value }
+        }
+    }
+}

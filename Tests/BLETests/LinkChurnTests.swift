@@ -3,8 +3,10 @@
 // going at once: writes, a fresh discovery, a subscription being consumed, an L2CAP
 // channel sending more than the peer's credits allow while the peer reads slowly,
 // notifications from the peripheral, and in seeded rounds a read the peripheral's
-// application never answers (what the central asks after it waits in line) and an
-// indication. After a seeded moment (so many notifications heard) one side disconnects. Every operation
+// application never answers (what the central asks after it waits in line), an
+// indication and pairing (or encryption with the bond of an earlier link). After a
+// seeded moment (so many notifications heard) one side disconnects, within 8 s (a
+// disconnect once waited 20 s behind an unanswered read after pairing). Every operation
 // must then end within 5 s, with its value or a typed error (no hang, no untyped
 // error, no trap); neither host may keep the link, and each controller's ACL credits
 // must all be back. 15 links in a row on the same two hosts, so what one link leaks
@@ -29,7 +31,7 @@ import Testing
                 return .value
             } catch {
                 switch error {
-                case is BLEError, is L2CAPChannelError, is ATTBearerError, is GATTClientError: return .linkError
+                case is BLEError, is L2CAPChannelError, is ATTBearerError, is GATTClientError, is SecurityError: return .linkError
                 default: return .unexpected("\(type(of: error)): \(error)")
                 }
             }
@@ -41,8 +43,11 @@ import Testing
         var rng = SeededGenerator(seed)
         let radio = VirtualRadio()
         let address = BluetoothAddress("C0:00:00:00:0E:01")!
-        let central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:02")!), logger: Bench.logger)
-        let peripheral = BluetoothHost(transport: await radio.makeController(address: address), logger: Bench.logger)
+        let centralAddress = BluetoothAddress("C0:00:00:00:0E:02")!
+        let central = BluetoothHost(transport: await radio.makeController(address: centralAddress), logger: Bench.logger,
+                                    security: SecurityOptions(random: .seeded(seed)))
+        let peripheral = BluetoothHost(transport: await radio.makeController(address: address), logger: Bench.logger,
+                                       security: SecurityOptions(random: .seeded(seed &+ 1)))
         try await central.start()
         try await peripheral.start()
         let silent = Characteristic(uuid: uuidA, properties: [.read], value: [], answersManually: true)
@@ -90,6 +95,10 @@ import Testing
             if Bool.random(using: &rng) {
                 work.append(("unanswered read", Self.ending { _ = try await remote.read(rs) }))
             }
+            // In seeded rounds the central pairs (or, bonded, encrypts) as all this goes on.
+            if Bool.random(using: &rng) {
+                work.append(("pairing", Self.ending { _ = try await remote.secure() }))
+            }
             if Bool.random(using: &rng) {
                 work.append(("indication", Self.ending { _ = try await peripheral.peripheral.indicate(noisy, value: [9]) }))
             }
@@ -97,11 +106,17 @@ import Testing
             // then a seeded side hangs up.
             let moment = Int.random(in: 0...150, using: &rng)
             if moment > 0 { _ = await firstElement(progress.filter { $0 >= moment }, within: .seconds(2)) }
-            if Bool.random(using: &rng) {
-                _ = try? await remote.disconnect()
-            } else {
-                _ = try? await peripheral.disconnect(inbound)
-            }
+            // The hang-up itself does not wait behind what is in flight (it flushes for at
+            // most 2 s and waits 5 s for its answer).
+            let byCentral = Bool.random(using: &rng)
+            let hungUp = await firstElement(AsyncStream<Bool> { c in
+                Task {
+                    if byCentral { _ = try? await remote.disconnect() } else { _ = try? await peripheral.disconnect(inbound) }
+                    c.yield(true)
+                    c.finish()
+                }
+            }, within: .seconds(8))
+            #expect(hungUp == true, "seed \(seed), round \(round): the \(byCentral ? "central" : "peripheral")'s disconnect took over 8 s")
             for (name, task) in work {
                 let ended = await firstElement(AsyncStream<Ending> { c in Task { c.yield(await task.value); c.finish() } }, within: .seconds(5))
                 switch ended {
@@ -115,6 +130,12 @@ import Testing
             for (side, host) in [("central", central), ("peripheral", peripheral)] {
                 let credits = await host.controller.aclCredits
                 #expect(credits.available == credits.total && credits.outstanding.isEmpty, "seed \(seed), round \(round): \(side) \(credits)")
+            }
+            // Bonds made are kept for the next link (which encrypts with them) or, in
+            // seeded rounds, forgotten on both sides (so it pairs afresh).
+            if Bool.random(using: &rng) {
+                _ = try await central.removeBond(address, type: .public)
+                _ = try await peripheral.removeBond(centralAddress, type: .public)
             }
         }
         await central.close()
