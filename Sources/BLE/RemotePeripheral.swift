@@ -499,12 +499,14 @@ public actor RemotePeripheral {
 
     // MARK: FA04
 
-    /// Disconnects and returns the reason the controller reported.
+    /// Disconnects and returns the reason the controller reported: what is owed and
+    /// what the link has queued go first (at most 2 s: a controller whose buffers never
+    /// drain does not keep the link up), then Disconnect (its answer awaited 5 s).
     @discardableResult
     public func disconnect() async throws -> HCIStatus {
-        await host.settle()
-        await client.bearer.drain()
-        return try await host.disconnect(connection)
+        // `BluetoothHost.disconnect` settles, then flushes the link's L2CAP queue, where
+        // the bearer's PDUs are as soon as it sends them.
+        try await host.disconnect(connection)
     }
 
     /// Waits until the link ends (at most `limit`) and returns why; nil while it is up.

