@@ -1,8 +1,9 @@
 // The whole host under a hostile peer, seeded: a raw HCI host on the virtual radio
-// connects to our peripheral (a GATT server, a published L2CAP channel, pairing
-// enabled) and sends thousands of frames drawn from a seeded generator: ATT, LE
-// signaling and SMP PDUs of every opcode with plausible and implausible fields,
-// K-frames on the channels our host grants, frames for unknown CIDs, L2CAP lengths
+// connects to our peripheral (a GATT server with EATT, a published L2CAP channel,
+// pairing enabled) and sends thousands of frames drawn from a seeded generator: ATT,
+// LE signaling and SMP PDUs of every opcode with plausible and implausible fields,
+// K-frames on the channels our host grants (ATT PDUs on its enhanced ATT bearers),
+// frames for unknown CIDs, L2CAP lengths
 // that lie, fragments out of place. Between batches the peer reads one characteristic
 // no random frame touches; it must get the right value every time (our host neither
 // crashed, nor hung, nor dropped the link). Every frame our host sends must be one
