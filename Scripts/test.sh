@@ -8,8 +8,9 @@ Scripts/setup.sh
 swift build --build-tests
 # BLE_REQUIRE_INTEROP=1: a missing Rootcanal or tshark fails the run instead of skipping.
 BLE_REQUIRE_INTEROP=1 timeout 1800 swift test --skip-build
-# The seeded hostile-peer, lying-controller, hostile-peripheral and link-churn tests on
-# more seeds than the suite's four (the same seeds every run; docs/testing.md).
+# The seeded hostile-peer, lying-controller, hostile-peripheral (and spoiled-pairing)
+# and link-churn tests on more seeds than the suite's four (the same seeds every run;
+# docs/testing.md).
 BLE_HOSTILE_SEEDS="${HOSTILE_SEEDS:-5-64}" timeout 600 swift test --skip-build --filter 'HostilePeerTests|HostileControllerTests|HostilePeripheralTests|LinkChurnTests'
 # The example daemon package, built and tested as a separate package depending on this one
 # (its test replays a session recorded on Rootcanal).

@@ -11,6 +11,7 @@
 // discovery and read must give the true value.
 
 import ATT
+import Foundation
 import BLE
 import BLETesting
 import GATT
@@ -37,6 +38,14 @@ final class ManglingTransport: HCITransport {
         get { state.withLock { $0.on } }
         set { state.withLock { $0.on = newValue } }
     }
+
+    /// While set, half of the SMP PDUs the host sends are spoiled (their code kept):
+    /// cut short, padded, a byte flipped, or a random body.
+    var manglesPairing: Bool {
+        get { pairing.withLock { $0 } }
+        set { pairing.withLock { $0 = newValue } }
+    }
+    private let pairing = Mutex(false)
     var mangled: Int { state.withLock { $0.mangled } }
 
     var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
@@ -54,7 +63,24 @@ final class ManglingTransport: HCITransport {
     static let responses: Set<UInt8> = [0x01, 0x03, 0x05, 0x07, 0x09, 0x0B, 0x0D, 0x0F, 0x11, 0x13, 0x17, 0x19, 0x21]
 
     /// An ATT response in one whole packet, while hostile: maybe junk first, maybe mangled.
+    /// An SMP PDU while `manglesPairing`: maybe mangled.
     private func rewrite(_ packet: HCIPacket) -> [HCIPacket] {
+        if case let .acl(acl) = packet, acl.boundary != .continuing, acl.data.count >= 5, acl.data[2] == 0x06, acl.data[3] == 0x00,
+           Int(acl.data[0]) | Int(acl.data[1]) << 8 == acl.data.count - 4, manglesPairing {
+            return state.withLock { s in
+                guard Bool.random(using: &s.rng) else { return [packet] }
+                s.mangled += 1
+                var body = Array(acl.data.dropFirst(5))
+                switch Int.random(in: 0..<4, using: &s.rng) {
+                case 0: body = Array(body.prefix(Int.random(in: 0...max(0, body.count - 1), using: &s.rng)))
+                case 1: body += s.rng.bytes(Int.random(in: 1...8, using: &s.rng))
+                case 2: if !body.isEmpty { body[Int.random(in: 0..<body.count, using: &s.rng)] ^= UInt8.random(in: 1...255, using: &s.rng) }
+                default: body = s.rng.bytes(body.count)
+                }
+                let pdu = [acl.data[4]] + body
+                return [.acl(ACLDataPacket(handle: acl.handle, boundary: acl.boundary, data: le16(UInt16(pdu.count)) + le16(0x0006) + pdu))]
+            }
+        }
         guard case let .acl(acl) = packet, acl.boundary != .continuing, acl.data.count >= 5,
               acl.data[2] == 0x04, acl.data[3] == 0x00, Int(acl.data[0]) | Int(acl.data[1]) << 8 == acl.data.count - 4,
               Self.responses.contains(acl.data[4]) else { return [packet] }
@@ -232,5 +258,48 @@ final class ManglingTransport: HCITransport {
         #expect(try await remote.disconnect() == .connectionTerminatedByLocalHost)
         await central.close()
         await peripheral.close()
+    }
+
+    /// Pairing with a peer whose SMP PDUs are spoiled (half of them, seeded; codes kept):
+    /// each attempt ends at once, paired or with a typed error, never waiting out the
+    /// 30 s SMP timeout for an answer it threw away; then, with the peer honest, a
+    /// pairing works. Each attempt comes from a central of its own: the peer makes a
+    /// central that just failed wait before it may try again (§2.3.6, repeated attempts).
+    @Test(arguments: SeededGenerator.seeds)
+    func seededSpoiledPairingEndsEveryAttempt(seed: UInt64) async throws {
+        let radio = VirtualRadio()
+        let peripheralAddress = BluetoothAddress("C0:00:00:00:0D:21")!
+        let mangling = ManglingTransport(await radio.makeController(address: peripheralAddress), seed: seed)
+        let peripheral = BluetoothHost(transport: mangling, logger: Bench.logger, security: SecurityOptions(random: .seeded(seed)))
+        try await peripheral.start()
+        defer { Task { await peripheral.close(); _ = radio } }
+        var outcomes = (paired: 0, failed: 0)
+        for attempt in 0..<7 {
+            // The last attempt with an honest peer.
+            mangling.manglesPairing = attempt < 6
+            let central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress(String(format: "C0:00:00:00:0D:%02X", 0x30 + attempt))!),
+                                        logger: Bench.logger, security: SecurityOptions(random: .seeded(seed &+ UInt64(attempt) &+ 1)))
+            try await central.start()
+            try await peripheral.peripheral.startAdvertising(AdvertisingData())
+            let remote = try await central.central.connect(to: peripheralAddress, within: .seconds(5))
+            let ended = await firstElement(AsyncStream<String?> { done in
+                Task {
+                    do { _ = try await remote.secure(); done.yield(nil) } catch let e as SecurityError { done.yield("\(e)") } catch {
+                        done.yield("untyped: \(type(of: error)) \(error)")
+                    }
+                    done.finish()
+                }
+            }, within: .seconds(10))
+            switch ended {
+            case nil?: outcomes.paired += 1
+            case let why??:
+                #expect(!why.hasPrefix("untyped") && attempt < 6, "seed \(seed), attempt \(attempt): \(why)")
+                outcomes.failed += 1
+            case nil: Issue.record("seed \(seed), attempt \(attempt): pairing did not end in 10 s")
+            }
+            _ = try? await remote.disconnect()
+            await central.close()
+        }
+        #expect(outcomes.failed > 0 && mangling.mangled > 0, "seed \(seed): \(outcomes), \(mangling.mangled) spoiled")
     }
 }
