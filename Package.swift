@@ -122,7 +122,8 @@ let package = Package(
         .testTarget(name: "L2CAPTests", dependencies: ["L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "ATTTests", dependencies: ["ATT", "L2CAP", "HCI", "BLETesting", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(
-            name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "SMP"], swiftSettings: strict),
+            name: "VirtualRadioTests", dependencies: ["BLETesting", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "SMP",
+                                                      .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "GAPTests", dependencies: ["GAP", "HCI", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .testTarget(
             name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "L2CAP", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],

@@ -107,8 +107,8 @@ public actor SecurityManager: LoopIsolated {
     /// peripheral (the host's random addresses under privacy): the local address of
     /// the links it makes in each role.
     var ownAddress: [ConnectionRole: (BluetoothAddress, AddressType)] = [:]
-    /// §2.3.6: peers whose pairing failed, with how long to refuse them.
-    var backoff: [BluetoothAddress: (failures: Int, until: ContinuousClock.Instant)] = [:]
+    /// §2.3.6: peers whose pairing failed, with how long to refuse them (on the loop's clock).
+    var backoff: [BluetoothAddress: (failures: Int, until: NIODeadline)] = [:]
     private var continuations: [UInt64: BufferedStream<SecurityEvent>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
     private var started = false
@@ -654,16 +654,16 @@ public actor SecurityManager: LoopIsolated {
     // MARK: - Repeated attempts (§2.3.6)
 
     /// After a failed authentication the interval before the same peer may try
-    /// again doubles, from 2 s up to 64 s; a success clears it.
+    /// again doubles, from 2 s up to 64 s; a success clears it. Time is the loop's, as
+    /// for every timer of the stack (a test drives it with a testing loop).
     func recordFailure(_ link: Link) {
         let failures = (backoff[link.connection.peer]?.failures ?? 0) + 1
-        let wait = Duration.seconds(1 << min(failures, 6))
-        backoff[link.connection.peer] = (failures, ContinuousClock.now + wait)
+        backoff[link.connection.peer] = (failures, loop.now + .seconds(Int64(1) << min(failures, 6)))
     }
 
     func refusedForBackoff(_ link: Link) -> Bool {
         guard let b = backoff[link.connection.peer] else { return false }
-        return ContinuousClock.now < b.until
+        return loop.now < b.until
     }
 
     func emit(_ e: SecurityEvent) {
