@@ -88,7 +88,7 @@ public final class ChannelTransport: HCITransport {
         let initializer: @Sendable (any Channel) -> EventLoopFuture<Void> = { [weak self] channel in
             guard let self else { return channel.eventLoop.makeFailedFuture(TransportError.closed) }
             return channel.eventLoop.makeCompletedFuture {
-                try channel.pipeline.syncOperations.addHandler(H4ChannelHandler(transport: self))
+                try channel.pipeline.syncOperations.addHandler(H4ChannelHandler(transport: self, tellsEndOfInput: kind == .streamSocket))
             }
         }
         let registered: EventLoopFuture<any Channel>
@@ -96,6 +96,9 @@ public final class ChannelTransport: HCITransport {
         case .streamSocket:
             registered = ClientBootstrap(group: loop)
                 .channelOption(.autoRead, value: false)
+                // The peer's end of input comes as `ChannelEvent.inputClosed`, so the
+                // handler tells it from a reset (which NIO reports to no handler).
+                .channelOption(.allowRemoteHalfClosure, value: true)
                 .channelInitializer(initializer)
                 .withConnectedSocket(fd)
         case .terminal:
@@ -532,8 +535,19 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     private var check: (() -> Void)?
     /// Cleared when the channel closes (its descriptor with it): no ACK after that.
     private var open = true
+    /// Whether the channel reports the peer's end of input (`ChannelEvent.inputClosed`:
+    /// a stream socket, with remote half-closure allowed). Then a channel that goes
+    /// inactive without it, closed neither by us nor by an error a handler saw, was taken
+    /// down by NIO's reset path (EPOLLHUP/EPOLLERR: a reset before our next read), which
+    /// tells no handler the error.
+    private let tellsEndOfInput: Bool
+    /// The peer ended its input (end of file): the transport's end is `.endOfStream`.
+    private var inputEnded = false
 
-    init(transport: ChannelTransport) { self.transport = transport }
+    init(transport: ChannelTransport, tellsEndOfInput: Bool) {
+        self.transport = transport
+        self.tellsEndOfInput = tellsEndOfInput
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         guard !failed else { return }
@@ -655,9 +669,29 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
         check = nil
     }
 
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let e = event as? ChannelEvent, e == .inputClosed {
+            // Nothing more comes: the transport ends as the peer closed it (a controller
+            // gets no half-open link), after every packet read before it.
+            inputEnded = true
+            transport?.end(.endOfStream)
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
     func channelInactive(context: ChannelHandlerContext) {
         open = false
-        transport?.end(.endOfStream)
+        guard tellsEndOfInput, !inputEnded else {
+            transport?.end(.endOfStream)
+            return
+        }
+        // Not the peer's end of input, not our close (`end` keeps a close of ours a
+        // close) and not an error a read saw (the transport has ended already): NIO's
+        // reset path closed the socket. SO_ERROR said ECONNRESET there.
+        transport?.end(.io(operation: transport?.label ?? "transport", errno: ECONNRESET,
+                           reason: "the connection was reset: the peer went away without closing it"))
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -495,30 +495,75 @@ struct TwoSegmentPeerTests {
         #expect(seen.filter { $0 }.count >= commands - 2, "\(seen)")
     }
 
-    @Test func aPeerThatResetsInsideAPacketEndsTheTransportWithTheError() async throws {
+    /// How a TCP peer goes away: reset (SO_LINGER 0: close(2) sends RST) inside a
+    /// packet, once the host holds a whole packet, or while the host is not reading (its
+    /// consumer is behind); or closed (FIN) once the host holds a whole packet.
+    enum PeerLeaving: CaseIterable, Sendable { case resetInsideAPacket, resetBetweenPackets, resetWhileTheHostIsNotReading, closedBetweenPackets }
+
+    @Test(arguments: PeerLeaving.allCases)
+    func aPeerThatGoesAwayEndsTheTransportSayingHow(_ leaving: PeerLeaving) async throws {
         let (listener, port) = try #require(Self.listening())
         defer { close(listener) }
         let peer = Seen<Bool>()
+        // Signalled when the peer may go: once the host has the whole packet, or once it
+        // has stopped reading.
+        let go = DispatchSemaphore(value: 0)
+        let commandComplete: [UInt8] = [0x04, 0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00]
+        // More than the transport holds before it stops reading (`PulledPackets.highWater`).
+        let burst = leaving == .resetWhileTheHostIsNotReading ? PulledPackets.highWater + 64 : 1
         peer.startPeer(accepting: listener) { fd in
-            // An indicator, then a reset (SO_LINGER 0: close(2) sends RST). The host
-            // reads the byte and acknowledges it; its next read, its own right after the
-            // ACK or the channel's, meets the reset.
-            guard write(fd, [UInt8(0x04)], 1) == 1 else { return }
-            var reset = linger(l_onoff: 1, l_linger: 0)
-            setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
+            if leaving == .resetInsideAPacket {
+                // An indicator, then the reset. The host reads the byte and acknowledges
+                // it; its next read (its own right after the ACK, or the channel's), or
+                // the loop's wait, meets the reset.
+                guard write(fd, [UInt8(0x04)], 1) == 1 else { return }
+            } else {
+                let bytes = [[UInt8]](repeating: commandComplete, count: burst).flatMap { $0 }
+                guard write(fd, bytes, bytes.count) == bytes.count, go.wait(timeout: .now() + 5) == .success else { return }
+            }
+            if leaving != .closedBetweenPackets {
+                var reset = linger(l_onoff: 1, l_linger: 0)
+                setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
+            }
         }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
-        // The transport ends with the reset, never with a packet, a clean end or a hang.
-        // When the reset arrives before the loop first reads, NIO takes the socket down in
-        // its own reset path, which a handler sees as the peer's close: so either.
+        let inbound = transport.inbound  // the transport reads from here on
+        if leaving == .resetWhileTheHostIsNotReading {
+            // Nobody takes packets until the transport has stopped reading (at most 5 s):
+            // the reset then reaches a socket nobody reads. What was read before comes
+            // whole, then the reset, when reading resumes.
+            await withCheckedContinuation { c in
+                Thread.detachNewThread {
+                    let giveUp = ContinuousClock.now + .seconds(5)
+                    while !transport.pulled.isPaused, ContinuousClock.now < giveUp { usleep(1_000) }
+                    go.signal()
+                    c.resume()
+                }
+            }
+            #expect(transport.pulled.isPaused)
+        }
+        // The transport ends as the peer went, after whole packets only: never with a
+        // packet made of less, the wrong end or a hang.
+        var packets: [HCIPacket] = []
         do {
-            for try await p in transport.inbound { Issue.record("a packet from one byte: \(p)") }
-            Issue.record("ended without an error")
+            for try await p in inbound {
+                packets.append(p)
+                if packets.count == burst { go.signal() }
+            }
+            Issue.record("\(leaving): ended without an error")
         } catch let TransportError.io(_, code, _) {
-            #expect(code == ECONNRESET)
+            #expect(leaving != .closedBetweenPackets && code == ECONNRESET, "\(leaving): errno \(code)")
         } catch {
-            #expect(error as? TransportError == .endOfStream)
+            #expect(leaving == .closedBetweenPackets && error as? TransportError == .endOfStream, "\(leaving): \(error)")
+        }
+        let event = try HCIPacket(h4: commandComplete)
+        switch leaving {
+        case .resetInsideAPacket: #expect(packets.isEmpty)
+        case .resetBetweenPackets, .closedBetweenPackets: #expect(packets == [event], "\(leaving)")
+        case .resetWhileTheHostIsNotReading:
+            // What the host had read before it stopped; the rest went with the reset.
+            #expect(packets.count >= PulledPackets.highWater && packets.count <= burst && packets.allSatisfy { $0 == event })
         }
         _ = peer.all()
         await transport.close()
