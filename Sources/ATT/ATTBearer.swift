@@ -30,21 +30,23 @@ public actor ATTBearer: LoopIsolated {
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     private let logger: Logger
     private let timeout: Duration
-    private var state: ATTBearerState
-    private var waiters: [UInt64: CheckedContinuation<ATTPDU?, any Error>] = [:]
-    private var timers: [UInt64: LoopTimer] = [:]
+    // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
+    // out while under way (docs/architecture.md, "Decisions worth knowing").
+    @exclusivity(unchecked) private var state: ATTBearerState
+    @exclusivity(unchecked) private var waiters: [UInt64: CheckedContinuation<ATTPDU?, any Error>] = [:]
+    @exclusivity(unchecked) private var timers: [UInt64: LoopTimer] = [:]
     private var incomingContinuation: BufferedStream<Incoming>.Continuation?
     private var opened = false
     /// PDUs handed to the channel and not yet to the link, and their octets.
-    private var unsent = 0
-    private var unsentOctets = 0
+    @exclusivity(unchecked) private var unsent = 0
+    @exclusivity(unchecked) private var unsentOctets = 0
     /// The octets of each of those PDUs, oldest first: a channel reports them handed
     /// over in the order they were written, through one callback made once
     /// (`writtenCallback`), not a closure per PDU.
-    private var unsentSizes = Deque<Int>()
+    @exclusivity(unchecked) private var unsentSizes = Deque<Int>()
     private var writtenCallback: (@Sendable (Bool) -> Void)?
-    private var drainWaiters: [CheckedContinuation<Void, Never>] = []
-    private var writableWaiters: [CheckedContinuation<Void, Never>] = []
+    @exclusivity(unchecked) private var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    @exclusivity(unchecked) private var writableWaiters: [CheckedContinuation<Void, Never>] = []
     /// Writability, as a NIO channel has it: the bearer stops being writable when the
     /// PDUs it has handed to the channel and the link has not taken yet pass
     /// `highWaterMark` octets, and is writable again once they are back under
@@ -56,10 +58,10 @@ public actor ATTBearer: LoopIsolated {
     private var handler: (@Sendable (Incoming) -> Void)?
     private var closedHandler: (@Sendable () -> Void)?
     /// Transactions started without a waiter (`startIndication`) and their outcomes until awaited.
-    private var detached: Set<UInt64> = []
+    @exclusivity(unchecked) private var detached: Set<UInt64> = []
     /// Transactions started by `startRequest`: who takes each outcome, on the loop.
-    private var answerHandlers: [UInt64: @Sendable (Result<ATTPDU, any Error>) -> Void] = [:]
-    private var outcomes: [UInt64: Result<ATTPDU?, any Error>] = [:]
+    @exclusivity(unchecked) private var answerHandlers: [UInt64: @Sendable (Result<ATTPDU, any Error>) -> Void] = [:]
+    @exclusivity(unchecked) private var outcomes: [UInt64: Result<ATTPDU?, any Error>] = [:]
     /// Incoming requests, commands, notifications and indications, in arrival order,
     /// when no handler is set (`setHandler`, which GATT clients and servers on the same
     /// loop use). Buffer: the newest 1024, drops counted. Ends when the bearer closes.

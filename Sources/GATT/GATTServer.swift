@@ -30,8 +30,10 @@ public actor GATTServer: LoopIsolated {
     /// The loop's actors' executor (held here: `unownedExecutor` does not keep it).
     public nonisolated let loopExecutor: LoopExecutor
     public nonisolated let unownedExecutor: UnownedSerialExecutor
-    private var state: GATTServerState
-    private var bearers = BearerTable()
+    // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
+    // out while under way (docs/architecture.md, "Decisions worth knowing").
+    @exclusivity(unchecked) private var state: GATTServerState
+    @exclusivity(unchecked) private var bearers = BearerTable()
     /// Each connection's enhanced bearers (EATT), beside its unenhanced one.
     private var enhanced: [UInt16: [ATTBearer]] = [:]
     private var security: [UInt16: LinkSecurity] = [:]

@@ -76,12 +76,14 @@ public actor HCIController: LoopIsolated {
     public let commandTimeout: Duration
     private let logger: Logger
 
-    private var flow = CommandFlow()
-    private var waiters: [UInt64: CheckedContinuation<CommandFlow.Outcome, any Error>] = [:]
-    private var acl = ACLFlow(total: 0)
-    private var aclWaiters = Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>()
+    // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
+    // out while under way (docs/architecture.md, "Decisions worth knowing").
+    @exclusivity(unchecked) private var flow = CommandFlow()
+    @exclusivity(unchecked) private var waiters: [UInt64: CheckedContinuation<CommandFlow.Outcome, any Error>] = [:]
+    @exclusivity(unchecked) private var acl = ACLFlow(total: 0)
+    @exclusivity(unchecked) private var aclWaiters = Deque<(id: UInt64, handle: UInt16, continuation: CheckedContinuation<Void, any Error>)>()
     /// Those waiting for a connection's ACL packets to be completed (`packetsCompleted`).
-    private var completionWaiters: [UInt64: (handle: UInt16, continuation: CheckedContinuation<Void, Never>)] = [:]
+    @exclusivity(unchecked) private var completionWaiters: [UInt64: (handle: UInt16, continuation: CheckedContinuation<Void, Never>)] = [:]
     private var nextACLWaiter: UInt64 = 1
     private var eventSubscribers: [UInt64: BufferedStream<HCIEvent>.Continuation] = [:]
     /// The subscribers that also get Command Complete and Command Status.
@@ -89,9 +91,9 @@ public actor HCIController: LoopIsolated {
     private var sink: HCIInboundSink?
     private var creditListener: (@Sendable () -> Void)?
     private var nextSubscriber: UInt64 = 1
-    private var timers: [UInt64: LoopTimer] = [:]
-    private var outbox = Deque<HCIPacket>()
-    private var pumping = false
+    @exclusivity(unchecked) private var timers: [UInt64: LoopTimer] = [:]
+    @exclusivity(unchecked) private var outbox = Deque<HCIPacket>()
+    @exclusivity(unchecked) private var pumping = false
     private var reading = false
     /// Why the transport ended, once it has.
     public private(set) var closedReason: String?

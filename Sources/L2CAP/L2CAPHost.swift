@@ -55,8 +55,10 @@ public actor L2CAPHost: LoopIsolated {
     public nonisolated let loop: any EventLoop
     public nonisolated let unownedExecutor: UnownedSerialExecutor
     public nonisolated let logger: Logger
-    private var reassembler: Reassembler
-    var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
+    // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
+    // out while under way (docs/architecture.md, "Decisions worth knowing").
+    @exclusivity(unchecked) private var reassembler: Reassembler
+    @exclusivity(unchecked) var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
     /// SPSMs we accept credit-based channels on (every link's `CreditBasedChannels`
     /// gets them), and the channels' runtime state (L2CAPHost+Channels.swift).
     var listening: [UInt16: CreditBasedChannels.Listener] = [:]
@@ -68,7 +70,7 @@ public actor L2CAPHost: LoopIsolated {
     private var receivers: [Key: @Sendable (ChannelInput) -> Void] = [:]
     /// Frames for ATT or SMP that arrive before anyone subscribed to that connection's
     /// channel (a central sends Exchange MTU at once); handed over on subscription.
-    private var early: [Key: [[UInt8]]] = [:]
+    @exclusivity(unchecked) private var early: [Key: [[UInt8]]] = [:]
     private let earlyLimit = 32
     private var connectionContinuations: [UInt64: BufferedStream<Connection>.Continuation] = [:]
     /// A connection's life as this host sees it, in order: a connection is known to
@@ -90,12 +92,12 @@ public actor L2CAPHost: LoopIsolated {
     }
     /// Fragments waiting for a controller buffer, per connection, and the connections
     /// with fragments in round-robin order.
-    private var queues: [UInt16: Deque<Outgoing>] = [:]
-    private var order = Deque<UInt16>()
+    @exclusivity(unchecked) private var queues: [UInt16: Deque<Outgoing>] = [:]
+    @exclusivity(unchecked) private var order = Deque<UInt16>()
     /// Octets of ACL data in each connection's queue, and the connections whose queue
     /// passed `outboundLimit` (their Disconnect is on its way; they take nothing more).
-    private var queuedOctets: [UInt16: Int] = [:]
-    private var overflowed: Set<UInt16> = []
+    @exclusivity(unchecked) private var queuedOctets: [UInt16: Int] = [:]
+    @exclusivity(unchecked) private var overflowed: Set<UInt16> = []
     /// The most ACL data one connection may have waiting for controller buffers, in
     /// octets. Past it the link is disconnected with Remote Device Terminated
     /// Connection due to Low Resources (0x14) and what it had queued fails: the stack
@@ -105,7 +107,7 @@ public actor L2CAPHost: LoopIsolated {
     public private(set) var linksEndedForLowResources = 0
     /// Counts `drop(handle:)`s: a write that fails synchronously ends the transport
     /// inside `pump()`, and the queues it was walking are gone.
-    private var drops: UInt64 = 0
+    @exclusivity(unchecked) private var drops: UInt64 = 0
     private var started = false
     /// Frames discarded because no channel listens on their CID (or a connection's ATT
     /// frames beyond `earlyLimit` before its bearer subscribed).

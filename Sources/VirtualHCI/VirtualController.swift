@@ -46,7 +46,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
     public private(set) var pendingConnection: BluetoothAddress?
     /// The own address type of the pending LE Create Connection.
     private var initiatingAddressType: AddressType = .public
-    private var connections: [UInt16: BluetoothAddress] = [:]
+    // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
+    // out while under way (docs/architecture.md, "Decisions worth knowing").
+    @exclusivity(unchecked) private var connections: [UInt16: BluetoothAddress] = [:]
 
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
@@ -82,8 +84,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     // MARK: HCITransport
 
-    private var queue: [HCIPacket] = []
-    private var processing = false
+    @exclusivity(unchecked) private var queue: [HCIPacket] = []
+    @exclusivity(unchecked) private var processing = false
 
     /// Accepts a host packet; packets are handled strictly in the order sent, each to
     /// completion (the actor is reentrant while it waits on the radio).

@@ -29,7 +29,9 @@ public actor VirtualRadio: LoopIsolated {
     public var pathLossExponent = 2.0
     private var controllers: [VirtualController] = []
     private var nextHandle: UInt16 = 0x0040
-    private var links: [Link] = []
+    // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
+    // out while under way (docs/architecture.md, "Decisions worth knowing").
+    @exclusivity(unchecked) private var links: [Link] = []
     /// Distances in metres between controller pairs (default 1 m).
     private var distances: [Pair: Double] = [:]
 
