@@ -356,9 +356,11 @@ func perKiB(_ figure: (wall: Double, cpu: Double), bytes: Int) -> String {
 say("== 1. notifications end to end over the virtual radio")
 if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil {
     // BENCH_NOTIFY_SCALE=k multiplies the counts (for a profile long enough to read).
+    // A third of a second or more each: 20,000 and 50,000 took 30-90 ms, a window in
+    // which the cold start (first touches, caches) weighs.
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
-    try await virtualRadioNotifications(mtu: 23, payload: 20, n: 20_000 * scale)
-    try await virtualRadioNotifications(mtu: 247, payload: 244, n: 50_000 * scale)
+    try await virtualRadioNotifications(mtu: 23, payload: 20, n: 200_000 * scale)
+    try await virtualRadioNotifications(mtu: 247, payload: 244, n: 500_000 * scale)
 }
 
 say("== 1b. an L2CAP credit-based channel over the virtual radio (sender on the loop, receiver a task)")
