@@ -10,8 +10,9 @@ swift build --build-tests
 BLE_REQUIRE_INTEROP=1 timeout 1800 swift test --skip-build
 # The seeded hostile-peer, lying-controller, hostile-peripheral (and spoiled-pairing)
 # and link-churn tests on more seeds than the suite's four (the same seeds every run;
-# docs/testing.md).
-BLE_HOSTILE_SEEDS="${HOSTILE_SEEDS:-5-64}" timeout 600 swift test --skip-build --filter 'HostilePeerTests|HostileControllerTests|HostilePeripheralTests|LinkChurnTests'
+# docs/testing.md). Only the seeded tests: the others ran above, and their time
+# bounds are not meant for two cores shared with 60 seeds' cases at once.
+BLE_HOSTILE_SEEDS="${HOSTILE_SEEDS:-5-64}" timeout 600 swift test --skip-build --filter 'HostilePeerTests/seeded|HostileControllerTests/seeded|HostilePeripheralTests/seeded|LinkChurnTests/linksEndingMidFlight'
 # The example daemon package, built and tested as a separate package depending on this one
 # (its test replays a session recorded on Rootcanal).
 (cd Examples/BatteryDaemon && swift build --build-tests && swift test --skip-build)

@@ -312,6 +312,41 @@ let identityR = IdentityKey(irk: Array(17...32), address: BluetoothAddress("00:1
         #expect(run.encryptedWith == nil)
     }
 
+    /// A Pairing Response may only narrow the keys the Pairing Request asked for
+    /// (§3.5.2): one that offers the responder's signing key, not asked for, is refused.
+    @Test func aResponseOfferingKeysNotAskedForIsRefused() {
+        var run = PairingRun(PairingConfiguration(identity: identityI), PairingConfiguration(identity: identityR))
+        run.run(tamper: { fromInitiator, pdu in
+            guard !fromInitiator, case .pairingResponse = pdu else { return nil }
+            var b = pdu.bytes
+            b[6] |= 0x04  // Responder Key Distribution: SignKey
+            return b
+        })
+        #expect(run.error(true) == .local(.invalidParameters))
+        #expect(run.encryptedWith == nil)
+    }
+
+    /// Keys promised and never sent: a Pairing Response whose Responder Key
+    /// Distribution was altered on the way to ask for the identity a responder without
+    /// one will not send. Nothing in the pairing's cryptography covers that field in LE
+    /// Secure Connections (f6 takes AuthReq, OOB and IO capability only), so the link
+    /// is encrypted and the responder completes. The initiator can no more tell this
+    /// from a slow peer than BlueZ or Bumble can; it waits, and only the SMP timer ends
+    /// the pairing (§3.4).
+    @Test func keysPromisedAndNeverSentEndOnlyWithTheTimer() {
+        var run = PairingRun(PairingConfiguration(), PairingConfiguration())
+        run.run(tamper: { fromInitiator, pdu in
+            guard !fromInitiator, case .pairingResponse = pdu else { return nil }
+            var b = pdu.bytes
+            b[6] |= 0x02  // Responder Key Distribution: IdKey, which the request asked for
+            return b
+        })
+        #expect(run.encryptedWith != nil)
+        #expect(run.result(false) != nil)
+        #expect(run.outcomes[true] == nil)
+        #expect(run.initiator.timedOut() == [.failed(.timeout)])
+    }
+
     @Test func aReflectedPublicKeyIsRefused() {
         var run = PairingRun(PairingConfiguration(), PairingConfiguration())
         var initiatorKey: SMPPDU?
