@@ -217,7 +217,6 @@ extension BluetoothHost {
             return .disconnected(.unknownConnectionIdentifier)
         }
         let token = links.newWaiterToken()
-        links.endWaitsBegun += 1
         let timer = LoopTimer(after: limit, on: loop) { [weak self] in
             self?.onLoop { $0.stopWaiting(id, token) }
         }

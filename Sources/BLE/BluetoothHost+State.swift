@@ -23,9 +23,9 @@ extension BluetoothHost {
         /// Who waits for a link's end, by link id and waiter token.
         var endWaiters: [UInt64: [UInt64: CheckedContinuation<LinkEnd?, Never>]] = [:]
         var nextWaiter: UInt64 = 1
-        /// How many waits for a live link's end have begun (`end(of:within:)`); tests
-        /// check that a peer's broken answer starts none.
-        var endWaitsBegun = 0
+        /// How many waits for a live link's end have begun (each takes a token in
+        /// `end(of:within:)`); tests check that a peer's broken answer starts none.
+        var endWaitsBegun: UInt64 { nextWaiter - 1 }
         var nextLinkID: UInt64 = 1
         var remotes: [UInt64: RemotePeripheral] = [:]
         /// The GATT client of each link (it also reads the bearer for the server).
