@@ -8,6 +8,8 @@
 import BenchmarkSupport
 import Foundation
 import HCI
+import NIOCore
+import NIOPosix
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -233,4 +235,36 @@ func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, burst
     }
     guard bytes >= 200 * 200 else { return (r, w, nil) }
     return (r, w, ((seconds(ContinuousClock.now - t0), threadCPU() - c0), bytes))
+}
+
+/// The floor under every figure with an idle wait in it: CPU per wake-up of a thread
+/// that only sleeps `gap` in poll(2) and has nothing to do when it wakes. A packet that
+/// finds the host asleep costs at least this; a read over Rootcanal has two such
+/// packets (Number Of Completed Packets, then the response), and so does a write.
+/// On a VM whose idle vCPUs halt, most of it is the vCPU's wake-up.
+func idleWakeUpFloor(n: Int, gap: Duration) -> Double {
+    let milliseconds = Int32(clamping: gap.components.seconds * 1000 + gap.components.attoseconds / 1_000_000_000_000_000)
+    let c0 = cpu()
+    for _ in 0..<n { _ = poll(nil, 0, milliseconds) }
+    return (cpu() - c0) / Double(max(n, 1))
+}
+
+/// The same wake-up through an idle NIO event loop of its own: a task scheduled `gap`
+/// ahead, `n` times in a chain, nothing else on the loop. Over the floor above, this
+/// is what one turn of NIO's loop (timer heap, timerfd, epoll_wait, the task) adds when
+/// it runs cold, before any channel, pipeline or protocol code.
+func idleLoopWakeUpFloor(n: Int, gap: Duration) async throws -> Double {
+    let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    let loop = group.next(), done = loop.makePromise(of: Void.self)
+    let nanoseconds = gap.components.seconds * 1_000_000_000 + gap.components.attoseconds / 1_000_000_000
+    @Sendable func wait(_ i: Int) {
+        guard i < n else { done.succeed(); return }
+        loop.scheduleTask(in: .nanoseconds(nanoseconds)) { wait(i + 1) }
+    }
+    let c0 = cpu()
+    loop.execute { wait(0) }
+    try await done.futureResult.get()
+    let used = cpu() - c0
+    try await group.shutdownGracefully()
+    return used / Double(max(n, 1))
 }

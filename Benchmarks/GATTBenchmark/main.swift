@@ -1,5 +1,8 @@
 // GATT benchmarks (a program that prints figures; docs/benchmarks.md):
 //  1. notifications per second end to end over the virtual radio (MTU 23 and 247);
+//     1b. an L2CAP credit-based channel over the virtual radio; 1c. reads over the
+//     virtual radio, back to back and 45 ms apart (what a read costs the stack warm
+//     and cold, with no transport's system calls);
 //  2. over Rootcanal against one Bumble GATT server, ours and Bumble's own client in
 //     the same run: ATT requests and time to discover everything, then host CPU per
 //     read, per write and per KiB notified;
@@ -139,6 +142,48 @@ func virtualRadioChannel(total: Int, sdu: Int) async throws {
     await ha.close(); await hb.close()
 }
 
+/// Reads over the virtual radio (no system calls: the controllers are in this process),
+/// the caller on the client's loop: `n` back to back (warm), then `n` each after the
+/// loop sat idle for `gap` (Rootcanal's connection event), then `n` such idle gaps
+/// with no read, whose cost is taken off the second figure. What stays is what a read
+/// costs our stack, both hosts' sides, when it runs cold after the loop slept; the rest
+/// of a read over Rootcanal is the transport's system calls (part 2's poll floor).
+func virtualRadioReads(n: Int, gapMilliseconds: Int64) async throws {
+    let gap = Duration.milliseconds(gapMilliseconds)
+    let (radio, a, ha, hb, la, lb) = try await twoHosts()
+    defer { withExtendedLifetime(radio) {} }
+    var db = AttributeDatabase()
+    let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+        GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write], value: Array("benchmark!".utf8))]))
+    let server = GATTServer(database: db, loop: ha.loop, logger: logger)
+    let incoming = await la.newConnections()
+    try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
+    let link = try await TestCentral.connect(to: a, type: .public, host: lb, within: .seconds(5))
+    var it = incoming.makeAsyncIterator()
+    guard let pc = await it.next() else { return }
+    await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: la, handle: pc.handle), localRxMTU: 23, logger: logger), connection: pc.handle)
+    let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: lb, handle: link.handle), localRxMTU: 23, logger: logger))
+    await client.start()
+    try await client.exchangeMTU()
+    let app = OnLoop(hb.loop), handle = svc.characteristicValues[0]
+    try await withTaskExecutorPreference(hb.taskExecutor) {
+        try await app.reads(n: n, client: client, handle: handle)  // first touches
+        var c0 = cpu()
+        try await app.reads(n: n, client: client, handle: handle)
+        let warm = (cpu() - c0) / Double(n)
+        c0 = cpu()
+        try await app.reads(n: n, client: client, handle: handle, apart: gap)
+        let apart = (cpu() - c0) / Double(n)
+        c0 = cpu()
+        try await app.idle(n: n, gap: gap)
+        let idle = (cpu() - c0) / Double(n)
+        say(label("virtual radio: read, back to back") + String(format: "%7.1f µs cpu/read", warm * 1e6))
+        say(label("virtual radio: read, \(gapMilliseconds) ms apart") + String(format: "%7.1f µs cpu/read   (%.1f µs with the idle gap, %.1f µs the gap alone)",
+              (apart - idle) * 1e6, apart * 1e6, idle * 1e6))
+    }
+    await ha.close(); await hb.close()
+}
+
 /// Application code isolated to a GATT server (an `isolated` parameter): its notify
 /// calls are calls on the same actor.
 func sendIsolated(n: Int, server: isolated GATTServer, handle: UInt16, value: [UInt8]) async {
@@ -162,6 +207,22 @@ actor OnLoop {
 
     func writes(n: Int, client: GATTClient, handle: UInt16, value: [UInt8]) async throws {
         for _ in 0..<n { try await client.write(handle, value: value) }
+    }
+
+    /// Reads, each after the loop sat idle for `gap` (a timer on the loop, as a packet
+    /// from the transport would wake it).
+    func reads(n: Int, client: GATTClient, handle: UInt16, apart gap: Duration) async throws {
+        for _ in 0..<n {
+            try await idle(n: 1, gap: gap)
+            _ = try await client.read(handle)
+        }
+    }
+
+    /// The loop idle for `gap`, `n` times, with nothing else to do.
+    func idle(n: Int, gap: Duration) async throws {
+        for _ in 0..<n {
+            try await loop.scheduleTask(in: .nanoseconds(Int64(gap.components.seconds) * 1_000_000_000 + gap.components.attoseconds / 1_000_000_000)) {}.futureResult.get()
+        }
     }
 }
 
@@ -353,8 +414,10 @@ func perKiB(_ figure: (wall: Double, cpu: Double), bytes: Int) -> String {
     return String(format: "%7.1f µs cpu/KiB    %6.1f KiB/s (%.0f KiB)", figure.cpu / max(kib, 1) * 1e6, kib / max(figure.wall, 1e-9), kib)
 }
 
+// BENCH_ONLY_READS=1: part 1c alone (for a profile of it).
+let onlyReads = ProcessInfo.processInfo.environment["BENCH_ONLY_READS"] != nil
 say("== 1. notifications end to end over the virtual radio")
-if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil {
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
     // BENCH_NOTIFY_SCALE=k multiplies the counts (for a profile long enough to read).
     // A third of a second or more each: 20,000 and 50,000 took 30-90 ms, a window in
     // which the cold start (first touches, caches) weighs.
@@ -364,12 +427,17 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil {
 }
 
 say("== 1b. an L2CAP credit-based channel over the virtual radio (sender on the loop, receiver a task)")
-if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"] == nil {
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"] == nil, !onlyReads {
     try await virtualRadioChannel(total: 64 * 1_048_576, sdu: 4096)
     try await virtualRadioChannel(total: 64 * 1_048_576, sdu: 65535 - 65535 % 244)
 }
 
-if ProcessInfo.processInfo.environment["BENCH_ONLY_VIRTUAL"] != nil { exit(0) }
+say("== 1c. reads over the virtual radio, the caller on the loop: warm, and cold after the loop idled as between connection events")
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"] == nil {
+    try await virtualRadioReads(n: count, gapMilliseconds: 45)
+}
+
+if ProcessInfo.processInfo.environment["BENCH_ONLY_VIRTUAL"] != nil || onlyReads { exit(0) }
 let onlyChannel = ProcessInfo.processInfo.environment["BENCH_ONLY_CHANNEL"] != nil
 let python = root + "/.venv/bin/python"
 if !onlyChannel {
@@ -398,6 +466,10 @@ if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.def
         }
         try await Task.sleep(for: .milliseconds(500))
     }
+    let wake = idleWakeUpFloor(n: count, gap: .milliseconds(45))
+    say(label("floor : a wake-up from idle (poll(2), 45 ms)") + String(format: "%7.1f µs cpu/wake-up  (a read or a write has two)", wake * 1e6))
+    let loopWake = try await idleLoopWakeUpFloor(n: count, gap: .milliseconds(45))
+    say(label("floor : the same through a NIO event loop") + String(format: "%7.1f µs cpu/wake-up", loopWake * 1e6))
     if let b = try bumble(python: python, port: rc.hciPort, n: count) { report("bumble", b, n: count) } else { print("bumble client produced no figures") }
     RootcanalProcess.kill(server)
     rc.stop()
