@@ -256,10 +256,9 @@ func idleWakeUpFloor(n: Int, gap: Duration) -> Double {
 func idleLoopWakeUpFloor(n: Int, gap: Duration) async throws -> Double {
     let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
     let loop = group.next(), done = loop.makePromise(of: Void.self)
-    let nanoseconds = gap.components.seconds * 1_000_000_000 + gap.components.attoseconds / 1_000_000_000
     @Sendable func wait(_ i: Int) {
         guard i < n else { done.succeed(); return }
-        loop.scheduleTask(in: .nanoseconds(nanoseconds)) { wait(i + 1) }
+        loop.scheduleTask(in: TimeAmount(gap)) { wait(i + 1) }
     }
     let c0 = cpu()
     loop.execute { wait(0) }

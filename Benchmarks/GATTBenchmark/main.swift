@@ -58,23 +58,33 @@ func twoHosts() async throws -> (radio: VirtualRadio, a: BluetoothAddress, ha: H
     return (radio, a, ha, hb, la, lb)
 }
 
-func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
+/// Two hosts on one virtual radio, connected: a GATT server on the first with one
+/// service (0xFFF0) holding `characteristic`, a started client on the second with the
+/// MTU exchanged. Keep `radio` alive while they talk.
+func gattPair(_ characteristic: GATTCharacteristic, mtu: UInt16) async throws
+    -> (radio: VirtualRadio, ha: HCIController, hb: HCIController, server: GATTServer, service: ServiceHandles, client: GATTClient)? {
     let (radio, a, ha, hb, la, lb) = try await twoHosts()
-    defer { withExtendedLifetime(radio) {} }
     var db = AttributeDatabase()
-    let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify])]))
+    let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [characteristic]))
     let server = GATTServer(database: db, loop: ha.loop, logger: logger)
     let incoming = await la.newConnections()
     try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
     let link = try await TestCentral.connect(to: a, type: .public, host: lb, within: .seconds(5))
     var it = incoming.makeAsyncIterator()
-    guard let pc = await it.next() else { return }
+    guard let pc = await it.next() else { return nil }
     // Larger ATT MTU comes with larger air PDUs, as a central asks for them (LE Data Length Extension).
     if mtu > 23 { try await hb.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120)) }
     await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: la, handle: pc.handle), localRxMTU: mtu, logger: logger), connection: pc.handle)
     let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: lb, handle: link.handle), localRxMTU: mtu, logger: logger))
     await client.start()
     try await client.exchangeMTU()
+    return (radio, ha, hb, server, svc, client)
+}
+
+func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
+    guard let (radio, ha, hb, server, svc, client) = try await gattPair(GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify]), mtu: mtu)
+    else { return }
+    defer { withExtendedLifetime(radio) {} }
     let c = DiscoveredCharacteristic(uuid: BluetoothUUID(0xFFF5), declarationHandle: svc.characteristicValues[0] - 1, valueHandle: svc.characteristicValues[0], properties: [.notify], end: svc.end)
     // The receiving application takes each value as it arrives, on the loop
     // (`GATTClient.subscribe(deliver:ended:)`); the sending one runs on the loop too
@@ -150,21 +160,10 @@ func virtualRadioChannel(total: Int, sdu: Int) async throws {
 /// of a read over Rootcanal is the transport's system calls (part 2's poll floor).
 func virtualRadioReads(n: Int, gapMilliseconds: Int64) async throws {
     let gap = Duration.milliseconds(gapMilliseconds)
-    let (radio, a, ha, hb, la, lb) = try await twoHosts()
-    defer { withExtendedLifetime(radio) {} }
-    var db = AttributeDatabase()
-    let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
-        GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write], value: Array("benchmark!".utf8))]))
-    let server = GATTServer(database: db, loop: ha.loop, logger: logger)
-    let incoming = await la.newConnections()
-    try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
-    let link = try await TestCentral.connect(to: a, type: .public, host: lb, within: .seconds(5))
-    var it = incoming.makeAsyncIterator()
-    guard let pc = await it.next() else { return }
-    await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: la, handle: pc.handle), localRxMTU: 23, logger: logger), connection: pc.handle)
-    let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: lb, handle: link.handle), localRxMTU: 23, logger: logger))
-    await client.start()
-    try await client.exchangeMTU()
+    guard let (radio, ha, hb, server, svc, client) = try await gattPair(
+        GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write], value: Array("benchmark!".utf8)), mtu: 23)
+    else { return }
+    defer { withExtendedLifetime((radio, server)) {} }
     let app = OnLoop(hb.loop), handle = svc.characteristicValues[0]
     try await withTaskExecutorPreference(hb.taskExecutor) {
         try await app.reads(n: n, client: client, handle: handle)  // first touches
@@ -221,7 +220,7 @@ actor OnLoop {
     /// The loop idle for `gap`, `n` times, with nothing else to do.
     func idle(n: Int, gap: Duration) async throws {
         for _ in 0..<n {
-            try await loop.scheduleTask(in: .nanoseconds(Int64(gap.components.seconds) * 1_000_000_000 + gap.components.attoseconds / 1_000_000_000)) {}.futureResult.get()
+            try await loop.scheduleTask(in: TimeAmount(gap)) {}.futureResult.get()
         }
     }
 }
