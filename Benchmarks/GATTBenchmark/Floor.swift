@@ -243,7 +243,7 @@ func floorRequests(port: UInt16, target: BluetoothAddress, handle: UInt16, burst
 /// packets (Number Of Completed Packets, then the response), and so does a write.
 /// On a VM whose idle vCPUs halt, most of it is the vCPU's wake-up.
 func idleWakeUpFloor(n: Int, gap: Duration) -> Double {
-    let milliseconds = Int32(clamping: gap.components.seconds * 1000 + gap.components.attoseconds / 1_000_000_000_000_000)
+    let milliseconds = Int32(gap / .milliseconds(1))
     let c0 = cpu()
     for _ in 0..<n { _ = poll(nil, 0, milliseconds) }
     return (cpu() - c0) / Double(max(n, 1))

@@ -157,7 +157,7 @@ func virtualRadioChannel(total: Int, sdu: Int) async throws {
 /// loop sat idle for `gap` (Rootcanal's connection event), then `n` such idle gaps
 /// with no read, whose cost is taken off the second figure. What stays is what a read
 /// costs our stack, both hosts' sides, when it runs cold after the loop slept; the rest
-/// of a read over Rootcanal is the transport's system calls (part 2's poll floor).
+/// of a read over Rootcanal is the transport's wake-ups and system calls (part 2's floors).
 func virtualRadioReads(n: Int, gapMilliseconds: Int64) async throws {
     let gap = Duration.milliseconds(gapMilliseconds)
     guard let (radio, ha, hb, server, svc, client) = try await gattPair(
