@@ -229,6 +229,22 @@ public final class ChannelTransport: HCITransport {
 
     fileprivate var acknowledges: Bool { quickAckSocket != nil }
 
+    /// Whether this TCP connection was reset by the peer (see `connectionWasReset(fd:)`);
+    /// false for other descriptors.
+    fileprivate var wasReset: Bool { quickAckSocket.map(Self.connectionWasReset(fd:)) ?? false }
+
+    /// Whether the TCP connection on `fd` was reset by the peer rather than closed. After
+    /// the peer's FIN the socket waits in CLOSE_WAIT for our own close; a reset takes it
+    /// to CLOSE at once. The end of input alone does not tell them apart: when epoll
+    /// reports a reset's EPOLLERR before its EPOLLHUP, NIO reads SO_ERROR (which clears
+    /// it) and then its read meets a plain end of file.
+    static func connectionWasReset(fd: Int32) -> Bool {
+        var info = tcp_info()
+        var length = socklen_t(MemoryLayout<tcp_info>.size)
+        guard getsockopt(fd, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 else { return false }
+        return Int(info.tcpi_state) == TCP_CLOSE
+    }
+
     /// Writes `packet` once the channel is writable: while what the channel holds unwritten
     /// (the socket being full) is over NIO's high-water mark (64 KiB), the caller waits
     /// until it drains under the low one, or until its task is cancelled
@@ -672,9 +688,10 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let e = event as? ChannelEvent, e == .inputClosed {
             // Nothing more comes: the transport ends as the peer closed it (a controller
-            // gets no half-open link), after every packet read before it.
+            // gets no half-open link), after every packet read before it; or as it reset
+            // it, when the reset came as an end of input (`connectionWasReset(fd:)`).
             inputEnded = true
-            transport?.end(.endOfStream)
+            if transport?.wasReset == true { endAsReset() } else { transport?.end(.endOfStream) }
             context.close(promise: nil)
             return
         }
@@ -690,6 +707,11 @@ private final class H4ChannelHandler: ChannelDuplexHandler, NIOScheduledCallback
         // Not the peer's end of input, not our close (`end` keeps a close of ours a
         // close) and not an error a read saw (the transport has ended already): NIO's
         // reset path closed the socket. SO_ERROR said ECONNRESET there.
+        endAsReset()
+    }
+
+    /// The peer reset the connection: the transport ends with ECONNRESET.
+    private func endAsReset() {
         transport?.end(.io(operation: transport?.label ?? "transport", errno: ECONNRESET,
                            reason: "the connection was reset: the peer went away without closing it"))
     }

@@ -570,6 +570,41 @@ struct TwoSegmentPeerTests {
         try await group.shutdownGracefully()
     }
 
+    /// A reset and a close leave our socket in different TCP states (CLOSE, CLOSE_WAIT).
+    /// That is how the transport tells a reset that reached it as an end of input (NIO
+    /// read SO_ERROR first; see `ChannelTransport.connectionWasReset(fd:)`) from a close.
+    @Test(arguments: [true, false])
+    func aResetIsToldFromACloseByTheSocketsState(reset: Bool) throws {
+        let (listener, port) = try #require(Self.listening())
+        defer { close(listener) }
+        let ours = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(ours) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(ours, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        try #require(connected == 0)
+        let peer = accept(listener, nil, nil)
+        try #require(peer >= 0)
+        #expect(!ChannelTransport.connectionWasReset(fd: ours))
+        if reset {
+            var linger = linger(l_onoff: 1, l_linger: 0)
+            setsockopt(peer, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<linger>.size))
+        }
+        close(peer)
+        // Until our socket has seen it: a reset hangs it up, a close makes its end of
+        // input readable (nothing else was sent).
+        let seen = Int16(reset ? POLLHUP : POLLIN)
+        var waiting = pollfd(fd: ours, events: Int16(POLLIN), revents: 0)
+        let giveUp = ContinuousClock.now + .seconds(5)
+        while waiting.revents & seen == 0, ContinuousClock.now < giveUp { _ = poll(&waiting, 1, 100) }
+        try #require(waiting.revents & seen != 0)
+        #expect(ChannelTransport.connectionWasReset(fd: ours) == reset)
+    }
+
     @Test func theBoundedACKsDecisions() {
         var ack = BoundedAck()
         var clock = NIODeadline.uptimeNanoseconds(1_000_000_000)
