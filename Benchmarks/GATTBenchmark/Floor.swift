@@ -6,6 +6,7 @@
 // with no event loop, no parsing beyond the headers and no allocation per request.
 
 import BenchmarkSupport
+import BLETesting
 import Foundation
 import HCI
 import NIOCore
@@ -36,22 +37,13 @@ struct RawH4 {
 
     init?(port: UInt16, polled: Bool = false) {
         self.polled = polled
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
+        guard let fd = connectToLoopback(port: port) else { return nil }
+        self.fd = fd
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
         // Every wait ends: a controller that stops answering ends the probe after 5 s.
         var limit = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let socket = fd
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard connected == 0 else { Glibc.close(fd); return nil }
         guard polled else { return }
         guard fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0 else { Glibc.close(fd); return nil }
     }

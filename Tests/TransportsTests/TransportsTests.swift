@@ -408,6 +408,12 @@ struct TwoSegmentPeerTests {
         }
     }
 
+    /// Makes close(2) of `fd` reset the connection (SO_LINGER 0) instead of closing it.
+    static func resetOnClose(_ fd: Int32) {
+        var reset = linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
+    }
+
     /// A TCP socket listening on 127.0.0.1, and its port; nil when none could be had.
     static func listening() -> (fd: Int32, port: UInt16)? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -526,10 +532,7 @@ struct TwoSegmentPeerTests {
                 // up with a plain close made the reset cases fail as an end of stream.
                 _ = go.wait(timeout: .now() + 30)
             }
-            if leaving != .closedBetweenPackets {
-                var reset = linger(l_onoff: 1, l_linger: 0)
-                setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, socklen_t(MemoryLayout<linger>.size))
-            }
+            if leaving != .closedBetweenPackets { Self.resetOnClose(fd) }
         }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let transport = try StreamTransports.tcp(host: "127.0.0.1", port: port, on: group.next(), logger: TransportsTests.logger)
@@ -582,23 +585,12 @@ struct TwoSegmentPeerTests {
     func aResetIsToldFromACloseByTheSocketsState(reset: Bool) throws {
         let (listener, port) = try #require(Self.listening())
         defer { close(listener) }
-        let ours = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let ours = try #require(connectToLoopback(port: port))
         defer { close(ours) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(ours, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        try #require(connected == 0)
         let peer = accept(listener, nil, nil)
         try #require(peer >= 0)
         #expect(!ChannelTransport.connectionWasReset(fd: ours))
-        if reset {
-            var linger = linger(l_onoff: 1, l_linger: 0)
-            setsockopt(peer, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<linger>.size))
-        }
+        if reset { Self.resetOnClose(peer) }
         close(peer)
         // Until our socket has seen it: a reset hangs it up, a close makes its end of
         // input readable (nothing else was sent).
