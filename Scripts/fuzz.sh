@@ -31,6 +31,13 @@ snoop="$snoop Sources/SMP/SMPPDU.swift"
 # The SMP pairing session needs the security toolbox: BLECrypto and swift-crypto come
 # from the debug build (`swift build`), linked uninstrumented; the SMP sources that do
 # no I/O join the module (their `import HCI` refers to it).
+# The GATT server's state needs the same toolbox (signed writes, the database hash); its
+# sources join the module with their `import ATT` dropped.
+gattserver=""
+for f in Sources/GATT/AttributeDatabase.swift Sources/GATT/GATTServerState.swift Sources/GATT/MandatoryServices.swift; do
+  sed '/^import ATT$/d' "$f" > "$out/src/$(basename "$f")"
+  gattserver="$gattserver $out/src/$(basename "$f")"
+done
 smp="Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift Sources/SMP/PairingConfiguration.swift Sources/SMP/OOB.swift"
 debug=$(swift build --show-bin-path 2>/dev/null || echo .build/debug)
 crypto_objects() {
@@ -49,17 +56,29 @@ for src in Fuzz/Fuzz*.swift; do
   [ -n "$only" ] && [ "$only" != "$name" ] && continue
   mkdir -p "$out/$name/corpus"
   extra=()
-  if [ "$name" = FuzzSMP ]; then
+  if [ "$name" = FuzzSMP ] || [ "$name" = FuzzGATTServer ]; then
     [ -f "$debug/Modules/BLECrypto.swiftmodule" ] || swift build --target BLECrypto >/dev/null
     mapfile -t objects < <(crypto_objects)
+    sources=$smp
+    [ "$name" = FuzzGATTServer ] && sources=$gattserver
     # shellcheck disable=SC2206
-    extra=($smp "${crypto_flags[@]}" "${objects[@]}" -lstdc++)
+    extra=($sources "${crypto_flags[@]}" "${objects[@]}" -lstdc++)
   fi
   # One module; the `import HCI` lines in Snoop sources refer to it and are ignored.
   swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name HCI -package-name swiftble -suppress-warnings \
     $hci $l2cap $gatt $snoop "${extra[@]}" "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
   cp Fixtures/*.btsnoop "$out/$name/corpus/" 2>/dev/null || true
+  if [ "$name" = FuzzGATTServer ]; then
+    # A first input: on a secure link, every handle prepared (2 octets) and executed,
+    # written and read; records are a control byte, a length and the PDU.
+    { printf '\x00'
+      for h in $(seq 1 40); do
+        hx=$(printf '\\x%02x' "$h")
+        printf "\x0e\x07\x16${hx}\x00\x00\x00\x01\x00\x0e\x02\x18\x01\x0e\x05\x12${hx}\x00\x01\x00\x0e\x03\x0a${hx}\x00"
+      done; } > "$out/$name/corpus/tour"
+  fi
   args=(-artifact_prefix="$out/$name/" -print_final_stats=0)
+  [ -f "Fuzz/$name.dict" ] && args+=(-dict="Fuzz/$name.dict")
   [ "$seconds" != 0 ] && args+=(-max_total_time="$seconds")
   echo "fuzz: $name for ${seconds}s"
   if ! "$out/$name/$name" "${args[@]}" "$out/$name/corpus" 2>"$out/$name/log.txt"; then

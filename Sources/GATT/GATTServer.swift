@@ -135,7 +135,7 @@ public actor GATTServer: LoopIsolated {
             }
             return true
         case let .writeRequest(h, v) where manual.contains(h):
-            if let code = state.writeDenied(h, v.count, offset: 0, sec) { await fail(code, h); return true }
+            if let code = state.writeDenied(h, v.count, sec) { await fail(code, h); return true }
             switch await ask(connection, h, .write(value: v, withResponse: true)) {
             case let .failure(code): await fail(code, h)
             case .success: await bearer.respond(.writeResponse)
@@ -153,7 +153,7 @@ public actor GATTServer: LoopIsolated {
     /// commands reach the application in the order they came. False when `pdu` is not one.
     private func takeManualCommand(_ pdu: ATTPDU, connection: UInt16) -> Bool {
         guard case let .writeCommand(h, v) = pdu, manual.contains(h) else { return false }
-        guard state.writeDenied(h, v.count, offset: 0, linkSecurity(connection)) == nil else { return true }
+        guard state.writeDenied(h, v.count, linkSecurity(connection)) == nil else { return true }
         let id = nextRequest
         nextRequest += 1
         requestContinuation.yield(Request(id: id, connection: connection, handle: h, kind: .write(value: v, withResponse: false)))

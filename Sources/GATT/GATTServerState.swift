@@ -263,17 +263,17 @@ public struct GATTServerState: Sendable {
             }
             return (.readMultipleVariableResponse(values: out), [])
         case let .writeRequest(h, v):
-            if let code = writeDenied(h, v.count, offset: 0, security) { return error(code, h) }
+            if let code = writeDenied(h, v.count, security) { return error(code, h) }
             return (.writeResponse, write(h, v, connection: connection))
         case let .writeCommand(h, v):
-            guard writeDenied(h, v.count, offset: 0, security) == nil,
+            guard writeDenied(h, v.count, security) == nil,
                   case .characteristicValue(let p)? = database.attribute(h)?.role, p.contains(.writeWithoutResponse) else { return (nil, []) }
             return (nil, write(h, v, connection: connection))
         case let .signedWriteCommand(h, v, signature):
             return signedWrite(h, v, signature: signature, connection: connection, security: security)
         case let .prepareWriteRequest(h, offset, v):
             guard database.attribute(h) != nil else { return error(.invalidHandle, h) }
-            if let code = writeDenied(h, 0, offset: 0, security) { return error(code, h) }
+            if let code = writeDenied(h, nil, security) { return error(code, h) }
             guard (prepared[connection]?.count ?? 0) < prepareQueueLimit else { return error(.prepareQueueFull, h) }
             prepared[connection, default: []].append((h, Int(offset), v))
             return (.prepareWriteResponse(handle: h, offset: offset, value: v), [])
@@ -288,9 +288,13 @@ public struct GATTServerState: Sendable {
                 guard item.offset <= v.count else { return error(.invalidOffset, item.handle) }
                 // Each piece sets the value from its offset on: a long write leaves exactly what was written.
                 v = Array(v[..<item.offset]) + item.value
-                guard v.count <= (database.attribute(item.handle)?.maximumLength ?? 512) else { return error(.invalidAttributeValueLength, item.handle) }
                 if staged[item.handle] == nil { order.append(item.handle) }
                 staged[item.handle] = v
+            }
+            // Each value whole, as a Write Request's would be (a CCCD's 2 octets included).
+            for h in order {
+                guard let a = database.attribute(h) else { return error(.invalidHandle, h) }
+                if let code = lengthDenied(a, staged[h]?.count ?? 0) { return error(code, h) }
             }
             var effects: [Effect] = []
             for h in order { effects += write(h, staged[h] ?? [], connection: connection) }
@@ -323,7 +327,7 @@ public struct GATTServerState: Sendable {
             proven.keySize = Swift.max(proven.keySize, security.keySize)
         }
         let consumed = Effect.signCounter(connection: connection, counter: counter)
-        guard writeDenied(h, v.count, offset: 0, proven) == nil,
+        guard writeDenied(h, v.count, proven) == nil,
               case .characteristicValue(let p)? = database.attribute(h)?.role, p.contains(.authenticatedSignedWrites) else { return (nil, [consumed]) }
         return (nil, [consumed] + write(h, v, connection: connection))
     }
@@ -347,7 +351,10 @@ public struct GATTServerState: Sendable {
         return nil
     }
 
-    func writeDenied(_ h: UInt16, _ length: Int, offset: Int, _ s: LinkSecurity) -> ATTErrorCode? {
+    /// Why a write of `length` octets to `h` is refused on a link with `s`, if it is.
+    /// With `length` nil only the handle and the permissions are judged: a Prepare Write
+    /// Request's value is validated when the queue is executed (§3.4.6.1).
+    func writeDenied(_ h: UInt16, _ length: Int?, _ s: LinkSecurity) -> ATTErrorCode? {
         guard let a = database.attribute(h) else { return .invalidHandle }
         let p = a.permissions
         guard !p.isDisjoint(with: [.write, .writeEncrypted, .writeAuthenticated, .writeAuthorized]) else { return .writeNotPermitted }
@@ -355,9 +362,15 @@ public struct GATTServerState: Sendable {
         if p.contains(.writeEncrypted), !s.encrypted { return .insufficientEncryption }
         if !p.isDisjoint(with: [.writeEncrypted, .writeAuthenticated]), s.keySize < minimumKeySize { return .encryptionKeySizeTooShort }
         if p.contains(.writeAuthorized), !s.authorized { return .insufficientAuthorization }
+        return length.flatMap { lengthDenied(a, $0) }
+    }
+
+    /// Invalid Attribute Value Length for a value `a` cannot hold: a Client Characteristic
+    /// Configuration is 2 octets, Client Supported Features 1, any other at most its maximum.
+    private func lengthDenied(_ a: Attribute, _ length: Int) -> ATTErrorCode? {
         if case .clientConfiguration = a.role, length != 2 { return .invalidAttributeValueLength }
         if a.type == BluetoothUUID(0x2B29), length != 1 { return .invalidAttributeValueLength }
-        if offset + length > a.maximumLength { return .invalidAttributeValueLength }
+        if length > a.maximumLength { return .invalidAttributeValueLength }
         return nil
     }
 

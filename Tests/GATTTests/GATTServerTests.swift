@@ -160,6 +160,29 @@ struct GATTServerTests {
         #expect(s.database.attribute(small)?.value == [])
     }
 
+    /// §3.4.6.1: a prepared value is judged when the queue is executed, not when it is
+    /// queued, so a Client Characteristic Configuration can be written with prepared
+    /// writes like any writable attribute; at execution it must be 2 octets whole.
+    @Test func aPreparedValueIsJudgedWhenTheQueueIsExecuted() throws {
+        var (s, battery, _, _) = try Self.make()
+        let cccd = try #require(battery.clientConfigurations[0])
+        let notify: [UInt8] = [0x01, 0x00]
+        #expect(s.handle(.prepareWriteRequest(handle: cccd, offset: 0, value: [0x01]), connection: 1, mtu: 23).response
+                == .prepareWriteResponse(handle: cccd, offset: 0, value: [0x01]))
+        #expect(s.handle(.prepareWriteRequest(handle: cccd, offset: 1, value: [0x00]), connection: 1, mtu: 23).response
+                == .prepareWriteResponse(handle: cccd, offset: 1, value: [0x00]))
+        let done = s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23)
+        #expect(done.response == .executeWriteResponse)
+        #expect(done.effects == [.subscription(valueHandle: battery.characteristicValues[0], connection: 1, notify: true, indicate: false)])
+        #expect(s.handle(.readRequest(handle: cccd), connection: 1, mtu: 23).response == .readResponse(value: notify))
+        // One octet is no configuration: refused at execution, with nothing changed.
+        _ = s.handle(.prepareWriteRequest(handle: cccd, offset: 0, value: [0x00]), connection: 1, mtu: 23)
+        let short = s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23)
+        #expect(short.response == .errorResponse(request: .executeWriteRequest, handle: cccd, error: .invalidAttributeValueLength))
+        #expect(short.effects.isEmpty)
+        #expect(s.handle(.readRequest(handle: cccd), connection: 1, mtu: 23).response == .readResponse(value: notify))
+    }
+
     @Test func findInformationFillsTheMTUAndNoMore() throws {
         var (s, _, custom, _) = try Self.make()
         guard case let .findInformationResponse(list)? = s.handle(.findInformationRequest(start: 1, end: 0xFFFF), connection: 1, mtu: 23).response else {
