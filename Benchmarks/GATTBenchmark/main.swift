@@ -469,6 +469,11 @@ if let rcPath = try? RootcanalProcess.locate(packageRoot: root), FileManager.def
     say(label("floor : a wake-up from idle (poll(2), 45 ms)") + String(format: "%7.1f µs cpu/wake-up  (a read or a write has two)", wake * 1e6))
     let loopWake = try await idleLoopWakeUpFloor(n: count, gap: .milliseconds(45))
     say(label("floor : the same through a NIO event loop") + String(format: "%7.1f µs cpu/wake-up", loopWake * 1e6))
+    // The same two 1 ms apart, where the caches and the vCPU are still warm: what
+    // NIO's turn itself costs, against what it costs after 45 ms asleep.
+    let warmWake = idleWakeUpFloor(n: count, gap: .milliseconds(1))
+    let warmLoopWake = try await idleLoopWakeUpFloor(n: count, gap: .milliseconds(1))
+    say(label("floor : both, 1 ms apart (warm)") + String(format: "%7.1f µs cpu/wake-up  (poll(2)), %.1f µs through NIO", warmWake * 1e6, warmLoopWake * 1e6))
     if let b = try bumble(python: python, port: rc.hciPort, n: count) { report("bumble", b, n: count) } else { print("bumble client produced no figures") }
     RootcanalProcess.kill(server)
     rc.stop()
