@@ -109,6 +109,17 @@ public enum PeripheralEvent: Hashable, Sendable {
 /// A read or write of a characteristic created with `answersManually`. Answer every
 /// request once: the central waits (ATT allows it one request at a time); after 20 s
 /// the server answers Unlikely Error itself. Write Commands need no answer.
+///
+/// Every way a central reads or writes the value comes here, each after the server has
+/// checked the link's security and the permissions:
+/// - Read and Read Blob: `.read(offset:)`; Read By Type, Read Multiple and Read Multiple
+///   Variable: `.read(offset: 0)` (the server cuts the value to what the response holds);
+/// - Write Request: `.write(withResponse: true)`; Write Command and a verified Signed
+///   Write Command: `.write(withResponse: false)`;
+/// - a long or reliable write (Prepare Write, then Execute Write): one
+///   `.write(withResponse: true)` with the whole value when the central executes it, its
+///   length already checked. Refusing it refuses the whole Execute Write; the queue's
+///   other values are written only once every manual one in it is accepted.
 public struct ReadWriteRequest: Sendable {
     public enum Kind: Hashable, Sendable {
         /// Answer with the whole value; the server applies `offset` and the MTU.

@@ -84,8 +84,11 @@ public actor GATTServer: LoopIsolated {
         (requests, requestContinuation) = BufferedStream<Request>.makeStream(capacity: 1024)
     }
 
-    /// Value handles whose reads and writes go to `requests` instead of the database.
-    /// Permissions are still checked first; the peer never sees an unchecked request.
+    /// Value handles whose reads and writes go to `requests` instead of the database:
+    /// Read, Read Blob, Read By Type, Read Multiple (Variable), Write Request and Command,
+    /// a verified Signed Write, and an executed long or reliable write (one request with
+    /// the whole value). Permissions are still checked first; the application never sees
+    /// a request the peer could not make.
     public func setManual(_ handles: Set<UInt16>) { manual = handles }
 
     /// How long the application has to answer (default 20 s).
@@ -143,8 +146,59 @@ public actor GATTServer: LoopIsolated {
             return true
         case .writeCommand:
             return takeManualCommand(pdu, connection: connection)
+        case .executeWriteRequest(flags: 1) where state.preparedHandles(connection: connection).contains(where: manual.contains):
+            // A long or reliable write: every value built and checked first; the
+            // application then accepts or refuses each of its own whole, and only when it
+            // has accepted them all are the others written (§3.4.6.3).
+            let writes: [(handle: UInt16, value: [UInt8])]
+            switch state.takePreparedWrites(connection: connection) {
+            case let .failure(refusal): await fail(refusal.error, refusal.handle); return true
+            case let .success(w): writes = w
+            }
+            for w in writes where manual.contains(w.handle) {
+                if case let .failure(code) = await ask(connection, w.handle, .write(value: w.value, withResponse: true)) {
+                    await fail(code, w.handle)
+                    return true
+                }
+            }
+            var effects: [GATTServerState.Effect] = []
+            for w in writes where !manual.contains(w.handle) { effects += state.commitWrite(w.value, at: w.handle, connection: connection) }
+            await bearer.respond(.executeWriteResponse)
+            report(effects, response: .executeWriteResponse, connection: connection)
+            return true
+        case .readByTypeRequest, .readMultipleRequest, .readMultipleVariableRequest:
+            let handles = manualReads(pdu, sec)
+            guard !handles.isEmpty else { return false }
+            // The application's values stand in for the stored ones, each asked in turn.
+            var supplied: GATTServerState.SuppliedValues = [:]
+            for h in handles { supplied[h] = await ask(connection, h, .read(offset: 0)) }
+            let mtu = await bearer.mtu
+            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection), supplied: supplied)
+            if let response { await bearer.respond(response) }
+            report(effects, response: response, connection: connection, pdu: pdu)
+            return true
         default:
             return false
+        }
+    }
+
+    /// The manual handles a Read By Type, Read Multiple or Read Multiple Variable Request
+    /// would read on a link with `security`, in order: none when it would be refused
+    /// before reaching one (the application is asked only for values that are sent).
+    private func manualReads(_ pdu: ATTPDU, _ security: LinkSecurity) -> [UInt16] {
+        switch pdu {
+        case let .readByTypeRequest(s, e, type) where s != 0 && s <= e:
+            var out: [UInt16] = []
+            for a in state.database.attributes(in: s...e) where a.type == type {
+                if state.readDenied(a, security) != nil { break }
+                if manual.contains(a.handle) { out.append(a.handle) }
+            }
+            return out
+        case let .readMultipleRequest(handles), let .readMultipleVariableRequest(handles):
+            let readable = handles.allSatisfy { h in state.database.attribute(h).map { state.readDenied($0, security) == nil } ?? false }
+            return readable ? handles.filter(manual.contains) : []
+        default:
+            return []
         }
     }
 
@@ -154,10 +208,15 @@ public actor GATTServer: LoopIsolated {
     private func takeManualCommand(_ pdu: ATTPDU, connection: UInt16) -> Bool {
         guard case let .writeCommand(h, v) = pdu, manual.contains(h) else { return false }
         guard state.writeDenied(h, v.count, linkSecurity(connection)) == nil else { return true }
+        handOver(v, at: h, connection: connection)
+        return true
+    }
+
+    /// A write that needs no answer, handed to the application as a Write Command is.
+    private func handOver(_ value: [UInt8], at handle: UInt16, connection: UInt16) {
         let id = nextRequest
         nextRequest += 1
-        requestContinuation.yield(Request(id: id, connection: connection, handle: h, kind: .write(value: v, withResponse: false)))
-        return true
+        requestContinuation.yield(Request(id: id, connection: connection, handle: handle, kind: .write(value: value, withResponse: false)))
     }
 
     public var database: AttributeDatabase { state.database }
@@ -289,10 +348,14 @@ public actor GATTServer: LoopIsolated {
         }
         switch item {
         case let .request(pdu), let .command(pdu):
-            if isManual(pdu) {
+            if isManual(pdu, connection: connection) {
                 // Reads and writes wait for the application's answer, in a task.
                 if !takeManualCommand(pdu, connection: connection) {
-                    Task { _ = await serveManually(pdu, connection: connection, bearer: bearer) }
+                    Task {
+                        // What made it manual can change before the task runs (another
+                        // bearer of the link executing the queue): then it is served as any.
+                        if await !serveManually(pdu, connection: connection, bearer: bearer) { await serve(item, connection: connection, on: bearer) }
+                    }
                 }
                 return
             }
@@ -308,10 +371,13 @@ public actor GATTServer: LoopIsolated {
         }
     }
 
-    private func isManual(_ pdu: ATTPDU) -> Bool {
+    private func isManual(_ pdu: ATTPDU, connection: UInt16) -> Bool {
         guard !manual.isEmpty else { return false }
         switch pdu {
         case let .readRequest(h), let .readBlobRequest(h, _), let .writeRequest(h, _), let .writeCommand(h, _): return manual.contains(h)
+        case .executeWriteRequest(flags: 1): return state.preparedHandles(connection: connection).contains(where: manual.contains)
+        case .readByTypeRequest, .readMultipleRequest, .readMultipleVariableRequest:
+            return !manualReads(pdu, linkSecurity(connection)).isEmpty
         default: return false
         }
     }
@@ -326,6 +392,9 @@ public actor GATTServer: LoopIsolated {
         }
         for e in effects {
             switch e {
+            // A verified Signed Write Command to a manual handle goes to the application
+            // as its Write Commands do.
+            case let .written(h, v, c) where manual.contains(h): handOver(v, at: h, connection: c)
             case let .written(h, v, c): continuation.yield(.written(handle: h, value: v, connection: c))
             case let .subscription(h, c, n, i): continuation.yield(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
             case let .signCounter(c, counter): continuation.yield(.signCounter(connection: c, counter: counter))

@@ -163,8 +163,16 @@ public struct GATTServerState: Sendable {
         return out
     }
 
-    /// Answers one request or command. Commands get no response.
-    public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity()) -> (response: ATTPDU?, effects: [Effect]) {
+    /// Values an application answering reads itself gave for this request, by handle:
+    /// the whole value, or the ATT error it refused the read with.
+    public typealias SuppliedValues = [UInt16: Result<[UInt8], ATTErrorCode>]
+
+    /// Answers one request or command. Commands get no response. `supplied` stands in
+    /// for the stored value of the attributes it names (Read By Type, Read Multiple and
+    /// Read Multiple Variable read them as they read any other; a refusal answers as a
+    /// permission check would).
+    public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity(),
+                                supplied: SuppliedValues = [:]) -> (response: ATTPDU?, effects: [Effect]) {
         func error(_ code: ATTErrorCode, _ handle: UInt16) -> (ATTPDU?, [Effect]) {
             (.errorResponse(request: pdu.opcode, handle: handle, error: code), [])
         }
@@ -211,11 +219,11 @@ public struct GATTServerState: Sendable {
             var list: [ATTPDU.HandleValue] = []
             var length: Int?
             for a in database.attributes(in: r) where a.type == type {
-                if let code = readDenied(a, security) {
+                if let code = readDenied(a, security) ?? supplied[a.handle]?.refusal {
                     if list.isEmpty { return error(code, a.handle) }
                     break
                 }
-                let v = Array(value(of: a, connection: connection).prefix(Swift.min(mtu - 4, 253)))
+                let v = Array(value(of: a, connection: connection, supplied).prefix(Swift.min(mtu - 4, 253)))
                 if let length, v.count != length { break }
                 guard 2 + (list.count + 1) * (2 + v.count) <= mtu else { break }
                 length = v.count
@@ -250,8 +258,8 @@ public struct GATTServerState: Sendable {
             var values: [[UInt8]] = []
             for h in handles {
                 guard let a = database.attribute(h) else { return error(.invalidHandle, h) }
-                if let code = readDenied(a, security) { return error(code, h) }
-                values.append(value(of: a, connection: connection))
+                if let code = readDenied(a, security) ?? supplied[h]?.refusal { return error(code, h) }
+                values.append(value(of: a, connection: connection, supplied))
             }
             if case .readMultipleRequest = pdu { return (.readMultipleResponse(values: Array(values.joined().prefix(mtu - 1))), []) }
             // §3.4.4.12: length-prefixed values; stop (truncating the last) at the MTU.
@@ -278,27 +286,17 @@ public struct GATTServerState: Sendable {
             prepared[connection, default: []].append((h, Int(offset), v))
             return (.prepareWriteResponse(handle: h, offset: offset, value: v), [])
         case let .executeWriteRequest(flags):
-            let queue = prepared.removeValue(forKey: connection) ?? []
-            guard flags == 1 else { return (.executeWriteResponse, []) }
-            // Build each attribute's new value, checking offsets and lengths before writing any.
-            var staged: [UInt16: [UInt8]] = [:]
-            var order: [UInt16] = []
-            for item in queue {
-                var v = staged[item.handle] ?? database.attribute(item.handle)?.value ?? []
-                guard item.offset <= v.count else { return error(.invalidOffset, item.handle) }
-                // Each piece sets the value from its offset on: a long write leaves exactly what was written.
-                v = Array(v[..<item.offset]) + item.value
-                if staged[item.handle] == nil { order.append(item.handle) }
-                staged[item.handle] = v
+            guard flags == 1 else {
+                prepared[connection] = nil
+                return (.executeWriteResponse, [])
             }
-            // Each value whole, as a Write Request's would be (a CCCD's 2 octets included).
-            for h in order {
-                guard let a = database.attribute(h) else { return error(.invalidHandle, h) }
-                if let code = lengthDenied(a, staged[h]?.count ?? 0) { return error(code, h) }
+            switch takePreparedWrites(connection: connection) {
+            case let .failure(refusal): return error(refusal.error, refusal.handle)
+            case let .success(writes):
+                var effects: [Effect] = []
+                for w in writes { effects += write(w.handle, w.value, connection: connection) }
+                return (.executeWriteResponse, effects)
             }
-            var effects: [Effect] = []
-            for h in order { effects += write(h, staged[h] ?? [], connection: connection) }
-            return (.executeWriteResponse, effects)
         case .exchangeMTURequest:
             return (nil, [])  // answered by the bearer
         default:
@@ -332,7 +330,51 @@ public struct GATTServerState: Sendable {
         return (nil, [consumed] + write(h, v, connection: connection))
     }
 
-    private func value(of a: Attribute, connection: UInt16) -> [UInt8] {
+    /// The handles `connection` has prepared writes for, in the order first prepared.
+    public func preparedHandles(connection: UInt16) -> [UInt16] {
+        var seen: Set<UInt16> = []
+        return (prepared[connection] ?? []).map(\.handle).filter { seen.insert($0).inserted }
+    }
+
+    /// Why an Execute Write Request is refused: the code and the handle it names.
+    public struct PreparedWriteRefusal: Error, Hashable, Sendable {
+        public var error: ATTErrorCode
+        public var handle: UInt16
+    }
+
+    /// Empties `connection`'s prepared-write queue and builds each attribute's new value
+    /// from its pieces, in the order first prepared, checking every offset and each whole
+    /// value's length (as a Write Request's, a CCCD's 2 octets included) before any is
+    /// written (§3.4.6.3). Nothing is written here: `commitWrite` writes each value.
+    public mutating func takePreparedWrites(connection: UInt16) -> Result<[(handle: UInt16, value: [UInt8])], PreparedWriteRefusal> {
+        let queue = prepared.removeValue(forKey: connection) ?? []
+        var staged: [UInt16: [UInt8]] = [:]
+        var order: [UInt16] = []
+        for item in queue {
+            var v = staged[item.handle] ?? database.attribute(item.handle)?.value ?? []
+            guard item.offset <= v.count else { return .failure(PreparedWriteRefusal(error: .invalidOffset, handle: item.handle)) }
+            // Each piece sets the value from its offset on: a long write leaves exactly what was written.
+            v = Array(v[..<item.offset]) + item.value
+            if staged[item.handle] == nil { order.append(item.handle) }
+            staged[item.handle] = v
+        }
+        var writes: [(handle: UInt16, value: [UInt8])] = []
+        for h in order {
+            let v = staged[h] ?? []
+            guard let a = database.attribute(h) else { return .failure(PreparedWriteRefusal(error: .invalidHandle, handle: h)) }
+            if let code = lengthDenied(a, v.count) { return .failure(PreparedWriteRefusal(error: code, handle: h)) }
+            writes.append((h, v))
+        }
+        return .success(writes)
+    }
+
+    /// Writes one value `takePreparedWrites` built (its checks already made).
+    public mutating func commitWrite(_ value: [UInt8], at handle: UInt16, connection: UInt16) -> [Effect] {
+        write(handle, value, connection: connection)
+    }
+
+    private func value(of a: Attribute, connection: UInt16, _ supplied: SuppliedValues = [:]) -> [UInt8] {
+        if case let .success(v)? = supplied[a.handle] { return v }
         if a.type == BluetoothUUID(0x2B29) { return [clientFeatures[connection] ?? 0] }
         if case .clientConfiguration = a.role {
             let v = configurations[connection]?[a.handle] ?? 0
@@ -391,5 +433,13 @@ public struct GATTServerState: Sendable {
         }
         database.setValue(v, at: h)
         return [.written(handle: h, value: v, connection: connection)]
+    }
+}
+
+extension Result where Failure == ATTErrorCode {
+    /// The error a refused result carries; nil for a value.
+    var refusal: ATTErrorCode? {
+        if case let .failure(code) = self { return code }
+        return nil
     }
 }

@@ -94,6 +94,12 @@ import Testing
         #expect(try await pair.remote.read(rc) == Array(long.prefix(516)))
         try await pair.remote.write([1], to: rc)
         await #expect(throws: BLEError.att(ATTErrorCode(rawValue: 0x80), handle: rc.valueHandle)) { try await pair.remote.write([0xFF], to: rc) }
+        // Longer than one Write Request takes at ATT_MTU 517, so prepared writes: judged
+        // whole at execution, longer than the 512 a value may have, so the server refuses
+        // it and the app is not asked.
+        await #expect(throws: BLEError.att(.invalidAttributeValueLength, handle: rc.valueHandle)) {
+            try await pair.remote.write([UInt8](repeating: 7, count: 600), to: rc)
+        }
         let kinds = await firstElement(AsyncStream { c in Task { c.yield(await answerer.value); c.finish() } }, within: .seconds(5))
         answerer.cancel()
         #expect(kinds == [.read(offset: 0), .write(value: [1], withResponse: true), .write(value: [0xFF], withResponse: true)])

@@ -1,6 +1,7 @@
 // Reads and writes the application answers itself (GATTServer.setManual): Read Blob
 // offsets applied by the server, the app's errors passed to the peer, permissions
-// checked before the app sees anything, and a silent app timing out as Unlikely Error.
+// checked before the app sees anything, and a silent app timing out as Unlikely Error;
+// long and reliable writes, Read By Type and Read Multiple reach the app as well.
 
 import ATT
 import BLETesting
@@ -9,6 +10,7 @@ import L2CAP
 import Logging
 import NIOCore
 import NIOEmbedded
+import Synchronization
 import Testing
 @testable import GATT
 
@@ -35,6 +37,83 @@ struct ManualRequestTests {
         #expect(await answerer.value == [.read(offset: 0), .read(offset: 22), .read(offset: 44), .write(value: [1], withResponse: true)])
         // The stored value was never touched.
         #expect(await server.database.attribute(h)?.value == (0..<200).map { UInt8($0) })
+    }
+
+    /// A long write (prepared writes, then Execute Write) to a manual value reaches the
+    /// application once, whole, when the client executes it; its refusal is the client's
+    /// error, naming Execute Write; the stored value is never touched. In a reliable
+    /// write, a stored value is written only once the application has accepted its own.
+    @Test func longAndReliableWritesReachTheApplicationWhole() async throws {
+        let (client, server, _, _, custom) = try await GATTClientTests().setUp(mtu: 23)
+        let h = custom.characteristicValues[0], other = custom.characteristicValues[2]
+        await server.setManual([h])
+        let long = (0..<60).map { UInt8($0) }
+        // The first write accepted, the others refused with an application error.
+        let asked = Answerer(server) { n in n == 1 ? .success([]) : .failure(ATTErrorCode(rawValue: 0x80)) }
+        defer { asked.stop() }
+        try await client.write(h, value: long)
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .executeWriteRequest, handle: h, error: ATTErrorCode(rawValue: 0x80)))) {
+            try await client.write(h, value: Array(long.reversed()))
+        }
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .executeWriteRequest, handle: h, error: ATTErrorCode(rawValue: 0x80)))) {
+            try await client.reliableWrite([(other, [9, 9]), (h, [1, 2])])
+        }
+        #expect(asked.kinds == [.write(value: long, withResponse: true), .write(value: Array(long.reversed()), withResponse: true),
+                                .write(value: [1, 2], withResponse: true)])
+        #expect(await server.database.attribute(h)?.value == (0..<200).map { UInt8($0) })
+        // Refused as a whole: the stored value beside it is as it was.
+        #expect(await server.database.attribute(other)?.value == [])
+        // Without manual values in the queue, the server executes it alone as before.
+        try await client.reliableWrite([(other, [9, 9])])
+        #expect(await server.database.attribute(other)?.value == [9, 9])
+    }
+
+    /// Read By Type, Read Multiple and Read Multiple Variable read a manual value from
+    /// the application as a Read Request does; its refusal answers the request.
+    @Test func readByTypeAndReadMultipleAskTheApplication() async throws {
+        let (client, server, _, battery, custom) = try await GATTClientTests().setUp(mtu: 23)
+        let h = custom.characteristicValues[0], level = battery.characteristicValues[0]
+        await server.setManual([h])
+        let asked = Answerer(server) { n in n < 4 ? .success([0xA0, 0xA1, UInt8(n)]) : .failure(.readNotPermitted) }
+        defer { asked.stop() }
+        #expect(try await client.read(uuid: BluetoothUUID(0xFFF1)) == [ATTPDU.HandleValue(handle: h, value: [0xA0, 0xA1, 1])])
+        #expect(try await client.readMultiple([level, h]) == [100, 0xA0, 0xA1, 2])
+        #expect(try await client.readMultipleVariable([h, level]) == [[0xA0, 0xA1, 3], [100]])
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .readMultipleRequest, handle: h, error: .readNotPermitted))) {
+            _ = try await client.readMultiple([level, h])
+        }
+        // A request refused before it reaches the manual value never asks the application.
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .readMultipleRequest, handle: 0x0FFF, error: .invalidHandle))) {
+            _ = try await client.readMultiple([h, 0x0FFF])
+        }
+        #expect(asked.kinds == Array(repeating: .read(offset: 0), count: 4))
+    }
+
+    /// A verified Signed Write Command to a manual value reaches the application as a
+    /// Write Command does, and is no `written` event; a forged one reaches nobody.
+    @Test func aVerifiedSignedWriteReachesTheApplication() async throws {
+        let (state, signed, _, _) = try SignedWriteTests.make()
+        let server = GATTServer(database: state.database, logger: GATTClientTests.logger)
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: GATTClientTests.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: GATTClientTests.logger))
+        await client.start()
+        await server.setManual([signed])
+        await server.setSigningKey(SigningKey(csrk: SignedWriteTests.csrk, security: LinkSecurity(encrypted: true)), connection: 1)
+        try await client.writeSigned(signed, value: [4, 2], csrk: Array(SignedWriteTests.csrk.reversed()), counter: 1)
+        try await client.writeSigned(signed, value: [5, 5], csrk: SignedWriteTests.csrk, counter: 2)
+        let r = await firstElement(server.requests, within: .seconds(5))
+        #expect(r?.handle == signed && r?.kind == .write(value: [5, 5], withResponse: false))
+        // A request after both (refused: the value is not readable): the bearer served
+        // them in order, so every event they caused is in before the disconnection's.
+        _ = try? await client.read(signed)
+        await server.detach(connection: 1)
+        var events: [GATTServer.Event] = []
+        for await e in server.events {
+            events.append(e)
+            if e == .disconnected(1) { break }
+        }
+        #expect(events == [.connected(1), .signCounter(connection: 1, counter: 2), .disconnected(1)])
     }
 
     @Test func permissionsAreCheckedFirstAndSilenceTimesOut() async throws {
@@ -88,4 +167,25 @@ struct ManualRequestTests {
         await loop.advanceTime(by: .seconds(1))
         #expect(await t.nextSent() == acl([0x01, 0x0A, UInt8(h & 0xFF), UInt8(h >> 8), ATTErrorCode.unlikelyError.rawValue], .firstNonFlushable))
     }
+}
+
+/// Answers the server's manual requests as they come, the `n`th (from 1) with
+/// `answer(n)`, and keeps what each asked for, until `stop()`.
+final class Answerer: Sendable {
+    private final class Asked: Sendable { let kinds = Mutex<[GATTServer.Request.Kind]>([]) }
+    private let asked = Asked()
+    private let task: Task<Void, Never>
+
+    init(_ server: GATTServer, answer: @escaping @Sendable (Int) -> Result<[UInt8], ATTErrorCode>) {
+        let asked = self.asked
+        task = Task {
+            for await r in server.requests {
+                let n = asked.kinds.withLock { $0.append(r.kind); return $0.count }
+                await server.respond(to: r.id, with: answer(n))
+            }
+        }
+    }
+
+    var kinds: [GATTServer.Request.Kind] { asked.kinds.withLock { $0 } }
+    func stop() { task.cancel() }
 }
