@@ -172,10 +172,7 @@ public actor GATTServer: LoopIsolated {
             // The application's values stand in for the stored ones, each asked in turn.
             var supplied: GATTServerState.SuppliedValues = [:]
             for h in handles { supplied[h] = await ask(connection, h, .read(offset: 0)) }
-            let mtu = await bearer.mtu
-            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection), supplied: supplied)
-            if let response { await bearer.respond(response) }
-            report(effects, response: response, connection: connection, pdu: pdu)
+            await answer(pdu, connection: connection, bearer: bearer, supplied: supplied)
             return true
         default:
             return false
@@ -183,8 +180,9 @@ public actor GATTServer: LoopIsolated {
     }
 
     /// The manual handles a Read By Type, Read Multiple or Read Multiple Variable Request
-    /// would read on a link with `security`, in order: none when it would be refused
-    /// before reaching one (the application is asked only for values that are sent).
+    /// would read on a link with `security`, in order: none when the request is refused
+    /// before it reaches one, so the application is not asked for a value no answer
+    /// could carry.
     private func manualReads(_ pdu: ATTPDU, _ security: LinkSecurity) -> [UInt16] {
         switch pdu {
         case let .readByTypeRequest(s, e, type) where s != 0 && s <= e:
@@ -413,16 +411,21 @@ public actor GATTServer: LoopIsolated {
         switch item {
         case let .request(pdu), let .command(pdu):
             if !manual.isEmpty, await serveManually(pdu, connection: connection, bearer: bearer) { return }
-            let mtu = await bearer.mtu
-            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection))
-            if let response { await bearer.respond(response) }
-            report(effects, response: response, connection: connection, pdu: pdu)
+            await answer(pdu, connection: connection, bearer: bearer)
         case .notification:
             logger.debug("server ignores client notifications", metadata: ["ble.handle": "\(connection)"])
         case .indication:
             // §3.4.7.3: every indication is confirmed, even one nobody here asked for.
             await bearer.confirm()
         }
+    }
+
+    /// Answers `pdu` from the state, judged by the link's security at this moment.
+    private func answer(_ pdu: ATTPDU, connection: UInt16, bearer: ATTBearer, supplied: GATTServerState.SuppliedValues = [:]) async {
+        let mtu = await bearer.mtu
+        let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection), supplied: supplied)
+        if let response { await bearer.respond(response) }
+        report(effects, response: response, connection: connection, pdu: pdu)
     }
 
     /// Reads a link's security where the Security Manager keeps it, synchronously on the
