@@ -5,7 +5,9 @@
 // and are skipped). The control byte picks the connection (bit 0), the link's
 // encryption, authentication and authorization (bits 1–3), its key size (bits 4–5:
 // 16, 7, 6, 16) and whether the database changed (bit 6) or the connection ended
-// (bit 7) before the PDU.
+// (bit 7) before the PDU. Battery Level stands for a value the application answers
+// itself: by turns the stored one, one the application supplies and its refusal
+// (application error 0x80), as `GATTServer` passes them for a manual value.
 //
 // Besides not trapping, every answer must be what Vol 3 Part F §3.4 allows:
 // - a request no longer than ATT_MTU gets exactly one response, no longer than ATT_MTU:
@@ -24,13 +26,19 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     guard let first = bytes.first else { return 0 }
     let mtu = Swift.min(517, 23 + Int(first) * 2)
-    var server = FuzzServer.make()
-    var i = 1
+    var (server, level) = FuzzServer.make()
+    var i = 1, record = 0
     while i + 1 < bytes.count {
         let control = bytes[i], n = Int(bytes[i + 1])
         let end = Swift.min(bytes.count, i + 2 + n)
         let pduBytes = Array(bytes[(i + 2)..<end])
         i = end
+        record += 1
+        let supplied: GATTServerState.SuppliedValues = switch record % 3 {
+        case 1: [level: .success([UInt8](repeating: UInt8(truncatingIfNeeded: record), count: record % 40))]
+        case 2: [level: .failure(ATTErrorCode(rawValue: 0x80))]
+        default: [:]
+        }
         let connection: UInt16 = control & 1 == 0 ? 0x0040 : 0x0041
         if control & 0x40 != 0 { server.databaseChanged() }
         if control & 0x80 != 0 { server.disconnected(connection) }
@@ -40,19 +48,20 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         // The bearer answers a request longer than ATT_MTU with Invalid PDU itself.
         if pdu.opcode.kind == .request, pduBytes.count > mtu { continue }
         let before = server.database
-        let (response, effects) = server.handle(pdu, connection: connection, mtu: mtu, security: security)
-        check(pdu, response, mtu: mtu, database: before)
+        let (response, effects) = server.handle(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
+        check(pdu, response, mtu: mtu, database: before, supplied: supplied)
         for effect in effects { check(effect, server: server, before: before) }
     }
     return 0
 }
 
 enum FuzzServer {
-    static func make() -> GATTServerState {
+    /// The server, and Battery Level's value handle.
+    static func make() -> (GATTServerState, UInt16) {
         var db = AttributeDatabase()
         // swiftlint:disable:next force_try
         _ = try? db.addMandatoryServices(deviceName: "fuzz", serverFeatures: 1)
-        _ = try? db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+        let battery = try? db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
             GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [100],
                                descriptors: [.userDescription("Battery")]),
         ]))
@@ -71,7 +80,7 @@ enum FuzzServer {
         ]))
         var server = GATTServerState(database: db, prepareQueueLimit: 5)
         server.setSigningKey(SigningKey(csrk: Array(0..<16), security: LinkSecurity(encrypted: true, authenticated: true)), connection: 0x0041)
-        return server
+        return (server, battery?.characteristicValues[0] ?? 0)
     }
 }
 
@@ -79,7 +88,7 @@ enum FuzzServer {
 private let responseTo: [UInt8: UInt8] = [0x02: 0x03, 0x04: 0x05, 0x06: 0x07, 0x08: 0x09, 0x0A: 0x0B, 0x0C: 0x0D, 0x0E: 0x0F,
                                           0x10: 0x11, 0x12: 0x13, 0x16: 0x17, 0x18: 0x19, 0x20: 0x21]
 
-private func check(_ pdu: ATTPDU, _ response: ATTPDU?, mtu: Int, database: AttributeDatabase) {
+private func check(_ pdu: ATTPDU, _ response: ATTPDU?, mtu: Int, database: AttributeDatabase, supplied: GATTServerState.SuppliedValues) {
     guard pdu.opcode.kind == .request, pdu.opcode != .exchangeMTURequest else {
         precondition(response == nil, "\(pdu.opcode) got \(String(describing: response))")
         return
@@ -91,6 +100,10 @@ private func check(_ pdu: ATTPDU, _ response: ATTPDU?, mtu: Int, database: Attri
         // §3.4.6.1: a prepared value is validated when the queue is executed.
         precondition(request != .prepareWriteRequest || (code != .invalidAttributeValueLength && code != .invalidOffset),
                      "Prepare Write Request refused with \(code)")
+        // Only the application refuses with its own code, and only where it was asked.
+        if case let .errorResponse(_, handle, ATTErrorCode(rawValue: 0x80)) = response {
+            precondition(supplied[handle] == .failure(ATTErrorCode(rawValue: 0x80)), "an application error for \(handle), which nobody refused")
+        }
         return
     }
     precondition(responseTo[pdu.opcode.rawValue] == response.opcode.rawValue, "\(pdu.opcode) answered with \(response.opcode)")
@@ -113,7 +126,10 @@ private func check(_ pdu: ATTPDU, _ response: ATTPDU?, mtu: Int, database: Attri
     case let (.readByTypeRequest(s, e, type), .readByTypeResponse(list)):
         inRange(list.map(\.handle), s, e)
         precondition(Set(list.map(\.value.count)).count == 1, "Read By Type entries of different lengths")
-        for entry in list { precondition(database.attribute(entry.handle)?.type == type) }
+        for entry in list {
+            precondition(database.attribute(entry.handle)?.type == type)
+            if case let .success(v)? = supplied[entry.handle] { precondition(v.starts(with: entry.value), "Read By Type did not send the supplied value") }
+        }
     case let (.readByGroupTypeRequest(s, e, type), .readByGroupTypeResponse(list)):
         inRange(list.map(\.handle), s, e)
         precondition(Set(list.map(\.value.count)).count == 1, "Read By Group Type entries of different lengths")

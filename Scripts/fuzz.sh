@@ -69,9 +69,13 @@ for src in Fuzz/Fuzz*.swift; do
     $hci $l2cap $gatt $snoop "${extra[@]}" "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
   cp Fixtures/*.btsnoop "$out/$name/corpus/" 2>/dev/null || true
   if [ "$name" = FuzzGATTServer ]; then
-    # A first input: on a secure link, every handle prepared (2 octets) and executed,
-    # written and read; records are a control byte, a length and the PDU.
+    # A first input: Battery Level (0x2A19) read by type three times and by Read
+    # Multiple, so each of its three answers is met; then, on a secure link, every handle
+    # prepared (2 octets) and executed, written and read. Records are a control byte, a
+    # length and the PDU.
     { printf '\x00'
+      printf '\x00\x07\x08\x01\x00\xff\xff\x19\x2a%.0s' 1 2 3
+      printf '\x00\x05\x0e\x12\x00\x01\x00'
       for h in $(seq 1 40); do
         hx=$(printf '\\x%02x' "$h")
         printf "\x0e\x07\x16${hx}\x00\x00\x00\x01\x00\x0e\x02\x18\x01\x0e\x05\x12${hx}\x00\x01\x00\x0e\x03\x0a${hx}\x00"
