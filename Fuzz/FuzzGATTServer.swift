@@ -26,7 +26,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     guard let first = bytes.first else { return 0 }
     let mtu = Swift.min(517, 23 + Int(first) * 2)
-    var (server, level) = FuzzServer.make()
+    var (server, level) = fresh
     var i = 1, record = 0
     while i + 1 < bytes.count {
         let control = bytes[i], n = Int(bytes[i + 1])
@@ -55,20 +55,24 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     return 0
 }
 
+/// The server every input starts from (a value: each input gets its own copy), built
+/// once, and Battery Level's value handle.
+private let fresh: (GATTServerState, UInt16) = {
+    do { return try FuzzServer.make() } catch { fatalError("the fuzz target's database: \(error)") }
+}()
+
 enum FuzzServer {
-    /// The server, and Battery Level's value handle.
-    static func make() -> (GATTServerState, UInt16) {
+    static func make() throws -> (GATTServerState, UInt16) {
         var db = AttributeDatabase()
-        // swiftlint:disable:next force_try
-        _ = try? db.addMandatoryServices(deviceName: "fuzz", serverFeatures: 1)
-        let battery = try? db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+        _ = try db.addMandatoryServices(deviceName: "fuzz", serverFeatures: 1)
+        let battery = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
             GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [100],
                                descriptors: [.userDescription("Battery")]),
         ]))
-        let secondary = try? db.add(GATTService(uuid: BluetoothUUID(0x181C), isPrimary: false, characteristics: [
+        let secondary = try db.add(GATTService(uuid: BluetoothUUID(0x181C), isPrimary: false, characteristics: [
             GATTCharacteristic(uuid: BluetoothUUID(0x2A8A), properties: [.read, .write], permissions: [.readAuthorized, .writeAuthorized], value: [1, 2]),
         ]))
-        _ = try? db.add(GATTService(uuid: BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!, includes: secondary.map { [$0.start] } ?? [], characteristics: [
+        _ = try db.add(GATTService(uuid: BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!, includes: [secondary.start], characteristics: [
             GATTCharacteristic(uuid: BluetoothUUID(0x2A00), properties: [.read, .write, .writeWithoutResponse, .extendedProperties],
                                value: Array(repeating: 0x41, count: 100),
                                descriptors: [GATTDescriptor(uuid: GATTType.extendedProperties, value: [1, 0])]),
@@ -80,7 +84,7 @@ enum FuzzServer {
         ]))
         var server = GATTServerState(database: db, prepareQueueLimit: 5)
         server.setSigningKey(SigningKey(csrk: Array(0..<16), security: LinkSecurity(encrypted: true, authenticated: true)), connection: 0x0041)
-        return (server, battery?.characteristicValues[0] ?? 0)
+        return (server, battery.characteristicValues[0])
     }
 }
 
