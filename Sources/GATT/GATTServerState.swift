@@ -280,7 +280,6 @@ public struct GATTServerState: Sendable {
         case let .signedWriteCommand(h, v, signature):
             return signedWrite(h, v, signature: signature, connection: connection, security: security)
         case let .prepareWriteRequest(h, offset, v):
-            guard database.attribute(h) != nil else { return error(.invalidHandle, h) }
             if let code = writeDenied(h, nil, security) { return error(code, h) }
             guard (prepared[connection]?.count ?? 0) < prepareQueueLimit else { return error(.prepareQueueFull, h) }
             prepared[connection, default: []].append((h, Int(offset), v))
