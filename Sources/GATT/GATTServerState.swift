@@ -285,6 +285,10 @@ public struct GATTServerState: Sendable {
             prepared[connection, default: []].append((h, Int(offset), v))
             return (.prepareWriteResponse(handle: h, offset: offset, value: v), [])
         case let .executeWriteRequest(flags):
+            // Flags other than 0x00 and 0x01 are reserved (§3.4.6.3). The decoder refuses
+            // them, so the bearer answers Invalid PDU and the queue stays; a PDU built in
+            // code gets the same, not a cancel.
+            guard flags <= 1 else { return error(.invalidPDU, 0) }
             guard flags == 1 else {
                 prepared[connection] = nil
                 return (.executeWriteResponse, [])
@@ -350,7 +354,7 @@ public struct GATTServerState: Sendable {
         var staged: [UInt16: [UInt8]] = [:]
         var order: [UInt16] = []
         for item in queue {
-            var v = staged[item.handle] ?? database.attribute(item.handle)?.value ?? []
+            var v = staged[item.handle] ?? database.attribute(item.handle).map { value(of: $0, connection: connection) } ?? []
             guard item.offset <= v.count else { return .failure(PreparedWriteRefusal(error: .invalidOffset, handle: item.handle)) }
             // Each piece sets the value from its offset on: a long write leaves exactly what was written.
             v = Array(v[..<item.offset]) + item.value

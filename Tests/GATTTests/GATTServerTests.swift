@@ -158,6 +158,12 @@ struct GATTServerTests {
         _ = s.handle(.prepareWriteRequest(handle: small, offset: 0, value: [7]), connection: 1, mtu: 23)
         #expect(s.handle(.executeWriteRequest(flags: 0), connection: 1, mtu: 23) == (.executeWriteResponse, []))
         #expect(s.database.attribute(small)?.value == [])
+        // Reserved flags (§3.4.6.3) get Invalid PDU, as on the wire, and are no cancel: the queue stays.
+        _ = s.handle(.prepareWriteRequest(handle: small, offset: 0, value: [8]), connection: 1, mtu: 23)
+        #expect(s.handle(.executeWriteRequest(flags: 2), connection: 1, mtu: 23)
+                == (.errorResponse(request: .executeWriteRequest, handle: 0, error: .invalidPDU), []))
+        #expect(s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23).response == .executeWriteResponse)
+        #expect(s.database.attribute(small)?.value == [8])
     }
 
     /// §3.4.6.1: a prepared value is judged when the queue is executed, not when it is
@@ -180,6 +186,11 @@ struct GATTServerTests {
         let short = s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23)
         #expect(short.response == .errorResponse(request: .executeWriteRequest, handle: cccd, error: .invalidAttributeValueLength))
         #expect(short.effects.isEmpty)
+        #expect(s.handle(.readRequest(handle: cccd), connection: 1, mtu: 23).response == .readResponse(value: notify))
+        // A piece at a nonzero offset lands on this connection's configuration, not on
+        // the declaration's stored value: the first octet stays 0x01.
+        _ = s.handle(.prepareWriteRequest(handle: cccd, offset: 1, value: [0x00]), connection: 1, mtu: 23)
+        #expect(s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23).response == .executeWriteResponse)
         #expect(s.handle(.readRequest(handle: cccd), connection: 1, mtu: 23).response == .readResponse(value: notify))
     }
 
