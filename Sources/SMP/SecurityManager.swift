@@ -381,9 +381,15 @@ public actor SecurityManager: LoopIsolated {
             perform(actions, handle: handle)
             return
         }
-        guard let pdu = try? SMPPDU(bytes) else {
-            // Not a command we know and no pairing running: the spec's answer (§3.3).
-            if bytes.first != SMPCode.pairingFailed.rawValue { send(.pairingFailed(.commandNotSupported), handle: handle) }
+        let pdu: SMPPDU
+        do { pdu = try SMPPDU(bytes) } catch {
+            // No pairing running and a PDU we cannot take: the spec's answer (§3.3, §3.5.5),
+            // Command Not Supported for an unknown code, Invalid Parameters for a wrong
+            // length or a reserved value. A Pairing Failed is never answered, and an empty
+            // frame has no code to answer.
+            if let error = error as? SMPDecodeError, bytes.first != SMPCode.pairingFailed.rawValue {
+                send(.pairingFailed(error.reason), handle: handle)
+            }
             return
         }
         switch (pdu, link.connection.role) {

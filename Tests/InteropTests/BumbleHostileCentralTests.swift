@@ -1,0 +1,85 @@
+// Our peripheral (the BLE facade) against Bumble as a hostile central, on Rootcanal:
+// Bumble's ATT and SMP layers are taken off its side of the link and
+// bumble_hostile_central.py sends malformed and out-of-place PDUs as raw L2CAP frames
+// through its own host and Rootcanal's controller. Each gets the answer the Core
+// Specification gives it (Vol 3 Part F §3.3, §3.4; Part A §4; Part H §3.5), and the
+// link keeps serving after each that gets none.
+
+import BLE
+import BLETesting
+import Foundation
+import Testing
+import Transports
+
+@Suite(.serialized) struct BumbleHostileCentralTests {
+    @Test func everyHostilePDUGetsTheSpecsAnswer() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        let info = try await host.start()
+        let value = Characteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write, .indicate], value: [7])
+        let long = Characteristic(uuid: BluetoothUUID(0xFFF2), properties: [.read], value: (0..<300).map { UInt8($0 & 0xFF) })
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0xFFF0), characteristics: [value, long]))
+        let v = try await host.peripheral.handles(of: value), l = try await host.peripheral.handles(of: long)
+        let cccd = try #require(v.clientConfiguration)
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_hostile_central.py", String(rc.hciPort),
+                                               info.address.description, String(v.value), String(cccd), String(l.value)],
+                                            timeout: 120).out
+        await host.close()
+        let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        var got: [String: String] = [:]
+        for l in lines where l["event"] as? String == "case" {
+            if let name = l["name"] as? String { got[name] = l["got"] as? String ?? "none" }
+        }
+        func le(_ x: UInt16) -> String { [UInt8(x & 0xFF), UInt8(x >> 8)].hexString }
+        let served = "0b07"  // the Read Response for VALUE that follows each case answered by nothing
+        let expected: KeyValuePairs<String, String> = [
+            // ATT: Error Response 01 <request opcode> <handle> <code> (§3.4.1.1).
+            "read handle 0": "010a000001",
+            "read a handle past the database": "010affff01",
+            "read request one octet short": "010a000004",
+            "find information from handle 0": "0104000001",
+            "find information start after end": "0104050001",
+            "read by group type of characteristics": "0110010010",
+            "read by type with a 3-octet UUID": "0108000004",
+            "read multiple with one handle": "010e000004",
+            "read blob past the end": "010c" + le(l.value) + "07",
+            "read blob at the end": "0d",
+            "write a read-only value": "0112" + le(l.value) + "03",
+            "write one octet to a CCCD": "0112" + le(cccd) + "0d",
+            "write command to a read-only value": "none",
+            "write command to a read-only value: still served": served,
+            "unknown request opcode": "0130000006",
+            "unknown command opcode": "none",
+            "unknown command opcode: still served": served,
+            "prepare write longer than ATT_MTU": "0116000004",
+            "prepare write to a read-only value": "0116" + le(l.value) + "03",
+            "execute write with reserved flags": "0118000004",
+            "execute write with nothing prepared": "19",
+            "the client's indication": "1e",
+            "a confirmation nobody asked for": "none",
+            "a confirmation nobody asked for: still served": served,
+            // Our Rx MTU (517); a client's 22 leaves ATT_MTU at 23, so a read carries 22 octets.
+            "exchange MTU below the minimum": "03" + le(517),
+            "read the long value after that exchange": "0b" + (0..<22).map { UInt8($0) }.hexString,
+            // LE signaling: Command Reject 01 <id> 02|06 00 <reason> [data] (Part A §4.1).
+            "disconnection request for an unknown CID": "01070600" + "0200" + "40004100",
+            "unknown signaling code": "010802000000",
+            "signaling length longer than the frame": "010902000000",
+            "connection parameter update request from the central": "010a02000000",
+            "LE credit based connection to an unused SPSM": "150b0a00" + "0000000000000000" + "0200",
+            "signaling identifier 0": "none",
+            "signaling identifier 0: still served": served,
+            // SMP: Pairing Failed 05 <reason> (Part H §3.5.5): Invalid Parameters for a wrong
+            // length, Unspecified Reason out of sequence, Command Not Supported for an unknown code.
+            "pairing request one octet short": "050a",
+            "pairing confirm before any pairing request": "0508",
+            "unknown SMP code": "0507",
+        ]
+        #expect(lines.contains { $0["event"] as? String == "done" }, "\(out)")
+        #expect(got.count == expected.count, "\(out)")
+        for (name, answer) in expected { #expect(got[name] == answer, "\(name)") }
+    }
+}

@@ -1,0 +1,134 @@
+"""Bumble as a hostile central against our GATT server, for InteropTests.
+
+Usage: bumble_hostile_central.py HCI_PORT ADDRESS VALUE CCCD LONG
+Connects over Rootcanal (tcp-client:127.0.0.1:HCI_PORT) to ADDRESS (public). Bumble's
+own ATT and SMP layers are taken off the link: every PDU our host sends on the ATT,
+LE signaling and SMP channels is captured here instead, and the cases below are sent
+as raw L2CAP PDUs, each malformed or out of place in its own way. VALUE is the handle
+of a read/write/indicate characteristic value, CCCD its Client Characteristic
+Configuration, LONG the handle of a 300-octet read-only value.
+
+For each case prints {"event": "case", "name", "cid", "sent", "got"}: "got" is the hex
+of the first PDU our host sent on that channel within 2 s (null if none). A case that
+expects no answer is followed by an ATT Read Request for VALUE, whose answer shows the
+link still serves (its own case, "<name>: still served"). Requests our host makes on
+its own (Exchange MTU) are answered and never taken for an answer. Then disconnects and
+prints {"event": "done"}.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import sys
+
+from bumble.device import Device
+from bumble.hci import Address
+from bumble.transport import open_transport
+
+ATT, SIGNALING, SMP = 0x0004, 0x0005, 0x0006
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def le16(v):
+    return bytes([v & 0xFF, v >> 8])
+
+
+def cases(value, cccd, long):
+    """(name, channel, PDU, answered): what a hostile central sends, in order."""
+    return [
+        # ATT (Vol 3 Part F §3.4; an Error Response is 01 <request opcode> <handle> <code>).
+        ("read handle 0", ATT, b"\x0a" + le16(0), True),
+        ("read a handle past the database", ATT, b"\x0a" + le16(0xFFFF), True),
+        ("read request one octet short", ATT, b"\x0a\x01", True),
+        ("find information from handle 0", ATT, b"\x04" + le16(0) + le16(0xFFFF), True),
+        ("find information start after end", ATT, b"\x04" + le16(5) + le16(3), True),
+        ("read by group type of characteristics", ATT, b"\x10" + le16(1) + le16(0xFFFF) + le16(0x2803), True),
+        ("read by type with a 3-octet UUID", ATT, b"\x08" + le16(1) + le16(0xFFFF) + b"\x03\x28\x00", True),
+        ("read multiple with one handle", ATT, b"\x0e" + le16(value), True),
+        ("read blob past the end", ATT, b"\x0c" + le16(long) + le16(301), True),
+        ("read blob at the end", ATT, b"\x0c" + le16(long) + le16(300), True),
+        ("write a read-only value", ATT, b"\x12" + le16(long) + b"\x01", True),
+        ("write one octet to a CCCD", ATT, b"\x12" + le16(cccd) + b"\x01", True),
+        ("write command to a read-only value", ATT, b"\x52" + le16(long) + b"\x01", False),
+        ("unknown request opcode", ATT, b"\x30\x01\x02", True),
+        ("unknown command opcode", ATT, b"\x70\x01\x02", False),
+        ("prepare write longer than ATT_MTU", ATT, b"\x16" + le16(value) + le16(0) + bytes(30), True),
+        ("prepare write to a read-only value", ATT, b"\x16" + le16(long) + le16(0) + b"\x01", True),
+        ("execute write with reserved flags", ATT, b"\x18\x02", True),
+        ("execute write with nothing prepared", ATT, b"\x18\x01", True),
+        ("the client's indication", ATT, b"\x1d" + le16(value) + b"\x05", True),
+        ("a confirmation nobody asked for", ATT, b"\x1e", False),
+        ("exchange MTU below the minimum", ATT, b"\x02" + le16(22), True),
+        ("read the long value after that exchange", ATT, b"\x0a" + le16(long), True),
+        # LE signaling (Vol 3 Part A §4).
+        ("disconnection request for an unknown CID", SIGNALING, b"\x06\x07\x04\x00" + le16(0x0040) + le16(0x0041), True),
+        ("unknown signaling code", SIGNALING, b"\x7f\x08\x00\x00", True),
+        ("signaling length longer than the frame", SIGNALING, b"\x06\x09\x08\x00" + le16(0x0040) + le16(0x0041), True),
+        ("connection parameter update request from the central", SIGNALING,
+         b"\x12\x0a\x08\x00" + le16(6) + le16(12) + le16(0) + le16(400), True),
+        ("LE credit based connection to an unused SPSM", SIGNALING,
+         b"\x14\x0b\x0a\x00" + le16(0x0080) + le16(0x0040) + le16(23) + le16(23) + le16(1), True),
+        ("signaling identifier 0", SIGNALING, b"\x06\x00\x04\x00" + le16(0x0040) + le16(0x0041), False),
+        # SMP (Vol 3 Part H §3.5).
+        ("pairing request one octet short", SMP, b"\x01\x03\x00\x01\x10\x07", True),
+        ("pairing confirm before any pairing request", SMP, b"\x03" + bytes(16), True),
+        ("unknown SMP code", SMP, b"\x7e\x00", True),
+    ]
+
+
+async def main():
+    if os.environ.get("BUMBLE_LOGLEVEL"):
+        logging.basicConfig(level=os.environ["BUMBLE_LOGLEVEL"].upper())
+    port, address = sys.argv[1], sys.argv[2]
+    value, cccd, long = (int(a, 0) for a in sys.argv[3:6])
+    async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
+        device = Device.with_hci("bumble-hostile", Address("F2:F3:F4:F5:F6:F7"), source, sink)
+        await device.power_on()
+        inbound = {cid: asyncio.Queue() for cid in (ATT, SIGNALING, SMP)}
+        manager = device.l2cap_channel_manager
+        passed_on = manager.on_pdu
+
+        def tap(connection, cid, pdu):
+            pdu = bytes(pdu)
+            if cid == ATT and pdu[:1] == b"\x02":
+                # Our host's own Exchange MTU Request: answered, not an answer to a case.
+                connection.send_l2cap_pdu(ATT, b"\x03" + le16(23))
+                return
+            if cid in inbound:
+                inbound[cid].put_nowait(pdu)
+                # A request our host makes of the central (parameter update) still gets Bumble's answer.
+                if cid == SIGNALING and pdu[:1] == b"\x12":
+                    passed_on(connection, cid, pdu)
+                return
+            passed_on(connection, cid, pdu)
+
+        manager.on_pdu = tap
+        connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+        emit(event="connected")
+
+        async def answer(cid, timeout):
+            try:
+                return (await asyncio.wait_for(inbound[cid].get(), timeout)).hex()
+            except asyncio.TimeoutError:
+                return None
+
+        for name, cid, pdu, answered in cases(value, cccd, long):
+            for q in inbound.values():
+                while not q.empty():
+                    q.get_nowait()
+            connection.send_l2cap_pdu(cid, pdu)
+            emit(event="case", name=name, cid=cid, sent=pdu.hex(), got=await answer(cid, 2.0 if answered else 1.0))
+            if not answered:
+                connection.send_l2cap_pdu(ATT, b"\x0a" + le16(value))
+                emit(event="case", name=f"{name}: still served", cid=ATT, sent=("0a" + le16(value).hex()),
+                     got=await answer(ATT, 2.0))
+        await connection.disconnect()
+        emit(event="done")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
