@@ -20,6 +20,9 @@ public enum ATTBearerError: Error, Hashable, Sendable, CustomStringConvertible {
     case bearerUnusable(String)
     /// The peer's response could not be decoded.
     case malformedResponse(ATTDecodeError)
+    /// The peer answered our outstanding `request` with a response of another kind
+    /// (`received`), or with an Error Response for another request (`errorFor`).
+    case unexpectedResponse(received: ATTOpcode, errorFor: ATTOpcode?, request: ATTOpcode)
 
     public var description: String {
         switch self {
@@ -27,6 +30,9 @@ public enum ATTBearerError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .transactionTimeout(op): return "\(op): no response within 30 s; the ATT bearer is unusable"
         case let .bearerUnusable(why): return "the ATT bearer is unusable: \(why)"
         case let .malformedResponse(e): return "\(e)"
+        case let .unexpectedResponse(received, errorFor?, request):
+            return "the peer answered \(request) with an \(received) for \(errorFor)"
+        case let .unexpectedResponse(received, nil, request): return "the peer answered \(request) with a \(received)"
         }
     }
 }
@@ -169,12 +175,17 @@ public struct ATTBearerState: Sendable {
         switch pdu.opcode.kind {
         case .response:
             guard let r = request else { return [.protocolViolation("\(pdu.opcode) without a request")] }
+            // A response that does not answer the outstanding request ends it with an
+            // error naming what came (as BlueZ does), rather than leaving it to the 30 s
+            // timeout; the bearer stays usable.
             if case let .errorResponse(req, h, err) = pdu {
-                guard req == r.pdu.opcode else { return [.protocolViolation("Error Response for \(req) while \(r.pdu.opcode) is outstanding")] }
+                guard req == r.pdu.opcode else {
+                    return finishRequest(.failed(id: r.id, .unexpectedResponse(received: pdu.opcode, errorFor: req, request: r.pdu.opcode)))
+                }
                 return finishRequest(.failed(id: r.id, .errorResponse(request: req, handle: h, error: err)))
             }
             guard Self.answers(pdu.opcode, r.pdu.opcode) else {
-                return [.protocolViolation("\(pdu.opcode) does not answer \(r.pdu.opcode)")]
+                return finishRequest(.failed(id: r.id, .unexpectedResponse(received: pdu.opcode, errorFor: nil, request: r.pdu.opcode)))
             }
             // One array per response: concatenating onto an empty one allocated a second.
             if case let .exchangeMTUResponse(serverRx) = pdu, case let .exchangeMTURequest(clientRx) = r.pdu {

@@ -117,7 +117,7 @@ public actor RemotePeripheral {
         func bearer(_ e: ATTBearerError) -> Bool {
             switch e {
             case .bearerUnusable, .transactionTimeout: return true
-            case .errorResponse, .malformedResponse: return false
+            case .errorResponse, .malformedResponse, .unexpectedResponse: return false
             }
         }
         switch error {

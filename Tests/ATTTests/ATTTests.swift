@@ -152,6 +152,25 @@ struct ATTBearerTests {
         if case .protocolViolation = b.receive([0x13]).first {} else { Issue.record("unexpected response accepted") }
     }
 
+    /// A response that does not answer the outstanding request (another kind, or an
+    /// Error Response for another request) ends that request at once with the error
+    /// naming it, not after the 30 s timeout; the next request goes out on a usable bearer.
+    @Test func aResponseForAnotherRequestEndsTheOutstandingOne() {
+        var b = ATTBearerState()
+        let (r1, _) = b.sendRequest(.readByGroupTypeRequest(start: 1, end: 0xFFFF, type: BluetoothUUID(0x2800)))
+        let (r2, queued) = b.sendRequest(.readRequest(handle: 3))
+        #expect(queued.isEmpty)
+        #expect(b.receive([0x0B, 0x00]) == [.cancelTimer(r1),
+                                            .failed(id: r1, .unexpectedResponse(received: .readResponse, errorFor: nil, request: .readByGroupTypeRequest)),
+                                            .send([0x0A, 0x03, 0x00]), .startTimer(r2)])
+        #expect(b.receive([0x01, 0x10, 0x01, 0x00, 0x0A]) == [.cancelTimer(r2),
+                                                             .failed(id: r2, .unexpectedResponse(received: .errorResponse, errorFor: .readByGroupTypeRequest, request: .readRequest))])
+        #expect(b.unusableReason == nil)
+        let (r3, sent) = b.sendRequest(.readRequest(handle: 3))
+        #expect(sent == [.send([0x0A, 0x03, 0x00]), .startTimer(r3)])
+        #expect(b.receive([0x0B, 0x07]) == [.cancelTimer(r3), .responded(id: r3, .readResponse(value: [7]))])
+    }
+
     @Test func incomingRequestsAndIndicationsAreHandedUp() {
         var b = ATTBearerState()
         #expect(b.receive([0x0A, 0x03, 0x00]) == [.request(.readRequest(handle: 3))])

@@ -1,0 +1,136 @@
+"""Bumble as a hostile GATT server (peripheral), for InteropTests.
+
+Usage: bumble_hostile_peripheral.py HCI_PORT MODE [MODE ...]
+Advertises as F1:F2:F3:F4:F5:F7 (random) on Rootcanal (tcp-client:127.0.0.1:HCI_PORT).
+Bumble's own ATT layer is taken off the link: every ATT request from the central is
+answered here, by hand. Each connection gets the next MODE; after a disconnection
+Bumble advertises again until every mode has had its connection (or 60 s pass).
+
+The database the answers describe: a Battery service 0x0001-0x0005, its Battery Level
+characteristic declared at 0x0002 (value 0x0003), a CCCD at 0x0004. Each mode lies in
+one answer:
+  zero-handle        the characteristic declaration at handle 0x0000
+  not-increasing     a Read By Type response listing 0x0003, then 0x0002
+  find-info-repeat   every Find Information response lists 0x0004, whatever was asked
+  wrong-opcode       Read By Group Type answered with a Read Response
+  oversized          Read By Group Type answered with 26 octets at ATT_MTU 23
+  entry-length       Read By Group Type entries 5 octets long (6 or 20 are defined)
+  error-for-another  Read By Group Type answered with an Error Response for a Read Request
+Exchange MTU is answered with 23.
+
+Prints {"event": "request", "mode", "pdu"} for each ATT PDU received, {"event":
+"disconnected", "mode", "requests"} after each link, {"event": "done"} at the end.
+"""
+
+import asyncio
+import json
+import sys
+
+from bumble.device import Device
+from bumble.hci import Address
+from bumble.transport import open_transport
+
+ATT = 0x0004
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def le16(v):
+    return bytes([v & 0xFF, v >> 8])
+
+
+def not_found(opcode, start):
+    return bytes([0x01, opcode]) + le16(start) + b"\x0a"
+
+
+def answer(mode, pdu):
+    """The answer to one request, or None for a command."""
+    op = pdu[0]
+    if op == 0x02:
+        return b"\x03" + le16(23)
+    if op == 0x10:  # Read By Group Type
+        start = int.from_bytes(pdu[1:3], "little")
+        if mode == "wrong-opcode":
+            return b"\x0b\x00"
+        if mode == "oversized":
+            return b"\x11\x06" + (le16(1) + le16(5) + le16(0x180F)) * 4
+        if mode == "entry-length":
+            return b"\x11\x05" + le16(1) + le16(5) + b"\x0f"
+        if mode == "error-for-another":
+            return b"\x01\x0a" + le16(1) + b"\x01"
+        if start <= 1:
+            return b"\x11\x06" + le16(1) + le16(5) + le16(0x180F)
+        return not_found(op, start)
+    if op == 0x08:  # Read By Type
+        start, type_ = int.from_bytes(pdu[1:3], "little"), pdu[5:]
+        if type_ != le16(0x2803):
+            return not_found(op, start)
+        if mode == "zero-handle":
+            return b"\x09\x07" + le16(0) + b"\x12" + le16(3) + le16(0x2A19)
+        if mode == "not-increasing":
+            return b"\x09\x07" + le16(3) + b"\x12" + le16(4) + le16(0x2A19) + le16(2) + b"\x12" + le16(3) + le16(0x2A19)
+        if start <= 2:
+            return b"\x09\x07" + le16(2) + b"\x12" + le16(3) + le16(0x2A19)
+        return not_found(op, start)
+    if op == 0x04:  # Find Information
+        start = int.from_bytes(pdu[1:3], "little")
+        if mode == "find-info-repeat" or start <= 4:
+            return b"\x05\x01" + le16(4) + le16(0x2902)
+        return not_found(op, start)
+    if op & 0x40 or op in (0x1E,):  # a command, or a confirmation
+        return None
+    return bytes([0x01, op, 0, 0, 0x06])
+
+
+async def main():
+    port, modes = sys.argv[1], sys.argv[2:]
+    async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
+        device = Device.with_hci("bumble-hostile", Address("F1:F2:F3:F4:F5:F7"), source, sink)
+        queue = list(modes)
+        current = {"mode": None, "requests": 0}
+        finished = asyncio.Event()
+        manager = device.l2cap_channel_manager
+        passed_on = manager.on_pdu
+
+        def tap(connection, cid, pdu):
+            if cid != ATT:
+                return passed_on(connection, cid, pdu)
+            pdu = bytes(pdu)
+            mode = current["mode"]
+            current["requests"] += 1
+            emit(event="request", mode=mode, pdu=pdu.hex())
+            reply = answer(mode, pdu)
+            if reply is not None:
+                connection.send_l2cap_pdu(ATT, reply)
+
+        manager.on_pdu = tap
+
+        def on_connection(connection):
+            current["mode"] = queue.pop(0) if queue else None
+            current["requests"] = 0
+            emit(event="connected", mode=current["mode"])
+
+            def on_disconnection(reason):
+                emit(event="disconnected", mode=current["mode"], requests=current["requests"])
+                if queue:
+                    asyncio.get_running_loop().create_task(device.start_advertising())
+                else:
+                    finished.set()
+
+            connection.on("disconnection", on_disconnection)
+
+        device.on("connection", on_connection)
+        await device.power_on()
+        await device.start_advertising()
+        emit(event="advertising", address=str(device.random_address))
+        try:
+            await asyncio.wait_for(finished.wait(), 60)
+        except asyncio.TimeoutError:
+            pass
+        emit(event="done")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
