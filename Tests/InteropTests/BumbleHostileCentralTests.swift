@@ -23,11 +23,16 @@ import Transports
         try await host.peripheral.add(Service(uuid: BluetoothUUID(0xFFF0), characteristics: [value, long]))
         let v = try await host.peripheral.handles(of: value), l = try await host.peripheral.handles(of: long)
         let cccd = try #require(v.clientConfiguration)
+        // Channels Bumble opens get MTU 64, MPS 30 and 2 credits, and are held unread:
+        // no credit goes back, so the third K-frame is one too many.
+        let channels = await host.publishChannel(spsm: 0x0081, parameters: CreditBasedParameters(mtu: 64, mps: 30, initialCredits: 2))
+        let holder = Task { var held: [L2CAPChannel] = []; for await c in channels { held.append(c) }; return held.count }
         try await host.peripheral.startAdvertising(AdvertisingData())
         let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_hostile_central.py", String(rc.hciPort),
                                                info.address.description, String(v.value), String(cccd), String(l.value)],
                                             timeout: 120).out
         await host.close()
+        let accepted = await holder.value
         let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         var got: [String: String] = [:]
         for l in lines where l["event"] as? String == "case" {
@@ -81,5 +86,19 @@ import Transports
         #expect(lines.contains { $0["event"] as? String == "done" }, "\(out)")
         #expect(got.count == expected.count, "\(out)")
         for (name, answer) in expected { #expect(got[name] == answer, "\(name)") }
+
+        // Each channel opens (our DCID, MTU 64, MPS 30, 2 credits, success), then its
+        // violation draws our Disconnection Request for it (Part A §10.1, §4.24).
+        let channelCases = lines.filter { $0["event"] as? String == "channel-case" }
+        #expect(channelCases.count == 4, "\(out)")
+        #expect(accepted == 4)
+        for (c, scid) in zip(channelCases, [UInt16(0x50), 0x51, 0x52, 0x53]) {
+            let name = c["name"] as? String ?? "?"
+            let response = c["response"] as? String ?? "none"
+            #expect(response.hasPrefix("15200a00") && response.hasSuffix("4000" + "1e00" + "0200" + "0000"), "\(name): \(response)")
+            let dcid = response.count == 28 ? String(Array(response)[8..<12]) : "?"
+            // Its Destination CID is Bumble's endpoint, its Source CID ours (§4.6).
+            #expect(c["got"] as? String == "06000400" + le(scid) + dcid, "\(name): \(c["got"] ?? "none")")
+        }
     }
 }

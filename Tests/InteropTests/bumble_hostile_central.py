@@ -12,8 +12,13 @@ For each case prints {"event": "case", "name", "cid", "sent", "got"}: "got" is t
 of the first PDU our host sent on that channel within 2 s (null if none). A case that
 expects no answer is followed by an ATT Read Request for VALUE, whose answer shows the
 link still serves (its own case, "<name>: still served"). Requests our host makes on
-its own (Exchange MTU) are answered and never taken for an answer. Then disconnects and
-prints {"event": "done"}.
+its own (Exchange MTU) are answered and never taken for an answer.
+
+Then opens LE credit-based channels to SPSM 0x0081 (LE Credit Based Connection Request,
+source CIDs 0x0050...) and breaks one rule on each (see channel_cases); prints
+{"event": "channel-case", "name", "response", "got"}: our host's connection response
+and the next signaling PDU it sent (its Disconnection Request, identifier shown as 00).
+Then disconnects and prints {"event": "done"}.
 """
 
 import asyncio
@@ -80,6 +85,20 @@ def cases(value, cccd, long):
     ]
 
 
+def channel_cases():
+    """(name, our source CID, initial credits, frames to send given the CID our host chose)."""
+    return [
+        # An SDU length of 65 on a channel whose MTU is 64.
+        ("SDU longer than the MTU", 0x0050, 5, lambda dcid: [(dcid, le16(65) + bytes(10))]),
+        # A K-frame of 40 octets where the MPS is 30.
+        ("K-frame longer than the MPS", 0x0051, 5, lambda dcid: [(dcid, le16(38) + bytes(38))]),
+        # Three K-frames (each a 1-octet SDU) on the 2 credits granted.
+        ("more K-frames than credits", 0x0052, 5, lambda dcid: [(dcid, le16(1) + b"\x01")] * 3),
+        # Flow Control Credit Ind taking our credits past 65535 (65535 granted, 1 more).
+        ("credits beyond 65535", 0x0053, 65535, lambda dcid: [(SIGNALING, b"\x16\x21\x04\x00" + le16(0x0053) + le16(1))]),
+    ]
+
+
 async def main():
     if os.environ.get("BUMBLE_LOGLEVEL"):
         logging.basicConfig(level=os.environ["BUMBLE_LOGLEVEL"].upper())
@@ -126,6 +145,28 @@ async def main():
                 connection.send_l2cap_pdu(ATT, b"\x0a" + le16(value))
                 emit(event="case", name=f"{name}: still served", cid=ATT, sent=("0a" + le16(value).hex()),
                      got=await answer(ATT, 2.0))
+        # LE credit-based channels to SPSM 0x0081, which our side publishes with MTU 64,
+        # MPS 30 and 2 initial credits and never reads from (so it gives no credits back).
+        # Each channel breaks one rule of Part A §10.1 / §4.24; our host must answer with
+        # its Disconnection Request for that channel, answered here in turn.
+        for name, scid, credits, frames in channel_cases():
+            for q in inbound.values():
+                while not q.empty():
+                    q.get_nowait()
+            connection.send_l2cap_pdu(SIGNALING, b"\x14\x20\x0a\x00" + le16(0x0081) + le16(scid) + le16(100) + le16(100) + le16(credits))
+            response = await answer(SIGNALING, 2.0)
+            got = None
+            if response and len(response) == 28 and response.startswith("15"):
+                dcid = int.from_bytes(bytes.fromhex(response[8:12]), "little")
+                for cid, frame in frames(dcid):
+                    connection.send_l2cap_pdu(cid, frame)
+                got = await answer(SIGNALING, 2.0)
+                if got and got.startswith("06"):
+                    # The identifier is our host's to choose: shown as 00.
+                    ident = bytes.fromhex(got[2:4])
+                    connection.send_l2cap_pdu(SIGNALING, b"\x07" + ident + b"\x04\x00" + bytes.fromhex(got[8:16]))
+                    got = got[:2] + "00" + got[4:]
+            emit(event="channel-case", name=name, response=response, got=got)
         await connection.disconnect()
         emit(event="done")
 
