@@ -353,31 +353,41 @@ public actor GATTClient: LoopIsolated {
                 guard case .writeResponse = try await request(.writeRequest(handle: handle, value: value), on: b) else { throw GATTClientError.unexpectedResponse(.writeResponse) }
                 return
             }
-            try await reliableWrite([(handle, value)], verify: false, on: b)
+            try await reliableWrite([(handle, value)], on: b)
         }
     }
 
-    /// Prepares every (handle, value) in MTU-sized pieces and executes them together;
-    /// with `verify`, each echoed piece must match or the queue is cancelled (§4.9.5).
-    /// All of it goes on one bearer (a server may keep a prepare queue per bearer).
-    public func reliableWrite(_ writes: [(UInt16, [UInt8])], verify: Bool = true) async throws {
-        try await using { try await reliableWrite(writes, verify: verify, on: $0) }
+    /// Prepares every (handle, value) in MTU-sized pieces and executes them together.
+    /// Each Prepare Write Response must echo its request (handle, offset and value) or
+    /// the queue is cancelled and the write fails with `preparedWriteMismatch` (§4.9.4
+    /// for a long write, §4.9.5 for a reliable one). A piece the server refuses (an
+    /// Error Response: Prepare Queue Full, Write Not Permitted, ...) also cancels what
+    /// was already queued before the error is thrown, so the server's queue is left
+    /// empty for the next write. All of it goes on one bearer.
+    public func reliableWrite(_ writes: [(UInt16, [UInt8])]) async throws {
+        try await using { try await reliableWrite(writes, on: $0) }
     }
 
-    private func reliableWrite(_ writes: [(UInt16, [UInt8])], verify: Bool, on b: ATTBearer) async throws {
+    private func reliableWrite(_ writes: [(UInt16, [UInt8])], on b: ATTBearer) async throws {
         let piece = await b.mtu - 5
-        for (handle, value) in writes {
-            var offset = 0
-            repeat {
-                let chunk = Array(value[offset..<Swift.min(value.count, offset + piece)])
-                let rsp = try await request(.prepareWriteRequest(handle: handle, offset: UInt16(offset), value: chunk), on: b)
-                guard case let .prepareWriteResponse(h, o, v) = rsp else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-                if verify, h != handle || Int(o) != offset || v != chunk {
-                    _ = try? await request(.executeWriteRequest(flags: 0), on: b)
-                    throw GATTClientError.reliableWriteMismatch(handle: handle)
-                }
-                offset += chunk.count
-            } while offset < value.count
+        var queued = false
+        do {
+            for (handle, value) in writes {
+                var offset = 0
+                repeat {
+                    let chunk = Array(value[offset..<Swift.min(value.count, offset + piece)])
+                    let rsp = try await request(.prepareWriteRequest(handle: handle, offset: UInt16(offset), value: chunk), on: b)
+                    queued = true
+                    guard case let .prepareWriteResponse(h, o, v) = rsp else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
+                    guard h == handle, Int(o) == offset, v == chunk else { throw GATTClientError.preparedWriteMismatch(handle: handle) }
+                    offset += chunk.count
+                } while offset < value.count
+            }
+        } catch {
+            // Cancel what the server holds (a refused first piece left nothing, §3.4.6.1).
+            // On a bearer that is gone the cancel fails at once, and is not waited for.
+            if queued { _ = try? await request(.executeWriteRequest(flags: 0), on: b) }
+            throw error
         }
         guard case .executeWriteResponse = try await request(.executeWriteRequest(flags: 1), on: b) else { throw GATTClientError.unexpectedResponse(.executeWriteResponse) }
     }

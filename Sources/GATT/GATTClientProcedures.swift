@@ -64,8 +64,9 @@ public struct DiscoveredInclude: Hashable, Sendable {
 public enum GATTClientError: Error, Hashable, Sendable, CustomStringConvertible {
     case att(ATTBearerError)
     case unexpectedResponse(ATTOpcode)
-    /// A Reliable Write's prepared value did not come back as sent; the queue was cancelled.
-    case reliableWriteMismatch(handle: UInt16)
+    /// A Prepare Write Response (of a long or reliable write) did not echo its request's
+    /// handle, offset and value; the queue was cancelled.
+    case preparedWriteMismatch(handle: UInt16)
     case noClientConfiguration(valueHandle: UInt16)
     /// The server answered with a response that lists nothing.
     case emptyResponse(ATTOpcode)
@@ -85,7 +86,7 @@ public enum GATTClientError: Error, Hashable, Sendable, CustomStringConvertible 
         switch self {
         case let .att(e): return "\(e)"
         case let .unexpectedResponse(op): return "unexpected \(op)"
-        case let .reliableWriteMismatch(h): return "reliable write to 0x\(hex4(h)) came back changed; cancelled"
+        case let .preparedWriteMismatch(h): return "the server's Prepare Write Response for 0x\(hex4(h)) did not echo the request; the write was cancelled"
         case let .noClientConfiguration(h): return "characteristic 0x\(hex4(h)) has no Client Characteristic Configuration"
         case let .emptyResponse(op): return "the server sent an empty \(op)"
         case let .handleOutOfRange(op, h, r):

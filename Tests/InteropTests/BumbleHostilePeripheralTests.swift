@@ -3,39 +3,46 @@
 // requests by hand, each connection lying in one way (a declaration at handle 0, handles
 // that go backwards, a Find Information answer that never moves on, a wrong opcode, a
 // response longer than ATT_MTU, entries of an undefined length, an Error Response for
-// another request). btctl must end with the typed error naming the lie, exit non-zero,
-// and ask only a few requests: never a crash, never a loop (issue 9, item 3).
+// another request; for a long write, a Prepare Write Response that does not echo its
+// request, and Prepare Queue Full on the second piece). btctl must end with the typed
+// error naming the lie, exit non-zero, ask only a few requests, and cancel a long write
+// the server broke: never a crash, never a loop (issue 9, item 3).
 
 import BLETesting
 import Foundation
 import Testing
 
 @Suite(.serialized) struct BumbleHostilePeripheralTests {
-    /// Each mode, and what btctl's error must say.
-    static let cases: KeyValuePairs<String, String> = [
-        "zero-handle": "the server's Read By Type Response lists handle 0x0000 outside the range asked for (0x0001–0x0005)",
-        "not-increasing": "the server's Read By Type Response lists handle 0x0002 after 0x0003; handles must increase",
-        "find-info-repeat": "the server's Find Information Response lists handle 0x0004 outside the range asked for (0x0005–0x0005)",
-        "wrong-opcode": "the peer answered Read By Group Type Request with a Read Response",
-        "oversized": "the server's Read By Group Type Response is 26 bytes; ATT_MTU is 23",
-        "entry-length": "the server's Read By Group Type Response entry at 0x0001 is malformed",
-        "error-for-another": "the peer answered Read By Group Type Request with an Error Response for Read Request",
+    /// Each mode, the btctl command run against it, and what btctl's error must say.
+    static let discover = ["gatt", "discover"]
+    /// 40 octets at ATT_MTU 23: three Prepare Write Requests of 18, 18 and 4.
+    static let longWrite = ["gatt", "write", "--handle", "3", "--text", String(repeating: "w", count: 40)]
+    static let cases: [(mode: String, command: [String], named: String)] = [
+        ("zero-handle", discover, "discovery failed: the server's Read By Type Response lists handle 0x0000 outside the range asked for (0x0001–0x0005)"),
+        ("not-increasing", discover, "discovery failed: the server's Read By Type Response lists handle 0x0002 after 0x0003; handles must increase"),
+        ("find-info-repeat", discover, "discovery failed: the server's Find Information Response lists handle 0x0004 outside the range asked for (0x0005–0x0005)"),
+        ("wrong-opcode", discover, "discovery failed: the peer answered Read By Group Type Request with a Read Response"),
+        ("oversized", discover, "discovery failed: the server's Read By Group Type Response is 26 bytes; ATT_MTU is 23"),
+        ("entry-length", discover, "discovery failed: the server's Read By Group Type Response entry at 0x0001 is malformed"),
+        ("error-for-another", discover, "discovery failed: the peer answered Read By Group Type Request with an Error Response for Read Request"),
+        ("prepare-echo-changed", longWrite, "the server's Prepare Write Response for 0x0003 did not echo the request; the write was cancelled"),
+        ("prepare-queue-full", longWrite, "write failed: peer refused (handle 0x3): Prepare Queue Full (0x9)"),
     ]
 
-    @Test func btctlDiscoverEndsWithTheLieNamed() async throws {
+    @Test func btctlEndsWithTheLieNamed() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         guard BtctlGATTTests.isBuilt() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_hostile_peripheral.py", String(rc.hciPort)]
-                                     + Self.cases.map(\.key))
+                                     + Self.cases.map(\.mode))
         #expect(await bumble.waitForOutput { $0.contains("\"advertising\"") })
-        for (mode, named) in Self.cases {
-            // Within btctl's 5 s command timeout: a lie must end discovery, not a timeout.
+        for (mode, command, named) in Self.cases {
+            // Within btctl's 5 s command timeout: a lie must end the procedure, not a timeout.
             let started = ContinuousClock.now
-            let run = try await BtctlGATTTests.run(["gatt", "discover", "F1:F2:F3:F4:F5:F7/random", "-t", rc.transportSpec])
+            let run = try await BtctlGATTTests.run(command + ["F1:F2:F3:F4:F5:F7/random", "-t", rc.transportSpec])
             #expect(run.status == 1, "\(mode): \(run.out)")
-            #expect(run.out.contains("Error: discovery failed: " + named), "\(mode): \(run.out)")
+            #expect(run.out.contains(named), "\(mode): \(run.out)")
             #expect(ContinuousClock.now - started < .seconds(15), "\(mode)")
             #expect(await bumble.waitForOutput(within: .seconds(10)) { $0.contains("\"disconnected\", \"mode\": \"\(mode)\"") }, "\(mode)")
         }
@@ -47,6 +54,12 @@ import Testing
             return (m, n)
         }, uniquingKeysWith: { a, _ in a })
         // A handful of requests each (Exchange MTU, then discovery up to the lie): no loop.
-        for (mode, _) in Self.cases { #expect((1...8).contains(ended[mode] ?? 0), "\(mode): \(ended)") }
+        for c in Self.cases { #expect((1...8).contains(ended[c.mode] ?? 0), "\(c.mode): \(ended)") }
+        // A long write the server broke is cancelled (§4.9.4; Execute Write, flags 0x00),
+        // and nothing is executed.
+        for mode in ["prepare-echo-changed", "prepare-queue-full"] {
+            let sent = lines.filter { $0["event"] as? String == "request" && $0["mode"] as? String == mode }.compactMap { $0["pdu"] as? String }
+            #expect(sent.last == "1800" && !sent.contains("1801"), "\(mode): \(sent)")
+        }
     }
 }

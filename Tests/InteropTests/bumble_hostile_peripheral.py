@@ -16,6 +16,9 @@ one answer:
   oversized          Read By Group Type answered with 26 octets at ATT_MTU 23
   entry-length       Read By Group Type entries 5 octets long (6 or 20 are defined)
   error-for-another  Read By Group Type answered with an Error Response for a Read Request
+  prepare-echo-changed  a Prepare Write Response whose value's last octet is changed
+  prepare-queue-full    the second Prepare Write Request refused: Prepare Queue Full
+Prepare Write Requests are otherwise echoed, Execute Write and Write Requests answered.
 Exchange MTU is answered with 23.
 
 Prints {"event": "request", "mode", "pdu"} for each ATT PDU received, {"event":
@@ -45,9 +48,20 @@ def not_found(opcode, start):
     return bytes([0x01, opcode]) + le16(start) + b"\x0a"
 
 
-def answer(mode, pdu):
-    """The answer to one request, or None for a command."""
+def answer(mode, pdu, prepares):
+    """The answer to one request, or None for a command. `prepares`: the Prepare Write
+    Requests this link sent before this one."""
     op = pdu[0]
+    if op == 0x16:  # Prepare Write: echoed (§3.4.6.1), unless this mode lies
+        if mode == "prepare-echo-changed" and len(pdu) > 5:
+            return b"\x17" + pdu[1:-1] + bytes([pdu[-1] ^ 0xFF])
+        if mode == "prepare-queue-full" and prepares >= 1:
+            return b"\x01\x16" + pdu[1:3] + b"\x09"
+        return b"\x17" + pdu[1:]
+    if op == 0x18:
+        return b"\x19"
+    if op == 0x12:
+        return b"\x13"
     if op == 0x02:
         return b"\x03" + le16(23)
     if op == 0x10:  # Read By Group Type
@@ -89,7 +103,7 @@ async def main():
     async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
         device = Device.with_hci("bumble-hostile", Address("F1:F2:F3:F4:F5:F7"), source, sink)
         queue = list(modes)
-        current = {"mode": None, "requests": 0}
+        current = {"mode": None, "requests": 0, "prepares": 0}
         finished = asyncio.Event()
         manager = device.l2cap_channel_manager
         passed_on = manager.on_pdu
@@ -101,7 +115,9 @@ async def main():
             mode = current["mode"]
             current["requests"] += 1
             emit(event="request", mode=mode, pdu=pdu.hex())
-            reply = answer(mode, pdu)
+            reply = answer(mode, pdu, current["prepares"])
+            if pdu[:1] == b"\x16":
+                current["prepares"] += 1
             if reply is not None:
                 connection.send_l2cap_pdu(ATT, reply)
 
@@ -110,6 +126,7 @@ async def main():
         def on_connection(connection):
             current["mode"] = queue.pop(0) if queue else None
             current["requests"] = 0
+            current["prepares"] = 0
             emit(event="connected", mode=current["mode"])
 
             def on_disconnection(reason):
