@@ -47,6 +47,7 @@ import Transports
             "read request one octet short": "010a000004",
             "find information from handle 0": "0104000001",
             "find information start after end": "0104050001",
+            "find by type value from handle 0": "0106000001",
             "read by group type of characteristics": "0110010010",
             "read by type with a 3-octet UUID": "0108000004",
             "read multiple with one handle": "010e000004",
@@ -56,6 +57,9 @@ import Transports
             "write one octet to a CCCD": "0112" + le(cccd) + "0d",
             "write command to a read-only value": "none",
             "write command to a read-only value: still served": served,
+            // No CSRK from a pairing: nothing to verify with, so ignored (§3.4.5.4).
+            "signed write with no signing key": "none",
+            "signed write with no signing key: still served": served,
             "unknown request opcode": "0130000006",
             "unknown command opcode": "none",
             "unknown command opcode: still served": served,
