@@ -334,10 +334,11 @@ public struct PairingSession: Sendable {
         return try negotiated()
     }
 
+    /// A maximum key size outside 7...16 is Encryption Key Size, as BlueZ and Zephyr
+    /// answer it (and PTS expects); a reserved IO capability, Invalid Parameters (§3.5.5).
     func validate(_ f: PairingFeatures) throws {
-        guard (7...16).contains(f.maximumKeySize), IOCapability.all.contains(f.ioCapability) else {
-            throw PairingFailureReason.invalidParameters
-        }
+        guard (7...16).contains(f.maximumKeySize) else { throw PairingFailureReason.encryptionKeySize }
+        guard IOCapability.all.contains(f.ioCapability) else { throw PairingFailureReason.invalidParameters }
     }
 
     /// Both feature sets known: choose the method and key size, then start phase 2.

@@ -86,6 +86,8 @@ import Transports
             "pairing request one octet short": "050a",
             "pairing confirm before any pairing request": "0508",
             "unknown SMP code": "0507",
+            // Maximum key size below 7: Encryption Key Size (BlueZ and Zephyr answer so).
+            "pairing request with a 6-octet key": "0506",
         ]
         #expect(lines.contains { $0["event"] as? String == "done" }, "\(out)")
         #expect(got.count == expected.count, "\(out)")

@@ -84,6 +84,7 @@ def cases(value, cccd, long):
         ("pairing request one octet short", SMP, b"\x01\x03\x00\x01\x10\x07", True),
         ("pairing confirm before any pairing request", SMP, b"\x03" + bytes(16), True),
         ("unknown SMP code", SMP, b"\x7e\x00", True),
+        ("pairing request with a 6-octet key", SMP, b"\x01\x03\x00\x01\x06\x07\x07", True),
     ]
 
 

@@ -377,8 +377,13 @@ let identityR = IdentityKey(irk: Array(17...32), address: BluetoothAddress("00:1
         s = responder()
         #expect(s.receive([0x7F]) == [.send(.pairingFailed(.commandNotSupported)), .failed(.local(.commandNotSupported))])
         s = responder()
-        // Maximum key size 6 is out of range.
-        #expect(s.receive([0x01, 0x03, 0x00, 0x01, 0x06, 0x00, 0x00]) == [.send(.pairingFailed(.invalidParameters)), .failed(.local(.invalidParameters))])
+        // Maximum key size 6 or 17 is out of range: Encryption Key Size, as BlueZ and Zephyr say.
+        #expect(s.receive([0x01, 0x03, 0x00, 0x01, 0x06, 0x00, 0x00]) == [.send(.pairingFailed(.encryptionKeySize)), .failed(.local(.encryptionKeySize))])
+        s = responder()
+        #expect(s.receive([0x01, 0x03, 0x00, 0x01, 0x11, 0x00, 0x00]) == [.send(.pairingFailed(.encryptionKeySize)), .failed(.local(.encryptionKeySize))])
+        s = responder()
+        // A reserved IO capability (0x05): Invalid Parameters.
+        #expect(s.receive([0x01, 0x05, 0x00, 0x01, 0x10, 0x00, 0x00]) == [.send(.pairingFailed(.invalidParameters)), .failed(.local(.invalidParameters))])
         s = responder()
         // A Pairing Random before anything: unexpected.
         #expect(s.receive([0x04] + [UInt8](repeating: 0, count: 16)).first == .send(.pairingFailed(.unspecifiedReason)))
