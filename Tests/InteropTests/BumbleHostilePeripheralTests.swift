@@ -4,9 +4,11 @@
 // that go backwards, a Find Information answer that never moves on, a wrong opcode, a
 // response longer than ATT_MTU, entries of an undefined length, an Error Response for
 // another request; for a long write, a Prepare Write Response that does not echo its
-// request, and Prepare Queue Full on the second piece). btctl must end with the typed
-// error naming the lie, exit non-zero, ask only a few requests, and cancel a long write
-// the server broke: never a crash, never a loop (issue 9, item 3).
+// request, and Prepare Queue Full on the second piece; for pairing, a Pairing Response
+// with a 6-octet key, one octet short, or asking for keys not offered, and a refusal).
+// btctl must end with the typed error naming the lie, exit non-zero, ask only a few
+// requests, cancel a long write the server broke, and fail a pairing with the reason
+// the spec gives: never a crash, never a loop (issue 9, items 3 and 4).
 
 import BLETesting
 import Foundation
@@ -27,7 +29,15 @@ import Testing
         ("error-for-another", discover, "discovery failed: the peer answered Read By Group Type Request with an Error Response for Read Request"),
         ("prepare-echo-changed", longWrite, "the server's Prepare Write Response for 0x0003 did not echo the request; the write was cancelled"),
         ("prepare-queue-full", longWrite, "write failed: peer refused (handle 0x3): Prepare Queue Full (0x9)"),
+        ("smp-key-size-6", pair, "failed: pairing failed here: encryption key size"),
+        ("smp-short-response", pair, "failed: pairing failed here: invalid parameters"),
+        ("smp-extra-keys", pair, "failed: pairing failed here: invalid parameters"),
+        ("smp-refused", pair, "failed: peer failed pairing: pairing not supported"),
     ]
+    /// What our central says on SMP after its Pairing Request, by mode: the Pairing
+    /// Failed its reason names (Part H §3.5.5), and nothing to the peer's own.
+    static let pairingFailed = ["smp-key-size-6": ["0506"], "smp-short-response": ["050a"], "smp-extra-keys": ["050a"], "smp-refused": []]
+    static let pair = ["pair", "--yes", "--no-bond"]
 
     @Test func btctlEndsWithTheLieNamed() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
@@ -55,6 +65,10 @@ import Testing
         }, uniquingKeysWith: { a, _ in a })
         // A handful of requests each (Exchange MTU, then discovery up to the lie): no loop.
         for c in Self.cases { #expect((1...8).contains(ended[c.mode] ?? 0), "\(c.mode): \(ended)") }
+        for (mode, answer) in Self.pairingFailed {
+            let sent = lines.filter { $0["event"] as? String == "smp" && $0["mode"] as? String == mode }.compactMap { $0["pdu"] as? String }
+            #expect(sent.first?.hasPrefix("01") == true && Array(sent.dropFirst()) == answer, "\(mode): \(sent)")
+        }
         // A long write the server broke is cancelled (§4.9.4; Execute Write, flags 0x00),
         // and nothing is executed.
         for mode in ["prepare-echo-changed", "prepare-queue-full"] {

@@ -19,6 +19,13 @@ one answer:
   prepare-echo-changed  a Prepare Write Response whose value's last octet is changed
   prepare-queue-full    the second Prepare Write Request refused: Prepare Queue Full
 Prepare Write Requests are otherwise echoed, Execute Write and Write Requests answered.
+In the smp- modes Bumble's SMP layer is off the link too; our central's Pairing Request
+is answered by hand:
+  smp-key-size-6      a Pairing Response offering a 6-octet maximum key size
+  smp-short-response  a Pairing Response one octet short
+  smp-extra-keys      a Pairing Response asking for keys the request did not offer
+  smp-refused         Pairing Failed, Pairing Not Supported
+and every SMP PDU our host sends is printed as {"event": "smp", "mode", "pdu"}.
 Exchange MTU is answered with 23.
 
 Prints {"event": "request", "mode", "pdu"} for each ATT PDU received, {"event":
@@ -33,7 +40,7 @@ from bumble.device import Device
 from bumble.hci import Address
 from bumble.transport import open_transport
 
-ATT = 0x0004
+ATT, SMP = 0x0004, 0x0006
 
 
 def emit(**kw):
@@ -98,6 +105,22 @@ def answer(mode, pdu, prepares):
     return bytes([0x01, op, 0, 0, 0x06])
 
 
+def smp_answer(mode, pdu):
+    """The answer to our central's Pairing Request in an smp- mode, or None."""
+    if pdu[:1] != b"\x01" or len(pdu) != 7:
+        return None
+    if mode == "smp-key-size-6":
+        return b"\x02\x03\x00\x01\x06\x00\x00"
+    if mode == "smp-short-response":
+        return b"\x02\x03\x00\x01\x10\x00"
+    if mode == "smp-extra-keys":
+        # Responder keys the request did not ask for (the Link Key bit, 0x08).
+        return b"\x02\x03\x00\x01\x10" + bytes([pdu[5], pdu[6] | 0x08])
+    if mode == "smp-refused":
+        return b"\x05\x05"
+    return None
+
+
 async def main():
     port, modes = sys.argv[1], sys.argv[2:]
     async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
@@ -109,10 +132,17 @@ async def main():
         passed_on = manager.on_pdu
 
         def tap(connection, cid, pdu):
+            mode = current["mode"]
+            if cid == SMP and mode and mode.startswith("smp-"):
+                pdu = bytes(pdu)
+                emit(event="smp", mode=mode, pdu=pdu.hex())
+                reply = smp_answer(mode, pdu)
+                if reply is not None:
+                    connection.send_l2cap_pdu(SMP, reply)
+                return
             if cid != ATT:
                 return passed_on(connection, cid, pdu)
             pdu = bytes(pdu)
-            mode = current["mode"]
             current["requests"] += 1
             emit(event="request", mode=mode, pdu=pdu.hex())
             reply = answer(mode, pdu, current["prepares"])
