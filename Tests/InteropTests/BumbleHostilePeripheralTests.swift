@@ -10,9 +10,11 @@
 // requests, cancel a long write the server broke, and fail a pairing with the reason
 // the spec gives: never a crash, never a loop (issue 9, items 3 and 4).
 
+import BLE
 import BLETesting
 import Foundation
 import Testing
+import Transports
 
 @Suite(.serialized) struct BumbleHostilePeripheralTests {
     /// Each mode, the btctl command run against it, and what btctl's error must say.
@@ -75,5 +77,51 @@ import Testing
             let sent = lines.filter { $0["event"] as? String == "request" && $0["mode"] as? String == mode }.compactMap { $0["pdu"] as? String }
             #expect(sent.last == "1800" && !sent.contains("1801"), "\(mode): \(sent)")
         }
+    }
+
+    /// Our central (the facade) against the LE signaling a peripheral may send it, and
+    /// some it may not (Part A §4.20, §4.1): a valid Connection Parameter Update Request
+    /// is accepted and the controller applies it (Bumble sees the new parameters); one
+    /// that breaks §4.20's rules is rejected (result 0x0001); a short one, an unknown
+    /// code and a Disconnection Request for a CID we do not have get Command Reject.
+    @Test func ourCentralAnswersAPeripheralsSignaling() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_hostile_peripheral.py", String(rc.hciPort), "signaling"])
+        #expect(await bumble.waitForOutput { $0.contains("\"advertising\"") })
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        let address = BluetoothAddress("F1:F2:F3:F4:F5:F7")!
+        let found = try #require(await host.central.first(matching: ScanFilter(addresses: [address]), within: .seconds(20)))
+        let p = try await host.central.connect(to: found, within: .seconds(10))
+        #expect(await bumble.waitForOutput(within: .seconds(30)) { $0.contains("signaling-done") })
+        _ = try? await p.disconnect()
+        await host.close()
+        _ = await bumble.stop()
+        let lines = bumble.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        var got: [String: String] = [:]
+        for l in lines where l["event"] as? String == "signaling" {
+            if let name = l["name"] as? String { got[name] = l["got"] as? String ?? "none" }
+        }
+        let expected: KeyValuePairs<String, String> = [
+            // Connection Parameter Update Response 13 <id> 02 00 <result>: 0 accepted, 1 rejected.
+            "parameter update": "133102000000",
+            "parameter update, minimum above maximum": "133202000100",
+            "parameter update, timeout too short": "133302000100",
+            "parameter update, interval below 7.5 ms": "133402000100",
+            // Command Reject 01 <id> <length> <reason> [data]: 0 not understood, 2 invalid CID.
+            "parameter update one octet short": "013502000000",
+            "unknown signaling code": "013602000000",
+            "disconnection request for an unknown CID": "0137060002004000" + "4100",
+        ]
+        #expect(got.count == expected.count, "\(bumble.output)")
+        for (name, answer) in expected { #expect(got[name] == answer, "\(name)") }
+        // The accepted update reached the controller: Bumble's link now has 30-45 ms,
+        // latency 0 and the 4.2 s supervision timeout asked for (no other update asks 4.2 s).
+        let applied = lines.filter { $0["event"] as? String == "parameters" }
+        #expect(applied.count == 1, "\(bumble.output)")
+        let interval = applied.first?["interval_ms"] as? Double ?? 0
+        #expect((30...45).contains(interval) && applied.first?["latency"] as? Int == 0 && applied.first?["timeout_ms"] as? Double == 4200, "\(bumble.output)")
     }
 }

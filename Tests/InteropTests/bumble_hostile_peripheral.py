@@ -26,6 +26,11 @@ is answered by hand:
   smp-extra-keys      a Pairing Response asking for keys the request did not offer
   smp-refused         Pairing Failed, Pairing Not Supported
 and every SMP PDU our host sends is printed as {"event": "smp", "mode", "pdu"}.
+In the signaling mode Bumble, the peripheral, sends our central the LE signaling
+commands of signaling_cases() one at a time and prints {"event": "signaling", "name",
+"got"}: what our central sent on LE signaling within 2 s (null if nothing); then
+{"event": "signaling-done"}. A parameter update the controller applies prints
+{"event": "parameters", "interval_ms", "latency", "timeout_ms"}.
 Exchange MTU is answered with 23.
 
 Prints {"event": "request", "mode", "pdu"} for each ATT PDU received, {"event":
@@ -40,7 +45,24 @@ from bumble.device import Device
 from bumble.hci import Address
 from bumble.transport import open_transport
 
-ATT, SMP = 0x0004, 0x0006
+ATT, SIGNALING, SMP = 0x0004, 0x0005, 0x0006
+
+
+def signaling_cases():
+    """(name, LE signaling PDU) a peripheral sends our central in the signaling mode."""
+    def update(ident, lo, hi, latency, timeout):
+        return bytes([0x12, ident, 8, 0]) + le16(lo) + le16(hi) + le16(latency) + le16(timeout)
+    return [
+        # 30-45 ms, latency 0, 4.2 s: valid (Part A §4.20), accepted and applied.
+        ("parameter update", update(0x31, 24, 36, 0, 420)),
+        ("parameter update, minimum above maximum", update(0x32, 40, 24, 0, 500)),
+        # 50 ms with latency 4 needs a timeout above 500 ms; 100 ms is too short.
+        ("parameter update, timeout too short", update(0x33, 24, 40, 4, 10)),
+        ("parameter update, interval below 7.5 ms", update(0x34, 5, 40, 0, 500)),
+        ("parameter update one octet short", bytes([0x12, 0x35, 7, 0]) + le16(24) + le16(40) + le16(0) + b"\x01"),
+        ("unknown signaling code", b"\x7f\x36\x00\x00"),
+        ("disconnection request for an unknown CID", b"\x06\x37\x04\x00" + le16(0x0040) + le16(0x0041)),
+    ]
 
 
 def emit(**kw):
@@ -133,6 +155,9 @@ async def main():
 
         def tap(connection, cid, pdu):
             mode = current["mode"]
+            if cid == SIGNALING and mode == "signaling":
+                signaled.put_nowait(bytes(pdu))
+                return
             if cid == SMP and mode and mode.startswith("smp-"):
                 pdu = bytes(pdu)
                 emit(event="smp", mode=mode, pdu=pdu.hex())
@@ -153,11 +178,32 @@ async def main():
 
         manager.on_pdu = tap
 
+        signaled = asyncio.Queue()
+
+        async def signal(connection):
+            # Each case, then what our central sent on LE signaling within 2 s.
+            for name, pdu in signaling_cases():
+                while not signaled.empty():
+                    signaled.get_nowait()
+                connection.send_l2cap_pdu(SIGNALING, pdu)
+                try:
+                    got = (await asyncio.wait_for(signaled.get(), 2.0)).hex()
+                except asyncio.TimeoutError:
+                    got = None
+                emit(event="signaling", name=name, got=got)
+            emit(event="signaling-done")
+
         def on_connection(connection):
             current["mode"] = queue.pop(0) if queue else None
             current["requests"] = 0
             current["prepares"] = 0
             emit(event="connected", mode=current["mode"])
+            if current["mode"] == "signaling":
+                connection.on("connection_parameters_update",
+                              lambda: emit(event="parameters", interval_ms=connection.parameters.connection_interval,
+                                           latency=connection.parameters.peripheral_latency,
+                                           timeout_ms=connection.parameters.supervision_timeout))
+                asyncio.get_running_loop().create_task(signal(connection))
 
             def on_disconnection(reason):
                 emit(event="disconnected", mode=current["mode"], requests=current["requests"])
