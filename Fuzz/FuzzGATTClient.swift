@@ -25,6 +25,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     run(CharacteristicDiscovery(services: [service, DiscoveredService(uuid: BluetoothUUID(0x1800), start: 0x30, end: 0xFFFF, isPrimary: true)], mtu: 247), answers)
     run(DescriptorDiscovery(characteristics: chars, mtu: 23), answers)
     run(ReadLongProcedure(handle: 3, mtu: 23), answers)
+    run(ReadByUUIDProcedure(uuid: BluetoothUUID(0x2A19), range: 1...0x20, mtu: 23), answers)
     return 0
 }
 

@@ -181,10 +181,6 @@ public actor GATTClient: LoopIsolated {
         try await using { try await request(pdu, on: $0) }
     }
 
-    /// Runs `pdu`; nil when the server says Attribute Not Found (the end of a discovery).
-    private func requestOrNotFound(_ pdu: ATTPDU) async throws -> ATTPDU? {
-        do { return try await request(pdu) } catch GATTClientError.att(.errorResponse(_, _, .attributeNotFound)) { return nil }
-    }
 
     // MARK: §4.3 Exchange MTU
 
@@ -300,11 +296,10 @@ public actor GATTClient: LoopIsolated {
         try await using { b in try await run(on: b) { ReadLongProcedure(handle: handle, mtu: $0) } }
     }
 
-    /// Read Using Characteristic UUID (§4.8.2): (handle, value) of each match in range.
+    /// Read Using Characteristic UUID (§4.8.2): (handle, value) of each match in the
+    /// server's response, checked as `ReadByUUIDProcedure` says.
     public func read(uuid: BluetoothUUID, in range: ClosedRange<UInt16> = 1...0xFFFF) async throws -> [ATTPDU.HandleValue] {
-        guard let rsp = try await requestOrNotFound(.readByTypeRequest(start: range.lowerBound, end: range.upperBound, type: uuid)) else { return [] }
-        guard case let .readByTypeResponse(list) = rsp else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-        return list
+        try await using { b in try await run(on: b) { ReadByUUIDProcedure(uuid: uuid, range: range, mtu: $0) } }
     }
 
     /// Read Multiple Characteristic Values (§4.8.4): the values concatenated (the

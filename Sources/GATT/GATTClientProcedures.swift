@@ -397,6 +397,37 @@ public struct DescriptorDiscovery: GATTClientProcedure {
     }
 }
 
+// MARK: §4.8.2 Read using characteristic UUID
+
+/// Read Using Characteristic UUID: one Read By Type Request over `range`; the (handle,
+/// value) pairs of its response, each handle inside the range and above the one
+/// before, the response no longer than ATT_MTU. Attribute Not Found is no match (an
+/// empty result); any other Error Response ends it with that error.
+public struct ReadByUUIDProcedure: GATTClientProcedure {
+    public let uuid: BluetoothUUID
+    public let range: ClosedRange<UInt16>
+    private let mtu: Int
+
+    public init(uuid: BluetoothUUID, range: ClosedRange<UInt16>, mtu: Int) {
+        self.uuid = uuid
+        self.range = range
+        self.mtu = mtu
+    }
+
+    public mutating func start() -> GATTProcedureStep<[ATTPDU.HandleValue]> {
+        .request(.readByTypeRequest(start: range.lowerBound, end: range.upperBound, type: uuid))
+    }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[ATTPDU.HandleValue]> {
+        if try isAttributeNotFound(answer, mtu: mtu) { return .finished([]) }
+        guard case let .readByTypeResponse(list) = answer else { throw .unexpectedResponse(answer.opcode) }
+        guard !list.isEmpty else { throw .emptyResponse(answer.opcode) }
+        var handles = HandleCursor(answer.opcode, range: range)
+        for entry in list { try handles.accept(entry.handle, from: range.lowerBound) }
+        return .finished(list)
+    }
+}
+
 // MARK: §4.8.1, §4.8.3 Read (long) characteristic value
 
 /// Read Characteristic Value, continued with Read Blob while each piece fills the

@@ -167,4 +167,23 @@ struct GATTClientProcedureTests {
         #expect(r.error == nil)
         #expect(r.requests.count == 24)  // 1 read + 23 blobs: 24 × 22 = 528 ≥ 512
     }
+
+    /// Read Using Characteristic UUID (§4.8.2): against our server, the match; against a
+    /// hostile one, handles outside the range or out of order are errors, not results.
+    @Test func readByUUIDChecksTheHandles() throws {
+        var server = GATTServerState(database: try Self.database())
+        let (found, requests) = try drive(ReadByUUIDProcedure(uuid: BluetoothUUID(0x2A19), range: 1...0xFFFF, mtu: 23), &server, mtu: 23)
+        #expect(requests == 1 && found.map(\.value) == [[100]])
+        let (none, _) = try drive(ReadByUUIDProcedure(uuid: BluetoothUUID(0x2B3A), range: 1...0xFFFF, mtu: 23), &server, mtu: 23)
+        #expect(none.isEmpty)
+        let ask = ReadByUUIDProcedure(uuid: BluetoothUUID(0x2A19), range: 5...9, mtu: 23)
+        #expect(hostile(ask, [.readByTypeResponse([.init(handle: 4, value: [1])])]).error
+                == .handleOutOfRange(.readByTypeResponse, handle: 4, range: 5...9))
+        #expect(hostile(ask, [.readByTypeResponse([.init(handle: 7, value: [1]), .init(handle: 6, value: [2])])]).error
+                == .handlesNotIncreasing(.readByTypeResponse, previous: 7, handle: 6))
+        #expect(hostile(ask, [.readByTypeResponse([.init(handle: 10, value: [1])])]).error
+                == .handleOutOfRange(.readByTypeResponse, handle: 10, range: 5...9))
+        #expect(hostile(ask, [.errorResponse(request: .readByTypeRequest, handle: 5, error: .readNotPermitted)]).error
+                == .att(.errorResponse(request: .readByTypeRequest, handle: 5, error: .readNotPermitted)))
+    }
 }
