@@ -31,8 +31,8 @@ public enum ATTBearerError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .bearerUnusable(why): return "the ATT bearer is unusable: \(why)"
         case let .malformedResponse(e): return "\(e)"
         case let .unexpectedResponse(received, errorFor?, request):
-            return "the peer answered \(request) with an \(received) for \(errorFor)"
-        case let .unexpectedResponse(received, nil, request): return "the peer answered \(request) with a \(received)"
+            return "the peer answered \(request) with \(received) for \(errorFor)"
+        case let .unexpectedResponse(received, nil, request): return "the peer answered \(request) with \(received)"
         }
     }
 }

@@ -181,7 +181,6 @@ public actor GATTClient: LoopIsolated {
         try await using { try await request(pdu, on: $0) }
     }
 
-
     // MARK: §4.3 Exchange MTU
 
     @discardableResult

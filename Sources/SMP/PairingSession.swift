@@ -335,7 +335,7 @@ public struct PairingSession: Sendable {
     }
 
     /// A maximum key size outside 7...16 is Encryption Key Size, as BlueZ and Zephyr
-    /// answer it (and PTS expects); a reserved IO capability, Invalid Parameters (§3.5.5).
+    /// answer it; a reserved IO capability, Invalid Parameters (§3.5.5).
     func validate(_ f: PairingFeatures) throws {
         guard (7...16).contains(f.maximumKeySize) else { throw PairingFailureReason.encryptionKeySize }
         guard IOCapability.all.contains(f.ioCapability) else { throw PairingFailureReason.invalidParameters }
