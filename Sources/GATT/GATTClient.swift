@@ -351,39 +351,21 @@ public actor GATTClient: LoopIsolated {
         }
     }
 
-    /// Prepares every (handle, value) in MTU-sized pieces and executes them together.
-    /// Each Prepare Write Response must echo its request (handle, offset and value) or
-    /// the queue is cancelled and the write fails with `preparedWriteMismatch` (§4.9.4
-    /// for a long write, §4.9.5 for a reliable one). A piece the server refuses (an
-    /// Error Response: Prepare Queue Full, Write Not Permitted, ...) also cancels what
-    /// was already queued before the error is thrown, so the server's queue is left
-    /// empty for the next write. All of it goes on one bearer.
+    /// Prepares every (handle, value) in MTU-sized pieces and executes them together, as
+    /// `PreparedWriteProcedure` says: each Prepare Write Response must echo its request,
+    /// or the queue is cancelled and the write fails with `preparedWriteMismatch`; a
+    /// piece the server refuses cancels what was queued before its error is thrown.
+    /// All of it goes on one bearer.
     public func reliableWrite(_ writes: [(UInt16, [UInt8])]) async throws {
         try await using { try await reliableWrite(writes, on: $0) }
     }
 
     private func reliableWrite(_ writes: [(UInt16, [UInt8])], on b: ATTBearer) async throws {
-        let piece = await b.mtu - 5
-        var queued = false
-        do {
-            for (handle, value) in writes {
-                var offset = 0
-                repeat {
-                    let chunk = Array(value[offset..<Swift.min(value.count, offset + piece)])
-                    let rsp = try await request(.prepareWriteRequest(handle: handle, offset: UInt16(offset), value: chunk), on: b)
-                    queued = true
-                    guard case let .prepareWriteResponse(h, o, v) = rsp else { throw GATTClientError.unexpectedResponse(rsp.opcode) }
-                    guard h == handle, Int(o) == offset, v == chunk else { throw GATTClientError.preparedWriteMismatch(handle: handle) }
-                    offset += chunk.count
-                } while offset < value.count
-            }
-        } catch {
-            // Cancel what the server holds (a refused first piece left nothing, §3.4.6.1).
-            // On a bearer that is gone the cancel fails at once, and is not waited for.
-            if queued { _ = try? await request(.executeWriteRequest(flags: 0), on: b) }
-            throw error
+        // A Prepare Write's offset is 16 bits: no piece of a longer value could be placed.
+        if let long = writes.first(where: { $0.1.count > Int(UInt16.max) }) {
+            throw GATTClientError.valueTooLong(length: long.1.count, limit: Int(UInt16.max))
         }
-        guard case .executeWriteResponse = try await request(.executeWriteRequest(flags: 1), on: b) else { throw GATTClientError.unexpectedResponse(.executeWriteResponse) }
+        try await run(on: b) { PreparedWriteProcedure(writes: writes.map { (handle: $0.0, value: $0.1) }, mtu: $0) }
     }
 
     // MARK: §4.10–§4.11 Notifications and indications

@@ -428,6 +428,89 @@ public struct ReadByUUIDProcedure: GATTClientProcedure {
     }
 }
 
+// MARK: §4.9.4, §4.9.5 Write long characteristic values, reliable writes
+
+/// Write Long Characteristic Values and Reliable Writes: each (handle, value) in
+/// pieces of ATT_MTU − 5 with Prepare Write Requests, each response checked to echo
+/// its request (handle, offset and value, §4.9.4 and §4.9.5), then one Execute Write
+/// Request (flags 0x01). When a response does not echo its request, or the server
+/// refuses a piece after an earlier one was queued, what the server holds is
+/// cancelled (Execute Write Request, flags 0x00) and the procedure then ends with
+/// that error, whatever the cancel's answer; a refused first piece left nothing
+/// queued (§3.4.6.1), so it ends at once.
+public struct PreparedWriteProcedure: GATTClientProcedure {
+    private let writes: [(handle: UInt16, value: [UInt8])]
+    private let piece: Int
+    private var index = 0
+    private var offset = 0
+    private var queued = false
+    private var executing = false
+    /// The error to end with once the cancel is answered.
+    private var failure: GATTClientError?
+
+    /// Each value at most 65535 octets (a Prepare Write's offset is 16 bits; longer
+    /// values are cut there).
+    public init(writes: [(handle: UInt16, value: [UInt8])], mtu: Int) {
+        self.writes = writes.map { ($0.handle, Array($0.value.prefix(Int(UInt16.max)))) }
+        self.piece = Swift.max(1, mtu - 5)
+    }
+
+    public mutating func start() -> GATTProcedureStep<Void> {
+        writes.isEmpty ? execute() : prepare()
+    }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<Void> {
+        if let failure { throw failure }
+        if executing {
+            switch answer {
+            case .executeWriteResponse: return .finished(())
+            case let .errorResponse(req, h, code): throw .att(.errorResponse(request: req, handle: h, error: code))
+            default: throw .unexpectedResponse(answer.opcode)
+            }
+        }
+        let handle = writes[index].handle
+        let sent = chunk
+        switch answer {
+        case let .prepareWriteResponse(h, o, v):
+            queued = true
+            guard h == handle, Int(o) == offset, v == sent else { return cancel(.preparedWriteMismatch(handle: handle)) }
+        case let .errorResponse(req, h, code):
+            let refused = GATTClientError.att(.errorResponse(request: req, handle: h, error: code))
+            if queued { return cancel(refused) }
+            throw refused
+        default:
+            return cancel(.unexpectedResponse(answer.opcode))
+        }
+        offset += sent.count
+        if offset >= writes[index].value.count {
+            index += 1
+            offset = 0
+            if index == writes.count { return execute() }
+        }
+        return prepare()
+    }
+
+    /// The piece of the current value from `offset` on (empty for an empty value).
+    private var chunk: [UInt8] {
+        let value = writes[index].value
+        return Array(value[offset..<Swift.min(value.count, offset + piece)])
+    }
+
+    private func prepare() -> GATTProcedureStep<Void> {
+        .request(.prepareWriteRequest(handle: writes[index].handle, offset: UInt16(offset), value: chunk))
+    }
+
+    private mutating func execute() -> GATTProcedureStep<Void> {
+        executing = true
+        return .request(.executeWriteRequest(flags: 1))
+    }
+
+    private mutating func cancel(_ error: GATTClientError) -> GATTProcedureStep<Void> {
+        failure = error
+        return .request(.executeWriteRequest(flags: 0))
+    }
+}
+
 // MARK: §4.8.1, §4.8.3 Read (long) characteristic value
 
 /// Read Characteristic Value, continued with Read Blob while each piece fills the

@@ -168,6 +168,46 @@ struct GATTClientProcedureTests {
         #expect(r.requests.count == 24)  // 1 read + 23 blobs: 24 × 22 = 528 ≥ 512
     }
 
+    /// Long and reliable writes (§4.9.4, §4.9.5): against our server, the value lands;
+    /// against a hostile one, a changed echo or a refused piece after a queued one is
+    /// cancelled (Execute Write 0x00) before the error, a refused first piece is not.
+    @Test func preparedWritesCheckEachEchoAndCancelWhatWasQueued() throws {
+        let db = try Self.database()
+        var server = GATTServerState(database: db)
+        // 0xFFF1's value (read and write, in the 128-bit service): its attribute's type is its UUID.
+        let h = try #require(db.attributes.first { $0.type == BluetoothUUID(0xFFF1) }?.handle)
+        #expect(server.handle(.readRequest(handle: h), connection: 1, mtu: 23).response == .readResponse(value: [1]))
+        let value = (0..<40).map { UInt8($0) }
+        let ((), requests) = try drive(PreparedWriteProcedure(writes: [(h, value)], mtu: 23), &server, mtu: 23)
+        #expect(requests == 4)  // 18 + 18 + 4 octets, then Execute Write
+        #expect(server.database.attribute(h)?.value == value)
+
+        let write = PreparedWriteProcedure(writes: [(h, value)], mtu: 23)
+        let first = ATTPDU.prepareWriteRequest(handle: h, offset: 0, value: Array(value[0..<18]))
+        let cancel = ATTPDU.executeWriteRequest(flags: 0)
+        // The echo comes back changed: cancelled, then the mismatch.
+        var r = hostile(write, [.prepareWriteResponse(handle: h, offset: 0, value: Array(value[0..<17]) + [0xFF]), .executeWriteResponse])
+        #expect(r.requests == [first, cancel] && r.error == .preparedWriteMismatch(handle: h))
+        // The second piece refused: the first is cancelled, then the refusal.
+        let full = ATTPDU.errorResponse(request: .prepareWriteRequest, handle: h, error: .prepareQueueFull)
+        r = hostile(write, [.prepareWriteResponse(handle: h, offset: 0, value: Array(value[0..<18])), full, .executeWriteResponse])
+        #expect(r.requests.last == cancel && r.error == .att(.errorResponse(request: .prepareWriteRequest, handle: h, error: .prepareQueueFull)))
+        // The cancel's own answer does not matter: the first error is the one reported.
+        r = hostile(write, [.prepareWriteResponse(handle: h, offset: 0, value: Array(value[0..<18])), full, full])
+        #expect(r.error == .att(.errorResponse(request: .prepareWriteRequest, handle: h, error: .prepareQueueFull)))
+        // The first piece refused: nothing queued, nothing to cancel.
+        r = hostile(write, [full])
+        #expect(r.requests == [first] && r.error == .att(.errorResponse(request: .prepareWriteRequest, handle: h, error: .prepareQueueFull)))
+        // Execute Write refused: that error.
+        let execute = [ATTPDU.prepareWriteResponse(handle: h, offset: 0, value: Array(value[0..<18])),
+                       .prepareWriteResponse(handle: h, offset: 18, value: Array(value[18..<36])),
+                       .prepareWriteResponse(handle: h, offset: 36, value: Array(value[36..<40])),
+                       .errorResponse(request: .executeWriteRequest, handle: h, error: .invalidAttributeValueLength)]
+        r = hostile(write, execute)
+        #expect(r.requests.last == .executeWriteRequest(flags: 1)
+                && r.error == .att(.errorResponse(request: .executeWriteRequest, handle: h, error: .invalidAttributeValueLength)))
+    }
+
     /// Read Using Characteristic UUID (§4.8.2): against our server, the match; against a
     /// hostile one, handles outside the range or out of order are errors, not results.
     @Test func readByUUIDChecksTheHandles() throws {
