@@ -129,7 +129,7 @@ async def main():
             passed_on(connection, cid, pdu)
 
         manager.on_pdu = tap
-        connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+        connection = await asyncio.wait_for(device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS)), 20)
         emit(event="connected")
 
         async def answer(cid, timeout):
