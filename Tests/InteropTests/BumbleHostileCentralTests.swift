@@ -16,7 +16,9 @@ import Transports
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
-        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        // EATT on: Bumble opens an enhanced bearer at the end.
+        let host = BluetoothHost(transport: try TransportSpec(parsing: rc.transportSpec).open(logger: Interop.logger),
+                                 logger: Interop.logger, enhancedATT: true)
         let info = try await host.start()
         let value = Characteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write, .indicate], value: [7])
         let long = Characteristic(uuid: BluetoothUUID(0xFFF2), properties: [.read], value: (0..<300).map { UInt8($0 & 0xFF) })
@@ -106,5 +108,21 @@ import Transports
             // Its Destination CID is Bumble's endpoint, its Source CID ours (§4.6).
             #expect(c["got"] as? String == "06000400" + le(scid) + dcid, "\(name): \(c["got"] ?? "none")")
         }
+
+        // EATT with one credit: the second answer waits for a credit (never sent without
+        // one, Part A §10.1) while the unenhanced bearer answers at once; the credits
+        // release it; Exchange MTU on an enhanced bearer is Request Not Supported.
+        var eatt: [String: String] = [:]
+        for c in lines where c["event"] as? String == "eatt-case" {
+            if let name = c["name"] as? String { eatt[name] = c["got"] as? String ?? "none" }
+        }
+        let bearer = eatt["enhanced bearer"] ?? "none"
+        // Credit Based Connection Response: MTU, MPS, credits for Bumble, success, one DCID.
+        #expect(bearer.hasPrefix("18400a00") && bearer.count == 28 && String(Array(bearer)[20..<24]) == "0000", "\(bearer)")
+        #expect(eatt["read on the one credit"] == "0200" + "0b07")
+        #expect(eatt["read with no credit left"] == "none")
+        #expect(eatt["meanwhile on the unenhanced bearer"] == "0b07")
+        #expect(eatt["after two credits"] == "0200" + "0b07")
+        #expect(eatt["exchange MTU on the enhanced bearer"] == "0500" + "0102000006")
     }
 }

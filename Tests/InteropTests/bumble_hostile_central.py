@@ -32,6 +32,7 @@ from bumble.hci import Address
 from bumble.transport import open_transport
 
 ATT, SIGNALING, SMP = 0x0004, 0x0005, 0x0006
+EATT = 0x0060  # Bumble's source CID for the one enhanced ATT bearer it opens
 
 
 def emit(**kw):
@@ -110,7 +111,7 @@ async def main():
     async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
         device = Device.with_hci("bumble-hostile", Address("F2:F3:F4:F5:F6:F7"), source, sink)
         await device.power_on()
-        inbound = {cid: asyncio.Queue() for cid in (ATT, SIGNALING, SMP)}
+        inbound = {cid: asyncio.Queue() for cid in (ATT, SIGNALING, SMP, EATT)}
         manager = device.l2cap_channel_manager
         passed_on = manager.on_pdu
 
@@ -170,6 +171,37 @@ async def main():
                     connection.send_l2cap_pdu(SIGNALING, b"\x07" + ident + b"\x04\x00" + bytes.fromhex(got[8:16]))
                     got = got[:2] + "00" + got[4:]
             emit(event="channel-case", name=name, response=response, got=got)
+        # An enhanced ATT bearer (SPSM 0x0027, Part G §5.3) with a single credit for our
+        # host, then: a read it can answer; a second read whose answer must wait for a
+        # credit while the unenhanced bearer still answers at once; two credits, which
+        # release that answer and leave one for Exchange MTU, refused on an enhanced
+        # bearer. Each prints {"event": "eatt-case", "name", "got"}: the K-frame payload
+        # our host sent on the channel (SDU length and ATT PDU) within the wait, or null.
+        def drain():
+            for q in inbound.values():
+                while not q.empty():
+                    q.get_nowait()
+
+        drain()
+        connection.send_l2cap_pdu(SIGNALING, b"\x17\x40\x0a\x00" + le16(0x0027) + le16(64) + le16(64) + le16(1) + le16(EATT))
+        response = await answer(SIGNALING, 2.0)
+        emit(event="eatt-case", name="enhanced bearer", got=response)
+        if response and response.startswith("1840"):
+            dcid = int.from_bytes(bytes.fromhex(response[-4:]), "little")
+
+            def sdu(pdu):
+                return le16(len(pdu)) + pdu
+
+            connection.send_l2cap_pdu(dcid, sdu(b"\x0a" + le16(value)))
+            emit(event="eatt-case", name="read on the one credit", got=await answer(EATT, 2.0))
+            connection.send_l2cap_pdu(dcid, sdu(b"\x0a" + le16(value)))
+            emit(event="eatt-case", name="read with no credit left", got=await answer(EATT, 1.5))
+            connection.send_l2cap_pdu(ATT, b"\x0a" + le16(value))
+            emit(event="eatt-case", name="meanwhile on the unenhanced bearer", got=await answer(ATT, 2.0))
+            connection.send_l2cap_pdu(SIGNALING, b"\x16\x41\x04\x00" + le16(EATT) + le16(2))
+            emit(event="eatt-case", name="after two credits", got=await answer(EATT, 2.0))
+            connection.send_l2cap_pdu(dcid, sdu(b"\x02" + le16(64)))
+            emit(event="eatt-case", name="exchange MTU on the enhanced bearer", got=await answer(EATT, 2.0))
         await connection.disconnect()
         emit(event="done")
 
