@@ -83,6 +83,14 @@ import Transports
             "LE credit based connection to an unused SPSM": "150b0a00" + "0000000000000000" + "0200",
             "signaling identifier 0": "none",
             "signaling identifier 0: still served": served,
+            // Broken L2CAP framing in raw ACL (Part A §3, §7.2): nothing answered, the
+            // partial or overlong frame discarded, the next read served.
+            "B-frame shorter than its length field": "none",
+            "B-frame shorter than its length field: still served": served,
+            "continuing fragment with no start": "none",
+            "continuing fragment with no start: still served": served,
+            "B-frame longer than its length field": "none",
+            "B-frame longer than its length field: still served": served,
             // SMP: Pairing Failed 05 <reason> (Part H §3.5.5): Invalid Parameters for a wrong
             // length, Unspecified Reason out of sequence, Command Not Supported for an unknown code.
             "pairing request one octet short": "050a",

@@ -28,7 +28,7 @@ import os
 import sys
 
 from bumble.device import Device
-from bumble.hci import Address
+from bumble.hci import Address, HCI_AclDataPacket
 from bumble.transport import open_transport
 
 ATT, SIGNALING, SMP = 0x0004, 0x0005, 0x0006
@@ -89,6 +89,26 @@ def cases(value, cccd, long):
     ]
 
 
+def acl_cases(value):
+    """(name, packet boundary flag, ACL payload): L2CAP framing a hostile central breaks."""
+    read = b"\x0a" + le16(value)
+    return [
+        # A first fragment whose B-frame says 10 octets and brings 3; the next first
+        # fragment (the read that follows) starts a new frame.
+        ("B-frame shorter than its length field", 0, le16(10) + le16(ATT) + read),
+        # A continuing fragment with nothing started.
+        ("continuing fragment with no start", 1, read),
+        # A B-frame whose 5 octets exceed its length field's 3.
+        ("B-frame longer than its length field", 0, le16(3) + le16(ATT) + read + b"\xff\xff"),
+    ]
+
+
+def drain_all(inbound):
+    for q in inbound.values():
+        while not q.empty():
+            q.get_nowait()
+
+
 def channel_cases():
     """(name, our source CID, initial credits, frames to send given the CID our host chose)."""
     return [
@@ -140,23 +160,32 @@ async def main():
                 return None
 
         for name, cid, pdu, answered in cases(value, cccd, long):
-            for q in inbound.values():
-                while not q.empty():
-                    q.get_nowait()
+            drain_all(inbound)
             connection.send_l2cap_pdu(cid, pdu)
             emit(event="case", name=name, cid=cid, sent=pdu.hex(), got=await answer(cid, 2.0 if answered else 1.0))
             if not answered:
                 connection.send_l2cap_pdu(ATT, b"\x0a" + le16(value))
                 emit(event="case", name=f"{name}: still served", cid=ATT, sent=("0a" + le16(value).hex()),
                      got=await answer(ATT, 2.0))
+        # ACL packets whose L2CAP framing is broken (Part A §3, §7.2), sent as raw HCI ACL
+        # data through Bumble's host: each is answered by nothing, and a read after it
+        # shows the link still serves (the read is a fresh B-frame in a first fragment).
+        queue = device.host.connections[connection.handle].acl_packet_queue
+        for name, pb, data in acl_cases(value):
+            drain_all(inbound)
+            queue.enqueue(HCI_AclDataPacket(connection_handle=connection.handle, pb_flag=pb, bc_flag=0,
+                                            data_total_length=len(data), data=data), connection.handle)
+            emit(event="case", name=name, cid=ATT, sent=data.hex(), got=await answer(ATT, 1.0))
+            connection.send_l2cap_pdu(ATT, b"\x0a" + le16(value))
+            emit(event="case", name=f"{name}: still served", cid=ATT, sent=("0a" + le16(value).hex()),
+                 got=await answer(ATT, 2.0))
+
         # LE credit-based channels to SPSM 0x0081, which our side publishes with MTU 64,
         # MPS 30 and 2 initial credits and never reads from (so it gives no credits back).
         # Each channel breaks one rule of Part A §10.1 / §4.24; our host must answer with
         # its Disconnection Request for that channel, answered here in turn.
         for name, scid, credits, frames in channel_cases():
-            for q in inbound.values():
-                while not q.empty():
-                    q.get_nowait()
+            drain_all(inbound)
             connection.send_l2cap_pdu(SIGNALING, b"\x14\x20\x0a\x00" + le16(0x0081) + le16(scid) + le16(100) + le16(100) + le16(credits))
             response = await answer(SIGNALING, 2.0)
             got = None
@@ -177,12 +206,7 @@ async def main():
         # release that answer and leave one for Exchange MTU, refused on an enhanced
         # bearer. Each prints {"event": "eatt-case", "name", "got"}: the K-frame payload
         # our host sent on the channel (SDU length and ATT PDU) within the wait, or null.
-        def drain():
-            for q in inbound.values():
-                while not q.empty():
-                    q.get_nowait()
-
-        drain()
+        drain_all(inbound)
         connection.send_l2cap_pdu(SIGNALING, b"\x17\x40\x0a\x00" + le16(0x0027) + le16(64) + le16(64) + le16(1) + le16(EATT))
         response = await answer(SIGNALING, 2.0)
         emit(event="eatt-case", name="enhanced bearer", got=response)
