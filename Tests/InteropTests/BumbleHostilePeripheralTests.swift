@@ -1,4 +1,5 @@
-// `btctl gatt discover` against Bumble as a hostile GATT server, on Rootcanal:
+// `btctl gatt discover`, `btctl gatt write` and `btctl pair` against Bumble as a hostile
+// GATT server, on Rootcanal:
 // bumble_hostile_peripheral.py takes Bumble's ATT layer off the link and answers our
 // requests by hand, each connection lying in one way (a declaration at handle 0, handles
 // that go backwards, a Find Information answer that never moves on, a wrong opcode, a
@@ -8,7 +9,8 @@
 // with a 6-octet key, one octet short, or asking for keys not offered, and a refusal).
 // btctl must end with the typed error naming the lie, exit non-zero, ask only a few
 // requests, cancel a long write the server broke, and fail a pairing with the reason
-// the spec gives: never a crash, never a loop (issue 9, items 3 and 4).
+// the spec gives: never a crash, never a loop (issue 9, items 3 and 4). Then our facade
+// central answers the LE signaling commands a peripheral sends, valid and not.
 
 import BLE
 import BLETesting
@@ -17,10 +19,11 @@ import Testing
 import Transports
 
 @Suite(.serialized) struct BumbleHostilePeripheralTests {
-    /// Each mode, the btctl command run against it, and what btctl's error must say.
     static let discover = ["gatt", "discover"]
     /// 40 octets at ATT_MTU 23: three Prepare Write Requests of 18, 18 and 4.
     static let longWrite = ["gatt", "write", "--handle", "3", "--text", String(repeating: "w", count: 40)]
+    static let pair = ["pair", "--yes", "--no-bond"]
+    /// Each mode, the btctl command run against it, and what btctl's error must say.
     static let cases: [(mode: String, command: [String], named: String)] = [
         ("zero-handle", discover, "discovery failed: the server's Read By Type Response lists handle 0x0000 outside the range asked for (0x0001–0x0005)"),
         ("not-increasing", discover, "discovery failed: the server's Read By Type Response lists handle 0x0002 after 0x0003; handles must increase"),
@@ -39,7 +42,6 @@ import Transports
     /// What our central says on SMP after its Pairing Request, by mode: the Pairing
     /// Failed its reason names (Part H §3.5.5), and nothing to the peer's own.
     static let pairingFailed = ["smp-key-size-6": ["0506"], "smp-short-response": ["050a"], "smp-extra-keys": ["050a"], "smp-refused": []]
-    static let pair = ["pair", "--yes", "--no-bond"]
 
     @Test func btctlEndsWithTheLieNamed() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
