@@ -44,6 +44,14 @@ public struct RemoteCharacteristic: Hashable, Sendable {
     }
 }
 
+/// An include declaration (§3.2) in a peer's database: the service whose range holds
+/// `handle` includes `service`.
+public struct RemoteInclude: Hashable, Sendable {
+    /// The include declaration's handle.
+    public var handle: UInt16
+    public var service: RemoteService
+}
+
 public struct RemoteService: Hashable, Sendable {
     public var uuid: BluetoothUUID
     public var isPrimary: Bool
@@ -307,18 +315,41 @@ public actor RemotePeripheral {
     /// with their characteristics and descriptors.
     public func includedServices(of service: RemoteService) async throws -> [RemoteService] {
         try await run {
-            var out: [RemoteService] = []
             let includes = try await client.findIncludedServices(of: DiscoveredService(uuid: service.uuid, start: service.startHandle,
                                                                                        end: service.endHandle, isPrimary: service.isPrimary))
-            for inc in includes {
-                var chars: [RemoteCharacteristic] = []
-                for c in try await client.discoverCharacteristics(of: inc.service) {
-                    chars.append(Self.wrap(c, try await client.discoverDescriptors(of: c)))
-                }
-                out.append(RemoteService(uuid: inc.service.uuid, isPrimary: inc.service.isPrimary, startHandle: inc.service.start,
-                                         endHandle: inc.service.end, characteristics: chars))
-            }
-            return out
+            return try await resolve(includes, primary: services ?? []).map(\.service)
+        }
+    }
+
+    /// Every include declaration in the peer's database, in handle order, found with one
+    /// Read By Type over all handles (plus a Read per included service with a 128-bit
+    /// UUID), each with the service it includes: a primary one as `discoverServices()`
+    /// found it, a secondary one discovered with its characteristics and descriptors
+    /// (once, however many services include it). The including service is the one
+    /// whose handle range holds `RemoteInclude.handle`.
+    public func includes() async throws -> [RemoteInclude] {
+        let primary = try await discoverServices()
+        return try await run { try await resolve(try await client.findIncludedServices(), primary: primary) }
+    }
+
+    /// Each include with its service: a primary one already known is taken as it is;
+    /// the others (secondary services) are discovered together, once each.
+    private func resolve(_ includes: [DiscoveredInclude], primary: [RemoteService]) async throws -> [RemoteInclude] {
+        struct Key: Hashable { var uuid: BluetoothUUID, start: UInt16, end: UInt16 }
+        var known: [Key: RemoteService] = [:]
+        for s in primary { known[Key(uuid: s.uuid, start: s.startHandle, end: s.endHandle)] = s }
+        var unknown: [DiscoveredService] = []
+        for inc in includes {
+            let key = Key(uuid: inc.service.uuid, start: inc.service.start, end: inc.service.end)
+            if known[key] == nil, !unknown.contains(inc.service) { unknown.append(inc.service) }
+        }
+        // CharacteristicDiscovery wants its services in handle order.
+        for (svc, chars) in try await client.discoverContents(of: unknown.sorted { $0.start < $1.start }) {
+            known[Key(uuid: svc.uuid, start: svc.start, end: svc.end)] =
+                RemoteService(uuid: svc.uuid, isPrimary: false, startHandle: svc.start, endHandle: svc.end, characteristics: chars.map { Self.wrap($0.0, $0.1) })
+        }
+        return includes.compactMap { inc in
+            known[Key(uuid: inc.service.uuid, start: inc.service.start, end: inc.service.end)].map { RemoteInclude(handle: inc.handle, service: $0) }
         }
     }
 

@@ -236,6 +236,13 @@ public actor GATTClient: LoopIsolated {
         try await using { b in try await run(on: b) { IncludedServiceDiscovery(service: service, mtu: $0) } }
     }
 
+    /// Every include declaration in `range` (by default the whole database): one Read
+    /// By Type over all of it instead of one per service, as include declarations lie
+    /// only inside services (§3.2).
+    public func findIncludedServices(in range: ClosedRange<UInt16> = 1...0xFFFF) async throws -> [DiscoveredInclude] {
+        try await findIncludedServices(of: DiscoveredService(uuid: GATTType.primaryService, start: range.lowerBound, end: range.upperBound, isPrimary: true))
+    }
+
     // MARK: §4.6 Characteristic discovery
 
     public func discoverCharacteristics(of service: DiscoveredService, uuid: BluetoothUUID? = nil) async throws -> [DiscoveredCharacteristic] {
@@ -245,15 +252,26 @@ public actor GATTClient: LoopIsolated {
 
     /// Every primary service, its characteristics and their descriptors, in handle order.
     public func discoverAll() async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
-        let (services, chars, descriptors) = try await using { b in
-            let services = try await run(on: b) { PrimaryServiceDiscovery(mtu: $0) }
-            let chars = try await run(on: b) { CharacteristicDiscovery(services: services, mtu: $0) }
-            return (services, chars, try await run(on: b) { DescriptorDiscovery(characteristics: chars.flatMap { $0 }, mtu: $0) })
+        let out = try await using { b in
+            try await discoverContents(of: try await run(on: b) { PrimaryServiceDiscovery(mtu: $0) }, on: b)
         }
+        discovered = out
+        return out
+    }
+
+    /// The characteristics of `services` and their descriptors, batched as in
+    /// `discoverAll()` (one Read By Type range across consecutive services, several
+    /// characteristics per Find Information).
+    public func discoverContents(of services: [DiscoveredService]) async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
+        try await using { b in try await discoverContents(of: services, on: b) }
+    }
+
+    private func discoverContents(of services: [DiscoveredService], on b: ATTBearer) async throws -> [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] {
+        let chars = try await run(on: b) { CharacteristicDiscovery(services: services, mtu: $0) }
+        let descriptors = try await run(on: b) { DescriptorDiscovery(characteristics: chars.flatMap { $0 }, mtu: $0) }
         var out: [(DiscoveredService, [(DiscoveredCharacteristic, [DiscoveredDescriptor])])] = []
         var next = descriptors.makeIterator()
         for (s, cs) in zip(services, chars) { out.append((s, cs.map { ($0, next.next() ?? []) })) }
-        discovered = out
         return out
     }
 

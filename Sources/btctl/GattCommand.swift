@@ -12,7 +12,7 @@ struct Gatt: AsyncParsableCommand {
         abstract: "GATT client and server.", subcommands: [Discover.self, Read.self, Write.self, Subscribe.self, Serve.self])
 
     struct Discover: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Connect and list every service, characteristic and descriptor.")
+        static let configuration = CommandConfiguration(abstract: "Connect and list every service, include, characteristic and descriptor.")
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
@@ -20,35 +20,56 @@ struct Gatt: AsyncParsableCommand {
         func run() async throws {
             let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
-            let all: [RemoteService]
-            do { all = try await session.discoverAll() } catch {
+            let primary: [RemoteService], includes: [RemoteInclude]
+            do {
+                primary = try await session.discoverAll()
+                includes = try await session.includes()
+            } catch {
                 await session.close()
                 throw CLIError("discovery failed: \(error)")
             }
             await session.close()
-            for s in all {
+            // Secondary services (reached through includes) take their place in handle order.
+            var all = primary
+            for inc in includes where !all.contains(inc.service) { all.append(inc.service) }
+            all.sort { $0.startHandle < $1.startHandle }
+            for s in all { list(s, includes: includes.filter { (s.startHandle...s.endHandle).contains($0.handle) }) }
+        }
+
+        private func list(_ s: RemoteService, includes: [RemoteInclude]) {
+            if options.json {
+                emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("primary", .bool(s.isPrimary)),
+                              ("start", .int(Int(s.startHandle))), ("end", .int(Int(s.endHandle)))] + nameField(s.uuid)))
+            } else {
+                print("\(s.isPrimary ? "" : "secondary ")service \(named(s.uuid))  handles \(hexRange(s.startHandle, s.endHandle))")
+            }
+            for i in includes {
                 if options.json {
-                    emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("start", .int(Int(s.startHandle))), ("end", .int(Int(s.endHandle)))] + nameField(s.uuid)))
+                    emit(.object([("event", .string("include")), ("service", .string(s.uuid.description)), ("handle", .int(Int(i.handle))),
+                                  ("uuid", .string(i.service.uuid.description)), ("start", .int(Int(i.service.startHandle))),
+                                  ("end", .int(Int(i.service.endHandle)))] + nameField(i.service.uuid)))
                 } else {
-                    print("service \(named(s.uuid))  handles 0x\(String(s.startHandle, radix: 16))–0x\(String(s.endHandle, radix: 16))")
+                    print("  include \(named(i.service.uuid))  handles \(hexRange(i.service.startHandle, i.service.endHandle))  at 0x\(String(i.handle, radix: 16))")
                 }
-                for c in s.characteristics {
+            }
+            for c in s.characteristics {
+                if options.json {
+                    emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
+                                  ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))] + nameField(c.uuid)))
+                } else {
+                    print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
+                }
+                for d in c.descriptors {
                     if options.json {
-                        emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
-                                      ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))] + nameField(c.uuid)))
+                        emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))] + nameField(d.uuid)))
                     } else {
-                        print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
-                    }
-                    for d in c.descriptors {
-                        if options.json {
-                            emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))] + nameField(d.uuid)))
-                        } else {
-                            print("    descriptor \(named(d.uuid))  0x\(String(d.handle, radix: 16))")
-                        }
+                        print("    descriptor \(named(d.uuid))  0x\(String(d.handle, radix: 16))")
                     }
                 }
             }
         }
+
+        private func hexRange(_ a: UInt16, _ b: UInt16) -> String { "0x\(String(a, radix: 16))–0x\(String(b, radix: 16))" }
     }
 
     struct Read: AsyncParsableCommand {

@@ -20,6 +20,8 @@ struct DatabaseFile {
         var node: JSONNode
         var uuid: BluetoothUUID
         var primary: Bool
+        /// Services listed before this one that it includes, by index into `services`.
+        var includes: [Int]
         var characteristics: [GATTCharacteristic]
     }
 
@@ -47,12 +49,23 @@ struct DatabaseFile {
         services = []
         for (i, node) in list.enumerated() {
             let s = try JSONObjectReader(node, path: "services[\(i)]")
-            try s.allowOnly(["uuid", "primary", "characteristics"])
+            try s.allowOnly(["uuid", "primary", "includes", "characteristics"])
             var chars: [GATTCharacteristic] = []
             for (j, c) in (try s.array("characteristics") ?? []).enumerated() {
                 chars.append(try Self.characteristic(try JSONObjectReader(c, path: "\(s.path).characteristics[\(j)]")))
             }
-            services.append(Service(node: node, uuid: try Self.uuid(s), primary: try s.bool("primary") ?? true, characteristics: chars))
+            // An include names a service listed earlier (the nearest one with that
+            // UUID): the database holds it, with its handles, by then.
+            var includes: [Int] = []
+            for (text, node) in try s.strings("includes") ?? [] {
+                guard let u = BluetoothUUID(text) else { throw JSONSchemaError(node, s.path("includes"), "'\(text)' is not a UUID") }
+                guard let k = services.lastIndex(where: { $0.uuid == u }) else {
+                    throw JSONSchemaError(node, s.path("includes"), "no service \(u) is listed before this one")
+                }
+                guard !includes.contains(k) else { throw JSONSchemaError(node, s.path("includes"), "\(u) is included twice") }
+                includes.append(k)
+            }
+            services.append(Service(node: node, uuid: try Self.uuid(s), primary: try s.bool("primary") ?? true, includes: includes, characteristics: chars))
         }
     }
 
@@ -125,9 +138,11 @@ struct DatabaseFile {
     func database() throws -> AttributeDatabase {
         var db = AttributeDatabase()
         _ = try db.addMandatoryServices(deviceName: name ?? "btctl")
+        var starts: [UInt16] = []
         for (i, s) in services.enumerated() {
             do {
-                try db.add(GATTService(uuid: s.uuid, isPrimary: s.primary, characteristics: s.characteristics))
+                starts.append(try db.add(GATTService(uuid: s.uuid, isPrimary: s.primary, includes: s.includes.map { starts[$0] },
+                                                     characteristics: s.characteristics)).start)
             } catch {
                 throw JSONSchemaError(s.node, "services[\(i)]", "\(error)")
             }
@@ -457,12 +472,15 @@ struct ServedDatabase: Sendable {
 
     static func publish(_ spec: DatabaseFile, on peripheral: PeripheralManager) async throws -> ServedDatabase {
         var byHandle: [UInt16: Characteristic] = [:]
+        var published: [Service] = []
         for s in spec.services {
-            let service = Service(uuid: s.uuid, isPrimary: s.primary, characteristics: s.characteristics.map { g in
+            let service = Service(uuid: s.uuid, isPrimary: s.primary, includedServices: s.includes.map { published[$0] },
+                                  characteristics: s.characteristics.map { g in
                 Characteristic(uuid: g.uuid, properties: g.properties, permissions: g.permissions, value: g.value, maximumLength: g.maximumLength,
                                descriptors: g.descriptors.map { Descriptor(uuid: $0.uuid, value: $0.value, permissions: $0.permissions) })
             })
             try await peripheral.add(service)
+            published.append(service)
             for c in service.characteristics { byHandle[try await peripheral.handles(of: c).value] = c }
         }
         return ServedDatabase(characteristics: byHandle)

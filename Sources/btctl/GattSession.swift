@@ -137,6 +137,12 @@ struct PeerSession {
         try await reportingSecurity { try await peripheral.discoverServices() }
     }
 
+    /// Every include declaration, each with the service it includes (secondary
+    /// services are found only this way).
+    func includes() async throws -> [RemoteInclude] {
+        try await reportingSecurity { try await peripheral.includes() }
+    }
+
     /// The handle an `AttributeOptions` names: `--handle` as given, `--uuid` resolved by discovery.
     func valueHandle(_ a: AttributeOptions) async throws -> UInt16 {
         if let h = a.handle { return h }

@@ -151,6 +151,30 @@ let uuidC = BluetoothUUID("0000CCCC-0000-1000-8000-00805F9B34FB")!
         #expect(try await pair.remote.read(c) == [1])
     }
 
+    /// `includes()`: every include in the database, from one Read By Type: a secondary
+    /// service included twice is discovered once, an included primary is the one
+    /// `discoverServices()` found.
+    @Test("UT05 every include of the database") func ut05AllIncludes() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        let secondary = Service(uuid: uuidC, isPrimary: false, characteristics: [Characteristic(uuid: uuidB, properties: [.read], value: [1])])
+        let plain = Service(uuid: uuidB)
+        try await pair.server.peripheral.add(plain)
+        let first = Service(uuid: uuidA, includedServices: [secondary, plain])
+        try await pair.server.peripheral.add(first)
+        try await pair.server.peripheral.add(Service(uuid: BluetoothUUID(0xFFE0), includedServices: [secondary]))
+        let services = try await pair.remoteServices()
+        let includes = try await pair.remote.includes()
+        #expect(includes.map(\.service.uuid) == [uuidC, uuidB, uuidC])
+        #expect(includes[0].service == includes[2].service && includes[0].service.isPrimary == false)
+        #expect(includes[0].service.characteristic(uuidB) != nil)
+        #expect(services.contains(includes[1].service), "the primary as discovered")
+        // Each include lies in the service that holds it.
+        let holders = includes.map { i in services.first { ($0.startHandle...$0.endHandle).contains(i.handle) }?.uuid }
+        #expect(holders == [uuidA, uuidA, BluetoothUUID(0xFFE0)])
+        #expect(try await pair.remote.read(try #require(includes[2].service.characteristic(uuidB))) == [1])
+    }
+
     @Test("UT06 remove a service") func ut06RemoveService() async throws {
         let pair = try await Pair()
         defer { Task { await pair.room.close() } }

@@ -129,6 +129,11 @@ import Testing
              "services[0].characteristics[0].descriptors[0]: 2902 (Client Characteristic Configuration) is added by the server"),
             (#"{"services":[{"uuid":"180F","characteristics":[{"uuid":"2A19","properties":["read"],"descriptors":[{"uuid":"2901"},{"uuid":"2901"}]}]}]}"#,
              "services[0].characteristics[0].descriptors[1]: descriptor 2901 is listed twice"),
+            (#"{"services":[{"uuid":"180F","includes":["FFE8"]},{"uuid":"FFE8","primary":false}]}"#,
+             "services[0].includes: no service FFE8 is listed before this one"),
+            (#"{"services":[{"uuid":"FFE8","primary":false},{"uuid":"180F","includes":["FFE8","FFE8"]}]}"#,
+             "services[1].includes: FFE8 is included twice"),
+            (#"{"services":[{"uuid":"180F","includes":["nope"]}]}"#, "services[0].includes: 'nope' is not a UUID"),
         ]
         for (i, (json, message)) in cases.enumerated() {
             let path = Self.temporary("db-\(i).json")

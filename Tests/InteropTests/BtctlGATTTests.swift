@@ -1,5 +1,7 @@
 // `btctl gatt` as a user runs it: real btctl processes on Rootcanal, one serving
-// docs/examples/battery.json, the other discovering, reading and writing by name.
+// docs/examples/battery.json, the other discovering, reading and writing by name;
+// `btctl gatt discover` listing included and secondary services, from Bumble's GATT
+// server and from `btctl gatt serve`.
 
 import BLETesting
 import Foundation
@@ -59,5 +61,78 @@ import Testing
         let served = String(decoding: await Interop.readAll(serverOut), as: UTF8.self)
         #expect(served.contains("\"event\":\"written\""), "\(served)")
         #expect(served.contains(Array(long.utf8).map { String(format: "%02x", $0) }.joined()), "the 100-byte write did not arrive whole")
+    }
+
+    /// The discover events of one service, by UUID.
+    static func events(_ lines: [[String: Any]], _ event: String, uuid: String) -> [[String: Any]] {
+        lines.filter { $0["event"] as? String == event && ($0["uuid"] as? String)?.uppercased() == uuid }
+    }
+
+    /// Bumble's server with a primary service FFE0 including a secondary FFE8 and the
+    /// primary FFF0: one Read By Type over the database finds both includes, FFE8's
+    /// characteristic is discovered, and the listing keeps handle order.
+    @Test func discoverListsBumblesIncludes() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard Self.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever", "--includes"])
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
+        let json = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--json"])
+        let text = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec])
+        _ = await bumble.stop()
+        #expect(json.status == 0 && text.status == 0, "\(json.out)\n\(text.out)")
+        let lines = try JSONSchemaTests.check(json.out, against: "gatt-discover")
+
+        let secondary = try #require(Self.events(lines, "service", uuid: "FFE8").first, "\(json.out)")
+        let including = try #require(Self.events(lines, "service", uuid: "FFE0").first)
+        let fff0 = try #require(Self.events(lines, "service", uuid: "FFF0").first)
+        #expect(secondary["primary"] as? Bool == false && including["primary"] as? Bool == true && fff0["primary"] as? Bool == true)
+        #expect(Self.events(lines, "characteristic", uuid: "FFE9").first?["service"] as? String == "FFE8", "\(json.out)")
+        let includes = lines.filter { $0["event"] as? String == "include" }
+        #expect(includes.count == 2, "\(json.out)")
+        for (inc, service) in zip(includes, [secondary, fff0]) {
+            #expect(inc["service"] as? String == "FFE0")
+            #expect(inc["uuid"] as? String == service["uuid"] as? String)
+            #expect(inc["start"] as? Int == service["start"] as? Int && inc["end"] as? Int == service["end"] as? Int)
+            let h = inc["handle"] as? Int ?? 0, lo = including["start"] as? Int ?? .max, hi = including["end"] as? Int ?? 0
+            #expect(h > lo && h <= hi, "the include declaration lies inside FFE0")
+        }
+        let starts = lines.filter { $0["event"] as? String == "service" }.compactMap { $0["start"] as? Int }
+        #expect(starts == starts.sorted(), "services in handle order")
+        #expect(text.out.contains("secondary service FFE8"), "\(text.out)")
+        #expect(text.out.contains("  include FFE8  handles 0x"), "\(text.out)")
+    }
+
+    /// `gatt serve` with a secondary service under a 128-bit UUID, included by a primary
+    /// one: its include declaration carries no UUID (§3.2), so the client reads the
+    /// secondary service's declaration for it.
+    @Test func serveAndDiscoverIncludes() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        guard Self.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let file = BtctlCLITests.temporary("includes.json")
+        let secondaryUUID = "6E40AAAA-B5A3-F393-E0A9-E50E24DCCA9E"
+        try Data("""
+            {"name": "btctl-includes", "services": [
+              {"uuid": "\(secondaryUUID)", "primary": false,
+               "characteristics": [{"uuid": "2A19", "properties": ["read"], "value": "2a"}]},
+              {"uuid": "180F", "includes": ["\(secondaryUUID)"],
+               "characteristics": [{"uuid": "2A1A", "properties": ["read"], "value": "01"}]}
+            ]}
+            """.utf8).write(to: URL(fileURLWithPath: file))
+        let server = try LiveProcess(Self.btctl, ["gatt", "serve", file, "-t", rc.transportSpec, "--duration", "30"], mergeStderr: true)
+        #expect(await server.waitForOutput { $0.contains("advertising") }, "\(server.output)")
+        let json = try await Self.run(["gatt", "discover", "--name", "btctl-includes", "-t", rc.transportSpec, "--json"])
+        _ = await server.stop(signal: SIGINT)
+        #expect(json.status == 0, "\(json.out)")
+        let lines = try JSONSchemaTests.check(json.out, against: "gatt-discover")
+        let secondary = try #require(Self.events(lines, "service", uuid: secondaryUUID).first, "\(json.out)")
+        #expect(secondary["primary"] as? Bool == false)
+        #expect(Self.events(lines, "characteristic", uuid: "2A19").first?["service"] as? String == secondaryUUID)
+        let inc = try #require(lines.first { $0["event"] as? String == "include" }, "\(json.out)")
+        #expect(inc["service"] as? String == "180F" && inc["uuid"] as? String == secondaryUUID)
+        #expect(inc["start"] as? Int == secondary["start"] as? Int && inc["end"] as? Int == secondary["end"] as? Int)
     }
 }

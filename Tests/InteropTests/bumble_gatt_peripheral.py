@@ -1,13 +1,15 @@
 """Bumble as a GATT server (peripheral) for our GATT client, for InteropTests.
 
-Usage: bumble_gatt_peripheral.py HCI_PORT [--forever]
+Usage: bumble_gatt_peripheral.py HCI_PORT [--forever] [--includes] [--discover-central]
 Advertises as F1:F2:F3:F4:F5:F6 (random static) on Rootcanal (tcp-client:127.0.0.1:HCI_PORT)
 with service FFF0: FFF1 read/write, FFF2 read/notify, FFF3 indicate, FFF4 read/write
 (200 bytes, for long reads and long writes). Notifies FFF2 / indicates FFF3 as soon
 as a client subscribes. Prints one JSON object per line; exits after the client
 disconnects (or after 60 s). With --forever (benchmarks) it re-advertises after each
 disconnection and runs for 300 s; FFF5 then sends 200 notifications of 200 bytes to
-each client that subscribes.
+each client that subscribes. With --includes a primary service FFE0 (FFE1 read)
+includes a secondary service FFE8 (FFE9 read) and FFF0. With --discover-central
+Bumble discovers the central's services once connected.
 """
 import asyncio
 import json
@@ -47,7 +49,15 @@ async def main(port: str) -> None:
         long = Characteristic("FFF4", P.READ | P.WRITE, Characteristic.READABLE | Characteristic.WRITEABLE,
                               CharacteristicValue(read=reader("FFF4"), write=writer("FFF4")))
         burst = Characteristic("FFF5", P.NOTIFY, Characteristic.READABLE, bytes(200))
-        device.add_service(Service("FFF0", [rw, notify, indicate, long, burst]))
+        primary = Service("FFF0", [rw, notify, indicate, long, burst])
+        device.add_service(primary)
+        if "--includes" in sys.argv:
+            # Added first: Bumble would otherwise put a service it has not seen inside
+            # the group of the service including it, just after its declaration.
+            secondary = Service("FFE8", [Characteristic("FFE9", P.READ, Characteristic.READABLE, b"secondary")], primary=False)
+            device.add_service(secondary)
+            device.add_service(Service("FFE0", [Characteristic("FFE1", P.READ, Characteristic.READABLE, b"including")],
+                                       included_services=[secondary, primary]))
         forever = "--forever" in sys.argv
 
         def on_burst_subscription(bearer, notify_enabled, indicate_enabled):
