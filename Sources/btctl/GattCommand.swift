@@ -16,14 +16,35 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
+        @Flag(help: "Also read every readable characteristic and every descriptor (long values included); a read the peer refuses shows its error and the listing goes on.")
+        var values = false
 
         func run() async throws {
             let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
             let primary: [RemoteService], includes: [RemoteInclude]
+            var read: [UInt16: Result<[UInt8], BLEError>] = [:]
             do {
                 primary = try await session.discoverAll()
                 includes = try await session.includes()
+                if values {
+                    // Each attribute once, in handle order (a service included twice is listed twice).
+                    var handles: Set<UInt16> = []
+                    for s in primary + includes.map(\.service) {
+                        for c in s.characteristics {
+                            if c.properties.contains(.read) { handles.insert(c.valueHandle) }
+                            for d in c.descriptors { handles.insert(d.handle) }
+                        }
+                    }
+                    for h in handles.sorted() {
+                        do {
+                            read[h] = .success(try await session.reportingSecurity { try await session.peripheral.read(handle: h) })
+                        } catch let e as BLEError {
+                            guard case .att = e else { throw e }
+                            read[h] = .failure(e)
+                        }
+                    }
+                }
             } catch {
                 await session.close()
                 throw CLIError("discovery failed: \(error)")
@@ -33,10 +54,28 @@ struct Gatt: AsyncParsableCommand {
             var all = primary
             for inc in includes where !all.contains(inc.service) { all.append(inc.service) }
             all.sort { $0.startHandle < $1.startHandle }
-            for s in all { list(s, includes: includes.filter { (s.startHandle...s.endHandle).contains($0.handle) }) }
+            for s in all { list(s, includes: includes.filter { (s.startHandle...s.endHandle).contains($0.handle) }, read: read) }
         }
 
-        private func list(_ s: RemoteService, includes: [RemoteInclude]) {
+        /// JSON fields for what reading `handle` gave: the value (hex, text, formatted) or the error.
+        private func readFields(_ outcome: Result<[UInt8], BLEError>?, uuid: BluetoothUUID) -> [(String, JSONValue)] {
+            switch outcome {
+            case nil: return []
+            case let .success(v): return valueFields(v, uuid: uuid)
+            case let .failure(e): return [("error", .string("\(e)"))]
+            }
+        }
+
+        /// The line under an attribute for what reading it gave.
+        private func readLine(_ outcome: Result<[UInt8], BLEError>?, _ handle: UInt16, uuid: BluetoothUUID, indent: String) {
+            switch outcome {
+            case nil: break
+            case let .success(v): print(indent + valueLine(handle, v, uuid: uuid))
+            case let .failure(e): print(indent + "0x\(String(handle, radix: 16)): \(e)")
+            }
+        }
+
+        private func list(_ s: RemoteService, includes: [RemoteInclude], read: [UInt16: Result<[UInt8], BLEError>]) {
             if options.json {
                 emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("primary", .bool(s.isPrimary)),
                               ("start", .int(Int(s.startHandle))), ("end", .int(Int(s.endHandle)))] + nameField(s.uuid)))
@@ -55,15 +94,19 @@ struct Gatt: AsyncParsableCommand {
             for c in s.characteristics {
                 if options.json {
                     emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
-                                  ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))] + nameField(c.uuid)))
+                                  ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))]
+                             + nameField(c.uuid) + readFields(read[c.valueHandle], uuid: c.uuid)))
                 } else {
                     print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
+                    readLine(read[c.valueHandle], c.valueHandle, uuid: c.uuid, indent: "      ")
                 }
                 for d in c.descriptors {
                     if options.json {
-                        emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)), ("handle", .int(Int(d.handle)))] + nameField(d.uuid)))
+                        emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)),
+                                      ("handle", .int(Int(d.handle)))] + nameField(d.uuid) + readFields(read[d.handle], uuid: d.uuid)))
                     } else {
                         print("    descriptor \(named(d.uuid))  0x\(String(d.handle, radix: 16))")
+                        readLine(read[d.handle], d.handle, uuid: d.uuid, indent: "        ")
                     }
                 }
             }

@@ -171,13 +171,20 @@ func valueLine(_ handle: UInt16, _ v: [UInt8], uuid: BluetoothUUID? = nil) -> St
 /// A value as JSON fields: handle, hex value, text when printable, the formatted value
 /// for a known characteristic, and its UUID and name when known.
 func valueJSON(_ handle: UInt16, _ v: [UInt8], uuid: BluetoothUUID? = nil) -> [(String, JSONValue)] {
-    var o: [(String, JSONValue)] = [("handle", .int(Int(handle))), ("value", .string(v.hexString))]
-    if let t = valueText(v) { o.append(("text", .string(t))) }
+    var o: [(String, JSONValue)] = [("handle", .int(Int(handle)))] + valueFields(v, uuid: uuid)
     if let uuid {
-        if let f = CharacteristicFormatter.describe(v, of: uuid) { o.append(("formatted", .string(f))) }
         o.append(("uuid", .string(uuid.description)))
         o += nameField(uuid)
     }
+    return o
+}
+
+/// The value's own JSON fields: hex, text when printable, formatted when the
+/// characteristic is one btctl knows.
+func valueFields(_ v: [UInt8], uuid: BluetoothUUID?) -> [(String, JSONValue)] {
+    var o: [(String, JSONValue)] = [("value", .string(v.hexString))]
+    if let t = valueText(v) { o.append(("text", .string(t))) }
+    if let f = uuid.flatMap({ CharacteristicFormatter.describe(v, of: $0) }) { o.append(("formatted", .string(f))) }
     return o
 }
 

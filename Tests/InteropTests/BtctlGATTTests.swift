@@ -70,7 +70,9 @@ import Testing
 
     /// Bumble's server with a primary service FFE0 including a secondary FFE8 and the
     /// primary FFF0: one Read By Type over the database finds both includes, FFE8's
-    /// characteristic is discovered, and the listing keeps handle order.
+    /// characteristic is discovered, and the listing keeps handle order. With
+    /// `--values` every readable value and descriptor is read, long ones whole; the
+    /// one Bumble refuses shows its error and the listing goes on.
     @Test func discoverListsBumblesIncludes() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         guard Self.isBuilt() else { return }
@@ -78,8 +80,9 @@ import Testing
         defer { rc.stop() }
         let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever", "--includes"])
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
-        let json = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--json"])
+        let json = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--json", "--values"])
         let text = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec])
+        let textValues = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--values"])
         _ = await bumble.stop()
         #expect(json.status == 0 && text.status == 0, "\(json.out)\n\(text.out)")
         let lines = try JSONSchemaTests.check(json.out, against: "gatt-discover")
@@ -102,6 +105,20 @@ import Testing
         #expect(starts == starts.sorted(), "services in handle order")
         #expect(text.out.contains("secondary service FFE8"), "\(text.out)")
         #expect(text.out.contains("  include FFE8  handles 0x"), "\(text.out)")
+        #expect(!text.out.contains("\"bumble\""), "no values without --values")
+
+        // --values
+        func value(_ uuid: String) -> String? { Self.events(lines, "characteristic", uuid: uuid).first?["value"] as? String }
+        #expect(value("FFF1") == Array("bumble".utf8).hexString, "\(json.out)")
+        #expect(value("FFF4") == (0..<200).map { UInt8($0) }.hexString, "a 200-byte value read whole with Read Blob")
+        #expect(value("FFE9") == Array("secondary".utf8).hexString)
+        #expect(value("FFF3") == nil, "not readable: not read")
+        let refused = Self.events(lines, "characteristic", uuid: "FFE2").first
+        #expect(refused?["value"] == nil && (refused?["error"] as? String)?.contains("Insufficient Authorization") == true, "\(json.out)")
+        let cccds = lines.filter { $0["event"] as? String == "descriptor" && $0["uuid"] as? String == "2902" }
+        #expect(!cccds.isEmpty && cccds.allSatisfy { $0["value"] as? String == "0000" }, "\(cccds)")
+        #expect(textValues.status == 0 && textValues.out.contains(": 62756d626c65  \"bumble\""), "\(textValues.out)")
+        #expect(textValues.out.contains("Insufficient Authorization"), "\(textValues.out)")
     }
 
     /// `gatt serve` with a secondary service under a 128-bit UUID, included by a primary

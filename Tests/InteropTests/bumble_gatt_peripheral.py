@@ -7,8 +7,9 @@ with service FFF0: FFF1 read/write, FFF2 read/notify, FFF3 indicate, FFF4 read/w
 as a client subscribes. Prints one JSON object per line; exits after the client
 disconnects (or after 60 s). With --forever (benchmarks) it re-advertises after each
 disconnection and runs for 300 s; FFF5 then sends 200 notifications of 200 bytes to
-each client that subscribes. With --includes a primary service FFE0 (FFE1 read)
-includes a secondary service FFE8 (FFE9 read) and FFF0. With --discover-central
+each client that subscribes. With --includes a primary service FFE0 (FFE1 read, FFE2
+read refused: Insufficient Authorization) includes a secondary service FFE8 (FFE9
+read) and FFF0. With --discover-central
 Bumble discovers the central's services once connected.
 """
 import asyncio
@@ -56,7 +57,8 @@ async def main(port: str) -> None:
             # the group of the service including it, just after its declaration.
             secondary = Service("FFE8", [Characteristic("FFE9", P.READ, Characteristic.READABLE, b"secondary")], primary=False)
             device.add_service(secondary)
-            device.add_service(Service("FFE0", [Characteristic("FFE1", P.READ, Characteristic.READABLE, b"including")],
+            device.add_service(Service("FFE0", [Characteristic("FFE1", P.READ, Characteristic.READABLE, b"including"),
+                                                Characteristic("FFE2", P.READ, Characteristic.READ_REQUIRES_AUTHORIZATION, b"x")],
                                        included_services=[secondary, primary]))
         forever = "--forever" in sys.argv
 
