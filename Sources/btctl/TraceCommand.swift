@@ -1,6 +1,7 @@
 // btctl trace show FILE: decode every frame of a btsnoop / pcap / pcapng file.
 // btctl trace convert IN OUT: rewrite a trace in another format (for Wireshark).
 // Both stream the file record by record: memory stays flat in the file's size.
+// btctl trace replay FILE: TraceReplay.swift.
 
 import ArgumentParser
 import Foundation
@@ -9,7 +10,7 @@ import Snoop
 
 struct Trace: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Read HCI traces (btsnoop, pcap, pcapng).", subcommands: [Show.self, Convert.self])
+        abstract: "Read and replay HCI traces (btsnoop, pcap, pcapng).", subcommands: [Show.self, Convert.self, Replay.self])
 
     /// Opens a trace for streaming, with a message that names the file.
     static func open(_ file: String) throws -> TraceStream {

@@ -10,6 +10,7 @@ import BLETesting
 import Foundation
 import HCI
 import Snoop
+import Transports
 import Testing
 
 struct ReplayTests {
@@ -47,5 +48,78 @@ struct ReplayTests {
         #expect(mismatch.expectedDecoded?.contains("Read By Group Type Request") == true, "\(mismatch)")
         #expect(mismatch.actualDecoded?.contains("Read Request") == true, "\(mismatch)")
         await host.close()
+    }
+}
+
+/// `btctl trace replay`: the same recording served over H4 to `btctl gatt read` as a
+/// separate process, which cannot tell it from Rootcanal; and what a host that leaves
+/// the recording is told.
+@Suite(.serialized) struct BtctlReplayTests {
+    /// Starts the replay of the fixture; returns it and the port it listens on.
+    static func serve(_ extra: [String] = []) async throws -> (LiveProcess, UInt16) {
+        let replay = try LiveProcess(BtctlGATTTests.btctl, ["trace", "replay", ReplayTests.fixture, "--listen", "127.0.0.1:0", "--json"] + extra, mergeStderr: true)
+        #expect(await replay.waitForOutput { $0.contains("\"event\":\"listening\"") }, "\(replay.output)")
+        let line = try #require(replay.output.split(separator: "\n").first { $0.contains("\"event\":\"listening\"") })
+        let o = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(o["host_frames"] as? Int == 30 && o["controller_frames"] as? Int == 49, "\(o)")
+        let port = try #require((o["address"] as? String)?.split(separator: ":").last.flatMap { UInt16($0) })
+        return (replay, port)
+    }
+
+    /// The replay's closing event, after it exits.
+    static func end(of replay: LiveProcess) async throws -> (status: Int32, event: [String: Any]) {
+        let status = await Interop.exit(of: replay.process, timeout: 30)
+        _ = try JSONSchemaTests.check(replay.output.split(separator: "\n").filter { $0.hasPrefix("{") }.joined(separator: "\n"), against: "trace-replay")
+        let line = try #require(replay.output.split(separator: "\n").last { $0.contains("\"event\":\"matched\"") || $0.contains("\"event\":\"mismatch\"") },
+                                "\(replay.output)")
+        return (status, try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]))
+    }
+
+    @Test func btctlReadsTheRecordingOverH4() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let (replay, port) = try await Self.serve()
+        let read = try await BtctlGATTTests.run(["gatt", "read", "--name", "btctl-battery", "--uuid", "2A19", "-t", "tcp:127.0.0.1:\(port)"])
+        #expect(read.status == 0 && read.out.contains("0x10: 64  100 %"), "\(read.out)")
+        let (status, event) = try await Self.end(of: replay)
+        #expect(status == 0 && event["event"] as? String == "matched" && event["host_frames"] as? Int == 30, "\(replay.output)")
+    }
+
+    @Test func aHostThatSkipsTheDiscoveryIsToldWhere() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let (replay, port) = try await Self.serve()
+        let read = try await BtctlGATTTests.run(["gatt", "read", "--name", "btctl-battery", "--handle", "0x10", "-t", "tcp:127.0.0.1:\(port)"])
+        #expect(read.status == 1, "\(read.out)")
+        let (status, event) = try await Self.end(of: replay)
+        #expect(status == 1)
+        #expect(event["frame"] as? Int == 46, "\(event)")
+        #expect((event["expected"] as? String)?.contains("Read By Group Type Request") == true, "\(event)")
+        #expect((event["actual"] as? String)?.contains("Read Request handle=0x0010") == true, "\(event)")
+        #expect(event["actual_h4"] as? String == "02fe0e0700030004000a1000")
+        #expect(replay.output.contains("Error: replay mismatch at frame 46"), "the reason on standard error too")
+    }
+
+    /// A host that sends the recorded Reset, then stops: after --timeout the replay names
+    /// the command due; one that closes the connection instead is told so at once.
+    @Test func aHostThatStopsOrClosesEarly() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        for closes in [false, true] {
+            let (replay, port) = try await Self.serve(["--timeout", "0.5"])
+            let host = try TransportSpec(parsing: "tcp:127.0.0.1:\(port)").open(logger: Interop.logger)
+            try await host.send(.command(opcode: .reset, parameters: []))
+            var answers = host.inbound.makeAsyncIterator()
+            let complete = try await answers.next()
+            #expect(complete == (try HCIPacket(h4: [0x04, 0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00])), "the recorded Command Complete for Reset")
+            if closes { await host.close() }
+            let (status, event) = try await Self.end(of: replay)
+            if !closes { await host.close() }
+            #expect(status == 1)
+            #expect(event["frame"] as? Int == 3 && (event["expected"] as? String)?.contains("Read Local Version Information") == true, "\(event)")
+            #expect(event["actual"] == nil)
+            if closes {
+                #expect(event["host_closed"] as? Bool == true, "\(event)")
+            } else {
+                #expect(event["silence_ms"] as? Int == 500, "\(event)")
+            }
+        }
     }
 }
