@@ -4,7 +4,8 @@
 // requests by hand, each connection lying in one way (a declaration at handle 0, handles
 // that go backwards, a Find Information answer that never moves on, a wrong opcode, a
 // response longer than ATT_MTU, entries of an undefined length, an Error Response for
-// another request; for a long write, a Prepare Write Response that does not echo its
+// another request, an include of a backwards range, an include answer that never moves
+// on; for a long write, a Prepare Write Response that does not echo its
 // request, and Prepare Queue Full on the second piece; for pairing, a Pairing Response
 // with a 6-octet key, one octet short, or asking for keys not offered, and a refusal).
 // btctl must end with the typed error naming the lie, exit non-zero, ask only a few
@@ -32,6 +33,8 @@ import Transports
         ("oversized", discover, "discovery failed: the server's Read By Group Type Response is 26 bytes; ATT_MTU is 23"),
         ("entry-length", discover, "discovery failed: the server's Read By Group Type Response entry at 0x0001 is malformed"),
         ("error-for-another", discover, "discovery failed: the peer answered Read By Group Type Request with Error Response for Read Request"),
+        ("include-backwards", discover, "discovery failed: the server's Read By Type Response entry at 0x0005 is malformed: included range 0x0005–0x0001"),
+        ("include-repeat", discover, "discovery failed: the server's Read By Type Response lists handle 0x0005 outside the range asked for (0x0006–0xffff)"),
         ("prepare-echo-changed", longWrite, "the server's Prepare Write Response for 0x0003 did not echo the request; the write was cancelled"),
         ("prepare-queue-full", longWrite, "write failed: peer refused (handle 0x3): Prepare Queue Full (0x9)"),
         ("smp-key-size-6", pair, "failed: pairing failed here: encryption key size"),
@@ -68,7 +71,9 @@ import Transports
             return (m, n)
         }, uniquingKeysWith: { a, _ in a })
         // A handful of requests each (Exchange MTU, then discovery up to the lie): no loop.
-        for c in Self.cases { #expect((1...8).contains(ended[c.mode] ?? 0), "\(c.mode): \(ended)") }
+        // The include lies come after the whole discovery (7 requests), in the 8th and 9th.
+        for c in Self.cases { #expect((1...9).contains(ended[c.mode] ?? 0), "\(c.mode): \(ended)") }
+        #expect(ended["include-backwards"] == 8 && ended["include-repeat"] == 9, "\(ended)")
         for (mode, answer) in Self.pairingFailed {
             let sent = lines.filter { $0["event"] as? String == "smp" && $0["mode"] as? String == mode }.compactMap { $0["pdu"] as? String }
             #expect(sent.first?.hasPrefix("01") == true && Array(sent.dropFirst()) == answer, "\(mode): \(sent)")

@@ -16,6 +16,8 @@ one answer:
   oversized          Read By Group Type answered with 26 octets at ATT_MTU 23
   entry-length       Read By Group Type entries 5 octets long (6 or 20 are defined)
   error-for-another  Read By Group Type answered with an Error Response for a Read Request
+  include-backwards  an include declaration at 0x0005 whose included range is 0x0005-0x0001
+  include-repeat     every Read By Type for includes lists the one at 0x0005, whatever was asked
   prepare-echo-changed  a Prepare Write Response whose value's last octet is changed
   prepare-queue-full    the second Prepare Write Request refused: Prepare Queue Full
 Prepare Write Requests are otherwise echoed, Execute Write and Write Requests answered.
@@ -108,6 +110,12 @@ def answer(mode, pdu, prepares):
         return not_found(op, start)
     if op == 0x08:  # Read By Type
         start, type_ = int.from_bytes(pdu[1:3], "little"), pdu[5:]
+        if type_ == le16(0x2802):  # Include
+            if mode == "include-backwards":
+                return b"\x09\x08" + le16(5) + le16(5) + le16(1) + le16(0x180A)
+            if mode == "include-repeat":
+                return b"\x09\x08" + le16(5) + le16(0x10) + le16(0x12) + le16(0x180A)
+            return not_found(op, start)
         if type_ != le16(0x2803):
             return not_found(op, start)
         if mode == "zero-handle":
