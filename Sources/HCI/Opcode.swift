@@ -13,6 +13,24 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// The specification's name, or nil for an opcode this stack does not know.
     public var name: String? { Self.names[rawValue] }
 
+    /// The opcode a command line names: `0x2018` (hex), or the specification's name as
+    /// `name` spells it, case and spacing aside (`"LE Rand"`, `le-rand`).
+    public init?(parsing text: String) {
+        // Letters and digits only, lower-cased: "LE Rand", "le-rand" and "LERand" agree.
+        func key(_ s: some StringProtocol) -> String {
+            String(String.UnicodeScalarView(s.lowercased().unicodeScalars.filter { ("a"..."z").contains($0) || ("0"..."9").contains($0) }))
+        }
+        let t = text.lowercased().drop { $0 == " " }
+        if t.hasPrefix("0x") {
+            guard let v = UInt16(t.dropFirst(2).prefix { $0 != " " }, radix: 16) else { return nil }
+            self.init(rawValue: v)
+            return
+        }
+        let wanted = key(t)
+        guard !wanted.isEmpty, let (raw, _) = Self.names.first(where: { key($0.value) == wanted }) else { return nil }
+        self.init(rawValue: raw)
+    }
+
     public var description: String {
         name ?? "unknown 0x\(hex4(rawValue))"
     }

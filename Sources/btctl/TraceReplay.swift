@@ -38,6 +38,13 @@ extension Trace {
         var strictOrder = false
         @Flag(help: "The advertising commands may go ahead of links' data (a peripheral resuming its advertising when a central connects).")
         var advertisingIndependent = false
+        @Option(name: .customLong("ignore"), parsing: .singleValue, help: ArgumentHelp(
+            "A command the host may send or not, unchecked (LE Rand, LE Encrypt, ...): it gets the recorded answer to the next such command, else a bare success. By name or 0x hex; repeatable.",
+            valueName: "COMMAND"), transform: { s in
+                guard let o = HCIOpcode(parsing: s) else { throw ValidationError("--ignore takes a command's name (\"LE Rand\") or opcode (0x2018), not '\(s)'") }
+                return o
+            })
+        var ignored: [HCIOpcode] = []
         @Option(help: ArgumentHelp("How long the host may stay silent while the recording expects a packet from it, 0.1 to 3600 (default 5).", valueName: "SECONDS"))
         var timeout: Double = 5
         @Flag(help: "One JSON object per line on stdout: listening, connected, then matched or mismatch.")
@@ -77,6 +84,7 @@ extension Trace {
             // Made now: its watchdog counts the host's silence from here.
             var options = ReplayOptions(ordering: strictOrder ? .total : .perFlow, timeout: cliDuration(seconds: timeout))
             if advertisingIndependent { options.independentCommands = ReplayOptions.advertisingCommands }
+            options.ignoredCommands = Set(ignored)
             let replay = ReplayTransport(trace: trace, options: options)
             // The host's packets, checked as they come; a mismatch fails the replay, which
             // then stops answering.

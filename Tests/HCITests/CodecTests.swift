@@ -4,6 +4,18 @@ import Testing
 /// Vectors are either written out from the Core Specification's parameter tables
 /// or taken from Fixtures/rootcanal-init.btsnoop (recorded from Rootcanal 1.10.0).
 struct CodecTests {
+    /// Opcodes as a command line names them: hex, or the specification's name with
+    /// case, spaces and hyphens aside; anything else is nil.
+    @Test func opcodesParseFromNamesAndHex() {
+        #expect(HCIOpcode(parsing: "0x2018") == .leRand)
+        #expect(HCIOpcode(parsing: "LE Rand") == .leRand)
+        #expect(HCIOpcode(parsing: "le-rand") == .leRand)
+        #expect(HCIOpcode(parsing: " reset") == .reset)
+        #expect(HCIOpcode(parsing: "Read Local Version Information") == .readLocalVersionInformation)
+        #expect(HCIOpcode(parsing: "0xFC01")?.rawValue == 0xFC01, "an opcode this stack does not name")
+        for bad in ["", "0x", "0xZZ", "0x12345", "LE Frobnicate", "---"] { #expect(HCIOpcode(parsing: bad) == nil, "\(bad)") }
+    }
+
     @Test func byteReaderReadsLittleEndianAndReportsTruncation() throws {
         var r = ByteReader([0x34, 0x12, 0x78, 0x56, 0x34, 0x12, 0xAA], context: "t")
         #expect(try r.readUInt16() == 0x1234)

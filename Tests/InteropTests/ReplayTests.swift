@@ -122,4 +122,22 @@ struct ReplayTests {
             }
         }
     }
+
+    /// `--ignore`: a command left out of the check. With Read Local Version Information
+    /// ignored, a host silent after Reset is told the next command is due; a name that
+    /// is no command is refused before anything listens.
+    @Test func ignoredCommandsAreNotChecked() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let (replay, port) = try await Self.serve(["--timeout", "0.5", "--ignore", "read local version information"])
+        let host = try TransportSpec(parsing: "tcp:127.0.0.1:\(port)").open(logger: Interop.logger)
+        try await host.send(.command(opcode: .reset, parameters: []))
+        var answers = host.inbound.makeAsyncIterator()
+        _ = try await answers.next()
+        let (status, event) = try await Self.end(of: replay)
+        await host.close()
+        #expect(status == 1 && event["frame"] as? Int == 5, "\(event)")
+        #expect((event["expected"] as? String)?.contains("Read Local Supported Commands") == true, "\(event)")
+        let bad = try await BtctlGATTTests.run(["trace", "replay", ReplayTests.fixture, "--ignore", "LE Frobnicate"])
+        #expect(bad.status == 64 && bad.out.contains("--ignore takes a command's name"), "\(bad.out)")
+    }
 }
