@@ -52,16 +52,16 @@ struct ReplayTests {
 }
 
 /// `btctl trace replay`: the same recording served over H4 to `btctl gatt read` as a
-/// separate process, which cannot tell it from Rootcanal; and what a host that leaves
-/// the recording is told.
+/// separate process, which cannot tell it from Rootcanal; what a host that leaves the
+/// recording is told; and a server's session with Bumble replayed to `btctl gatt serve`.
 @Suite(.serialized) struct BtctlReplayTests {
     /// Starts the replay of the fixture; returns it and the port it listens on.
-    static func serve(_ extra: [String] = []) async throws -> (LiveProcess, UInt16) {
-        let replay = try LiveProcess(BtctlGATTTests.btctl, ["trace", "replay", ReplayTests.fixture, "--listen", "127.0.0.1:0", "--json"] + extra, mergeStderr: true)
+    static func serve(fixture: String = ReplayTests.fixture, _ extra: [String] = [], frames: (host: Int, controller: Int) = (30, 49)) async throws -> (LiveProcess, UInt16) {
+        let replay = try LiveProcess(BtctlGATTTests.btctl, ["trace", "replay", fixture, "--listen", "127.0.0.1:0", "--json"] + extra, mergeStderr: true)
         #expect(await replay.waitForOutput { $0.contains("\"event\":\"listening\"") }, "\(replay.output)")
         let line = try #require(replay.output.split(separator: "\n").first { $0.contains("\"event\":\"listening\"") })
         let o = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
-        #expect(o["host_frames"] as? Int == 30 && o["controller_frames"] as? Int == 49, "\(o)")
+        #expect(o["host_frames"] as? Int == frames.host && o["controller_frames"] as? Int == frames.controller, "\(o)")
         let port = try #require((o["address"] as? String)?.split(separator: ":").last.flatMap { UInt16($0) })
         return (replay, port)
     }
@@ -139,5 +139,25 @@ struct ReplayTests {
         #expect((event["expected"] as? String)?.contains("Read Local Supported Commands") == true, "\(event)")
         let bad = try await BtctlGATTTests.run(["trace", "replay", ReplayTests.fixture, "--ignore", "LE Frobnicate"])
         #expect(bad.status == 64 && bad.out.contains("--ignore takes a command's name"), "\(bad.out)")
+    }
+
+    /// The server's side: `btctl gatt serve` recorded while Bumble, as central, connected,
+    /// discovered, read, wrote and disconnected. A fresh `btctl gatt serve` on the replay
+    /// hears the same Bumble and sends the same conversation, byte for byte, through to
+    /// the advertising it stops at the end of its 6 s; it reports the same events.
+    @Test func btctlServeAnswersTheRecordedBumbleCentral() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let (replay, port) = try await Self.serve(fixture: Interop.root + "/Fixtures/rootcanal-gatt-serve.btsnoop", ["--timeout", "15"], frames: (52, 80))
+        // Standard input at its end from the start, as in the recording (< /dev/null).
+        let serve = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", "tcp:127.0.0.1:\(port)",
+                                                           "--duration", "6", "--json"])
+        serve.closeInput()
+        #expect(await Interop.exit(of: serve.process, timeout: 30) == 0, "\(serve.output)")
+        let events = BtctlServeTests.events(serve.output)
+        #expect(events.contains { $0["event"] as? String == "connected" && $0["peer"] as? String == "F0:F1:F2:F3:F4:F5" }, "\(serve.output)")
+        #expect(events.contains { $0["event"] as? String == "written" && $0["handle"] as? Int == 21 && $0["value"] as? String == Array("from-bumble".utf8).hexString })
+        #expect(events.contains { $0["event"] as? String == "disconnected" })
+        let (status, event) = try await Self.end(of: replay)
+        #expect(status == 0 && event["event"] as? String == "matched" && event["host_frames"] as? Int == 52, "\(replay.output)")
     }
 }

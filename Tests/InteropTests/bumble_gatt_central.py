@@ -1,13 +1,15 @@
 """Bumble as a GATT client (central) against our GATT server, for InteropTests.
 
-Usage: bumble_gatt_central.py HCI_PORT TARGET
+Usage: bumble_gatt_central.py HCI_PORT TARGET [--no-subscribe]
 Connects over Rootcanal (tcp-client:127.0.0.1:HCI_PORT) to TARGET: a public address, or
 name:NAME to scan (actively) for the device advertising that local name first and report
 what its advertising and scan response data carry (an "advertisement" event). Then it
 discovers everything, reads every readable characteristic (long reads included),
 writes every writable one outside the GAP and GATT services, subscribes to every notify/indicate characteristic,
 waits for one value on each, reads the device name once more (so the server has
-every confirmation), disconnects. Prints one JSON object per line on stdout.
+every confirmation), disconnects. Prints one JSON object per line on stdout. With
+--no-subscribe it subscribes to nothing (a session whose server sends nothing
+unasked, for a recording that replays).
 """
 import asyncio
 import json
@@ -73,7 +75,7 @@ async def main(port: str, target: str) -> None:
                 if c.properties & 0x08 and service.uuid not in (GATT_GENERIC_ACCESS_SERVICE, GATT_GENERIC_ATTRIBUTE_SERVICE):
                     await peer.write_value(c, b"from-bumble", with_response=True)
                     emit(event="write", uuid=str(c.uuid))
-                if c.properties & 0x30:
+                if c.properties & 0x30 and "--no-subscribe" not in sys.argv:
                     future = asyncio.get_running_loop().create_future()
                     uuid = str(c.uuid)
 
