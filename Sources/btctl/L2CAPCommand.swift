@@ -61,13 +61,15 @@ struct L2CAP_: AsyncParsableCommand {
             let (host, writer) = try await options.openHost(deviceName: name)
             defer { writer?.close() }
             do {
-                try await host.start()
+                let info = try await host.start()
                 let incoming = await host.publishChannel(spsm: spsm, parameters: channel.parameters)
                 var ad = AdvertisingData()
                 ad.flags = 0x06
                 ad.localName = name
                 try await host.peripheral.startAdvertising(ad, intervalMilliseconds: 30)
-                say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm))], "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\"")
+                // The address a peer connects to (the controller's public one: listen advertises with it).
+                say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm)), "address": .string(info.address.description)],
+                    "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\" (\(info.address))")
                 guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration), on: host.controller.loop) else {
                     throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
                 }

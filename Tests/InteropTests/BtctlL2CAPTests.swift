@@ -55,8 +55,12 @@ import Testing
         defer { rc.stop() }
         let listener = try LiveProcess(BtctlGATTTests.btctl, ["l2cap", "listen", "0x82", "--json", "--wait", "5", "--duration", "60", "-t", rc.transportSpec])
         #expect(await listener.waitForOutput { $0.contains("\"event\":\"listening\"") }, "\(listener.output)")
-        // A fresh Rootcanal gives the first controller that connects DA:4C:10:DE:17:00: btctl's.
-        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "client", "DA:4C:10:DE:17:00", "3000"])
+        // The address btctl listens at, as it says. The test used to assume the first
+        // controller of a fresh Rootcanal, DA:4C:10:DE:17:00; in one loaded run Bumble
+        // never reached btctl there (perhaps the readiness probe's connection got it).
+        let listening = try #require(BtctlServeTests.events(listener.output).first { $0["event"] as? String == "listening" })
+        let address = try #require(listening["address"] as? String, "\(listening)")
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_l2cap_peer.py", String(rc.hciPort), "client", address, "3000"])
         #expect(await bumble.waitForOutput(within: .seconds(45)) { $0.contains("\"event\": \"channel\"") }, "\(bumble.output)")
         // Bumble's client takes SDUs once it reports the channel: type 3000 bytes then.
         let line = String(repeating: "0123456789", count: 10).dropLast()
