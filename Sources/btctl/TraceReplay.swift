@@ -101,7 +101,7 @@ extension Trace {
                 } catch {}
             }
             let settle = cliDuration(seconds: timeout)
-            let outcome: ReplayMismatch? = await withTaskGroup(of: Void.self) { g in
+            let (outcome, closedEarly) = await withTaskGroup(of: Void.self) { g -> (ReplayMismatch?, Bool) in
                 g.addTask { await up.value }  // the host closed the connection, or sent a mismatch
                 g.addTask { await down.value }  // a mismatch (the host's silence included)
                 g.addTask {
@@ -113,15 +113,20 @@ extension Trace {
                 g.addTask { await Interrupt.waitForSignal() }
                 await g.next()
                 // Where the host left the recording, before closing settles anything.
-                var outcome = replay.mismatch
+                // Neither a mismatch nor the end: the host closed early, or a signal came;
+                // `finished(within: .zero)` names the packet due.
+                var outcome = replay.mismatch, closedEarly = false
                 if outcome == nil, !replay.isComplete {
-                    do { try await replay.finished(within: .zero) } catch let m as ReplayMismatch { outcome = m } catch {}
+                    do { try await replay.finished(within: .zero) } catch let m as ReplayMismatch {
+                        outcome = m
+                        closedEarly = true
+                    } catch {}
                 }
                 // Closing both ends the two loops; then the other children can finish.
                 await side.close()
                 await replay.close()
                 g.cancelAll()
-                return outcome
+                return (outcome, closedEarly)
             }
             if Interrupt.requested { return }
 
@@ -133,8 +138,6 @@ extension Trace {
             var o: [(String, JSONValue)] = [("event", .string("mismatch")), ("frame", .int(m.frame))]
             if let e = m.expected { o += [("expected", .string(m.expectedDecoded ?? "")), ("expected_h4", .string(e.h4Bytes.hexString))] }
             if let a = m.actual { o += [("actual", .string(m.actualDecoded ?? "")), ("actual_h4", .string(a.h4Bytes.hexString))] }
-            // `finished(within: .zero)` names the packet due when the host closed early.
-            let closedEarly = m.actual == nil && m.silence == .zero
             if closedEarly {
                 o.append(("host_closed", .bool(true)))
             } else if let s = m.silence {
