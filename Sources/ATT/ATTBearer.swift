@@ -47,6 +47,9 @@ public actor ATTBearer: LoopIsolated {
     private var writtenCallback: (@Sendable (Bool) -> Void)?
     @exclusivity(unchecked) private var drainWaiters: [CheckedContinuation<Void, Never>] = []
     @exclusivity(unchecked) private var writableWaiters: [CheckedContinuation<Void, Never>] = []
+    /// `queuedRequestsSent(within:)`'s waiters, each with its time limit.
+    @exclusivity(unchecked) private var queueWaiters: [UInt64: (CheckedContinuation<Void, Never>, LoopTimer)] = [:]
+    @exclusivity(unchecked) private var nextQueueWaiter: UInt64 = 0
     /// Writability, as a NIO channel has it: the bearer stops being writable when the
     /// PDUs it has handed to the channel and the link has not taken yet pass
     /// `highWaterMark` octets, and is writable again once they are back under
@@ -274,6 +277,7 @@ public actor ATTBearer: LoopIsolated {
         for w in drainWaiters { w.resume() }
         drainWaiters.removeAll()
         resumeWritableWaiters()
+        resumeQueueWaitersIfSent()
     }
 
     private func resumeWritableWaiters() {
@@ -323,6 +327,7 @@ public actor ATTBearer: LoopIsolated {
             case let .protocolViolation(why): logger.debug("ATT protocol violation", metadata: ["reason": "\(why)"])
             }
         }
+        resumeQueueWaitersIfSent()
     }
 
     /// What the channel calls as each PDU is handed to the link (or dropped with it).
@@ -342,6 +347,31 @@ public actor ATTBearer: LoopIsolated {
         guard unsent == 0 else { return }
         for w in drainWaiters { w.resume() }
         drainWaiters.removeAll()
+    }
+
+    /// Returns once every request queued behind the outstanding one has been sent (each
+    /// goes when the one before it is answered), the bearer closed, or `limit` passed:
+    /// before a disconnection, so requests a program queued and did not wait for (the
+    /// CCCD writes of subscriptions it let go) reach the peer. Then `drain()` waits for
+    /// them to reach the link.
+    public func queuedRequestsSent(within limit: Duration) async {
+        guard state.hasQueuedRequests, !unusable else { return }
+        let id = nextQueueWaiter
+        nextQueueWaiter += 1
+        await withCheckedContinuation { c in
+            queueWaiters[id] = (c, LoopTimer(after: limit, on: loop) { self.onLoop(id) { $0.resumeQueueWaiter($1) } })
+        }
+    }
+
+    private func resumeQueueWaiter(_ id: UInt64) {
+        guard let (c, timer) = queueWaiters.removeValue(forKey: id) else { return }
+        timer.cancel()
+        c.resume()
+    }
+
+    private func resumeQueueWaitersIfSent() {
+        guard !queueWaiters.isEmpty, !state.hasQueuedRequests || unusable else { return }
+        for id in Array(queueWaiters.keys) { resumeQueueWaiter(id) }
     }
 
     /// Returns once every PDU queued so far has been handed to the link (e.g. before

@@ -76,6 +76,9 @@ public struct ATTBearerState: Sendable {
     private var nextID: UInt64 = 1
     private var request: Outgoing?
     private var requestQueue: [Outgoing] = []  // short: one per waiting caller
+    /// Whether requests wait behind the outstanding one (each goes once the one before
+    /// it is answered).
+    public var hasQueuedRequests: Bool { !requestQueue.isEmpty }
     private var indication: Outgoing?
     private var indicationQueue: [Outgoing] = []
     private var peerRequestOpen = false

@@ -237,8 +237,12 @@ extension BluetoothHost {
     @discardableResult
     public func disconnect(_ c: Connection, reason: HCIStatus = .remoteUserTerminatedConnection) async throws -> HCIStatus {
         await settle()
-        // What was sent last (a Write Command, the keys a pairing distributes) goes out
-        // first, so the Disconnect cannot overtake it in the controller.
+        // Requests queued on the bearer and not waited for (the CCCD writes of
+        // subscriptions let go: only the first goes at once) are sent first, each after
+        // the answer before it; then what was sent last (those, a Write Command, the keys
+        // a pairing distributes) goes out, so the Disconnect cannot overtake it in the
+        // controller.
+        if isActive(c.id), let client = links.clients[c.id] { await client.bearer.queuedRequestsSent(within: .seconds(2)) }
         if isActive(c.id) { await l2cap.flush(handle: c.handle, within: .seconds(2)) }
         guard isActive(c.id) else { throw BLEError.disconnected(reason: links.ended[c.id].flatMap { if case let .disconnected(r) = $0 { r } else { nil } } ?? .unknownConnectionIdentifier) }
         try await controller.send(Disconnect(connectionHandle: c.handle, reason: reason))

@@ -122,6 +122,8 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
         @OptionGroup var attribute: AttributeOptions
 
+        func validate() throws { try attribute.requireOne() }
+
         func run() async throws {
             let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
@@ -149,6 +151,7 @@ struct Gatt: AsyncParsableCommand {
         @Flag(help: "Signed Write Without Response, with the CSRK we gave the bonded peer (pair with --signing-keys).") var signed = false
 
         func validate() throws {
+            try attribute.requireOne()
             if (value == nil) == (text == nil) { throw ValidationError("give either --value HEX or --text TEXT") }
             if withoutResponse && signed { throw ValidationError("--without-response and --signed exclude each other") }
             if let value, [UInt8](hex: value) == nil { throw ValidationError("--value must be hex bytes") }
@@ -180,44 +183,100 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
         @OptionGroup var attribute: AttributeOptions
+        @Flag(help: "Every characteristic that notifies or indicates (notifications where both are offered, unless --indicate), instead of --handle or --uuid.")
+        var all = false
         @Flag(help: "Indications instead of notifications.") var indicate = false
-        @Option(help: "Stop after this many values (default: until interrupted or the link drops).") var count: Int?
+        @Option(help: "Stop after this many values in all (default: until interrupted or the link drops).") var count: Int?
 
         func validate() throws {
+            if all {
+                if attribute.handle != nil || attribute.uuid != nil { throw ValidationError("--all takes neither --handle nor --uuid") }
+            } else {
+                try attribute.requireOne()
+            }
             if let count, count < 1 { throw ValidationError("--count must be at least 1, not \(count)") }
+        }
+
+        /// One value and the characteristic it came from (an index into the subscriptions).
+        struct Tagged: Sendable {
+            var index: Int
+            var value: [UInt8]
         }
 
         func run() async throws {
             let (session, writer) = try await PeerSession.open(options, peer, pairing)
             defer { writer?.close() }
             do {
-                guard let c = try await session.characteristic(attribute) else { throw CLIError("no such characteristic") }
-                guard c.clientConfiguration != nil else {
-                    throw CLIError("characteristic \(c.uuid) has no Client Characteristic Configuration descriptor: it cannot notify or indicate")
-                }
-                let values = try await session.reportingSecurity { try await session.peripheral.subscribe(to: c, indications: indicate) }
-                let kind = indicate ? "indication" : "notification"
-                if options.json {
-                    emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicate))] + nameField(c.uuid)))
+                // Each characteristic, and whether it is subscribed for indications.
+                var targets: [(RemoteCharacteristic, indications: Bool)] = []
+                if all {
+                    for s in try await session.discoverAll() {
+                        for c in s.characteristics where c.clientConfiguration != nil && !c.properties.isDisjoint(with: [.notify, .indicate]) {
+                            targets.append((c, indicate ? c.properties.contains(.indicate) : !c.properties.contains(.notify)))
+                        }
+                    }
+                    guard !targets.isEmpty else { throw CLIError("the peer has no characteristic that notifies or indicates") }
                 } else {
-                    note("subscribed to \(named(c.uuid)) (value 0x\(String(c.valueHandle, radix: 16))) for \(kind)s; Ctrl-C stops")
+                    guard let c = try await session.characteristic(attribute) else { throw CLIError("no such characteristic") }
+                    guard c.clientConfiguration != nil else {
+                        throw CLIError("characteristic \(c.uuid) has no Client Characteristic Configuration descriptor: it cannot notify or indicate")
+                    }
+                    targets = [(c, indicate)]
                 }
+                var subscriptions: [CharacteristicValues] = []
+                for (c, indications) in targets {
+                    subscriptions.append(try await session.reportingSecurity { try await session.peripheral.subscribe(to: c, indications: indications) })
+                    let kind = indications ? "indication" : "notification"
+                    if options.json {
+                        emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indications))]
+                                     + nameField(c.uuid)))
+                    } else {
+                        note("subscribed to \(named(c.uuid)) (value 0x\(String(c.valueHandle, radix: 16))) for \(kind)s\(targets.count == 1 ? "; Ctrl-C stops" : "")")
+                    }
+                }
+                if targets.count > 1, !options.json { note("\(targets.count) subscriptions; Ctrl-C stops") }
                 fflush(nil)
+                // The subscriptions' values in one sequence, in the order they came. Each
+                // keeps its own newest 256; this one holds as many per subscription.
+                let (merged, feed) = BufferedThrowingStream<Tagged>.makeStream(capacity: 256 * targets.count)
+                let forwarders = Task {
+                    do {
+                        try await withThrowingTaskGroup(of: Void.self) { g in
+                            for (i, values) in subscriptions.enumerated() {
+                                g.addTask { for try await v in values { _ = feed.yield(Tagged(index: i, value: v)) } }
+                            }
+                            try await g.waitForAll()
+                        }
+                        feed.finish()
+                    } catch {
+                        feed.finish(throwing: error)
+                    }
+                }
                 var n = 0
                 let started = ContinuousClock.now
                 var live = LiveStatus(json: options.json)
+                let single = targets.count == 1 ? (targets[0].indications ? "indication" : "notification") : "value"
                 do {
-                    for try await v in values {
+                    for try await t in merged {
                         n += 1
+                        let (c, indications) = targets[t.index]
                         live.willPrint()
-                        if options.json { emit(.object([("event", .string(kind))] + valueJSON(c.valueHandle, v, uuid: c.uuid))) } else { print(valueLine(c.valueHandle, v, uuid: c.uuid)) }
+                        if options.json {
+                            emit(.object([("event", .string(indications ? "indication" : "notification"))] + valueJSON(c.valueHandle, t.value, uuid: c.uuid)))
+                        } else {
+                            print(valueLine(c.valueHandle, t.value, uuid: c.uuid))
+                        }
                         fflush(nil)
-                        live.update("\(n) \(kind)s")
+                        live.update("\(n) \(single)s")
                         if let count, n >= count { break }
                     }
                 } catch BLEError.disconnected, BLEError.transportClosed {
                     // The link ended (the peer, or a signal's shutdown): the values end here.
                 }
+                // Letting go of each subscription writes it off the peer's CCCD (queued
+                // before the disconnection).
+                forwarders.cancel()
+                await forwarders.value
                 live.clear()
                 let seconds = tenthsOfSecondsSince(started)
                 await session.close()
@@ -225,7 +284,7 @@ struct Gatt: AsyncParsableCommand {
                 if options.json {
                     emit(.object([("event", .string("summary")), ("values", .int(n)), ("seconds", .double(seconds))]))
                 } else {
-                    note("\(n) \(kind)\(n == 1 ? "" : "s") in \(seconds) s")
+                    note("\(n) \(single)\(n == 1 ? "" : "s") in \(seconds) s")
                 }
                 if let count, n < count { throw CLIError("the link ended after \(n) of \(count) values") }
             } catch let e as CLIError {

@@ -57,7 +57,9 @@ struct AttributeOptions: ParsableArguments {
     })
     var uuid: BluetoothUUID?
 
-    func validate() throws {
+    /// Exactly one of --handle and --uuid (each command's `validate` calls it: `subscribe
+    /// --all` takes neither).
+    func requireOne() throws {
         if (handle == nil) == (uuid == nil) { throw ValidationError("give either --handle or --uuid") }
     }
 }

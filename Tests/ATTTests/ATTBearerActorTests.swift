@@ -4,6 +4,7 @@ import L2CAP
 import Logging
 import NIOCore
 import NIOEmbedded
+import Synchronization
 import Testing
 @testable import ATT
 
@@ -77,6 +78,41 @@ struct ATTBearerActorTests {
         let waiting = Task { try await bearer.sendWhenWritable(.writeCommand(handle: 3, value: [5])) }
         t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
         await #expect(throws: ATTBearerError.bearerUnusable("connection 0x40 closed")) { try await waiting.value }
+    }
+
+    /// `queuedRequestsSent(within:)`: with three requests started and none answered,
+    /// the first is out and two wait; the call returns once the last has gone (two
+    /// answers later), at once when nothing waits, and at its limit when the peer is
+    /// silent.
+    @Test func queuedRequestsSentWaitsForTheLastToGo() async throws {
+        let (bearer, t, loop) = await setUp()
+        for h in UInt16(1)...3 { await bearer.startRequest(.writeRequest(handle: h, value: [0, 0])) { _ in } }
+        #expect(await t.nextSent() == Self.acl([0x12, 0x01, 0x00, 0x00, 0x00], boundary: .firstNonFlushable))
+        let sent = Task { await bearer.queuedRequestsSent(within: .seconds(2)) }
+        t.inject(Self.acl([0x13]))
+        #expect(await t.nextSent() == Self.acl([0x12, 0x02, 0x00, 0x00, 0x00], boundary: .firstNonFlushable))
+        await loop.advanceTime(by: .seconds(1))
+        t.inject(Self.acl([0x13]))
+        #expect(await t.nextSent() == Self.acl([0x12, 0x03, 0x00, 0x00, 0x00], boundary: .firstNonFlushable))
+        await sent.value  // the third is out (its answer is not waited for)
+        await bearer.queuedRequestsSent(within: .seconds(2))  // nothing waits: at once
+
+        // A silent peer: the wait ends at its limit (the loop's time), the request still
+        // queued. The waiting task may start before the first second or after it.
+        await bearer.startRequest(.writeRequest(handle: 4, value: [0, 0])) { _ in }
+        let done = Mutex(false)
+        let limited = Task {
+            await bearer.queuedRequestsSent(within: .seconds(2))
+            done.withLock { $0 = true }
+        }
+        var seconds = 0
+        while !done.withLock({ $0 }), seconds < 10 {
+            await loop.advanceTime(by: .seconds(1))
+            seconds += 1
+        }
+        await limited.value
+        #expect(seconds >= 2, "not before its limit")
+        #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
     }
 
     @Test func mtuExchangeSetsTheMTU() async throws {

@@ -154,7 +154,7 @@ let uuidC = BluetoothUUID("0000CCCC-0000-1000-8000-00805F9B34FB")!
     /// `includes()`: every include in the database, from one Read By Type: a secondary
     /// service included twice is discovered once, an included primary is the one
     /// `discoverServices()` found.
-    @Test("UT05 every include of the database") func ut05AllIncludes() async throws {
+    @Test("every include of the database") func allIncludes() async throws {
         let pair = try await Pair()
         defer { Task { await pair.room.close() } }
         let secondary = Service(uuid: uuidC, isPrimary: false, characteristics: [Characteristic(uuid: uuidB, properties: [.read], value: [1])])
@@ -173,6 +173,34 @@ let uuidC = BluetoothUUID("0000CCCC-0000-1000-8000-00805F9B34FB")!
         let holders = includes.map { i in services.first { ($0.startHandle...$0.endHandle).contains(i.handle) }?.uuid }
         #expect(holders == [uuidA, uuidA, BluetoothUUID(0xFFE0)])
         #expect(try await pair.remote.read(try #require(includes[2].service.characteristic(uuidB))) == [1])
+    }
+
+    /// Subscriptions let go just before a disconnection: each CCCD write is queued on the
+    /// bearer (one request outstanding at a time), and `disconnect()` sends them all,
+    /// each after the answer before it, before the Disconnect. It used to send the first
+    /// only: the peer kept the others enabled (for a bonded peer, into the next link).
+    @Test("subscriptions let go reach the peer before the disconnection") func unsubscribeBeforeDisconnect() async throws {
+        let pair = try await Pair()
+        defer { Task { await pair.room.close() } }
+        let chars = [uuidB, uuidC, BluetoothUUID(0xFFE1)].map { Characteristic(uuid: $0, properties: [.notify]) }
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: chars))
+        let events = pair.server.peripheral.events()
+        let remote = try #require(try await pair.remoteServices().first { $0.uuid == uuidA })
+        var readers: [Task<Void, Never>] = []
+        for c in remote.characteristics {
+            let values = try await pair.remote.subscribe(to: c)
+            readers.append(Task { do { for try await _ in values {} } catch {} })
+        }
+        #expect(await collect(events, count: 3, within: .seconds(5)).count == 3)
+        for r in readers { r.cancel() }
+        for r in readers { await r.value }
+        _ = try await pair.remote.disconnect()
+        let off = await collect(events, count: 3, within: .seconds(5))
+        let written = off.compactMap { e -> Characteristic? in
+            guard case let .subscriptionChanged(c, _, notify, indicate) = e, !notify, !indicate else { return nil }
+            return c
+        }
+        #expect(Set(written.map(ObjectIdentifier.init)) == Set(chars.map(ObjectIdentifier.init)), "\(off)")
     }
 
     @Test("UT06 remove a service") func ut06RemoveService() async throws {

@@ -152,4 +152,37 @@ import Testing
         #expect(inc["service"] as? String == "180F" && inc["uuid"] as? String == secondaryUUID)
         #expect(inc["start"] as? Int == secondary["start"] as? Int && inc["end"] as? Int == secondary["end"] as? Int)
     }
+
+    /// `gatt subscribe --all` against Bumble's server: every characteristic with a CCCD
+    /// that notifies or indicates (Service Changed, FFF2, FFF3, FFF5), notifications where
+    /// offered; the values of all of them in one listing (FFF2's one notification, FFF3's
+    /// indication, FFF5's burst of 200) until --count, then each written off the peer's
+    /// CCCD before the link goes.
+    @Test func subscribeAllTakesEveryCharacteristicThatNotifies() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard Self.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever"])
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
+        let run = try await Self.run(["gatt", "subscribe", "F1:F2:F3:F4:F5:F6/random", "--all", "--count", "202", "-t", rc.transportSpec, "--json"])
+        // Bumble hears the CCCDs written off (its subscription events with both flags false).
+        let off = await bumble.waitForOutput(within: .seconds(10)) { $0.contains("\"uuid\": \"FFF3\", \"notify\": false, \"indicate\": false") }
+        _ = await bumble.stop()
+        #expect(run.status == 0, "\(run.out)")
+        let lines = try JSONSchemaTests.check(run.out, against: "gatt-subscribe")
+        let subscribed = lines.filter { $0["event"] as? String == "subscribed" }
+        #expect(subscribed.compactMap { $0["uuid"] as? String } == ["2A05", "FFF2", "FFF3", "FFF5"], "\(run.out)")
+        #expect(subscribed.compactMap { $0["indications"] as? Bool } == [true, false, true, false])
+        let values = lines.filter { $0["event"] as? String == "notification" || $0["event"] as? String == "indication" }
+        func of(_ uuid: String) -> [[String: Any]] { values.filter { $0["uuid"] as? String == uuid } }
+        #expect(values.count == 202)
+        #expect(of("FFF2").map { $0["value"] as? String } == ["42"] && of("FFF2").first?["event"] as? String == "notification", "\(values.prefix(3))")
+        #expect(of("FFF3").map { $0["value"] as? String } == ["4343"] && of("FFF3").first?["event"] as? String == "indication")
+        #expect(of("FFF5").count == 200 && of("FFF5").allSatisfy { ($0["value"] as? String)?.count == 400 })
+        #expect(lines.last?["event"] as? String == "summary" && lines.last?["values"] as? Int == 202)
+        #expect(off, "\(bumble.output.split(separator: "\n").filter { !$0.contains("\"written\"") })")
+        let bad = try await Self.run(["gatt", "subscribe", "F1:F2:F3:F4:F5:F6/random", "--all", "--uuid", "FFF2", "-t", rc.transportSpec])
+        #expect(bad.status == 64 && bad.out.contains("--all takes neither --handle nor --uuid"), "\(bad.out)")
+    }
 }
