@@ -34,6 +34,8 @@ extension Trace {
         var file: String
         @Option(help: ArgumentHelp("Listen on this TCP port for the host (HOST defaults to 127.0.0.1; 0 picks a free port, printed).", valueName: "[HOST:]PORT"))
         var listen = "127.0.0.1:0"
+        @Option(help: ArgumentHelp("In a Linux monitor trace (btmon's, btctl monitor's) that holds several controllers, the one to replay.", valueName: "N"))
+        var index: UInt16?
         @Flag(help: "Check every host packet in the recorded order, across commands and links' data.")
         var strictOrder = false
         @Flag(help: "The advertising commands may go ahead of links' data (a peripheral resuming its advertising when a central connects).")
@@ -57,9 +59,23 @@ extension Trace {
 
         func run() async throws {
             let (host, port) = try Monitor.parseListen(listen)
-            let trace: Snoop.Trace
+            var trace: Snoop.Trace
             do { trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))) } catch { throw CLIError("\(file): \(error)") }
             if let damage = trace.damage { throw CLIError("\(file): \(trace.records.count) frames, then the file is \(damage); a replay needs the whole recording") }
+            // One controller's conversation: a monitor trace may hold several.
+            let indexes = Set(trace.records.compactMap { $0.packet == nil ? nil : $0.adapterIndex })
+            if let index {
+                guard indexes.contains(index) else {
+                    throw CLIError("\(file): no packet of controller \(index)\(indexes.isEmpty ? " (the trace names no controllers)" : "; it has \(indexes.sorted().map(String.init).joined(separator: ", "))")")
+                }
+                // Frame numbers stay the file's: the records of other controllers are
+                // blanked, not removed.
+                trace.records = trace.records.map { r in
+                    r.adapterIndex == index ? r : TraceRecord(timestampMicros: r.timestampMicros, direction: .unknown, content: .monitor(opcode: 0xFFFF, data: []))
+                }
+            } else if indexes.count > 1 {
+                throw CLIError("\(file) holds the packets of controllers \(indexes.sorted().map(String.init).joined(separator: ", ")): choose one with --index")
+            }
             let fromHost = trace.records.filter { $0.direction == .hostToController && $0.packet != nil }.count
             let fromController = trace.records.filter { $0.direction == .controllerToHost && $0.packet != nil }.count
             guard fromHost + fromController > 0 else { throw CLIError("\(file): no HCI packet with a direction to replay (a monitor trace of another kind, or empty)") }

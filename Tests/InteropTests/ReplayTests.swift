@@ -160,4 +160,34 @@ struct ReplayTests {
         let (status, event) = try await Self.end(of: replay)
         #expect(status == 0 && event["event"] as? String == "matched" && event["host_frames"] as? Int == 52, "\(replay.output)")
     }
+
+    /// A Linux monitor trace with two controllers (as btmon records the guest's hci0 and
+    /// hci1): without --index the replay refuses and names them; with --index 1 only
+    /// that controller's conversation is played (Reset, its Command Complete).
+    @Test func aMonitorTraceReplaysOneController() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let file = BtctlCLITests.temporary("two-controllers.btsnoop")
+        let writer = try TraceFileWriter(path: file, output: .btsnoop(datalink: TraceFormat.btsnoopMonitor))
+        let reset = HCIPacket.command(opcode: .reset, parameters: [])
+        let complete = try HCIPacket(h4: [0x04, 0x0E, 0x04, 0x01, 0x03, 0x0C, 0x00])
+        for (index, p, d) in [(UInt16(0), reset, TraceRecord.Direction.hostToController), (1, reset, .hostToController),
+                              (0, complete, .controllerToHost), (1, complete, .controllerToHost),
+                              (0, .command(opcode: .readLocalVersionInformation, parameters: []), .hostToController)] {
+            #expect(writer.write(TraceRecord(timestampMicros: 0, direction: d, content: .packet(p), adapterIndex: index)))
+        }
+        writer.close()
+        let both = try await BtctlGATTTests.run(["trace", "replay", file])
+        #expect(both.status == 1 && both.out.contains("holds the packets of controllers 0, 1: choose one with --index"), "\(both.out)")
+        let missing = try await BtctlGATTTests.run(["trace", "replay", file, "--index", "5"])
+        #expect(missing.status == 1 && missing.out.contains("no packet of controller 5; it has 0, 1"), "\(missing.out)")
+
+        let (replay, port) = try await Self.serve(fixture: file, ["--index", "1"], frames: (1, 1))
+        let host = try TransportSpec(parsing: "tcp:127.0.0.1:\(port)").open(logger: Interop.logger)
+        try await host.send(reset)
+        var answers = host.inbound.makeAsyncIterator()
+        #expect(try await answers.next() == complete)
+        await host.close()
+        let (status, event) = try await Self.end(of: replay)
+        #expect(status == 0 && event["event"] as? String == "matched", "\(replay.output)")
+    }
 }
