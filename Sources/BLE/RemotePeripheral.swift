@@ -332,25 +332,22 @@ public actor RemotePeripheral {
         return try await run { try await resolve(try await client.findIncludedServices(), primary: primary) }
     }
 
-    /// Each include with its service: a primary one already known is taken as it is;
-    /// the others (secondary services) are discovered together, once each.
+    /// Each include with its service: a primary one already known (by its handle range:
+    /// its declaration, not the include, says its UUID) is taken as it is; the others
+    /// (secondary services) are discovered together, once each.
     private func resolve(_ includes: [DiscoveredInclude], primary: [RemoteService]) async throws -> [RemoteInclude] {
-        struct Key: Hashable { var uuid: BluetoothUUID, start: UInt16, end: UInt16 }
-        var known: [Key: RemoteService] = [:]
-        for s in primary { known[Key(uuid: s.uuid, start: s.startHandle, end: s.endHandle)] = s }
-        var unknown: [DiscoveredService] = []
-        for inc in includes {
-            let key = Key(uuid: inc.service.uuid, start: inc.service.start, end: inc.service.end)
-            if known[key] == nil, !unknown.contains(inc.service) { unknown.append(inc.service) }
+        var known: [ClosedRange<UInt16>: RemoteService] = [:]
+        for s in primary { known[s.startHandle...s.endHandle] = s }
+        var unknown: [ClosedRange<UInt16>: DiscoveredService] = [:]
+        for inc in includes where known[inc.service.start...inc.service.end] == nil {
+            unknown[inc.service.start...inc.service.end] = unknown[inc.service.start...inc.service.end] ?? inc.service
         }
         // CharacteristicDiscovery wants its services in handle order.
-        for (svc, chars) in try await client.discoverContents(of: unknown.sorted { $0.start < $1.start }) {
-            known[Key(uuid: svc.uuid, start: svc.start, end: svc.end)] =
-                RemoteService(uuid: svc.uuid, isPrimary: false, startHandle: svc.start, endHandle: svc.end, characteristics: chars.map { Self.wrap($0.0, $0.1) })
+        for (svc, chars) in try await client.discoverContents(of: unknown.values.sorted { $0.start < $1.start }) {
+            known[svc.start...svc.end] = RemoteService(uuid: svc.uuid, isPrimary: false, startHandle: svc.start, endHandle: svc.end,
+                                                       characteristics: chars.map { Self.wrap($0.0, $0.1) })
         }
-        return includes.compactMap { inc in
-            known[Key(uuid: inc.service.uuid, start: inc.service.start, end: inc.service.end)].map { RemoteInclude(handle: inc.handle, service: $0) }
-        }
+        return includes.compactMap { inc in known[inc.service.start...inc.service.end].map { RemoteInclude(handle: inc.handle, service: $0) } }
     }
 
     static func wrap(_ c: DiscoveredCharacteristic, _ ds: [DiscoveredDescriptor]) -> RemoteCharacteristic {

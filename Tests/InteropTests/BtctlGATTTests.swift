@@ -92,9 +92,13 @@ import Testing
         let fff0 = try #require(Self.events(lines, "service", uuid: "FFF0").first)
         #expect(secondary["primary"] as? Bool == false && including["primary"] as? Bool == true && fff0["primary"] as? Bool == true)
         #expect(Self.events(lines, "characteristic", uuid: "FFE9").first?["service"] as? String == "FFE8", "\(json.out)")
+        // The third include's declaration from Bumble carries two octets of the 128-bit
+        // UUID (0xCA9E); the service's own declaration at that range names it.
+        let wide = try #require(Self.events(lines, "service", uuid: "6E40BBBB-B5A3-F393-E0A9-E50E24DCCA9E").first)
         let includes = lines.filter { $0["event"] as? String == "include" }
-        #expect(includes.count == 2, "\(json.out)")
-        for (inc, service) in zip(includes, [secondary, fff0]) {
+        #expect(includes.count == 3, "\(json.out)")
+        #expect(!lines.contains { $0["uuid"] as? String == "CA9E" }, "\(json.out)")
+        for (inc, service) in zip(includes, [secondary, fff0, wide]) {
             #expect(inc["service"] as? String == "FFE0")
             #expect(inc["uuid"] as? String == service["uuid"] as? String)
             #expect(inc["start"] as? Int == service["start"] as? Int && inc["end"] as? Int == service["end"] as? Int)

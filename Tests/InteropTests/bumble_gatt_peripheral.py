@@ -9,7 +9,7 @@ disconnects (or after 60 s). With --forever (benchmarks) it re-advertises after 
 disconnection and runs for 300 s; FFF5 then sends 200 notifications of 200 bytes to
 each client that subscribes. With --includes a primary service FFE0 (FFE1 read, FFE2
 read refused: Insufficient Authorization) includes a secondary service FFE8 (FFE9
-read) and FFF0. With --discover-central
+read), FFF0, and a primary service with a 128-bit UUID (FFEA read). With --discover-central
 Bumble discovers the central's services once connected.
 """
 import asyncio
@@ -57,9 +57,13 @@ async def main(port: str) -> None:
             # the group of the service including it, just after its declaration.
             secondary = Service("FFE8", [Characteristic("FFE9", P.READ, Characteristic.READABLE, b"secondary")], primary=False)
             device.add_service(secondary)
+            # Bumble writes a 128-bit included service's UUID into the include declaration
+            # cut to its first two octets (struct '2s'), where Vol 3 Part G 3.2 leaves it out.
+            wide = Service("6E40BBBB-B5A3-F393-E0A9-E50E24DCCA9E", [Characteristic("FFEA", P.READ, Characteristic.READABLE, b"wide")])
+            device.add_service(wide)
             device.add_service(Service("FFE0", [Characteristic("FFE1", P.READ, Characteristic.READABLE, b"including"),
                                                 Characteristic("FFE2", P.READ, Characteristic.READ_REQUIRES_AUTHORIZATION, b"x")],
-                                       included_services=[secondary, primary]))
+                                       included_services=[secondary, primary, wide]))
         forever = "--forever" in sys.argv
 
         def on_burst_subscription(bearer, notify_enabled, indicate_enabled):
