@@ -127,7 +127,8 @@ import Testing
 
     /// `gatt serve` with a secondary service under a 128-bit UUID, included by a primary
     /// one: its include declaration carries no UUID (§3.2), so the client reads the
-    /// secondary service's declaration for it.
+    /// secondary service's declaration for it; a 16-bit secondary included after it is
+    /// listed after it.
     @Test func serveAndDiscoverIncludes() async throws {
         guard let binary = try Interop.rootcanal() else { return }
         guard Self.isBuilt() else { return }
@@ -139,7 +140,8 @@ import Testing
             {"name": "btctl-includes", "services": [
               {"uuid": "\(secondaryUUID)", "primary": false,
                "characteristics": [{"uuid": "2A19", "properties": ["read"], "value": "2a"}]},
-              {"uuid": "180F", "includes": ["\(secondaryUUID)"],
+              {"uuid": "FFE8", "primary": false},
+              {"uuid": "180F", "includes": ["\(secondaryUUID)", "FFE8"],
                "characteristics": [{"uuid": "2A1A", "properties": ["read"], "value": "01"}]}
             ]}
             """.utf8).write(to: URL(fileURLWithPath: file))
@@ -152,7 +154,10 @@ import Testing
         let secondary = try #require(Self.events(lines, "service", uuid: secondaryUUID).first, "\(json.out)")
         #expect(secondary["primary"] as? Bool == false)
         #expect(Self.events(lines, "characteristic", uuid: "2A19").first?["service"] as? String == secondaryUUID)
-        let inc = try #require(lines.first { $0["event"] as? String == "include" }, "\(json.out)")
+        // In handle order, though the 128-bit one's UUID came only with a later Read.
+        let incs = lines.filter { $0["event"] as? String == "include" }
+        #expect(incs.compactMap { $0["uuid"] as? String } == [secondaryUUID, "FFE8"], "\(json.out)")
+        let inc = try #require(incs.first)
         #expect(inc["service"] as? String == "180F" && inc["uuid"] as? String == secondaryUUID)
         #expect(inc["start"] as? Int == secondary["start"] as? Int && inc["end"] as? Int == secondary["end"] as? Int)
     }
