@@ -91,6 +91,12 @@ APPEARANCE_SUBCATEGORIES = {
 }
 
 
+# Names the package spells differently from the Bluetooth SIG: the Core Specification
+# (Vol 3 Part G §3.3.3.2) and the SIG's own descriptors.yaml call 0x2901 "Characteristic
+# User Description"; bluetooth-numbers 1.1.2 has "Characteristic User Descriptor".
+DESCRIPTOR_CORRECTIONS = {0x2901: "Characteristic User Description"}
+
+
 def swift_string(s):
     return s.replace("\\", "\\\\").replace('"', '\\"')
 
@@ -122,7 +128,7 @@ def main(out):
         "extension AssignedNumbers {\n",
         table("serviceTable", "16-bit service UUIDs.", sixteen(service)),
         table("characteristicTable", "16-bit characteristic UUIDs.", sixteen(characteristic)),
-        table("descriptorTable", "16-bit descriptor UUIDs.", sixteen(descriptor)),
+        table("descriptorTable", "16-bit descriptor UUIDs.", sixteen({**descriptor, **DESCRIPTOR_CORRECTIONS})),
         table("unitTable", "16-bit unit UUIDs.", sorted((f"{k:04X}", v) for k, v in UNITS.items())),
         table("companyTable", "Company identifiers.", sixteen(company)),
         table("appearanceCategoryTable", "Appearance categories (the value's bits 15-6).", sorted((f"{k:03X}", v) for k, v in APPEARANCE_CATEGORIES.items())),

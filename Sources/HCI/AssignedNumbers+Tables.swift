@@ -514,7 +514,7 @@ FEBB	File Transfer Service by Adafruit
     /// 16-bit descriptor UUIDs.
     static let descriptorTable = """
 2900	Characteristic Extended Properties
-2901	Characteristic User Descriptor
+2901	Characteristic User Description
 2902	Client Characteristic Configuration
 2903	Server Characteristic Configuration
 2904	Characteristic Presentation Format

@@ -10,6 +10,8 @@ struct AssignedNumbersTests {
         #expect(BluetoothUUID(0x180F).name == "Battery Service")
         #expect(BluetoothUUID(0x2A19).name == "Battery Level")
         #expect(BluetoothUUID(0x2902).name == "Client Characteristic Configuration")
+        // The SIG's name (Vol 3 Part G §3.3.3.2), not the generator package's "Descriptor".
+        #expect(BluetoothUUID(0x2901).name == "Characteristic User Description")
         #expect(BluetoothUUID(0x2800).name == "Primary Service")
         #expect(BluetoothUUID(0x27AD).name == "percentage")
         #expect(BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")?.name == "Nordic UART Service")
