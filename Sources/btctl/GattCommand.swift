@@ -28,7 +28,7 @@ struct Gatt: AsyncParsableCommand {
                 primary = try await session.discoverAll()
                 includes = try await session.includes()
                 if values {
-                    // Each attribute once, in handle order (a service included twice is listed twice).
+                    // Each attribute read once, in handle order, however many services include it.
                     var handles: Set<UInt16> = []
                     for s in primary + includes.map(\.service) {
                         for c in s.characteristics {
