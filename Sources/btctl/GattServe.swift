@@ -303,7 +303,7 @@ extension Gatt {
         @OptionGroup var options: ControllerOptions
         @Argument(help: "The database (docs/gatt-serve.md).") var file: String
         @Option(parsing: .unconditional, help: ArgumentHelp("Stop after this many seconds, 0.1 to 86400 (default: until interrupted or 'quit').", valueName: "SECONDS")) var duration: Double?
-        @Flag(help: "Advertise the name only, not the primary services' UUIDs.") var noServiceUUIDs = false
+        @Flag(name: .customLong("no-service-uuids"), help: "Advertise the name only, not the primary services' UUIDs.") var noServiceUUIDs = false
 
         func validate() throws {
             if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }

@@ -74,6 +74,19 @@ import Testing
         #expect(server.output.contains("sent, 1 console error\n"), "\(server.output)")
     }
 
+    /// `--no-service-uuids` advertises the name alone (the flag's name is spelled as the
+    /// docs spell it, not as the argument parser would split `noServiceUUIDs`).
+    @Test func noServiceUUIDsAdvertisesTheNameAlone() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let path = Interop.root + "/docs/examples/battery.json"
+        for (flags, services) in [([], ["180F", "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"]), (["--no-service-uuids"], [])] {
+            let r = try await BtctlCLITests.run(["gatt", "serve", path, "-t", "virtual", "--json", "--duration", "0.3"] + flags)
+            #expect(r.status == 0, "\(r.out)")
+            let adv = try #require(Self.events(r.out).first { $0["event"] as? String == "advertising" }, "\(r.out)")
+            #expect((adv["services"] as? [String])?.map { $0.uppercased() } == services, "\(adv)")
+        }
+    }
+
     /// Syntax errors (strict JSON: no trailing comma, no repeated key) and schema errors
     /// name the file, line and column, the way a compiler does.
     @Test func errorsInTheDatabaseFileNameLineAndColumn() async throws {
