@@ -183,6 +183,8 @@ enum ServeCommand: Equatable {
           quit                   stop serving (as at the end of --duration)
         CHAR is a characteristic UUID (2A19, or 128-bit) or its value handle (0x0012);
         VALUE is hex bytes (64, 01ff, 01:ff or 01 ff) or "quoted text" (sent as UTF-8).
+        While a central's pairing asks something (a passkey to type, a number to confirm),
+        the next line is the answer: the six digits, or y/yes to accept.
         """
 
     /// Parses one line; nil for a blank line or a `#` comment.
@@ -304,6 +306,7 @@ extension Gatt {
         @Argument(help: "The database (docs/gatt-serve.md).") var file: String
         @Option(parsing: .unconditional, help: ArgumentHelp("Stop after this many seconds, 0.1 to 86400 (default: until interrupted or 'quit').", valueName: "SECONDS")) var duration: Double?
         @Flag(name: .customLong("no-service-uuids"), help: "Advertise the name only, not the primary services' UUIDs.") var noServiceUUIDs = false
+        @OptionGroup(title: "Pairing (when a central asks)") var pairing: PairingOptions
 
         func validate() throws {
             if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
@@ -325,10 +328,16 @@ extension Gatt {
         func run() async throws {
             let (spec, db) = try load()
             let name = spec.name ?? "btctl"
-            let (host, writer) = try await options.openHost(deviceName: name)
+            // A central's pairing prompts are answered on the console (`ConsoleAnswers`);
+            // bonds go to the adapter's bond file, so a bonded central encrypts from it.
+            let answers = ConsoleAnswers()
+            let store = AdapterBondStore(path: pairing.store.bonds)
+            let (host, writer) = try await options.openHost(security: pairing.securityOptions(store: store, json: options.json, answers: answers),
+                                                            deviceName: name)
             defer { writer?.close() }
             do {
-                try await host.start()
+                let address = try await host.start().address
+                store.bind(adapter: address)
                 let peripheral = host.peripheral
                 // The file's services, published through the facade after its GAP and GATT
                 // services: the same handles `load()` laid out and checked.
@@ -337,6 +346,7 @@ extension Gatt {
                 if served.attributes.count != db.attributes.count { options.logger.warning("served \(served.attributes.count) attributes, the file lays out \(db.attributes.count)") }
                 let links = host.connectionEvents()
                 let changes = peripheral.events()
+                let security = await host.securityEvents()
                 let uuids = noServiceUUIDs ? [] : spec.primaryServiceUUIDs
                 let (adv, response) = AdvertisingData.server(name: name, serviceUUIDs: uuids)
                 // Advertising resumes by itself when a central leaves (the facade does it).
@@ -358,17 +368,35 @@ extension Gatt {
                     fflush(nil)
                 }
                 let shown = adv.serviceUUIDs.map(\.description)
-                report([("event", .string("advertising")), ("name", .string(name)), ("services", .array(shown.map { .string($0) })),
-                        ("complete", .bool(adv.serviceUUIDsComplete)), ("attributes", .int(served.attributes.count))],
-                       "advertising \"\(name)\"\(shown.isEmpty ? "" : " with services " + shown.joined(separator: ", ") + (adv.serviceUUIDsComplete ? "" : " (not all fit)")), serving \(served.attributes.count) attributes; type 'help' for commands")
+                report([("event", .string("advertising")), ("name", .string(name)), ("address", .string(address.description)),
+                        ("services", .array(shown.map { .string($0) })), ("complete", .bool(adv.serviceUUIDsComplete)), ("attributes", .int(served.attributes.count))],
+                       "advertising \"\(name)\" from \(address)\(shown.isEmpty ? "" : " with services " + shown.joined(separator: ", ") + (adv.serviceUUIDsComplete ? "" : " (not all fit)")), serving \(served.attributes.count) attributes; type 'help' for commands")
                 let linkPrinter = Task {
                     for await e in links {
                         switch e {
                         case let .connected(c):
                             report([("event", .string("connected")), ("handle", .int(Int(c.handle))), ("peer", .string("\(c.peer)"))], "connected: \(c.peer) (handle 0x\(String(c.handle, radix: 16)))")
                         case let .disconnected(c, reason) where !Interrupt.requested:
+                            answers.withdraw(peer: c.peer)
                             report([("event", .string("disconnected")), ("handle", .int(Int(c.handle))), ("reason", .string(reason.description))],
                                    "disconnected: handle 0x\(String(c.handle, radix: 16)), \(reason)")
+                        default: break
+                        }
+                    }
+                }
+                let securityPrinter = Task {
+                    for await e in security {
+                        switch e {
+                        case let .paired(handle, peer, result):
+                            report(result.event(peer: "\(peer)") + [("handle", .int(Int(handle)))], result.text(peer: "\(peer)"))
+                        case let .pairingFailed(handle, peer, error):
+                            answers.withdraw(peer: peer)
+                            report([("event", .string("pairing_failed")), ("handle", .int(Int(handle))), ("peer", .string("\(peer)")), ("reason", .string("\(error)"))],
+                                   "pairing with \(peer) failed: \(error)")
+                        case let .securityChanged(handle, s) where s.encrypted:
+                            report([("event", .string("secured")), ("handle", .int(Int(handle))), ("level", .string(s.level.description)),
+                                    ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))],
+                                   "link 0x\(String(handle, radix: 16)) encrypted: \(s)")
                         default: break
                         }
                     }
@@ -401,7 +429,9 @@ extension Gatt {
                     }
                     group.addTask {
                         // `quit` ends serving; at end of input serving goes on.
-                        if await Self.console(peripheral, published, json: json, report: report) { return }
+                        let quit = await Self.console(peripheral, published, answers: answers, json: json, report: report)
+                        answers.close()
+                        if quit { return }
                         await Interrupt.waitForSignal()
                     }
                     await group.next()
@@ -410,7 +440,8 @@ extension Gatt {
                 // Advertising stops, every central is disconnected (on a signal the
                 // signal's own shutdown has done it), the host closes.
                 if !Interrupt.requested { await host.shutdown() }
-                linkPrinter.cancel(); printer.cancel()
+                answers.close()
+                linkPrinter.cancel(); printer.cancel(); securityPrinter.cancel()
                 let n = tally.counts
                 let seconds = tenthsOfSecondsSince(started)
                 func plural(_ k: Int, _ one: String) -> String { "\(k) \(one)\(k == 1 ? "" : "s")" }
@@ -429,12 +460,14 @@ extension Gatt {
 
         /// Runs the commands typed on standard input until `quit` (returns true) or the
         /// end of input (false). Each result is reported; a bad command is an `error`
-        /// event (on standard error in text mode) and serving goes on.
-        static func console(_ peripheral: PeripheralManager, _ published: ServedDatabase, json: Bool,
+        /// event (on standard error in text mode) and serving goes on. While a pairing
+        /// prompt waits, the next line answers it.
+        static func console(_ peripheral: PeripheralManager, _ published: ServedDatabase, answers: ConsoleAnswers, json: Bool,
                             report: (_ o: [(String, JSONValue)], _ text: String) -> Void) async -> Bool {
             let (lines, done) = StandardInputLines.start()
             for await line in lines {
                 defer { done() }
+                if answers.offer(line) { continue }
                 do {
                     guard let command = try ServeCommand.parse(line) else { continue }
                     let db = await peripheral.host.server.database

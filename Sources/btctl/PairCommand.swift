@@ -55,11 +55,11 @@ struct PairingOptions: ParsableArguments {
 
     /// The host's security policy from these options: pairing as configured, bonds in
     /// `store`, prompts on the terminal (or as JSON events), pairing on demand.
-    func securityOptions(store: AdapterBondStore, json: Bool) -> SecurityOptions {
+    func securityOptions(store: AdapterBondStore, json: Bool, answers: ConsoleAnswers? = nil) -> SecurityOptions {
         var config = PairingConfiguration(ioCapability: ioCapability, bonding: bond, mitm: mitm, secureConnections: !legacy,
                                           secureConnectionsOnly: secureConnectionsOnly, minimumKeySize: minimumKeySize)
         if signingKeys { config.keys.insert(.signingKey) }
-        return SecurityOptions(pairing: config, store: store, delegate: TerminalPairingDelegate(json: json, passkey: passkey, yes: yes))
+        return SecurityOptions(pairing: config, store: store, delegate: TerminalPairingDelegate(json: json, passkey: passkey, yes: yes, answers: answers))
     }
 }
 
@@ -103,14 +103,7 @@ struct Pair: AsyncParsableCommand {
         let target = "\(connection.peer)\(connection.peerType == .random ? "/random" : "")"
         do {
             let result = try await session.host.security.pair(handle: connection.handle, level: pairing.level)
-            let s = result.security
-            if options.json {
-                emit(.object([("event", .string("paired")), ("peer", .string(target)), ("method", .string(result.method.description)),
-                              ("level", .string(s.level.description)), ("key_size", .int(s.keySize)), ("secure_connections", .bool(s.secureConnections)),
-                              ("bonded", .bool(result.bonding)), ("identity", result.keys.peerIdentity.map { .string($0.address.description) } ?? .null)]))
-            } else {
-                print("paired with \(target): \(result.method), \(s)" + (result.keys.peerIdentity.map { ", identity \($0.address)" } ?? ""))
-            }
+            if options.json { emit(.object(result.event(peer: target))) } else { print(result.text(peer: target)) }
         } catch {
             await session.close()
             throw CLIError("pairing with \(target) failed: \(error)")
@@ -124,43 +117,148 @@ struct Pair: AsyncParsableCommand {
     }
 }
 
+extension PairingResult {
+    /// The `paired` event (`btctl pair`, `btctl gatt serve`).
+    func event(peer: String) -> [(String, JSONValue)] {
+        [("event", .string("paired")), ("peer", .string(peer)), ("method", .string(method.description)),
+         ("level", .string(security.level.description)), ("key_size", .int(security.keySize)), ("secure_connections", .bool(security.secureConnections)),
+         ("bonded", .bool(bonding)), ("identity", keys.peerIdentity.map { .string($0.address.description) } ?? .null)]
+    }
+
+    func text(peer: String) -> String {
+        "paired with \(peer): \(method), \(security)" + (keys.peerIdentity.map { ", identity \($0.address)" } ?? "")
+    }
+}
+
 /// Prompts on the terminal: the passkey to show, the passkey to type, a number to
-/// confirm. With --json each prompt is an event on stdout and the answer a line on stdin.
+/// confirm. With --json each prompt is an event on stdout (naming the peer) and the
+/// answer a line on stdin. `gatt serve` reads its console itself and hands prompts
+/// their answers through `answers`.
 struct TerminalPairingDelegate: PairingDelegate {
     let json: Bool
     let passkey: UInt32?
     let yes: Bool
+    var answers: ConsoleAnswers? = nil
 
     func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer {
+        let who: (String, JSONValue) = ("peer", .string(peer.description))
         switch prompt {
         case let .displayPasskey(n):
-            say(["event": .string("display_passkey"), "passkey": .int(Int(n)), "passkey_text": .string(PairingPrompt.sixDigits(n))], "passkey for \(peer): \(PairingPrompt.sixDigits(n))")
+            say([("event", .string("display_passkey")), who, ("passkey", .int(Int(n))), ("passkey_text", .string(PairingPrompt.sixDigits(n)))],
+                "passkey for \(peer): \(PairingPrompt.sixDigits(n))")
             return .confirmed(true)
         case .enterPasskey:
             if let passkey { return .passkey(passkey) }
-            say(["event": .string("enter_passkey")], "enter the passkey \(peer) shows: ")
-            guard let line = await readLine(), let v = UInt32(line.trimmingCharacters(in: .whitespaces)), v <= 999_999 else { return .passkey(nil) }
+            guard let line = await ask(peer, [("event", .string("enter_passkey")), who], "enter the passkey \(peer) shows: "), let v = UInt32(line.trimmingCharacters(in: .whitespaces)), v <= 999_999 else { return .passkey(nil) }
             return .passkey(v)
         case let .confirmNumber(n):
             if yes { return .confirmed(true) }
-            say(["event": .string("confirm_number"), "number": .int(Int(n)), "number_text": .string(PairingPrompt.sixDigits(n))], "does \(peer) show \(PairingPrompt.sixDigits(n))? [y/N] ")
-            return .confirmed(await readLine().map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
+            let line = await ask(peer, [("event", .string("confirm_number")), who, ("number", .int(Int(n))), ("number_text", .string(PairingPrompt.sixDigits(n)))],
+                                 "does \(peer) show \(PairingPrompt.sixDigits(n))? [y/N] ")
+            return .confirmed(line.map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
         case .confirmPairing:
             if yes { return .confirmed(true) }
-            say(["event": .string("confirm_pairing")], "pair with \(peer) (Just Works, no MITM protection)? [y/N] ")
-            return .confirmed(await readLine().map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
+            let line = await ask(peer, [("event", .string("confirm_pairing")), who], "pair with \(peer) (Just Works, no MITM protection)? [y/N] ")
+            return .confirmed(line.map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
         }
     }
 
-    func say(_ fields: KeyValuePairs<String, JSONValue>, _ text: String) {
-        if json { emit(.object(fields.map { ($0.key, $0.value) })) } else { FileHandle.standardError.write(Data(text.utf8) + (text.hasSuffix(" ") ? Data() : Data("\n".utf8))) }
+    /// Shows the prompt at once: a program reading the JSON through a pipe (where stdout
+    /// is block-buffered) must see it before it can answer.
+    func say(_ fields: [(String, JSONValue)], _ text: String) {
+        if json {
+            emit(.object(fields))
+            fflush(nil)
+        } else {
+            FileHandle.standardError.write(Data(text.utf8) + (text.hasSuffix(" ") ? Data() : Data("\n".utf8)))
+        }
     }
 
-    /// A line from standard input, read off the cooperative pool.
-    func readLine() async -> String? {
-        await withCheckedContinuation { c in
-            Thread.detachNewThread { c.resume(returning: Swift.readLine()) }
+    /// Shows a prompt and waits for its answer: the next console line for `gatt serve`
+    /// (the prompt waits there before it is shown, so an answer sent on seeing it is
+    /// its), else a line from standard input, read off the cooperative pool.
+    func ask(_ peer: BluetoothAddress, _ fields: [(String, JSONValue)], _ text: String) async -> String? {
+        if let answers { return await answers.next(for: peer) { say(fields, text) } }
+        say(fields, text)
+        return await withCheckedContinuation { c in
+            Thread.detachNewThread { c.resume(returning: Self.lineFromStandardInput()) }
         }
+    }
+
+    /// One line from file descriptor 0, read a byte at a time so nothing after the
+    /// newline is consumed, and not through stdio: `Swift.readLine` holds stdin's stdio
+    /// lock while it waits, and the `fflush(nil)` a command does after each event it
+    /// prints (a notification while the prompt waits) would wait for that lock. Nil at
+    /// the end of input; at most 64 KiB.
+    static func lineFromStandardInput() -> String? {
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while line.count < 65_536 {
+            let n = Glibc.read(0, &byte, 1)
+            if n < 0, errno == EINTR { continue }
+            guard n == 1 else { return line.isEmpty ? nil : String(decoding: line, as: UTF8.self) }
+            if byte == 0x0A { break }
+            line.append(byte)
+        }
+        if line.last == 0x0D { line.removeLast() }
+        return String(decoding: line, as: UTF8.self)
+    }
+}
+
+/// Answers to pairing prompts typed on `gatt serve`'s console: while a prompt waits,
+/// the next line typed answers it instead of being a command (the oldest prompt
+/// first, when several centrals pair at once). A prompt waits until it is answered,
+/// until its peer's pairing ends or its link does (`withdraw`), or until the console's
+/// input ends (`close`); then it goes unanswered, which refuses the pairing.
+final class ConsoleAnswers: Sendable {
+    private struct Waiting {
+        let peer: BluetoothAddress
+        let continuation: CheckedContinuation<String?, Never>
+    }
+    private struct State {
+        var waiting: [Waiting] = []
+        var closed = false
+    }
+    private let state = Mutex(State())
+
+    /// Waits for the line that answers `peer`'s prompt; `announce` shows the prompt once
+    /// it waits.
+    func next(for peer: BluetoothAddress, announce: () -> Void) async -> String? {
+        await withCheckedContinuation { (c: CheckedContinuation<String?, Never>) in
+            let closed = state.withLock { s in
+                if !s.closed { s.waiting.append(Waiting(peer: peer, continuation: c)) }
+                return s.closed
+            }
+            announce()
+            if closed { c.resume(returning: nil) }
+        }
+    }
+
+    /// Hands `line` to the oldest waiting prompt; false when none waits (the line is a command).
+    func offer(_ line: String) -> Bool {
+        guard let w = state.withLock({ s in s.waiting.isEmpty ? nil : s.waiting.removeFirst() }) else { return false }
+        w.continuation.resume(returning: line)
+        return true
+    }
+
+    /// Ends `peer`'s waiting prompts unanswered.
+    func withdraw(peer: BluetoothAddress) {
+        let gone = state.withLock { s in
+            let gone = s.waiting.filter { $0.peer == peer }
+            s.waiting.removeAll { $0.peer == peer }
+            return gone
+        }
+        for w in gone { w.continuation.resume(returning: nil) }
+    }
+
+    /// The console's input ended: every prompt, waiting or to come, goes unanswered.
+    func close() {
+        let gone = state.withLock { s in
+            s.closed = true
+            defer { s.waiting.removeAll() }
+            return s.waiting
+        }
+        for w in gone { w.continuation.resume(returning: nil) }
     }
 }
 

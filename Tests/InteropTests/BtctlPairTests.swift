@@ -58,6 +58,27 @@ import Testing
         #expect(again.status != 0 && again.err.contains("no bond"), "\(again.err)")
     }
 
+    /// With --json the prompt is an event a program reads through a pipe and answers on
+    /// stdin: it must reach the pipe while btctl waits (stdout is block-buffered there).
+    @Test func pairPromptsThroughAPipeAndTakesTheAnswerFromStdin() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral", "1", "1", "display", "123456"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-prompt-\(getpid()).json").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let pair = try LiveProcess(BtctlGATTTests.btctl, ["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm",
+                                                          "--bonds", file, "--json", "-t", rc.transportSpec])
+        #expect(await pair.waitForOutput(within: .seconds(20)) { $0.contains("\"event\":\"enter_passkey\"") }, "\(pair.output)")
+        pair.send("123456")
+        #expect(await Interop.exit(of: pair.process, timeout: 30) == 0, "\(pair.output)")
+        let lines = try JSONSchemaTests.check(pair.output, against: "pair")
+        #expect(lines.map { $0["event"] as? String } == ["enter_passkey", "paired"], "\(lines)")
+        #expect(lines.first?["peer"] as? String == "F1:F2:F3:F4:F5:F6" && lines.last?["method"] as? String == "Passkey Entry", "\(lines)")
+    }
+
     @Test func gattReadPairsOnDemandThenEncryptsFromTheBond() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         guard BtctlGATTTests.isBuilt() else { return }
@@ -101,5 +122,55 @@ import Testing
         let checks = BumbleSMPTests.named(bumble, "signed-write")
         #expect(checks.count == 1 && checks.first?["value"] as? String == "a5a6" && checks.first?["verified"] as? Bool == true, "\(bumble)")
         #expect(checks.first?["counter"] as? Int == 0, "\(bumble)")
+    }
+
+    /// `btctl gatt serve` as the peripheral a central pairs with: Bumble connects as
+    /// central and pairs (Secure Connections with MITM, Bumble displays the passkey);
+    /// btctl's `enter_passkey` prompt is answered by a line on its console, the bond goes
+    /// to the bond file, and when Bumble connects again and encrypts from its keys btctl
+    /// finds the LTK in that file. Every line matches the gatt-serve schema.
+    @Test func gattServeAnswersACentralsPairingOnItsConsoleAndEncryptsFromTheBond() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-serve-\(getpid()).json").path
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", rc.transportSpec, "--json",
+                                                            "--io-capability", "keyboard-only", "--bonds", file])
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+        let advertising = try #require(BtctlServeTests.events(server.output).first { $0["event"] as? String == "advertising" })
+        let address = try #require(advertising["address"] as? String, "\(advertising)")
+
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central", "1", "1", "display", "123456", address])
+        defer { RootcanalProcess.kill(peer.process) }
+        #expect(await server.waitForOutput(within: .seconds(45)) { $0.contains("\"event\":\"enter_passkey\"") }, "\(server.output)")
+        server.send("123456")
+        let done = await server.waitForOutput(within: .seconds(45)) { out in
+            Self.named(out, "secured").count == 2 && Self.named(out, "disconnected").count == 2
+        }
+        #expect(done, "\(server.output)")
+        server.send("quit")
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        let bumble = await peer.events()
+        #expect(BumbleSMPTests.named(bumble, "secured").compactMap { $0["encrypted"] as? Bool } == [true, true], "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+
+        let lines = try JSONSchemaTests.check(server.output, against: "gatt-serve")
+        let paired = lines.filter { $0["event"] as? String == "paired" }
+        #expect(paired.count == 1 && paired.first?["method"] as? String == "Passkey Entry" && paired.first?["level"] as? String == "secure-connections"
+                    && paired.first?["bonded"] as? Bool == true, "\(paired)")
+        let prompt = try #require(lines.first { $0["event"] as? String == "enter_passkey" })
+        #expect(prompt["peer"] as? String != nil)
+        // The first link is encrypted by the pairing, the second from the bond file.
+        let secured = lines.filter { $0["event"] as? String == "secured" }
+        #expect(secured.last?["bonded"] as? Bool == true && secured.allSatisfy { $0["level"] as? String == "secure-connections" }, "\(secured)")
+        #expect(!lines.contains { $0["event"] as? String == "error" || $0["event"] as? String == "pairing_failed" }, "\(lines)")
+        let listed = try await Self.run(["bonds", "list", "--bonds", file, "--json"])
+        #expect(listed.out.split(separator: "\n").count == 1, "\(listed.out)")
+    }
+
+    static func named(_ out: String, _ event: String) -> [[String: Any]] {
+        BtctlServeTests.events(out).filter { $0["event"] as? String == event }
     }
 }
