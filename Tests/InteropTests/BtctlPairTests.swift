@@ -99,6 +99,8 @@ import Testing
         let second = try await Self.run(read)
         #expect(second.status == 0, "\(second.err)")
         #expect(second.out.contains("\"bonded\":true") && second.out.contains("\"value\":\"4243\""), "\(second.out)")
+        // The secured events are in gatt read's schema.
+        _ = try JSONSchemaTests.check(first.out + second.out, against: "gatt-read")
         let bumble = await peer.events()
         #expect(BumbleSMPTests.named(bumble, "paired").count == 1, "\(bumble)")
         #expect(BumbleSMPTests.named(bumble, "encryption").count == 2, "\(bumble)")
