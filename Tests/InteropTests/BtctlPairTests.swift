@@ -24,15 +24,33 @@ import Testing
         return (status, String(decoding: await o, as: UTF8.self), String(decoding: await e, as: UTF8.self))
     }
 
+    /// What each test here starts with: Rootcanal, Python with Bumble, and a bond file
+    /// that goes with `end()`. Nil (the test is skipped) when Rootcanal, Bumble or
+    /// btctl is missing.
+    struct Rig {
+        let rc: RootcanalProcess
+        let python: String
+        let file: String
+        /// bumble_smp_peer.py with `args`, on the rig's Rootcanal.
+        func bumble(_ args: [String]) throws -> BumbleSMPTests.Peer { try BumbleSMPTests.launch(python, rc.hciPort, args) }
+        func end() {
+            rc.stop()
+            try? FileManager.default.removeItem(atPath: file)
+        }
+    }
+
+    static func rig(_ name: String) async throws -> Rig? {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python(), BtctlGATTTests.isBuilt() else { return nil }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-\(name)-\(getpid()).json").path
+        return Rig(rc: try await RootcanalProcess.launch(binary: binary), python: python, file: file)
+    }
+
     @Test func pairStoresABondThatBondsListsAndRemoves() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral", "1", "1", "display", "123456"])
+        guard let rig = try await Self.rig("pair") else { return }
+        defer { rig.end() }
+        let (rc, file) = (rig.rc, rig.file)
+        let peer = try rig.bumble(["peripheral", "1", "1", "display", "123456"])
         defer { RootcanalProcess.kill(peer.process) }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-\(getpid()).json").path
-        defer { try? FileManager.default.removeItem(atPath: file) }
 
         let paired = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
                                    "--bonds", file, "--json", "-t", rc.transportSpec])
@@ -61,14 +79,11 @@ import Testing
     /// With --json the prompt is an event a program reads through a pipe and answers on
     /// stdin: it must reach the pipe while btctl waits (stdout is block-buffered there).
     @Test func pairPromptsThroughAPipeAndTakesTheAnswerFromStdin() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral", "1", "1", "display", "123456"])
+        guard let rig = try await Self.rig("prompt") else { return }
+        defer { rig.end() }
+        let (rc, file) = (rig.rc, rig.file)
+        let peer = try rig.bumble(["peripheral", "1", "1", "display", "123456"])
         defer { RootcanalProcess.kill(peer.process) }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-prompt-\(getpid()).json").path
-        defer { try? FileManager.default.removeItem(atPath: file) }
         let pair = try LiveProcess(BtctlGATTTests.btctl, ["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm",
                                                           "--bonds", file, "--json", "-t", rc.transportSpec])
         #expect(await pair.waitForOutput(within: .seconds(20)) { $0.contains("\"event\":\"enter_passkey\"") }, "\(pair.output)")
@@ -80,14 +95,11 @@ import Testing
     }
 
     @Test func gattReadPairsOnDemandThenEncryptsFromTheBond() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral", "1", "0", "none", "0"])
+        guard let rig = try await Self.rig("gatt") else { return }
+        defer { rig.end() }
+        let (rc, file) = (rig.rc, rig.file)
+        let peer = try rig.bumble(["peripheral", "1", "0", "none", "0"])
         defer { RootcanalProcess.kill(peer.process) }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-gatt-\(getpid()).json").path
-        defer { try? FileManager.default.removeItem(atPath: file) }
         let read = ["gatt", "read", "F1:F2:F3:F4:F5:F6/random", "--uuid", "3f3e0002-0000-1000-8000-00805f9b34fb", "--yes", "--bonds", file, "--json", "-t", rc.transportSpec]
 
         // Bumble answers Insufficient Authentication; btctl pairs (Just Works), bonds, reads.
@@ -107,14 +119,11 @@ import Testing
     }
 
     @Test func gattWriteSignedUsesTheCSRKGivenWhenPairing() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["peripheral-sign", "1", "0", "none", "0"])
+        guard let rig = try await Self.rig("sign") else { return }
+        defer { rig.end() }
+        let (rc, file) = (rig.rc, rig.file)
+        let peer = try rig.bumble(["peripheral-sign", "1", "0", "none", "0"])
         defer { RootcanalProcess.kill(peer.process) }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-sign-\(getpid()).json").path
-        defer { try? FileManager.default.removeItem(atPath: file) }
         let paired = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--signing-keys", "--yes", "--bonds", file, "--json", "-t", rc.transportSpec])
         #expect(paired.status == 0, "\(paired.err)")
         let written = try await Self.run(["gatt", "write", "F1:F2:F3:F4:F5:F6/random", "--uuid", "3f3e0003-0000-1000-8000-00805f9b34fb",
@@ -132,19 +141,16 @@ import Testing
     /// to the bond file, and when Bumble connects again and encrypts from its keys btctl
     /// finds the LTK in that file. Every line matches the gatt-serve schema.
     @Test func gattServeAnswersACentralsPairingOnItsConsoleAndEncryptsFromTheBond() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-serve-\(getpid()).json").path
-        defer { try? FileManager.default.removeItem(atPath: file) }
+        guard let rig = try await Self.rig("serve") else { return }
+        defer { rig.end() }
+        let (rc, file) = (rig.rc, rig.file)
         let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", rc.transportSpec, "--json",
                                                             "--io-capability", "keyboard-only", "--bonds", file])
         #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
         let advertising = try #require(BtctlServeTests.events(server.output).first { $0["event"] as? String == "advertising" })
         let address = try #require(advertising["address"] as? String, "\(advertising)")
 
-        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central", "1", "1", "display", "123456", address])
+        let peer = try rig.bumble(["central", "1", "1", "display", "123456", address])
         defer { RootcanalProcess.kill(peer.process) }
         #expect(await server.waitForOutput(within: .seconds(45)) { $0.contains("\"event\":\"enter_passkey\"") }, "\(server.output)")
         server.send("123456")
