@@ -155,12 +155,17 @@ struct TerminalPairingDelegate: PairingDelegate {
             if yes { return .confirmed(true) }
             let line = await ask(peer, [("event", .string("confirm_number")), who, ("number", .int(Int(n))), ("number_text", .string(PairingPrompt.sixDigits(n)))],
                                  "does \(peer) show \(PairingPrompt.sixDigits(n))? [y/N] ")
-            return .confirmed(line.map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
+            return .confirmed(Self.accepts(line))
         case .confirmPairing:
             if yes { return .confirmed(true) }
             let line = await ask(peer, [("event", .string("confirm_pairing")), who], "pair with \(peer) (Just Works, no MITM protection)? [y/N] ")
-            return .confirmed(line.map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false)
+            return .confirmed(Self.accepts(line))
         }
+    }
+
+    /// Whether an answer accepts: y or yes, in any case; no answer refuses.
+    static func accepts(_ line: String?) -> Bool {
+        line.map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false
     }
 
     /// Shows the prompt at once: a program reading the JSON through a pipe (where stdout
