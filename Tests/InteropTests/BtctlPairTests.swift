@@ -178,6 +178,28 @@ import Testing
         #expect(listed.out.split(separator: "\n").count == 1, "\(listed.out)")
     }
 
+    /// With its standard input at an end, `gatt serve` has nobody to answer a prompt:
+    /// a numeric comparison is refused at once (Pairing Failed, Numeric Comparison
+    /// Failed), not left for the SMP timeout, and serving goes on.
+    @Test func gattServeRefusesAPromptWhenItsInputHasEnded() async throws {
+        guard let rig = try await Self.rig("serve-closed") else { return }
+        defer { rig.end() }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", rig.rc.transportSpec, "--json",
+                                                            "--io-capability", "display-yes-no", "--bonds", rig.file])
+        server.closeInput()
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+        let advertising = try #require(BtctlServeTests.events(server.output).first { $0["event"] as? String == "advertising" })
+        let peer = try rig.bumble(["central", "1", "1", "display-yes-no", "0", try #require(advertising["address"] as? String)])
+        defer { RootcanalProcess.kill(peer.process) }
+        #expect(await server.waitForOutput(within: .seconds(20)) { !Self.named($0, "pairing_failed").isEmpty }, "\(server.output)")
+        let lines = try JSONSchemaTests.check(server.output, against: "gatt-serve")
+        #expect(lines.contains { $0["event"] as? String == "confirm_number" }, "\(lines)")
+        let failed = try #require(lines.first { $0["event"] as? String == "pairing_failed" })
+        #expect(failed["reason"] as? String == "pairing failed here: numeric comparison failed", "\(failed)")
+        #expect(!lines.contains { $0["event"] as? String == "paired" }, "\(lines)")
+        #expect(server.process.isRunning)
+    }
+
     static func named(_ out: String, _ event: String) -> [[String: Any]] {
         BtctlServeTests.events(out).filter { $0["event"] as? String == event }
     }
