@@ -3,7 +3,8 @@
 // ATT_MTU (23...517); then records follow, each a control byte, a length byte and
 // that many bytes decoded as an ATT PDU (undecodable ones are the bearer's to answer
 // and are skipped). The control byte picks the connection (bit 0), the link's
-// encryption, authentication and authorization (bits 1–3), its key size (bits 4–5:
+// encryption, authentication and authorization (bits 1–3; authentication without
+// encryption: unencrypted, with a stored key for the peer), its key size (bits 4–5:
 // 16, 7, 6, 16) and whether the database changed (bit 6) or the connection ended
 // (bit 7) before the PDU. Battery Level stands for a value the application answers
 // itself: by turns the stored one, one the application supplies and its refusal
@@ -17,6 +18,7 @@
 // - discovery responses list handles inside the requested range, strictly increasing,
 //   of the requested type, with one entry length per response;
 // - a read returns a prefix of what the attribute holds;
+// - a refusal for security names what the link lacks (Vol 3 Part C §10.3.1);
 // - a write or a subscription happens only on an attribute that exists, takes writes
 //   and, for a subscription, whose characteristic allows the bits set; a written value
 //   is no longer than the attribute's maximum and is then what the attribute holds.
@@ -42,14 +44,17 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         let connection: UInt16 = control & 1 == 0 ? 0x0040 : 0x0041
         if control & 0x40 != 0 { server.databaseChanged() }
         if control & 0x80 != 0 { server.disconnected(connection) }
+        // Authenticated without encryption stands for an unencrypted link whose peer has
+        // a stored key (`keyAvailable`).
         let security = LinkSecurity(encrypted: control & 2 != 0, authenticated: control & 4 != 0, authorized: control & 8 != 0,
-                                    keySize: [16, 7, 6, 16][Int(control >> 4) & 3])
+                                    keySize: [16, 7, 6, 16][Int(control >> 4) & 3], keyAvailable: control & 6 == 4)
         guard let pdu = try? ATTPDU(bytes: pduBytes) else { continue }
         // The bearer answers a request longer than ATT_MTU with Invalid PDU itself.
         if pdu.opcode.kind == .request, pduBytes.count > mtu { continue }
         let before = server.database
         let (response, effects) = server.handle(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
         check(pdu, response, mtu: mtu, database: before, supplied: supplied)
+        check(response, security: security)
         for effect in effects { check(effect, server: server, before: before) }
     }
     return 0
@@ -91,6 +96,20 @@ enum FuzzServer {
 /// The response opcode each request expects.
 private let responseTo: [UInt8: UInt8] = [0x02: 0x03, 0x04: 0x05, 0x06: 0x07, 0x08: 0x09, 0x0A: 0x0B, 0x0C: 0x0D, 0x0E: 0x0F,
                                           0x10: 0x11, 0x12: 0x13, 0x16: 0x17, 0x18: 0x19, 0x20: 0x21]
+
+/// A refusal for security names what the link lacks (Vol 3, Part C, §10.3.1): Insufficient
+/// Encryption only to an unencrypted link whose peer has a key, Insufficient
+/// Authentication to an unencrypted one without a key or an encrypted one whose key is
+/// not authenticated, a short key only to an encrypted link.
+private func check(_ response: ATTPDU?, security s: LinkSecurity) {
+    guard case let .errorResponse(_, _, code)? = response else { return }
+    switch code {
+    case .insufficientEncryption: precondition(!s.encrypted && s.keyAvailable, "Insufficient Encryption on \(s)")
+    case .insufficientAuthentication: precondition(s.encrypted ? !s.authenticated : !s.keyAvailable, "Insufficient Authentication on \(s)")
+    case .encryptionKeySizeTooShort: precondition(s.encrypted, "Encryption Key Size Too Short on \(s)")
+    default: break
+    }
+}
 
 private func check(_ pdu: ATTPDU, _ response: ATTPDU?, mtu: Int, database: AttributeDatabase, supplied: GATTServerState.SuppliedValues) {
     guard pdu.opcode.kind == .request, pdu.opcode != .exchangeMTURequest else {

@@ -139,12 +139,11 @@ extension BluetoothHost {
     }
 
     /// The local server refused a peripheral link's request for its security: ask the
-    /// central to pair or encrypt (Security Request), once at a time.
-    func securityNeeded(connection handle: UInt16, _ code: ATTErrorCode) {
+    /// central to pair or encrypt (Security Request) for `level`, once at a time.
+    func securityNeeded(connection handle: UInt16, level: SecurityLevel) {
         guard securityOptions.requestSecurity, let conn = links.active[handle], conn.role == .peripheral,
               !links.securityRequested.contains(handle) else { return }
         links.securityRequested.insert(handle)
-        let level: SecurityLevel = code == .insufficientAuthentication ? .authenticated : .encrypted
         let security = self.security
         Task { [weak self] in
             do { _ = try await security.secure(handle: handle, level: level) } catch {

@@ -297,11 +297,13 @@ public actor BluetoothHost: LoopIsolated {
             await security.start()
             // The server judges each request by the security the Security Manager has
             // just given the link (it sets it in L2CAP synchronously, on this loop).
-            let l2cap = self.l2cap
+            // Whether the peer has a stored key matters only while the link is unencrypted.
+            let l2cap = self.l2cap, security = self.security
             await server.setSecuritySource { handle in
                 guard l2cap.loop.inEventLoop else { return nil }
                 return l2cap.onLoop { $0.linkSecurity(handle: handle) }.map {
-                    LinkSecurity(encrypted: $0.encrypted, authenticated: $0.authenticated, keySize: $0.keySize)
+                    LinkSecurity(encrypted: $0.encrypted, authenticated: $0.authenticated, keySize: $0.keySize,
+                                 keyAvailable: !$0.encrypted && security.onLoop(handle) { $0.hasStoredKey(handle: $1) })
                 }
             }
             let securityEvents = await security.events()

@@ -16,9 +16,10 @@ public actor GATTServer: LoopIsolated {
         case connected(UInt16)
         case disconnected(UInt16)
         /// A request was refused for the link's security (Insufficient Authentication,
-        /// Encryption or Encryption Key Size): a peripheral answers with a Security
-        /// Request (Vol 3, Part H, §2.4.6).
-        case securityNeeded(connection: UInt16, ATTErrorCode)
+        /// Encryption or Encryption Key Size), and `authenticated` says whether the
+        /// attribute asks for an authenticated key: a peripheral answers with a Security
+        /// Request for that level (Vol 3, Part H, §2.4.6).
+        case securityNeeded(connection: UInt16, ATTErrorCode, authenticated: Bool)
         /// A Signed Write Command verified with the connection's `SigningKey`: its
         /// SignCounter, to keep with the client's bond (the next must be greater).
         case signCounter(connection: UInt16, counter: UInt32)
@@ -385,8 +386,9 @@ public actor GATTServer: LoopIsolated {
             logger.debug("signed write ignored: no signing key, a signature that does not verify, or a replayed counter",
                          metadata: ["ble.handle": "\(connection)", "att.handle": "\(h)"])
         }
-        if case let .errorResponse(_, _, code)? = response, code.asksForSecurity {
-            continuation.yield(.securityNeeded(connection: connection, code))
+        if case let .errorResponse(_, h, code)? = response, code.asksForSecurity {
+            let authenticated = pdu.map { state.needsAuthentication($0, at: h) } ?? (code == .insufficientAuthentication)
+            continuation.yield(.securityNeeded(connection: connection, code, authenticated: authenticated))
         }
         for e in effects {
             switch e {

@@ -15,11 +15,17 @@ public struct LinkSecurity: Hashable, Sendable {
     public var authorized: Bool
     /// The encryption key size in octets (7...16) while encrypted.
     public var keySize: Int
-    public init(encrypted: Bool = false, authenticated: Bool = false, authorized: Bool = false, keySize: Int = 16) {
+    /// A long-term key is stored for the peer (it has bonded with us), so it can encrypt
+    /// the link without pairing. It decides how an unencrypted link is refused an
+    /// attribute that needs encryption (Vol 3, Part C, §10.3.1): Insufficient
+    /// Encryption with a key to encrypt with, Insufficient Authentication without one.
+    public var keyAvailable: Bool
+    public init(encrypted: Bool = false, authenticated: Bool = false, authorized: Bool = false, keySize: Int = 16, keyAvailable: Bool = false) {
         self.encrypted = encrypted
         self.authenticated = authenticated
         self.authorized = authorized
         self.keySize = keySize
+        self.keyAvailable = keyAvailable
     }
 }
 
@@ -389,11 +395,37 @@ public struct GATTServerState: Sendable {
     func readDenied(_ a: Attribute, _ s: LinkSecurity) -> ATTErrorCode? {
         let p = a.permissions
         guard !p.isDisjoint(with: [.read, .readEncrypted, .readAuthenticated, .readAuthorized]) else { return .readNotPermitted }
-        if p.contains(.readAuthenticated), !s.authenticated { return .insufficientAuthentication }
-        if p.contains(.readEncrypted), !s.encrypted { return .insufficientEncryption }
-        if !p.isDisjoint(with: [.readEncrypted, .readAuthenticated]), s.keySize < minimumKeySize { return .encryptionKeySizeTooShort }
-        if p.contains(.readAuthorized), !s.authorized { return .insufficientAuthorization }
+        return securityDenied(encryption: p.contains(.readEncrypted), authentication: p.contains(.readAuthenticated),
+                              authorization: p.contains(.readAuthorized), s)
+    }
+
+    /// Why a link with `s` is refused an access that needs encryption, authentication
+    /// (an MITM-protected key) or authorization, as Vol 3, Part C, §10.3.1 orders it: an
+    /// unencrypted link first, with Insufficient Encryption when the peer has a stored
+    /// key to encrypt with and Insufficient Authentication when it must pair (NimBLE
+    /// answers the same); then a key that is not authenticated, one too short, and
+    /// authorization.
+    private func securityDenied(encryption: Bool, authentication: Bool, authorization: Bool, _ s: LinkSecurity) -> ATTErrorCode? {
+        if encryption || authentication {
+            guard s.encrypted else { return s.keyAvailable ? .insufficientEncryption : .insufficientAuthentication }
+            if authentication, !s.authenticated { return .insufficientAuthentication }
+            if s.keySize < minimumKeySize { return .encryptionKeySizeTooShort }
+        }
+        if authorization, !s.authorized { return .insufficientAuthorization }
         return nil
+    }
+
+    /// Whether the attribute at `handle` asks for authentication (not only encryption)
+    /// for what `pdu` does to it: the level a Security Request for a refusal of `pdu`
+    /// asks for.
+    public func needsAuthentication(_ pdu: ATTPDU, at handle: UInt16) -> Bool {
+        guard let p = database.attribute(handle)?.permissions else { return false }
+        switch pdu {
+        case .writeRequest, .writeCommand, .prepareWriteRequest, .executeWriteRequest, .signedWriteCommand:
+            return p.contains(.writeAuthenticated)
+        default:
+            return p.contains(.readAuthenticated)
+        }
     }
 
     /// Why a write of `length` octets to `h` is refused on a link with `s`, if it is.
@@ -403,10 +435,8 @@ public struct GATTServerState: Sendable {
         guard let a = database.attribute(h) else { return .invalidHandle }
         let p = a.permissions
         guard !p.isDisjoint(with: [.write, .writeEncrypted, .writeAuthenticated, .writeAuthorized]) else { return .writeNotPermitted }
-        if p.contains(.writeAuthenticated), !s.authenticated { return .insufficientAuthentication }
-        if p.contains(.writeEncrypted), !s.encrypted { return .insufficientEncryption }
-        if !p.isDisjoint(with: [.writeEncrypted, .writeAuthenticated]), s.keySize < minimumKeySize { return .encryptionKeySizeTooShort }
-        if p.contains(.writeAuthorized), !s.authorized { return .insufficientAuthorization }
+        if let denied = securityDenied(encryption: p.contains(.writeEncrypted), authentication: p.contains(.writeAuthenticated),
+                                       authorization: p.contains(.writeAuthorized), s) { return denied }
         return length.flatMap { lengthDenied(a, $0) }
     }
 

@@ -95,6 +95,9 @@ public actor SecurityManager: LoopIsolated {
         var peerOnAir: (BluetoothAddress, AddressType)
         var session: PairingSession?
         var security = LinkSecurityState()
+        /// A long-term key for the link is stored with the peer's bond (looked up when the
+        /// link comes, set when a pairing bonds, cleared when the bond is removed).
+        var keyStored = false
         var timer: LoopTimer?
         var smpDisabled = false
         /// Central: a bond's key sent with LE Enable Encryption, until Encryption Change.
@@ -277,7 +280,14 @@ public actor SecurityManager: LoopIsolated {
 
     /// Forgets a bond; returns whether one was removed.
     @discardableResult
-    public func removeBond(address: BluetoothAddress, type: AddressType) throws -> Bool { try store.remove(address: address, type: type) }
+    public func removeBond(address: BluetoothAddress, type: AddressType) throws -> Bool {
+        defer { for (h, link) in links { links[h]?.keyStored = bondKey(for: link, level: .encrypted) != nil } }
+        return try store.remove(address: address, type: type)
+    }
+
+    /// Whether a long-term key for link `handle` is stored with its peer's bond, so the
+    /// peer can encrypt without pairing (what the GATT server's refusals tell apart).
+    public func hasStoredKey(handle: UInt16) -> Bool { links[handle]?.keyStored ?? false }
 
     func bondKey(for link: Link, level: SecurityLevel) -> LongTermKey? {
         guard let bond = store.bond(for: link.connection.peer, type: link.connection.peerType),
@@ -353,7 +363,9 @@ public actor SecurityManager: LoopIsolated {
         let local = localOnAir ?? ownAddress[c.role] ?? (l2cap.controller.onLoop { $0.info?.address } ?? .zero, AddressType.public)
         // An identity type (0x02/0x03) with no RPA reported: the identity itself was on the air.
         let peer = peerOnAir ?? (c.peer, AddressType(rawValue: c.peerType.rawValue & 1))
-        links[c.handle] = Link(connection: c, local: local, peerOnAir: peer)
+        var link = Link(connection: c, local: local, peerOnAir: peer)
+        link.keyStored = bondKey(for: link, level: .encrypted) != nil
+        links[c.handle] = link
         l2cap.onLoop { host in
             host.setReceiver(.securityManager, handle: c.handle) { [weak self] input in
                 self?.onLoop { $0.input(input, handle: c.handle) }
@@ -606,6 +618,7 @@ public actor SecurityManager: LoopIsolated {
             }
             do {
                 try store.save(bond)
+                links[handle]?.keyStored = true
                 emit(.bonded(bond))
             } catch {
                 logger.error("bond not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])

@@ -104,12 +104,29 @@ import Testing
         let peripheralEvents = p.connectionEvents()
         let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
         let rc = try await remote.characteristic(uuidB)
-        await #expect(throws: BLEError.att(.insufficientEncryption, handle: rc.valueHandle)) { _ = try await remote.read(rc) }
+        // No bond yet: Insufficient Authentication (the central must pair; Vol 3, Part C, §10.3.1).
+        await #expect(throws: BLEError.att(.insufficientAuthentication, handle: rc.valueHandle)) { _ = try await remote.read(rc) }
         // The refusal made the peripheral send a Security Request; the central paired.
         let seen = await collect(peripheralEvents.filter { if case .securityChanged = $0 { return true }; return false }, count: 1, within: .seconds(5))
         #expect(seen.count == 1)
         #expect(await remote.security.encrypted)
         #expect(try await remote.read(rc) == [9])
+
+        // Bonded now: on the next link, unencrypted, the central has a key to encrypt
+        // with, so the refusal is Insufficient Encryption, and the Security Request it
+        // brings is answered from the bond, with no second pairing.
+        let pairings = await p.securityEvents()
+        try await remote.disconnect()
+        _ = await collect(peripheralEvents.filter { if case .disconnected = $0 { return true }; return false }, count: 1, within: .seconds(5))
+        let again = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        #expect(!(await again.security.encrypted))
+        await #expect(throws: BLEError.att(.insufficientEncryption, handle: rc.valueHandle)) { _ = try await again.read(rc) }
+        let reencrypted = await collect(peripheralEvents.filter { if case .securityChanged = $0 { return true }; return false }, count: 1, within: .seconds(5))
+        #expect(reencrypted.count == 1)
+        #expect(await again.security.bonded)
+        #expect(try await again.read(rc) == [9])
+        let paired = await collect(pairings.filter { if case .paired = $0 { return true }; return false }, count: 1, within: .milliseconds(200))
+        #expect(paired.isEmpty)
     }
 
     @Test func anAuthenticatedCharacteristicCannotBeReachedWithJustWorks() async throws {

@@ -95,7 +95,7 @@ struct GATTClientTests {
         let encrypted = Mutex(false)
         await server.setSecuritySource { c in c == 1 && encrypted.withLock { $0 } ? LinkSecurity(encrypted: true) : nil }
         let h = s.characteristicValues[0]
-        await #expect(throws: GATTClientError.att(.errorResponse(request: .readRequest, handle: h, error: .insufficientEncryption))) {
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .readRequest, handle: h, error: .insufficientAuthentication))) {
             _ = try await client.read(h)
         }
         encrypted.withLock { $0 = true }

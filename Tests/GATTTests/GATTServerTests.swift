@@ -88,7 +88,12 @@ struct GATTServerTests {
         let writeOnly = custom.characteristicValues[1], encrypted = custom.characteristicValues[2]
         #expect(s.handle(.readRequest(handle: writeOnly), connection: 1, mtu: 23).response
                 == .errorResponse(request: .readRequest, handle: writeOnly, error: .readNotPermitted))
+        // Unencrypted: Insufficient Authentication when the peer has no stored key to
+        // encrypt with (it must pair), Insufficient Encryption when it has one (Vol 3,
+        // Part C, §10.3.1).
         #expect(s.handle(.readRequest(handle: encrypted), connection: 1, mtu: 23).response
+                == .errorResponse(request: .readRequest, handle: encrypted, error: .insufficientAuthentication))
+        #expect(s.handle(.readRequest(handle: encrypted), connection: 1, mtu: 23, security: LinkSecurity(keyAvailable: true)).response
                 == .errorResponse(request: .readRequest, handle: encrypted, error: .insufficientEncryption))
         #expect(s.handle(.readRequest(handle: encrypted), connection: 1, mtu: 23, security: LinkSecurity(encrypted: true)).response
                 == .readResponse(value: [1]))
@@ -101,6 +106,32 @@ struct GATTServerTests {
         #expect(effects == [.written(handle: writeOnly, value: [1, 2], connection: 1)])
         // Write Command to a characteristic without Write Without Response: silently ignored.
         #expect(s.handle(.writeCommand(handle: writeOnly, value: [9]), connection: 1, mtu: 23) == (nil, []))
+    }
+
+    /// An attribute that asks for an authenticated key: an unencrypted link is refused
+    /// as for encryption (by whether the peer has a stored key), an encrypted one with an
+    /// unauthenticated key with Insufficient Authentication, a short key with Encryption
+    /// Key Size Too Short; writes are judged the same way, and the Security Request a
+    /// refusal calls for asks for authentication only where the attribute does.
+    @Test func authenticatedAttributesAreRefusedInTheSpecsOrder() throws {
+        var db = AttributeDatabase()
+        let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write], permissions: [.readAuthenticated, .writeEncrypted], value: [5]),
+        ]))
+        var s = GATTServerState(database: db)
+        let h = svc.characteristicValues[0]
+        func read(_ security: LinkSecurity) -> ATTPDU? { s.handle(.readRequest(handle: h), connection: 1, mtu: 23, security: security).response }
+        func write(_ security: LinkSecurity) -> ATTPDU? { s.handle(.writeRequest(handle: h, value: [6]), connection: 1, mtu: 23, security: security).response }
+        #expect(read(LinkSecurity()) == .errorResponse(request: .readRequest, handle: h, error: .insufficientAuthentication))
+        #expect(read(LinkSecurity(keyAvailable: true)) == .errorResponse(request: .readRequest, handle: h, error: .insufficientEncryption))
+        #expect(read(LinkSecurity(encrypted: true)) == .errorResponse(request: .readRequest, handle: h, error: .insufficientAuthentication))
+        #expect(read(LinkSecurity(encrypted: true, authenticated: true, keySize: 6)) == .errorResponse(request: .readRequest, handle: h, error: .encryptionKeySizeTooShort))
+        #expect(read(LinkSecurity(encrypted: true, authenticated: true)) == .readResponse(value: [5]))
+        #expect(write(LinkSecurity()) == .errorResponse(request: .writeRequest, handle: h, error: .insufficientAuthentication))
+        #expect(write(LinkSecurity(keyAvailable: true)) == .errorResponse(request: .writeRequest, handle: h, error: .insufficientEncryption))
+        #expect(write(LinkSecurity(encrypted: true)) == .writeResponse)
+        #expect(s.needsAuthentication(.readRequest(handle: h), at: h))
+        #expect(!s.needsAuthentication(.writeRequest(handle: h, value: [6]), at: h))
     }
 
     @Test func longValuesAreReadInMTUSizedPiecesWithOffsets() throws {
