@@ -205,6 +205,19 @@ func note(_ text: String) {
     FileHandle.standardError.write(Data("btctl: \(text)\n".utf8))
 }
 
+/// An event said as it happens: with --json a line on stdout, written out at once (a
+/// program reading through a pipe, where stdout is block-buffered, may be waiting for
+/// it: a port to connect to, a prompt to answer); otherwise `text` on standard error,
+/// with a newline unless it ends in a space (a prompt answered on the same line).
+func announce(json: Bool, _ fields: [(String, JSONValue)], _ text: String) {
+    if json {
+        emit(.object(fields))
+        fflush(nil)
+    } else {
+        FileHandle.standardError.write(Data((text.hasSuffix(" ") ? text : text + "\n").utf8))
+    }
+}
+
 /// A progress line on standard error when it is a terminal (never in --json mode, never
 /// into a pipe or file): rewritten in place at most ten times a second, cleared before
 /// the closing summary. When standard output is the same terminal, `willPrint()` erases

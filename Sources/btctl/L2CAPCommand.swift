@@ -68,7 +68,7 @@ struct L2CAP_: AsyncParsableCommand {
                 ad.localName = name
                 try await host.peripheral.startAdvertising(ad, intervalMilliseconds: 30)
                 // The address a peer connects to (the controller's public one: listen advertises with it).
-                say(options.json, ["event": .string("listening"), "spsm": .int(Int(spsm)), "address": .string(info.address.description)],
+                announce(json: options.json, [("event", .string("listening")), ("spsm", .int(Int(spsm))), ("address", .string(info.address.description))],
                     "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\" (\(info.address))")
                 guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration), on: host.controller.loop) else {
                     throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
@@ -126,20 +126,12 @@ func parseSPSM(_ s: String) throws -> UInt16 {
 
 /// An event: a JSON line on stdout (flushed, for a program reading the pipe) with
 /// --json, else a line on stderr.
-private func say(_ json: Bool, _ fields: KeyValuePairs<String, JSONValue>, _ text: String) {
-    if json {
-        emit(.object(fields.map { ($0.key, $0.value) }))
-        fflush(nil)
-    } else {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
-    }
-}
 
 /// Standard input to `ch`, `ch` to standard output, until both are done.
 private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) async throws {
     let json = options.json
-    say(json, ["event": .string("open"), "mtu": .int(Int(ch.info.remote.mtu)), "mps": .int(Int(ch.info.remote.mps)),
-               "local_mtu": .int(Int(ch.info.local.mtu)), "enhanced": .bool(ch.info.enhanced)], "\(ch)")
+    announce(json: json, [("event", .string("open")), ("mtu", .int(Int(ch.info.remote.mtu))), ("mps", .int(Int(ch.info.remote.mps))),
+                          ("local_mtu", .int(Int(ch.info.local.mtu))), ("enhanced", .bool(ch.info.enhanced))], "\(ch)")
     let input = StdinChunks(size: ch.maximumSendSize)
     let lastHeard = LastHeard()
     let progress = TransferProgress(json: json)
@@ -151,7 +143,7 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
             for try await sdu in ch.sdus {
                 lastHeard.touch()
                 progress.willPrint()
-                if json { say(true, ["event": .string("sdu"), "length": .int(sdu.count), "value": .string(sdu.hexString)], "") } else { FileHandle.standardOutput.write(Data(sdu)) }
+                if json { announce(json: true, [("event", .string("sdu")), ("length", .int(sdu.count)), ("value", .string(sdu.hexString))], "") } else { FileHandle.standardOutput.write(Data(sdu)) }
                 progress.add(received: sdu.count)
             }
             return nil as String?
@@ -166,7 +158,7 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
             input.taken()
         }
     } catch {
-        say(json, ["event": .string("error"), "error": .string("\(error)")], "send failed: \(error)")
+        announce(json: json, [("event", .string("error")), ("error", .string("\(error)"))], "send failed: \(error)")
     }
     // Standard input is done: keep receiving until the peer closes the channel or has
     // been quiet for `wait` (a timer to that moment, moved on by what arrives), then close.
@@ -186,7 +178,7 @@ private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) 
     let failure = await receiving.value
     let (sent, received) = progress.clear()
     let reason = await ch.closeReason
-    say(json, ["event": .string("closed"), "sent": .int(sent), "received": .int(received), "reason": .string(failure ?? reason?.description ?? "closed")],
+    announce(json: json, [("event", .string("closed")), ("sent", .int(sent)), ("received", .int(received)), ("reason", .string(failure ?? reason?.description ?? "closed"))],
         "closed: sent \(sent) bytes, received \(received)\(failure.map { " (\($0))" } ?? "")")
 }
 

@@ -165,11 +165,9 @@ struct Monitor: AsyncParsableCommand {
     /// Why a monitor ends when its reader quits (not an error: exit status 0).
     static let outputClosed = "standard output closed"
 
-    static func note(_ text: String) { FileHandle.standardError.write(Data("btctl: \(text)\n".utf8)) }
-
     func summary(_ printer: Printer, _ what: String) {
         let (frames, shown) = printer.counts
-        Self.note("\(what): \(frames) frame\(frames == 1 ? "" : "s")\(shown == frames ? "" : ", \(shown) shown")")
+        note("\(what): \(frames) frame\(frames == 1 ? "" : "s")\(shown == frames ? "" : ", \(shown) shown")")
     }
 
     /// Waits for `--duration`, a signal, or `ended` (whichever first).
@@ -192,7 +190,7 @@ struct Monitor: AsyncParsableCommand {
             throw CLIError("cannot listen on \(host):\(port): \(error)")
         }
         Interrupt.onSignal { listener.close() }
-        Self.note("listening on tcp:\(host):\(listener.port) for a host; forwarding to \(options.transportName)")
+        note("listening on tcp:\(host):\(listener.port) for a host; forwarding to \(options.transportName)")
         let logger = options.logger
         let hostSide: ChannelTransport
         do { hostSide = try await listener.accept(logger: logger) } catch {
@@ -202,7 +200,7 @@ struct Monitor: AsyncParsableCommand {
             throw CLIError("\(error)")
         }
         listener.close()
-        Self.note("host connected")
+        note("host connected")
         let ended = FirstReason()
         let (sideEnded, sideEndedSignal) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         let now = RecordingTransport.wallClockMicros
@@ -244,7 +242,7 @@ struct Monitor: AsyncParsableCommand {
         let monitor: KernelMonitor
         do { monitor = try KernelMonitor() } catch { throw CLIError("cannot open the kernel's HCI monitor channel: \(error)") }
         Interrupt.onSignal { monitor.close() }
-        Self.note("reading the kernel's HCI monitor channel")
+        note("reading the kernel's HCI monitor channel")
         let failure = FirstReason()
         let reader: Task<Void, Never> = Task {
             await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in

@@ -144,7 +144,7 @@ struct TerminalPairingDelegate: PairingDelegate {
         let who: (String, JSONValue) = ("peer", .string(peer.description))
         switch prompt {
         case let .displayPasskey(n):
-            say([("event", .string("display_passkey")), who, ("passkey", .int(Int(n))), ("passkey_text", .string(PairingPrompt.sixDigits(n)))],
+            announce(json: json, [("event", .string("display_passkey")), who, ("passkey", .int(Int(n))), ("passkey_text", .string(PairingPrompt.sixDigits(n)))],
                 "passkey for \(peer): \(PairingPrompt.sixDigits(n))")
             return .confirmed(true)
         case .enterPasskey:
@@ -168,23 +168,12 @@ struct TerminalPairingDelegate: PairingDelegate {
         line.map { ["y", "yes"].contains($0.lowercased().trimmingCharacters(in: .whitespaces)) } ?? false
     }
 
-    /// Shows the prompt at once: a program reading the JSON through a pipe (where stdout
-    /// is block-buffered) must see it before it can answer.
-    func say(_ fields: [(String, JSONValue)], _ text: String) {
-        if json {
-            emit(.object(fields))
-            fflush(nil)
-        } else {
-            FileHandle.standardError.write(Data(text.utf8) + (text.hasSuffix(" ") ? Data() : Data("\n".utf8)))
-        }
-    }
-
     /// Shows a prompt and waits for its answer: the next console line for `gatt serve`
     /// (the prompt waits there before it is shown, so an answer sent on seeing it is
     /// its), else a line from standard input, read off the cooperative pool.
     func ask(_ peer: BluetoothAddress, _ fields: [(String, JSONValue)], _ text: String) async -> String? {
-        if let answers { return await answers.next(for: peer) { say(fields, text) } }
-        say(fields, text)
+        if let answers { return await answers.next(for: peer) { announce(json: json, fields, text) } }
+        announce(json: json, fields, text)
         return await withCheckedContinuation { c in
             Thread.detachNewThread { c.resume(returning: Self.lineFromStandardInput()) }
         }

@@ -167,13 +167,6 @@ extension Trace {
         }
 
         /// A JSON object on stdout with --json, else the text on standard error (stdout stays free).
-        private func report(_ o: [(String, JSONValue)], _ text: String) {
-            if json {
-                emit(.object(o))
-                fflush(nil)  // a script waits for "listening" to learn the port
-            } else {
-                Monitor.note(text)
-            }
-        }
+        private func report(_ o: [(String, JSONValue)], _ text: String) { announce(json: json, o, "btctl: \(text)") }
     }
 }
