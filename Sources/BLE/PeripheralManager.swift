@@ -529,8 +529,8 @@ extension BluetoothHost {
             if let c = lookup(h) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i)) }
             // A bonded client's subscriptions persist across connections.
             await saveClientConfigurations(conn)
-        case let .securityNeeded(conn, _, authenticated):
-            securityNeeded(connection: conn, level: authenticated ? .authenticated : .encrypted)
+        case let .securityNeeded(conn, level):
+            securityNeeded(connection: conn, level: level)
         case let .signCounter(conn, counter):
             await security.savePeerSignCounter(counter, handle: conn)
         case .connected, .disconnected:

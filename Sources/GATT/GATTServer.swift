@@ -5,6 +5,7 @@
 
 import ATT
 import HCI
+import L2CAP
 import Logging
 import NIOCore
 import NIOPosix
@@ -16,10 +17,10 @@ public actor GATTServer: LoopIsolated {
         case connected(UInt16)
         case disconnected(UInt16)
         /// A request was refused for the link's security (Insufficient Authentication,
-        /// Encryption or Encryption Key Size), and `authenticated` says whether the
-        /// attribute asks for an authenticated key: a peripheral answers with a Security
-        /// Request for that level (Vol 3, Part H, §2.4.6).
-        case securityNeeded(connection: UInt16, ATTErrorCode, authenticated: Bool)
+        /// Encryption or Encryption Key Size); `level` is what the refused attribute asks
+        /// for (authenticated, or encrypted): a peripheral answers with a Security Request
+        /// for it (Vol 3, Part H, §2.4.6).
+        case securityNeeded(connection: UInt16, level: SecurityLevel)
         /// A Signed Write Command verified with the connection's `SigningKey`: its
         /// SignCounter, to keep with the client's bond (the next must be greater).
         case signCounter(connection: UInt16, counter: UInt32)
@@ -386,9 +387,8 @@ public actor GATTServer: LoopIsolated {
             logger.debug("signed write ignored: no signing key, a signature that does not verify, or a replayed counter",
                          metadata: ["ble.handle": "\(connection)", "att.handle": "\(h)"])
         }
-        if case let .errorResponse(_, h, code)? = response, code.asksForSecurity {
-            let authenticated = pdu.map { state.needsAuthentication($0, at: h) } ?? (code == .insufficientAuthentication)
-            continuation.yield(.securityNeeded(connection: connection, code, authenticated: authenticated))
+        if case let .errorResponse(_, h, code)? = response, code.asksForSecurity, let pdu {
+            continuation.yield(.securityNeeded(connection: connection, level: state.needsAuthentication(pdu, at: h) ? .authenticated : .encrypted))
         }
         for e in effects {
             switch e {
