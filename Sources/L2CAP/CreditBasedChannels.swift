@@ -58,6 +58,10 @@ public struct CreditBasedChannels: Sendable {
     /// The link's security now (its Security Manager keeps it current), checked against
     /// a listener's requirement when a peer asks for a channel.
     public var linkSecurity = LinkSecurityState()
+    /// A long-term key for the link is stored with the peer's bond (its Security Manager
+    /// keeps it current): an unencrypted link is then refused "insufficient encryption"
+    /// rather than "insufficient authentication" (Vol 3, Part C, §10.3.1).
+    public var keyStored = false
     private struct Pending {
         var spsm: UInt16
         var localCIDs: [UInt16]
@@ -254,7 +258,7 @@ public struct CreditBasedChannels: Sendable {
         }
         // §4.23, in the order the checks apply.
         guard let listener = listening[spsm] else { return [answer(.spsmNotSupported)] }
-        if let refusal = listener.security.refusal(for: linkSecurity) { return [answer(refusal)] }
+        if let refusal = listener.security.refusal(for: linkSecurity, keyAvailable: keyStored) { return [answer(refusal)] }
         let ours = listener.parameters
         guard CreditBasedChannels.dynamicCIDs.contains(scid) else { return [answer(.invalidSourceCID)] }
         guard !channels.values.contains(where: { $0.remoteCID == scid }) else { return [answer(.sourceCIDAlreadyAllocated)] }
@@ -314,7 +318,7 @@ public struct CreditBasedChannels: Sendable {
         // §4.26, all-refusing results first, in the order the checks apply.
         guard (1...CreditBasedChannels.maximumChannelsPerRequest).contains(scids.count) else { return [answer(.invalidParameters)] }
         guard let listener = listening[spsm] else { return [answer(.spsmNotSupported)] }
-        if let refusal = listener.security.refusal(for: linkSecurity) { return [answer(refusal)] }
+        if let refusal = listener.security.refusal(for: linkSecurity, keyAvailable: keyStored) { return [answer(refusal)] }
         let theirs = CreditBasedParameters(mtu: mtu, mps: mps, initialCredits: credits)
         guard theirs.isValid(enhanced: true) else { return [answer(.unacceptableParameters)] }
         let ours = listener.parameters.enhancedMinimum

@@ -100,6 +100,13 @@ extension L2CAPHost {
         connections[handle]?.signaling.channels.linkSecurity = security
     }
 
+    /// Whether a long-term key for link `handle` is stored with its peer's bond, as its
+    /// Security Manager knows it (an unencrypted link is then refused a secured SPSM with
+    /// "insufficient encryption", not "insufficient authentication").
+    public func setKeyStored(_ stored: Bool, handle: UInt16) {
+        connections[handle]?.signaling.channels.keyStored = stored
+    }
+
     /// The security the Security Manager last set for link `handle` (nil: no such link).
     public func linkSecurity(handle: UInt16) -> LinkSecurityState? { connections[handle]?.signaling.channels.linkSecurity }
 

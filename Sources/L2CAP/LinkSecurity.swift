@@ -70,14 +70,17 @@ public struct ChannelSecurity: Hashable, Sendable, CustomStringConvertible {
     /// Any link will do.
     public static let none = ChannelSecurity()
 
-    /// Why a link with `link`'s security is refused, or nil when it is good enough. An
-    /// unencrypted link gets "insufficient authentication" (the peer pairs, or encrypts
-    /// with a key it has, and asks again; BlueZ answers the same); an encrypted one
-    /// with a short key "encryption key size too short"; one whose key is not
-    /// authenticated (or not from Secure Connections) enough "insufficient authentication".
-    public func refusal(for link: LinkSecurityState) -> CreditBasedConnectionResult? {
+    /// Why a link with `link`'s security is refused, or nil when it is good enough
+    /// (Vol 3, Part C, §10.3.1, as Zephyr answers and the GATT server does). An
+    /// unencrypted link gets "insufficient encryption" when a long-term key for it is
+    /// stored (`keyAvailable`: the peer encrypts with it and asks again) and
+    /// "insufficient authentication" when there is none (the peer must pair); an
+    /// encrypted one with a short key "encryption key size too short"; one whose key
+    /// is not authenticated (or not from Secure Connections) enough "insufficient
+    /// authentication".
+    public func refusal(for link: LinkSecurityState, keyAvailable: Bool = false) -> CreditBasedConnectionResult? {
         guard level > .none else { return nil }
-        guard link.encrypted else { return .insufficientAuthentication }
+        guard link.encrypted else { return keyAvailable ? .insufficientEncryption : .insufficientAuthentication }
         guard link.keySize >= minimumKeySize else { return .encryptionKeySizeTooShort }
         guard link.level >= level else { return .insufficientAuthentication }
         return nil

@@ -281,13 +281,21 @@ public actor SecurityManager: LoopIsolated {
     /// Forgets a bond; returns whether one was removed.
     @discardableResult
     public func removeBond(address: BluetoothAddress, type: AddressType) throws -> Bool {
-        defer { for (h, link) in links { links[h]?.keyStored = bondKey(for: link, level: .encrypted) != nil } }
+        defer { for (h, link) in links { setKeyStored(bondKey(for: link, level: .encrypted) != nil, handle: h) } }
         return try store.remove(address: address, type: type)
     }
 
     /// Whether a long-term key for link `handle` is stored with its peer's bond, so the
     /// peer can encrypt without pairing (what the GATT server's refusals tell apart).
     public func hasStoredKey(handle: UInt16) -> Bool { links[handle]?.keyStored ?? false }
+
+    /// Records whether link `handle` has a stored key, here and in L2CAP, which checks it
+    /// when a peer asks for a channel on the link.
+    func setKeyStored(_ stored: Bool, handle: UInt16) {
+        guard links[handle] != nil else { return }
+        links[handle]?.keyStored = stored
+        l2cap.onLoop { $0.setKeyStored(stored, handle: handle) }
+    }
 
     func bondKey(for link: Link, level: SecurityLevel) -> LongTermKey? {
         guard let bond = store.bond(for: link.connection.peer, type: link.connection.peerType),
@@ -363,9 +371,9 @@ public actor SecurityManager: LoopIsolated {
         let local = localOnAir ?? ownAddress[c.role] ?? (l2cap.controller.onLoop { $0.info?.address } ?? .zero, AddressType.public)
         // An identity type (0x02/0x03) with no RPA reported: the identity itself was on the air.
         let peer = peerOnAir ?? (c.peer, AddressType(rawValue: c.peerType.rawValue & 1))
-        var link = Link(connection: c, local: local, peerOnAir: peer)
-        link.keyStored = bondKey(for: link, level: .encrypted) != nil
+        let link = Link(connection: c, local: local, peerOnAir: peer)
         links[c.handle] = link
+        setKeyStored(bondKey(for: link, level: .encrypted) != nil, handle: c.handle)
         l2cap.onLoop { host in
             host.setReceiver(.securityManager, handle: c.handle) { [weak self] input in
                 self?.onLoop { $0.input(input, handle: c.handle) }
@@ -618,7 +626,7 @@ public actor SecurityManager: LoopIsolated {
             }
             do {
                 try store.save(bond)
-                links[handle]?.keyStored = true
+                setKeyStored(true, handle: handle)
                 emit(.bonded(bond))
             } catch {
                 logger.error("bond not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])

@@ -184,6 +184,21 @@ import Testing
         // Once encrypted, the same request is accepted.
         try await remote.secure()
         _ = try await remote.openChannel(spsm: 0x0085)
+
+        // Bonded now: on the next, unencrypted link the central has a key to encrypt
+        // with, so the refusal is Insufficient Encryption (Vol 3, Part C, §10.3.1), and
+        // encrypting from the bond, with no pairing, opens the channel.
+        let peripheralEvents = p.connectionEvents()
+        let pairings = await p.securityEvents()
+        try await remote.disconnect()
+        _ = await collect(peripheralEvents.filter { if case .disconnected = $0 { return true }; return false }, count: 1, within: .seconds(5))
+        let again = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        #expect(await !again.security.encrypted)
+        await #expect(throws: L2CAPChannelError.refused(.insufficientEncryption)) { _ = try await again.openChannel(spsm: 0x0085) }
+        #expect(try await again.secure().bonded)
+        _ = try await again.openChannel(spsm: 0x0085)
+        let paired = await collect(pairings.filter { if case .paired = $0 { return true }; return false }, count: 1, within: .milliseconds(200))
+        #expect(paired.isEmpty)
     }
 }
 

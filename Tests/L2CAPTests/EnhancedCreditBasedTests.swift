@@ -185,17 +185,22 @@ struct EnhancedCreditBasedTests {
 
     // MARK: Security on an SPSM
 
+    /// Vol 3, Part C, §10.3.1: an unencrypted link is told to pair (Insufficient
+    /// Authentication) unless a key for it is stored, when it is told to encrypt with
+    /// it (Insufficient Encryption); once encrypted, the stored key changes nothing.
     @Test(arguments: [
-        (LinkSecurityState(), UInt16(0x0005)),                                                            // unencrypted
-        (LinkSecurityState(encrypted: true, keySize: 16), 0x0005),                                        // not authenticated
-        (LinkSecurityState(encrypted: true, authenticated: true, keySize: 10), 0x0007),                   // key too short
-        (LinkSecurityState(encrypted: true, authenticated: true, keySize: 16), 0x0000),
-    ] as [(LinkSecurityState, UInt16)])
-    func anSPSMsSecurityRequirementIsChecked(link security: LinkSecurityState, result: UInt16) {
+        (LinkSecurityState(), false, UInt16(0x0005)),                                                     // unencrypted, no key
+        (LinkSecurityState(), true, 0x0008),                                                              // unencrypted, a key stored
+        (LinkSecurityState(encrypted: true, keySize: 16), true, 0x0005),                                  // not authenticated
+        (LinkSecurityState(encrypted: true, authenticated: true, keySize: 10), true, 0x0007),             // key too short
+        (LinkSecurityState(encrypted: true, authenticated: true, keySize: 16), false, 0x0000),
+    ] as [(LinkSecurityState, Bool, UInt16)])
+    func anSPSMsSecurityRequirementIsChecked(link security: LinkSecurityState, keyStored: Bool, result: UInt16) {
         for enhanced in [false, true] {
             var link = CreditBasedChannels()
             link.listen(spsm: 0x80, Self.listener, security: ChannelSecurity(level: .authenticated, minimumKeySize: 16))
             link.linkSecurity = security
+            link.keyStored = keyStored
             let events: [CreditBasedChannels.Event]?
             if enhanced {
                 events = link.receive(request([0x40]))
