@@ -84,6 +84,7 @@ public actor L2CAPHost: LoopIsolated {
     /// Layers that follow the controller's events synchronously (the Security
     /// Manager), called on the loop after this host has handled each event.
     private var eventObservers: [@Sendable (HCIEvent) -> Void] = []
+    private var closeObservers: [@Sendable () -> Void] = []
     private struct Outgoing {
         var packet: ACLDataPacket
         /// Called once this (last) fragment of a frame is handed to the controller (true)
@@ -189,6 +190,12 @@ public actor L2CAPHost: LoopIsolated {
     /// host handled it (a new connection is known here first, a closed one is gone).
     public func addEventObserver(_ observer: @escaping @Sendable (HCIEvent) -> Void) {
         eventObservers.append(observer)
+    }
+
+    /// Calls `observer` on the loop once the transport has ended, after every link's
+    /// receivers have been told `.closed` (a layer finishes its own streams then).
+    public func addCloseObserver(_ observer: @escaping @Sendable () -> Void) {
+        closeObservers.append(observer)
     }
 
     /// New LE connections, as they complete. Buffer: the newest 256, drops counted;
@@ -503,6 +510,10 @@ public actor L2CAPHost: LoopIsolated {
         for h in Array(queues.keys) { drop(handle: h) }
         order.removeAll()
         overflowed.removeAll()
+        let observers = closeObservers
+        closeObservers.removeAll()
+        eventObservers.removeAll()
+        for o in observers { o() }
     }
 }
 

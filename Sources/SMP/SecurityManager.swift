@@ -115,6 +115,8 @@ public actor SecurityManager: LoopIsolated {
     private var continuations: [UInt64: BufferedStream<SecurityEvent>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
     private var started = false
+    /// The transport ended: every link has gone and the event streams are finished.
+    private var closed = false
 
     public init(l2cap: L2CAPHost, configuration: PairingConfiguration = PairingConfiguration(), store: any BondStore = InMemoryBondStore(),
                 delegate: any PairingDelegate = AutomaticPairingDelegate(), random: SecurityRandom = .system,
@@ -133,6 +135,7 @@ public actor SecurityManager: LoopIsolated {
         guard !started else { return }
         started = true
         await l2cap.addEventObserver { [weak self] e in self?.onLoop(e) { $0.event($1) } }
+        await l2cap.addCloseObserver { [weak self] in self?.onLoop { $0.transportClosed() } }
         for c in await l2cap.currentConnections { attach(c) }
     }
 
@@ -140,6 +143,10 @@ public actor SecurityManager: LoopIsolated {
     /// Buffer: the newest 256, drops counted; ends with the transport.
     public func events() -> BufferedStream<SecurityEvent> {
         let (stream, c) = BufferedStream<SecurityEvent>.makeStream(capacity: 256)
+        if closed {
+            c.finish()
+            return stream
+        }
         nextContinuation += 1
         let id = nextContinuation
         continuations[id] = c
@@ -381,6 +388,16 @@ public actor SecurityManager: LoopIsolated {
         }
     }
 
+    /// The transport ended (L2CAP has told each link's receiver `.closed`, which
+    /// detached it): the event streams finish.
+    func transportClosed() {
+        closed = true
+        for h in Array(links.keys) { detach(handle: h) }
+        let ending = continuations
+        continuations.removeAll()
+        for (_, c) in ending { c.finish() }
+    }
+
     func detach(handle: UInt16) {
         guard var link = links.removeValue(forKey: handle) else { return }
         link.timer?.cancel()
@@ -391,7 +408,10 @@ public actor SecurityManager: LoopIsolated {
     }
 
     func input(_ input: ChannelInput, handle: UInt16) {
-        guard case let .frame(frame) = input, var link = links[handle] else { return }
+        // The link ended, or the transport did (then no Disconnection Complete follows):
+        // what waits on it ends now.
+        guard case let .frame(frame) = input else { return detach(handle: handle) }
+        guard var link = links[handle] else { return }
         let bytes = Array(frame)  // SMP keeps PDUs (Pairing Request and Response enter the confirm values)
         guard !link.smpDisabled else { return }
         if var session = link.session {
