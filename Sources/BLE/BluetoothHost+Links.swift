@@ -63,6 +63,7 @@ extension BluetoothHost {
             // then the server forgets the link before the next link event is handled: the
             // controller may give the handle to a new link.
             linkEnded(conn, .disconnected(reason))
+            await endSubscriptions(of: conn)
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
             await server.detach(connection: c.handle)
             // Legacy advertising stops when a central connects; resume it as asked.

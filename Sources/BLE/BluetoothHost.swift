@@ -415,7 +415,10 @@ public actor BluetoothHost: LoopIsolated {
         let gone = links.active.values
         links.active.removeAll()
         for c in gone { linkEnded(c, .transportClosed(reason)) }
-        for c in gone { await server.detach(connection: c.handle) }
+        for c in gone {
+            await endSubscriptions(of: c)
+            await server.detach(connection: c.handle)
+        }
         if let w = centralState.connectWaiter {
             centralState.connectWaiter = nil
             w.timer.cancel()

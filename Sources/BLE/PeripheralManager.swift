@@ -102,7 +102,11 @@ public enum PeripheralEvent: Hashable, Sendable {
     case written(Characteristic, value: [UInt8], central: Connection)
     /// A central wrote a descriptor.
     case descriptorWritten(Descriptor, value: [UInt8], central: Connection)
-    /// A central changed its Client Characteristic Configuration.
+    /// A central changed its Client Characteristic Configuration, or its link ended
+    /// while it was subscribed (then `notify` and `indicate` are both false, as
+    /// CoreBluetooth's `didUnsubscribeFrom` comes on a disconnection; a bonded central's
+    /// values stay with its bond and come back, reported again, when a later link is
+    /// encrypted with its key).
     case subscriptionChanged(Characteristic, central: Connection, notify: Bool, indicate: Bool)
 }
 
@@ -535,6 +539,17 @@ extension BluetoothHost {
             await security.savePeerSignCounter(counter, handle: conn)
         case .connected, .disconnected:
             break
+        }
+    }
+
+    /// A link ended: each subscription its peer had to the local server ends with it, and is reported
+    /// as a change to neither notifications nor indications, as CoreBluetooth's
+    /// `didUnsubscribeFrom` is (a bond keeps the values; they come back with a later
+    /// link's encryption). Called before the server forgets the link; nothing is
+    /// stored, so the bond keeps what the central set.
+    func endSubscriptions(of central: Connection) async {
+        for s in await server.subscriptions(connection: central.handle) {
+            if let c = lookup(s.valueHandle) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: false, indicate: false)) }
         }
     }
 

@@ -459,6 +459,12 @@ public actor GATTServer: LoopIsolated {
         state.clientConfigurations(connection: handle)
     }
 
+    /// The characteristics `connection` is subscribed to (see
+    /// `GATTServerState.subscriptions(connection:)`).
+    public func subscriptions(connection handle: UInt16) -> [(valueHandle: UInt16, notify: Bool, indicate: Bool)] {
+        state.subscriptions(connection: handle)
+    }
+
     /// Puts back a bonded client's CCCD values on `connection` (see
     /// `GATTServerState.restoreClientConfigurations`); each change is reported as a
     /// `subscription` event, as a write would be.

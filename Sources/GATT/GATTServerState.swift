@@ -96,6 +96,15 @@ public struct GATTServerState: Sendable {
         (configurations[connection] ?? [:]).filter { $0.value != 0 }
     }
 
+    /// The characteristics `connection` is subscribed to, by value handle in handle
+    /// order, with what it asked for (a CCCD with neither bit set is left out).
+    public func subscriptions(connection: UInt16) -> [(valueHandle: UInt16, notify: Bool, indicate: Bool)] {
+        clientConfigurations(connection: connection).sorted { $0.key < $1.key }.compactMap { h, v in
+            guard case let .clientConfiguration(valueHandle, _)? = database.attribute(h)?.role, v & 3 != 0 else { return nil }
+            return (valueHandle, v & 1 != 0, v & 2 != 0)
+        }
+    }
+
     /// Puts back a bonded client's CCCD values (they persist across connections for
     /// bonded devices, Vol 3, Part G, §3.3.3.3), in handle order. A handle that is no
     /// longer a CCCD is skipped, and bits the characteristic no longer allows are

@@ -75,10 +75,13 @@ import Testing
         let values = try await remote.subscribe(to: try await remote.characteristic(uuidB))
         #expect(await subscriptionChanges(1) == [true])
         #expect(try await p.bonds().first?.clientConfigurations == [cccd: 1])
-        // The link ends with the subscription still on (no CCCD write-off): the bond keeps it.
+        // The link ends with the subscription still on (no CCCD write-off): the
+        // application hears that it ended with the link, and the bond keeps it.
         _ = try await remote.disconnect()
         _ = values
+        #expect(await subscriptionChanges(1) == [false])
         #expect(try await p.peripheral.subscribers(of: level).isEmpty)
+        #expect(try await p.bonds().first?.clientConfigurations == [cccd: 1])
 
         try await p.peripheral.startAdvertising(AdvertisingData())
         let again = try await c.central.connect(to: address, within: .seconds(5))
@@ -397,5 +400,48 @@ extension FacadeSecurityTests {
             _ = try await remote.disconnect()
             await #expect(throws: BLEError.disconnected(reason: .connectionTerminatedByLocalHost)) { _ = try await read.value }
         }
+    }
+}
+
+extension FacadeSecurityTests {
+    /// Holds each confirmation until the test is over: a prompt nobody answers.
+    struct UnansweredDelegate: PairingDelegate {
+        let asked: AsyncStream<Void>.Continuation
+        func answer(_ prompt: PairingPrompt, peer: BluetoothAddress) async -> PairingAnswer {
+            if case .displayPasskey = prompt { return .confirmed(true) }
+            asked.yield()
+            try? await Task.sleep(for: .seconds(20))
+            return .confirmed(false)
+        }
+    }
+
+    /// The host closes with a pairing waiting on its user: the pairing ends with an
+    /// error at once (not at the SMP timeout, with the loop gone), and the security
+    /// events stream finishes like every other stream the host hands out, so a
+    /// consumer's `for await` does not outlive the host. (Before, the Security Manager
+    /// heard nothing of the transport's end: its streams never finished.)
+    @Test func closingTheHostEndsAWaitingPairingAndFinishesTheSecurityEvents() async throws {
+        let (asked, askedContinuation) = AsyncStream.makeStream(of: Void.self)
+        let io = PairingConfiguration(ioCapability: .displayYesNo, mitm: true)
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(pairing: io, delegate: UnansweredDelegate(asked: askedContinuation), random: .seeded(51)),
+                                                peripheral: SecurityOptions(pairing: io, random: .seeded(52)))
+        defer { Task { await p.close(); _ = radio } }
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        let events = await c.securityEvents(), links = c.connectionEvents()
+        let pairing = Task { try await remote.secure() }
+        #expect(await firstElement(asked, within: .seconds(5)) != nil)
+        await c.close()
+        let ended = await firstElement(AsyncStream<Bool> { k in
+            Task { k.yield((try? await pairing.value) == nil) }
+        }, within: .seconds(3))
+        #expect(ended == true, "the pairing did not end with an error when the host closed")
+        for (name, stream) in [("security", AsyncStream<Void> { k in Task { for await _ in events {}; k.yield() } }),
+                               ("connection", AsyncStream<Void> { k in Task { for await _ in links {}; k.yield() } })] {
+            #expect(await firstElement(stream, within: .seconds(3)) != nil, "the \(name) events did not finish when the host closed")
+        }
+        // A stream asked for after the close is finished already.
+        let late = await c.securityEvents()
+        #expect(await firstElement(AsyncStream<Void> { k in Task { for await _ in late {}; k.yield() } }, within: .seconds(3)) != nil)
     }
 }
