@@ -441,17 +441,22 @@ extension Gatt {
                 // signal's own shutdown has done it), the host closes.
                 if !Interrupt.requested { await host.shutdown() }
                 answers.close()
+                // What the host said before it closed is shown before the summary: a closed
+                // host finishes the streams, so the printers end (bounded, in case a
+                // signal's shutdown is still under way).
+                await waitFor([linkPrinter, printer, securityPrinter], within: .seconds(2))
                 linkPrinter.cancel(); printer.cancel(); securityPrinter.cancel()
                 let n = tally.counts
                 let seconds = tenthsOfSecondsSince(started)
                 func plural(_ k: Int, _ one: String) -> String { "\(k) \(one)\(k == 1 ? "" : "s")" }
-                let fields: [(String, Int)] = [("connections", n["connected", default: 0]), ("writes", n["written", default: 0]),
-                                               ("subscriptions", n["subscription", default: 0]), ("notified", n["notified", default: 0]),
-                                               ("indicated", n["indicated", default: 0]), ("errors", n["error", default: 0])]
+                let fields: [(String, Int)] = [("connections", n["connected", default: 0]), ("pairings", n["paired", default: 0]),
+                                               ("writes", n["written", default: 0]), ("subscriptions", n["subscription", default: 0]),
+                                               ("notified", n["notified", default: 0]), ("indicated", n["indicated", default: 0]),
+                                               ("errors", n["error", default: 0])]
                 report([("event", .string("summary")), ("seconds", .double(seconds))] + fields.map { ($0.0, .int($0.1)) },
-                       "served for \(seconds) s: \(plural(fields[0].1, "connection")), \(plural(fields[1].1, "write")), "
-                           + "\(plural(fields[2].1, "subscription change")), \(plural(fields[3].1, "notification")) and \(plural(fields[4].1, "indication")) sent, "
-                           + plural(fields[5].1, "console error"))
+                       "served for \(seconds) s: \(plural(fields[0].1, "connection")), \(plural(fields[1].1, "pairing")), \(plural(fields[2].1, "write")), "
+                           + "\(plural(fields[3].1, "subscription change")), \(plural(fields[4].1, "notification")) and \(plural(fields[5].1, "indication")) sent, "
+                           + plural(fields[6].1, "console error"))
             } catch {
                 await host.close()
                 throw CLIError("serve failed: \(error)")

@@ -94,12 +94,7 @@ enum Interrupt {
     /// keep btctl alive past `limit`).
     static func finishCleanups(within limit: Duration = .seconds(5)) async {
         guard let task = state.withLock({ $0.cleaning }) else { return }
-        await withTaskGroup(of: Void.self) { g in
-            g.addTask { await task.value }
-            g.addTask { try? await Task.sleep(for: limit) }
-            await g.next()
-            g.cancelAll()
-        }
+        await waitFor([task], within: limit)
     }
 
     private static func received(_ sig: Int32) {
@@ -150,3 +145,26 @@ enum StandardOutput {
 
 /// Standard output is gone (EPIPE): the reader stopped; not an error to report.
 struct StandardOutputClosed: Error {}
+
+/// Waits until every one of `tasks` has ended, or `limit` has passed (it returns either
+/// way; what is left goes on unless the caller cancels it). Not a task group: a child
+/// awaiting a task's value cannot be cancelled, and the group would wait for it.
+func waitFor(_ tasks: [Task<Void, Never>], within limit: Duration) async {
+    let waiter = Waiter()
+    await withCheckedContinuation { k in
+        waiter.set(k)
+        let timer = Task { try? await Task.sleep(for: limit); waiter.resume() }
+        Task {
+            for t in tasks { await t.value }
+            timer.cancel()
+            waiter.resume()
+        }
+    }
+}
+
+/// A continuation resumed once, by whichever of its wakers comes first.
+private final class Waiter: Sendable {
+    private let state = Mutex<CheckedContinuation<Void, Never>?>(nil)
+    func set(_ k: CheckedContinuation<Void, Never>) { state.withLock { $0 = k } }
+    func resume() { state.withLock { k in defer { k = nil }; return k }?.resume() }
+}

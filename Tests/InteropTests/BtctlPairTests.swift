@@ -176,6 +176,9 @@ import Testing
         #expect(!lines.contains { $0["event"] as? String == "error" || $0["event"] as? String == "pairing_failed" }, "\(lines)")
         let listed = try await Self.run(["bonds", "list", "--bonds", file, "--json"])
         #expect(listed.out.split(separator: "\n").count == 1, "\(listed.out)")
+        // The summary counts the one pairing (the second link only encrypted).
+        let summary = try #require(lines.last, "\(lines)")
+        #expect(summary["event"] as? String == "summary" && summary["connections"] as? Int == 2 && summary["pairings"] as? Int == 1, "\(summary)")
     }
 
     /// With its standard input at an end, `gatt serve` has nobody to answer a prompt:
