@@ -86,6 +86,8 @@ public actor HCIController: LoopIsolated {
     @exclusivity(unchecked) private var completionWaiters: [UInt64: (handle: UInt16, continuation: CheckedContinuation<Void, Never>)] = [:]
     private var nextACLWaiter: UInt64 = 1
     private var eventSubscribers: [UInt64: BufferedStream<HCIEvent>.Continuation] = [:]
+    /// How many `events()` streams are live (tests check that a follower let go).
+    var eventSubscriberCount: Int { eventSubscribers.count }
     /// The subscribers that also get Command Complete and Command Status.
     private var answerSubscribers: Set<UInt64> = []
     private var sink: HCIInboundSink?

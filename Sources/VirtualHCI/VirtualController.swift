@@ -234,7 +234,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
             complete(op)
             if starting { await radio?.advertisingStarted(self) }
         case .leSetScanParameters:
-            activeScan = try LESetScanParameters.decode(p).scanType == 1
+            let c = try LESetScanParameters.decode(p)
+            // §7.8.10: not while scanning.
+            guard !scanning else { return complete(op, status: .commandDisallowed) }
+            activeScan = c.scanType == 1
             complete(op)
         case .leSetScanEnable:
             let c = try LESetScanEnable.decode(p)

@@ -1,5 +1,5 @@
 import BLETesting
-import HCI
+@testable import HCI
 import Logging
 import Testing
 @testable import GAP
@@ -55,5 +55,26 @@ struct ScanningTests {
         d.localName = String(repeating: "x", count: 30)
         await #expect(throws: AdvertisingDataError.tooLong(length: 32, limit: 31)) { try await Advertiser.start(c, data: d) }
         await c.close()
+    }
+
+    /// A scan the controller refuses (LE Set Scan Parameters while it scans: Command
+    /// Disallowed, §7.8.10, which the virtual controller now answers as controllers do)
+    /// throws, and the event follower it started lets go (its stream, never handed
+    /// out, cancels it) instead of following the controller until its transport ends.
+    @Test func aRefusedScanLeavesNoFollowerBehind() async throws {
+        let radio = VirtualRadio()
+        let scanner = HCIController(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0C")!), logger: Self.logger)
+        try await scanner.initialize()
+        let first = try await Scanner.start(scanner)
+        let following = await scanner.eventSubscriberCount
+        await #expect(throws: HCIError.self) { _ = try await Scanner.start(scanner) }
+        var left = await scanner.eventSubscriberCount
+        for _ in 0..<200 where left > following {
+            try await Task.sleep(for: .milliseconds(10))
+            left = await scanner.eventSubscriberCount
+        }
+        #expect(left == following, "\(left) event followers, \(following) before the refused scan")
+        _ = first
+        await scanner.close()
     }
 }
