@@ -65,6 +65,10 @@ extension L2CAPHost {
     public func listen(spsm: UInt16, parameters: CreditBasedParameters = CreditBasedParameters(), security: ChannelSecurity = .none,
                        backlog: Int = 16) -> BufferedStream<L2CAPChannel> {
         let (stream, c) = BufferedStream<L2CAPChannel>.makeStream(capacity: backlog, keeping: .oldest)
+        if ended {
+            c.finish()
+            return stream
+        }
         coc.listeners[spsm]?.continuation.finish()
         let token = coc.nextToken
         coc.nextToken += 1

@@ -85,6 +85,9 @@ public actor L2CAPHost: LoopIsolated {
     /// Manager), called on the loop after this host has handled each event.
     private var eventObservers: [@Sendable (HCIEvent) -> Void] = []
     private var closeObservers: [@Sendable () -> Void] = []
+    /// The transport has ended (`finishAll` ran): a stream asked for now is finished
+    /// at once, and a close observer is called at once.
+    private(set) var ended = false
     private struct Outgoing {
         var packet: ACLDataPacket
         /// Called once this (last) fragment of a frame is handed to the controller (true)
@@ -151,7 +154,8 @@ public actor L2CAPHost: LoopIsolated {
     public func frames(on channel: ChannelID) -> ChannelFrameStream {
         let (stream, c) = BufferedStream<ChannelFrame>.makeStream(capacity: 1024)
         subscribers[channel]?.finish()
-        subscribers[channel] = c
+        subscribers[channel] = ended ? nil : c
+        if ended { c.finish() }
         return stream
     }
 
@@ -195,6 +199,7 @@ public actor L2CAPHost: LoopIsolated {
     /// Calls `observer` on the loop once the transport has ended, after every link's
     /// receivers have been told `.closed` (a layer finishes its own streams then).
     public func addCloseObserver(_ observer: @escaping @Sendable () -> Void) {
+        if ended { return observer() }
         closeObservers.append(observer)
     }
 
@@ -202,6 +207,10 @@ public actor L2CAPHost: LoopIsolated {
     /// ends with the transport.
     public func newConnections() -> BufferedStream<Connection> {
         let (stream, c) = BufferedStream<Connection>.makeStream(capacity: 256)
+        if ended {
+            c.finish()
+            return stream
+        }
         nextContinuation += 1
         connectionContinuations[nextContinuation] = c
         return stream
@@ -212,6 +221,10 @@ public actor L2CAPHost: LoopIsolated {
     /// links); ends with the transport.
     public func linkEvents() -> BufferedStream<LinkEvent> {
         let (stream, c) = BufferedStream<LinkEvent>.makeStream(capacity: 1024)
+        if ended {
+            c.finish()
+            return stream
+        }
         nextContinuation += 1
         linkContinuations[nextContinuation] = c
         return stream
@@ -493,6 +506,7 @@ public actor L2CAPHost: LoopIsolated {
     }
 
     private func finishAll() {
+        ended = true
         for (_, s) in subscribers { s.finish() }
         subscribers.removeAll()
         for (_, s) in connectionSubscribers { s.finish() }

@@ -232,4 +232,27 @@ struct L2CAPHostTests {
         for await f in stream { got.append(f) }
         #expect(got == (0..<50).map { [0x1B, 0x03, 0x00, $0] })
     }
+
+    /// Once the transport has ended, every stream asked of L2CAP is finished at once
+    /// and a close observer is called at once: a layer that subscribes late (a facade
+    /// started on a controller that just went away) never waits for good.
+    @Test func streamsAskedForAfterTheTransportEndedAreFinished() async throws {
+        let (host, _, t) = await setUp()
+        await connect(t, host, handle: 0x40)
+        let before = await host.linkEvents()
+        await t.close()
+        var seen: [L2CAPHost.LinkEvent] = []
+        for await e in before { seen.append(e) }  // finishes with the transport
+        #expect(seen.isEmpty)
+        func ends<S: AsyncSequence & Sendable>(_ s: S) async -> Bool where S.Element: Sendable {
+            await firstElement(AsyncStream<Void> { k in Task { do { for try await _ in s {} } catch {}; k.yield() } }, within: .seconds(3)) != nil
+        }
+        #expect(await ends(await host.linkEvents()))
+        #expect(await ends(await host.newConnections()))
+        #expect(await ends(await host.frames(on: .att)))
+        #expect(await ends(await host.frames(on: .att, handle: 0x40)))
+        #expect(await ends(await host.listen(spsm: 0x0080)))
+        let called: Void? = await firstElement(AsyncStream<Void> { k in Task { await host.addCloseObserver { k.yield() } } }, within: .seconds(3))
+        #expect(called != nil)
+    }
 }
