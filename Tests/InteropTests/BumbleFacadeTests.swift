@@ -147,6 +147,35 @@ import Transports
         await host.close()
     }
 
+    /// Our SPSM asks for encryption; Bumble's central asks for a channel on an
+    /// unencrypted link before and after it bonds. Without a bond the refusal is
+    /// "insufficient authentication" (it must pair); bonded, "insufficient encryption"
+    /// (it has a key to encrypt with: Vol 3, Part C, §10.3.1), and Bumble's
+    /// l2cap.L2capError names each. Once encrypted, each link gets its channel.
+    @Test func aBumbleCentralIsToldToPairThenToEncryptForAProtectedSPSM() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger, security: SecurityOptions(random: .seeded(12)))
+        let info = try await host.start()
+        let incoming = await host.publishChannel(spsm: 0x0085, security: ChannelSecurity(level: .encrypted))
+        let accepted = Task { var n = 0; for await _ in incoming { n += 1; if n == 2 { break } }; return n }
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-channel", "1", "0", "none", "0", info.address.description])
+        defer { RootcanalProcess.kill(peer.process) }
+        let bumble = await peer.events()
+        let refused = BumbleSMPTests.named(bumble, "refused")
+        #expect(refused.map { $0["round"] as? Int } == [0, 1] && refused.allSatisfy { $0["when"] as? String == "unencrypted" }, "\(bumble)")
+        #expect(refused.map { $0["result"] as? Int } == [0x0005, 0x0008], "\(bumble)")
+        #expect(refused.map { $0["name"] as? String } == ["CONNECTION_REFUSED_INSUFFICIENT_AUTHENTICATION", "CONNECTION_REFUSED_INSUFFICIENT_ENCRYPTION"], "\(bumble)")
+        let opened = BumbleSMPTests.named(bumble, "channel")
+        #expect(opened.map { $0["round"] as? Int } == [0, 1] && opened.allSatisfy { $0["when"] as? String == "encrypted" }, "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+        #expect(await firstElement(AsyncStream<Int> { k in Task { k.yield(await accepted.value) } }, within: .seconds(5)) == 2)
+        accepted.cancel()
+        await host.close()
+    }
+
     /// EATT, our server's side: Bumble's client reads Server Supported Features (EATT
     /// bit set), opens two enhanced ATT bearers with one Credit Based Connection Request
     /// to SPSM 0x0027, reads on both at once, discovers services on one; Exchange MTU

@@ -31,6 +31,12 @@ Usage:
       (0x2A19) after pairing; on the second it only encrypts and waits up to 10 s for
       a notification it did not subscribe to again on that link (its GATT client's
       notification handler is replaced, so it sees every Handle Value Notification).
+  bumble_smp_peer.py HCI_PORT central-channel SC MITM IO PASSKEY ADDRESS
+      As central, with LE credit-based channels to SPSM 0x0085 (MTU 100, MPS 50, 2
+      credits): on each of two links it first asks for a channel unencrypted (the
+      "refused" event names the result Bumble's l2cap.L2capError gives), then pairs
+      (first link) or encrypts from the stored keys (second), asks again ("channel"
+      when it opens) and disconnects.
   bumble_smp_peer.py HCI_PORT central-private SC MITM IO PASSKEY NAME
       Against a peripheral with privacy: scans for the advertiser named NAME, connects
       to the private address it uses, pairs with bonding and reports the identity
@@ -250,6 +256,36 @@ async def central(device, address):
         await pair_or_encrypt(connection, round, disconnected)
 
 
+async def central_channel(device, address):
+    from bumble import l2cap
+    spec = l2cap.LeCreditBasedChannelSpec(psm=0x85, mtu=100, mps=50, max_credits=2)
+
+    async def ask(connection, round, when):
+        try:
+            channel = await device.create_l2cap_channel(connection, spec)
+            emit(event="channel", round=round, when=when, mtu=channel.peer_mtu)
+        except l2cap.L2capError as e:
+            emit(event="refused", round=round, when=when, result=e.error_code, name=e.error_name)
+
+    for round in range(2):
+        disconnected = asyncio.Event()
+        connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+        emit(event="connected", round=round)
+        watch(connection, disconnected)
+        try:
+            await ask(connection, round, "unencrypted")
+            if round == 0:
+                await connection.pair()
+            else:
+                await connection.encrypt()
+            emit(event="secured", round=round, encrypted=connection.is_encrypted)
+            await ask(connection, round, "encrypted")
+        except Exception as e:
+            emit(event="error", round=round, error=type(e).__name__, detail=str(e))
+        await connection.disconnect()
+        await asyncio.wait_for(disconnected.wait(), 10)
+
+
 async def central_subscribe(device, address):
     handle = None
     for round in range(2):
@@ -361,6 +397,8 @@ async def main():
             await peripheral(device, private=mode == "peripheral-private", sign=mode == "peripheral-sign")
         elif mode == "central-private":
             await central_private(device, sys.argv[7])
+        elif mode == "central-channel":
+            await central_channel(device, sys.argv[7])
         elif mode == "central-subscribe":
             await central_subscribe(device, sys.argv[7])
         else:
