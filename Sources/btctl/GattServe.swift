@@ -386,19 +386,8 @@ extension Gatt {
                 }
                 let securityPrinter = Task {
                     for await e in security {
-                        switch e {
-                        case let .paired(handle, peer, result):
-                            report(result.event(peer: "\(peer)") + [("handle", .int(Int(handle)))], result.text(peer: "\(peer)"))
-                        case let .pairingFailed(handle, peer, error):
-                            answers.withdraw(peer: peer)
-                            report([("event", .string("pairing_failed")), ("handle", .int(Int(handle))), ("peer", .string("\(peer)")), ("reason", .string("\(error)"))],
-                                   "pairing with \(peer) failed: \(error)")
-                        case let .securityChanged(handle, s) where s.encrypted:
-                            report([("event", .string("secured")), ("handle", .int(Int(handle))), ("level", .string(s.level.description)),
-                                    ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))],
-                                   "link 0x\(String(handle, radix: 16)) encrypted: \(s)")
-                        default: break
-                        }
+                        if case let .pairingFailed(_, peer, _) = e { answers.withdraw(peer: peer) }
+                        if let (fields, text) = securityReport(e) { report(fields, text) }
                     }
                 }
                 let printer = Task {

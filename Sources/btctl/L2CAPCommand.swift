@@ -52,17 +52,39 @@ struct L2CAP_: AsyncParsableCommand {
         var name: String = "btctl"
         @Option(help: ArgumentHelp("Seconds to wait for a peer.", valueName: "SECONDS"))
         var duration: Double = 60
+        @Option(help: ArgumentHelp("The security a link needs before the channel opens: none, encrypted, authenticated or secure-connections "
+                                   + "(a key of at least --minimum-key-size octets). A peer asking on a link without it is refused with the spec's result.",
+                                   valueName: "LEVEL"),
+                transform: parseSecurityLevel)
+        var security: SecurityLevel = .none
+        @OptionGroup(title: "Pairing (when a central asks; standard input is the channel's, so only --passkey and --yes answer prompts)")
+        var pairing: PairingOptions
 
         func validate() throws {
             guard duration > 0, duration <= 86_400 else { throw ValidationError("--duration must be 0...86400 seconds") }
         }
 
         func run() async throws {
-            let (host, writer) = try await options.openHost(deviceName: name)
+            // Standard input carries the channel's data: a prompt --passkey or --yes does
+            // not answer goes unanswered, which refuses the pairing.
+            let answers = ConsoleAnswers()
+            answers.close()
+            let store = AdapterBondStore(path: pairing.store.bonds)
+            let (host, writer) = try await options.openHost(security: pairing.securityOptions(store: store, json: options.json, answers: answers),
+                                                            deviceName: name)
             defer { writer?.close() }
             do {
                 let info = try await host.start()
-                let incoming = await host.publishChannel(spsm: spsm, parameters: channel.parameters)
+                store.bind(adapter: info.address)
+                // Pairings and encryptions are said as they happen (JSON lines, or stderr).
+                let securityEvents = await host.securityEvents()
+                let json = options.json
+                let securityPrinter = Task {
+                    for await e in securityEvents { if let (fields, text) = securityReport(e) { announce(json: json, fields, text) } }
+                }
+                defer { securityPrinter.cancel() }
+                let required = ChannelSecurity(level: security, minimumKeySize: Int(pairing.minimumKeySize))
+                let incoming = await host.publishChannel(spsm: spsm, parameters: channel.parameters, security: required)
                 var ad = AdvertisingData()
                 ad.flags = 0x06
                 ad.localName = name
@@ -119,13 +141,18 @@ struct L2CAP_: AsyncParsableCommand {
     }
 }
 
+/// `none`, `encrypted`, `authenticated`, `secure-connections`: LE security mode 1's levels.
+func parseSecurityLevel(_ s: String) throws -> SecurityLevel {
+    guard let level = [SecurityLevel.none, .encrypted, .authenticated, .secureConnections].first(where: { $0.description == s }) else {
+        throw ValidationError("unknown security level '\(s)' (none, encrypted, authenticated, secure-connections)")
+    }
+    return level
+}
+
 func parseSPSM(_ s: String) throws -> UInt16 {
     guard let v = s.hasPrefix("0x") ? UInt16(s.dropFirst(2), radix: 16) : UInt16(s), v > 0 else { throw ValidationError("bad SPSM '\(s)'") }
     return v
 }
-
-/// An event: a JSON line on stdout (flushed, for a program reading the pipe) with
-/// --json, else a line on stderr.
 
 /// Standard input to `ch`, `ch` to standard output, until both are done.
 private func pipe(_ ch: L2CAPChannel, options: ControllerOptions, wait: Double) async throws {

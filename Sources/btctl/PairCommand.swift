@@ -134,6 +134,25 @@ extension PairingResult {
 /// confirm. With --json each prompt is an event on stdout (naming the peer) and the
 /// answer a line on stdin. `gatt serve` reads its console itself and hands prompts
 /// their answers through `answers`.
+/// How a served session (`gatt serve`, `l2cap listen`) reports a security event: each
+/// pairing (`paired`, `pairing_failed` with the spec's reason) and each link encrypted
+/// (`secured`); nil for the events it does not report.
+func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text: String)? {
+    switch e {
+    case let .paired(handle, peer, result):
+        return (result.event(peer: "\(peer)") + [("handle", .int(Int(handle)))], result.text(peer: "\(peer)"))
+    case let .pairingFailed(handle, peer, error):
+        return ([("event", .string("pairing_failed")), ("handle", .int(Int(handle))), ("peer", .string("\(peer)")), ("reason", .string("\(error)"))],
+                "pairing with \(peer) failed: \(error)")
+    case let .securityChanged(handle, s) where s.encrypted:
+        return ([("event", .string("secured")), ("handle", .int(Int(handle))), ("level", .string(s.level.description)),
+                 ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))],
+                "link 0x\(String(handle, radix: 16)) encrypted: \(s)")
+    default:
+        return nil
+    }
+}
+
 struct TerminalPairingDelegate: PairingDelegate {
     let json: Bool
     let passkey: UInt32?

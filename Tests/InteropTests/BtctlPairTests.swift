@@ -181,6 +181,35 @@ import Testing
         #expect(summary["event"] as? String == "summary" && summary["connections"] as? Int == 2 && summary["pairings"] as? Int == 1, "\(summary)")
     }
 
+    /// `l2cap listen --security authenticated`: Bumble's central asks for the channel
+    /// unencrypted and is refused "insufficient authentication"; it pairs (Passkey
+    /// Entry: Bumble displays, btctl types --passkey, its standard input being the
+    /// channel's), asks again and gets the channel. btctl reports the pairing and the
+    /// encryption, every line matching the l2cap schema.
+    @Test func l2capListenRefusesAnUnpairedCentralThenOpensOnceItPairs() async throws {
+        guard let rig = try await Self.rig("l2cap") else { return }
+        defer { rig.end() }
+        let (rc, file) = (rig.rc, rig.file)
+        let listener = try LiveProcess(BtctlGATTTests.btctl, ["l2cap", "listen", "0x85", "--security", "authenticated", "--json", "--wait", "1", "--duration", "60",
+                                                              "--io-capability", "keyboard-only", "--passkey", "123456", "--bonds", file, "-t", rc.transportSpec])
+        #expect(await listener.waitForOutput { $0.contains("\"event\":\"listening\"") }, "\(listener.output)")
+        let listening = try #require(BtctlServeTests.events(listener.output).first { $0["event"] as? String == "listening" })
+        let address = try #require(listening["address"] as? String, "\(listening)")
+        let peer = try rig.bumble(["central-channel", "1", "1", "display", "123456", address, "1"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let bumble = await peer.events()
+        listener.closeInput()
+        #expect(await Interop.exit(of: listener.process, timeout: 30) == 0, "\(listener.output)")
+        let refused = BumbleSMPTests.named(bumble, "refused")
+        #expect(refused.count == 1 && refused.first?["name"] as? String == "CONNECTION_REFUSED_INSUFFICIENT_AUTHENTICATION", "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "channel").first?["when"] as? String == "encrypted", "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+        let lines = try JSONSchemaTests.check(listener.output, against: "l2cap")
+        let paired = lines.filter { $0["event"] as? String == "paired" }
+        #expect(paired.count == 1 && paired.first?["method"] as? String == "Passkey Entry" && paired.first?["level"] as? String == "secure-connections", "\(lines)")
+        #expect(lines.contains { $0["event"] as? String == "secured" } && lines.contains { $0["event"] as? String == "open" }, "\(lines)")
+    }
+
     /// With its standard input at an end, `gatt serve` has nobody to answer a prompt:
     /// a numeric comparison is refused at once (Pairing Failed, Numeric Comparison
     /// Failed), not left for the SMP timeout, and serving goes on.

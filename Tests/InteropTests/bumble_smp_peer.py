@@ -31,9 +31,9 @@ Usage:
       (0x2A19) after pairing; on the second it only encrypts and waits up to 10 s for
       a notification it did not subscribe to again on that link (its GATT client's
       notification handler is replaced, so it sees every Handle Value Notification).
-  bumble_smp_peer.py HCI_PORT central-channel SC MITM IO PASSKEY ADDRESS
+  bumble_smp_peer.py HCI_PORT central-channel SC MITM IO PASSKEY ADDRESS [ROUNDS]
       As central, with LE credit-based channels to SPSM 0x0085 (MTU 100, MPS 50, 2
-      credits): on each of two links it first asks for a channel unencrypted (the
+      credits): on each of ROUNDS links (default 2) it first asks for a channel unencrypted (the
       "refused" event names the result Bumble's l2cap.L2capError gives), then pairs
       (first link) or encrypts from the stored keys (second), asks again ("channel"
       when it opens) and disconnects.
@@ -256,7 +256,7 @@ async def central(device, address):
         await pair_or_encrypt(connection, round, disconnected)
 
 
-async def central_channel(device, address):
+async def central_channel(device, address, rounds):
     from bumble import l2cap
     spec = l2cap.LeCreditBasedChannelSpec(psm=0x85, mtu=100, mps=50, max_credits=2)
 
@@ -267,7 +267,7 @@ async def central_channel(device, address):
         except l2cap.L2capError as e:
             emit(event="refused", round=round, when=when, result=e.error_code, name=e.error_name)
 
-    for round in range(2):
+    for round in range(rounds):
         disconnected = asyncio.Event()
         connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
         emit(event="connected", round=round)
@@ -398,7 +398,7 @@ async def main():
         elif mode == "central-private":
             await central_private(device, sys.argv[7])
         elif mode == "central-channel":
-            await central_channel(device, sys.argv[7])
+            await central_channel(device, sys.argv[7], int(sys.argv[8]) if len(sys.argv) > 8 else 2)
         elif mode == "central-subscribe":
             await central_subscribe(device, sys.argv[7])
         else:
