@@ -542,11 +542,11 @@ extension BluetoothHost {
         }
     }
 
-    /// A link ended: each subscription its peer had to the local server ends with it, and is reported
-    /// as a change to neither notifications nor indications, as CoreBluetooth's
-    /// `didUnsubscribeFrom` is (a bond keeps the values; they come back with a later
-    /// link's encryption). Called before the server forgets the link; nothing is
-    /// stored, so the bond keeps what the central set.
+    /// A link ended: each subscription its peer had to the local server ends with it,
+    /// reported as a change to neither notifications nor indications, as CoreBluetooth's
+    /// `didUnsubscribeFrom` is. Called before the server forgets the link; nothing is
+    /// stored, so a bond keeps what the central set (it comes back with a later link's
+    /// encryption).
     func endSubscriptions(of central: Connection) async {
         for s in await server.subscriptions(connection: central.handle) {
             if let c = lookup(s.valueHandle) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: false, indicate: false)) }

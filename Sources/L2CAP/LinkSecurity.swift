@@ -36,7 +36,7 @@ public struct LinkSecurityState: Hashable, Sendable, Codable, CustomStringConver
 }
 
 /// LE security mode 1 levels (Vol 3, Part C, §10.2.1).
-public enum SecurityLevel: Int, Hashable, Sendable, Codable, Comparable, CustomStringConvertible {
+public enum SecurityLevel: Int, Hashable, Sendable, Codable, Comparable, CaseIterable, CustomStringConvertible {
     case none = 1
     case encrypted = 2
     case authenticated = 3

@@ -143,7 +143,7 @@ struct L2CAP_: AsyncParsableCommand {
 
 /// `none`, `encrypted`, `authenticated`, `secure-connections`: LE security mode 1's levels.
 func parseSecurityLevel(_ s: String) throws -> SecurityLevel {
-    guard let level = [SecurityLevel.none, .encrypted, .authenticated, .secureConnections].first(where: { $0.description == s }) else {
+    guard let level = SecurityLevel.allCases.first(where: { $0.description == s }) else {
         throw ValidationError("unknown security level '\(s)' (none, encrypted, authenticated, secure-connections)")
     }
     return level
