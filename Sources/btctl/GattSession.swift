@@ -77,9 +77,12 @@ struct PeerSession {
     let peripheral: RemotePeripheral
     let json: Bool
 
-    static func open(_ options: ControllerOptions, _ peer: PeerOptions, _ pairing: PairingOptions? = nil) async throws -> (PeerSession, TraceFileWriter?) {
+    /// `answers` takes the prompts' answers instead of standard input (`l2cap connect`
+    /// gives a closed one: its standard input is the channel's).
+    static func open(_ options: ControllerOptions, _ peer: PeerOptions, _ pairing: PairingOptions? = nil,
+                     answers: ConsoleAnswers? = nil) async throws -> (PeerSession, TraceFileWriter?) {
         let store = AdapterBondStore(path: pairing?.store.bonds)
-        let security = pairing?.securityOptions(store: store, json: options.json) ?? SecurityOptions()
+        let security = pairing?.securityOptions(store: store, json: options.json, answers: answers) ?? SecurityOptions()
         let (host, writer) = try await options.openHost(security: security)
         do {
             store.bind(adapter: try await host.start().address)
@@ -115,21 +118,31 @@ struct PeerSession {
         let before = await peripheral.security
         do {
             let result = try await body()
-            await reportSecurity(since: before)
+            await reportSecurity(since: before, "the peer asked for security: link")
             return result
         } catch {
-            await reportSecurity(since: before)
+            await reportSecurity(since: before, "the peer asked for security: link")
             throw error
         }
     }
 
-    private func reportSecurity(since before: LinkSecurityState) async {
+    /// Brings the link to `level` before anything else is asked of the peer (`l2cap
+    /// connect --security`, as l2test's -E/-A): encrypts from the bond or pairs, and
+    /// reports it as `reportingSecurity` does. Throws `CLIError` when the link cannot
+    /// get there (the pairing failed, or gave a lower level).
+    func secure(_ level: SecurityLevel) async throws {
+        let before = await peripheral.security
+        do { try await peripheral.secure(level: level) } catch { throw CLIError("cannot secure the link to \(level): \(error)") }
+        await reportSecurity(since: before, "link secured:")
+    }
+
+    private func reportSecurity(since before: LinkSecurityState, _ text: String) async {
         let s = await peripheral.security
         guard s != before, s.encrypted else { return }
         if json {
-            emit(.object([("event", .string("secured")), ("level", .string(s.level.description)), ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))]))
+            emit(.object([("event", .string("secured")), ("handle", .int(Int(peripheral.connection.handle))), ("level", .string(s.level.description)), ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))]))
         } else {
-            note("the peer asked for security: link \(s)")
+            note("\(text) \(s)")
         }
     }
 

@@ -114,23 +114,39 @@ struct L2CAP_: AsyncParsableCommand {
         var spsm: UInt16
         @Flag(help: "Open the channel in enhanced credit-based mode (Credit Based Connection Request; --mtu and --mps at least 64).")
         var enhanced = false
+        @Option(help: ArgumentHelp("Bring the link to this security before asking for the channel: none, encrypted, authenticated or "
+                                   + "secure-connections (encrypts from the bond, else pairs). Without it, a refusal for security pairs or encrypts "
+                                   + "and asks once more.", valueName: "LEVEL"),
+                transform: parseSecurityLevel)
+        var security: SecurityLevel = .none
+        @OptionGroup(title: "Pairing (--security, or when the peer refuses for security; standard input is the channel's, so only --passkey and --yes answer prompts)")
+        var pairing: PairingOptions
 
         func validate() throws {
             if enhanced, channel.mtu < 64 || channel.mps < 64 { throw ValidationError("--enhanced needs --mtu and --mps of at least 64") }
         }
 
         func run() async throws {
-            let (session, writer) = try await PeerSession.open(options, peer)
+            // Standard input carries the channel's data: a prompt --passkey or --yes does
+            // not answer goes unanswered, which refuses the pairing.
+            let answers = ConsoleAnswers()
+            answers.close()
+            let (session, writer) = try await PeerSession.open(options, peer, pairing, answers: answers)
             defer { writer?.close() }
             let ch: L2CAPChannel
             do {
-                if enhanced {
-                    let opened = try await session.peripheral.openChannels(spsm: spsm, count: 1, parameters: channel.parameters)
-                    guard let first = opened.first else { throw L2CAPChannelError.noResources }
-                    ch = first
-                } else {
-                    ch = try await session.peripheral.openChannel(spsm: spsm, parameters: channel.parameters)
+                if security > .none { try await session.secure(security) }
+                ch = try await session.reportingSecurity {
+                    if enhanced {
+                        let opened = try await session.peripheral.openChannels(spsm: spsm, count: 1, parameters: channel.parameters)
+                        guard let first = opened.first else { throw L2CAPChannelError.noResources }
+                        return first
+                    }
+                    return try await session.peripheral.openChannel(spsm: spsm, parameters: channel.parameters)
                 }
+            } catch let error as CLIError {
+                await session.close()
+                throw error
             } catch {
                 await session.close()
                 throw CLIError("cannot open a channel to SPSM 0x\(String(spsm, radix: 16)): \(error)")

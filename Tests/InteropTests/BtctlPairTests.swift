@@ -10,14 +10,24 @@ import Foundation
 import Testing
 
 @Suite(.serialized) struct BtctlPairTests {
-    static func run(_ args: [String]) async throws -> (status: Int32, out: String, err: String) {
+    /// btctl with `args`, `input` on its standard input (then its end).
+    static func run(_ args: [String], input: [UInt8] = []) async throws -> (status: Int32, out: String, err: String) {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: BtctlGATTTests.btctl)
         p.arguments = args
         let out = Pipe(), err = Pipe()
         p.standardOutput = out
         p.standardError = err
-        p.standardInput = FileHandle.nullDevice
+        if input.isEmpty {
+            p.standardInput = FileHandle.nullDevice
+        } else {
+            // Within the pipe's buffer: written whole before btctl reads it.
+            precondition(input.count <= 4096)
+            let pipe = Pipe()
+            p.standardInput = pipe
+            pipe.fileHandleForWriting.write(Data(input))
+            try pipe.fileHandleForWriting.close()
+        }
         try p.run()
         async let o = Interop.readAll(out), e = Interop.readAll(err)
         let status = await Interop.exit(of: p)
@@ -208,6 +218,54 @@ import Testing
         let paired = lines.filter { $0["event"] as? String == "paired" }
         #expect(paired.count == 1 && paired.first?["method"] as? String == "Passkey Entry" && paired.first?["level"] as? String == "secure-connections", "\(lines)")
         #expect(lines.contains { $0["event"] as? String == "secured" } && lines.contains { $0["event"] as? String == "open" }, "\(lines)")
+    }
+
+    /// `l2cap connect` to Bumble's peripheral, whose SPSM 0x0085 needs an encrypted
+    /// link (bumble_smp_peer.py peripheral-channel), three times with one bond file:
+    /// refused "insufficient authentication", btctl pairs (Passkey Entry: Bumble
+    /// displays, btctl types --passkey, its standard input being the channel's) and
+    /// asks again; refused "insufficient encryption", btctl encrypts from the bond, no
+    /// pairing; with `--security authenticated` btctl encrypts before it asks and is
+    /// not refused. Each time Bumble's echo brings the bytes back and btctl reports
+    /// the link's security, every line matching the l2cap schema. Last, with no bond
+    /// and no way to type a passkey (no-input-no-output), `--security authenticated`
+    /// cannot be met: btctl exits with status 1 and never asks for the channel.
+    @Test func l2capConnectPairsWhenRefusedThenEncryptsFromTheBond() async throws {
+        guard let rig = try await Self.rig("l2cap-connect") else { return }
+        defer { rig.end() }
+        let peer = try rig.bumble(["peripheral-channel", "1", "1", "display", "123456"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let input = (0..<300).map { UInt8(($0 * 5) & 0xFF) }
+        for extra in [[], [], ["--security", "authenticated"]] {
+            let run = try await Self.run(["l2cap", "connect", "F1:F2:F3:F4:F5:F6/random", "--spsm", "0x85", "--io-capability", "keyboard-only",
+                                          "--passkey", "123456", "--bonds", rig.file, "--json", "--wait", "1", "-t", rig.rc.transportSpec] + extra, input: input)
+            #expect(run.status == 0, "\(extra): \(run.err)")
+            let lines = try JSONSchemaTests.check(run.out, against: "l2cap")
+            let secured = lines.filter { $0["event"] as? String == "secured" }
+            #expect(secured.count == 1 && secured.first?["level"] as? String == "secure-connections" && secured.first?["bonded"] as? Bool == true,
+                    "\(extra): \(lines)")
+            let echoed = lines.filter { $0["event"] as? String == "sdu" }.compactMap { $0["value"] as? String }.joined()
+            #expect(echoed == input.map { String(format: "%02x", $0) }.joined(), "\(extra): \(lines)")
+        }
+        let unmet = try await Self.run(["l2cap", "connect", "F1:F2:F3:F4:F5:F6/random", "--spsm", "0x85", "--io-capability", "no-input-no-output",
+                                        "--security", "authenticated", "--bonds", rig.file + ".none", "--json", "-t", rig.rc.transportSpec], input: input)
+        defer { try? FileManager.default.removeItem(atPath: rig.file + ".none") }
+        #expect(unmet.status == 1 && unmet.err.contains("cannot secure the link to authenticated"), "\(unmet)")
+        #expect(!unmet.out.contains("\"open\""), "\(unmet.out)")
+        // Bumble's side, link by link: what it refused, whether it paired, and that
+        // each channel opened on an encrypted link.
+        var links: [[[String: Any]]] = []
+        for e in await peer.events() {
+            if e["event"] as? String == "connected" { links.append([]) }
+            if !links.isEmpty { links[links.count - 1].append(e) }
+        }
+        #expect(links.count == 4, "\(links)")
+        let refused = links.map { BumbleSMPTests.named($0, "refusing").compactMap { $0["result"] as? Int } }
+        #expect(refused == [[0x05], [0x08], [], []], "\(links)")
+        let paired = links.map { BumbleSMPTests.named($0, "paired").count }
+        #expect(paired == [1, 0, 0, 0], "\(links)")
+        let channels = links.map { BumbleSMPTests.named($0, "channel").map { $0["encrypted"] as? Bool } }
+        #expect(channels == [[true], [true], [true], []], "\(links)")
     }
 
     /// With its standard input at an end, `gatt serve` has nobody to answer a prompt:

@@ -54,6 +54,14 @@ Usage:
       second link, not encrypted, it finds the central's characteristic 3f3e0005-...
       and sends Signed Write Commands signed with its own CSRK: B0 (counter 0), B1
       (counter 1), that PDU again (a replay), and BF under a wrong signature.
+  bumble_smp_peer.py HCI_PORT peripheral-channel SC MITM IO PASSKEY
+      As peripheral, for four links, with an echo server on SPSM 0x0085 (MTU 1024,
+      MPS 100, 4 credits; "channel" events say whether the link was encrypted when the
+      channel opened). Bumble's own LE server takes any link, so this script refuses a
+      request on an unencrypted link in front of it, as Vol 3, Part C, §10.3.1 says a
+      server that needs security does: "insufficient encryption" (0x0008) when it holds
+      keys for the central, else "insufficient authentication" (0x0005); each refusal
+      is a "refusing" event.
 In peripheral mode the "connected" events carry the central's address as Bumble's
 device reports it (resolved to an identity once Bumble holds the central's IRK) and
 the private address it resolved, if any.
@@ -141,6 +149,7 @@ def watch(connection, disconnected):
              # bumble.smp's own ah() on the address this link was made with.
              link_resolves=bool(irk and AddressResolver([(irk, identity)]).resolve(on_air)),
              link_key=keys.link_key.value.hex() if keys.link_key else None)
+    connection.on("pairing", lambda keys: bonded.add(str(connection.peer_address)))
     connection.on("pairing", on_pairing)
     connection.on("pairing_failure", lambda reason: emit(event="pairing-failure", reason=int(reason)))
     connection.on("connection_encryption_change", lambda: emit(event="encryption", encrypted=connection.is_encrypted,
@@ -191,7 +200,40 @@ async def send_signed_writes(connection):
     emit(event="sent-signed", handle=handle)
 
 
-async def peripheral(device, private=False, sign=False):
+bonded = set()
+
+
+def serve_protected_channels(device, spsm):
+    from bumble import l2cap
+    manager = device.l2cap_channel_manager
+    accept = manager.on_l2cap_le_credit_based_connection_request
+
+    def check(connection, cid, request):
+        if request.le_psm == spsm and not connection.is_encrypted:
+            result = 0x0008 if str(connection.peer_address) in bonded else 0x0005
+            emit(event="refusing", result=result)
+            manager.send_control_frame(connection, cid, l2cap.L2CAP_LE_Credit_Based_Connection_Response(
+                identifier=request.identifier, destination_cid=0, mtu=23, mps=23, initial_credits=0, result=result))
+            return
+        accept(connection, cid, request)
+
+    manager.on_l2cap_le_credit_based_connection_request = check
+
+    def on_channel(channel):
+        emit(event="channel", encrypted=channel.connection.is_encrypted, mtu=channel.peer_mtu)
+        received = {"bytes": 0}
+
+        def sink(sdu):
+            received["bytes"] += len(sdu)
+            channel.write(sdu)
+
+        channel.sink = sink
+        channel.on("close", lambda: emit(event="channel-closed", **received))
+
+    device.create_l2cap_server(spec=l2cap.LeCreditBasedChannelSpec(psm=spsm, mtu=1024, mps=100, max_credits=4), handler=on_channel)
+
+
+async def peripheral(device, private=False, sign=False, rounds=2):
     protected = gatt.Characteristic(
         "3f3e0002-0000-1000-8000-00805f9b34fb", gatt.Characteristic.Properties.READ,
         gatt.Characteristic.READ_REQUIRES_AUTHENTICATION, bytes([0x42, 0x43]))
@@ -205,7 +247,7 @@ async def peripheral(device, private=False, sign=False):
     if sign:
         serve_signed_writes(device)
         emit(event="ready", csrk=BUMBLE_CSRK.hex(), signed_handle=signed.handle)
-    for round in range(2):
+    for round in range(rounds):
         disconnected = asyncio.Event()
         connected = asyncio.Event()
 
@@ -393,7 +435,10 @@ async def main():
             device.le_privacy_enabled = True
             device.le_rpa_timeout = 0  # the script picks the moment it changes
         await device.power_on()
-        if mode in ("peripheral", "peripheral-private", "peripheral-ctkd", "peripheral-oob", "peripheral-sign"):
+        if mode == "peripheral-channel":
+            serve_protected_channels(device, 0x85)
+            await peripheral(device, rounds=4)
+        elif mode in ("peripheral", "peripheral-private", "peripheral-ctkd", "peripheral-oob", "peripheral-sign"):
             await peripheral(device, private=mode == "peripheral-private", sign=mode == "peripheral-sign")
         elif mode == "central-private":
             await central_private(device, sys.argv[7])
