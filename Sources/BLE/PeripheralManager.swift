@@ -297,7 +297,8 @@ public struct PeripheralManager: Sendable {
     /// to answer. One consumer: a second call ends the first stream. Buffer: the oldest
     /// 256 unanswered (a central has at most one request outstanding); beyond that
     /// (counted in `dropped`), and without a consumer, the server answers from the
-    /// stored value.
+    /// stored value. The stream finishes when the transport ends (at once when asked
+    /// for after that).
     public func requests() async -> BufferedStream<ReadWriteRequest> { await host.takeRequests() }
 }
 
@@ -459,6 +460,11 @@ extension BluetoothHost {
     func takeRequests() -> BufferedStream<ReadWriteRequest> {
         peripheralState.requestContinuation?.finish()
         let (s, c) = BufferedStream<ReadWriteRequest>.makeStream(capacity: 256, keeping: .oldest)
+        // No request comes once the transport has ended: the stream is over already.
+        if case .transportClosed = state {
+            c.finish()
+            return s
+        }
         peripheralState.requestGeneration += 1
         let generation = peripheralState.requestGeneration
         peripheralState.requestContinuation = c

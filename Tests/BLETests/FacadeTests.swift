@@ -470,3 +470,92 @@ private final class CountingTaskExecutor: TaskExecutor, @unchecked Sendable {
         await pair.room.close()
     }
 }
+
+extension FacadeTests {
+    /// What an application asks of a host whose transport has ended ends at once:
+    /// each stream is finished, each operation throws; nothing waits for good.
+    @Test func everythingAskedOfAClosedHostEndsAtOnce() async throws {
+        let radio = VirtualRadio()
+        let c = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:21")!), logger: Bench.logger)
+        let p = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:01:21")!), logger: Bench.logger)
+        defer { Task { await p.close(); _ = radio } }
+        try await c.start()
+        try await p.start()
+        let value = Characteristic(uuid: uuidB, properties: [.read, .notify], permissions: [.read], value: [1])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [value]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:21")!, within: .seconds(5))
+        let rc = try await remote.characteristic(uuidB)
+        await c.close()
+        func ends<S: AsyncSequence & Sendable>(_ s: S) async -> Bool where S.Element: Sendable {
+            await firstElement(AsyncStream<Void> { k in Task { do { for try await _ in s {} } catch {}; k.yield() } }, within: .seconds(3)) != nil
+        }
+        func throwsAtOnce(_ body: @escaping @Sendable () async throws -> Void) async -> Bool {
+            await firstElement(AsyncStream<Bool> { k in Task { do { try await body(); k.yield(false) } catch { k.yield(true) } } }, within: .seconds(3)) == true
+        }
+        #expect(await ends(c.states()))
+        #expect(await ends(c.connectionEvents()))
+        #expect(await ends(await c.securityEvents()))
+        #expect(await ends(c.peripheral.events()))
+        #expect(await ends(await c.peripheral.requests()))
+        #expect(await ends(await c.publishChannel(spsm: 0x0080)))
+        #expect(await throwsAtOnce { _ = try await c.central.scan() })
+        #expect(await throwsAtOnce { _ = try await c.central.first(matching: ScanFilter(), within: .seconds(30)) })
+        #expect(await throwsAtOnce { _ = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:21")!, within: .seconds(30)) })
+        #expect(await throwsAtOnce { try await c.peripheral.startAdvertising(AdvertisingData()) })
+        #expect(await throwsAtOnce { _ = try await remote.read(rc) })
+        #expect(await throwsAtOnce { _ = try await remote.subscribe(to: rc) })
+        #expect(await throwsAtOnce { _ = try await remote.serviceChanges() })
+        #expect(await throwsAtOnce { _ = try await remote.secure() })
+        #expect(await throwsAtOnce { _ = try await remote.openChannel(spsm: 0x0080) })
+        #expect(await throwsAtOnce { _ = try await remote.readRSSI() })
+        #expect(await throwsAtOnce { _ = try await remote.disconnect() })
+        #expect(await remote.disconnection(within: .seconds(3)) != nil)
+    }
+}
+
+extension FacadeTests {
+    /// The same for a link the peer ended: every operation on the peripheral throws at
+    /// once, its subscription's stream ends with the reason, and on the peripheral's
+    /// side a request handed out for that link is answered into the void, not waited on.
+    @Test func everythingAskedOfAnEndedLinkEndsAtOnce() async throws {
+        let radio = VirtualRadio()
+        let c = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:22")!), logger: Bench.logger)
+        let p = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:01:22")!), logger: Bench.logger)
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        try await c.start()
+        try await p.start()
+        let manual = Characteristic(uuid: uuidA, properties: [.read], permissions: [.read], value: [], answersManually: true)
+        let value = Characteristic(uuid: uuidB, properties: [.read, .notify], permissions: [.read], value: [1])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [manual, value]))
+        let requests = await p.peripheral.requests()
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:22")!, within: .seconds(5))
+        let rc = try await remote.characteristic(uuidB)
+        let rm = try await remote.characteristic(uuidA)
+        let values = try await remote.subscribe(to: rc)
+        // A read the peripheral's app holds, unanswered, when the link ends.
+        let pending = Task { try await remote.read(rm) }
+        var it = requests.makeAsyncIterator()
+        let request = try #require(await it.next())
+        for link in await p.connections { _ = try await p.disconnect(link) }
+        func throwsAtOnce(_ body: @escaping @Sendable () async throws -> Void) async -> Bool {
+            await firstElement(AsyncStream<Bool> { k in Task { do { try await body(); k.yield(false) } catch { k.yield(true) } } }, within: .seconds(3)) == true
+        }
+        #expect(await throwsAtOnce { _ = try await pending.value })
+        #expect(await throwsAtOnce { for try await _ in values {} })
+        #expect(await remote.disconnection(within: .seconds(3)) != nil)
+        #expect(await throwsAtOnce { _ = try await remote.read(rc) })
+        #expect(await throwsAtOnce { try await remote.write([2], to: rc, withResponse: false) })
+        #expect(await throwsAtOnce { _ = try await remote.subscribe(to: rc) })
+        #expect(await throwsAtOnce { try await remote.unsubscribe(from: rc) })
+        #expect(await throwsAtOnce { _ = try await remote.serviceChanges() })
+        #expect(await throwsAtOnce { _ = try await remote.discoverServices(refresh: true) })
+        #expect(await throwsAtOnce { _ = try await remote.secure() })
+        #expect(await throwsAtOnce { _ = try await remote.openChannel(spsm: 0x0080) })
+        #expect(await throwsAtOnce { _ = try await remote.openEnhancedBearers() })
+        #expect(await throwsAtOnce { _ = try await remote.readRSSI() })
+        let answered: Void? = await firstElement(AsyncStream<Void> { k in Task { await request.respond(with: [9]); k.yield() } }, within: .seconds(3))
+        #expect(answered != nil)
+    }
+}
