@@ -455,40 +455,131 @@ extension Gatt {
         /// Runs the commands typed on standard input until `quit` (returns true) or the
         /// end of input (false). Each result is reported; a bad command is an `error`
         /// event (on standard error in text mode) and serving goes on. While a pairing
-        /// prompt waits, the next line answers it.
+        /// prompt waits, the next line answers it, even while a command runs (an
+        /// `indicate` waiting for a central that pairs before it confirms): the console
+        /// reads on while commands run one after another, up to `ConsoleCommands.limit`
+        /// typed ahead. At the end of input a waiting prompt is refused at once, and the
+        /// commands typed before it still run.
         static func console(_ peripheral: PeripheralManager, _ published: ServedDatabase, answers: ConsoleAnswers, json: Bool,
-                            report: (_ o: [(String, JSONValue)], _ text: String) -> Void) async -> Bool {
+                            report: @escaping @Sendable (_ o: [(String, JSONValue)], _ text: String) -> Void) async -> Bool {
             let (lines, done) = StandardInputLines.start()
-            for await line in lines {
-                defer { done() }
-                if answers.offer(line) { continue }
-                do {
-                    guard let command = try ServeCommand.parse(line) else { continue }
-                    let db = await peripheral.host.server.database
-                    switch command {
-                    case .quit: return true
-                    case .help: FileHandle.standardError.write(Data((ServeCommand.usage + "\n").utf8))
-                    case let .set(t, v):
-                        let a = try ServeCommand.resolve(t, in: db, value: v, needs: nil)
-                        try await peripheral.setValue(v, of: try published.characteristic(at: a))
-                        report([("event", .string("set"))] + valueJSON(a.handle, v, uuid: a.type), "set " + valueLine(a.handle, v, uuid: a.type))
-                    case let .notify(t, v), let .indicate(t, v):
-                        let notify = if case .notify = command { true } else { false }
-                        let a = try ServeCommand.resolve(t, in: db, value: v, needs: notify ? .notify : .indicate)
-                        let c = try published.characteristic(at: a)
-                        let value = v ?? a.value
-                        // Notified: the links notified. Indicated: the links that confirmed.
-                        let reached = notify ? try await peripheral.notify(c, value: value) : try await peripheral.indicate(c, value: value)
-                        let (event, key, how) = notify ? ("notified", "connections", " to") : ("indicated", "confirmed", ", confirmed by")
-                        report([("event", .string(event))] + valueJSON(a.handle, value, uuid: a.type) + [(key, .array(reached.map { .int(Int($0.handle)) }))],
-                               "\(event) " + valueLine(a.handle, value, uuid: a.type) + "\(how) \(reached.count) subscriber\(reached.count == 1 ? "" : "s")")
+            let commands = ConsoleCommands()
+            return await withTaskGroup(of: Bool.self) { group in
+                group.addTask {
+                    for await line in lines {
+                        if answers.offer(line) { done() } else { commands.push(line, release: done) }
                     }
-                } catch {
-                    report([("event", .string("error")), ("command", .string(line)), ("message", .string("\(error)"))], "btctl: \(error)")
+                    // Nobody is left to answer a prompt.
+                    answers.close()
+                    commands.end()
+                    return false
                 }
+                group.addTask {
+                    while let line = await commands.next() {
+                        if await run(line, peripheral, published, report: report) { return true }
+                    }
+                    return false
+                }
+                // The reader ends first at the end of input (then the commands before
+                // it run); `quit` ends the console with the reader still waiting.
+                var quit = false
+                for await q in group {
+                    quit = quit || q
+                    if q { group.cancelAll() }
+                }
+                commands.end()
+                return quit
+            }
+        }
+
+        /// Runs one console line; true for `quit`.
+        static func run(_ line: String, _ peripheral: PeripheralManager, _ published: ServedDatabase,
+                        report: (_ o: [(String, JSONValue)], _ text: String) -> Void) async -> Bool {
+            do {
+                guard let command = try ServeCommand.parse(line) else { return false }
+                let db = await peripheral.host.server.database
+                switch command {
+                case .quit: return true
+                case .help: FileHandle.standardError.write(Data((ServeCommand.usage + "\n").utf8))
+                case let .set(t, v):
+                    let a = try ServeCommand.resolve(t, in: db, value: v, needs: nil)
+                    try await peripheral.setValue(v, of: try published.characteristic(at: a))
+                    report([("event", .string("set"))] + valueJSON(a.handle, v, uuid: a.type), "set " + valueLine(a.handle, v, uuid: a.type))
+                case let .notify(t, v), let .indicate(t, v):
+                    let notify = if case .notify = command { true } else { false }
+                    let a = try ServeCommand.resolve(t, in: db, value: v, needs: notify ? .notify : .indicate)
+                    let c = try published.characteristic(at: a)
+                    let value = v ?? a.value
+                    // Notified: the links notified. Indicated: the links that confirmed.
+                    let reached = notify ? try await peripheral.notify(c, value: value) : try await peripheral.indicate(c, value: value)
+                    let (event, key, how) = notify ? ("notified", "connections", " to") : ("indicated", "confirmed", ", confirmed by")
+                    report([("event", .string(event))] + valueJSON(a.handle, value, uuid: a.type) + [(key, .array(reached.map { .int(Int($0.handle)) }))],
+                           "\(event) " + valueLine(a.handle, value, uuid: a.type) + "\(how) \(reached.count) subscriber\(reached.count == 1 ? "" : "s")")
+                }
+            } catch {
+                report([("event", .string("error")), ("command", .string(line)), ("message", .string("\(error)"))], "btctl: \(error)")
             }
             return false
         }
+    }
+}
+
+/// The console's commands waiting for the one that runs: lines are taken in order;
+/// while `limit` wait, the line that would exceed it keeps its reader waiting (its
+/// `release` is called once a command is taken), so nothing is dropped and nothing
+/// unbounded is kept.
+final class ConsoleCommands: Sendable {
+    static let limit = 16
+    private struct State {
+        var lines: [String] = []
+        var held: (@Sendable () -> Void)?
+        var taker: CheckedContinuation<String?, Never>?
+        var ended = false
+    }
+    private let state = Mutex(State())
+
+    /// Queues `line`; `release` lets the reader read on, at once unless the queue is full.
+    func push(_ line: String, release: @escaping @Sendable () -> Void) {
+        let (taker, releaseNow) = state.withLock { s -> (CheckedContinuation<String?, Never>?, Bool) in
+            if s.ended { return (nil, true) }
+            if let t = s.taker {
+                s.taker = nil
+                return (t, true)
+            }
+            s.lines.append(line)
+            if s.lines.count < Self.limit { return (nil, true) }
+            s.held = release
+            return (nil, false)
+        }
+        taker?.resume(returning: line)
+        if releaseNow { release() }
+    }
+
+    /// The oldest waiting line; nil once `end` was called and none is left.
+    func next() async -> String? {
+        await withCheckedContinuation { (c: CheckedContinuation<String?, Never>) in
+            let (line, held) = state.withLock { s -> (String??, (@Sendable () -> Void)?) in
+                if !s.lines.isEmpty {
+                    defer { s.held = nil }
+                    return (s.lines.removeFirst(), s.held)
+                }
+                if s.ended { return (.some(nil), nil) }
+                s.taker = c
+                return (nil, nil)
+            }
+            held?()
+            if let line { c.resume(returning: line) }
+        }
+    }
+
+    /// No more lines come: `next` returns what waits, then nil.
+    func end() {
+        let taker = state.withLock { s -> CheckedContinuation<String?, Never>? in
+            s.ended = true
+            defer { s.taker = nil }
+            return s.taker
+        }
+        taker?.resume(returning: nil)
     }
 }
 

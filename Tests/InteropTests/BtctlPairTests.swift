@@ -268,6 +268,44 @@ import Testing
         #expect(channels == [[true], [true], [true], []], "\(links)")
     }
 
+    /// A prompt shown while a console command runs is answered by the next line:
+    /// Bumble subscribes to indications, and when btctl's `indicate` reaches it, pairs
+    /// before it confirms (bumble_smp_peer.py central-indicate-pair), so the command
+    /// waits on the numeric comparison btctl's user must confirm. The console reads
+    /// on while the command runs: the `y` typed answers the prompt, the pairing
+    /// completes, Bumble confirms, and btctl reports the indication confirmed.
+    @Test func gattServeAnswersAPromptWhileAnIndicationWaitsOnIt() async throws {
+        guard let rig = try await Self.rig("serve-indicate") else { return }
+        defer { rig.end() }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", rig.rc.transportSpec, "--json",
+                                                            "--io-capability", "display-yes-no", "--bonds", rig.file])
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+        let advertising = try #require(BtctlServeTests.events(server.output).first { $0["event"] as? String == "advertising" })
+        let peer = try rig.bumble(["central-indicate-pair", "1", "1", "display-yes-no", "0", try #require(advertising["address"] as? String)])
+        defer { RootcanalProcess.kill(peer.process) }
+        let subscribed = await server.waitForOutput(within: .seconds(45)) { out in
+            Self.named(out, "subscription").contains { $0["indicate"] as? Bool == true }
+        }
+        #expect(subscribed, "\(server.output)")
+        server.send("indicate 6E400003-B5A3-F393-E0A9-E50E24DCCA9E")
+        #expect(await server.waitForOutput(within: .seconds(20)) { !Self.named($0, "confirm_number").isEmpty }, "\(server.output)")
+        server.send("y")
+        #expect(await server.waitForOutput(within: .seconds(20)) { !Self.named($0, "indicated").isEmpty }, "\(server.output)")
+        server.send("quit")
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0, "\(server.output)")
+        let lines = try JSONSchemaTests.check(server.output, against: "gatt-serve")
+        let indicated = try #require(lines.first { $0["event"] as? String == "indicated" }, "\(lines)")
+        let link = try #require(lines.first { $0["event"] as? String == "connected" }?["handle"] as? Int, "\(lines)")
+        #expect(indicated["confirmed"] as? [Int] == [link], "\(indicated)")
+        let paired = lines.filter { $0["event"] as? String == "paired" }
+        #expect(paired.count == 1 && paired.first?["method"] as? String == "Numeric Comparison", "\(lines)")
+        #expect(!lines.contains { $0["event"] as? String == "error" }, "\(lines)")
+        let bumble = await peer.events()
+        #expect(bumble.compactMap { $0["event"] as? String }.filter { ["indication", "secured", "confirmed"].contains($0) } == ["indication", "secured", "confirmed"],
+                "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "secured").first?["encrypted"] as? Bool == true, "\(bumble)")
+    }
+
     /// With its standard input at an end, `gatt serve` has nobody to answer a prompt:
     /// a numeric comparison is refused at once (Pairing Failed, Numeric Comparison
     /// Failed), not left for the SMP timeout, and serving goes on.

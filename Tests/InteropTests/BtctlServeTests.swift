@@ -80,6 +80,18 @@ import Testing
         #expect(server.output.contains("sent, 1 console error\n"), "\(server.output)")
     }
 
+    /// Commands typed ahead, more than the console keeps waiting (`ConsoleCommands`),
+    /// all run, in the order typed, and `quit` after them ends serving.
+    @Test func commandsTypedAheadRunInOrder() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", "virtual", "--json"])
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+        server.send((0..<40).map { String(format: "set 2A19 %02x", $0) }.joined(separator: "\n") + "\nquit")
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0, "\(server.output)")
+        let values = Self.events(server.output).filter { $0["event"] as? String == "set" }.compactMap { $0["value"] as? String }
+        #expect(values == (0..<40).map { String(format: "%02x", $0) }, "\(server.output)")
+    }
+
     /// `--no-service-uuids` advertises the name alone (the flag's name is spelled as the
     /// docs spell it, not as the argument parser would split `noServiceUUIDs`).
     @Test func noServiceUUIDsAdvertisesTheNameAlone() async throws {

@@ -37,6 +37,13 @@ Usage:
       "refused" event names the result Bumble's l2cap.L2capError gives), then pairs
       (first link) or encrypts from the stored keys (second), asks again ("channel"
       when it opens) and disconnects.
+  bumble_smp_peer.py HCI_PORT central-indicate-pair SC MITM IO PASSKEY ADDRESS
+      As central, on one link: subscribes to indications of 6E400003-B5A3-F393-E0A9-
+      E50E24DCCA9E (btctl's docs/examples/battery.json) unencrypted ("subscribed"),
+      and when the first indication comes ("indication") pairs before it confirms it
+      (its GATT client's indication handler is replaced): the server's indication
+      waits on a pairing its user must answer. Then confirms ("confirmed"), waits up
+      to 60 s for the server to end the link, else ends it.
   bumble_smp_peer.py HCI_PORT central-private SC MITM IO PASSKEY NAME
       Against a peripheral with privacy: scans for the advertiser named NAME, connects
       to the private address it uses, pairs with bonding and reports the identity
@@ -363,6 +370,40 @@ async def central_subscribe(device, address):
         await asyncio.wait_for(disconnected.wait(), 10)
 
 
+async def central_indicate_pair(device, address):
+    disconnected = asyncio.Event()
+    connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+    emit(event="connected", round=0)
+    watch(connection, disconnected)
+    client = connection.gatt_client
+
+    async def pair_then_confirm(pdu):
+        emit(event="indication", handle=pdu.attribute_handle, value=bytes(pdu.attribute_value).hex())
+        try:
+            await connection.pair()
+            emit(event="secured", round=0, encrypted=connection.is_encrypted)
+        except Exception as e:
+            emit(event="error", round=0, error=type(e).__name__, detail=str(e))
+        client.send_confirmation(att.ATT_Handle_Value_Confirmation())
+        emit(event="confirmed", handle=pdu.attribute_handle)
+
+    client.on_att_handle_value_indication = lambda pdu: asyncio.get_running_loop().create_task(pair_then_confirm(pdu))
+    try:
+        peer = Peer(connection)
+        await peer.discover_services()
+        found = await peer.discover_characteristics(uuids=[UUID("6E400003-B5A3-F393-E0A9-E50E24DCCA9E")])
+        await found[0].discover_descriptors()
+        await found[0].subscribe(lambda value: None, prefer_notify=False)
+        emit(event="subscribed", round=0, handle=found[0].handle)
+    except Exception as e:
+        emit(event="error", round=0, error=type(e).__name__, detail=str(e))
+    try:
+        await asyncio.wait_for(disconnected.wait(), 60)
+    except asyncio.TimeoutError:
+        await connection.disconnect()
+        await asyncio.wait_for(disconnected.wait(), 10)
+
+
 async def find(device, name, other=None, within=20):
     """The first advertiser named `name` whose address is not `other`."""
     found = asyncio.get_running_loop().create_future()
@@ -444,6 +485,8 @@ async def main():
             await central_private(device, sys.argv[7])
         elif mode == "central-channel":
             await central_channel(device, sys.argv[7], int(sys.argv[8]) if len(sys.argv) > 8 else 2)
+        elif mode == "central-indicate-pair":
+            await central_indicate_pair(device, sys.argv[7])
         elif mode == "central-subscribe":
             await central_subscribe(device, sys.argv[7])
         else:
