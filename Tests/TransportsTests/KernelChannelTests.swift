@@ -5,9 +5,11 @@
 // modes. The kernel's L2CAP is a peer nobody here wrote; it also proves the kernel
 // backend of `SDUChannel`.
 
+import ATT
 import BLETesting
 import BlueZATT
 import Foundation
+import GATT
 import HCI
 import L2CAP
 import Testing
@@ -169,5 +171,116 @@ extension KernelTests {
         }
         try await sending.value
         #expect(got == total)
+    }
+}
+
+extension KernelTests {
+    /// `btctl l2cap connect` (a real btctl process on hci0's user channel) to the
+    /// kernel's LE server on hci1, whose socket asks for BT_SECURITY_MEDIUM: the
+    /// kernel refuses an unencrypted link ("insufficient authentication",
+    /// l2cap_le_connect_req), btctl pairs (Just Works; this test is the kernel's
+    /// agent), asks again and gets the channel, which echoes what btctl sends. A second
+    /// run with the same bond file is refused again and encrypts from the bond (the
+    /// kernel stores no new key); a third, with `--security encrypted`, encrypts before
+    /// it asks. bluetoothd's part on hci1 is played here: a GATT server on the kernel's
+    /// ATT socket answers btctl's MTU exchange and holds the link (the kernel ends an
+    /// LE link no socket uses after 2 s).
+    @Test func btctlConnectsToTheKernelsProtectedServer() async throws {
+        guard Guest.active, !Guest.unprivileged else { return }
+        let btctl = FileManager.default.currentDirectoryPath + "/.build/debug/btctl"
+        try #require(FileManager.default.isExecutableFile(atPath: btctl), "build btctl first")
+        let agent = try await Self.kernelAdapter(io: .noInputNoOutput, secureConnections: true)
+        defer { Task { await agent.stop() } }
+        let hci1 = try Self.address(of: 1)
+        let listener = try KernelL2CAPSocket.listen(spsm: 0x0085, mode: .le, receiveMTU: 1000, securityLevel: 2, on: hci1)
+        defer { listener.close() }
+        let attListener = try KernelATTSocket.listen(on: hci1)
+        defer { attListener.close() }
+        let server = GATTServer(database: AttributeDatabase(), logger: Guest.logger)
+        let adv = try await Self.advertiseOnHci1()
+        let bonds = NSTemporaryDirectory() + "btctl-kernel-bonds-\(getpid()).json"
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let input = Self.pattern(300, 3)
+        var keysAfter: [Int] = []
+        for (round, extra) in [[], [], ["--security", "encrypted"]].enumerated() {
+            do { try await adv.send(LESetAdvertisingEnable(advertisingEnable: true)) } catch HCIError.commandFailed(_, .commandDisallowed) {}
+            let att = Task {
+                let ch = try await KernelATTChannel.accept(on: attListener)
+                await server.attach(ATTBearer(channel: ch, logger: Guest.logger), connection: UInt16(round + 1))
+                return ch
+            }
+            let echo = Task {
+                let ch = try await KernelL2CAPChannel.accept(on: listener, spsm: 0x0085)
+                let level = try ch.socket.security().level
+                for try await sdu in ch.sdus { try await ch.send(sdu) }
+                return level
+            }
+            let run = try await Self.runBtctl(btctl, ["l2cap", "connect", hci1.description, "--spsm", "0x85", "-t", "hci0", "--json", "--wait", "1",
+                                                      "--io-capability", "no-input-no-output", "--bonds", bonds] + extra, input: input)
+            // Bounded: a kernel that never saw the channel leaves its accept waiting.
+            let level = await Self.value(of: echo, within: .seconds(10))
+            let attChannel = await Self.value(of: att, within: .seconds(2))
+            attChannel?.close()
+            #expect(run.status == 0, "\(extra): \(run.err)")
+            let events = run.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            let secured = events.filter { $0["event"] as? String == "secured" }
+            #expect(secured.count == 1 && secured.first?["bonded"] as? Bool == true, "\(extra): \(run.out)")
+            let echoed = events.filter { $0["event"] as? String == "sdu" }.compactMap { $0["value"] as? String }.joined()
+            #expect(echoed == input.map { String(format: "%02x", $0) }.joined(), "\(extra): \(run.out) \(run.err)")
+            guard let level else {
+                Issue.record("\(extra): the kernel's server got no channel")
+                break
+            }
+            #expect(level >= 2, "\(extra): the kernel's BT_SECURITY \(level)")
+            keysAfter.append(await agent.newKeys)
+        }
+        // One pairing (the kernel stores its keys then), none after.
+        #expect(keysAfter.count == 3 && keysAfter[0] >= 1 && keysAfter[1] == keysAfter[0] && keysAfter[2] == keysAfter[0], "\(keysAfter)")
+        await adv.close()
+    }
+
+    /// `task`'s value, or nil when it throws or has none within `limit` (the task goes on).
+    static func value<T: Sendable>(of task: Task<T, any Error>, within limit: Duration) async -> T? {
+        await firstElement(AsyncStream<T?> { k in Task { k.yield(try? await task.value) } }, within: limit) ?? nil
+    }
+
+    /// btctl with `args`, `input` on standard input (its output through files); killed
+    /// (by PID) after 60 s. posix_spawn rather than Foundation's Process, which in the
+    /// guest cannot make its run loop's wake-up socket pair; waited for on a thread of
+    /// its own, not on the cooperative pool (one CPU in the guest).
+    static func runBtctl(_ path: String, _ args: [String], input: [UInt8]) async throws -> (status: Int32, out: String, err: String) {
+        let dir = NSTemporaryDirectory() + "btctl-run-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try Data(input).write(to: URL(fileURLWithPath: dir + "/in"))
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, dir + "/in", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, dir + "/out", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        posix_spawn_file_actions_addopen(&actions, 2, dir + "/err", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        let argv: [UnsafeMutablePointer<CChar>?] = ([path] + args).map { strdup($0) } + [nil]
+        defer { for a in argv { free(a) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, path, &actions, nil, argv, environ)
+        guard spawned == 0 else { throw L2CAPError(operation: "starting btctl", errno: spawned) }
+        let child = pid
+        let killer = Task {
+            try await Task.sleep(for: .seconds(60))
+            kill(child, SIGKILL)
+        }
+        let status = await withCheckedContinuation { (c: CheckedContinuation<Int32, Never>) in
+            Thread.detachNewThread {
+                var status: Int32 = 0
+                while waitpid(child, &status, 0) < 0, errno == EINTR {}
+                c.resume(returning: status)
+            }
+        }
+        killer.cancel()
+        let out = (try? String(contentsOfFile: dir + "/out", encoding: .utf8)) ?? ""
+        let err = (try? String(contentsOfFile: dir + "/err", encoding: .utf8)) ?? ""
+        // Exited: its status; killed by a signal: 128 + the signal, as a shell says.
+        let code = (status & 0x7F) == 0 ? (status >> 8) & 0xFF : 128 + (status & 0x7F)
+        return (code, out, err)
     }
 }
