@@ -483,11 +483,10 @@ extension Gatt {
                 // The reader ends first at the end of input (then the commands before
                 // it run); `quit` ends the console with the reader still waiting.
                 var quit = false
-                for await q in group {
-                    quit = quit || q
-                    if q { group.cancelAll() }
+                for await q in group where q {
+                    quit = true
+                    group.cancelAll()
                 }
-                commands.end()
                 return quit
             }
         }

@@ -65,10 +65,7 @@ struct L2CAP_: AsyncParsableCommand {
         }
 
         func run() async throws {
-            // Standard input carries the channel's data: a prompt --passkey or --yes does
-            // not answer goes unanswered, which refuses the pairing.
-            let answers = ConsoleAnswers()
-            answers.close()
+            let answers = ConsoleAnswers.none()
             let store = AdapterBondStore(path: pairing.store.bonds)
             let (host, writer) = try await options.openHost(security: pairing.securityOptions(store: store, json: options.json, answers: answers),
                                                             deviceName: name)
@@ -127,11 +124,7 @@ struct L2CAP_: AsyncParsableCommand {
         }
 
         func run() async throws {
-            // Standard input carries the channel's data: a prompt --passkey or --yes does
-            // not answer goes unanswered, which refuses the pairing.
-            let answers = ConsoleAnswers()
-            answers.close()
-            let (session, writer) = try await PeerSession.open(options, peer, pairing, answers: answers)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing, answers: .none())
             defer { writer?.close() }
             let ch: L2CAPChannel
             do {

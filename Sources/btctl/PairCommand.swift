@@ -264,6 +264,15 @@ final class ConsoleAnswers: Sendable {
         for w in gone { w.continuation.resume(returning: nil) }
     }
 
+    /// Answers for a command whose standard input is not a console (`l2cap`: it is
+    /// the channel's): every prompt that --passkey or --yes does not answer goes
+    /// unanswered, which refuses the pairing.
+    static func none() -> ConsoleAnswers {
+        let answers = ConsoleAnswers()
+        answers.close()
+        return answers
+    }
+
     /// The console's input ended: every prompt, waiting or to come, goes unanswered.
     func close() {
         let gone = state.withLock { s in
