@@ -179,7 +179,8 @@ public actor BluetoothHost: LoopIsolated {
     public nonisolated let mandatory: MandatoryHandles
     /// The local GATT server also takes enhanced ATT bearers (EATT, SPSM 0x0027):
     /// Server Supported Features says so, and each enhanced credit-based channel a
-    /// client opens to 0x0027 becomes one more bearer of its connection.
+    /// client opens to 0x0027 on an encrypted link becomes one more bearer of its
+    /// connection (on an unencrypted link it is refused for security).
     public nonisolated let enhancedATT: Bool
     /// Pairing, encryption and bonds on every link (SMP).
     public nonisolated let security: SecurityManager
@@ -319,8 +320,12 @@ public actor BluetoothHost: LoopIsolated {
             tasks.append(Task { await self.follow(serverEvents) })
             tasks.append(Task { await self.follow(requests) })
             if enhancedATT {
-                // EATT bearers: MTU = our ATT MTU, MPS one LE data PDU's worth.
-                let eatt = await l2cap.listen(spsm: EATTChannel.spsm, parameters: enhancedBearerParameters)
+                // EATT bearers: MTU = our ATT MTU, MPS one LE data PDU's worth; only on an
+                // encrypted link (Vol 3, Part G, §5.3.2, as BlueZ listens with
+                // BT_SECURITY_MEDIUM): a request on another is refused, Vol 3, Part C,
+                // §10.3.1's way, and the client encrypts or pairs and asks again.
+                let eatt = await l2cap.listen(spsm: EATTChannel.spsm, parameters: enhancedBearerParameters,
+                                              security: ChannelSecurity(level: .encrypted, minimumKeySize: Int(securityOptions.pairing.minimumKeySize)))
                 tasks.append(Task { await self.serveEnhancedBearers(eatt) })
             }
         }

@@ -44,6 +44,7 @@
 @_exported import struct SMP.CachedDatabase
 @_exported import struct SMP.KeypressType
 @_exported import struct SMP.PairingKeys
+@_exported import struct SMP.LongTermKey
 @_exported import class SMP.InMemoryBondStore
 @_exported import class SMP.FileBondStore
 @_exported import class SMP.SecurityRandom

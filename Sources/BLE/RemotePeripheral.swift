@@ -182,16 +182,19 @@ public actor RemotePeripheral {
     /// then on the GATT client spreads operations over the bearers, one transaction on
     /// each at a time (`GATTClient.addEnhancedBearer`); requests the peer's client
     /// sends on them are answered by the local GATT server. `parameters` default to
-    /// `BluetoothHost.enhancedBearerParameters`. Returns how many enhanced bearers are
-    /// open now. Throws `BLEError.notSupported` when the server does not take EATT,
-    /// `L2CAPChannelError` as `openChannels`; a refusal for the link's security is met
-    /// as for any channel (pairing on demand).
+    /// `BluetoothHost.enhancedBearerParameters`. An enhanced bearer's channel shall be
+    /// encrypted (Vol 3, Part G, §5.3.2): an unencrypted link is first encrypted from
+    /// the bond, or paired (`secure(level:)`), whether or not the server would take
+    /// the channel without. Returns how many enhanced bearers are open now. Throws
+    /// `BLEError.notSupported` when the server does not take EATT, `SecurityError`
+    /// when the link cannot be encrypted, `L2CAPChannelError` as `openChannels`.
     @discardableResult
     public func openEnhancedBearers(count: Int = 2, parameters: CreditBasedParameters? = nil) async throws -> Int {
         let features = try await run { try await client.read(uuid: GATTCharacteristicType.serverSupportedFeatures) }
         guard let f = features.first?.value.first, f & ServerSupportedFeatures.eatt != 0 else {
             throw BLEError.notSupported("the peer's GATT server does not take enhanced ATT bearers (Server Supported Features)")
         }
+        if await !security.encrypted { try await secure(level: .encrypted) }
         // Bits once set stay set (§7.2): add ours to what this client has written.
         if let csf = try await run({ try await client.read(uuid: GATTCharacteristicType.clientSupportedFeatures) }).first {
             let bits = (csf.value.first ?? 0) | ClientSupportedFeatures.eatt | ClientSupportedFeatures.multipleHandleValueNotifications

@@ -26,6 +26,8 @@ private enum PeerInput: Sendable {
     case disconnected(HCIStatus)
     /// The wait for the probe of this round ran out.
     case timeout(round: Int)
+    /// Encryption Change.
+    case encrypted(HCIStatus, on: Bool)
 }
 
 func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
@@ -263,8 +265,14 @@ struct HostileTraffic {
     @Test(arguments: SeededGenerator.seeds)
     func seededHostileTrafficNeverStopsTheServer(seed: UInt64) async throws {
         let radio = VirtualRadio()
+        // The peer is bonded (a Secure Connections LTK both sides hold) and encrypts the
+        // link before its traffic: enhanced ATT bearers are granted on an encrypted link
+        // only (Vol 3, Part G, §5.3.2).
+        let ltk = (0..<16).map { UInt8(truncatingIfNeeded: Int(seed) &+ $0) }
+        let bond = Bond(address: Self.peerAddress, addressType: .public,
+                        keys: PairingKeys(peerLTK: LongTermKey(key: ltk, authenticated: false, secureConnections: true)))
         let host = BluetoothHost(transport: await radio.makeController(address: Self.server), logger: Bench.logger,
-                                 security: SecurityOptions(random: .seeded(seed)), enhancedATT: true)
+                                 security: SecurityOptions(store: InMemoryBondStore([bond]), random: .seeded(seed)), enhancedATT: true)
         try await host.start()
         let probeValue: [UInt8] = [0xC0, 0xFF, 0xEE, UInt8(truncatingIfNeeded: seed)]
         let probe = Characteristic(uuid: uuidB, properties: [.read], permissions: .read, value: probeValue)
@@ -291,6 +299,8 @@ struct HostileTraffic {
             switch i {
             case let .event(.le(.connectionComplete(c))): input.yield(.connected(c.connectionHandle))
             case let .event(.disconnectionComplete(d)): input.yield(.disconnected(d.reason))
+            case let .event(.encryptionChange(e)): input.yield(.encrypted(e.status, on: e.encryptionEnabled != 0))
+            case let .event(.encryptionChangeV2(e)): input.yield(.encrypted(e.status, on: e.encryptionEnabled != 0))
             case let .acl(p):
                 let (frame, errors) = reassembler.withLock { $0.receive(p) }
                 for e in errors { input.yield(.malformed("\(e)")) }
@@ -302,6 +312,11 @@ struct HostileTraffic {
         try await peer.send(LECreateConnection(peerAddressType: .public, peerAddress: Self.server))
         var received = inputs.makeAsyncIterator()
         guard case let .connected(handle)? = await received.next() else { Issue.record("seed \(seed): no connection"); return }
+        try await peer.send(LEEnableEncryption(connectionHandle: handle, randomNumber: 0, encryptedDiversifier: 0, longTermKey: ltk))
+        let encryptionTimer = Task { try await Task.sleep(for: .seconds(5)); input.yield(.timeout(round: -1)) }
+        let encryption = await received.next()
+        encryptionTimer.cancel()
+        guard case .encrypted(.success, on: true)? = encryption else { Issue.record("seed \(seed): the link was not encrypted: \(String(describing: encryption))"); return }
 
         var traffic = HostileTraffic(seed: seed, probe: probeHandle)
         // The client MTUs of the Exchange MTU Requests that arrived whole, in order: each
@@ -325,7 +340,7 @@ struct HostileTraffic {
                 Issue.record("seed \(seed), after frame \(n): our host sent \(what)")
             case let .disconnected(reason)?:
                 Issue.record("seed \(seed), after frame \(n): the link went down (\(reason))")
-            case .connected?, .timeout?, nil: break
+            case .connected?, .timeout?, .encrypted?, nil: break
             }
             return false
         }

@@ -177,9 +177,11 @@ import Transports
     }
 
     /// EATT, our server's side: Bumble's client reads Server Supported Features (EATT
-    /// bit set), opens two enhanced ATT bearers with one Credit Based Connection Request
-    /// to SPSM 0x0027, reads on both at once, discovers services on one; Exchange MTU
-    /// on an enhanced bearer is answered Request Not Supported.
+    /// bit set); asking for enhanced bearers on the unencrypted link it is refused
+    /// "insufficient authentication" (the channel shall be encrypted, Vol 3, Part G,
+    /// §5.3.2); it pairs, opens two enhanced ATT bearers with one Credit Based
+    /// Connection Request to SPSM 0x0027, reads on both at once, discovers services on
+    /// one; Exchange MTU on an enhanced bearer is answered Request Not Supported.
     @Test func bumblesEATTClientAgainstOurServer() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
@@ -195,6 +197,9 @@ import Transports
         let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         func event(_ e: String) -> [String: Any]? { lines.first { $0["event"] as? String == e } }
         #expect(event("server-features")?["values"] as? [String] == ["01"], "\(out)")
+        #expect(event("eatt-unencrypted") == nil, "\(out)")
+        #expect(event("refused")?["name"] as? String == "ALL_CONNECTIONS_REFUSED_INSUFFICIENT_AUTHENTICATION", "\(out)")
+        #expect(event("paired")?["encrypted"] as? Bool == true, "\(out)")
         #expect(event("eatt")?["count"] as? Int == 2, "\(out)")
         #expect(event("read")?["values"] as? [[String]] == [["0e0a77"], ["0e0a77"]], "\(out)")
         #expect((event("services")?["uuids"] as? [String])?.contains { $0.uppercased().contains("EA00") } == true, "\(out)")
@@ -205,7 +210,8 @@ import Transports
     }
 
     /// EATT, our client's side, against Bumble's EATT server (`eatt_enabled`): our
-    /// central opens three enhanced bearers, three reads at once reach Bumble on
+    /// central pairs (an enhanced bearer's channel shall be encrypted, and Bumble's
+    /// server does not ask), opens three enhanced bearers, three reads at once reach Bumble on
     /// different bearers and overlap there (Bumble answers each after 0.5 s), and
     /// notifications Bumble sends on every enhanced bearer and an indication on one
     /// reach our subscriptions, the indication confirmed on its bearer.
@@ -223,6 +229,8 @@ import Transports
         // Flow Control Credit Indications by ours, so it never sees credits we give back:
         // enough initial credits for the whole session (see BumbleL2CAPTests).
         #expect(try await p.openEnhancedBearers(count: 3, parameters: CreditBasedParameters(mtu: 517, mps: 247, initialCredits: 1000)) == 3)
+        // Bumble's server takes EATT on any link; ours encrypted it first (Part G §5.3.2).
+        #expect(await p.security.encrypted)
         let value = try await p.characteristic(BluetoothUUID(0xEA01))
         let reads = (0..<3).map { _ in Task { try await p.read(value) } }
         for r in reads { #expect(try await r.value == [0x0E, 0xA0]) }

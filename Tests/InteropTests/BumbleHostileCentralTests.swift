@@ -117,13 +117,19 @@ import Transports
             #expect(c["got"] as? String == "06000400" + le(scid) + dcid, "\(name): \(c["got"] ?? "none")")
         }
 
-        // EATT with one credit: the second answer waits for a credit (never sent without
-        // one, Part A §10.1) while the unenhanced bearer answers at once; the credits
-        // release it; Exchange MTU on an enhanced bearer is Request Not Supported.
+        // EATT: refused on the unencrypted link (Part G §5.3.2: the channel shall be
+        // encrypted) with "insufficient authentication" and no Destination CID; once
+        // Bumble has paired, a bearer with one credit: the second answer waits for a
+        // credit (never sent without one, Part A §10.1) while the unenhanced bearer
+        // answers at once; the credits release it; Exchange MTU on an enhanced bearer
+        // is Request Not Supported.
         var eatt: [String: String] = [:]
         for c in lines where c["event"] as? String == "eatt-case" {
             if let name = c["name"] as? String { eatt[name] = c["got"] as? String ?? "none" }
         }
+        let refused = eatt["enhanced bearer, unencrypted"] ?? "none"
+        #expect(refused.hasPrefix("183f0a00") && refused.count == 28 && String(Array(refused)[20..<28]) == "0500" + "0000", "\(refused)")
+        #expect(lines.first { $0["event"] as? String == "paired" }?["encrypted"] as? Bool == true, "\(lines)")
         let bearer = eatt["enhanced bearer"] ?? "none"
         // Credit Based Connection Response: MTU, MPS, credits for Bumble, success, one DCID.
         #expect(bearer.hasPrefix("18400a00") && bearer.count == 28 && String(Array(bearer)[20..<24]) == "0000", "\(bearer)")

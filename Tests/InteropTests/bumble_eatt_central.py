@@ -4,8 +4,10 @@ server, for InteropTests.
 Usage:
   bumble_eatt_central.py HCI_PORT ADDRESS
       Connects to ADDRESS (public). On the unenhanced bearer reads Server Supported
-      Features (0x2B3A). Opens two enhanced ATT bearers with one Credit Based
-      Connection Request to SPSM 0x0027, reads characteristic 0xEA01 by UUID on both
+      Features (0x2B3A). Asks for two enhanced ATT bearers on the unencrypted link
+      (an EATT channel shall be encrypted, Vol 3, Part G, §5.3.2: "refused" names
+      the result Bumble's l2cap.L2capError gives), pairs (Just Works), then opens two
+      enhanced ATT bearers with one Credit Based Connection Request to SPSM 0x0027, reads characteristic 0xEA01 by UUID on both
       at once, discovers the primary services on the second, and tries Exchange MTU
       on the first (not allowed on an enhanced bearer). Then disconnects.
 Prints one JSON object per line.
@@ -17,7 +19,7 @@ import logging
 import os
 import sys
 
-from bumble import att
+from bumble import att, l2cap
 from bumble.core import UUID
 from bumble.device import Device, Peer
 from bumble.gatt_client import Client
@@ -41,6 +43,13 @@ async def main():
         peer = Peer(connection)
         features = await peer.gatt_client.read_characteristics_by_uuid(UUID.from_16_bits(0x2B3A), None)
         emit(event="server-features", values=[bytes(v).hex() for v in features])
+        try:
+            early = await Client.connect_eatt(connection, count=2)
+            emit(event="eatt-unencrypted", count=len(early))
+        except l2cap.L2capError as e:
+            emit(event="refused", result=e.error_code, name=e.error_name)
+        await connection.pair()
+        emit(event="paired", encrypted=connection.is_encrypted)
         bearers = await Client.connect_eatt(connection, count=2)
         emit(event="eatt", count=len(bearers))
         reads = await asyncio.gather(*(b.read_characteristics_by_uuid(UUID.from_16_bits(0xEA01), None) for b in bearers))

@@ -135,8 +135,14 @@ async def main():
         manager = device.l2cap_channel_manager
         passed_on = manager.on_pdu
 
+        # While Bumble pairs, its Security Manager gets the SMP PDUs.
+        pairing = {"on": False}
+
         def tap(connection, cid, pdu):
             pdu = bytes(pdu)
+            if cid == SMP and pairing["on"]:
+                passed_on(connection, cid, pdu)
+                return
             if cid == ATT and pdu[:1] == b"\x02":
                 # Our host's own Exchange MTU Request: answered, not an answer to a case.
                 connection.send_l2cap_pdu(ATT, b"\x03" + le16(23))
@@ -200,7 +206,20 @@ async def main():
                     connection.send_l2cap_pdu(SIGNALING, b"\x07" + ident + b"\x04\x00" + bytes.fromhex(got[8:16]))
                     got = got[:2] + "00" + got[4:]
             emit(event="channel-case", name=name, response=response, got=got)
-        # An enhanced ATT bearer (SPSM 0x0027, Part G §5.3) with a single credit for our
+        # An enhanced ATT bearer (SPSM 0x0027, Part G §5.3) asked for on the unencrypted
+        # link: its channel shall be encrypted (§5.3.2), so it is refused, "insufficient
+        # authentication" (no key, Vol 3, Part C, §10.3.1). Then Bumble pairs.
+        drain_all(inbound)
+        connection.send_l2cap_pdu(SIGNALING, b"\x17\x3f\x0a\x00" + le16(0x0027) + le16(64) + le16(64) + le16(1) + le16(EATT))
+        emit(event="eatt-case", name="enhanced bearer, unencrypted", got=await answer(SIGNALING, 2.0))
+        pairing["on"] = True
+        try:
+            await asyncio.wait_for(connection.pair(), 20)
+        except Exception as e:
+            emit(event="pairing-error", error=type(e).__name__, detail=str(e))
+        pairing["on"] = False
+        emit(event="paired", encrypted=connection.is_encrypted)
+        # On the encrypted link, an enhanced ATT bearer with a single credit for our
         # host, then: a read it can answer; a second read whose answer must wait for a
         # credit while the unenhanced bearer still answers at once; two credits, which
         # release that answer and leave one for Exchange MTU, refused on an enhanced
