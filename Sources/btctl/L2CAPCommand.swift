@@ -62,6 +62,7 @@ struct L2CAP_: AsyncParsableCommand {
 
         func validate() throws {
             guard duration > 0, duration <= 86_400 else { throw ValidationError("--duration must be 0...86400 seconds") }
+            try pairing.validate(security: security)
         }
 
         func run() async throws {
@@ -121,6 +122,7 @@ struct L2CAP_: AsyncParsableCommand {
 
         func validate() throws {
             if enhanced, channel.mtu < 64 || channel.mps < 64 { throw ValidationError("--enhanced needs --mtu and --mps of at least 64") }
+            try pairing.validate(security: security)
         }
 
         func run() async throws {

@@ -50,6 +50,12 @@ struct PairingOptions: ParsableArguments {
         if legacy && secureConnectionsOnly { throw ValidationError("--legacy and --secure-connections-only exclude each other") }
     }
 
+    /// Refuses a `--security` level these options can never pair for: Secure
+    /// Connections with `--legacy`.
+    func validate(security level: SecurityLevel) throws {
+        if level == .secureConnections, legacy { throw ValidationError("--security secure-connections cannot be met with --legacy") }
+    }
+
     /// The level pairing aims for: authenticated with --mitm.
     var level: SecurityLevel { mitm ? .authenticated : .encrypted }
 

@@ -38,6 +38,11 @@ import Testing
         let rssi = try await Self.run(["scan", "-t", "virtual", "--min-rssi", "-200"])
         #expect(rssi.out.contains("--min-rssi must be between -127 and 20 dBm, not -200"), "\(rssi.out)")
 
+        for command in [["l2cap", "connect", "--name", "x", "--spsm", "0x80"], ["l2cap", "listen", "0x80"]] {
+            let never = try await Self.run(command + ["-t", "virtual", "--security", "secure-connections", "--legacy"])
+            #expect(never.status == 64 && never.out.contains("--security secure-connections cannot be met with --legacy"), "\(never.out)")
+        }
+
         let parse = try await Self.run(["gatt", "read", "--bogus"])
         #expect(parse.status == 64)
         #expect(parse.out.contains("Usage: btctl gatt read"), "\(parse.out)")
