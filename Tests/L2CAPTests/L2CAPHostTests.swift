@@ -244,14 +244,11 @@ struct L2CAPHostTests {
         var seen: [L2CAPHost.LinkEvent] = []
         for await e in before { seen.append(e) }  // finishes with the transport
         #expect(seen.isEmpty)
-        func ends<S: AsyncSequence & Sendable>(_ s: S) async -> Bool where S.Element: Sendable {
-            await firstElement(AsyncStream<Void> { k in Task { do { for try await _ in s {} } catch {}; k.yield() } }, within: .seconds(3)) != nil
-        }
-        #expect(await ends(await host.linkEvents()))
-        #expect(await ends(await host.newConnections()))
-        #expect(await ends(await host.frames(on: .att)))
-        #expect(await ends(await host.frames(on: .att, handle: 0x40)))
-        #expect(await ends(await host.listen(spsm: 0x0080)))
+        #expect(await ends(await host.linkEvents(), within: .seconds(3)))
+        #expect(await ends(await host.newConnections(), within: .seconds(3)))
+        #expect(await ends(await host.frames(on: .att), within: .seconds(3)))
+        #expect(await ends(await host.frames(on: .att, handle: 0x40), within: .seconds(3)))
+        #expect(await ends(await host.listen(spsm: 0x0080), within: .seconds(3)))
         let called: Void? = await firstElement(AsyncStream<Void> { k in Task { await host.addCloseObserver { k.yield() } } }, within: .seconds(3))
         #expect(called != nil)
     }
