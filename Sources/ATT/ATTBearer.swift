@@ -255,6 +255,12 @@ public actor ATTBearer: LoopIsolated {
         return state.mtu
     }
 
+    /// `exchangeMTU()` queued at once, its outcome handed to `answered` as
+    /// `startRequest(_:answered:)` hands it (the ATT_MTU has changed by then).
+    public func startMTUExchange(answered: @escaping @Sendable (Result<ATTPDU, any Error>) -> Void) {
+        startRequest(.exchangeMTURequest(clientRxMTU: state.localRxMTU), answered: answered)
+    }
+
     private func wait(id: UInt64, events: [ATTBearerState.Event]) async throws -> ATTPDU? {
         try await withCheckedThrowingContinuation { c in
             waiters[id] = c

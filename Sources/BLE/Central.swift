@@ -2,6 +2,7 @@
 // (FA03), connecting (FA04). A connected peripheral is a `RemotePeripheral`.
 
 import GAP
+import NIOCore
 import GATT
 import HCI
 
@@ -90,14 +91,19 @@ public struct Central: Sendable {
     /// (the host's `attMTU`).
     /// Throws `BLEError.connectionTimeout` after `limit` and `CancellationError` when
     /// the task is cancelled; either way LE Create Connection Cancel is sent.
+    ///
+    /// The link, not GATT, decides whether this succeeds: the MTU exchange waits for
+    /// the answer within what is left of `limit`, and a server that refuses it or has
+    /// not answered by then still gets its link (ATT_MTU 23 until an answer comes; see
+    /// `RemotePeripheral.mtu`). Only the link's end throws after it is up.
     public func connect(to address: BluetoothAddress, type: AddressType = .public, within limit: Duration = .seconds(10),
                         parameters: LEConnectionParameters = LEConnectionParameters()) async throws -> RemotePeripheral {
+        let started = host.loop.now
         let c = try await host.connect(to: address, type: type, within: limit, parameters: parameters)
         guard let r = await host.gattPeer(on: c) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         if await host.needsMTUExchange(c) {
-            do { try await r.exchangeMTU() } catch {
-                throw await r.translate(error)
-            }
+            let spent: TimeAmount = host.loop.now - started
+            try await r.exchangeMTU(within: max(limit - .nanoseconds(spent.nanoseconds), .zero))
         }
         return r
     }

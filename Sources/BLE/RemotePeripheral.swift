@@ -10,6 +10,7 @@ import GAP
 import GATT
 import HCI
 import L2CAP
+import Logging
 import SMP
 
 public struct RemoteDescriptor: Hashable, Sendable {
@@ -94,10 +95,35 @@ public actor RemotePeripheral {
 
     public nonisolated var address: BluetoothAddress { connection.peer }
 
-    /// The ATT_MTU in use.
+    /// The ATT_MTU in use: 23 until the MTU exchange `Central.connect` began is
+    /// answered (every GATT operation waits for that answer).
     public var mtu: Int { get async { await client.bearer.mtu } }
 
-    func exchangeMTU() async throws { try await client.exchangeMTU() }
+    /// What `Central.connect` does once the link is up: Exchange MTU (§4.3.1), waiting
+    /// for the answer at most `limit`. The exchange serves GATT, not the link, so only
+    /// the link's end (or cancellation) makes this throw:
+    /// - a server that refuses it (Request Not Supported: "the default MTU shall be
+    ///   used"; or any other Error Response) leaves ATT_MTU at 23;
+    /// - a server that has not answered within `limit` (a peer whose ATT is silent: the
+    ///   kernel without bluetoothd) leaves the request outstanding; GATT operations
+    ///   wait for its answer or its 30 s transaction timeout, while the link serves
+    ///   pairing and L2CAP channels at once.
+    func exchangeMTU(within limit: Duration) async throws {
+        let (answers, answered) = BufferedStream<Result<Int, any Error>>.makeStream(capacity: 1)
+        await client.startMTUExchange { answered.yield($0); answered.finish() }
+        let answer = await firstElement(answers, within: limit, on: host.loop)
+        try Task.checkCancellation()
+        let link: Logger.Metadata = ["ble.handle": "\(connection.handle)"]
+        switch answer {
+        case .success?:
+            return
+        case nil:
+            host.logger.notice("no answer to Exchange MTU within \(limit); ATT_MTU stays 23 and GATT waits for the answer", metadata: link)
+        case let .failure(e)?:
+            if Self.mayMeanTheLinkWent(e), let end = await host.end(of: connection.id, within: .seconds(1)) { throw end.error }
+            host.logger.warning("Exchange MTU failed: \(e); ATT_MTU stays 23", metadata: link)
+        }
+    }
 
     /// What an error means for the user: a peer's Error Response, or the link's end.
     func translate(_ error: any Error) async -> any Error {

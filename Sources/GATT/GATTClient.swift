@@ -127,6 +127,7 @@ public actor GATTClient: LoopIsolated {
     /// preference sees its task once, when the procedure returns.
     private func using<T: Sendable>(_ body: (ATTBearer) async throws -> T) async throws -> T {
         try await withTaskExecutorPreference(bearer.loopExecutor.taskExecutor) {
+            await mtuSettled()
             let b = await lease()
             defer { release(b) }
             return try await body(b)
@@ -183,9 +184,52 @@ public actor GATTClient: LoopIsolated {
 
     // MARK: §4.3 Exchange MTU
 
+    /// Exchange MTU (§4.3.1); returns the resulting ATT_MTU. A server that answers
+    /// Request Not Supported does not support the exchange, and then "the default MTU
+    /// shall be used": 23 is returned, not an error.
     @discardableResult
     public func exchangeMTU() async throws -> Int {
-        do { return try await bearer.exchangeMTU() } catch let e as ATTBearerError { throw GATTClientError.att(e) }
+        try await withCheckedThrowingContinuation { k in startMTUExchange { k.resume(with: $0) } }
+    }
+
+    /// `exchangeMTU()` without waiting for it: the request is queued on the bearer at
+    /// once, and `answered` gets its outcome on the loop. Every operation started
+    /// before the answer comes waits for it (so its PDUs are sized by the outcome);
+    /// the bearer's transaction timeout or the link's end bounds that wait.
+    public func startMTUExchange(answered: @escaping @Sendable (Result<Int, any Error>) -> Void) {
+        mtuExchangesOutstanding += 1
+        bearer.onLoop { b in
+            b.startMTUExchange { outcome in self.onLoop { $0.mtuAnswered(outcome, answered) } }
+        }
+    }
+
+    /// Exchanges this client sent whose answer has not come, and the operations waiting for them.
+    private var mtuExchangesOutstanding = 0
+    private var mtuWaiters: [CheckedContinuation<Void, Never>] = []
+
+    private func mtuAnswered(_ outcome: Result<ATTPDU, any Error>, _ answered: @Sendable (Result<Int, any Error>) -> Void) {
+        let result: Result<Int, any Error>
+        switch outcome {
+        case .success, .failure(ATTBearerError.errorResponse(request: _, handle: _, error: .requestNotSupported)):
+            result = .success(bearer.onLoop { $0.mtu })
+        case let .failure(e as ATTBearerError):
+            result = .failure(GATTClientError.att(e))
+        case let .failure(e):
+            result = .failure(e)
+        }
+        mtuExchangesOutstanding -= 1
+        if mtuExchangesOutstanding == 0 {
+            let waiting = mtuWaiters
+            mtuWaiters.removeAll()
+            for w in waiting { w.resume() }
+        }
+        answered(result)
+    }
+
+    /// Returns once no MTU exchange this client sent waits for its answer.
+    private func mtuSettled() async {
+        guard mtuExchangesOutstanding > 0 else { return }
+        await withCheckedContinuation { mtuWaiters.append($0) }
     }
 
     /// Runs a procedure to its end: each request goes on the bearer, each answer
@@ -339,8 +383,10 @@ public actor GATTClient: LoopIsolated {
     // MARK: §4.9 Characteristic value write
 
     /// Write Without Response (§4.9.1). Returns once the command is queued; when the
-    /// link has fallen behind (the bearer is not writable) it waits for room first.
+    /// link has fallen behind (the bearer is not writable) it waits for room first, and
+    /// for the answer to an MTU exchange still outstanding.
     public func writeWithoutResponse(_ handle: UInt16, value: [UInt8]) async throws {
+        await mtuSettled()
         do { try await bearer.sendWhenWritable(.writeCommand(handle: handle, value: value)) } catch let e as ATTBearerError { throw GATTClientError.att(e) }
     }
 
@@ -350,6 +396,7 @@ public actor GATTClient: LoopIsolated {
     /// that key. At most ATT_MTU - 15 octets. On an encrypted link §4.9.2 asks for a
     /// plain Write Command instead; that choice is the caller's.
     public func writeSigned(_ handle: UInt16, value: [UInt8], csrk: [UInt8], counter: UInt32) async throws {
+        await mtuSettled()
         let limit = await bearer.mtu - 3 - SecurityToolbox.signatureLength
         guard value.count <= limit else { throw GATTClientError.valueTooLong(length: value.count, limit: limit) }
         let message = [ATTOpcode.signedWriteCommand.rawValue, UInt8(truncatingIfNeeded: handle), UInt8(truncatingIfNeeded: handle >> 8)] + value

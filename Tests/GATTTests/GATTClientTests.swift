@@ -29,11 +29,32 @@ final class ChannelEnd: ATTChannel, @unchecked Sendable {
         for p in pending { deliver(.frame(p[...])) }
     }
 
+    /// What becomes of a PDU this end sends.
+    enum Route {
+        /// The peer gets it.
+        case pass
+        /// Kept until `release()` (a server slow to answer).
+        case hold
+        /// The peer never sees it; this end gets `answer` as if the peer had sent it.
+        case answer([UInt8])
+    }
+    let route = Mutex<(@Sendable ([UInt8]) -> Route)?>(nil)
+    private let held = Mutex<[[UInt8]]>([])
+
     func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
         sent.withLock { $0.append(pdu) }
-        peer?.arrive(pdu)
+        switch route.withLock({ $0 })?(pdu) ?? .pass {
+        case .pass: peer?.arrive(pdu)
+        case .hold: held.withLock { $0.append(pdu) }
+        case let .answer(answer): arrive(answer)
+        }
         done?(true)
         return true
+    }
+
+    /// Sends what `rewrite` held, in order.
+    func release() {
+        for pdu in held.withLock({ h in defer { h = [] }; return h }) { peer?.arrive(pdu) }
     }
 
     /// The peer's PDU: handled on the loop after what runs now (in order), or kept until open.
@@ -137,6 +158,47 @@ struct GATTClientTests {
         try await client.writeWithoutResponse(custom.characteristicValues[2], value: [4])
         #expect(try await client.read(custom.characteristicValues[2]) == [4])
         #expect(try await client.readMultipleVariable([custom.characteristicValues[2], custom.characteristicValues[1]]) == [[4], [1]])
+    }
+
+    /// §4.3.1: a server that answers Exchange MTU with Request Not Supported does not
+    /// support it, and "the default MTU shall be used": 23, not an error. Any other
+    /// Error Response is one.
+    @Test func anMTUExchangeRefusedAsNotSupportedLeavesTheDefault() async throws {
+        let (client, _, wire, _, custom) = try await setUp(mtu: 100)
+        wire.route.withLock { $0 = { $0.first == 0x02 ? .answer([0x01, 0x02, 0x00, 0x00, 0x06]) : .pass } }
+        #expect(try await client.exchangeMTU() == 23)
+        // Sized for 23: the 200-octet value comes in pieces of 22.
+        #expect(try await client.read(custom.characteristicValues[0]) == (0..<200).map { UInt8($0) })
+        #expect(wire.sent.withLock { $0.filter { $0.first == 0x0A || $0.first == 0x0C }.count } == 10)
+        wire.route.withLock { $0 = { $0.first == 0x02 ? .answer([0x01, 0x02, 0x00, 0x00, 0x0E]) : .pass } }
+        await #expect(throws: GATTClientError.att(.errorResponse(request: .exchangeMTURequest, handle: 0, error: .unlikelyError))) {
+            try await client.exchangeMTU()
+        }
+    }
+
+    /// An operation started while an MTU exchange waits for its answer (what
+    /// `Central.connect` leaves behind for a slow server) waits for it, and is sized by
+    /// its outcome: at ATT_MTU 100 the 200-octet value is read in three requests, all
+    /// of it. Sized for 23, the 99-octet first piece would break the procedure.
+    @Test func operationsWaitForAnOutstandingMTUExchange() async throws {
+        let (client, _, wire, _, custom) = try await setUp(mtu: 100)
+        let serverEnd = try #require(wire.peer)
+        serverEnd.route.withLock { $0 = { $0.first == 0x03 ? .hold : .pass } }
+        let answered = Mutex<Result<Int, any Error>?>(nil)
+        await client.startMTUExchange { r in answered.withLock { $0 = r } }
+        let h = custom.characteristicValues[0]
+        let read = Task { try await client.read(h) }
+        let written = Task { try await client.writeWithoutResponse(custom.characteristicValues[2], value: Array(repeating: 7, count: 90)) }
+        try await Task.sleep(for: .milliseconds(100))
+        // Only the exchange went out: the read and the command wait for its answer.
+        #expect(wire.sent.withLock { $0 } == [[0x02, 100, 0]])
+        #expect(await client.bearer.mtu == 23)
+        serverEnd.route.withLock { $0 = nil }
+        serverEnd.release()
+        #expect(try await read.value == (0..<200).map { UInt8($0) })
+        try await written.value
+        #expect(try answered.withLock { try $0?.get() } == 100)
+        #expect(wire.sent.withLock { $0.filter { $0.first == 0x0A || $0.first == 0x0C }.count } == 3)
     }
 
     @Test func errorsComeBackTyped() async throws {

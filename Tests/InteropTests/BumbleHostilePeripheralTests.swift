@@ -86,6 +86,58 @@ import Transports
         }
     }
 
+    /// `Central.connect` gets its link whatever the MTU exchange gets, as CoreBluetooth
+    /// and BlueZ do; only the link's end fails it. A server that refuses the exchange
+    /// with Request Not Supported leaves ATT_MTU at 23 (Vol 3 Part G §4.3.1, "the
+    /// default MTU shall be used") and serves GATT; before, connect threw the Error
+    /// Response. A server that never answers (ATT silent, the kernel without
+    /// bluetoothd) gets its link once what is left of connect's limit has passed; before,
+    /// connect waited for the 30 s transaction timeout and failed. That link pairs at
+    /// once, and a GATT operation waiting behind the unanswered exchange ends with the
+    /// link's end when we disconnect, not with a hang.
+    @Test func ourCentralConnectsWhateverTheMTUExchangeGets() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_hostile_peripheral.py", String(rc.hciPort),
+                                              "mtu-not-supported", "att-silent"])
+        #expect(await bumble.waitForOutput { $0.contains("\"advertising\"") })
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        let address = BluetoothAddress("F1:F2:F3:F4:F5:F7")!
+
+        let refused = try #require(await host.central.first(matching: ScanFilter(addresses: [address]), within: .seconds(20)))
+        let p = try await host.central.connect(to: refused, within: .seconds(10))
+        #expect(await p.mtu == 23)
+        let services = try await p.discoverServices()
+        #expect(services.map(\.uuid) == [BluetoothUUID(0x180F)])
+        #expect(services.first?.characteristics.map(\.valueHandle) == [3])
+        _ = try await p.disconnect()
+        #expect(await bumble.waitForOutput(within: .seconds(10)) { $0.contains("\"disconnected\", \"mode\": \"mtu-not-supported\"") })
+
+        let silent = try #require(await host.central.first(matching: ScanFilter(addresses: [address]), within: .seconds(20)))
+        let started = ContinuousClock.now
+        let q = try await host.central.connect(to: silent, within: .seconds(4))
+        let took = ContinuousClock.now - started
+        #expect(took < .seconds(8), "\(took)")
+        #expect(await q.mtu == 23)
+        #expect(try await q.secure(level: .encrypted).encrypted)
+        let discovery = Task { try await q.discoverServices() }
+        try await Task.sleep(for: .milliseconds(300))
+        _ = try await q.disconnect()
+        let ended = await firstElement(AsyncStream<String> { k in
+            Task {
+                do { _ = try await discovery.value; k.yield("returned") } catch BLEError.disconnected { k.yield("disconnected") } catch { k.yield("\(error)") }
+            }
+        }, within: .seconds(5))
+        #expect(ended == "disconnected")
+        #expect(await bumble.waitForOutput(within: .seconds(10)) { $0.contains("\"done\"") })
+        await host.close()
+        _ = await bumble.stop()
+        // The silent server was asked one thing: Exchange MTU. The discovery waited behind it.
+        #expect(bumble.output.contains("\"disconnected\", \"mode\": \"att-silent\", \"requests\": 1"), "\(bumble.output)")
+    }
+
     /// Our central (the facade) against the LE signaling a peripheral may send it, and
     /// some it may not (Part A §4.20, §4.1): a valid Connection Parameter Update Request
     /// is accepted and the controller applies it (Bumble sees the new parameters); one

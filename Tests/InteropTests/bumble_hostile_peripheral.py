@@ -20,6 +20,8 @@ one answer:
   include-repeat     every Read By Type for includes lists the one at 0x0005, whatever was asked
   prepare-echo-changed  a Prepare Write Response whose value's last octet is changed
   prepare-queue-full    the second Prepare Write Request refused: Prepare Queue Full
+  mtu-not-supported     Exchange MTU refused: Request Not Supported (Vol 3 Part G §4.3.1)
+  att-silent            no ATT PDU answered at all (the kernel without bluetoothd)
 Prepare Write Requests are otherwise echoed, Execute Write and Write Requests answered.
 In the smp- modes Bumble's SMP layer is off the link too; our central's Pairing Request
 is answered by hand:
@@ -33,7 +35,7 @@ commands of signaling_cases() one at a time and prints {"event": "signaling", "n
 "got"}: what our central sent on LE signaling within 2 s (null if nothing); then
 {"event": "signaling-done"}. A parameter update the controller applies prints
 {"event": "parameters", "interval_ms", "latency", "timeout_ms"}.
-Exchange MTU is answered with 23.
+Exchange MTU is otherwise answered with 23.
 
 Prints {"event": "request", "mode", "pdu"} for each ATT PDU received, {"event":
 "disconnected", "mode", "requests"} after each link, {"event": "done"} at the end.
@@ -94,6 +96,8 @@ def answer(mode, pdu, prepares):
     if op == 0x12:
         return b"\x13"
     if op == 0x02:
+        if mode == "mtu-not-supported":
+            return b"\x01\x02\x00\x00\x06"
         return b"\x03" + le16(23)
     if op == 0x10:  # Read By Group Type
         start = int.from_bytes(pdu[1:3], "little")
@@ -178,7 +182,7 @@ async def main():
             pdu = bytes(pdu)
             current["requests"] += 1
             emit(event="request", mode=mode, pdu=pdu.hex())
-            reply = answer(mode, pdu, current["prepares"])
+            reply = None if mode == "att-silent" else answer(mode, pdu, current["prepares"])
             if pdu[:1] == b"\x16":
                 current["prepares"] += 1
             if reply is not None:
