@@ -16,11 +16,12 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
+        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
         @Flag(help: "Also read every readable characteristic and every descriptor (long values included); a read the peer refuses shows its error and the listing goes on.")
         var values = false
 
         func run() async throws {
-            let (session, writer) = try await PeerSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing, gatt: gatt)
             defer { writer?.close() }
             let primary: [RemoteService], includes: [RemoteInclude]
             var read: [UInt16: Result<[UInt8], BLEError>] = [:]
@@ -120,12 +121,13 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
+        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
 
         func validate() throws { try attribute.requireOne() }
 
         func run() async throws {
-            let (session, writer) = try await PeerSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing, gatt: gatt)
             defer { writer?.close() }
             do {
                 let handle = try await session.valueHandle(attribute)
@@ -144,6 +146,7 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
+        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
         @Option(help: "The value as hex bytes (\"01ff\", \"01:ff\").") var value: String?
         @Option(help: "The value as UTF-8 text.") var text: String?
@@ -159,7 +162,7 @@ struct Gatt: AsyncParsableCommand {
 
         func run() async throws {
             let bytes = text.map { Array($0.utf8) } ?? value.flatMap { [UInt8](hex: $0) } ?? []
-            let (session, writer) = try await PeerSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing, gatt: gatt)
             defer { writer?.close() }
             do {
                 let handle = try await session.valueHandle(attribute)
@@ -182,6 +185,7 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
+        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
         @Flag(help: "Every characteristic that notifies or indicates (notifications where both are offered, unless --indicate), instead of --handle or --uuid.")
         var all = false
@@ -204,7 +208,7 @@ struct Gatt: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let (session, writer) = try await PeerSession.open(options, peer, pairing)
+            let (session, writer) = try await PeerSession.open(options, peer, pairing, gatt: gatt)
             defer { writer?.close() }
             do {
                 // Each characteristic, and whether it is subscribed for indications.

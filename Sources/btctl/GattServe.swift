@@ -307,6 +307,8 @@ extension Gatt {
         @Option(parsing: .unconditional, help: ArgumentHelp("Stop after this many seconds, 0.1 to 86400 (default: until interrupted or 'quit').", valueName: "SECONDS")) var duration: Double?
         @Flag(name: .customLong("no-service-uuids"), help: "Advertise the name only, not the primary services' UUIDs.") var noServiceUUIDs = false
         @OptionGroup(title: "Pairing (when a central asks)") var pairing: PairingOptions
+        @Flag(help: "Also take enhanced ATT bearers (EATT, SPSM 0x0027) from a central on an encrypted link; Server Supported Features says so.")
+        var eatt = false
 
         func validate() throws {
             if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
@@ -333,7 +335,7 @@ extension Gatt {
             let answers = ConsoleAnswers()
             let store = AdapterBondStore(path: pairing.store.bonds)
             let (host, writer) = try await options.openHost(security: pairing.securityOptions(store: store, json: options.json, answers: answers),
-                                                            deviceName: name)
+                                                            deviceName: name, enhancedATT: eatt)
             defer { writer?.close() }
             do {
                 let address = try await host.start().address

@@ -43,6 +43,17 @@ struct PeerOptions: ParsableArguments {
     }
 }
 
+/// `--eatt N` of the gatt client commands: BlueZ's `[GATT] Channels`, per command.
+struct GATTClientOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Open this many enhanced ATT bearers (EATT, 1 to 5) once connected, encrypting the link from the bond or pairing first; operations then run on them side by side. A peer without EATT keeps the one ATT bearer.",
+                               valueName: "N"))
+    var eatt: Int?
+
+    func validate() throws {
+        if let eatt, !(1...5).contains(eatt) { throw ValidationError("--eatt must be 1 to 5, not \(eatt)") }
+    }
+}
+
 /// Which attribute a command acts on.
 struct AttributeOptions: ParsableArguments {
     @Option(help: "Attribute handle (decimal or 0x hex).", transform: { s in
@@ -79,7 +90,8 @@ struct PeerSession {
 
     /// `answers` takes the prompts' answers instead of standard input (`l2cap connect`
     /// gives a closed one: its standard input is the channel's).
-    static func open(_ options: ControllerOptions, _ peer: PeerOptions, _ pairing: PairingOptions? = nil,
+    /// With `gatt.eatt`, enhanced ATT bearers are opened once connected (`openEnhancedBearers`).
+    static func open(_ options: ControllerOptions, _ peer: PeerOptions, _ pairing: PairingOptions? = nil, gatt: GATTClientOptions? = nil,
                      answers: ConsoleAnswers? = nil) async throws -> (PeerSession, TraceFileWriter?) {
         let store = AdapterBondStore(path: pairing?.store.bonds)
         let security = pairing?.securityOptions(store: store, json: options.json, answers: answers) ?? SecurityOptions()
@@ -97,7 +109,9 @@ struct PeerSession {
                 }
                 peripheral = try await host.central.connect(to: found, within: limit)
             }
-            return (PeerSession(host: host, peripheral: peripheral, json: options.json), writer)
+            let session = PeerSession(host: host, peripheral: peripheral, json: options.json)
+            if let count = gatt?.eatt { try await session.openEnhancedBearers(count) }
+            return (session, writer)
         } catch {
             await host.close()
             writer?.close()
@@ -134,6 +148,28 @@ struct PeerSession {
         let before = await peripheral.security
         do { try await peripheral.secure(level: level) } catch { throw CLIError("cannot secure the link to \(level): \(error)") }
         await reportSecurity(since: before, "link secured:")
+    }
+
+    /// Opens `count` enhanced ATT bearers (`--eatt`), as bluetoothd does with `[GATT]
+    /// Channels`: an enhanced bearer's channel shall be encrypted (Vol 3 Part G §5.3.2),
+    /// so the link is encrypted from the bond or paired first, reported as `secured`;
+    /// then `{"event":"eatt",...}` says how many are open. A peer whose GATT server does
+    /// not take EATT keeps the one ATT bearer, and the command goes on (`bearers` 0, and
+    /// why). Throws `CLIError` when the link cannot be encrypted or the channels fail.
+    func openEnhancedBearers(_ count: Int) async throws {
+        let before = await peripheral.security
+        let link: (String, JSONValue) = ("handle", .int(Int(peripheral.connection.handle)))
+        do {
+            let open = try await peripheral.openEnhancedBearers(count: count)
+            await reportSecurity(since: before, "link secured for EATT:")
+            if json { emit(.object([("event", .string("eatt")), link, ("bearers", .int(open))])) } else { note("\(open) enhanced ATT bearer\(open == 1 ? "" : "s") open") }
+        } catch let BLEError.notSupported(why) {
+            if json { emit(.object([("event", .string("eatt")), link, ("bearers", .int(0)), ("error", .string(why))])) } else { note("no enhanced ATT bearers: \(why); the one ATT bearer carries everything") }
+        } catch {
+            await reportSecurity(since: before, "link secured for EATT:")
+            throw CLIError("cannot open enhanced ATT bearers: \(error)")
+        }
+        fflush(nil)
     }
 
     private func reportSecurity(since before: LinkSecurityState, _ text: String) async {

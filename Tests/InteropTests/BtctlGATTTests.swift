@@ -8,7 +8,13 @@ import Foundation
 import Testing
 
 @Suite(.serialized) struct BtctlGATTTests {
-    static var btctl: String { Interop.root + "/.build/debug/btctl" }
+    /// btctl, run with a state directory of this test run's own (`Interop.stateHome`):
+    /// a default bond file never lands in the user's home, nor carries over from an
+    /// earlier run.
+    static var btctl: String {
+        _ = Interop.stateHome
+        return Interop.root + "/.build/debug/btctl"
+    }
 
     /// Whether btctl is built; when it is not, a run that requires interop records why.
     static func isBuilt(sourceLocation: SourceLocation = #_sourceLocation) -> Bool {

@@ -16,6 +16,15 @@ import Transports
 enum Interop {
     static let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
     static let required = ProcessInfo.processInfo.environment["BLE_REQUIRE_INTEROP"] == "1"
+    /// `XDG_STATE_HOME` for every program this test run starts (set in its own
+    /// environment, which they inherit, before the first btctl starts): a fresh
+    /// directory under the temporary one, where btctl's default bond files go.
+    static let stateHome: String = {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("swift-ble-tests-\(getpid())/state").path
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        setenv("XDG_STATE_HOME", dir, 1)
+        return dir
+    }()
     static let logger = Logger(label: "interop") { _ in SwiftLogNoOpLogHandler() }
 
     static func rootcanal() throws -> String? {

@@ -1,0 +1,99 @@
+// Enhanced ATT bearers from btctl, against Bumble's EATT implementation on Rootcanal:
+// `btctl gatt subscribe --eatt 2` to Bumble's EATT server, which notifies on each
+// enhanced bearer of the link (the values must come on both); `--eatt` to a server
+// without EATT, which keeps the one bearer and still reads; `btctl gatt serve --eatt`
+// to Bumble's EATT client, which is refused on the unencrypted link, pairs, and
+// reads and discovers on the two bearers it opens.
+
+import BLETesting
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BtctlEATTTests {
+    /// Bumble's EATT server: btctl pairs (the channel shall be encrypted, and Bumble's
+    /// server does not ask), opens two enhanced bearers, subscribes, and prints the
+    /// notification Bumble sends on each of them.
+    @Test func subscribeOverTwoEnhancedBearersOfBumblesServer() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (bumble, pipe) = try Interop.launchBumble(python, "bumble_eatt_peripheral.py", port: rc.hciPort, [])
+        defer { RootcanalProcess.kill(bumble) }
+        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-eatt-subscribe-\(getpid()).json").path
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let run = try await JSONSchemaTests.run(["gatt", "subscribe", "--eatt", "2", "--uuid", "EA02", "--count", "2", "--yes", "--bonds", bonds,
+                                                 "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--json", "--connect-timeout", "20"])
+        #expect(run.status == 0, "\(run.out)")
+        let lines = try JSONSchemaTests.check(run.out, against: "gatt-subscribe")
+        func named(_ e: String) -> [[String: Any]] { lines.filter { $0["event"] as? String == e } }
+        // Encrypted first, then the bearers, then the subscription: in that order.
+        #expect(lines.compactMap { $0["event"] as? String }.prefix(3) == ["secured", "eatt", "subscribed"], "\(run.out)")
+        #expect(named("eatt").first?["bearers"] as? Int == 2, "\(run.out)")
+        #expect(Set(named("notification").compactMap { $0["value"] as? String }) == ["e0", "e1"], "\(run.out)")
+        let events = await BumbleL2CAPTests.lines(pipe)
+        #expect(BumbleSMPTests.named(events, "notified").first?["bearers"] as? Int == 2, "\(events)")
+    }
+
+    /// `--eatt` to a server whose Server Supported Features has no EATT bit (`btctl
+    /// gatt serve` without `--eatt`): the one ATT bearer carries the read, and the
+    /// event says why no enhanced bearer opened; nothing was paired for it.
+    @Test func aServerWithoutEATTKeepsTheOneBearer() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", rc.transportSpec, "--json"])
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+        let run = try await JSONSchemaTests.run(["gatt", "read", "--eatt", "3", "--name", "btctl-battery", "--uuid", "6E400003-B5A3-F393-E0A9-E50E24DCCA9E",
+                                                 "-t", rc.transportSpec, "--json"])
+        #expect(run.status == 0, "\(run.out)")
+        let lines = try JSONSchemaTests.check(run.out, against: "gatt-read")
+        let eatt = lines.first { $0["event"] as? String == "eatt" }
+        #expect(eatt?["bearers"] as? Int == 0 && (eatt?["error"] as? String)?.contains("Server Supported Features") == true, "\(run.out)")
+        #expect(!lines.contains { $0["event"] as? String == "secured" }, "\(run.out)")
+        #expect(lines.last?["text"] as? String == "hello from btctl", "\(run.out)")
+        server.send("quit")
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+    }
+
+    /// `btctl gatt serve --eatt` under Bumble's EATT client: Server Supported Features
+    /// says EATT; the request on the unencrypted link is refused "insufficient
+    /// authentication" (Vol 3 Part G §5.3.2); Bumble pairs (Just Works, `--yes`),
+    /// opens two bearers with one request, reads EA01 on both at once, discovers on
+    /// the second, and Exchange MTU on an enhanced bearer is refused.
+    @Test func serveTakesBumblesEnhancedBearers() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-eatt-\(getpid()).json").path
+        try #"{"name": "btctl-eatt", "services": [{"uuid": "EA00", "characteristics": [{"uuid": "EA01", "properties": ["read"], "value": "0e0a77"}]}]}"#
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        // A bond file of its own: with a bond for Bumble's address, the refusal would say "insufficient encryption".
+        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-bonds-eatt-serve-\(getpid()).json").path
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", file, "--eatt", "--yes", "--bonds", bonds, "-t", rc.transportSpec, "--json"])
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+        let advertising = server.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            .first { $0["event"] as? String == "advertising" }
+        let address = try #require(advertising?["address"] as? String)
+        let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_eatt_central.py", String(rc.hciPort), address],
+                                            timeout: 60, mergeStderr: true).out
+        let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        func event(_ e: String) -> [String: Any]? { lines.first { $0["event"] as? String == e } }
+        #expect(event("server-features")?["values"] as? [String] == ["01"], "\(out)")
+        #expect(event("refused")?["name"] as? String == "ALL_CONNECTIONS_REFUSED_INSUFFICIENT_AUTHENTICATION", "\(out)")
+        #expect(event("paired")?["encrypted"] as? Bool == true, "\(out)")
+        #expect(event("eatt")?["count"] as? Int == 2, "\(out)")
+        #expect(event("read")?["values"] as? [[String]] == [["0e0a77"], ["0e0a77"]], "\(out)")
+        #expect((event("services")?["uuids"] as? [String])?.contains { $0.uppercased().contains("EA00") } == true, "\(out)")
+        #expect(event("exchange-mtu")?["error"] as? Int == 0x06, "\(out)")
+        #expect(event("done") != nil, "\(out)")
+        server.send("quit")
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        _ = try JSONSchemaTests.check(server.output, against: "gatt-serve")
+        #expect(server.output.contains("\"event\":\"paired\""), "\(server.output)")
+    }
+}
