@@ -81,14 +81,15 @@ extension BluetoothHost {
     /// closed.
     func serveEnhancedBearers(_ channels: BufferedStream<L2CAPChannel>) async {
         for await channel in channels {
-            guard channel.info.enhanced, links.active[channel.handle] != nil else {
+            guard channel.info.enhanced, let conn = links.active[channel.handle] else {
                 await channel.close()
                 continue
             }
             let bearer = ATTBearer(enhanced: channel, logger: logger)
             await server.attachEnhanced(bearer, connection: channel.handle)
-            let mtu = min(channel.info.local.mtu, channel.info.remote.mtu)
+            let mtu = Int(min(channel.info.local.mtu, channel.info.remote.mtu))
             logger.debug("EATT bearer", metadata: ["ble.handle": "\(channel.handle)", "l2cap.cid": "\(channel.info.localCID)", "att.mtu": "\(mtu)"])
+            connectionBroadcast.yield(.enhancedBearerAccepted(conn, mtu: mtu))
         }
     }
 

@@ -107,6 +107,9 @@ public enum ConnectionEvent: Hashable, Sendable {
     case parametersUpdated(Connection, interval: UInt16, latency: UInt16, supervisionTimeout: UInt16)
     /// The link was encrypted (pairing or a bond's key) or its key refreshed.
     case securityChanged(Connection, LinkSecurityState)
+    /// The peer opened an enhanced ATT bearer (EATT, SPSM 0x0027) on the link, and the
+    /// local GATT server serves it (`enhancedATT`); one event per bearer, with its ATT_MTU.
+    case enhancedBearerAccepted(Connection, mtu: Int)
 }
 
 /// The host's security policy: what pairing announces and allows, where bonds are

@@ -382,6 +382,9 @@ extension Gatt {
                             answers.withdraw(peer: c.peer)
                             report([("event", .string("disconnected")), ("handle", .int(Int(c.handle))), ("reason", .string(reason.description))],
                                    "disconnected: handle 0x\(String(c.handle, radix: 16)), \(reason)")
+                        case let .enhancedBearerAccepted(c, mtu):
+                            report([("event", .string("eatt")), ("handle", .int(Int(c.handle))), ("mtu", .int(mtu))],
+                                   "enhanced ATT bearer: handle 0x\(String(c.handle, radix: 16)), ATT_MTU \(mtu)")
                         default: break
                         }
                     }

@@ -61,7 +61,8 @@ import Testing
     /// says EATT; the request on the unencrypted link is refused "insufficient
     /// authentication" (Vol 3 Part G §5.3.2); Bumble pairs (Just Works, `--yes`),
     /// opens two bearers with one request, reads EA01 on both at once, discovers on
-    /// the second, and Exchange MTU on an enhanced bearer is refused.
+    /// the second, and Exchange MTU on an enhanced bearer is refused. btctl reports
+    /// each bearer.
     @Test func serveTakesBumblesEnhancedBearers() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         guard BtctlGATTTests.isBuilt() else { return }
@@ -93,7 +94,12 @@ import Testing
         #expect(event("done") != nil, "\(out)")
         server.send("quit")
         #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
-        _ = try JSONSchemaTests.check(server.output, against: "gatt-serve")
+        let served = try JSONSchemaTests.check(server.output, against: "gatt-serve")
+        // Each bearer Bumble opened is reported, after the pairing that allowed it.
+        let bearers = served.filter { $0["event"] as? String == "eatt" }
+        #expect(bearers.count == 2 && bearers.allSatisfy { ($0["mtu"] as? Int ?? 0) >= 64 }, "\(server.output)")
+        let order = served.compactMap { $0["event"] as? String }
+        #expect((order.firstIndex(of: "secured") ?? .max) < (order.firstIndex(of: "eatt") ?? -1), "\(server.output)")
         #expect(server.output.contains("\"event\":\"paired\""), "\(server.output)")
     }
 }

@@ -189,6 +189,7 @@ import Transports
         let transport = try TransportSpec(parsing: rc.transportSpec).open(logger: Interop.logger)
         let host = BluetoothHost(transport: transport, logger: Interop.logger, enhancedATT: true)
         let info = try await host.start()
+        let links = host.connectionEvents()
         let value = Characteristic(uuid: BluetoothUUID(0xEA01), properties: [.read], value: [0xE, 0xA, 0x77])
         try await host.peripheral.add(Service(uuid: BluetoothUUID(0xEA00), characteristics: [value]))
         try await host.peripheral.startAdvertising(AdvertisingData())
@@ -207,6 +208,10 @@ import Transports
         #expect(event("exchange-mtu")?["error"] as? Int == 0x06, "\(out)")
         #expect(event("done") != nil, "\(out)")
         await host.close()
+        // Each bearer was reported, with the ATT_MTU of its channel (at least 64).
+        var accepted: [Int] = []
+        for await e in links { if case let .enhancedBearerAccepted(_, mtu) = e { accepted.append(mtu) } }
+        #expect(accepted.count == 2 && accepted.allSatisfy { $0 >= 64 }, "\(accepted)")
     }
 
     /// EATT, our client's side, against Bumble's EATT server (`eatt_enabled`): our
