@@ -15,7 +15,6 @@ import DequeModule
 import HCI
 import Logging
 import NIOCore
-import Synchronization
 
 /// A frame received on a fixed channel of one connection.
 public struct ChannelFrame: Hashable, Sendable {
@@ -529,11 +528,4 @@ public actor L2CAPHost: LoopIsolated {
         eventObservers.removeAll()
         for o in observers { o() }
     }
-}
-
-/// Resumes a continuation once, whichever of its wakers (a completion, a timer) comes first.
-private final class ResumeOnce: Sendable {
-    private let state = Mutex<CheckedContinuation<Void, Never>?>(nil)
-    func set(_ c: CheckedContinuation<Void, Never>) { state.withLock { $0 = c } }
-    func resume() { state.withLock { c in defer { c = nil }; return c }?.resume() }
 }

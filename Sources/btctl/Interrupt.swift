@@ -6,6 +6,7 @@
 
 import Dispatch
 import Foundation
+import HCI
 import Synchronization
 
 enum Interrupt {
@@ -150,7 +151,7 @@ struct StandardOutputClosed: Error {}
 /// way; what is left goes on unless the caller cancels it). Not a task group: a child
 /// awaiting a task's value cannot be cancelled, and the group would wait for it.
 func waitFor(_ tasks: [Task<Void, Never>], within limit: Duration) async {
-    let waiter = Waiter()
+    let waiter = ResumeOnce()
     await withCheckedContinuation { k in
         waiter.set(k)
         let timer = Task { try? await Task.sleep(for: limit); waiter.resume() }
@@ -160,11 +161,4 @@ func waitFor(_ tasks: [Task<Void, Never>], within limit: Duration) async {
             waiter.resume()
         }
     }
-}
-
-/// A continuation resumed once, by whichever of its wakers comes first.
-private final class Waiter: Sendable {
-    private let state = Mutex<CheckedContinuation<Void, Never>?>(nil)
-    func set(_ k: CheckedContinuation<Void, Never>) { state.withLock { $0 = k } }
-    func resume() { state.withLock { k in defer { k = nil }; return k }?.resume() }
 }
