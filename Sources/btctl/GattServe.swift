@@ -309,9 +309,12 @@ extension Gatt {
         @OptionGroup(title: "Pairing (when a central asks)") var pairing: PairingOptions
         @Flag(help: "Also take enhanced ATT bearers (EATT, SPSM 0x0027) from a central on an encrypted link; Server Supported Features says so.")
         var eatt = false
+        @Option(help: ArgumentHelp("The ATT_MTU to answer Exchange MTU with, 23 to 517; each link uses the smaller of ours and the central's.", valueName: "OCTETS"))
+        var attMTU: Int = 517
 
         func validate() throws {
             if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
+            try validateATTMTU(attMTU)
         }
 
         /// Parses the file; errors read `FILE:LINE:COLUMN: path: message`.
@@ -335,7 +338,7 @@ extension Gatt {
             let answers = ConsoleAnswers()
             let store = AdapterBondStore(path: pairing.store.bonds)
             let (host, writer) = try await options.openHost(security: pairing.securityOptions(store: store, json: options.json, answers: answers),
-                                                            deviceName: name, enhancedATT: eatt)
+                                                            deviceName: name, attMTU: UInt16(attMTU), enhancedATT: eatt)
             defer { writer?.close() }
             do {
                 let address = try await host.start().address

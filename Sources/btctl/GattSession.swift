@@ -43,15 +43,26 @@ struct PeerOptions: ParsableArguments {
     }
 }
 
-/// `--eatt N` of the gatt client commands: BlueZ's `[GATT] Channels`, per command.
+/// How the gatt client commands use ATT: BlueZ's `[GATT] ExchangeMTU` and `Channels`, per command.
 struct GATTClientOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("The ATT_MTU to offer in Exchange MTU, 23 to 517 (gatttool's --mtu); the link uses the smaller of ours and the peer's.",
+                               valueName: "OCTETS"))
+    var attMTU: Int = 517
+
     @Option(help: ArgumentHelp("Open this many enhanced ATT bearers (EATT, 1 to 5) once connected, encrypting the link from the bond or pairing first; operations then run on them side by side. A peer without EATT keeps the one ATT bearer.",
                                valueName: "N"))
     var eatt: Int?
 
     func validate() throws {
+        try validateATTMTU(attMTU)
         if let eatt, !(1...5).contains(eatt) { throw ValidationError("--eatt must be 1 to 5, not \(eatt)") }
     }
+}
+
+/// `--att-mtu` of the gatt commands: what an ATT_MTU can be (Vol 3 Part F §3.2.8: at
+/// least 23; an attribute value is at most 512 octets, so 517 carries any in one PDU).
+func validateATTMTU(_ mtu: Int) throws {
+    guard (23...517).contains(mtu) else { throw ValidationError("--att-mtu must be 23 to 517, not \(mtu)") }
 }
 
 /// Which attribute a command acts on.
@@ -95,7 +106,7 @@ struct PeerSession {
                      answers: ConsoleAnswers? = nil) async throws -> (PeerSession, TraceFileWriter?) {
         let store = AdapterBondStore(path: pairing?.store.bonds)
         let security = pairing?.securityOptions(store: store, json: options.json, answers: answers) ?? SecurityOptions()
-        let (host, writer) = try await options.openHost(security: security)
+        let (host, writer) = try await options.openHost(security: security, attMTU: UInt16(gatt?.attMTU ?? 517))
         do {
             store.bind(adapter: try await host.start().address)
             let limit = cliDuration(seconds: peer.connectTimeout)

@@ -43,6 +43,13 @@ import Testing
             #expect(never.status == 64 && never.out.contains("--security secure-connections cannot be met with --legacy"), "\(never.out)")
         }
 
+        for (command, value, says) in [(["gatt", "read", "--name", "x", "--handle", "3"], "--att-mtu", "22"), (["gatt", "serve", "f.json"], "--att-mtu", "518"),
+                                       (["gatt", "discover", "--name", "x"], "--eatt", "6")] {
+            let bad = try await Self.run(command + ["-t", "virtual", value, says])
+            let expected = value == "--eatt" ? "--eatt must be 1 to 5, not 6" : "--att-mtu must be 23 to 517, not \(says)"
+            #expect(bad.status == 64 && bad.out.contains(expected), "\(bad.out)")
+        }
+
         let parse = try await Self.run(["gatt", "read", "--bogus"])
         #expect(parse.status == 64)
         #expect(parse.out.contains("Usage: btctl gatt read"), "\(parse.out)")

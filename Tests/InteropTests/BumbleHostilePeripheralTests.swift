@@ -138,6 +138,29 @@ import Transports
         #expect(bumble.output.contains("\"disconnected\", \"mode\": \"att-silent\", \"requests\": 1"), "\(bumble.output)")
     }
 
+    /// `btctl gatt discover --att-mtu 100` against a server that refuses Exchange MTU
+    /// (Request Not Supported): btctl offers 100 (`02 6400`), takes the default MTU
+    /// (Vol 3 Part G §4.3.1), lists the database and exits 0. Before, it failed on
+    /// the refusal.
+    @Test func btctlDiscoversAServerThatRefusesTheMTUExchange() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_hostile_peripheral.py", String(rc.hciPort), "mtu-not-supported"])
+        #expect(await bumble.waitForOutput { $0.contains("\"advertising\"") })
+        let run = try await JSONSchemaTests.run(["gatt", "discover", "--att-mtu", "100", "F1:F2:F3:F4:F5:F7/random", "-t", rc.transportSpec, "--json"])
+        #expect(run.status == 0, "\(run.out)")
+        let lines = try JSONSchemaTests.check(run.out, against: "gatt-discover")
+        #expect(lines.contains { $0["event"] as? String == "service" && $0["uuid"] as? String == "180F" }, "\(run.out)")
+        #expect(lines.contains { $0["event"] as? String == "descriptor" && $0["uuid"] as? String == "2902" }, "\(run.out)")
+        #expect(await bumble.waitForOutput(within: .seconds(10)) { $0.contains("\"done\"") })
+        _ = await bumble.stop()
+        let requests = bumble.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            .filter { $0["event"] as? String == "request" }.compactMap { $0["pdu"] as? String }
+        #expect(requests.first == "026400", "\(requests)")
+    }
+
     /// Our central (the facade) against the LE signaling a peripheral may send it, and
     /// some it may not (Part A §4.20, §4.1): a valid Connection Parameter Update Request
     /// is accepted and the controller applies it (Bumble sees the new parameters); one
