@@ -11,7 +11,7 @@ only="${2:-}"
 out=.build-fuzz
 mkdir -p "$out"
 # The codec sources only: everything in HCI, L2CAP and Snoop that needs no other package.
-hci=$(ls Sources/HCI/*.swift | grep -vE '/(CommandFlow|HCIController|Initialization|Transport|LoopTimer|LoopTaskExecutor|LoopIsolated|FirstElement|BufferedStream)\.swift$')
+hci=$(ls Sources/HCI/*.swift | grep -vE '/(CommandFlow|HCIController|Initialization|Transport|LoopTimer|LoopTaskExecutor|LoopIsolated|FirstElement|BufferedStream|ResumeOnce)\.swift$')
 l2cap=$(ls Sources/L2CAP/*.swift Sources/ATT/*.swift | grep -vE "(L2CAPHost|L2CAPHost\+Channels|L2CAPChannel|ATTBearer|ATTChannel)\.swift$")
 # The GATT client procedures need only ATT and HCI; their `import ATT` line is dropped.
 mkdir -p "$out/src"
