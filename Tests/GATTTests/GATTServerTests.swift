@@ -149,18 +149,34 @@ struct GATTServerTests {
         #expect(list.first?.value.count == 19)
     }
 
-    @Test func cccdIsPerConnectionAndOnlyAllowedBitsStick() throws {
+    /// A CCCD is per connection. A value asking for what the characteristic's
+    /// properties do not offer is refused with 0xFD, Client Characteristic
+    /// Configuration Descriptor Improperly Configured, as BlueZ refuses it (§3.3.1.1:
+    /// only a property's bit permits its action), by a Write Request and by an executed
+    /// prepared write alike, and changes nothing; the reserved bits above are ignored.
+    @Test func cccdIsPerConnectionAndRefusesWhatThePropertiesDoNotOffer() throws {
         var (s, battery, custom, _) = try Self.make()
         let cccd = try #require(battery.clientConfigurations[0])
-        let (r, effects) = s.handle(.writeRequest(handle: cccd, value: [0x03, 0x00]), connection: 1, mtu: 23)
+        // Battery Level has notify only: asking for indications too is refused.
+        let (refused, none) = s.handle(.writeRequest(handle: cccd, value: [0x03, 0x00]), connection: 1, mtu: 23)
+        #expect(refused == .errorResponse(request: .writeRequest, handle: cccd, error: .cccdImproperlyConfigured))
+        #expect(none.isEmpty)
+        #expect(s.handle(.readRequest(handle: cccd), connection: 1, mtu: 23).response == .readResponse(value: [0, 0]))
+        // Notifications, with reserved bits set beside them: the reserved bits are ignored.
+        let (r, effects) = s.handle(.writeRequest(handle: cccd, value: [0x05, 0x80]), connection: 1, mtu: 23)
         #expect(r == .writeResponse)
-        // Battery Level has notify only: the indicate bit is dropped.
         #expect(effects == [.subscription(valueHandle: 3, connection: 1, notify: true, indicate: false)])
         #expect(s.handle(.readRequest(handle: cccd), connection: 1, mtu: 23).response == .readResponse(value: [1, 0]))
         #expect(s.handle(.readRequest(handle: cccd), connection: 2, mtu: 23).response == .readResponse(value: [0, 0]))
         #expect(s.configuration(valueHandle: 3, connection: 1) == (true, false))
         #expect(s.handle(.writeRequest(handle: cccd, value: [1]), connection: 1, mtu: 23).response
                 == .errorResponse(request: .writeRequest, handle: cccd, error: .invalidAttributeValueLength))
+        // The same refusal when the value comes in a prepared write, at its execution.
+        #expect(s.handle(.prepareWriteRequest(handle: cccd, offset: 0, value: [0x02, 0x00]), connection: 1, mtu: 23).response
+                == .prepareWriteResponse(handle: cccd, offset: 0, value: [0x02, 0x00]))
+        guard case let .failure(refusal) = s.takePreparedWrites(connection: 1) else { Issue.record("the prepared CCCD value was taken"); return }
+        #expect(refusal.error == .cccdImproperlyConfigured && refusal.handle == cccd)
+        #expect(s.configuration(valueHandle: 3, connection: 1) == (true, false))
         s.disconnected(1)
         #expect(s.configuration(valueHandle: 3, connection: 1) == (false, false))
         _ = custom

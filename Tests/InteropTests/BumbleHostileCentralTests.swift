@@ -57,6 +57,8 @@ import Transports
             "read blob at the end": "0d",
             "write a read-only value": "0112" + le(l.value) + "03",
             "write one octet to a CCCD": "0112" + le(cccd) + "0d",
+            // Client Characteristic Configuration Descriptor Improperly Configured (0xFD), as BlueZ answers.
+            "notifications from a CCCD that only indicates": "0112" + le(cccd) + "fd",
             "write command to a read-only value": "none",
             "write command to a read-only value: still served": served,
             // No CSRK from a pairing: nothing to verify with, so ignored (§3.4.5.4).

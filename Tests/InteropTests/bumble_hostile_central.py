@@ -60,6 +60,7 @@ def cases(value, cccd, long):
         ("read blob at the end", ATT, b"\x0c" + le16(long) + le16(300), True),
         ("write a read-only value", ATT, b"\x12" + le16(long) + b"\x01", True),
         ("write one octet to a CCCD", ATT, b"\x12" + le16(cccd) + b"\x01", True),
+        ("notifications from a CCCD that only indicates", ATT, b"\x12" + le16(cccd) + b"\x01\x00", True),
         ("write command to a read-only value", ATT, b"\x52" + le16(long) + b"\x01", False),
         ("signed write with no signing key", ATT, b"\xd2" + le16(value) + b"\x01" + bytes(12), False),
         ("unknown request opcode", ATT, b"\x30\x01\x02", True),
