@@ -463,7 +463,8 @@ public actor RemotePeripheral {
     // MARK: FA13
 
     /// Subscribes (notifications if the characteristic has them, else indications;
-    /// `indications` chooses) and returns the values as they arrive. Buffer: the newest
+    /// `indications` chooses, and a kind its properties do not offer throws
+    /// `BLEError.notSupported` before anything is sent) and returns the values as they arrive. Buffer: the newest
     /// `capacity` values; `dropped` counts the ones lost to a consumer that fell behind.
     /// The sequence finishes after `unsubscribe` (or a new subscription to the same
     /// characteristic) and throws what `subscribe(to:indications:onValue:ended:)` hands
@@ -499,6 +500,12 @@ public actor RemotePeripheral {
                           ended: @escaping @Sendable ((any Error)?) -> Void = { _ in }) async throws {
         guard let cccd = c.clientConfiguration else { throw BLEError.notSupported("\(c.uuid) has no Client Characteristic Configuration") }
         let useIndications = indications ?? !c.properties.contains(.notify)
+        // Only a property's bit permits its action (Vol 3 Part G §3.3.1.1): asking for
+        // what the characteristic does not offer would be refused (BlueZ, and our
+        // server, answer 0xFD) or, by a lax server, accepted with nothing ever sent.
+        guard c.properties.contains(useIndications ? .indicate : .notify) else {
+            throw BLEError.notSupported("\(c.uuid) does not \(useIndications ? "indicate" : "notify") (its properties: \(c.properties.names.joined(separator: ",")))")
+        }
         let host = self.host, id = connection.id, bearer = client.bearer
         try await run {
             try await client.subscribe(c.discovered, cccd: cccd.handle, indications: useIndications, deliver: onValue, ended: {

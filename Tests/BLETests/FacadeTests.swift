@@ -456,6 +456,28 @@ private final class CountingTaskExecutor: TaskExecutor, @unchecked Sendable {
         await pair.room.close()
     }
 
+    /// A subscription the characteristic's properties do not offer (indications of a
+    /// characteristic that only notifies) is refused here, before the CCCD is written:
+    /// the server never hears of it. The one it offers goes through.
+    @Test func aSubscriptionThePropertiesDoNotOfferIsRefusedBeforeItIsAsked() async throws {
+        let pair = try await Pair()
+        let server = pair.server
+        let c = Characteristic(uuid: uuidC, properties: [.read, .notify], value: [0])
+        try await server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let events = server.peripheral.events()
+        let rc = try await pair.remote.characteristic(uuidC, in: uuidA)
+        await #expect(throws: BLEError.notSupported("\(uuidC) does not indicate (its properties: read,notify)")) {
+            _ = try await pair.remote.subscribe(to: rc, indications: true)
+        }
+        let values = try await pair.remote.subscribe(to: rc)
+        // The first the server heard: notifications on.
+        let first = await firstElement(events, within: .seconds(5))
+        guard case let .subscriptionChanged(changed, _, notify, indicate)? = first else { Issue.record("\(String(describing: first))"); return }
+        #expect(changed == c && notify && !indicate)
+        _ = values
+        await pair.room.close()
+    }
+
     @Test func aBearerClosedUnderTheLinkEndsTheSubscriptionWithItsReason() async throws {
         let pair = try await Pair()
         let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
