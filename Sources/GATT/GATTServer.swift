@@ -140,7 +140,7 @@ public actor GATTServer: LoopIsolated {
             }
             return true
         case let .writeRequest(h, v) where manual.contains(h):
-            if let code = state.writeDenied(h, v, sec) { await fail(code, h); return true }
+            if let code = state.writeDenied(h, v, sec, connection: connection) { await fail(code, h); return true }
             switch await ask(connection, h, .write(value: v, withResponse: true)) {
             case let .failure(code): await fail(code, h)
             case .success: await bearer.respond(.writeResponse)
@@ -207,7 +207,7 @@ public actor GATTServer: LoopIsolated {
     /// commands reach the application in the order they came. False when `pdu` is not one.
     private func takeManualCommand(_ pdu: ATTPDU, connection: UInt16) -> Bool {
         guard case let .writeCommand(h, v) = pdu, manual.contains(h) else { return false }
-        guard state.writeDenied(h, v, linkSecurity(connection)) == nil else { return true }
+        guard state.writeDenied(h, v, linkSecurity(connection), connection: connection) == nil else { return true }
         handOver(v, at: h, connection: connection)
         return true
     }

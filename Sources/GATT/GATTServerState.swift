@@ -286,16 +286,16 @@ public struct GATTServerState: Sendable {
             }
             return (.readMultipleVariableResponse(values: out), [])
         case let .writeRequest(h, v):
-            if let code = writeDenied(h, v, security) { return error(code, h) }
+            if let code = writeDenied(h, v, security, connection: connection) { return error(code, h) }
             return (.writeResponse, write(h, v, connection: connection))
         case let .writeCommand(h, v):
-            guard writeDenied(h, v, security) == nil,
+            guard writeDenied(h, v, security, connection: connection) == nil,
                   case .characteristicValue(let p)? = database.attribute(h)?.role, p.contains(.writeWithoutResponse) else { return (nil, []) }
             return (nil, write(h, v, connection: connection))
         case let .signedWriteCommand(h, v, signature):
             return signedWrite(h, v, signature: signature, connection: connection, security: security)
         case let .prepareWriteRequest(h, offset, v):
-            if let code = writeDenied(h, nil, security) { return error(code, h) }
+            if let code = writeDenied(h, nil, security, connection: connection) { return error(code, h) }
             guard (prepared[connection]?.count ?? 0) < prepareQueueLimit else { return error(.prepareQueueFull, h) }
             prepared[connection, default: []].append((h, Int(offset), v))
             return (.prepareWriteResponse(handle: h, offset: offset, value: v), [])
@@ -343,7 +343,7 @@ public struct GATTServerState: Sendable {
             proven.keySize = Swift.max(proven.keySize, security.keySize)
         }
         let consumed = Effect.signCounter(connection: connection, counter: counter)
-        guard writeDenied(h, v, proven) == nil,
+        guard writeDenied(h, v, proven, connection: connection) == nil,
               case .characteristicValue(let p)? = database.attribute(h)?.role, p.contains(.authenticatedSignedWrites) else { return (nil, [consumed]) }
         return (nil, [consumed] + write(h, v, connection: connection))
     }
@@ -380,7 +380,7 @@ public struct GATTServerState: Sendable {
         for h in order {
             let v = staged[h] ?? []
             guard let a = database.attribute(h) else { return .failure(PreparedWriteRefusal(error: .invalidHandle, handle: h)) }
-            if let code = valueDenied(a, v) { return .failure(PreparedWriteRefusal(error: code, handle: h)) }
+            if let code = valueDenied(a, v, connection: connection) { return .failure(PreparedWriteRefusal(error: code, handle: h)) }
             writes.append((h, v))
         }
         return .success(writes)
@@ -437,34 +437,41 @@ public struct GATTServerState: Sendable {
         }
     }
 
-    /// Why a write of `value` to `h` is refused on a link with `s`, if it is.
+    /// Why a write of `value` to `h` by `connection` is refused on a link with `s`, if it is.
     /// With `value` nil only the handle and the permissions are judged: a Prepare Write
     /// Request's value is validated when the queue is executed (§3.4.6.1).
-    func writeDenied(_ h: UInt16, _ value: [UInt8]?, _ s: LinkSecurity) -> ATTErrorCode? {
+    func writeDenied(_ h: UInt16, _ value: [UInt8]?, _ s: LinkSecurity, connection: UInt16) -> ATTErrorCode? {
         guard let a = database.attribute(h) else { return .invalidHandle }
         let p = a.permissions
         guard !p.isDisjoint(with: [.write, .writeEncrypted, .writeAuthenticated, .writeAuthorized]) else { return .writeNotPermitted }
         if let denied = securityDenied(encryption: p.contains(.writeEncrypted), authentication: p.contains(.writeAuthenticated),
                                        authorization: p.contains(.writeAuthorized), s) { return denied }
-        return value.flatMap { valueDenied(a, $0) }
+        return value.flatMap { valueDenied(a, $0, connection: connection) }
     }
 
-    /// Why `a` cannot hold `value`, if it cannot:
+    /// Why `a` cannot hold `value` written by `connection`, if it cannot:
     /// - Invalid Attribute Value Length: a Client Characteristic Configuration is 2
     ///   octets, Client Supported Features 1, any other at most its maximum;
+    /// - Value Not Allowed: Client Supported Features without a bit this client set
+    ///   before ("the client shall not clear any bits it has set", §7.2; BlueZ answers
+    ///   the same);
     /// - Client Characteristic Configuration Descriptor Improperly Configured (0xFD,
     ///   Core Specification Supplement Part B §1.2), as BlueZ answers it: a CCCD value
     ///   asking for notifications or indications the characteristic's properties do not
     ///   offer (§3.3.1.1: only a property's bit permits its action). The bits above
     ///   them are reserved for future use and ignored, as reserved bits are on receipt.
-    private func valueDenied(_ a: Attribute, _ value: [UInt8]) -> ATTErrorCode? {
+    private func valueDenied(_ a: Attribute, _ value: [UInt8], connection: UInt16) -> ATTErrorCode? {
         if case let .clientConfiguration(_, props) = a.role {
             guard value.count == 2 else { return .invalidAttributeValueLength }
             if value[0] & 1 != 0, !props.contains(.notify) { return .cccdImproperlyConfigured }
             if value[0] & 2 != 0, !props.contains(.indicate) { return .cccdImproperlyConfigured }
             return nil
         }
-        if a.type == BluetoothUUID(0x2B29), value.count != 1 { return .invalidAttributeValueLength }
+        if a.type == BluetoothUUID(0x2B29) {
+            guard value.count == 1 else { return .invalidAttributeValueLength }
+            let set = clientFeatures[connection] ?? 0
+            return set & ~value[0] & ClientSupportedFeatures.all != 0 ? .valueNotAllowed : nil
+        }
         if value.count > a.maximumLength { return .invalidAttributeValueLength }
         return nil
     }

@@ -286,9 +286,24 @@ struct MultipleNotificationTests {
         #expect(s.clientSupportedFeatures(connection: 1) == 0)
         _ = s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x06]), connection: 1, mtu: 23)
         #expect(s.clientSupportedFeatures(connection: 1) == ClientSupportedFeatures.eatt | ClientSupportedFeatures.multipleHandleValueNotifications)
-        // Bits stay set: a later write of fewer bits does not clear them.
-        _ = s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x01]), connection: 1, mtu: 23)
+        // Bits stay set (§7.2: "the client shall not clear any bits it has set"): a
+        // write without one is refused with Value Not Allowed, as BlueZ refuses it, and
+        // changes nothing; one that keeps them adds its own.
+        let csf = m.clientSupportedFeatures
+        #expect(s.handle(.writeRequest(handle: csf, value: [0x01]), connection: 1, mtu: 23).response
+                == .errorResponse(request: .writeRequest, handle: csf, error: .valueNotAllowed))
+        #expect(s.clientSupportedFeatures(connection: 1) == 0x06)
+        #expect(s.handle(.writeRequest(handle: csf, value: [0x07]), connection: 1, mtu: 23).response == .writeResponse)
+        #expect(s.clientSupportedFeatures(connection: 1) == 0x07)
+        // Reserved bits are no client's to set, and clearing them is no clearing.
+        #expect(s.handle(.writeRequest(handle: csf, value: [0xF7]), connection: 1, mtu: 23).response == .writeResponse)
+        #expect(s.handle(.writeRequest(handle: csf, value: [0x07]), connection: 1, mtu: 23).response == .writeResponse)
         #expect(s.clientSupportedFeatures(connection: 1) == 0x07)
         #expect(s.clientSupportedFeatures(connection: 2) == 0)
+        // The same refusal for a prepared write, at its execution.
+        _ = s.handle(.prepareWriteRequest(handle: csf, offset: 0, value: [0x02]), connection: 1, mtu: 23)
+        #expect(s.handle(.executeWriteRequest(flags: 1), connection: 1, mtu: 23).response
+                == .errorResponse(request: .executeWriteRequest, handle: csf, error: .valueNotAllowed))
+        #expect(s.clientSupportedFeatures(connection: 1) == 0x07)
     }
 }
