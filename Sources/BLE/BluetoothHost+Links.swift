@@ -106,15 +106,20 @@ extension BluetoothHost {
             // A bonded client is who it says once the link is encrypted with the bond's
             // key: its subscriptions come back (notifications flow without it writing
             // the CCCDs again, Vol 3, Part G, §3.3.3.3).
-            if state.encrypted && state.bonded, let bond = await security.bond(handle: handle), !bond.clientConfigurations.isEmpty {
-                await server.restoreClientConfigurations(bond.clientConfigurations, connection: handle)
+            // So do its Client Supported Features, and a database changed while it was
+            // away is said (Service Changed, or change-unaware with robust caching).
+            if state.encrypted && state.bonded, let bond = await security.bond(handle: handle) {
+                await server.restoreClient(GATTServerState.ClientRecord(configurations: bond.clientConfigurations,
+                                                                        supportedFeatures: bond.clientSupportedFeatures ?? 0,
+                                                                        awareOfHash: bond.serverDatabaseHash),
+                                           connection: handle)
             }
             // A layout discovered before the link was encrypted with the bond's key is stored now.
             if state.encrypted && state.bonded, let remote = links.remotes[conn.id] { owe { await remote.storeServices() } }
         case let .paired(handle, _, result) where result.bonding:
             // Subscriptions made before the pairing, and the peer's GATT layout, are kept with
             // the new bond; the CSRK it distributed verifies its signed writes from now on.
-            await saveClientConfigurations(handle)
+            await saveClientRecord(handle)
             await applySigningKey(handle)
             if let conn = links.active[handle], let remote = links.remotes[conn.id] { owe { await remote.storeServices() } }
         case .bonded:
@@ -134,10 +139,13 @@ extension BluetoothHost {
         await server.setSigningKey(key, connection: handle)
     }
 
-    /// Stores what the client on `handle` has set in our CCCDs with its bond, if it has one.
-    func saveClientConfigurations(_ handle: UInt16) async {
+    /// Stores what our server holds for the client on `handle` (its CCCDs, Client
+    /// Supported Features, the Database Hash it is aware of) with its bond, if it has one.
+    func saveClientRecord(_ handle: UInt16) async {
         guard links.active[handle] != nil else { return }
-        await security.saveClientConfigurations(await server.clientConfigurations(connection: handle), handle: handle)
+        let record = await server.clientRecord(connection: handle)
+        await security.saveClientRecord(configurations: record.configurations, supportedFeatures: record.supportedFeatures,
+                                        hash: record.awareOfHash, handle: handle)
     }
 
     /// The local server refused a peripheral link's request for its security: ask the

@@ -538,7 +538,9 @@ extension BluetoothHost {
             guard let central = links.active[conn] else { return }
             if let c = lookup(h) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i)) }
             // A bonded client's subscriptions persist across connections.
-            await saveClientConfigurations(conn)
+            await saveClientRecord(conn)
+        case let .clientRecordChanged(conn):
+            await saveClientRecord(conn)
         case let .securityNeeded(conn, level):
             securityNeeded(connection: conn, level: level)
         case let .signCounter(conn, counter):

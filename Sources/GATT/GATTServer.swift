@@ -24,6 +24,10 @@ public actor GATTServer: LoopIsolated {
         /// A Signed Write Command verified with the connection's `SigningKey`: its
         /// SignCounter, to keep with the client's bond (the next must be greater).
         case signCounter(connection: UInt16, counter: UInt32)
+        /// What a bond keeps of the client beside its CCCDs changed
+        /// (`clientRecord(connection:)`): Client Supported Features bits it set, or it
+        /// became change-aware.
+        case clientRecordChanged(connection: UInt16)
     }
 
     /// The event loop the server runs on: the controller's, so serving a request on one
@@ -263,7 +267,12 @@ public actor GATTServer: LoopIsolated {
         guard let sc = handle(of: GATTCharacteristicType.serviceChanged) else { return }
         let v = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
         // A confirmed Service Changed makes that client change-aware again.
-        for c in await indicate(sc, value: v) { state.becameChangeAware(c) }
+        for c in await indicate(sc, value: v) { awareAgain(c) }
+    }
+
+    private func awareAgain(_ connection: UInt16) {
+        state.becameChangeAware(connection)
+        continuation.yield(.clientRecordChanged(connection: connection))
     }
 
     /// Serves the database on `bearer` (connection `handle`) until the bearer closes.
@@ -398,6 +407,7 @@ public actor GATTServer: LoopIsolated {
             case let .written(h, v, c): continuation.yield(.written(handle: h, value: v, connection: c))
             case let .subscription(h, c, n, i): continuation.yield(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
             case let .signCounter(c, counter): continuation.yield(.signCounter(connection: c, counter: counter))
+            case let .clientRecordChanged(c): continuation.yield(.clientRecordChanged(connection: c))
             }
         }
     }
@@ -452,6 +462,50 @@ public actor GATTServer: LoopIsolated {
     public func setSigningKey(_ key: SigningKey?, connection handle: UInt16) {
         guard bearers[handle] != nil else { return }
         state.setSigningKey(key, connection: handle)
+    }
+
+    /// What a bond keeps of `connection`'s client (`GATTServerState.ClientRecord`).
+    public func clientRecord(connection handle: UInt16) -> GATTServerState.ClientRecord {
+        state.clientRecord(connection: handle)
+    }
+
+    /// Puts back what a bond kept of a client, once its link is encrypted with the
+    /// bond's key: its CCCD values (reported as `restoreClientConfigurations` reports
+    /// them), its Client Supported Features, and whether it is change-aware. When the
+    /// Database Hash it was aware of is not ours now, the database changed while it was
+    /// away: with robust caching it is change-unaware (§2.5.2.1), and with Service
+    /// Changed indications on it is told so at once (§7.1), for 0x0001–0xFFFF (what
+    /// changed while it was away is not kept), and is change-aware again once it
+    /// confirms. A record from before hashes were kept (`awareOfHash` nil) is taken
+    /// as aware.
+    public func restoreClient(_ record: GATTServerState.ClientRecord, connection handle: UInt16) async {
+        guard let bearer = bearers[handle] else { return }
+        report(state.restoreClientConfigurations(record.configurations, connection: handle), response: nil, connection: handle)
+        state.restoreClientFeatures(record.supportedFeatures, connection: handle)
+        guard let current = state.databaseHashValue, let known = record.awareOfHash, known != current else {
+            // Unchanged (or nothing to compare): the bond learns the hash it is aware of.
+            if state.databaseHashValue != nil, record.awareOfHash != state.databaseHashValue {
+                continuation.yield(.clientRecordChanged(connection: handle))
+            }
+            return
+        }
+        state.changedWhileAway(connection: handle)
+        guard let sc = self.handle(of: GATTCharacteristicType.serviceChanged), state.configuration(valueHandle: sc, connection: handle).indicate else {
+            logger.debug("database changed while a bonded client was away; it has no Service Changed indications",
+                         metadata: ["ble.handle": "\(handle)", "gatt.change_aware": "\(state.isChangeAware(handle))"])
+            return
+        }
+        let confirmation = await bearer.startIndication(handle: sc, value: [0x01, 0x00, 0xFF, 0xFF])
+        let logger = self.logger
+        // Confirmed within the bearer's transaction timeout, or failed with the link.
+        Task { [weak self] in
+            do {
+                try await confirmation()
+                await self?.awareAgain(handle)
+            } catch {
+                logger.debug("Service Changed at reconnection not confirmed", metadata: ["ble.handle": "\(handle)", "error": "\(error)"])
+            }
+        }
     }
 
     /// The CCCD values `connection` has set (by CCCD handle, zeros left out).

@@ -58,6 +58,28 @@ public struct GATTServerState: Sendable {
         /// A Signed Write Command from `connection` verified with its `SigningKey`, whose
         /// counter is now `counter`: the owner keeps it with the client's bond.
         case signCounter(connection: UInt16, counter: UInt32)
+        /// What a bond keeps of `connection` beside its CCCDs changed (`ClientRecord`):
+        /// it set Client Supported Features bits, or it became change-aware.
+        case clientRecordChanged(connection: UInt16)
+    }
+
+    /// What a GATT server keeps of a bonded client across connections: its Client
+    /// Characteristic Configurations (§3.3.3.3), its Client Supported Features (§7.2),
+    /// and the Database Hash it is aware of (the hash when it was last change-aware,
+    /// §2.5.2.1): a different hash at its next connection means the database changed
+    /// while it was away.
+    public struct ClientRecord: Hashable, Sendable {
+        public var configurations: [UInt16: UInt16]
+        public var supportedFeatures: UInt8
+        /// The current Database Hash while the client is change-aware; nil while it is
+        /// not (a bond then keeps the hash it knew), or when the database has no hash.
+        public var awareOfHash: [UInt8]?
+
+        public init(configurations: [UInt16: UInt16] = [:], supportedFeatures: UInt8 = 0, awareOfHash: [UInt8]? = nil) {
+            self.configurations = configurations
+            self.supportedFeatures = supportedFeatures
+            self.awareOfHash = awareOfHash
+        }
     }
 
     public var database: AttributeDatabase
@@ -124,6 +146,30 @@ public struct GATTServerState: Sendable {
         return effects
     }
 
+    /// What a bond keeps of `connection` (`ClientRecord`).
+    public func clientRecord(connection: UInt16) -> ClientRecord {
+        ClientRecord(configurations: clientConfigurations(connection: connection), supportedFeatures: clientFeatures[connection] ?? 0,
+                     awareOfHash: changeUnaware.contains(connection) ? nil : databaseHashValue)
+    }
+
+    /// The Database Hash characteristic's value (§7.3), nil when the database has none.
+    public var databaseHashValue: [UInt8]? {
+        database.attributes.first { $0.type == BluetoothUUID(0x2B2A) }?.value
+    }
+
+    /// Puts back a bonded client's Client Supported Features (§7.2: persistent for a
+    /// client with a trusted relationship); only defined bits, and none is cleared.
+    public mutating func restoreClientFeatures(_ bits: UInt8, connection: UInt16) {
+        clientFeatures[connection, default: 0] |= bits & ClientSupportedFeatures.all
+    }
+
+    /// The database changed while `connection`'s bonded client was away: with robust
+    /// caching it is change-unaware until it confirms Service Changed or reads the
+    /// Database Hash (§2.5.2.1).
+    public mutating func changedWhileAway(connection: UInt16) {
+        if (clientFeatures[connection] ?? 0) & ClientSupportedFeatures.robustCaching != 0 { changeUnaware.insert(connection) }
+    }
+
     /// Forget what a connection set (it went away; a bond keeps its CCCD values, put
     /// back with `restoreClientConfigurations`).
     public mutating func disconnected(_ connection: UInt16) {
@@ -188,24 +234,34 @@ public struct GATTServerState: Sendable {
     /// permission check would).
     public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity(),
                                 supplied: SuppliedValues = [:]) -> (response: ATTPDU?, effects: [Effect]) {
+        // §2.5.2.1: a change-unaware client gets Database Out Of Sync, except for reading
+        // the Database Hash, which makes it change-aware; its commands are ignored.
+        guard changeUnaware.contains(connection) else { return answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied) }
+        let hash = database.attributes.first { $0.type == BluetoothUUID(0x2B2A) }?.handle
+        switch pdu {
+        case let .readByTypeRequest(_, _, type) where type == BluetoothUUID(0x2B2A):
+            break
+        case let .readRequest(h) where h == hash:
+            break
+        default:
+            if pdu.opcode.kind == .request, pdu.opcode != .exchangeMTURequest {
+                return (.errorResponse(request: pdu.opcode, handle: 0, error: .databaseOutOfSync), [])
+            }
+            if pdu.opcode.kind == .command { return (nil, []) }
+            return answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
+        }
+        changeUnaware.remove(connection)
+        let (response, effects) = answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
+        return (response, [.clientRecordChanged(connection: connection)] + effects)
+    }
+
+    /// `handle` for a change-aware client.
+    private mutating func answer(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity,
+                                 supplied: SuppliedValues) -> (response: ATTPDU?, effects: [Effect]) {
         func error(_ code: ATTErrorCode, _ handle: UInt16) -> (ATTPDU?, [Effect]) {
             (.errorResponse(request: pdu.opcode, handle: handle, error: code), [])
         }
         func range(_ s: UInt16, _ e: UInt16) -> ClosedRange<UInt16>? { s == 0 || s > e ? nil : s...e }
-        // §2.5.2.1: a change-unaware client gets Database Out Of Sync, except for reading
-        // the Database Hash, which makes it change-aware; its commands are ignored.
-        if changeUnaware.contains(connection) {
-            let hash = database.attributes.first { $0.type == BluetoothUUID(0x2B2A) }?.handle
-            switch pdu {
-            case let .readByTypeRequest(_, _, type) where type == BluetoothUUID(0x2B2A):
-                changeUnaware.remove(connection)
-            case let .readRequest(h) where h == hash:
-                changeUnaware.remove(connection)
-            default:
-                if pdu.opcode.kind == .request, pdu.opcode != .exchangeMTURequest { return error(.databaseOutOfSync, 0) }
-                if pdu.opcode.kind == .command { return (nil, []) }
-            }
-        }
         switch pdu {
         case let .findInformationRequest(s, e):
             guard let r = range(s, e) else { return error(.invalidHandle, s) }
@@ -480,8 +536,9 @@ public struct GATTServerState: Sendable {
         guard let a = database.attribute(h) else { return [] }
         if a.type == BluetoothUUID(0x2B29) {
             // Client Supported Features are per client; bits once set stay set (§7.2).
-            clientFeatures[connection, default: 0] |= (v.first ?? 0) & ClientSupportedFeatures.all
-            return []
+            let before = clientFeatures[connection] ?? 0
+            clientFeatures[connection] = before | (v.first ?? 0) & ClientSupportedFeatures.all
+            return clientFeatures[connection] == before ? [] : [.clientRecordChanged(connection: connection)]
         }
         if case let .clientConfiguration(valueHandle, props) = a.role {
             // `valueDenied` refused bits the properties do not offer; those above are

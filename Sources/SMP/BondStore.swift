@@ -15,6 +15,13 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
     public var keys: PairingKeys
     /// For our GATT server: the client's CCCD values by handle, restored when it reconnects.
     public var clientConfigurations: [UInt16: UInt16]
+    /// For our GATT server: what the client wrote to Client Supported Features (Vol 3,
+    /// Part G, §7.2: kept for a client with a trusted relationship); nil before any.
+    public var clientSupportedFeatures: UInt8?
+    /// For our GATT server: its Database Hash when the client was last change-aware
+    /// (§2.5.2.1); another hash at its next connection means the database changed
+    /// while it was away. Nil before one was kept.
+    public var serverDatabaseHash: [UInt8]?
     /// For our GATT client: the peer's database as we last discovered it, with its
     /// Database Hash then; reused at reconnection while the hash is unchanged.
     public var database: CachedDatabase?

@@ -205,14 +205,21 @@ public actor SecurityManager: LoopIsolated {
         return store.bond(for: link.connection.peer, type: link.connection.peerType)
     }
 
-    /// Keeps what the client on link `handle` set in our GATT server's CCCDs with its
-    /// bond (Vol 3, Part G, §3.3.3.3). Nothing for a link that is not bonded; the store
-    /// is written only when the values change.
-    public func saveClientConfigurations(_ values: [UInt16: UInt16], handle: UInt16) {
-        guard var bond = bond(handle: handle), bond.clientConfigurations != values else { return }
-        bond.clientConfigurations = values
+    /// Keeps what our GATT server holds for the client on link `handle` with its bond:
+    /// its CCCD values (Vol 3, Part G, §3.3.3.3), its Client Supported Features (§7.2)
+    /// and, while it is change-aware, the Database Hash it is aware of (`hash`; nil
+    /// keeps the one stored, so a client that leaves unaware is told at its next
+    /// connection). Nothing for a link that is not bonded; the store is written only
+    /// when something changes.
+    public func saveClientRecord(configurations: [UInt16: UInt16], supportedFeatures: UInt8, hash: [UInt8]?, handle: UInt16) {
+        guard var bond = bond(handle: handle) else { return }
+        let before = bond
+        bond.clientConfigurations = configurations
+        if supportedFeatures != 0 || bond.clientSupportedFeatures != nil { bond.clientSupportedFeatures = supportedFeatures }
+        if let hash { bond.serverDatabaseHash = hash }
+        guard bond != before else { return }
         do { try store.save(bond) } catch {
-            logger.error("client configurations not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
+            logger.error("client record not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
         }
     }
 
@@ -641,6 +648,8 @@ public actor SecurityManager: LoopIsolated {
             }
             if let old = store.bond(for: bond.address, type: bond.addressType) {
                 bond.clientConfigurations = old.clientConfigurations
+                bond.clientSupportedFeatures = old.clientSupportedFeatures
+                bond.serverDatabaseHash = old.serverDatabaseHash
                 bond.database = old.database
                 for a in old.linkAddresses where !bond.linkAddresses.contains(a) { bond.linkAddresses.append(a) }
             }

@@ -278,6 +278,43 @@ struct MultipleNotificationTests {
         ])
     }
 
+    /// What a bond keeps of a client (`ClientRecord`): its Client Supported Features,
+    /// reported when they change, and the Database Hash it is aware of. Back after the
+    /// database changed, a robust-caching client is change-unaware: Database Out Of
+    /// Sync, its record keeps no hash, until it reads the hash, which is reported.
+    @Test func aClientRecordKeepsFeaturesAndTheHashItIsAwareOf() throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "x")
+        let level = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read], value: [80]),
+        ])).characteristicValues[0]
+        var s = GATTServerState(database: db)
+        let known = try #require(s.databaseHashValue)
+        #expect(s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x01]), connection: 1, mtu: 23).effects == [.clientRecordChanged(connection: 1)])
+        #expect(s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x01]), connection: 1, mtu: 23).effects.isEmpty)
+        let record = s.clientRecord(connection: 1)
+        #expect(record.supportedFeatures == 0x01 && record.awareOfHash == known)
+        s.disconnected(1)
+        // The database changes while the client is away; it comes back on connection 2.
+        var changed = s.database
+        try changed.add(GATTService(uuid: BluetoothUUID(0xFFE0)))
+        try changed.refreshDatabaseHash(at: m.databaseHash)
+        s.database = changed
+        #expect(s.databaseHashValue != known)
+        s.restoreClientFeatures(record.supportedFeatures, connection: 2)
+        s.changedWhileAway(connection: 2)
+        #expect(s.handle(.readRequest(handle: level), connection: 2, mtu: 23).response
+                == .errorResponse(request: .readRequest, handle: 0, error: .databaseOutOfSync))
+        #expect(s.clientRecord(connection: 2).awareOfHash == nil)
+        let (hash, effects) = s.handle(.readRequest(handle: m.databaseHash), connection: 2, mtu: 23)
+        #expect(hash == .readResponse(value: s.databaseHashValue ?? []) && effects == [.clientRecordChanged(connection: 2)])
+        #expect(s.clientRecord(connection: 2).awareOfHash == s.databaseHashValue)
+        #expect(s.handle(.readRequest(handle: level), connection: 2, mtu: 23).response == .readResponse(value: [80]))
+        // Without robust caching a client is never change-unaware.
+        s.changedWhileAway(connection: 3)
+        #expect(s.handle(.readRequest(handle: level), connection: 3, mtu: 23).response == .readResponse(value: [80]))
+    }
+
     @Test func onlyAClientThatSaysSoGetsThem() throws {
         var (s, _, _, _) = try GATTServerTests.make()
         var db = s.database

@@ -41,6 +41,37 @@ struct MandatoryServicesTests {
         #expect(try db.databaseHash() != h0)
     }
 
+    /// A bonded client's record put back at reconnection (`GATTServer.restoreClient`):
+    /// its Service Changed subscription comes back; with the hash it knew still ours,
+    /// nothing is indicated; with another, Service Changed for 0x0001–0xFFFF is, and
+    /// once confirmed the client's record holds the new hash (reported).
+    @Test func aRestoredClientIsToldOnlyOfAChangeWhileItWasAway() async throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "swift")
+        let server = GATTServer(database: db, logger: Self.logger)
+        let events = server.events
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: Self.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: Self.logger))
+        await client.start()
+        let known = try await client.read(m.databaseHash)
+        let subscribed = [m.serviceChangedConfiguration: UInt16(0x0002)]
+        func indications() -> [[UInt8]] { serverEnd.sent.withLock { $0.filter { $0.first == 0x1D } } }
+        await server.restoreClient(GATTServerState.ClientRecord(configurations: subscribed, awareOfHash: known), connection: 1)
+        #expect(await server.configuration(valueHandle: m.serviceChanged, connection: 1).indicate)
+        _ = try await client.read(m.deviceName)  // a round trip: anything indicated is out by now
+        #expect(indications().isEmpty)
+        // The hash it knew is not ours: told at once, for the whole range.
+        await server.restoreClient(GATTServerState.ClientRecord(configurations: subscribed, awareOfHash: [UInt8](repeating: 7, count: 16)), connection: 1)
+        _ = try await client.read(m.deviceName)
+        let sc = [UInt8(m.serviceChanged & 0xFF), UInt8(m.serviceChanged >> 8)]
+        #expect(indications() == [[0x1D] + sc + [0x01, 0x00, 0xFF, 0xFF]])
+        // Confirmed (by the client's bearer, at once): aware again, and reported so.
+        let aware = events.filter { if case .clientRecordChanged(1) = $0 { return true } else { return false } }
+        #expect(await firstElement(aware, within: .seconds(5), on: server.loop) != nil)
+        #expect(await server.clientRecord(connection: 1).awareOfHash == known)
+    }
+
     @Test func addingAServiceIndicatesServiceChangedToSubscribers() async throws {
         var db = AttributeDatabase()
         let m = try db.addMandatoryServices(deviceName: "swift")

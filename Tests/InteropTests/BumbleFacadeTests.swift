@@ -147,6 +147,69 @@ import Transports
         await host.close()
     }
 
+    /// A bonded client is told what changed while it was away. Bumble's central pairs
+    /// with bonding, subscribes to Service Changed and leaves; we add a service; it
+    /// comes back and only encrypts from its stored keys: the Database Hash it knew is
+    /// not ours any more, so our server indicates Service Changed for 0x0001–0xFFFF at
+    /// once (Vol 3, Part G, §7.1; what changed while it was away is not kept). Before,
+    /// nothing came, and a client caching the layout used stale handles.
+    @Test func aBondedBumbleCentralIsToldTheDatabaseChangedWhileItWasAway() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger, security: SecurityOptions(random: .seeded(13)))
+        let info = try await host.start()
+        let links = host.connectionEvents()
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-service-changed", "1", "0", "none", "0", info.address.description])
+        defer { RootcanalProcess.kill(peer.process) }
+        try await Self.changeTheDatabaseOnceTheFirstLinkEnds(host, links)
+        let bumble = await peer.events()
+        let subscribed = BumbleSMPTests.named(bumble, "subscribed").first?["handle"] as? Int
+        let indication = BumbleSMPTests.named(bumble, "indication").first
+        #expect(subscribed != nil && indication?["handle"] as? Int == subscribed, "\(bumble)")
+        #expect(indication?["value"] as? String == "0100ffff", "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+        await host.close()
+    }
+
+    /// A bonded client with robust caching (Client Supported Features bit 0, kept with
+    /// its bond: §7.2) that comes back after the database changed is change-unaware
+    /// (§2.5.2.1): its first read gets Database Out Of Sync (0x12); reading the Database
+    /// Hash makes it aware, and the read goes through. Before, the features were
+    /// forgotten with the link and the read answered as if nothing had changed.
+    @Test func aBondedRobustCachingBumbleCentralIsChangeUnawareAfterAChange() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger, security: SecurityOptions(random: .seeded(14)))
+        let info = try await host.start()
+        let level = Characteristic(uuid: BluetoothUUID(0x2A19), properties: [.read], value: [80])
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0x180F), characteristics: [level]))
+        let links = host.connectionEvents()
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-robust-caching", "1", "0", "none", "0", info.address.description])
+        defer { RootcanalProcess.kill(peer.process) }
+        try await Self.changeTheDatabaseOnceTheFirstLinkEnds(host, links)
+        let bumble = await peer.events()
+        let reads = BumbleSMPTests.named(bumble, "read")
+        #expect(reads.first { $0["what"] as? String == "before" }?["error"] as? Int == 0x12, "\(bumble)")
+        #expect((BumbleSMPTests.named(bumble, "hash").first?["values"] as? [String])?.first?.count == 32, "\(bumble)")
+        #expect(reads.first { $0["what"] as? String == "after" }?["value"] as? String == "50", "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+        await host.close()
+    }
+
+    /// Adds a service once `links` reports the first link's end (the Bumble central
+    /// waits 2 s before it comes back).
+    static func changeTheDatabaseOnceTheFirstLinkEnds(_ host: BluetoothHost, _ links: BufferedStream<ConnectionEvent>) async throws {
+        let ended = await firstElement(links.filter { if case .disconnected = $0 { return true } else { return false } }, within: .seconds(40))
+        try #require(ended != nil)
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0xFFE0), characteristics: [
+            Characteristic(uuid: BluetoothUUID(0xFFE1), properties: [.read], value: [1]),
+        ]))
+    }
+
     /// Our SPSM asks for encryption; Bumble's central asks for a channel on an
     /// unencrypted link before and after it bonds. Without a bond the refusal is
     /// "insufficient authentication" (it must pair); bonded, "insufficient encryption"

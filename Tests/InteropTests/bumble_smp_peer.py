@@ -37,6 +37,19 @@ Usage:
       "refused" event names the result Bumble's l2cap.L2capError gives), then pairs
       (first link) or encrypts from the stored keys (second), asks again ("channel"
       when it opens) and disconnects.
+  bumble_smp_peer.py HCI_PORT central-service-changed SC MITM IO PASSKEY ADDRESS
+      As central, bonded across two links: on the first it pairs and subscribes to
+      Service Changed (0x2A05) indications ("subscribed"), then disconnects and waits
+      2 s (the test changes the database meanwhile); on the second it only encrypts
+      from the stored keys and waits up to 10 s for an indication ("indication", with
+      its handle and value; its GATT client's indication handler is replaced, and it
+      confirms by hand), then disconnects.
+  bumble_smp_peer.py HCI_PORT central-robust-caching SC MITM IO PASSKEY ADDRESS
+      As central, bonded across two links: on the first it pairs, writes 0x01 (robust
+      caching) to Client Supported Features (0x2B29) and finds Battery Level (0x2A19);
+      then disconnects and waits 2 s as above. On the second it only encrypts and
+      reads Battery Level ("read": the value, or the ATT error code), reads the
+      Database Hash by UUID ("hash"), and reads Battery Level again.
   bumble_smp_peer.py HCI_PORT central-indicate-pair SC MITM IO PASSKEY ADDRESS
       As central, on one link: subscribes to indications of 6E400003-B5A3-F393-E0A9-
       E50E24DCCA9E (btctl's docs/examples/battery.json) unencrypted ("subscribed"),
@@ -370,6 +383,95 @@ async def central_subscribe(device, address):
         await asyncio.wait_for(disconnected.wait(), 10)
 
 
+async def central_bonded_twice(device, address, first, second, prepare=None):
+    """Two links to ADDRESS: `first(connection)` after pairing on the first, then 2 s
+    apart, `prepare(connection)` before encrypting from the stored keys on the second
+    and `second(connection)` after."""
+    for round in range(2):
+        disconnected = asyncio.Event()
+        connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
+        emit(event="connected", round=round)
+        watch(connection, disconnected)
+        try:
+            if round == 0:
+                await connection.pair()
+                await first(connection)
+            else:
+                if prepare:
+                    prepare(connection)
+                await connection.encrypt()
+                emit(event="secured", round=round, encrypted=connection.is_encrypted)
+                await second(connection)
+        except Exception as e:
+            emit(event="error", round=round, error=type(e).__name__, detail=str(e))
+        await connection.disconnect()
+        await asyncio.wait_for(disconnected.wait(), 10)
+        emit(event="disconnected", round=round)
+        if round == 0:
+            await asyncio.sleep(2)
+
+
+async def central_service_changed(device, address):
+    indicated = asyncio.Event()
+
+    async def first(connection):
+        peer = Peer(connection)
+        await peer.discover_services()
+        found = await peer.discover_characteristics(uuids=[UUID.from_16_bits(0x2A05)])
+        await found[0].discover_descriptors()
+        await found[0].subscribe(lambda value: None, prefer_notify=False)
+        emit(event="subscribed", round=0, handle=found[0].handle)
+        await asyncio.sleep(0.5)
+
+    def prepare(connection):
+        # In place before the link is encrypted: the server tells at once.
+        client = connection.gatt_client
+
+        def on_indication(pdu):
+            emit(event="indication", round=1, handle=pdu.attribute_handle, value=bytes(pdu.attribute_value).hex())
+            client.send_confirmation(att.ATT_Handle_Value_Confirmation())
+            indicated.set()
+
+        client.on_att_handle_value_indication = on_indication
+
+    async def second(connection):
+        await asyncio.wait_for(indicated.wait(), 10)
+        await asyncio.sleep(0.5)
+
+    await central_bonded_twice(device, address, first, second, prepare)
+
+
+async def central_robust_caching(device, address):
+    level = {}
+
+    async def first(connection):
+        peer = Peer(connection)
+        await peer.discover_services()
+        features = await peer.discover_characteristics(uuids=[UUID.from_16_bits(0x2B29)])
+        await features[0].write_value(b"\x01", with_response=True)
+        emit(event="features", round=0, written="01")
+        found = await peer.discover_characteristics(uuids=[UUID.from_16_bits(0x2A19)])
+        level["handle"] = found[0].handle
+        await asyncio.sleep(0.5)
+
+    async def read(connection, what):
+        try:
+            value = await connection.gatt_client.read_value(level["handle"])
+            emit(event="read", round=1, what=what, value=bytes(value).hex())
+        except att.ATT_Error as e:
+            emit(event="read", round=1, what=what, error=e.error_code)
+
+    async def second(connection):
+        # The server restores the client's record once it hears of the encryption.
+        await asyncio.sleep(0.3)
+        await read(connection, "before")
+        hashes = await connection.gatt_client.read_characteristics_by_uuid(UUID.from_16_bits(0x2B2A), None)
+        emit(event="hash", round=1, values=[bytes(v).hex() for v in hashes])
+        await read(connection, "after")
+
+    await central_bonded_twice(device, address, first, second)
+
+
 async def central_indicate_pair(device, address):
     disconnected = asyncio.Event()
     connection = await device.connect(Address(address, Address.PUBLIC_DEVICE_ADDRESS))
@@ -489,6 +591,10 @@ async def main():
             await central_indicate_pair(device, sys.argv[7])
         elif mode == "central-subscribe":
             await central_subscribe(device, sys.argv[7])
+        elif mode == "central-service-changed":
+            await central_service_changed(device, sys.argv[7])
+        elif mode == "central-robust-caching":
+            await central_robust_caching(device, sys.argv[7])
         else:
             await central(device, sys.argv[7])
         emit(event="done")
