@@ -154,23 +154,12 @@ import Transports
     /// once (Vol 3, Part G, §7.1; what changed while it was away is not kept). Before,
     /// nothing came, and a client caching the layout used stale handles.
     @Test func aBondedBumbleCentralIsToldTheDatabaseChangedWhileItWasAway() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger, security: SecurityOptions(random: .seeded(13)))
-        let info = try await host.start()
-        let links = host.connectionEvents()
-        try await host.peripheral.startAdvertising(AdvertisingData())
-        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-service-changed", "1", "0", "none", "0", info.address.description])
-        defer { RootcanalProcess.kill(peer.process) }
-        try await Self.changeTheDatabaseOnceTheFirstLinkEnds(host, links)
-        let bumble = await peer.events()
+        guard let bumble = try await Self.bondedCentralAfterAChange("central-service-changed", seed: 13) else { return }
         let subscribed = BumbleSMPTests.named(bumble, "subscribed").first?["handle"] as? Int
         let indication = BumbleSMPTests.named(bumble, "indication").first
         #expect(subscribed != nil && indication?["handle"] as? Int == subscribed, "\(bumble)")
         #expect(indication?["value"] as? String == "0100ffff", "\(bumble)")
         #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
-        await host.close()
     }
 
     /// A bonded client with robust caching (Client Supported Features bit 0, kept with
@@ -179,35 +168,38 @@ import Transports
     /// Hash makes it aware, and the read goes through. Before, the features were
     /// forgotten with the link and the read answered as if nothing had changed.
     @Test func aBondedRobustCachingBumbleCentralIsChangeUnawareAfterAChange() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger, security: SecurityOptions(random: .seeded(14)))
-        let info = try await host.start()
         let level = Characteristic(uuid: BluetoothUUID(0x2A19), properties: [.read], value: [80])
-        try await host.peripheral.add(Service(uuid: BluetoothUUID(0x180F), characteristics: [level]))
-        let links = host.connectionEvents()
-        try await host.peripheral.startAdvertising(AdvertisingData())
-        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-robust-caching", "1", "0", "none", "0", info.address.description])
-        defer { RootcanalProcess.kill(peer.process) }
-        try await Self.changeTheDatabaseOnceTheFirstLinkEnds(host, links)
-        let bumble = await peer.events()
+        guard let bumble = try await Self.bondedCentralAfterAChange("central-robust-caching", seed: 14, serving: [level]) else { return }
         let reads = BumbleSMPTests.named(bumble, "read")
         #expect(reads.first { $0["what"] as? String == "before" }?["error"] as? Int == 0x12, "\(bumble)")
         #expect((BumbleSMPTests.named(bumble, "hash").first?["values"] as? [String])?.first?.count == 32, "\(bumble)")
         #expect(reads.first { $0["what"] as? String == "after" }?["value"] as? String == "50", "\(bumble)")
         #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
-        await host.close()
     }
 
-    /// Adds a service once `links` reports the first link's end (the Bumble central
-    /// waits 2 s before it comes back).
-    static func changeTheDatabaseOnceTheFirstLinkEnds(_ host: BluetoothHost, _ links: BufferedStream<ConnectionEvent>) async throws {
+    /// Runs a bonded Bumble central in `mode` (bumble_smp_peer.py) against our facade
+    /// peripheral serving `serving` (in a Battery service), adds a service once the
+    /// first link ends (the central waits 2 s before it comes back), and returns what
+    /// the central printed; nil when Rootcanal or Bumble is not there.
+    static func bondedCentralAfterAChange(_ mode: String, seed: UInt64, serving: [Characteristic] = []) async throws -> [[String: Any]]? {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return nil }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger, security: SecurityOptions(random: .seeded(seed)))
+        let info = try await host.start()
+        if !serving.isEmpty { try await host.peripheral.add(Service(uuid: BluetoothUUID(0x180F), characteristics: serving)) }
+        let links = host.connectionEvents()
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, [mode, "1", "0", "none", "0", info.address.description])
+        defer { RootcanalProcess.kill(peer.process) }
         let ended = await firstElement(links.filter { if case .disconnected = $0 { return true } else { return false } }, within: .seconds(40))
         try #require(ended != nil)
         try await host.peripheral.add(Service(uuid: BluetoothUUID(0xFFE0), characteristics: [
             Characteristic(uuid: BluetoothUUID(0xFFE1), properties: [.read], value: [1]),
         ]))
+        let events = await peer.events()
+        await host.close()
+        return events
     }
 
     /// Our SPSM asks for encryption; Bumble's central asks for a channel on an
