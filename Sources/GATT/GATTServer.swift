@@ -369,7 +369,7 @@ public actor GATTServer: LoopIsolated {
                 return
             }
             let mtu = bearer.onLoop { $0.mtu }
-            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection))
+            let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection), singleBearer: enhanced[connection]?.isEmpty ?? true)
             if let response { bearer.onLoop { $0.respond(response) } }
             report(effects, response: response, connection: connection, pdu: pdu)
         case .notification:
@@ -435,7 +435,8 @@ public actor GATTServer: LoopIsolated {
     /// Answers `pdu` from the state, judged by the link's security at this moment.
     private func answer(_ pdu: ATTPDU, connection: UInt16, bearer: ATTBearer, supplied: GATTServerState.SuppliedValues = [:]) async {
         let mtu = await bearer.mtu
-        let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection), supplied: supplied)
+        let (response, effects) = state.handle(pdu, connection: connection, mtu: mtu, security: linkSecurity(connection), supplied: supplied,
+                                                singleBearer: enhanced[connection]?.isEmpty ?? true)
         if let response { await bearer.respond(response) }
         report(effects, response: response, connection: connection, pdu: pdu)
     }
@@ -559,8 +560,9 @@ public actor GATTServer: LoopIsolated {
         // keeps its handles sorted, so a notification allocates only what it returns.
         var sent: [UInt16] = []
         var behind: [UInt16] = []
+        // §2.5.2.1: nothing is notified to a change-unaware client.
         for c in bearers.handles
-        where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false {
+        where state.configuration(valueHandle: valueHandle, connection: c).notify && only?.contains(c) != false && state.isChangeAware(c) {
             guard let bearer = bearers[c] else { continue }
             // nil: not writable now, served after the others.
             let outcome: Bool? = await with(bearer, (valueHandle, value)) { b, a in
@@ -640,7 +642,7 @@ public actor GATTServer: LoopIsolated {
     public func notify(multiple values: [(handle: UInt16, value: [UInt8])], waitUntilSent: Bool = false, only: Set<UInt16>? = nil) async -> [UInt16] {
         for (h, v) in values { state.database.setValue(v, at: h) }
         var sent: [UInt16] = []
-        for c in bearers.handles where only?.contains(c) != false {
+        for c in bearers.handles where only?.contains(c) != false && state.isChangeAware(c) {
             guard let bearer = bearers[c] else { continue }
             let wanted = values.filter { state.configuration(valueHandle: $0.handle, connection: c).notify }
             guard !wanted.isEmpty else { continue }
@@ -676,7 +678,11 @@ public actor GATTServer: LoopIsolated {
     @discardableResult
     public func indicate(_ valueHandle: UInt16, value: [UInt8]) async -> [UInt16] {
         state.database.setValue(value, at: valueHandle)
-        let targets = bearers.handles.filter { state.configuration(valueHandle: valueHandle, connection: $0).indicate }.compactMap { c in
+        // §2.5.2.1: a change-unaware client is sent no indication but Service Changed.
+        let serviceChanged = handle(of: GATTCharacteristicType.serviceChanged)
+        let targets = bearers.handles.filter {
+            state.configuration(valueHandle: valueHandle, connection: $0).indicate && (valueHandle == serviceChanged || state.isChangeAware($0))
+        }.compactMap { c in
             bearers[c].map { (c, $0) }
         }
         let logger = self.logger

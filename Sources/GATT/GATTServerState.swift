@@ -94,6 +94,10 @@ public struct GATTServerState: Sendable {
     private var clientFeatures: [UInt16: UInt8] = [:]
     /// Connections with robust caching that have not seen the latest change (§2.5.2.1).
     private var changeUnaware: Set<UInt16> = []
+    /// Of those: the ones sent Database Out Of Sync, and the ones that read the Database
+    /// Hash, since they became change-unaware (their next request may make them aware).
+    private var outOfSyncSent: Set<UInt16> = []
+    private var hashRead: Set<UInt16> = []
     /// The signing key of each connection whose client is bonded with one.
     private var signing: [UInt16: SigningKey] = [:]
 
@@ -167,7 +171,14 @@ public struct GATTServerState: Sendable {
     /// caching it is change-unaware until it confirms Service Changed or reads the
     /// Database Hash (§2.5.2.1).
     public mutating func changedWhileAway(connection: UInt16) {
-        if (clientFeatures[connection] ?? 0) & ClientSupportedFeatures.robustCaching != 0 { changeUnaware.insert(connection) }
+        if (clientFeatures[connection] ?? 0) & ClientSupportedFeatures.robustCaching != 0 { becameChangeUnaware(connection) }
+    }
+
+    private mutating func becameChangeUnaware(_ connection: UInt16) {
+        changeUnaware.insert(connection)
+        // Database Out Of Sync is sent again after a new change (§2.5.2.1).
+        outOfSyncSent.remove(connection)
+        hashRead.remove(connection)
     }
 
     /// Forget what a connection set (it went away; a bond keeps its CCCD values, put
@@ -176,7 +187,7 @@ public struct GATTServerState: Sendable {
         configurations[connection] = nil
         prepared[connection] = nil
         clientFeatures[connection] = nil
-        changeUnaware.remove(connection)
+        becameChangeAware(connection)
         signing[connection] = nil
     }
 
@@ -188,11 +199,15 @@ public struct GATTServerState: Sendable {
 
     /// The database changed: every connection with robust caching becomes change-unaware.
     public mutating func databaseChanged() {
-        for (c, f) in clientFeatures where f & 1 != 0 { changeUnaware.insert(c) }
+        for (c, f) in clientFeatures where f & ClientSupportedFeatures.robustCaching != 0 { becameChangeUnaware(c) }
     }
 
     /// The client confirmed Service Changed, or read the Database Hash: it is change-aware again.
-    public mutating func becameChangeAware(_ connection: UInt16) { changeUnaware.remove(connection) }
+    public mutating func becameChangeAware(_ connection: UInt16) {
+        changeUnaware.remove(connection)
+        outOfSyncSent.remove(connection)
+        hashRead.remove(connection)
+    }
 
     public func isChangeAware(_ connection: UInt16) -> Bool { !changeUnaware.contains(connection) }
 
@@ -232,27 +247,57 @@ public struct GATTServerState: Sendable {
     /// for the stored value of the attributes it names (Read By Type, Read Multiple and
     /// Read Multiple Variable read them as they read any other; a refusal answers as a
     /// permission check would).
+    ///
+    /// A change-unaware client (robust caching, §2.5.2.1) has its commands ignored and
+    /// gets Database Out Of Sync for a request at an attribute handle or list of handles
+    /// (and for Read By Type of other than «Include» or «Characteristic» over less than
+    /// 0x0001–0xFFFF); discovery over ranges is answered. It becomes change-aware at its
+    /// next request after it read the Database Hash or, on `singleBearer`, after it was
+    /// sent Database Out Of Sync (which goes once, not to every request); until then
+    /// every such request of a client with enhanced bearers gets it.
     public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity(),
-                                supplied: SuppliedValues = [:]) -> (response: ATTPDU?, effects: [Effect]) {
-        // §2.5.2.1: a change-unaware client gets Database Out Of Sync, except for reading
-        // the Database Hash, which makes it change-aware; its commands are ignored.
+                                supplied: SuppliedValues = [:], singleBearer: Bool = true) -> (response: ATTPDU?, effects: [Effect]) {
         guard changeUnaware.contains(connection) else { return answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied) }
-        let hash = database.attributes.first { $0.type == BluetoothUUID(0x2B2A) }?.handle
-        switch pdu {
-        case let .readByTypeRequest(_, _, type) where type == BluetoothUUID(0x2B2A):
-            break
-        case let .readRequest(h) where h == hash:
-            break
-        default:
-            if pdu.opcode.kind == .request, pdu.opcode != .exchangeMTURequest {
-                return (.errorResponse(request: pdu.opcode, handle: 0, error: .databaseOutOfSync), [])
-            }
-            if pdu.opcode.kind == .command { return (nil, []) }
-            return answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
+        switch pdu.opcode.kind {
+        case .command: return (nil, [])
+        case .request: break
+        default: return answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
         }
-        changeUnaware.remove(connection)
-        let (response, effects) = answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
-        return (response, [.clientRecordChanged(connection: connection)] + effects)
+        if hashRead.contains(connection) || (singleBearer && outOfSyncSent.contains(connection)) {
+            becameChangeAware(connection)
+            let (response, effects) = answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
+            return (response, [.clientRecordChanged(connection: connection)] + effects)
+        }
+        if readsDatabaseHash(pdu) {
+            hashRead.insert(connection)
+        } else if Self.asksAtHandles(pdu) {
+            outOfSyncSent.insert(connection)
+            return (.errorResponse(request: pdu.opcode, handle: 0, error: .databaseOutOfSync), [])
+        }
+        return answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
+    }
+
+    /// Whether `pdu` reads the Database Hash characteristic (by handle or by type).
+    private func readsDatabaseHash(_ pdu: ATTPDU) -> Bool {
+        switch pdu {
+        case let .readByTypeRequest(_, _, type): return type == BluetoothUUID(0x2B2A)
+        case let .readRequest(h): return h == database.attributes.first { $0.type == BluetoothUUID(0x2B2A) }?.handle
+        default: return false
+        }
+    }
+
+    /// The requests §2.5.2.1 answers with Database Out Of Sync for a change-unaware
+    /// client: an operation at an attribute handle or list of handles, and Read By Type
+    /// of other than «Include» or «Characteristic» over less than the whole range.
+    static func asksAtHandles(_ pdu: ATTPDU) -> Bool {
+        switch pdu {
+        case .readRequest, .readBlobRequest, .readMultipleRequest, .readMultipleVariableRequest, .writeRequest, .prepareWriteRequest:
+            return true
+        case let .readByTypeRequest(start, end, type):
+            return type != BluetoothUUID(0x2802) && type != BluetoothUUID(0x2803) && !(start == 0x0001 && end == 0xFFFF)
+        default:
+            return false
+        }
     }
 
     /// `handle` for a change-aware client.

@@ -315,6 +315,45 @@ struct MultipleNotificationTests {
         #expect(s.handle(.readRequest(handle: level), connection: 3, mtu: 23).response == .readResponse(value: [80]))
     }
 
+    /// §2.5.2.1, as the Core Specification words it: a change-unaware client's
+    /// discovery over ranges is answered; a request at handles gets Database Out Of Sync
+    /// once, and on one bearer its next request makes it change-aware (answered, and
+    /// reported); with enhanced bearers every such request gets it until the client
+    /// reads the Database Hash, and its next request after that makes it aware.
+    /// Commands are ignored meanwhile.
+    @Test func aChangeUnawareClientIsToldOnceAndDiscoversMeanwhile() throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "x")
+        let level = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .write, .writeWithoutResponse], value: [80]),
+        ])).characteristicValues[0]
+        var s = GATTServerState(database: db)
+        for c: UInt16 in [1, 2] {
+            _ = s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x01]), connection: c, mtu: 23)
+            s.changedWhileAway(connection: c)
+        }
+        let outOfSync = { (op: ATTOpcode) in ATTPDU.errorResponse(request: op, handle: 0, error: .databaseOutOfSync) }
+        // Discovery over ranges is answered.
+        guard case .readByGroupTypeResponse? = s.handle(.readByGroupTypeRequest(start: 1, end: 0xFFFF, type: BluetoothUUID(0x2800)), connection: 1, mtu: 23).response,
+              case .findInformationResponse? = s.handle(.findInformationRequest(start: 1, end: 0xFFFF), connection: 1, mtu: 23).response,
+              case .readByTypeResponse? = s.handle(.readByTypeRequest(start: 1, end: 0xFFFF, type: BluetoothUUID(0x2803)), connection: 1, mtu: 23).response
+        else { Issue.record("discovery was refused"); return }
+        // A command is ignored: the value stays.
+        #expect(s.handle(.writeCommand(handle: level, value: [1]), connection: 1, mtu: 23) == (nil, []))
+        // Read By Type of a value over part of the range, then anything: told once, then aware.
+        #expect(s.handle(.readByTypeRequest(start: level, end: level, type: BluetoothUUID(0x2A19)), connection: 1, mtu: 23).response == outOfSync(.readByTypeRequest))
+        let (r, effects) = s.handle(.readRequest(handle: level), connection: 1, mtu: 23)
+        #expect(r == .readResponse(value: [80]) && effects == [.clientRecordChanged(connection: 1)])
+        #expect(s.isChangeAware(1))
+        // With enhanced bearers: told at every request until it reads the hash.
+        for _ in 0..<2 { #expect(s.handle(.readRequest(handle: level), connection: 2, mtu: 23, singleBearer: false).response == outOfSync(.readRequest)) }
+        let (hash, none) = s.handle(.readByTypeRequest(start: 1, end: 0xFFFF, type: BluetoothUUID(0x2B2A)), connection: 2, mtu: 23, singleBearer: false)
+        guard case .readByTypeResponse? = hash else { Issue.record("\(String(describing: hash))"); return }
+        #expect(none.isEmpty && !s.isChangeAware(2))
+        #expect(s.handle(.readRequest(handle: level), connection: 2, mtu: 23, singleBearer: false) == (.readResponse(value: [80]), [.clientRecordChanged(connection: 2)]))
+        #expect(s.isChangeAware(2))
+    }
+
     @Test func onlyAClientThatSaysSoGetsThem() throws {
         var (s, _, _, _) = try GATTServerTests.make()
         var db = s.database

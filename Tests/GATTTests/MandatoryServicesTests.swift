@@ -124,6 +124,32 @@ struct RobustCachingTests {
         #expect(try await client.read(battery.characteristicValues[0]) == [50])
     }
 
+    /// §2.5.2.1: a change-unaware client is sent no notification (nor indication) but
+    /// Service Changed until it is aware again; then it is.
+    @Test func aChangeUnawareClientIsNotNotifiedUntilItIsAware() async throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "swift")
+        let level = try db.add(GATTService(uuid: BluetoothUUID(0x180F), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [50]),
+        ]))
+        let server = GATTServer(database: db, logger: Self.logger)
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: Self.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: Self.logger))
+        await client.start()
+        try await client.write(m.clientSupportedFeatures, value: [0x01])
+        let service = try #require(try await client.discoverPrimaryServices(uuid: BluetoothUUID(0x180F)).first)
+        let c = try #require(try await client.discoverCharacteristics(of: service).first)
+        let values = try await client.subscribe(c, cccd: try #require(level.clientConfigurations[0]))
+        try await server.addService(GATTService(uuid: BluetoothUUID(0x1809)))
+        #expect(await server.notify(level.characteristicValues[0], value: [1]).isEmpty)
+        _ = try await client.read(m.databaseHash)
+        _ = try await client.read(level.characteristicValues[0])  // the request after the hash: aware
+        #expect(await server.notify(level.characteristicValues[0], value: [2]) == [1])
+        var it = values.makeAsyncIterator()
+        #expect(await it.next() == [2])
+    }
+
     @Test func clientWithoutRobustCachingIsNeverOutOfSync() async throws {
         let (client, server, _, battery) = try await setUp()
         try await server.addService(GATTService(uuid: BluetoothUUID(0x1809)))
