@@ -2,6 +2,14 @@
 // free loopback ports (test, HCI, link, LE link), waits until the HCI port accepts,
 // and stops the process on `stop()` or deinit. Rootcanal 1.10.0 listens on every
 // interface with no flag to change that; we only ever connect to 127.0.0.1.
+//
+// A free port can be taken between the moment we find it and the moment Rootcanal
+// binds it (tests start Rootcanals and connections in parallel). Rootcanal then logs
+// "Address already in use" and runs on without that listener, and the port accepts,
+// for someone else's process: a test would talk to another test's controller. So the
+// HCI port counts as ready only when the listening socket is this Rootcanal's
+// (/proc/net/tcp's inode among /proc/PID/fd), and a launch whose port went elsewhere
+// starts again on fresh ports.
 
 import Foundation
 #if canImport(Glibc)
@@ -17,11 +25,14 @@ public final class RootcanalProcess: @unchecked Sendable {
     public enum LaunchError: Error, CustomStringConvertible {
         case notFound(searched: [String])
         case didNotStart(String)
+        /// Another process took the HCI port before Rootcanal bound it.
+        case portTaken(UInt16)
         public var description: String {
             switch self {
             case let .notFound(s):
                 return "rootcanal not found (set ROOTCANAL, or run Scripts/setup.sh to create .venv); searched: \(s.joined(separator: ", "))"
             case let .didNotStart(why): return "rootcanal did not start: \(why)"
+            case let .portTaken(port): return "rootcanal did not start: another process listens on its HCI port \(port)"
             }
         }
     }
@@ -73,15 +84,26 @@ public final class RootcanalProcess: @unchecked Sendable {
 
     /// Starts Rootcanal and waits (up to `readyTimeout`) until its HCI port accepts
     /// connections, sleeping between checks instead of holding a thread.
-    public static func launch(binary: String, logPath: String? = nil, readyTimeout: Duration = .seconds(15)) async throws -> RootcanalProcess {
-        let rc = try RootcanalProcess(starting: binary, logPath: logPath)
-        let deadline = ContinuousClock.now + readyTimeout
-        while try !rc.isReady(deadline: deadline, readyTimeout) { try await Task.sleep(for: .milliseconds(20)) }
-        return rc
+    /// `firstHCIPort` makes the first attempt use that HCI port (the test of the race
+    /// above takes a port first, then hands it here).
+    public static func launch(binary: String, logPath: String? = nil, readyTimeout: Duration = .seconds(15),
+                              firstHCIPort: UInt16? = nil) async throws -> RootcanalProcess {
+        for attempt in 1... {
+            let rc = try RootcanalProcess(starting: binary, logPath: logPath, hciPort: attempt == 1 ? firstHCIPort : nil)
+            let deadline = ContinuousClock.now + readyTimeout
+            do {
+                while try !rc.isReady(deadline: deadline, readyTimeout) { try await Task.sleep(for: .milliseconds(20)) }
+                return rc
+            } catch LaunchError.portTaken where attempt < 5 {
+                rc.stop()
+            }
+        }
+        fatalError("unreachable: the fifth attempt returns or throws")
     }
 
-    private init(starting binary: String, logPath: String?) throws {
-        let ports = try (0..<4).map { _ in try Self.freePort() }
+    private init(starting binary: String, logPath: String?, hciPort: UInt16? = nil) throws {
+        var ports = try (0..<4).map { _ in try Self.freePort() }
+        if let hciPort { ports[1] = hciPort }
         self.binary = binary
         self.hciPort = ports[1]
         let p = Process()
@@ -98,15 +120,43 @@ public final class RootcanalProcess: @unchecked Sendable {
         self.process = p
     }
 
-    /// Whether the HCI port accepts connections; throws when Rootcanal died or `deadline` passed.
+    /// Whether the HCI port accepts connections, on this Rootcanal's listener; throws
+    /// when Rootcanal died, `deadline` passed, or another process listens on the port.
     private func isReady(deadline: ContinuousClock.Instant, _ readyTimeout: Duration) throws -> Bool {
-        if Self.accepts(port: hciPort) { return true }
+        if Self.accepts(port: hciPort) {
+            guard let owner = Self.listenerInode(port: hciPort) else { return true }  // no /proc: trust it
+            if Self.holds(pid: process.processIdentifier, socket: owner) { return true }
+            throw LaunchError.portTaken(hciPort)
+        }
         guard process.isRunning else { throw LaunchError.didNotStart("exited with status \(process.terminationStatus)") }
         guard ContinuousClock.now < deadline else {
             stop()
             throw LaunchError.didNotStart("HCI port \(hciPort) not open after \(readyTimeout)")
         }
         return false
+    }
+
+    /// The inode of the socket listening on loopback or any address at `port`, from
+    /// /proc/net/tcp and tcp6; nil when there is none or no /proc.
+    static func listenerInode(port: UInt16) -> String? {
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+                let f = line.split(separator: " ", omittingEmptySubsequences: true)
+                guard f.count > 9, f[3] == "0A", let colon = f[1].lastIndex(of: ":"),
+                      UInt16(f[1][f[1].index(after: colon)...], radix: 16) == port else { continue }
+                return String(f[9])
+            }
+        }
+        return nil
+    }
+
+    /// Whether process `pid` holds the socket with inode `socket` (one of its /proc/PID/fd links).
+    static func holds(pid: Int32, socket inode: String) -> Bool {
+        let dir = "/proc/\(pid)/fd"
+        guard let fds = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return false }
+        return fds.contains { (try? FileManager.default.destinationOfSymbolicLink(atPath: "\(dir)/\($0)")) == "socket:[\(inode)]" }
     }
 
     static func accepts(port: UInt16) -> Bool {

@@ -138,6 +138,32 @@ enum Interop {
 }
 
 @Suite(.serialized) struct RootcanalTests {
+    /// The free port found for Rootcanal's HCI listener can be taken before Rootcanal
+    /// binds it; Rootcanal then runs on without it, and the port accepts for someone
+    /// else. Here a listener of ours takes the port first: the launch must not take our
+    /// listener for Rootcanal's, and starts again on another port, where a controller
+    /// answers.
+    @Test func aTakenHCIPortIsNotTakenForRootcanals() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        }
+        try #require(bound && listen(fd, 4) == 0)
+        let taken = UInt16(bigEndian: addr.sin_port)
+        let rc = try await RootcanalProcess.launch(binary: binary, firstHCIPort: taken)
+        defer { rc.stop() }
+        #expect(rc.hciPort != taken)
+        let controller = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
+        _ = try await controller.initialize()
+        await controller.close()
+    }
+
     /// Starts Rootcanal, opens two controllers, makes one advertise and the other scan,
     /// and checks the report. The session is recorded; tshark must read it cleanly.
     @Test func advertiserIsSeenByScanner() async throws {
