@@ -198,5 +198,10 @@ private func check(_ effect: GATTServerState.Effect, server: GATTServerState, be
         precondition(!indicate || properties.contains(.indicate), "indications of \(valueHandle), which does not indicate")
     case .signCounter:
         break
+    case let .clientRecordChanged(connection):
+        // Reported when the client set Client Supported Features bits, or became
+        // change-aware: either way it is change-aware now, or has bits set.
+        precondition(server.isChangeAware(connection) || server.clientSupportedFeatures(connection: connection) != 0,
+                     "a record change for \(connection), which neither is change-aware nor set a feature")
     }
 }
