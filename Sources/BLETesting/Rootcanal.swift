@@ -88,7 +88,8 @@ public final class RootcanalProcess: @unchecked Sendable {
     /// above takes a port first, then hands it here).
     public static func launch(binary: String, logPath: String? = nil, readyTimeout: Duration = .seconds(15),
                               firstHCIPort: UInt16? = nil) async throws -> RootcanalProcess {
-        for attempt in 1... {
+        var attempt = 1
+        while true {
             let rc = try RootcanalProcess(starting: binary, logPath: logPath, hciPort: attempt == 1 ? firstHCIPort : nil)
             let deadline = ContinuousClock.now + readyTimeout
             do {
@@ -96,9 +97,9 @@ public final class RootcanalProcess: @unchecked Sendable {
                 return rc
             } catch LaunchError.portTaken where attempt < 5 {
                 rc.stop()
+                attempt += 1
             }
         }
-        fatalError("unreachable: the fifth attempt returns or throws")
     }
 
     private init(starting binary: String, logPath: String?, hciPort: UInt16? = nil) throws {
@@ -140,7 +141,7 @@ public final class RootcanalProcess: @unchecked Sendable {
     /// /proc/net/tcp and tcp6; nil when there is none or no /proc.
     static func listenerInode(port: UInt16) -> String? {
         for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            guard let text = try? String(contentsOfFile: table, encoding: .utf8) else { continue }
+            guard let text = readWhole(table) else { continue }
             for line in text.split(separator: "\n").dropFirst() {
                 // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
                 let f = line.split(separator: " ", omittingEmptySubsequences: true)
@@ -150,6 +151,23 @@ public final class RootcanalProcess: @unchecked Sendable {
             }
         }
         return nil
+    }
+
+    /// A /proc file to its end. Such a file has no size, and one read(2) returns a page
+    /// at most: with many sockets open, /proc/net/tcp is longer than that.
+    static func readWhole(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { break }
+            bytes += chunk[..<n]
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Whether process `pid` holds the socket with inode `socket` (one of its /proc/PID/fd links).

@@ -226,6 +226,9 @@ public actor GATTClient: LoopIsolated {
         answered(result)
     }
 
+    /// How many operations wait for an MTU exchange's answer (for tests).
+    var operationsWaitingForMTU: Int { mtuWaiters.count }
+
     /// Returns once no MTU exchange this client sent waits for its answer.
     private func mtuSettled() async {
         guard mtuExchangesOutstanding > 0 else { return }

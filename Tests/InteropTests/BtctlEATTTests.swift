@@ -80,18 +80,7 @@ import Testing
         let advertising = server.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             .first { $0["event"] as? String == "advertising" }
         let address = try #require(advertising?["address"] as? String)
-        let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_eatt_central.py", String(rc.hciPort), address],
-                                            timeout: 60, mergeStderr: true).out
-        let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-        func event(_ e: String) -> [String: Any]? { lines.first { $0["event"] as? String == e } }
-        #expect(event("server-features")?["values"] as? [String] == ["01"], "\(out)")
-        #expect(event("refused")?["name"] as? String == "ALL_CONNECTIONS_REFUSED_INSUFFICIENT_AUTHENTICATION", "\(out)")
-        #expect(event("paired")?["encrypted"] as? Bool == true, "\(out)")
-        #expect(event("eatt")?["count"] as? Int == 2, "\(out)")
-        #expect(event("read")?["values"] as? [[String]] == [["0e0a77"], ["0e0a77"]], "\(out)")
-        #expect((event("services")?["uuids"] as? [String])?.contains { $0.uppercased().contains("EA00") } == true, "\(out)")
-        #expect(event("exchange-mtu")?["error"] as? Int == 0x06, "\(out)")
-        #expect(event("done") != nil, "\(out)")
+        try await BumbleFacadeTests.runBumblesEATTCentral(python, port: rc.hciPort, against: address)
         server.send("quit")
         #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
         let served = try JSONSchemaTests.check(server.output, against: "gatt-serve")

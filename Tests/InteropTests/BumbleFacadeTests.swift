@@ -248,25 +248,35 @@ import Transports
         let value = Characteristic(uuid: BluetoothUUID(0xEA01), properties: [.read], value: [0xE, 0xA, 0x77])
         try await host.peripheral.add(Service(uuid: BluetoothUUID(0xEA00), characteristics: [value]))
         try await host.peripheral.startAdvertising(AdvertisingData())
-        let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_eatt_central.py", String(rc.hciPort),
-                                               info.address.description], timeout: 60, mergeStderr: true).out
-        let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-        func event(_ e: String) -> [String: Any]? { lines.first { $0["event"] as? String == e } }
-        #expect(event("server-features")?["values"] as? [String] == ["01"], "\(out)")
-        #expect(event("eatt-unencrypted") == nil, "\(out)")
-        #expect(event("refused")?["name"] as? String == "ALL_CONNECTIONS_REFUSED_INSUFFICIENT_AUTHENTICATION", "\(out)")
-        #expect(event("paired")?["encrypted"] as? Bool == true, "\(out)")
-        #expect(event("eatt")?["count"] as? Int == 2, "\(out)")
-        #expect(event("read")?["values"] as? [[String]] == [["0e0a77"], ["0e0a77"]], "\(out)")
-        #expect((event("services")?["uuids"] as? [String])?.contains { $0.uppercased().contains("EA00") } == true, "\(out)")
-        // Error Response (Request Not Supported, 0x06) to Exchange MTU on an enhanced bearer.
-        #expect(event("exchange-mtu")?["error"] as? Int == 0x06, "\(out)")
-        #expect(event("done") != nil, "\(out)")
+        try await Self.runBumblesEATTCentral(python, port: rc.hciPort, against: info.address.description)
         await host.close()
         // Each bearer was reported, with the ATT_MTU of its channel (at least 64).
         var accepted: [Int] = []
         for await e in links { if case let .enhancedBearerAccepted(_, mtu) = e { accepted.append(mtu) } }
         #expect(accepted.count == 2 && accepted.allSatisfy { $0 >= 64 }, "\(accepted)")
+    }
+
+    /// Runs bumble_eatt_central.py against the server at `address` (serving EA01 =
+    /// 0e0a77, with EATT) and checks its session: Server Supported Features says EATT;
+    /// the unencrypted request is refused "insufficient authentication"; it pairs, gets
+    /// two bearers, reads on both, discovers on one; Exchange MTU on an enhanced bearer
+    /// gets Request Not Supported.
+    static func runBumblesEATTCentral(_ python: String, port: UInt16, against address: String,
+                                      sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let out = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_eatt_central.py", String(port), address],
+                                            timeout: 60, mergeStderr: true).out
+        let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        func event(_ e: String) -> [String: Any]? { lines.first { $0["event"] as? String == e } }
+        #expect(event("server-features")?["values"] as? [String] == ["01"], "\(out)", sourceLocation: sourceLocation)
+        #expect(event("eatt-unencrypted") == nil, "\(out)", sourceLocation: sourceLocation)
+        #expect(event("refused")?["name"] as? String == "ALL_CONNECTIONS_REFUSED_INSUFFICIENT_AUTHENTICATION", "\(out)", sourceLocation: sourceLocation)
+        #expect(event("paired")?["encrypted"] as? Bool == true, "\(out)", sourceLocation: sourceLocation)
+        #expect(event("eatt")?["count"] as? Int == 2, "\(out)", sourceLocation: sourceLocation)
+        #expect(event("read")?["values"] as? [[String]] == [["0e0a77"], ["0e0a77"]], "\(out)", sourceLocation: sourceLocation)
+        #expect((event("services")?["uuids"] as? [String])?.contains { $0.uppercased().contains("EA00") } == true, "\(out)", sourceLocation: sourceLocation)
+        // Error Response (Request Not Supported, 0x06) to Exchange MTU on an enhanced bearer.
+        #expect(event("exchange-mtu")?["error"] as? Int == 0x06, "\(out)", sourceLocation: sourceLocation)
+        #expect(event("done") != nil, "\(out)", sourceLocation: sourceLocation)
     }
 
     /// EATT, our client's side, against Bumble's EATT server (`eatt_enabled`): our

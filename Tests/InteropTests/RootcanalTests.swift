@@ -143,19 +143,29 @@ enum Interop {
     /// else. Here a listener of ours takes the port first: the launch must not take our
     /// listener for Rootcanal's, and starts again on another port, where a controller
     /// answers.
+    ///
+    /// 120 more listeners of ours make /proc/net/tcp longer than the one page a single
+    /// read(2) of it returns, as a full test run does: the check must read it to its end.
+    /// (In one full run, before the check read it with read(2) to the end, the taken
+    /// port was trusted.)
     @Test func aTakenHCIPortIsNotTakenForRootcanals() async throws {
         guard let binary = try Interop.rootcanal() else { return }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+        func listener() throws -> (fd: Int32, port: UInt16) {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafeMutablePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+            }
+            guard fd >= 0, bound, listen(fd, 4) == 0 else { close(fd); throw RootcanalProcess.LaunchError.didNotStart("listener: \(errno)") }
+            return (fd, UInt16(bigEndian: addr.sin_port))
         }
-        try #require(bound && listen(fd, 4) == 0)
-        let taken = UInt16(bigEndian: addr.sin_port)
+        let others = try (0..<120).map { _ in try listener().fd }
+        defer { for fd in others { close(fd) } }
+        let (fd, taken) = try listener()
+        defer { close(fd) }
         let rc = try await RootcanalProcess.launch(binary: binary, firstHCIPort: taken)
         defer { rc.stop() }
         #expect(rc.hciPort != taken)
