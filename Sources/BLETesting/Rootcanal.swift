@@ -9,7 +9,8 @@
 // for someone else's process: a test would talk to another test's controller. So the
 // HCI port counts as ready only when the listening socket is this Rootcanal's
 // (/proc/net/tcp's inode among /proc/PID/fd), and a launch whose port went elsewhere
-// starts again on fresh ports.
+// (another listener, or a connection's local end, which makes the bind fail) starts
+// again on fresh ports.
 
 import Foundation
 #if canImport(Glibc)
@@ -21,6 +22,7 @@ public final class RootcanalProcess: @unchecked Sendable {
     public let binary: String
     private let process: Process
     private let lock = NSLock()
+    private let started = ContinuousClock.now
 
     public enum LaunchError: Error, CustomStringConvertible {
         case notFound(searched: [String])
@@ -130,6 +132,14 @@ public final class RootcanalProcess: @unchecked Sendable {
             throw LaunchError.portTaken(hciPort)
         }
         guard process.isRunning else { throw LaunchError.didNotStart("exited with status \(process.terminationStatus)") }
+        // Not listening yet, and another process's socket has the port (a connection's
+        // local end): Rootcanal's bind failed, and it never will listen. A socket no
+        // process holds (inode 0: one closing, TIME_WAIT) may not stop a bind, so it
+        // counts only once Rootcanal has had 2 s to listen.
+        let settled = ContinuousClock.now - started > .seconds(2)
+        if Self.sockets(port: hciPort).contains(where: { $0.inode == "0" ? settled : !Self.holds(pid: process.processIdentifier, socket: $0.inode) }) {
+            throw LaunchError.portTaken(hciPort)
+        }
         guard ContinuousClock.now < deadline else {
             stop()
             throw LaunchError.didNotStart("HCI port \(hciPort) not open after \(readyTimeout)")
@@ -140,17 +150,25 @@ public final class RootcanalProcess: @unchecked Sendable {
     /// The inode of the socket listening on loopback or any address at `port`, from
     /// /proc/net/tcp and tcp6; nil when there is none or no /proc.
     static func listenerInode(port: UInt16) -> String? {
+        sockets(port: port).first { $0.listening }?.inode
+    }
+
+    /// Every TCP socket whose local port is `port` (any address, any state), from
+    /// /proc/net/tcp and tcp6: its inode ("0" for one no process holds any more) and
+    /// whether it listens. Empty when there is none or no /proc.
+    static func sockets(port: UInt16) -> [(inode: String, listening: Bool)] {
+        var found: [(inode: String, listening: Bool)] = []
         for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
             guard let text = readWhole(table) else { continue }
             for line in text.split(separator: "\n").dropFirst() {
                 // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
                 let f = line.split(separator: " ", omittingEmptySubsequences: true)
-                guard f.count > 9, f[3] == "0A", let colon = f[1].lastIndex(of: ":"),
+                guard f.count > 9, let colon = f[1].lastIndex(of: ":"),
                       UInt16(f[1][f[1].index(after: colon)...], radix: 16) == port else { continue }
-                return String(f[9])
+                found.append((String(f[9]), f[3] == "0A"))
             }
         }
-        return nil
+        return found
     }
 
     /// A /proc file to its end. Such a file has no size, and one read(2) returns a page

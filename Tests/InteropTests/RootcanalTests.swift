@@ -174,6 +174,36 @@ enum Interop {
         await controller.close()
     }
 
+    /// The other way a free port goes: a connection's local end takes it (any TCP
+    /// client gets one). Rootcanal's bind then fails and the port never accepts; the
+    /// launch sees the other process's socket on it and starts again at once, instead
+    /// of waiting out its 15 s.
+    @Test func aPortAConnectionTookIsLeftForAnother() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0), client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(server); close(client) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let connected = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { a in
+                bind(server, a, len) == 0 && getsockname(server, a, &len) == 0 && listen(server, 4) == 0 && connect(client, a, len) == 0
+                    && getsockname(client, a, &len) == 0
+            }
+        }
+        try #require(connected)
+        let taken = UInt16(bigEndian: addr.sin_port)  // the client's local port
+        let started = ContinuousClock.now
+        let rc = try await RootcanalProcess.launch(binary: binary, firstHCIPort: taken)
+        defer { rc.stop() }
+        #expect(rc.hciPort != taken)
+        #expect(ContinuousClock.now - started < .seconds(10))
+        let controller = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
+        _ = try await controller.initialize()
+        await controller.close()
+    }
+
     /// Starts Rootcanal, opens two controllers, makes one advertise and the other scan,
     /// and checks the report. The session is recorded; tshark must read it cleanly.
     @Test func advertiserIsSeenByScanner() async throws {
