@@ -34,7 +34,7 @@ public final class RootcanalProcess: @unchecked Sendable {
             case let .notFound(s):
                 return "rootcanal not found (set ROOTCANAL, or run Scripts/setup.sh to create .venv); searched: \(s.joined(separator: ", "))"
             case let .didNotStart(why): return "rootcanal did not start: \(why)"
-            case let .portTaken(port): return "rootcanal did not start: another process listens on its HCI port \(port)"
+            case let .portTaken(port): return "rootcanal did not start: another process holds its HCI port \(port)"
             }
         }
     }
@@ -124,7 +124,7 @@ public final class RootcanalProcess: @unchecked Sendable {
     }
 
     /// Whether the HCI port accepts connections, on this Rootcanal's listener; throws
-    /// when Rootcanal died, `deadline` passed, or another process listens on the port.
+    /// when Rootcanal died, `deadline` passed, or another process holds the port.
     private func isReady(deadline: ContinuousClock.Instant, _ readyTimeout: Duration) throws -> Bool {
         if Self.accepts(port: hciPort) {
             guard let owner = Self.listenerInode(port: hciPort) else { return true }  // no /proc: trust it

@@ -138,6 +138,28 @@ enum Interop {
 }
 
 @Suite(.serialized) struct RootcanalTests {
+    /// A socket listening on 127.0.0.1, on a port the system picked.
+    static func listener() throws -> (fd: Int32, port: UInt16) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        guard fd >= 0, bound, listen(fd, 4) == 0 else { close(fd); throw RootcanalProcess.LaunchError.didNotStart("listener: \(errno)") }
+        return (fd, try localPort(fd))
+    }
+
+    /// The local port of socket `fd`.
+    static func localPort(_ fd: Int32) throws -> UInt16 {
+        var addr = sockaddr_in()
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let ok = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) == 0 } }
+        guard ok else { throw RootcanalProcess.LaunchError.didNotStart("getsockname: \(errno)") }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
     /// The free port found for Rootcanal's HCI listener can be taken before Rootcanal
     /// binds it; Rootcanal then runs on without it, and the port accepts for someone
     /// else. Here a listener of ours takes the port first: the launch must not take our
@@ -150,21 +172,9 @@ enum Interop {
     /// port was trusted.)
     @Test func aTakenHCIPortIsNotTakenForRootcanals() async throws {
         guard let binary = try Interop.rootcanal() else { return }
-        func listener() throws -> (fd: Int32, port: UInt16) {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var addr = sockaddr_in()
-            addr.sin_family = sa_family_t(AF_INET)
-            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-            var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let bound = withUnsafeMutablePointer(to: &addr) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
-            }
-            guard fd >= 0, bound, listen(fd, 4) == 0 else { close(fd); throw RootcanalProcess.LaunchError.didNotStart("listener: \(errno)") }
-            return (fd, UInt16(bigEndian: addr.sin_port))
-        }
-        let others = try (0..<120).map { _ in try listener().fd }
+        let others = try (0..<120).map { _ in try Self.listener().fd }
         defer { for fd in others { close(fd) } }
-        let (fd, taken) = try listener()
+        let (fd, taken) = try Self.listener()
         defer { close(fd) }
         let rc = try await RootcanalProcess.launch(binary: binary, firstHCIPort: taken)
         defer { rc.stop() }
@@ -180,20 +190,11 @@ enum Interop {
     /// of waiting out its 15 s.
     @Test func aPortAConnectionTookIsLeftForAnother() async throws {
         guard let binary = try Interop.rootcanal() else { return }
-        let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0), client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(server); close(client) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let connected = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { a in
-                bind(server, a, len) == 0 && getsockname(server, a, &len) == 0 && listen(server, 4) == 0 && connect(client, a, len) == 0
-                    && getsockname(client, a, &len) == 0
-            }
-        }
-        try #require(connected)
-        let taken = UInt16(bigEndian: addr.sin_port)  // the client's local port
+        let (server, port) = try Self.listener()
+        defer { close(server) }
+        let client = try #require(connectToLoopback(port: port))
+        defer { close(client) }
+        let taken = try Self.localPort(client)  // the connection's local end
         let started = ContinuousClock.now
         let rc = try await RootcanalProcess.launch(binary: binary, firstHCIPort: taken)
         defer { rc.stop() }
