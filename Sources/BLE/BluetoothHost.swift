@@ -334,7 +334,7 @@ public actor BluetoothHost: LoopIsolated {
         }
         setState(.initializing)
         do {
-            let i = try await controller.initialize(reset: reset)
+            let i = try await controller.initialize(reset: reset, extendedAdvertising: extendedPolicy == .automatic)
             adopt(i)
             try await startPrivacy(i)
             setState(.ready)
@@ -359,7 +359,7 @@ public actor BluetoothHost: LoopIsolated {
         setState(.resetting)
         for c in links.active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
         do {
-            let i = try await controller.initialize(reset: true)
+            let i = try await controller.initialize(reset: true, extendedAdvertising: extendedPolicy == .automatic)
             adopt(i)
             try await startPrivacy(i)
             try await withAdvertisingLock { if let a = peripheralState.advertising { try await startAdvertisingNow(a) } }

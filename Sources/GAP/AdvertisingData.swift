@@ -187,7 +187,10 @@ public enum AdvertisingDataError: Error, Equatable, Sendable, CustomStringConver
     case tooLong(length: Int, limit: Int)
     public var description: String {
         switch self {
-        case let .tooLong(length, limit): return "advertising data is \(length) bytes; \(limit) fit (remove \(length - limit) bytes, or use extended advertising)"
+        case let .tooLong(length, limit):
+            let or = limit <= 31 ? ", or use extended advertising"
+                : limit == Advertiser.connectableExtendedDataLength ? ", or advertise non-connectable" : ""
+            return "advertising data is \(length) bytes; \(limit) fit (remove \(length - limit) bytes\(or))"
         }
     }
 }

@@ -22,8 +22,10 @@ extension Advertiser {
     /// and scan response each) go out as legacy PDUs, which every scanner hears; more
     /// goes out as extended PDUs (heard by extended scanners only), where a connectable
     /// set cannot be scannable: the scan response's structures are then appended to
-    /// the advertisement. Throws `AdvertisingDataError.tooLong` with the controller's
-    /// `maximumLength` (LE Read Maximum Advertising Data Length) before sending anything.
+    /// the advertisement. Throws `AdvertisingDataError.tooLong` before sending anything
+    /// when the data is longer than the controller's `maximumLength` (LE Read Maximum
+    /// Advertising Data Length) or, connectable, than one AUX_ADV_IND holds
+    /// (`connectableExtendedDataLength`).
     /// With `randomAddress` the set advertises from it (LE Set Advertising Set Random
     /// Address, own address type random); else from the public address.
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
@@ -40,7 +42,8 @@ extension Advertiser {
             adv += rsp
             rsp = []
             properties = connectable ? 0x01 : 0x00
-            guard adv.count <= maximumLength else { throw AdvertisingDataError.tooLong(length: adv.count, limit: maximumLength) }
+            let limit = connectable ? Swift.min(maximumLength, connectableExtendedDataLength) : maximumLength
+            guard adv.count <= limit else { throw AdvertisingDataError.tooLong(length: adv.count, limit: limit) }
         }
         let units = UInt32(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
         _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
@@ -60,6 +63,12 @@ extension Advertiser {
     public static func stopExtended(_ controller: HCIController) async throws {
         try await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
     }
+
+    /// The most advertising data connectable extended advertising carries: it cannot
+    /// be chained (AUX_CHAIN_IND), so it is what one AUX_ADV_IND holds, 254 octets
+    /// less the AdvA and ADI fields (Vol 6, Part B, §2.3.4; a controller refuses more
+    /// with Invalid HCI Command Parameters or Packet Too Long, Vol 4, Part E, §7.8.56).
+    public static let connectableExtendedDataLength = 246
 
     /// Data in commands of at most 251 bytes: complete (3), or first (1), intermediate (0)…, last (2).
     static func fragments<C: LEExtendedAdvertisingPayloadCommand>(_ data: [UInt8], _: C.Type) -> [C] {

@@ -46,10 +46,16 @@ extension HCIController {
 
     /// Runs the initialisation sequence and records the result in `info`. Throws
     /// `HCIError.malformedResponse` for a controller with no usable ACL buffer for LE.
-    /// - Parameter reset: send Reset first. Leave it off on an adapter shared with
-    ///   another host stack (the kernel, over the HCI raw channel).
+    /// - Parameters:
+    ///   - reset: send Reset first. Leave it off on an adapter shared with another
+    ///     host stack (the kernel, over the HCI raw channel).
+    ///   - extendedAdvertising: read the advertising sets' number and data length
+    ///     when the controller has extended advertising. Off for a host that will use
+    ///     the legacy advertising commands: those reads are extended advertising
+    ///     commands, after which a controller refuses the legacy ones until Reset
+    ///     (Vol 4, Part E, §3.1.1).
     @discardableResult
-    public func initialize(reset: Bool = true) async throws -> ControllerInfo {
+    public func initialize(reset: Bool = true, extendedAdvertising: Bool = true) async throws -> ControllerInfo {
         if reset { try await send(Reset()) }
         let version = try await send(ReadLocalVersionInformation())
         let commands = try await send(ReadLocalSupportedCommands()).supportedCommands
@@ -97,7 +103,7 @@ extension HCIController {
         let encryptionChangeV2 = try await sendOptional(SetEventMaskPage2(), commands, &skipped) != nil
         let maxData = try await sendOptional(LEReadMaximumDataLength(), commands, &skipped)
         var sets: Int?, maxAdv: Int?
-        if LEFeatures(rawValue: leFeatures).contains(bit: LEFeatures.extendedAdvertising) {
+        if extendedAdvertising, LEFeatures(rawValue: leFeatures).contains(bit: LEFeatures.extendedAdvertising) {
             sets = try await sendOptional(LEReadNumberOfSupportedAdvertisingSets(), commands, &skipped).map { Int($0.value) }
             maxAdv = try await sendOptional(LEReadMaximumAdvertisingDataLength(), commands, &skipped).map { Int($0.maxAdvertisingDataLength) }
         }

@@ -10,6 +10,7 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let unknownConnectionIdentifier = HCIStatus(rawValue: 0x02)
     /// PIN or Key Missing: the peripheral's host has no key for this link (LTK negative reply).
     public static let pinOrKeyMissing = HCIStatus(rawValue: 0x06)
+    public static let memoryCapacityExceeded = HCIStatus(rawValue: 0x07)
     public static let commandDisallowed = HCIStatus(rawValue: 0x0C)
     public static let unsupportedFeatureOrParameterValue = HCIStatus(rawValue: 0x11)
     public static let invalidCommandParameters = HCIStatus(rawValue: 0x12)
@@ -23,6 +24,7 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let connectionTerminatedDueToMICFailure = HCIStatus(rawValue: 0x3D)
     public static let unknownAdvertisingIdentifier = HCIStatus(rawValue: 0x42)
     public static let operationCancelledByHost = HCIStatus(rawValue: 0x44)
+    public static let packetTooLong = HCIStatus(rawValue: 0x45)
 
     public var isSuccess: Bool { rawValue == 0 }
 

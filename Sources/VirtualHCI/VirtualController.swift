@@ -4,6 +4,13 @@
 // real controller. Buffers: 8 LE ACL packets of 251 bytes, returned with Number Of
 // Completed Packets as soon as the radio has relayed them; on air a link carries 27
 // octets per PDU until LE Set Data Length raises it (up to 251).
+//
+// A controller made with extended advertising also has the Bluetooth 5 commands:
+// advertising sets (VirtualAdvertising.swift), extended scanning with reports split
+// as a controller splits them, LE Extended Create Connection, and the events that go
+// with them (LE Enhanced Connection Complete and LE Advertising Set Terminated when
+// the host unmasked them). Legacy and extended advertising commands do not mix until
+// Reset (Vol 4, Part E, §3.1.1): the second kind is refused with Command Disallowed.
 
 import HCI
 import NIOCore
@@ -33,19 +40,35 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private var randomAddress: BluetoothAddress?
     /// Set Event Mask Page 2 enabled Encryption Change [v2].
     private var encryptionChangeV2 = false
-    private var advertisingType: UInt8 = 0
+    /// Whether this controller has the Bluetooth 5 extended advertising, scanning and
+    /// connection commands (LE feature bit 12 and the commands in its mask).
+    public nonisolated let supportsExtendedAdvertising: Bool
+    /// The legacy commands' Advertising_Type, as event properties.
+    private var legacyProperties: UInt16 = 0x13
+    private var legacyPeerAddress: BluetoothAddress = .zero
     private var ownAddressType: AddressType = .public
     private var advertisingData: [UInt8] = []
     private var scanResponseData: [UInt8] = []
+    /// Legacy advertising (LE Set Advertising Enable) is on.
     public private(set) var isAdvertising = false
+    private var sets = AdvertisingSets()
+    /// Which kind of advertising commands the host has used since Reset.
+    private enum CommandKind { case legacy, extended }
+    private var commandKind: CommandKind?
+    /// LE_Event_Mask (§7.8.1); the default until the host sets it.
+    private var leEventMask: UInt64 = 0x1F
     private var scanning = false
     var isScanning: Bool { scanning }
+    /// Scanning was enabled with LE Set Extended Scan Enable: reports are extended.
+    private var extendedScan = false
     private var activeScan = false
     private var filterDuplicates = false
     private var seen: Set<String> = []
     public private(set) var pendingConnection: BluetoothAddress?
     /// The own address type of the pending LE Create Connection.
     private var initiatingAddressType: AddressType = .public
+    /// The pending connection came from LE Extended Create Connection (it reaches extended advertising too).
+    private(set) var initiatingExtended = false
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) private var connections: [UInt16: BluetoothAddress] = [:]
@@ -53,19 +76,37 @@ public actor VirtualController: HCITransport, LoopIsolated {
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
 
-    init(radio: VirtualRadio, loop: any EventLoop, address: BluetoothAddress) {
+    init(radio: VirtualRadio, loop: any EventLoop, address: BluetoothAddress, extendedAdvertising: Bool = false) {
         self.radio = radio
         self.loop = loop
         self.loopExecutor = LoopExecutor.of(loop)
         self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
         self.address = address
+        self.supportsExtendedAdvertising = extendedAdvertising
+        self.implemented = Set(Self.legacyImplemented + (extendedAdvertising ? Self.extendedAdvertisingCommands : []))
+        self.supportedCommands = Self.mask(of: Array(implemented))
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
     }
 
-    var isConnectable: Bool { isAdvertising && (advertisingType == 0 || advertisingType == 1) }
-
     /// The opcodes this controller implements; its Supported_Commands mask lists exactly these.
-    static let implemented: [HCIOpcode] = [
+    nonisolated let implemented: Set<HCIOpcode>
+    nonisolated let supportedCommands: [UInt8]
+
+    /// The legacy advertising commands (§3.1.1 of Part E): refused once an extended one was used.
+    static let legacyAdvertisingCommands: Set<HCIOpcode> = [
+        .leSetAdvertisingParameters, .leReadAdvertisingPhysicalChannelTxPower, .leSetAdvertisingData, .leSetScanResponseData,
+        .leSetAdvertisingEnable, .leSetScanParameters, .leSetScanEnable, .leCreateConnection,
+    ]
+
+    /// The extended advertising, scanning and connection commands.
+    static let extendedAdvertisingCommands: [HCIOpcode] = [
+        .leSetAdvertisingSetRandomAddress, .leSetExtendedAdvertisingParameters, .leSetExtendedAdvertisingData,
+        .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable, .leReadMaximumAdvertisingDataLength,
+        .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet, .leClearAdvertisingSets,
+        .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection,
+    ]
+
+    static let legacyImplemented: [HCIOpcode] = [
         .reset, .readLocalVersionInformation, .readLocalSupportedCommands, .readLocalSupportedFeatures, .readBDADDR,
         .readBufferSize, .setEventMask, .setEventMaskPage2, .leSetEventMask, .leReadBufferSize, .leReadLocalSupportedFeatures,
         .leReadSupportedStates, .leSetRandomAddress, .leSetAdvertisingParameters, .leReadAdvertisingPhysicalChannelTxPower,
@@ -76,11 +117,11 @@ public actor VirtualController: HCITransport, LoopIsolated {
         .leEnableEncryption, .leLongTermKeyRequestReply, .leLongTermKeyRequestNegativeReply,
     ]
 
-    static let supportedCommands: [UInt8] = {
+    static func mask(of opcodes: [HCIOpcode]) -> [UInt8] {
         var mask = [UInt8](repeating: 0, count: 64)
-        for op in implemented { if let (o, b) = SupportedCommands.bits[op] { mask[o] |= 1 << b } }
+        for op in opcodes { if let (o, b) = SupportedCommands.bits[op] { mask[o] |= 1 << b } }
         return mask
-    }()
+    }
 
     // MARK: HCITransport
 
@@ -171,24 +212,39 @@ public actor VirtualController: HCITransport, LoopIsolated {
     // MARK: Commands
 
     private func command(_ op: HCIOpcode, _ params: [UInt8]) async {
-        guard Self.implemented.contains(op) else { return complete(op, status: .unknownCommand) }
+        guard implemented.contains(op) else { return complete(op, status: .unknownCommand) }
+        if supportsExtendedAdvertising {
+            // Legacy and extended advertising commands do not mix until Reset.
+            let kind: CommandKind? = Self.legacyAdvertisingCommands.contains(op) ? .legacy
+                : Self.extendedAdvertisingCommands.contains(op) ? .extended : nil
+            if let kind {
+                guard commandKind == nil || commandKind == kind else { return refuse(op, .commandDisallowed) }
+                commandKind = kind
+            }
+        }
         do {
             try await handle(op, params)
         } catch {
             // Malformed parameters: what a controller answers.
-            if let t = HCICommandRegistry.types[op], t.completesWithStatus { status(op, .invalidCommandParameters) } else { complete(op, status: .invalidCommandParameters) }
+            refuse(op, .invalidCommandParameters)
         }
+    }
+
+    /// Fails `op` with `s`, in the event the command ends with (Command Status or Complete).
+    private func refuse(_ op: HCIOpcode, _ s: HCIStatus) {
+        if let t = HCICommandRegistry.types[op], t.completesWithStatus { status(op, s) } else { complete(op, status: s) }
     }
 
     private func handle(_ op: HCIOpcode, _ p: [UInt8]) async throws {
         switch op {
         case .reset:
             isAdvertising = false; scanning = false; pendingConnection = nil; advertisingData = []; scanResponseData = []
+            sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
             complete(op)
         case .readLocalVersionInformation:
             complete(op, ReadLocalVersionInformation.ReturnParameters(hciVersion: 13, hciSubversion: 0, lmpVersion: 13, companyIdentifier: 0xFFFF, lmpSubversion: 0))
         case .readLocalSupportedCommands:
-            complete(op, ReadLocalSupportedCommands.ReturnParameters(supportedCommands: SupportedCommands(bytes: Self.supportedCommands)))
+            complete(op, ReadLocalSupportedCommands.ReturnParameters(supportedCommands: SupportedCommands(bytes: supportedCommands)))
         case .readLocalSupportedFeatures:
             complete(op, ReadLocalSupportedFeatures.ReturnParameters(lmpFeatures: 1 << 38 | 1 << 37))
         case .readBDADDR:
@@ -198,13 +254,17 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leReadBufferSize:
             complete(op, LEReadBufferSize.ReturnParameters(leACLDataPacketLength: Self.aclLength, totalNumLEACLDataPackets: Self.aclCount))
         case .leReadLocalSupportedFeatures:
-            complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1))  // LE Encryption, Connection Parameters Request Procedure
+            // LE Encryption, Connection Parameters Request Procedure (and LE Extended Advertising).
+            complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1 | (supportsExtendedAdvertising ? 1 << UInt64(LEFeatures.extendedAdvertising) : 0)))
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
         case .setEventMaskPage2:
             encryptionChangeV2 = try SetEventMaskPage2.decode(p).eventMaskPage2 & SetEventMaskPage2.encryptionChangeV2 != 0
             complete(op)
-        case .setEventMask, .leSetEventMask, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
+        case .leSetEventMask:
+            leEventMask = try LESetEventMask.decode(p).leEventMask
+            complete(op)
+        case .setEventMask, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
             complete(op)
         case .leReadFilterAcceptListSize:
             complete(op, HCIOctetReturn(value: 8))
@@ -216,7 +276,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leSetAdvertisingParameters:
             let c = try LESetAdvertisingParameters.decode(p)
             guard !isAdvertising else { return complete(op, status: .commandDisallowed) }
-            advertisingType = c.advertisingType
+            guard let properties = Broadcast.properties(legacyType: c.advertisingType) else { return complete(op, status: .invalidCommandParameters) }
+            legacyProperties = properties
+            legacyPeerAddress = c.peerAddress
             ownAddressType = c.ownAddressType
             complete(op)
         case .leReadAdvertisingPhysicalChannelTxPower:
@@ -253,13 +315,15 @@ public actor VirtualController: HCITransport, LoopIsolated {
             guard c.ownAddressType != .random || randomAddress != nil else { return status(op, .invalidCommandParameters) }
             pendingConnection = c.peerAddress
             initiatingAddressType = c.ownAddressType
+            initiatingExtended = false
             status(op)
             await radio?.createConnection(from: self, to: c.peerAddress)
         case .leCreateConnectionCancel:
             guard pendingConnection != nil else { return complete(op, status: .commandDisallowed) }
             pendingConnection = nil
             complete(op)
-            emit(.le(.connectionComplete(LEConnectionComplete(status: .unknownConnectionIdentifier, connectionHandle: 0, role: .central, peerAddressType: .public, peerAddress: .zero))))
+            emitConnectionComplete(LEEnhancedConnectionComplete(status: .unknownConnectionIdentifier, connectionHandle: 0, role: .central,
+                                                                peerAddressType: .public, peerAddress: .zero))
         case .disconnect:
             let c = try Disconnect.decode(p)
             guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }
@@ -310,6 +374,67 @@ public actor VirtualController: HCITransport, LoopIsolated {
             complete(op, HCIConnectionHandleReturn(connectionHandle: c.connectionHandle))
             await radio.keyReply(self, handle: c.connectionHandle, key: nil)
         default:
+            try await handleExtended(op, p)
+        }
+    }
+
+    /// The extended advertising, scanning and connection commands.
+    private func handleExtended(_ op: HCIOpcode, _ p: [UInt8]) async throws {
+        switch op {
+        case .leReadMaximumAdvertisingDataLength:
+            complete(op, LEReadMaximumAdvertisingDataLength.ReturnParameters(maxAdvertisingDataLength: UInt16(AdvertisingSets.maximumDataLength)))
+        case .leReadNumberOfSupportedAdvertisingSets:
+            complete(op, HCIOctetReturn(value: UInt8(AdvertisingSets.capacity)))
+        case .leSetExtendedAdvertisingParameters:
+            switch sets.setParameters(try LESetExtendedAdvertisingParameters.decode(p), defaultTxPower: txPower) {
+            case let .success(power): complete(op, HCIOctetReturn(value: UInt8(bitPattern: power)))
+            case let .failure(s): complete(op, status: s)
+            }
+        case .leSetAdvertisingSetRandomAddress:
+            let c = try LESetAdvertisingSetRandomAddress.decode(p)
+            complete(op, status: sets.setRandomAddress(c.advertisingHandle, c.randomAddress))
+        case .leSetExtendedAdvertisingData:
+            complete(op, status: sets.setData(try LESetExtendedAdvertisingData.decode(p), scanResponse: false))
+        case .leSetExtendedScanResponseData:
+            complete(op, status: sets.setData(try LESetExtendedScanResponseData.decode(p), scanResponse: true))
+        case .leSetExtendedAdvertisingEnable:
+            let (s, started) = sets.enable(try LESetExtendedAdvertisingEnable.decode(p))
+            complete(op, status: s)
+            if !started.isEmpty { await radio?.advertisingStarted(self) }
+        case .leRemoveAdvertisingSet:
+            complete(op, status: sets.remove(try LERemoveAdvertisingSet.decode(p).advertisingHandle))
+        case .leClearAdvertisingSets:
+            complete(op, status: sets.clear())
+        case .leSetExtendedScanParameters:
+            let c = try LESetExtendedScanParameters.decode(p)
+            // §7.8.64: not while scanning; this controller scans on LE 1M only.
+            guard !scanning else { return complete(op, status: .commandDisallowed) }
+            guard c.scanningPHYs != 0 else { return complete(op, status: .invalidCommandParameters) }
+            guard c.scanningPHYs == 0x01 else { return complete(op, status: .unsupportedFeatureOrParameterValue) }
+            activeScan = c.phys.contains { $0.scanType == 1 }
+            complete(op)
+        case .leSetExtendedScanEnable:
+            let c = try LESetExtendedScanEnable.decode(p)
+            guard !c.enable || c.filterDuplicates <= 2 else { return complete(op, status: .invalidCommandParameters) }
+            let starting = c.enable && !scanning
+            scanning = c.enable
+            extendedScan = true
+            filterDuplicates = c.filterDuplicates != 0
+            if starting { seen.removeAll() }
+            complete(op)
+            if starting { await radio?.scanningStarted(self) }
+        case .leExtendedCreateConnection:
+            let c = try LEExtendedCreateConnection.decode(p)
+            guard pendingConnection == nil else { return status(op, .commandDisallowed) }
+            guard c.initiatingPHYs != 0 else { return status(op, .invalidCommandParameters) }
+            guard c.initiatingPHYs & 0x01 != 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
+            guard c.ownAddressType != .random || randomAddress != nil else { return status(op, .invalidCommandParameters) }
+            pendingConnection = c.peerAddress
+            initiatingAddressType = c.ownAddressType
+            initiatingExtended = true
+            status(op)
+            await radio?.createConnection(from: self, to: c.peerAddress)
+        default:
             complete(op, status: .unknownCommand)
         }
     }
@@ -339,28 +464,96 @@ public actor VirtualController: HCITransport, LoopIsolated {
         return (address, .public)
     }
 
-    func hear(_ a: VirtualController, rssi: Int8) async {
-        guard scanning else { return }
-        let (addr, type, advType, data, scanRsp) = await (a.advertisedAddress.0, a.advertisedAddress.1, a.advertisingTypeValue, a.advertisingDataValue, a.scanResponseValue)
-        let eventType: UInt8 = advType == 2 ? 2 : advType == 3 ? 3 : 0
-        if !(filterDuplicates && seen.contains("\(addr)")) {
-            seen.insert("\(addr)")
-            emit(.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: eventType, addressType: type, address: addr, data: data, rssi: rssi)]))))
+    /// What this controller has on air: its legacy advertising, then its enabled sets.
+    var broadcasts: [Broadcast] {
+        var out: [Broadcast] = []
+        if isAdvertising {
+            let (a, t) = advertisedAddress
+            let directed = legacyProperties & 0x04 != 0
+            out.append(Broadcast(address: a, addressType: t, properties: legacyProperties, target: directed ? legacyPeerAddress : nil,
+                                 data: directed ? [] : advertisingData, scanResponse: scanResponseData, sid: 0xFF, txPower: txPower, set: nil))
         }
-        if activeScan, advType == 0 || advType == 2, !(filterDuplicates && seen.contains("rsp \(addr)")) {
-            seen.insert("rsp \(addr)")
-            emit(.le(.advertisingReport(LEAdvertisingReport(reports: [.init(eventType: 4, addressType: type, address: addr, data: scanRsp, rssi: rssi)]))))
+        return out + sets.broadcasts(publicAddress: address)
+    }
+
+    /// Whether directed advertising is for this controller (its public or random address).
+    private func isTarget(_ b: Broadcast) -> Bool { b.isHeard(by: address) || randomAddress.map(b.isHeard(by:)) == true }
+
+    /// A scanner hears `broadcasts`: legacy scanning reports legacy PDUs only;
+    /// extended scanning reports everything, extended data in pieces.
+    func hear(_ broadcasts: [Broadcast], rssi: Int8) {
+        guard scanning else { return }
+        for b in broadcasts where isTarget(b) {
+            if extendedScan {
+                reportExtended(b, rssi: rssi)
+            } else if b.legacyPDUs {
+                if firstTime("\(b.address)") {
+                    emit(.le(.advertisingReport(LEAdvertisingReport(reports: [
+                        .init(eventType: b.legacyReportType, addressType: b.addressType, address: b.address, data: b.data, rssi: rssi)]))))
+                }
+                if activeScan, b.scannable, firstTime("rsp \(b.address)") {
+                    emit(.le(.advertisingReport(LEAdvertisingReport(reports: [
+                        .init(eventType: 4, addressType: b.addressType, address: b.address, data: b.scanResponse, rssi: rssi)]))))
+                }
+            }
         }
     }
 
-    var advertisingTypeValue: UInt8 { advertisingType }
-    var advertisingDataValue: [UInt8] { advertisingData }
-    var scanResponseValue: [UInt8] { scanResponseData }
+    /// False when duplicate filtering already reported `key`.
+    private func firstTime(_ key: String) -> Bool {
+        if filterDuplicates, seen.contains(key) { return false }
+        seen.insert(key)
+        return true
+    }
 
-    func connected(handle: UInt16, role: ConnectionRole, peer: (BluetoothAddress, AddressType)) {
+    /// The most data one LE Extended Advertising Report carries: 255 octets of event
+    /// parameters less the subevent code, Num_Reports and a report's 24 fixed octets.
+    static let extendedReportDataLength = 229
+
+    /// LE Extended Advertising Reports for `b` (and its scan response to an active
+    /// scanner): data longer than one report goes in pieces, each but the last with
+    /// data status "incomplete, more data to come" (§7.7.65.13).
+    private func reportExtended(_ b: Broadcast, rssi: Int8) {
+        let key = "\(b.address) \(b.sid)"
+        func send(_ data: [UInt8], type: UInt16) {
+            var offset = 0
+            repeat {
+                let end = Swift.min(data.count, offset + Self.extendedReportDataLength)
+                let more: UInt16 = end < data.count ? 1 << 5 : 0
+                emit(.le(.extendedAdvertisingReport(LEExtendedAdvertisingReport(reports: [.init(
+                    eventType: type | more, addressType: b.addressType, address: b.address, primaryPHY: 1, secondaryPHY: b.secondaryPHY,
+                    advertisingSID: b.sid, txPower: b.properties & 0x40 != 0 ? b.txPower : 127, rssi: rssi,
+                    directAddressType: .public, directAddress: b.target ?? .zero, data: Array(data[offset..<end]))]))))
+                offset = end
+            } while offset < data.count
+        }
+        if firstTime(key) { send(b.data, type: b.extendedReportType) }
+        if activeScan, b.scannable, firstTime("rsp " + key) { send(b.scanResponse, type: b.extendedReportType | 0x08) }
+    }
+
+    func connected(handle: UInt16, role: ConnectionRole, peer: (BluetoothAddress, AddressType), set: UInt8? = nil) {
         connections[handle] = peer.0
-        if role == .peripheral { isAdvertising = false } else { pendingConnection = nil }
-        emit(.le(.connectionComplete(LEConnectionComplete(connectionHandle: handle, role: role, peerAddressType: peer.1, peerAddress: peer.0))))
+        if role == .peripheral {
+            if let set { sets.connected(set) } else { isAdvertising = false }
+        } else {
+            pendingConnection = nil
+        }
+        emitConnectionComplete(LEEnhancedConnectionComplete(connectionHandle: handle, role: role, peerAddressType: peer.1, peerAddress: peer.0))
+        // §7.7.65.18: after the connection's event, the set that it ended.
+        if role == .peripheral, let set, leEventMask & 1 << 17 != 0 {
+            emit(.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: set, connectionHandle: handle))))
+        }
+    }
+
+    /// LE Enhanced Connection Complete when this controller has it and the host
+    /// unmasked it (§7.7.65.10: then never LE Connection Complete as well); else LE Connection Complete.
+    private func emitConnectionComplete(_ c: LEEnhancedConnectionComplete) {
+        if supportsExtendedAdvertising, leEventMask & 1 << 9 != 0 {
+            emit(.le(.enhancedConnectionComplete(c)))
+        } else {
+            emit(.le(.connectionComplete(LEConnectionComplete(status: c.status, connectionHandle: c.connectionHandle, role: c.role,
+                                                              peerAddressType: c.peerAddressType, peerAddress: c.peerAddress))))
+        }
     }
 
     func deliver(_ p: ACLDataPacket) { emit(.acl(p)) }

@@ -62,9 +62,11 @@ public actor VirtualRadio: LoopIsolated {
         self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
     }
 
-    /// Adds a controller with this public address.
-    public func makeController(address: BluetoothAddress) -> VirtualController {
-        let c = VirtualController(radio: self, loop: loop, address: address)
+    /// Adds a controller with this public address; with `extendedAdvertising`, one
+    /// that also has the Bluetooth 5 extended advertising, scanning and connection
+    /// commands (a host then drives it with those).
+    public func makeController(address: BluetoothAddress, extendedAdvertising: Bool = false) -> VirtualController {
+        let c = VirtualController(radio: self, loop: loop, address: address, extendedAdvertising: extendedAdvertising)
         controllers.append(c)
         return c
     }
@@ -84,44 +86,54 @@ public actor VirtualRadio: LoopIsolated {
         var scanners: [VirtualController] = []
         for s in controllers where await s.isScanning { scanners.append(s) }
         guard !scanners.isEmpty else { return }
-        for a in controllers where await a.isAdvertising {
-            for s in scanners where s !== a { await s.hear(a, rssi: await rssi(from: a, to: s)) }
+        for a in controllers {
+            let on = await a.broadcasts
+            guard !on.isEmpty else { continue }
+            for s in scanners where s !== a { await s.hear(on, rssi: await rssi(from: a, to: s)) }
         }
     }
 
     // MARK: From controllers
 
     func advertisingStarted(_ a: VirtualController) async {
-        for s in controllers where s !== a { await s.hear(a, rssi: await rssi(from: a, to: s)) }
+        let on = await a.broadcasts
+        for s in controllers where s !== a { await s.hear(on, rssi: await rssi(from: a, to: s)) }
         // A central waiting for this advertiser connects now.
         for c in controllers where c !== a {
-            if let target = await c.pendingConnection, target == (await a.advertisedAddress).0, await a.isConnectable {
-                await connect(central: c, peripheral: a)
+            if let target = await c.pendingConnection, let b = await connectable(await a.broadcasts, at: target, by: c) {
+                await connect(central: c, peripheral: a, via: b)
             }
         }
     }
 
     func scanningStarted(_ s: VirtualController) async {
         for a in controllers where a !== s {
-            if await a.isAdvertising { await s.hear(a, rssi: await rssi(from: a, to: s)) }
+            let on = await a.broadcasts
+            if !on.isEmpty { await s.hear(on, rssi: await rssi(from: a, to: s)) }
         }
     }
 
     func createConnection(from c: VirtualController, to address: BluetoothAddress) async {
         // The advertiser using `address` now (its public or random address).
         for p in controllers where p !== c {
-            guard await p.isConnectable, (await p.advertisedAddress).0 == address else { continue }
-            return await connect(central: c, peripheral: p)
+            guard let b = await connectable(await p.broadcasts, at: address, by: c) else { continue }
+            return await connect(central: c, peripheral: p, via: b)
         }
     }
 
-    private func connect(central: VirtualController, peripheral: VirtualController) async {
+    /// Among `broadcasts`, the one from `address` that `central`'s pending connection may connect to.
+    private func connectable(_ broadcasts: [Broadcast], at address: BluetoothAddress, by central: VirtualController) async -> Broadcast? {
+        let (initiator, extended) = (await central.initiatingAddress.0, await central.initiatingExtended)
+        return broadcasts.first { $0.address == address && $0.accepts(initiator: initiator, extended: extended) }
+    }
+
+    private func connect(central: VirtualController, peripheral: VirtualController, via b: Broadcast) async {
         let ch = nextHandle, ph = nextHandle + 1
         nextHandle += 2
         links.append(Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph))
-        let (advertised, initiating) = (await peripheral.advertisedAddress, await central.initiatingAddress)
-        await peripheral.connected(handle: ph, role: .peripheral, peer: initiating)
-        await central.connected(handle: ch, role: .central, peer: advertised)
+        let initiating = await central.initiatingAddress
+        await peripheral.connected(handle: ph, role: .peripheral, peer: initiating, set: b.set)
+        await central.connected(handle: ch, role: .central, peer: (b.address, b.addressType))
     }
 
     /// The link `sender` knows as `handle`.

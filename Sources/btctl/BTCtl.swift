@@ -76,7 +76,7 @@ let btctlVersion = "0.2.0"
 
 /// Options every controller-facing command takes.
 struct ControllerOptions: ParsableArguments {
-    @Option(name: [.customShort("t"), .long], help: ArgumentHelp("Controller transport: \(TransportSpec.help), virtual (the in-process radio, with a fire-alarm sender on it as a peer). Default: $BTCTL_TRANSPORT, else hci0.", valueName: "SPEC"))
+    @Option(name: [.customShort("t"), .long], help: ArgumentHelp("Controller transport: \(TransportSpec.help), virtual (the in-process radio, with a fire-alarm sender on it as a peer), virtual5 (the same with Bluetooth 5 controllers: extended advertising, scanning and connecting). Default: $BTCTL_TRANSPORT, else hci0.", valueName: "SPEC"))
     var transport: String?
 
     @Flag(help: "One JSON object per line on stdout.")
@@ -102,14 +102,15 @@ struct ControllerOptions: ParsableArguments {
     }
 
     /// Where the controller is: a transport spec, or the in-process virtual radio.
-    enum TransportChoice { case spec(TransportSpec), virtual }
+    /// `virtual(extended:)`: the radio's controllers have the extended advertising commands.
+    enum TransportChoice { case spec(TransportSpec), virtual(extended: Bool) }
 
     var transportChoice: TransportChoice {
         get throws {
             let s = transport ?? ProcessInfo.processInfo.environment["BTCTL_TRANSPORT"] ?? "hci0"
-            if s == "virtual" { return .virtual }
+            if s == "virtual" || s == "virtual5" { return .virtual(extended: s == "virtual5") }
             do { return .spec(try TransportSpec(parsing: s)) } catch {
-                throw ValidationError("--transport: \(error)\(transport == nil ? " (from $BTCTL_TRANSPORT)" : ""), or virtual")
+                throw ValidationError("--transport: \(error)\(transport == nil ? " (from $BTCTL_TRANSPORT)" : ""), or virtual, or virtual5")
             }
         }
     }
@@ -118,7 +119,7 @@ struct ControllerOptions: ParsableArguments {
     var transportName: String {
         switch try? transportChoice {
         case let .spec(s)?: return s.description
-        case .virtual?: return "virtual"
+        case let .virtual(extended)?: return extended ? "virtual5" : "virtual"
         case nil: return transport ?? "?"
         }
     }
@@ -145,8 +146,8 @@ struct ControllerOptions: ParsableArguments {
     /// The transport alone, not recorded.
     func openBaseTransport() async throws -> any HCITransport {
         switch try transportChoice {
-        case .virtual:
-            return try await VirtualPeer.controller(logger: logger)
+        case let .virtual(extended):
+            return try await VirtualPeer.controller(logger: logger, extendedAdvertising: extended)
         case let .spec(spec):
             do { return try spec.open(logger: logger) } catch { throw CLIError("cannot open \(spec): \(error)") }
         }

@@ -1,7 +1,9 @@
 // `--transport virtual`: a controller on the in-process virtual radio, with a peer to
 // talk to: a fire-alarm sender ("FireAlarm-B3" at C0:FF:EE:00:00:01, 3.5 m away)
 // advertising and serving its database (docs/fire-alarm.md). btctl's own controller
-// is C0:FF:EE:00:00:02. Everything lives until btctl exits.
+// is C0:FF:EE:00:00:02. Everything lives until btctl exits. `virtual5`: both
+// controllers have the Bluetooth 5 extended advertising, scanning and connection
+// commands, so both hosts use those.
 
 import BLE
 import FireAlarm
@@ -16,10 +18,10 @@ enum VirtualPeer {
     /// What keeps the radio (controllers hold it weakly), the peer and the radio's clock alive.
     private static let world = Mutex<[any Sendable]>([])
 
-    static func controller(logger: Logger) async throws -> VirtualController {
+    static func controller(logger: Logger, extendedAdvertising: Bool = false) async throws -> VirtualController {
         let radio = VirtualRadio()
         await radio.setDistance(3.5, between: peerAddress, and: ownAddress)
-        let peerHost = BluetoothHost(transport: await radio.makeController(address: peerAddress),
+        let peerHost = BluetoothHost(transport: await radio.makeController(address: peerAddress, extendedAdvertising: extendedAdvertising),
                                      logger: Logger(label: "virtual-peer") { _ in SwiftLogNoOpLogHandler() }, deviceName: "FireAlarm-B3")
         // The radio has no timers: advertising is heard as time passes, here every 50 ms.
         let ticker = Task {
@@ -32,6 +34,6 @@ enum VirtualPeer {
         let sender = FireAlarmSender(host: peerHost, name: "FireAlarm-B3", log: { _ in })
         try await sender.start()
         world.withLock { $0 += [radio, peerHost, sender, ticker] }
-        return await radio.makeController(address: ownAddress)
+        return await radio.makeController(address: ownAddress, extendedAdvertising: extendedAdvertising)
     }
 }

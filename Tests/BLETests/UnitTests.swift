@@ -20,16 +20,19 @@ struct Room {
 
     /// `radio`: by default one on NIO's shared loops. `watchCentral` sees each packet
     /// between the central's host and its controller, in order per direction.
-    init(peripherals count: Int, enhancedATT: Bool = false, radio: VirtualRadio = VirtualRadio(),
+    /// `extendedAdvertising`: every controller has the Bluetooth 5 advertising commands.
+    init(peripherals count: Int, enhancedATT: Bool = false, radio: VirtualRadio = VirtualRadio(), extendedAdvertising: Bool = false,
          watchCentral: (@Sendable (TraceRecord) -> Void)? = nil) async throws {
         self.radio = radio
-        let controller: any HCITransport = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!)
+        let controller: any HCITransport = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!,
+                                                                      extendedAdvertising: extendedAdvertising)
         central = BluetoothHost(transport: watchCentral.map { RecordingTransport(wrapping: controller, sink: $0) } ?? controller, logger: Bench.logger)
         try await central.start()
         var ps: [BluetoothHost] = [], addrs: [BluetoothAddress] = []
         for i in 0..<count {
             let a = BluetoothAddress("C0:00:00:00:01:0\(i)")!
-            let h = BluetoothHost(transport: await radio.makeController(address: a), logger: Bench.logger, enhancedATT: enhancedATT)
+            let h = BluetoothHost(transport: await radio.makeController(address: a, extendedAdvertising: extendedAdvertising),
+                                  logger: Bench.logger, enhancedATT: enhancedATT)
             try await h.start()
             ps.append(h)
             addrs.append(a)

@@ -72,6 +72,26 @@ import Testing
         #expect((summary["devices"] as? [[String: Any]])?.first?["name"] as? String == "FireAlarm-B3")
     }
 
+    /// `-t virtual5`: the virtual radio with Bluetooth 5 controllers. btctl's host
+    /// drives its controller with the extended commands (the trace shows them) and
+    /// finds, connects to and reads the sender as on `virtual`.
+    @Test func theVirtualRadioWithBluetooth5Controllers() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let info = try await Self.run(["info", "-t", "virtual5", "--json"])
+        #expect(info.status == 0, "\(info.out)")
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(info.out.utf8)) as? [String: Any], "\(info.out)")
+        #expect(object["advertising_sets"] as? Int == 4 && object["max_advertising_data_length"] as? Int == 1650, "\(object)")
+        let trace = Self.temporary("virtual5.btsnoop")
+        let r = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual5", "--uuid", "2A00", "--btsnoop", trace])
+        #expect(r.status == 0 && r.out.contains("FireAlarm-B3"), "\(r.out)")
+        let commands = Set(try TraceReader.read(contentsOf: trace).records.compactMap { r -> HCIOpcode? in
+            if case let .command(op, _)? = r.packet { return op }
+            return nil
+        })
+        #expect(commands.isSuperset(of: [.leSetExtendedScanEnable, .leExtendedCreateConnection]), "\(commands)")
+        #expect(commands.isDisjoint(with: [.leSetScanEnable, .leCreateConnection]), "\(commands)")
+    }
+
     /// Ctrl-C during a scan: scanning stops before the exit, the trace is complete, 130.
     @Test func sigintEndsAScanCleanly() async throws {
         guard BtctlGATTTests.isBuilt() else { return }

@@ -1,0 +1,264 @@
+// Advertising as a controller keeps it: extended advertising sets (Core Specification
+// v5.4, Vol 4, Part E, §7.8.52–§7.8.60), with the status each command answers when
+// the host asks for what the spec does not allow, and what goes on air (`Broadcast`),
+// from a set or from the legacy commands (§7.8.5–§7.8.9).
+//
+// Time is not modelled (see VirtualRadio): a set's Duration and
+// Max_Extended_Advertising_Events are checked but never end it; a set advertises
+// until it is disabled, removed, or a central connects to it.
+
+import HCI
+
+/// What one controller puts on air: its legacy advertising, or one enabled set.
+struct Broadcast: Sendable {
+    var address: BluetoothAddress
+    var addressType: AddressType
+    /// Advertising_Event_Properties (§7.8.53): bit 0 connectable, 1 scannable,
+    /// 2 directed, 3 high duty cycle, 4 legacy PDUs, 5 anonymous, 6 TxPower. The
+    /// legacy commands' types are given as their legacy-PDU properties.
+    var properties: UInt16
+    /// Directed advertising: the only device that hears it and may connect.
+    var target: BluetoothAddress?
+    var data: [UInt8]
+    var scanResponse: [UInt8]
+    /// Advertising_SID (0xFF: none, the legacy commands).
+    var sid: UInt8
+    /// The PHY of the auxiliary PDUs (0: none, legacy PDUs).
+    var secondaryPHY: UInt8 = 0
+    var txPower: Int8
+    /// The advertising set; nil for the legacy commands.
+    var set: UInt8?
+
+    var connectable: Bool { properties & 0x01 != 0 }
+    var scannable: Bool { properties & 0x02 != 0 }
+    var directed: Bool { properties & 0x04 != 0 }
+    var legacyPDUs: Bool { properties & 0x10 != 0 }
+
+    /// The legacy commands' Advertising_Type (§7.8.5) as event properties (Table 7.2
+    /// of §7.8.53): ADV_IND, ADV_DIRECT_IND (high duty), ADV_SCAN_IND,
+    /// ADV_NONCONN_IND, ADV_DIRECT_IND (low duty).
+    static func properties(legacyType t: UInt8) -> UInt16? {
+        switch t {
+        case 0: return 0x13
+        case 1: return 0x1D
+        case 2: return 0x12
+        case 3: return 0x10
+        case 4: return 0x15
+        default: return nil
+        }
+    }
+
+    /// Whether a device at `address` hears it (directed advertising is for its target alone).
+    func isHeard(by address: BluetoothAddress) -> Bool { target == nil || target == address }
+
+    /// Whether an initiator at `address` may connect: legacy LE Create Connection
+    /// sees legacy PDUs only; LE Extended Create Connection sees both.
+    func accepts(initiator address: BluetoothAddress, extended: Bool) -> Bool {
+        connectable && (extended || legacyPDUs) && isHeard(by: address)
+    }
+
+    /// The LE Advertising Report Event_Type (§7.7.65.2): 0 ADV_IND, 1 ADV_DIRECT_IND,
+    /// 2 ADV_SCAN_IND, 3 ADV_NONCONN_IND.
+    var legacyReportType: UInt8 { directed ? 1 : connectable ? 0 : scannable ? 2 : 3 }
+
+    /// The LE Extended Advertising Report Event_Type bits 0–4 (§7.7.65.13): a legacy
+    /// PDU's fixed values, or the set's connectable, scannable and directed bits.
+    var extendedReportType: UInt16 { legacyPDUs ? properties & 0x17 : properties & 0x07 }
+}
+
+/// A controller's extended advertising sets: parameters, data (whole or in
+/// fragments), random address, enable; sans-I/O, each command answering its status.
+struct AdvertisingSets {
+    struct AdvertisingSet {
+        var properties: UInt16
+        var ownAddressType: AddressType
+        var peerAddress: BluetoothAddress
+        var sid: UInt8
+        var secondaryPHY: UInt8
+        var txPower: Int8
+        var randomAddress: BluetoothAddress?
+        var data: [UInt8] = []
+        var scanResponse: [UInt8] = []
+        /// Data given in fragments, the last not yet (§7.8.54, Operation 0 and 1).
+        var partialData = false
+        var partialScanResponse = false
+        var enabled = false
+
+        var legacy: Bool { properties & 0x10 != 0 }
+        var connectable: Bool { properties & 0x01 != 0 }
+        var scannable: Bool { properties & 0x02 != 0 }
+        var directed: Bool { properties & 0x04 != 0 }
+    }
+
+    /// What LE Read Number of Supported Advertising Sets says.
+    static let capacity = 4
+    /// What LE Read Maximum Advertising Data Length says: the most Host Advertising
+    /// Data an extended set carries (Vol 6, Part B, §2.3.4.9).
+    static let maximumDataLength = 1650
+    static let legacyDataLength = 31
+
+    private(set) var sets: [UInt8: AdvertisingSet] = [:]
+
+    var anyEnabled: Bool { sets.values.contains { $0.enabled } }
+
+    /// The most advertising data a set with these properties carries: none for
+    /// legacy directed and for scannable extended PDUs; 31 for other legacy PDUs;
+    /// for connectable extended advertising what one AUX_ADV_IND holds (it cannot be
+    /// chained: 254 octets less AdvA, ADI, TargetA when directed and TxPower when
+    /// included, Vol 6, Part B, §2.3.4); otherwise 1650.
+    static func maximumDataLength(properties p: UInt16) -> Int {
+        let legacy = p & 0x10 != 0, connectable = p & 0x01 != 0, scannable = p & 0x02 != 0, directed = p & 0x04 != 0
+        if legacy { return directed ? 0 : legacyDataLength }
+        if scannable { return 0 }
+        if !connectable { return maximumDataLength }
+        return 254 - 6 - 2 - (directed ? 6 : 0) - (p & 0x40 != 0 ? 1 : 0)
+    }
+
+    /// LE Set Extended Advertising Parameters (§7.8.53): the selected TX power, or the status refusing it.
+    mutating func setParameters(_ c: LESetExtendedAdvertisingParameters, defaultTxPower: Int8) -> Result<Int8, HCIStatus> {
+        let p = c.advertisingEventProperties
+        guard c.advertisingHandle <= 0xEF, c.primaryAdvertisingChannelMap & 0x07 != 0,
+              c.primaryAdvertisingIntervalMin >= 0x20, c.primaryAdvertisingIntervalMax >= c.primaryAdvertisingIntervalMin,
+              c.ownAddressType.rawValue <= 3, Self.validProperties(p)
+        else { return .failure(.invalidCommandParameters) }
+        if let s = sets[c.advertisingHandle] {
+            guard !s.enabled else { return .failure(.commandDisallowed) }
+            // Data already in the set must suit the new type.
+            guard s.data.count <= Self.maximumDataLength(properties: p), s.scanResponse.isEmpty || p & 0x02 != 0,
+                  p & 0x10 == 0 || s.scanResponse.count <= Self.legacyDataLength
+            else { return .failure(.invalidCommandParameters) }
+        } else if sets.count >= Self.capacity {
+            return .failure(.memoryCapacityExceeded)
+        }
+        let power = c.advertisingTxPower == 0x7F ? defaultTxPower : Swift.max(-127, Swift.min(20, c.advertisingTxPower))
+        var s = sets[c.advertisingHandle] ?? AdvertisingSet(properties: p, ownAddressType: c.ownAddressType, peerAddress: c.peerAddress,
+                                                           sid: c.advertisingSID, secondaryPHY: c.secondaryAdvertisingPHY, txPower: power)
+        s.properties = p
+        s.ownAddressType = c.ownAddressType
+        s.peerAddress = c.peerAddress
+        s.sid = c.advertisingSID
+        s.secondaryPHY = c.secondaryAdvertisingPHY
+        s.txPower = power
+        sets[c.advertisingHandle] = s
+        return .success(power)
+    }
+
+    /// Table 7.2's legacy combinations, and for extended PDUs: not both connectable
+    /// and scannable, no high duty cycle, anonymous neither connectable nor scannable.
+    /// SID at most 0x0F is the caller's; reserved bits refused.
+    static func validProperties(_ p: UInt16) -> Bool {
+        guard p & ~0x7F == 0 else { return false }
+        if p & 0x10 != 0 { return [0x13, 0x15, 0x1D, 0x12, 0x10].contains(p) }
+        if p & 0x03 == 0x03 || p & 0x08 != 0 { return false }
+        if p & 0x20 != 0, p & 0x03 != 0 { return false }
+        return true
+    }
+
+    /// LE Set Advertising Set Random Address (§7.8.52).
+    mutating func setRandomAddress(_ handle: UInt8, _ address: BluetoothAddress) -> HCIStatus {
+        guard sets[handle] != nil else { return .unknownAdvertisingIdentifier }
+        sets[handle]?.randomAddress = address
+        return .success
+    }
+
+    /// LE Set Extended Advertising Data (§7.8.54) or Scan Response Data (§7.8.55).
+    mutating func setData(_ c: some LEExtendedAdvertisingPayloadCommand, scanResponse: Bool) -> HCIStatus {
+        guard var s = sets[c.advertisingHandle] else { return .unknownAdvertisingIdentifier }
+        let op = c.operation, n = c.data.count
+        guard op <= 4 else { return .invalidCommandParameters }
+        if scanResponse {
+            // A non-scannable set takes only an empty complete operation (discarding data).
+            guard s.scannable || (op == 3 && n == 0) else { return .invalidCommandParameters }
+            guard op != 4 else { return .invalidCommandParameters }
+        } else {
+            guard Self.maximumDataLength(properties: s.properties) > 0 || (op == 3 && n == 0) else { return .invalidCommandParameters }
+            if op == 4, !s.enabled || s.data.isEmpty || s.legacy || n != 0 { return .invalidCommandParameters }
+        }
+        if s.legacy, op != 3 || n > Self.legacyDataLength { return .invalidCommandParameters }
+        if op < 3, n == 0 { return .invalidCommandParameters }
+        if s.enabled, op < 3 { return .commandDisallowed }
+        if scanResponse, s.enabled, s.scannable, !s.legacy, n == 0 { return .commandDisallowed }
+
+        var (stored, partial) = scanResponse ? (s.scanResponse, s.partialScanResponse) : (s.data, s.partialData)
+        switch op {
+        case 0: stored += c.data; partial = true
+        case 1: stored = c.data; partial = true
+        case 2: stored += c.data; partial = false
+        case 3: stored = c.data; partial = false
+        default: break  // 4: unchanged data (a new Advertising DID on air)
+        }
+        var status = HCIStatus.success
+        if stored.count > Self.maximumDataLength {
+            // All the data is discarded.
+            (stored, partial, status) = ([], false, .memoryCapacityExceeded)
+        } else if s.enabled, !s.legacy, !scanResponse, stored.count > Self.maximumDataLength(properties: s.properties) {
+            (stored, partial, status) = ([], false, .packetTooLong)
+        }
+        if scanResponse { (s.scanResponse, s.partialScanResponse) = (stored, partial) } else { (s.data, s.partialData) = (stored, partial) }
+        sets[c.advertisingHandle] = s
+        return status
+    }
+
+    /// LE Set Extended Advertising Enable (§7.8.56): checks every set before
+    /// enabling any. Returns the status and the sets that started advertising.
+    mutating func enable(_ c: LESetExtendedAdvertisingEnable) -> (HCIStatus, started: [UInt8]) {
+        var seen = Set<UInt8>()
+        for e in c.sets {
+            guard seen.insert(e.advertisingHandle).inserted else { return (.invalidCommandParameters, []) }
+            guard sets[e.advertisingHandle] != nil else { return (.unknownAdvertisingIdentifier, []) }
+        }
+        guard c.enable else {
+            for h in c.sets.isEmpty ? Array(sets.keys) : c.sets.map(\.advertisingHandle) { sets[h]?.enabled = false }
+            return (.success, [])
+        }
+        guard !c.sets.isEmpty else { return (.invalidCommandParameters, []) }
+        for e in c.sets {
+            guard let s = sets[e.advertisingHandle] else { continue }
+            // High duty cycle directed advertising lasts at most 1.28 s, and not "until disabled".
+            if s.properties & 0x0D == 0x0D, e.duration == 0 || e.duration > 128 { return (.invalidCommandParameters, []) }
+            if s.partialData || s.partialScanResponse { return (.commandDisallowed, []) }
+            if !s.legacy, s.scannable, s.scanResponse.isEmpty { return (.commandDisallowed, []) }
+            if !s.legacy, s.connectable, s.data.count > Self.maximumDataLength(properties: s.properties) { return (.invalidCommandParameters, []) }
+            // Random own address (or resolvable falling back to it, with no resolving list here) needs the set's address.
+            if s.ownAddressType.rawValue & 1 == 1, s.randomAddress == nil { return (.invalidCommandParameters, []) }
+        }
+        var started: [UInt8] = []
+        for e in c.sets where sets[e.advertisingHandle]?.enabled == false {
+            sets[e.advertisingHandle]?.enabled = true
+            started.append(e.advertisingHandle)
+        }
+        return (.success, started)
+    }
+
+    /// LE Remove Advertising Set (§7.8.59).
+    mutating func remove(_ handle: UInt8) -> HCIStatus {
+        guard let s = sets[handle] else { return .unknownAdvertisingIdentifier }
+        guard !s.enabled else { return .commandDisallowed }
+        sets[handle] = nil
+        return .success
+    }
+
+    /// LE Clear Advertising Sets (§7.8.60).
+    mutating func clear() -> HCIStatus {
+        guard !anyEnabled else { return .commandDisallowed }
+        sets.removeAll()
+        return .success
+    }
+
+    /// A central connected to `handle`'s advertising: the set stops.
+    mutating func connected(_ handle: UInt8) { sets[handle]?.enabled = false }
+
+    mutating func reset() { sets.removeAll() }
+
+    /// The enabled sets as they go on air, in handle order (the same every run).
+    func broadcasts(publicAddress: BluetoothAddress) -> [Broadcast] {
+        sets.keys.sorted().compactMap { h in
+            guard let s = sets[h], s.enabled else { return nil }
+            let random = s.ownAddressType.rawValue & 1 == 1
+            return Broadcast(address: random ? s.randomAddress ?? .zero : publicAddress, addressType: random ? .random : .public,
+                             properties: s.properties, target: s.directed ? s.peerAddress : nil, data: s.data,
+                             scanResponse: s.scanResponse, sid: s.legacy ? 0xFF : s.sid & 0x0F,
+                             secondaryPHY: s.legacy ? 0 : s.secondaryPHY, txPower: s.txPower, set: h)
+        }
+    }
+}
