@@ -63,7 +63,8 @@ struct ExtendedAdvertiserTests {
         let c = HCIController(transport: t, logger: Logger(label: "t") { _ in SwiftLogNoOpLogHandler() })
         var ad = AdvertisingData()
         ad.manufacturerData = [.init(companyIdentifier: 0x05F1, data: Array(repeating: 7, count: 400))]
-        try await Advertiser.startExtended(c, data: ad, connectable: true, maximumLength: 1650)
+        // Non-connectable: chained PDUs carry it (connectable advertising holds 246 octets, below).
+        try await Advertiser.startExtended(c, data: ad, connectable: false, maximumLength: 1650)
         let payloads = t.sent.compactMap { p -> LESetExtendedAdvertisingData? in
             guard case let .command(op, params) = p, op == .leSetExtendedAdvertisingData else { return nil }
             var r = ByteReader(params)
@@ -71,17 +72,21 @@ struct ExtendedAdvertiserTests {
         }
         #expect(payloads.map(\.operation) == [1, 2])
         #expect(payloads.flatMap(\.data) == ad.bytes)
-        // Extended connectable, not scannable, not legacy.
+        // Extended, neither connectable nor scannable, not legacy.
         let params = t.sent.compactMap { p -> LESetExtendedAdvertisingParameters? in
             guard case let .command(op, b) = p, op == .leSetExtendedAdvertisingParameters else { return nil }
             var r = ByteReader(b)
             return try? LESetExtendedAdvertisingParameters(parameters: &r)
         }
-        #expect(params.map(\.advertisingEventProperties) == [0x01])
-        // Beyond the controller's maximum: refused before anything is sent.
+        #expect(params.map(\.advertisingEventProperties) == [0x00])
+        // Connectable: one AUX_ADV_IND, refused before anything is sent.
         let before = t.sent.count
+        await #expect(throws: AdvertisingDataError.tooLong(length: ad.bytes.count, limit: 246)) {
+            try await Advertiser.startExtended(c, data: ad, connectable: true, maximumLength: 1650)
+        }
+        // Beyond the controller's maximum: refused before anything is sent.
         await #expect(throws: AdvertisingDataError.tooLong(length: ad.bytes.count, limit: 300)) {
-            try await Advertiser.startExtended(c, data: ad, maximumLength: 300)
+            try await Advertiser.startExtended(c, data: ad, connectable: false, maximumLength: 300)
         }
         #expect(t.sent.count == before)
         await c.close()
