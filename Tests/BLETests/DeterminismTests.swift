@@ -83,13 +83,15 @@ enum BatteryFlow {
     static let runs = 50
 
     /// The Battery Service flow of the issue on the virtual radio, both hosts recorded.
-    static func batterySession(recordCentralTo path: String? = nil, recordPeripheralTo ppath: String? = nil) async throws
-        -> (central: [HCIPacket], peripheral: [HCIPacket]) {
+    /// `extendedAdvertising`: on Bluetooth 5 controllers (both hosts then use the extended commands).
+    static func batterySession(recordCentralTo path: String? = nil, recordPeripheralTo ppath: String? = nil,
+                               extendedAdvertising: Bool = false) async throws -> (central: [HCIPacket], peripheral: [HCIPacket]) {
         let radio = VirtualRadio()
         let centralTraffic = HostTraffic(), peripheralTraffic = HostTraffic()
         let a = BluetoothAddress("C0:00:00:00:0B:01")!, b = BluetoothAddress("C0:00:00:00:0B:02")!
         func tap(_ t: any HCITransport, _ traffic: HostTraffic) -> any HCITransport { RecordingTransport(wrapping: t, sink: traffic.record) }
-        let ct = tap(await radio.makeController(address: a), centralTraffic), pt = tap(await radio.makeController(address: b), peripheralTraffic)
+        let ct = tap(await radio.makeController(address: a, extendedAdvertising: extendedAdvertising), centralTraffic)
+        let pt = tap(await radio.makeController(address: b, extendedAdvertising: extendedAdvertising), peripheralTraffic)
         let central = try path.map { try BluetoothHost(transport: ct, recordingTo: $0, logger: Bench.logger) } ?? BluetoothHost(transport: ct, logger: Bench.logger)
         let peripheral = try ppath.map { try BluetoothHost(transport: pt, recordingTo: $0, logger: Bench.logger) } ?? BluetoothHost(transport: pt, logger: Bench.logger)
         try await central.start()
@@ -111,12 +113,16 @@ enum BatteryFlow {
     /// restarting its advertising, as two real devices would: how its commands and its
     /// ATT responses interleave follows thread timing, but each flow (its commands, its
     /// data on each link) must be identical in every run, which is what a replay checks.
-    @Test func batteryFlowSendsTheSameConversationEveryRun() async throws {
+    /// The same on Bluetooth 5 controllers, driven with the extended commands.
+    @Test(arguments: [false, true])
+    func batteryFlowSendsTheSameConversationEveryRun(extendedAdvertising: Bool) async throws {
         let first = try await Self.expectRepeats(names: ("central", "peripheral")) {
-            let run = try await Self.batterySession()
+            let run = try await Self.batterySession(extendedAdvertising: extendedAdvertising)
             return (run.central, run.peripheral)
         }
         #expect(first.program.count > 20 && first.server.count > 20)
+        let connect: HCIOpcode = extendedAdvertising ? .leExtendedCreateConnection : .leCreateConnection
+        #expect(first.program.contains { if case .command(connect, _) = $0 { return true } else { return false } })
     }
 
     /// Runs a session `runs` times: the program's conversation must equal the first
