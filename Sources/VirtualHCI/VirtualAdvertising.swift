@@ -1,6 +1,6 @@
 // Advertising as a controller keeps it: extended advertising sets (Core Specification
 // v5.4, Vol 4, Part E, §7.8.52–§7.8.60), with the status each command answers when
-// the host asks for what the spec does not allow, and what goes on air (`Broadcast`),
+// the host asks for what the spec does not allow, and what goes on air (`AirAdvertisement`),
 // from a set or from the legacy commands (§7.8.5–§7.8.9).
 //
 // Time is not modelled (see VirtualRadio): a set's Duration and
@@ -10,7 +10,7 @@
 import HCI
 
 /// What one controller puts on air: its legacy advertising, or one enabled set.
-struct Broadcast: Sendable {
+struct AirAdvertisement: Sendable {
     var address: BluetoothAddress
     var addressType: AddressType
     /// Advertising_Event_Properties (§7.8.53): bit 0 connectable, 1 scannable,
@@ -251,11 +251,11 @@ struct AdvertisingSets {
     mutating func reset() { sets.removeAll() }
 
     /// The enabled sets as they go on air, in handle order (the same every run).
-    func broadcasts(publicAddress: BluetoothAddress) -> [Broadcast] {
+    func broadcasts(publicAddress: BluetoothAddress) -> [AirAdvertisement] {
         sets.keys.sorted().compactMap { h in
             guard let s = sets[h], s.enabled else { return nil }
             let random = s.ownAddressType.rawValue & 1 == 1
-            return Broadcast(address: random ? s.randomAddress ?? .zero : publicAddress, addressType: random ? .random : .public,
+            return AirAdvertisement(address: random ? s.randomAddress ?? .zero : publicAddress, addressType: random ? .random : .public,
                              properties: s.properties, target: s.directed ? s.peerAddress : nil, data: s.data,
                              scanResponse: s.scanResponse, sid: s.legacy ? 0xFF : s.sid & 0x0F,
                              secondaryPHY: s.legacy ? 0 : s.secondaryPHY, txPower: s.txPower, set: h)

@@ -276,7 +276,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leSetAdvertisingParameters:
             let c = try LESetAdvertisingParameters.decode(p)
             guard !isAdvertising else { return complete(op, status: .commandDisallowed) }
-            guard let properties = Broadcast.properties(legacyType: c.advertisingType) else { return complete(op, status: .invalidCommandParameters) }
+            guard let properties = AirAdvertisement.properties(legacyType: c.advertisingType) else { return complete(op, status: .invalidCommandParameters) }
             legacyProperties = properties
             legacyPeerAddress = c.peerAddress
             ownAddressType = c.ownAddressType
@@ -465,23 +465,23 @@ public actor VirtualController: HCITransport, LoopIsolated {
     }
 
     /// What this controller has on air: its legacy advertising, then its enabled sets.
-    var broadcasts: [Broadcast] {
-        var out: [Broadcast] = []
+    var broadcasts: [AirAdvertisement] {
+        var out: [AirAdvertisement] = []
         if isAdvertising {
             let (a, t) = advertisedAddress
             let directed = legacyProperties & 0x04 != 0
-            out.append(Broadcast(address: a, addressType: t, properties: legacyProperties, target: directed ? legacyPeerAddress : nil,
+            out.append(AirAdvertisement(address: a, addressType: t, properties: legacyProperties, target: directed ? legacyPeerAddress : nil,
                                  data: directed ? [] : advertisingData, scanResponse: scanResponseData, sid: 0xFF, txPower: txPower, set: nil))
         }
         return out + sets.broadcasts(publicAddress: address)
     }
 
     /// Whether directed advertising is for this controller (its public or random address).
-    private func isTarget(_ b: Broadcast) -> Bool { b.isHeard(by: address) || randomAddress.map(b.isHeard(by:)) == true }
+    private func isTarget(_ b: AirAdvertisement) -> Bool { b.isHeard(by: address) || randomAddress.map(b.isHeard(by:)) == true }
 
     /// A scanner hears `broadcasts`: legacy scanning reports legacy PDUs only;
     /// extended scanning reports everything, extended data in pieces.
-    func hear(_ broadcasts: [Broadcast], rssi: Int8) {
+    func hear(_ broadcasts: [AirAdvertisement], rssi: Int8) {
         guard scanning else { return }
         for b in broadcasts where isTarget(b) {
             if extendedScan {
@@ -513,7 +513,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// LE Extended Advertising Reports for `b` (and its scan response to an active
     /// scanner): data longer than one report goes in pieces, each but the last with
     /// data status "incomplete, more data to come" (§7.7.65.13).
-    private func reportExtended(_ b: Broadcast, rssi: Int8) {
+    private func reportExtended(_ b: AirAdvertisement, rssi: Int8) {
         let key = "\(b.address) \(b.sid)"
         func send(_ data: [UInt8], type: UInt16) {
             var offset = 0

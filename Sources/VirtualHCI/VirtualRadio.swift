@@ -122,12 +122,12 @@ public actor VirtualRadio: LoopIsolated {
     }
 
     /// Among `broadcasts`, the one from `address` that `central`'s pending connection may connect to.
-    private func connectable(_ broadcasts: [Broadcast], at address: BluetoothAddress, by central: VirtualController) async -> Broadcast? {
+    private func connectable(_ broadcasts: [AirAdvertisement], at address: BluetoothAddress, by central: VirtualController) async -> AirAdvertisement? {
         let (initiator, extended) = (await central.initiatingAddress.0, await central.initiatingExtended)
         return broadcasts.first { $0.address == address && $0.accepts(initiator: initiator, extended: extended) }
     }
 
-    private func connect(central: VirtualController, peripheral: VirtualController, via b: Broadcast) async {
+    private func connect(central: VirtualController, peripheral: VirtualController, via b: AirAdvertisement) async {
         let ch = nextHandle, ph = nextHandle + 1
         nextHandle += 2
         links.append(Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph))
