@@ -43,6 +43,8 @@ struct PairingOptions: ParsableArguments {
     var yes = false
     @Option(help: "The smallest encryption key size accepted (7...16).")
     var minimumKeySize: UInt8 = 7
+    @Option(help: ArgumentHelp("Draw pairing's keys and nonces from a generator seeded with N instead of the system's, so the same run sends the same SMP PDUs and a recorded pairing replays (`btctl trace replay`). For tests only: the keys are predictable.", valueName: "N"))
+    var randomSeed: UInt64?
 
     func validate() throws {
         guard (7...16).contains(minimumKeySize) else { throw ValidationError("--minimum-key-size must be 7...16") }
@@ -65,7 +67,8 @@ struct PairingOptions: ParsableArguments {
         var config = PairingConfiguration(ioCapability: ioCapability, bonding: bond, mitm: mitm, secureConnections: !legacy,
                                           secureConnectionsOnly: secureConnectionsOnly, minimumKeySize: minimumKeySize)
         if signingKeys { config.keys.insert(.signingKey) }
-        return SecurityOptions(pairing: config, store: store, delegate: TerminalPairingDelegate(json: json, passkey: passkey, yes: yes, answers: answers))
+        return SecurityOptions(pairing: config, store: store, delegate: TerminalPairingDelegate(json: json, passkey: passkey, yes: yes, answers: answers),
+                               random: randomSeed.map(SecurityRandom.seeded) ?? .system)
     }
 }
 

@@ -316,3 +316,49 @@ import Testing
         await #expect(throws: BLETestingError.notStarted("CaptureFeed.play(): start the host first")) { try await feed.play() }
     }
 }
+
+/// Pairing replays too, when the program's random values are part of its inputs: a
+/// host given `SecurityRandom.seeded` draws the same keys and nonces every run, so
+/// its SMP PDUs, and the peer's recorded answers to them, match.
+@Suite struct PairingReplayTests {
+    /// The central's program: connect, read a characteristic that needs encryption
+    /// (pairing on demand, Just Works, bonding), disconnect.
+    static func central(_ host: BluetoothHost, peer: BluetoothAddress) async throws -> [UInt8] {
+        let remote = try await host.central.connect(to: peer, within: .seconds(5))
+        let value = try await remote.read(try await remote.characteristic(uuidB))
+        #expect(await remote.security.bonded)
+        _ = try await remote.disconnect()
+        return value
+    }
+
+    @Test func aPairingOnDemandReplaysAgainstItsRecording() async throws {
+        let radio = VirtualRadio()
+        let path = ReplayKitTests.temporaryPath("pairing.btsnoop")
+        defer { unlink(path) }
+        let peer = BluetoothAddress("C0:00:00:00:0D:02")!
+        let central = try BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0D:01")!), recordingTo: path,
+                                        logger: Bench.logger, security: SecurityOptions(random: .seeded(41)))
+        let peripheral = BluetoothHost(transport: await radio.makeController(address: peer), logger: Bench.logger,
+                                       security: SecurityOptions(random: .seeded(42)))
+        try await central.start()
+        try await peripheral.start()
+        let secret = Characteristic(uuid: uuidB, properties: [.read], permissions: [.readEncrypted], value: [4, 2])
+        try await peripheral.peripheral.add(Service(uuid: uuidA, characteristics: [secret]))
+        try await peripheral.peripheral.startAdvertising(AdvertisingData())
+        #expect(try await Self.central(central, peer: peer) == [4, 2])
+        await central.close()
+        await peripheral.close()
+        let smp = try TraceReader.read(contentsOf: path).records.filter {
+            if case let .acl(a)? = $0.packet { return a.data.count > 4 && a.data[2] == 0x06 && a.data[3] == 0 } else { return false }
+        }
+        #expect(smp.count >= 8, "the recording holds the pairing (\(smp.count) SMP PDUs)")
+        for _ in 0..<5 {
+            let replay = try ReplayTransport(contentsOf: path)
+            let host = BluetoothHost(transport: replay, logger: Bench.logger, security: SecurityOptions(random: .seeded(41)))
+            try await host.start()
+            #expect(try await Self.central(host, peer: peer) == [4, 2])
+            try await replay.finished(within: .seconds(5))
+            await host.close()
+        }
+    }
+}

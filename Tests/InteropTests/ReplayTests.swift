@@ -192,4 +192,32 @@ struct ReplayTests {
         let (status, event) = try await Self.end(of: replay)
         #expect(status == 0 && event["event"] as? String == "matched", "\(replay.output)")
     }
+
+    /// A pairing replays when its random values are inputs: `btctl pair --random-seed`
+    /// recorded on the virtual radio, then replayed to `btctl pair` with the same seed
+    /// and a fresh bond file, matches every frame; another seed leaves the recording at
+    /// our first SMP PDU that draws on them, the Pairing Public Key.
+    @Test func aSeededPairingReplays() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let trace = BtctlCLITests.temporary("pair-seeded.btsnoop")
+        let bonds = (0..<3).map { BtctlCLITests.temporary("pair-bonds-\($0).json") }
+        let recorded = try await BtctlGATTTests.run(["pair", "--name", "FireAlarm-B3", "-t", "virtual", "--random-seed", "7", "--yes",
+                                                     "--bonds", bonds[0], "--btsnoop", trace])
+        #expect(recorded.status == 0 && recorded.out.contains("paired with"), "\(recorded.out)")
+        let frames = try TraceReader.read(contentsOf: trace).records.reduce(into: (host: 0, controller: 0)) {
+            if $1.direction == .hostToController { $0.host += 1 } else { $0.controller += 1 }
+        }
+        for (seed, bondFile) in [("7", bonds[1]), ("8", bonds[2])] {
+            let (replay, port) = try await Self.serve(fixture: trace, frames: frames)
+            let pair = try await BtctlGATTTests.run(["pair", "--name", "FireAlarm-B3", "-t", "tcp:127.0.0.1:\(port)", "--random-seed", seed, "--yes",
+                                                     "--bonds", bondFile])
+            let (status, event) = try await Self.end(of: replay)
+            if seed == "7" {
+                #expect(pair.status == 0 && status == 0 && event["event"] as? String == "matched", "\(pair.out) \(replay.output)")
+            } else {
+                #expect(pair.status != 0 && status == 1, "\(pair.out) \(replay.output)")
+                #expect((event["expected"] as? String)?.contains("Pairing Public Key") == true, "\(event)")
+            }
+        }
+    }
 }
