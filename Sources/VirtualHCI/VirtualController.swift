@@ -303,21 +303,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
             complete(op)
         case .leSetScanEnable:
             let c = try LESetScanEnable.decode(p)
-            let starting = c.scanEnable && !scanning
-            scanning = c.scanEnable
-            filterDuplicates = c.filterDuplicates
-            if starting { seen.removeAll() }
-            complete(op)
-            if starting { await radio?.scanningStarted(self) }
+            await setScanning(op, c.scanEnable, filterDuplicates: c.filterDuplicates, extended: false)
         case .leCreateConnection:
             let c = try LECreateConnection.decode(p)
-            guard pendingConnection == nil else { return status(op, .commandDisallowed) }
-            guard c.ownAddressType != .random || randomAddress != nil else { return status(op, .invalidCommandParameters) }
-            pendingConnection = c.peerAddress
-            initiatingAddressType = c.ownAddressType
-            initiatingExtended = false
-            status(op)
-            await radio?.createConnection(from: self, to: c.peerAddress)
+            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: false)
         case .leCreateConnectionCancel:
             guard pendingConnection != nil else { return complete(op, status: .commandDisallowed) }
             pendingConnection = nil
@@ -416,27 +405,40 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leSetExtendedScanEnable:
             let c = try LESetExtendedScanEnable.decode(p)
             guard !c.enable || c.filterDuplicates <= 2 else { return complete(op, status: .invalidCommandParameters) }
-            let starting = c.enable && !scanning
-            scanning = c.enable
-            extendedScan = true
-            filterDuplicates = c.filterDuplicates != 0
-            if starting { seen.removeAll() }
-            complete(op)
-            if starting { await radio?.scanningStarted(self) }
+            await setScanning(op, c.enable, filterDuplicates: c.filterDuplicates != 0, extended: true)
         case .leExtendedCreateConnection:
             let c = try LEExtendedCreateConnection.decode(p)
-            guard pendingConnection == nil else { return status(op, .commandDisallowed) }
+            // This controller initiates on LE 1M only.
             guard c.initiatingPHYs != 0 else { return status(op, .invalidCommandParameters) }
             guard c.initiatingPHYs & 0x01 != 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
-            guard c.ownAddressType != .random || randomAddress != nil else { return status(op, .invalidCommandParameters) }
-            pendingConnection = c.peerAddress
-            initiatingAddressType = c.ownAddressType
-            initiatingExtended = true
-            status(op)
-            await radio?.createConnection(from: self, to: c.peerAddress)
+            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true)
         default:
             complete(op, status: .unknownCommand)
         }
+    }
+
+    /// LE Set Scan Enable or its extended form: scanning on or off, reporting with the
+    /// events of the command's kind; advertising already on air is heard at once.
+    private func setScanning(_ op: HCIOpcode, _ on: Bool, filterDuplicates: Bool, extended: Bool) async {
+        let starting = on && !scanning
+        scanning = on
+        extendedScan = extended
+        self.filterDuplicates = filterDuplicates
+        if starting { seen.removeAll() }
+        complete(op)
+        if starting { await radio?.scanningStarted(self) }
+    }
+
+    /// LE Create Connection or its extended form: one attempt at a time, from a random
+    /// address only once one is set; connects now if `peer` advertises connectably.
+    private func initiate(_ op: HCIOpcode, to peer: BluetoothAddress, ownAddressType: AddressType, extended: Bool) async {
+        guard pendingConnection == nil else { return status(op, .commandDisallowed) }
+        guard ownAddressType != .random || randomAddress != nil else { return status(op, .invalidCommandParameters) }
+        pendingConnection = peer
+        initiatingAddressType = ownAddressType
+        initiatingExtended = extended
+        status(op)
+        await radio?.createConnection(from: self, to: peer)
     }
 
     // MARK: ACL

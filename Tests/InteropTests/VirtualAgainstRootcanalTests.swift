@@ -11,19 +11,10 @@ struct VirtualAgainstRootcanalTests {
     /// One command of the script: its name (for the failure message) and how to send it.
     struct Step: Sendable {
         var name: String
-        var send: @Sendable (HCIController) async -> HCIStatus
+        var send: @Sendable (HCIController) async throws -> HCIStatus
         init<C: HCICommand>(_ name: String, _ command: C) {
             self.name = name
-            send = { h in
-                do {
-                    _ = try await h.send(command)
-                    return .success
-                } catch let HCIError.commandFailed(_, status) {
-                    return status
-                } catch {
-                    return .unspecifiedError
-                }
-            }
+            send = { try await $0.status(of: command) }
         }
     }
 
@@ -79,9 +70,9 @@ struct VirtualAgainstRootcanalTests {
         Step("then an extended one", parameters(1, 0x13)),
     ]
 
-    static func run(_ h: HCIController) async -> [String] {
+    static func run(_ h: HCIController) async throws -> [String] {
         var out: [String] = []
-        for s in script { out.append("\(s.name): \(await s.send(h))") }
+        for s in script { out.append("\(s.name): \(try await s.send(h))") }
         return out
     }
 
@@ -96,7 +87,7 @@ struct VirtualAgainstRootcanalTests {
         let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!, extendedAdvertising: true),
                                  logger: Interop.logger)
         _ = try await ours.initialize(extendedAdvertising: false)
-        let (r, v) = (await Self.run(theirs), await Self.run(ours))
+        let (r, v) = (try await Self.run(theirs), try await Self.run(ours))
         for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
         await theirs.close()
         await ours.close()

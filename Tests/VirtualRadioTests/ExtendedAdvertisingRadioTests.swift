@@ -20,19 +20,6 @@ struct ExtendedAdvertisingRadioTests {
         return (h, try await h.initialize())
     }
 
-    /// Sends `command` and returns the status the controller answered (success or the refusal).
-    static func status<C: HCICommand>(_ h: HCIController, _ command: C) async -> HCIStatus {
-        do {
-            _ = try await h.send(command)
-            return .success
-        } catch let HCIError.commandFailed(_, status) {
-            return status
-        } catch {
-            Issue.record("\(error)")
-            return .unspecifiedError
-        }
-    }
-
     static func parameters(_ handle: UInt8, _ properties: UInt16, own: AddressType = .public, sid: UInt8 = 0) -> LESetExtendedAdvertisingParameters {
         LESetExtendedAdvertisingParameters(advertisingHandle: handle, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: 0xA0,
                                            primaryAdvertisingIntervalMax: 0xA0, ownAddressType: own, advertisingSID: sid)
@@ -56,16 +43,16 @@ struct ExtendedAdvertisingRadioTests {
     @Test func legacyAndExtendedCommandsDoNotMix() async throws {
         let radio = VirtualRadio()
         let (h, _) = try await Self.host(radio, Self.a)
-        #expect(await Self.status(h, Self.parameters(0, 0x13)) == .success)
-        #expect(await Self.status(h, LESetAdvertisingEnable(advertisingEnable: true)) == .commandDisallowed)
-        #expect(await Self.status(h, LESetScanParameters()) == .commandDisallowed)
-        #expect(await Self.status(h, LECreateConnection(peerAddressType: .public, peerAddress: Self.b)) == .commandDisallowed)
-        #expect(await Self.status(h, LESetRandomAddress(randomAddress: BluetoothAddress("C0:00:00:00:0E:01")!)) == .success)
+        #expect(try await h.status(of: Self.parameters(0, 0x13)) == .success)
+        #expect(try await h.status(of: LESetAdvertisingEnable(advertisingEnable: true)) == .commandDisallowed)
+        #expect(try await h.status(of: LESetScanParameters()) == .commandDisallowed)
+        #expect(try await h.status(of: LECreateConnection(peerAddressType: .public, peerAddress: Self.b)) == .commandDisallowed)
+        #expect(try await h.status(of: LESetRandomAddress(randomAddress: BluetoothAddress("C0:00:00:00:0E:01")!)) == .success)
         try await h.send(Reset())
-        #expect(await Self.status(h, LESetAdvertisingParameters()) == .success)
-        #expect(await Self.status(h, LEReadMaximumAdvertisingDataLength()) == .commandDisallowed)
-        #expect(await Self.status(h, LEExtendedCreateConnection(peerAddressType: .public, peerAddress: Self.b)) == .commandDisallowed)
-        #expect(await Self.status(h, LESetExtendedScanEnable(enable: true)) == .commandDisallowed)
+        #expect(try await h.status(of: LESetAdvertisingParameters()) == .success)
+        #expect(try await h.status(of: LEReadMaximumAdvertisingDataLength()) == .commandDisallowed)
+        #expect(try await h.status(of: LEExtendedCreateConnection(peerAddressType: .public, peerAddress: Self.b)) == .commandDisallowed)
+        #expect(try await h.status(of: LESetExtendedScanEnable(enable: true)) == .commandDisallowed)
     }
 
     /// The statuses §7.8.53–§7.8.60 give what a set may not do.
@@ -76,57 +63,57 @@ struct ExtendedAdvertisingRadioTests {
             LESetExtendedAdvertisingData(advertisingHandle: handle, operation: operation, data: [UInt8](repeating: 0xAB, count: n))
         }
         // No such set.
-        #expect(await Self.status(h, data(7, 3)) == .unknownAdvertisingIdentifier)
-        #expect(await Self.status(h, Self.enable(7)) == .unknownAdvertisingIdentifier)
-        #expect(await Self.status(h, LERemoveAdvertisingSet(advertisingHandle: 7)) == .unknownAdvertisingIdentifier)
+        #expect(try await h.status(of: data(7, 3)) == .unknownAdvertisingIdentifier)
+        #expect(try await h.status(of: Self.enable(7)) == .unknownAdvertisingIdentifier)
+        #expect(try await h.status(of: LERemoveAdvertisingSet(advertisingHandle: 7)) == .unknownAdvertisingIdentifier)
         // Properties no advertising has: connectable and scannable extended, high duty cycle extended, a legacy combination not in Table 7.2.
-        #expect(await Self.status(h, Self.parameters(0, 0x03)) == .invalidCommandParameters)
-        #expect(await Self.status(h, Self.parameters(0, 0x0D)) == .invalidCommandParameters)
-        #expect(await Self.status(h, Self.parameters(0, 0x11)) == .invalidCommandParameters)
+        #expect(try await h.status(of: Self.parameters(0, 0x03)) == .invalidCommandParameters)
+        #expect(try await h.status(of: Self.parameters(0, 0x0D)) == .invalidCommandParameters)
+        #expect(try await h.status(of: Self.parameters(0, 0x11)) == .invalidCommandParameters)
         // Legacy PDUs: 31 octets, in one complete operation.
-        #expect(await Self.status(h, Self.parameters(0, 0x13)) == .success)
-        #expect(await Self.status(h, data(0, 32)) == .invalidCommandParameters)
-        #expect(await Self.status(h, data(0, 20, operation: 1)) == .invalidCommandParameters)
-        #expect(await Self.status(h, data(0, 31)) == .success)
+        #expect(try await h.status(of: Self.parameters(0, 0x13)) == .success)
+        #expect(try await h.status(of: data(0, 32)) == .invalidCommandParameters)
+        #expect(try await h.status(of: data(0, 20, operation: 1)) == .invalidCommandParameters)
+        #expect(try await h.status(of: data(0, 31)) == .success)
         // Connectable extended: one AUX_ADV_IND's worth (246 octets) is enabled, one more is not.
-        #expect(await Self.status(h, Self.parameters(1, 0x01)) == .success)
-        #expect(await Self.status(h, data(1, 247)) == .success)
-        #expect(await Self.status(h, Self.enable(1)) == .invalidCommandParameters)
-        #expect(await Self.status(h, data(1, 246)) == .success)
-        #expect(await Self.status(h, Self.enable(1)) == .success)
+        #expect(try await h.status(of: Self.parameters(1, 0x01)) == .success)
+        #expect(try await h.status(of: data(1, 247)) == .success)
+        #expect(try await h.status(of: Self.enable(1)) == .invalidCommandParameters)
+        #expect(try await h.status(of: data(1, 246)) == .success)
+        #expect(try await h.status(of: Self.enable(1)) == .success)
         // Enabled: no fragments, no new parameters, no removal; too long is Packet Too Long (and the data goes).
-        #expect(await Self.status(h, data(1, 100, operation: 1)) == .commandDisallowed)
-        #expect(await Self.status(h, Self.parameters(1, 0x00)) == .commandDisallowed)
-        #expect(await Self.status(h, LERemoveAdvertisingSet(advertisingHandle: 1)) == .commandDisallowed)
-        #expect(await Self.status(h, LEClearAdvertisingSets()) == .commandDisallowed)
-        #expect(await Self.status(h, data(1, 247)) == .packetTooLong)
-        #expect(await Self.status(h, Self.enable(1, on: false)) == .success)
+        #expect(try await h.status(of: data(1, 100, operation: 1)) == .commandDisallowed)
+        #expect(try await h.status(of: Self.parameters(1, 0x00)) == .commandDisallowed)
+        #expect(try await h.status(of: LERemoveAdvertisingSet(advertisingHandle: 1)) == .commandDisallowed)
+        #expect(try await h.status(of: LEClearAdvertisingSets()) == .commandDisallowed)
+        #expect(try await h.status(of: data(1, 247)) == .packetTooLong)
+        #expect(try await h.status(of: Self.enable(1, on: false)) == .success)
         // Non-connectable extended: fragments up to 1650; a set with a fragment pending is not enabled.
-        #expect(await Self.status(h, Self.parameters(2, 0x00)) == .success)
-        #expect(await Self.status(h, data(2, 251, operation: 1)) == .success)
-        #expect(await Self.status(h, Self.enable(2)) == .commandDisallowed)
-        #expect(await Self.status(h, data(2, 0, operation: 0)) == .invalidCommandParameters)
-        for _ in 0..<5 { #expect(await Self.status(h, data(2, 251, operation: 0)) == .success) }
-        #expect(await Self.status(h, data(2, 145, operation: 2)) == .memoryCapacityExceeded)  // 1651 octets: all discarded
-        #expect(await Self.status(h, data(2, 144)) == .success)
-        #expect(await Self.status(h, Self.enable(2)) == .success)
+        #expect(try await h.status(of: Self.parameters(2, 0x00)) == .success)
+        #expect(try await h.status(of: data(2, 251, operation: 1)) == .success)
+        #expect(try await h.status(of: Self.enable(2)) == .commandDisallowed)
+        #expect(try await h.status(of: data(2, 0, operation: 0)) == .invalidCommandParameters)
+        for _ in 0..<5 { #expect(try await h.status(of: data(2, 251, operation: 0)) == .success) }
+        #expect(try await h.status(of: data(2, 145, operation: 2)) == .memoryCapacityExceeded)  // 1651 octets: all discarded
+        #expect(try await h.status(of: data(2, 144)) == .success)
+        #expect(try await h.status(of: Self.enable(2)) == .success)
         // Scannable extended: no advertising data, and a scan response before it is enabled.
-        #expect(await Self.status(h, Self.parameters(3, 0x02)) == .success)
-        #expect(await Self.status(h, data(3, 10)) == .invalidCommandParameters)
-        #expect(await Self.status(h, Self.enable(3)) == .commandDisallowed)
-        #expect(await Self.status(h, LESetExtendedScanResponseData(advertisingHandle: 3, data: [2, 1, 6])) == .success)
+        #expect(try await h.status(of: Self.parameters(3, 0x02)) == .success)
+        #expect(try await h.status(of: data(3, 10)) == .invalidCommandParameters)
+        #expect(try await h.status(of: Self.enable(3)) == .commandDisallowed)
+        #expect(try await h.status(of: LESetExtendedScanResponseData(advertisingHandle: 3, data: [2, 1, 6])) == .success)
         // A random own address needs the set's random address.
-        #expect(await Self.status(h, Self.parameters(3, 0x02, own: .random)) == .success)
-        #expect(await Self.status(h, Self.enable(3)) == .invalidCommandParameters)
-        #expect(await Self.status(h, LESetAdvertisingSetRandomAddress(advertisingHandle: 3, randomAddress: BluetoothAddress("C0:00:00:00:0E:03")!)) == .success)
-        #expect(await Self.status(h, Self.enable(3)) == .success)
+        #expect(try await h.status(of: Self.parameters(3, 0x02, own: .random)) == .success)
+        #expect(try await h.status(of: Self.enable(3)) == .invalidCommandParameters)
+        #expect(try await h.status(of: LESetAdvertisingSetRandomAddress(advertisingHandle: 3, randomAddress: BluetoothAddress("C0:00:00:00:0E:03")!)) == .success)
+        #expect(try await h.status(of: Self.enable(3)) == .success)
         // Four sets at most; the same set twice in one enable is refused.
-        #expect(await Self.status(h, Self.parameters(4, 0x00)) == .memoryCapacityExceeded)
-        #expect(await Self.status(h, Self.enable(0, 0)) == .invalidCommandParameters)
+        #expect(try await h.status(of: Self.parameters(4, 0x00)) == .memoryCapacityExceeded)
+        #expect(try await h.status(of: Self.enable(0, 0)) == .invalidCommandParameters)
         // Enable off with no sets stops them all, then they can go.
-        #expect(await Self.status(h, LESetExtendedAdvertisingEnable(enable: false, sets: [])) == .success)
-        #expect(await Self.status(h, LEClearAdvertisingSets()) == .success)
-        #expect(await Self.status(h, data(0, 3)) == .unknownAdvertisingIdentifier)
+        #expect(try await h.status(of: LESetExtendedAdvertisingEnable(enable: false, sets: [])) == .success)
+        #expect(try await h.status(of: LEClearAdvertisingSets()) == .success)
+        #expect(try await h.status(of: data(0, 3)) == .unknownAdvertisingIdentifier)
     }
 
     /// An extended scanner gets a set's 600 octets in three reports (229 + 229 + 142,
@@ -210,6 +197,6 @@ struct ExtendedAdvertisingRadioTests {
         #expect(pc.role == .peripheral && pc.peerAddress == Self.b)
         #expect(t.status == .success && t.advertisingHandle == 2 && t.connectionHandle == pc.connectionHandle)
         // The set stopped: removable now.
-        #expect(await Self.status(p, LERemoveAdvertisingSet(advertisingHandle: 2)) == .success)
+        #expect(try await p.status(of: LERemoveAdvertisingSet(advertisingHandle: 2)) == .success)
     }
 }
