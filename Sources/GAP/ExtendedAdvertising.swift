@@ -64,11 +64,9 @@ extension Advertiser {
         try await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
     }
 
-    /// The most advertising data connectable extended advertising carries: it cannot
-    /// be chained (AUX_CHAIN_IND), so it is what one AUX_ADV_IND holds, 254 octets
-    /// less the AdvA and ADI fields (Vol 6, Part B, §2.3.4; a controller refuses more
-    /// with Invalid HCI Command Parameters or Packet Too Long, Vol 4, Part E, §7.8.56).
-    public static let connectableExtendedDataLength = 246
+    /// The most advertising data connectable extended advertising (the properties
+    /// `startExtended` uses, 0x01) carries: what one AUX_ADV_IND holds, 246 octets.
+    public static let connectableExtendedDataLength = LESetExtendedAdvertisingParameters.maximumDataLength(properties: 0x01)
 
     /// Data in commands of at most 251 bytes: complete (3), or first (1), intermediate (0)…, last (2).
     static func fragments<C: LEExtendedAdvertisingPayloadCommand>(_ data: [UInt8], _: C.Type) -> [C] {

@@ -88,6 +88,27 @@ public struct LESetExtendedAdvertisingParameters: HCICommand {
     }
 }
 
+extension LESetExtendedAdvertisingParameters {
+    /// The most Host Advertising Data an advertising set carries (Vol 6, Part B, §2.3.4.9).
+    public static let hostAdvertisingDataLimit = 1650
+    /// What one legacy advertising PDU carries.
+    public static let legacyDataLimit = 31
+
+    /// The most advertising data a set with these Advertising_Event_Properties
+    /// carries: none for legacy directed and for scannable extended PDUs; 31 for other
+    /// legacy PDUs; for connectable extended advertising what one AUX_ADV_IND holds (it
+    /// cannot be chained: 254 octets less AdvA, ADI, TargetA when directed and TxPower
+    /// when included, Vol 6, Part B, §2.3.4; a controller refuses more, §7.8.56);
+    /// otherwise `hostAdvertisingDataLimit`.
+    public static func maximumDataLength(properties p: UInt16) -> Int {
+        let legacy = p & 0x10 != 0, connectable = p & 0x01 != 0, scannable = p & 0x02 != 0, directed = p & 0x04 != 0
+        if legacy { return directed ? 0 : legacyDataLimit }
+        if scannable { return 0 }
+        if !connectable { return hostAdvertisingDataLimit }
+        return 254 - 6 - 2 - (directed ? 6 : 0) - (p & 0x40 != 0 ? 1 : 0)
+    }
+}
+
 /// The shared shape of LE Set Extended Advertising Data and LE Set Extended Scan
 /// Response Data: handle, operation, fragment preference, length, data (≤ 251).
 public protocol LEExtendedAdvertisingPayloadCommand: HCICommand {

@@ -93,25 +93,16 @@ struct AdvertisingSets {
     /// What LE Read Number of Supported Advertising Sets says.
     static let capacity = 4
     /// What LE Read Maximum Advertising Data Length says: the most Host Advertising
-    /// Data an extended set carries (Vol 6, Part B, §2.3.4.9).
-    static let maximumDataLength = 1650
-    static let legacyDataLength = 31
+    /// Data an extended set carries.
+    static let maximumDataLength = LESetExtendedAdvertisingParameters.hostAdvertisingDataLimit
+    static let legacyDataLength = LESetExtendedAdvertisingParameters.legacyDataLimit
 
     private(set) var sets: [UInt8: AdvertisingSet] = [:]
 
     var anyEnabled: Bool { sets.values.contains { $0.enabled } }
 
-    /// The most advertising data a set with these properties carries: none for
-    /// legacy directed and for scannable extended PDUs; 31 for other legacy PDUs;
-    /// for connectable extended advertising what one AUX_ADV_IND holds (it cannot be
-    /// chained: 254 octets less AdvA, ADI, TargetA when directed and TxPower when
-    /// included, Vol 6, Part B, §2.3.4); otherwise 1650.
     static func maximumDataLength(properties p: UInt16) -> Int {
-        let legacy = p & 0x10 != 0, connectable = p & 0x01 != 0, scannable = p & 0x02 != 0, directed = p & 0x04 != 0
-        if legacy { return directed ? 0 : legacyDataLength }
-        if scannable { return 0 }
-        if !connectable { return maximumDataLength }
-        return 254 - 6 - 2 - (directed ? 6 : 0) - (p & 0x40 != 0 ? 1 : 0)
+        LESetExtendedAdvertisingParameters.maximumDataLength(properties: p)
     }
 
     /// LE Set Extended Advertising Parameters (§7.8.53): the selected TX power, or the status refusing it.
