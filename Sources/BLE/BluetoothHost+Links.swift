@@ -45,9 +45,9 @@ extension BluetoothHost {
                 // disconnection). Not with the extended commands: Rootcanal 1.10 then never
                 // connects to the set again once this link ends (seen in ST03), so an extended
                 // set resumes at the disconnection only.
-                if peripheralState.advertising != nil, state == .ready, !usesExtendedCommands {
+                if peripheralState.advertising[0] != nil, state == .ready, !usesExtendedCommands {
                     do {
-                        try await withAdvertisingLock { if let a = peripheralState.advertising, state == .ready { try await startAdvertisingNow(a) } }
+                        try await withAdvertisingLock { if let a = peripheralState.advertising[0], state == .ready { try await startAdvertisingNow(a, set: 0) } }
                     } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
                 }
             } else if let w = centralState.connectWaiter, w.peer == c.peer {
@@ -66,11 +66,18 @@ extension BluetoothHost {
             await endSubscriptions(of: conn)
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
             await server.detach(connection: c.handle)
-            // Legacy advertising stops when a central connects; resume it as asked.
-            if conn.role == .peripheral, peripheralState.advertising != nil, state == .ready {
-                do {
-                    try await withAdvertisingLock { if let a = peripheralState.advertising, state == .ready { try await startAdvertisingNow(a) } }
-                } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)"]) }
+            // Advertising stops when a central connects; resume it as asked: the set that
+            // made this link (LE Advertising Set Terminated said which), else set 0.
+            if conn.role == .peripheral, state == .ready {
+                let made = peripheralState.advertisingLinks.filter { $0.value == c.handle }.keys.sorted()
+                for s in made { peripheralState.advertisingLinks[s] = nil }
+                for s in made.isEmpty ? [0] : made where peripheralState.advertising[s] != nil {
+                    do {
+                        try await withAdvertisingLock {
+                            if let a = peripheralState.advertising[s], state == .ready, peripheralState.advertisingLinks[s] == nil { try await startAdvertisingNow(a, set: s) }
+                        }
+                    } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)", "ble.advertisingSet": "\(s)"]) }
+                }
             }
         }
     }

@@ -93,7 +93,12 @@ extension BluetoothHost {
     /// the stream of read and write requests.
     struct PeripheralState {
         var published: [ObjectIdentifier: PublishedService] = [:]
-        var advertising: AdvertisingConfiguration?
+        /// What each advertising set advertises, by Advertising_Handle: 0 is
+        /// `startAdvertising`'s, the others `addAdvertisingSet`'s (extended commands only).
+        var advertising: [UInt8: AdvertisingConfiguration] = [:]
+        /// Sets that made a link still up (LE Advertising Set Terminated), with the link's
+        /// handle: the controller stopped them, and they resume when that link ends.
+        var advertisingLinks: [UInt8: UInt16] = [:]
         /// One advertising change at a time (`withAdvertisingLock`): the application's
         /// start or stop, the resumption after a link, a new private address.
         var advertisingBusy = false

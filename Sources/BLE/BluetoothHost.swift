@@ -57,6 +57,10 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
     case notPublished(String)
     /// What was asked does not fit the attribute (no CCCD to subscribe with, ...).
     case notSupported(String)
+    /// Every advertising set the controller has is taken (`maximum`, set 0 included).
+    case noAdvertisingSetFree(maximum: Int)
+    /// The advertising set was removed, or never added.
+    case unknownAdvertisingSet(UInt8)
 
     public var description: String {
         switch self {
@@ -75,6 +79,8 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .att(code, h): return "peer refused (handle 0x\(String(h, radix: 16))): \(code)"
         case let .notPublished(what): return "\(what) is not published"
         case let .notSupported(what): return what
+        case let .noAdvertisingSetFree(n): return "all \(n) advertising sets of the controller are taken: remove one first"
+        case let .unknownAdvertisingSet(h): return "advertising set \(h) is not advertising (removed, or never added)"
         }
     }
 }
@@ -362,7 +368,11 @@ public actor BluetoothHost: LoopIsolated {
             let i = try await controller.initialize(reset: true, extendedAdvertising: extendedPolicy == .automatic)
             adopt(i)
             try await startPrivacy(i)
-            try await withAdvertisingLock { if let a = peripheralState.advertising { try await startAdvertisingNow(a) } }
+            // The controller forgot every set, and the links that stopped some are gone.
+            peripheralState.advertisingLinks.removeAll()
+            for s in peripheralState.advertising.keys.sorted() {
+                try await withAdvertisingLock { if let a = peripheralState.advertising[s] { try await startAdvertisingNow(a, set: s) } }
+            }
             setState(.ready)
         } catch {
             setState(.failed("\(error)"))
@@ -402,7 +412,7 @@ public actor BluetoothHost: LoopIsolated {
                 await endScan(id)
                 s?.continuation.finish()
             }
-            if peripheralState.advertising != nil { try? await setAdvertising(nil) }
+            for s in peripheralState.advertising.keys.sorted(by: >) { try? await setAdvertising(nil, set: s) }
             let links = links.active.values.sorted { $0.handle < $1.handle }
             for c in links { _ = try? await controller.send(Disconnect(connectionHandle: c.handle)) }
             for c in links {
@@ -464,6 +474,9 @@ public actor BluetoothHost: LoopIsolated {
             connectFailed(c.peerAddress, c.status)
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
             connectFailed(c.peerAddress, c.status)
+        case let .le(.advertisingSetTerminated(t)) where t.status.isSuccess && usesExtendedCommands:
+            // A central connected to the set: the controller stopped it until the link ends.
+            peripheralState.advertisingLinks[t.advertisingHandle] = t.connectionHandle
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:

@@ -89,6 +89,15 @@ struct PublishedService {
     }
 }
 
+/// An advertising set beside `startAdvertising`'s (`PeripheralManager.addAdvertisingSet`):
+/// the controller advertises each set with its own data, interval and connectability
+/// and, under privacy, from its own resolvable private address.
+public struct AdvertisingSet: Hashable, Sendable, CustomStringConvertible {
+    /// The controller's Advertising_Handle (1 or more; `startAdvertising` uses 0).
+    public let handle: UInt8
+    public var description: String { "advertising set \(handle)" }
+}
+
 struct AdvertisingConfiguration: Sendable, Equatable {
     var data: AdvertisingData
     var scanResponse: AdvertisingData?
@@ -155,10 +164,54 @@ public struct PeripheralManager: Sendable {
     public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                  connectable: Bool = true, intervalMilliseconds: Double = 100) async throws {
         try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                               intervalMilliseconds: intervalMilliseconds))
+                                                               intervalMilliseconds: intervalMilliseconds), set: 0)
     }
 
-    public func stopAdvertising() async throws { try await host.setAdvertising(nil) }
+    public func stopAdvertising() async throws { try await host.setAdvertising(nil, set: 0) }
+
+    // MARK: More advertising sets
+
+    /// How many advertisements the controller can send at once: its advertising sets
+    /// (LE Read Number of Supported Advertising Sets), `startAdvertising`'s included;
+    /// 1 without the extended commands. Known once the host has started.
+    public var maximumAdvertisingSets: Int { get async { await host.maximumAdvertisingSets } }
+
+    /// Advertises `data` in an advertising set of its own, beside `startAdvertising`'s
+    /// and the other sets (a beacon next to a connectable advertisement, one
+    /// advertisement per profile, as BlueZ's advertising instances and Android's
+    /// advertising sets do). Each set has its own data (the limits of
+    /// `startAdvertising`), interval and connectability, and under privacy its own
+    /// resolvable private address, renewed with the others every rotation. A
+    /// connectable set stops when a central connects to it and resumes when that link
+    /// ends. Needs a controller driven with the extended commands
+    /// (`usesExtendedCommands`; else `BLEError.notSupported`); throws
+    /// `BLEError.noAdvertisingSetFree` when every set is taken, and
+    /// `AdvertisingDataError.tooLong` as `startAdvertising` does.
+    public func addAdvertisingSet(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                  connectable: Bool = false, intervalMilliseconds: Double = 100) async throws -> AdvertisingSet {
+        try await host.addAdvertisingSet(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
+                                                                  intervalMilliseconds: intervalMilliseconds))
+    }
+
+    /// Replaces what a set advertises (the set restarts with it, keeping its address).
+    public func updateAdvertisingSet(_ set: AdvertisingSet, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                     connectable: Bool = false, intervalMilliseconds: Double = 100) async throws {
+        try await host.requireAdvertisingSet(set)
+        try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
+                                                                intervalMilliseconds: intervalMilliseconds), set: set.handle)
+    }
+
+    /// Stops a set and has the controller forget it (LE Remove Advertising Set); its
+    /// handle may serve a later set. A link it made stays up.
+    public func removeAdvertisingSet(_ set: AdvertisingSet) async throws {
+        try await host.requireAdvertisingSet(set)
+        try await host.setAdvertising(nil, set: set.handle)
+    }
+
+    /// The sets added and not removed, by handle.
+    public var advertisingSets: [AdvertisingSet] {
+        get async { await host.peripheralState.advertising.keys.filter { $0 != 0 }.sorted().map(AdvertisingSet.init) }
+    }
 
     // MARK: FA06–FA08
 
@@ -401,20 +454,44 @@ extension BluetoothHost {
         await server.setManual(handles)
     }
 
-    func setAdvertising(_ a: AdvertisingConfiguration?) async throws {
+    /// Advertises `a` in set `set`, or stops it (nil).
+    func setAdvertising(_ a: AdvertisingConfiguration?, set: UInt8) async throws {
         try requireReady()
         // Recorded before the commands go out: a central may connect as soon as the
         // controller has answered the enable, and the event follower may handle that
         // connection before this task resumes; whether advertising resumes for it must
         // follow the HCI conversation, not which task ran first.
-        let previous = peripheralState.advertising
-        peripheralState.advertising = a
+        let previous = peripheralState.advertising[set]
+        peripheralState.advertising[set] = a
         do {
-            try await withAdvertisingLock { if let a { try await startAdvertisingNow(a) } else { try await stopAdvertisingNow() } }
+            try await withAdvertisingLock { if let a { try await startAdvertisingNow(a, set: set) } else { try await stopAdvertisingNow(set: set) } }
         } catch {
-            peripheralState.advertising = previous
+            peripheralState.advertising[set] = previous
             throw error
         }
+    }
+
+    var maximumAdvertisingSets: Int {
+        // Advertising handles go up to 0xEF (§7.8.53).
+        usesExtendedCommands ? min(max(info?.numberOfSupportedAdvertisingSets ?? 1, 1), 0xF0) : 1
+    }
+
+    /// A new set on the lowest free handle above 0.
+    func addAdvertisingSet(_ a: AdvertisingConfiguration) async throws -> AdvertisingSet {
+        try requireReady()
+        guard usesExtendedCommands else {
+            throw BLEError.notSupported("more advertising sets need a controller with extended advertising, driven with the extended commands (usesExtendedCommands)")
+        }
+        // Set 0 is `startAdvertising`'s whether it advertises now or not.
+        guard let handle = (1..<UInt8(maximumAdvertisingSets)).first(where: { peripheralState.advertising[$0] == nil }) else {
+            throw BLEError.noAdvertisingSetFree(maximum: maximumAdvertisingSets)
+        }
+        try await setAdvertising(a, set: handle)
+        return AdvertisingSet(handle: handle)
+    }
+
+    func requireAdvertisingSet(_ set: AdvertisingSet) throws {
+        guard set.handle != 0, peripheralState.advertising[set.handle] != nil else { throw BLEError.unknownAdvertisingSet(set.handle) }
     }
 
     /// Runs one change of the controller's advertising after the one under way: the
@@ -432,19 +509,32 @@ extension BluetoothHost {
         try await body()
     }
 
-    /// Starts (or restarts) advertising `a`; under privacy from the current private address.
-    func startAdvertisingNow(_ a: AdvertisingConfiguration) async throws {
+    /// Starts (or restarts) advertising `a` in set `set`; under privacy from the set's
+    /// current private address.
+    func startAdvertisingNow(_ a: AdvertisingConfiguration, set: UInt8) async throws {
         if own.resolvingList?.stale == true {
-            // New bonds wait for the controller to stop advertising (§7.8.38).
-            _ = try? await stopAdvertisingNow()
+            // New bonds wait for the controller to stop every set (§7.8.38); the other
+            // sets advertising go on after.
+            if usesExtendedCommands {
+                _ = try? await Advertiser.stopExtended(controller, handles: [])
+            } else {
+                _ = try? await Advertiser.stop(controller)
+            }
             await syncResolvingList(advertisingStopped: true)
+            if usesExtendedCommands {
+                let others = peripheralState.advertising.keys.filter { $0 != set && peripheralState.advertisingLinks[$0] == nil }.sorted()
+                do { try await Advertiser.resumeExtended(controller, handles: others) } catch {
+                    logger.warning("advertising sets did not resume", metadata: ["error": "\(error)", "ble.advertisingSets": "\(others)"])
+                }
+            }
         }
         if usesExtendedCommands {
-            let address = advertisingSetAddress()
+            let address = advertisingSetAddress(set)
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
-                                               randomAddress: address)
-            if let address { advertisingSetAddressSet(address) }
+                                               randomAddress: address, handle: set)
+            peripheralState.advertisingLinks[set] = nil
+            if let address { advertisingSetAddressSet(address, set: set) }
         } else {
             let generation = own.generation, address = legacyAdvertisingAddress()
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
@@ -453,8 +543,13 @@ extension BluetoothHost {
         }
     }
 
-    func stopAdvertisingNow() async throws {
-        if usesExtendedCommands { try await Advertiser.stopExtended(controller) } else { try await Advertiser.stop(controller) }
+    /// Stops set `set`; a set other than 0 is removed from the controller too.
+    func stopAdvertisingNow(set: UInt8) async throws {
+        guard usesExtendedCommands else { return try await Advertiser.stop(controller) }
+        if set == 0 { return try await Advertiser.stopExtended(controller) }
+        try await Advertiser.removeExtended(controller, handle: set)
+        peripheralState.advertisingLinks[set] = nil
+        security.onLoop { $0.setOwnAddress(nil, advertisingSet: set) }
     }
 
     func takeRequests() -> BufferedStream<ReadWriteRequest> {

@@ -43,6 +43,8 @@ struct OwnAddresses {
     var generation = 0
     /// This generation's RPA, once made.
     var current: BluetoothAddress?
+    /// This generation's RPAs of advertising sets other than 0, once made.
+    var setAddresses: [UInt8: BluetoothAddress] = [:]
     /// What the controller's random address holds, and from which generation.
     var controller: (address: BluetoothAddress, generation: Int)?
     var timer: LoopTimer?
@@ -125,10 +127,15 @@ extension BluetoothHost {
     /// This generation's RPA (made on first use).
     func newRPA() -> BluetoothAddress {
         if let a = own.current { return a }
-        // generate returns nil only for a malformed IRK, which loadIdentity never makes.
-        let a = own.identity.flatMap { ResolvablePrivateAddress.generate(irk: $0.irk, random: securityOptions.random) } ?? .zero
+        let a = makeRPA()
         own.current = a
         return a
+    }
+
+    /// A fresh RPA from our IRK.
+    func makeRPA() -> BluetoothAddress {
+        // generate returns nil only for a malformed IRK, which loadIdentity never makes.
+        own.identity.flatMap { ResolvablePrivateAddress.generate(irk: $0.irk, random: securityOptions.random) } ?? .zero
     }
 
     func armRotation(_ every: Duration) {
@@ -151,15 +158,22 @@ extension BluetoothHost {
     func rotationDue(_ every: Duration) async {
         own.generation += 1
         own.current = nil
+        own.setAddresses.removeAll()
         armRotation(every)
         guard state == .ready else { return }
         logger.debug("private address expired", metadata: ["ble.generation": "\(own.generation)"])
-        if peripheralState.advertising != nil, usesExtendedCommands || (centralState.scans.isEmpty && centralState.connectWaiter == nil) {
+        // Sets that made a link still up are stopped: they take a new address when they resume.
+        let advertising = peripheralState.advertising.keys.filter { peripheralState.advertisingLinks[$0] == nil }.sorted()
+        if !advertising.isEmpty, usesExtendedCommands || (centralState.scans.isEmpty && centralState.connectWaiter == nil) {
             // After any change under way, with what the application asks for then.
-            do {
-                try await withAdvertisingLock { if let a = peripheralState.advertising { try await startAdvertisingNow(a) } }
-            } catch {
-                logger.warning("advertising did not restart with a new private address", metadata: ["error": "\(error)"])
+            for s in advertising {
+                do {
+                    try await withAdvertisingLock {
+                        if let a = peripheralState.advertising[s], peripheralState.advertisingLinks[s] == nil { try await startAdvertisingNow(a, set: s) }
+                    }
+                } catch {
+                    logger.warning("advertising did not restart with a new private address", metadata: ["error": "\(error)", "ble.advertisingSet": "\(s)"])
+                }
             }
         } else {
             await refreshControllerAddress()
@@ -170,7 +184,7 @@ extension BluetoothHost {
     /// one `startingScan`, not yet enabled), no connection attempt, no legacy
     /// advertising (or it is stopped: `advertisingStopped`).
     func controllerAddressMayChange(advertisingStopped: Bool = false, startingScan: Bool = false) -> Bool {
-        centralState.scans.count <= (startingScan ? 1 : 0) && centralState.connectWaiter == nil && (usesExtendedCommands || peripheralState.advertising == nil || advertisingStopped)
+        centralState.scans.count <= (startingScan ? 1 : 0) && centralState.connectWaiter == nil && (usesExtendedCommands || peripheralState.advertising.isEmpty || advertisingStopped)
     }
 
     /// Before scanning or connecting under privacy: the current RPA into the controller
@@ -207,12 +221,26 @@ extension BluetoothHost {
         return newRPA()
     }
 
-    /// Extended advertising's start: advertising set 0's address (the current RPA).
-    func advertisingSetAddress() -> BluetoothAddress? { usesPrivacy ? newRPA() : nil }
+    /// Extended advertising's start: the address of advertising set `set` under
+    /// privacy. Set 0 has the current RPA, which scanning and connecting use too; every
+    /// other set has an RPA of its own, made once per rotation period, so a scanner
+    /// cannot tell that two sets come from one device (unless it holds our IRK).
+    func advertisingSetAddress(_ set: UInt8) -> BluetoothAddress? {
+        guard usesPrivacy else { return nil }
+        if set == 0 { return newRPA() }
+        if let a = own.setAddresses[set] { return a }
+        let a = makeRPA()
+        own.setAddresses[set] = a
+        return a
+    }
 
-    /// Advertising set 0 now advertises from `a`: links it makes have it as ours.
-    func advertisingSetAddressSet(_ a: BluetoothAddress) {
-        security.onLoop { $0.setOwnAddress(a, type: .random, role: .peripheral) }
+    /// Advertising set `set` now advertises from `a`: links it makes have it as ours
+    /// (set 0's by default, another set's once LE Advertising Set Terminated names it).
+    func advertisingSetAddressSet(_ a: BluetoothAddress, set: UInt8) {
+        security.onLoop { sm in
+            if set == 0 { sm.setOwnAddress(a, type: .random, role: .peripheral) }
+            sm.setOwnAddress((a, .random), advertisingSet: set)
+        }
     }
 
     // MARK: Peers' private addresses
@@ -249,7 +277,7 @@ extension BluetoothHost {
     /// stopped advertising to restart it; `startingScan`: the one scan is not enabled yet).
     func syncResolvingList(advertisingStopped: Bool = false, startingScan: Bool = false) async {
         guard var list = own.resolvingList, list.stale, let local = own.identity?.irk, state == .ready || state == .initializing,
-              centralState.scans.count <= (startingScan ? 1 : 0), centralState.connectWaiter == nil, peripheralState.advertising == nil || advertisingStopped else { return }
+              centralState.scans.count <= (startingScan ? 1 : 0), centralState.connectWaiter == nil, peripheralState.advertising.isEmpty || advertisingStopped else { return }
         list.stale = false
         own.resolvingList = list
         let bonds = ((try? securityOptions.store.bonds()) ?? []).compactMap { b -> ResolvingList.Entry? in

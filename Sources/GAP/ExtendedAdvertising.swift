@@ -18,8 +18,8 @@ extension ControllerInfo {
 }
 
 extension Advertiser {
-    /// Starts advertising set 0 with the extended commands. Up to 31 bytes (advertisement
-    /// and scan response each) go out as legacy PDUs, which every scanner hears; more
+    /// Starts advertising set `handle` (0 unless told) with the extended commands. Up
+    /// to 31 bytes (advertisement and scan response each) go out as legacy PDUs, which every scanner hears; more
     /// goes out as extended PDUs (heard by extended scanners only), where a connectable
     /// set cannot be scannable: the scan response's structures are then appended to
     /// the advertisement. Throws `AdvertisingDataError.tooLong` before sending anything
@@ -27,10 +27,11 @@ extension Advertiser {
     /// Advertising Data Length) or, connectable, than one AUX_ADV_IND holds
     /// (`connectableExtendedDataLength`).
     /// With `randomAddress` the set advertises from it (LE Set Advertising Set Random
-    /// Address, own address type random); else from the public address.
+    /// Address, own address type random); else from the public address. The other
+    /// sets the controller advertises are left as they are.
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
-                                     randomAddress: BluetoothAddress? = nil) async throws {
+                                     randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0) async throws {
         var adv = data.bytes
         var rsp = scanResponse?.bytes ?? []
         let legacy = adv.count <= 31 && rsp.count <= 31
@@ -46,22 +47,37 @@ extension Advertiser {
             guard adv.count <= limit else { throw AdvertisingDataError.tooLong(length: adv.count, limit: limit) }
         }
         let units = UInt32(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
-        _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
+        _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: handle)]))
         try await controller.send(LESetExtendedAdvertisingParameters(
-            advertisingHandle: 0, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
+            advertisingHandle: handle, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
             primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, secondaryAdvertisingPHY: 1))
         if let randomAddress {
-            try await controller.send(LESetAdvertisingSetRandomAddress(advertisingHandle: 0, randomAddress: randomAddress))
+            try await controller.send(LESetAdvertisingSetRandomAddress(advertisingHandle: handle, randomAddress: randomAddress))
         }
-        for c in fragments(adv, LESetExtendedAdvertisingData.self) { try await controller.send(c) }
+        for c in fragments(adv, LESetExtendedAdvertisingData.self, handle: handle) { try await controller.send(c) }
         if legacy, properties != 0x10 {
-            for c in fragments(rsp, LESetExtendedScanResponseData.self) { try await controller.send(c) }
+            for c in fragments(rsp, LESetExtendedScanResponseData.self, handle: handle) { try await controller.send(c) }
         }
-        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [.init(advertisingHandle: 0)]))
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [.init(advertisingHandle: handle)]))
     }
 
-    public static func stopExtended(_ controller: HCIController) async throws {
-        try await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: 0)]))
+    /// Stops the sets `handles` (set 0 unless told); an empty list stops every set
+    /// (Num_Sets 0, §7.8.56).
+    public static func stopExtended(_ controller: HCIController, handles: [UInt8] = [0]) async throws {
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: handles.map { .init(advertisingHandle: $0) }))
+    }
+
+    /// Enables sets whose parameters and data the controller holds already (as after
+    /// `stopExtended`).
+    public static func resumeExtended(_ controller: HCIController, handles: [UInt8]) async throws {
+        guard !handles.isEmpty else { return }
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: handles.map { .init(advertisingHandle: $0) }))
+    }
+
+    /// Stops set `handle` and has the controller forget it (LE Remove Advertising Set, §7.8.59).
+    public static func removeExtended(_ controller: HCIController, handle: UInt8) async throws {
+        _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: handle)]))
+        try await controller.send(LERemoveAdvertisingSet(advertisingHandle: handle))
     }
 
     /// The most advertising data connectable extended advertising (the properties
@@ -69,12 +85,12 @@ extension Advertiser {
     public static let connectableExtendedDataLength = LESetExtendedAdvertisingParameters.maximumDataLength(properties: 0x01)
 
     /// Data in commands of at most 251 bytes: complete (3), or first (1), intermediate (0)…, last (2).
-    static func fragments<C: LEExtendedAdvertisingPayloadCommand>(_ data: [UInt8], _: C.Type) -> [C] {
+    static func fragments<C: LEExtendedAdvertisingPayloadCommand>(_ data: [UInt8], _: C.Type, handle: UInt8) -> [C] {
         let n = C.maximumFragmentLength
-        guard data.count > n else { return [C(advertisingHandle: 0, operation: 3, fragmentPreference: 1, data: data)] }
+        guard data.count > n else { return [C(advertisingHandle: handle, operation: 3, fragmentPreference: 1, data: data)] }
         return stride(from: 0, to: data.count, by: n).map { i in
             let op: UInt8 = i == 0 ? 1 : (i + n >= data.count ? 2 : 0)
-            return C(advertisingHandle: 0, operation: op, fragmentPreference: 1, data: Array(data[i..<Swift.min(data.count, i + n)]))
+            return C(advertisingHandle: handle, operation: op, fragmentPreference: 1, data: Array(data[i..<Swift.min(data.count, i + n)]))
         }
     }
 }

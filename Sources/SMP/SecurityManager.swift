@@ -92,6 +92,8 @@ public actor SecurityManager: LoopIsolated {
         /// controller used it, and the peer's over the air even when the controller
         /// resolved it to an identity.
         var local: (BluetoothAddress, AddressType)
+        /// The controller reported `local` (a resolvable private address it made).
+        var localReported = false
         var peerOnAir: (BluetoothAddress, AddressType)
         var session: PairingSession?
         var security = LinkSecurityState()
@@ -110,6 +112,9 @@ public actor SecurityManager: LoopIsolated {
     /// peripheral (the host's random addresses under privacy): the local address of
     /// the links it makes in each role.
     var ownAddress: [ConnectionRole: (BluetoothAddress, AddressType)] = [:]
+    /// Advertising sets that advertise from their own address (LE Set Advertising Set
+    /// Random Address): a link one of them makes has it as ours.
+    var advertisingSetAddresses: [UInt8: (BluetoothAddress, AddressType)] = [:]
     /// §2.3.6: peers whose pairing failed, with how long to refuse them (on the loop's clock).
     var backoff: [BluetoothAddress: (failures: Int, until: NIODeadline)] = [:]
     private var continuations: [UInt64: BufferedStream<SecurityEvent>.Continuation] = [:]
@@ -355,6 +360,14 @@ public actor SecurityManager: LoopIsolated {
             let localRPA = c.localResolvablePrivateAddress == .zero ? nil : c.localResolvablePrivateAddress
             attach(L2CAPHost.Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
                    peerOnAir: peerRPA.map { ($0, AddressType.random) }, localOnAir: localRPA.map { ($0, AddressType.random) })
+        case let .le(.advertisingSetTerminated(t)) where t.status.isSuccess:
+            // The set that advertised to the central says which address the link has.
+            // The event comes right after the connection's complete event; a pairing
+            // already under way keeps the address it started with.
+            guard let a = advertisingSetAddresses[t.advertisingHandle], var link = links[t.connectionHandle],
+                  !link.localReported, link.connection.role == .peripheral, link.session == nil else { return }
+            link.local = a
+            links[t.connectionHandle] = link
         case let .disconnectionComplete(d) where d.status.isSuccess:
             detach(handle: d.connectionHandle)
         case let .le(.longTermKeyRequest(r)):
@@ -380,12 +393,21 @@ public actor SecurityManager: LoopIsolated {
         for r in role.map({ [$0] }) ?? [.central, .peripheral] { ownAddress[r] = (address, type) }
     }
 
+    /// Sets the address advertising set `set` advertises from (nil: the peripheral
+    /// role's, `setOwnAddress`): a link the set makes has it as ours once LE
+    /// Advertising Set Terminated names the set (as BlueZ takes the responder address
+    /// from the set).
+    public func setOwnAddress(_ address: (BluetoothAddress, AddressType)?, advertisingSet set: UInt8) {
+        advertisingSetAddresses[set] = address
+    }
+
     func attach(_ c: L2CAPHost.Connection, peerOnAir: (BluetoothAddress, AddressType)? = nil, localOnAir: (BluetoothAddress, AddressType)? = nil) {
         guard links[c.handle] == nil else { return }
         let local = localOnAir ?? ownAddress[c.role] ?? (l2cap.controller.onLoop { $0.info?.address } ?? .zero, AddressType.public)
         // An identity type (0x02/0x03) with no RPA reported: the identity itself was on the air.
         let peer = peerOnAir ?? (c.peer, AddressType(rawValue: c.peerType.rawValue & 1))
-        let link = Link(connection: c, local: local, peerOnAir: peer)
+        var link = Link(connection: c, local: local, peerOnAir: peer)
+        link.localReported = localOnAir != nil
         links[c.handle] = link
         setKeyStored(bondKey(for: link, level: .encrypted) != nil, handle: c.handle)
         l2cap.onLoop { host in
