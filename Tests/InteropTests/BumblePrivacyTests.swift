@@ -46,6 +46,53 @@ import Testing
         #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
     }
 
+    /// The same through an advertising set beside set 0 (`addAdvertisingSet`), each
+    /// from its own private address: Bumble connects to set 1's and pairs, which
+    /// succeeds only if our side hashes set 1's address as ours; set 1 resumes when the
+    /// link ends, and Bumble recognises its next address. Set 0 advertises throughout.
+    /// Rootcanal 1.10 reports the set's address in LE Enhanced Connection Complete's
+    /// Local_Resolvable_Private_Address, where the spec has zeros for own address type
+    /// random (§7.7.65.10), so here the Security Manager has it from that event; the
+    /// virtual radio's AdvertisingSetsTests cover the spec's way, through LE
+    /// Advertising Set Terminated.
+    @Test func bumblePairsThroughASecondAdvertisingSet() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger,
+                                          security: SecurityOptions(random: .seeded(24), privacy: PrivacyOptions(rotation: .seconds(2))))
+        let info = try await host.start()
+        #expect(await host.usesExtendedCommands)
+        #expect(await host.peripheral.maximumAdvertisingSets > 1, "\(info.numberOfSupportedAdvertisingSets as Any)")
+        let identity = try #require(await host.identity)
+        var main = AdvertisingData(), second = AdvertisingData()
+        main.localName = "swift-main"
+        second.localName = "swift-second"
+        try await host.peripheral.startAdvertising(main)
+        let set = try await host.peripheral.addAdvertisingSet(second, connectable: true)
+        #expect(set.handle == 1)
+        let events = host.connectionEvents()
+        let peer = try BumbleSMPTests.launch(python, rc.hciPort, ["central-private", "1", "0", "none", "0", "swift-second"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let bumble = await peer.events()
+        let mainAddress = await host.privateAddress
+        await host.close()
+        let found = BumbleSMPTests.named(bumble, "found")
+        #expect(found.count == 2, "\(bumble)")
+        #expect(found.allSatisfy { $0["resolvable"] as? Bool == true }, "\(bumble)")
+        #expect(found.allSatisfy { $0["address"] as? String != mainAddress?.description }, "\(bumble)")
+        #expect(found.first?["address"] as? String != found.last?["address"] as? String, "\(bumble)")
+        #expect(found.last?["resolved"] as? String == info.address.description, "\(bumble)")
+        let paired = try #require(BumbleSMPTests.named(bumble, "paired").first, "\(bumble)")
+        #expect(paired["irk_value"] as? String == Self.hex(identity.irk), "\(bumble)")
+        #expect(paired["link_resolves"] as? Bool == true, "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "secured").compactMap { $0["encrypted"] as? Bool } == [true, true], "\(bumble)")
+        #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
+        var links = 0
+        for await e in events { if case .connected = e { links += 1 } }
+        #expect(links == 2)
+    }
+
     @Test func bumbleRecognisesOurPrivateCentralAfterItsAddressChanges() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
