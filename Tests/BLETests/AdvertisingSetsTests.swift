@@ -125,4 +125,44 @@ import Testing
         #expect(try await again.secure().bonded)
         try await again.disconnect()
     }
+
+    /// On Rootcanal (a controller with a resolving list): sets side by side under
+    /// privacy; a central pairs through set 1, which adds a bond, so the resolving list
+    /// must be brought in line while no set advertises (§7.8.38: Rootcanal refuses it
+    /// otherwise). Set 1's resumption stops every set for it and set 0 goes on after:
+    /// both are heard again, from different addresses.
+    @Test func onRootcanalSetsResumeAroundTheResolvingList() async throws {
+        let binary: String
+        do { binary = try RootcanalProcess.locate(packageRoot: Bench.root) } catch {
+            if Bench.required { throw error }
+            return
+        }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger, security: SecurityOptions(random: .seeded(43), privacy: PrivacyOptions()))
+        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger, security: SecurityOptions(random: .seeded(44)))
+        try await p.start()
+        try await c.start()
+        defer { Task { await c.close(); await p.close() } }
+        #expect(await p.peripheral.maximumAdvertisingSets > 1)
+        try await p.peripheral.startAdvertising(Self.named("rc-main"))
+        _ = try await p.peripheral.addAdvertisingSet(Self.named("rc-second"), connectable: true)
+        func names() async throws -> [String: Set<BluetoothAddress>] {
+            var out: [String: Set<BluetoothAddress>] = [:]
+            for r in try await c.central.scan(for: .milliseconds(500)) {
+                if let n = r.advertisement.data.localName, n.hasPrefix("rc-") { out[n, default: []].insert(r.address) }
+            }
+            return out
+        }
+        let before = try await names()
+        let second = try #require(before["rc-second"]?.first)
+        #expect(before["rc-main"]?.isDisjoint(with: [second]) == true, "\(before)")
+        let events = p.connectionEvents()
+        let remote = try await c.central.connect(to: second, type: .random, within: .seconds(10))
+        #expect(try await remote.secure().bonded)
+        try await remote.disconnect()
+        for await e in events { if case .disconnected = e { break } }
+        let after = try await names()
+        #expect(after == before, "\(before) \(after)")
+    }
 }
