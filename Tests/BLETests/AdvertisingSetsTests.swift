@@ -59,6 +59,10 @@ import Testing
             try await p.updateAdvertisingSet(long, data: tooLong, connectable: true)
         }
         #expect(try await Self.heard(by: room.central)[room.addresses[0]]?.contains("extended") == true)
+        // A reset controller forgot its sets: the host sets them up again.
+        try await room.peripherals[0].reset()
+        #expect(try await Self.heard(by: room.central) == [room.addresses[0]: ["beacon-2", "extended", "door-2"]])
+        #expect(await p.advertisingSets == [beacon, door, long])
     }
 
     /// A controller driven with the legacy commands has one advertisement.
