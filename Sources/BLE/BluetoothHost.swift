@@ -476,7 +476,7 @@ public actor BluetoothHost: LoopIsolated {
             connectFailed(c.peerAddress, c.status)
         case let .le(.advertisingSetTerminated(t)) where t.status.isSuccess && usesExtendedCommands:
             // A central connected to the set: the controller stopped it until the link ends.
-            peripheralState.advertisingLinks[t.advertisingHandle] = t.connectionHandle
+            if peripheralState.advertising[t.advertisingHandle] != nil { peripheralState.advertisingLinks[t.advertisingHandle] = t.connectionHandle }
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:
