@@ -41,8 +41,9 @@ enum BatteryFlow {
     }
 
     /// Publishes 0x180F/0x2A19 (read, notify), advertises as "Battery", notifies three
-    /// values once a central subscribes, returns when that central has left.
-    static func peripheral(_ host: BluetoothHost, advertising: Advertising? = nil) async throws {
+    /// values once a central subscribes, returns when that central has left. `beacon`:
+    /// a non-connectable advertising set beside it (extended commands only).
+    static func peripheral(_ host: BluetoothHost, advertising: Advertising? = nil, beacon: Bool = false) async throws {
         let level = Characteristic(uuid: BluetoothUUID(0x2A19), properties: [.read, .notify], value: [100])
         try await host.peripheral.add(Service(uuid: BluetoothUUID(0x180F), characteristics: [level]))
         var ad = AdvertisingData()
@@ -50,6 +51,11 @@ enum BatteryFlow {
         ad.serviceUUIDs = [BluetoothUUID(0x180F)]
         let events = host.peripheral.events(), links = host.connectionEvents()
         try await host.peripheral.startAdvertising(ad)
+        if beacon {
+            var b = AdvertisingData()
+            b.manufacturerData = [IBeacon(uuid: BluetoothUUID(0x180F), major: 1, minor: 2, measuredPower: -59).manufacturerData]
+            _ = try await host.peripheral.addAdvertisingSet(b)
+        }
         advertising?.open()
         for await e in events {
             if case .subscriptionChanged(_, _, notify: true, _) = e {
@@ -83,7 +89,8 @@ enum BatteryFlow {
     static let runs = 50
 
     /// The Battery Service flow of the issue on the virtual radio, both hosts recorded.
-    /// `extendedAdvertising`: on Bluetooth 5 controllers (both hosts then use the extended commands).
+    /// `extendedAdvertising`: on Bluetooth 5 controllers (both hosts then use the
+    /// extended commands, and the peripheral advertises a beacon set too).
     static func batterySession(recordCentralTo path: String? = nil, recordPeripheralTo ppath: String? = nil,
                                extendedAdvertising: Bool = false) async throws -> (central: [HCIPacket], peripheral: [HCIPacket]) {
         let radio = VirtualRadio()
@@ -98,7 +105,7 @@ enum BatteryFlow {
         try await peripheral.start()
         try await withThrowingTaskGroup(of: Void.self) { g in
             let advertising = BatteryFlow.Advertising()
-            g.addTask { try await BatteryFlow.peripheral(peripheral, advertising: advertising) }
+            g.addTask { try await BatteryFlow.peripheral(peripheral, advertising: advertising, beacon: extendedAdvertising) }
             await advertising.wait()
             #expect(try await BatteryFlow.central(central) == [[99], [98], [97]])
             try await g.waitForAll()
@@ -113,7 +120,8 @@ enum BatteryFlow {
     /// restarting its advertising, as two real devices would: how its commands and its
     /// ATT responses interleave follows thread timing, but each flow (its commands, its
     /// data on each link) must be identical in every run, which is what a replay checks.
-    /// The same on Bluetooth 5 controllers, driven with the extended commands.
+    /// The same on Bluetooth 5 controllers, driven with the extended commands, the
+    /// peripheral advertising a beacon set beside the connectable one.
     @Test(arguments: [false, true])
     func batteryFlowSendsTheSameConversationEveryRun(extendedAdvertising: Bool) async throws {
         let first = try await Self.expectRepeats(names: ("central", "peripheral")) {
@@ -123,6 +131,11 @@ enum BatteryFlow {
         #expect(first.program.count > 20 && first.server.count > 20)
         let connect: HCIOpcode = extendedAdvertising ? .leExtendedCreateConnection : .leCreateConnection
         #expect(first.program.contains { if case .command(connect, _) = $0 { return true } else { return false } })
+        let beaconSet = first.server.contains {
+            guard case let .command(.leSetExtendedAdvertisingParameters, p) = $0 else { return false }
+            return p.first == 1
+        }
+        #expect(beaconSet == extendedAdvertising)
     }
 
     /// Runs a session `runs` times: the program's conversation must equal the first
