@@ -183,12 +183,16 @@ struct Advertise: AsyncParsableCommand {
     @Option(help: "Eddystone-URL to advertise.") var eddystoneUrl: String?
     @Option(parsing: .unconditional, help: "TX Power Level to advertise (dBm, -127 to 20), e.g. --tx-power -8.") var txPower: Int?
     @Flag(help: "Non-connectable advertising.") var nonConnectable = false
+    @Option(name: .customLong("set"), help: ArgumentHelp(
+        "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable.",
+        valueName: "SPEC")) var sets: [String] = []
     @Option(parsing: .unconditional, help: "Seconds to advertise (0.1 to 86400).") var duration: Double = 30
 
     func validate() throws {
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
         if let t = txPower, !(-127...20).contains(t) { throw ValidationError("--tx-power must be between -127 and 20 dBm, not \(t)") }
         _ = try payloads()
+        for s in sets { _ = try AdvertisingSetSpec(parsing: s) }
     }
 
     /// Packs the pieces greedily: beacons and flags into the advertisement, then
@@ -252,10 +256,20 @@ struct Advertise: AsyncParsableCommand {
         do {
             try await host.start()
             try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable)
-            if options.json {
-                emit(.object([("event", .string("advertising")), ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]))
-            } else {
-                print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "") for \(duration) s")
+            func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool) {
+                if options.json {
+                    emit(.object([("event", .string("advertising")), ("set", .int(Int(set))), ("connectable", .bool(connectable)),
+                                  ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]))
+                } else {
+                    print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "")"
+                          + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable") for \(duration) s")
+                }
+            }
+            report(set: 0, d, rsp, connectable: !nonConnectable)
+            for s in sets {
+                let spec = try AdvertisingSetSpec(parsing: s)
+                let set = try await host.peripheral.addAdvertisingSet(spec.data, connectable: spec.connectable, intervalMilliseconds: spec.intervalMilliseconds)
+                report(set: set.handle, spec.data, nil, connectable: spec.connectable)
             }
             fflush(nil)
             await Interrupt.sleep(for: cliDuration(seconds: duration))
@@ -268,5 +282,46 @@ struct Advertise: AsyncParsableCommand {
             await host.close()
             throw CLIError("advertise failed: \(error)")
         }
+    }
+}
+
+/// One `btctl advertise --set` argument: comma-separated name=TEXT, service=UUID
+/// (repeatable), manufacturer=COMPANY:HEX, interval=MS, connectable.
+struct AdvertisingSetSpec {
+    var data = AdvertisingData()
+    var connectable = false
+    var intervalMilliseconds = 100.0
+
+    init(parsing spec: String) throws {
+        data.flags = 0x06
+        for item in spec.split(separator: ",", omittingEmptySubsequences: true) {
+            let kv = item.split(separator: "=", maxSplits: 1).map(String.init)
+            switch (kv[0], kv.count == 2 ? kv[1] : nil) {
+            case ("connectable", nil):
+                connectable = true
+            case let ("name", v?):
+                data.localName = v
+            case let ("service", v?):
+                guard let u = BluetoothUUID(v) else { throw ValidationError("--set: bad UUID '\(v)'") }
+                data.serviceUUIDs.append(u)
+            case let ("manufacturer", v?):
+                let p = v.split(separator: ":", maxSplits: 1)
+                guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else {
+                    throw ValidationError("--set: manufacturer must be COMPANY:HEX, not '\(v)'")
+                }
+                data.manufacturerData.append(.init(companyIdentifier: c, data: b))
+            case let ("interval", v?):
+                guard let ms = Double(v), ms.isFinite, (20...10_240).contains(ms) else {
+                    throw ValidationError("--set: interval must be between 20 and 10240 ms, not '\(v)'")
+                }
+                intervalMilliseconds = ms
+            default:
+                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable")
+            }
+        }
+        guard data.localName != nil || !data.serviceUUIDs.isEmpty || !data.manufacturerData.isEmpty else {
+            throw ValidationError("--set '\(spec)' advertises nothing: give it a name, a service or manufacturer data")
+        }
+        do { _ = try data.encoded(limit: 1650) } catch { throw ValidationError("--set '\(spec)': \(error)") }
     }
 }

@@ -3,6 +3,7 @@
 // numbers parse, `-t virtual` runs on the in-process radio, and `trace convert`
 // writes captures tshark reads without a malformed frame.
 
+import BLETesting
 import Foundation
 import HCI
 import Snoop
@@ -90,6 +91,34 @@ import Testing
         })
         #expect(commands.isSuperset(of: [.leSetExtendedScanEnable, .leExtendedCreateConnection]), "\(commands)")
         #expect(commands.isDisjoint(with: [.leSetScanEnable, .leCreateConnection]), "\(commands)")
+    }
+
+    /// `btctl advertise --set` on Rootcanal: the main advertisement and two sets, one
+    /// connectable with a name, one a manufacturer beacon, are heard by another btctl's
+    /// scan side by side; bad specs are refused with the command's usage; a controller
+    /// driven with the legacy commands (the virtual radio) says the sets need extended advertising.
+    @Test func advertiseSetsSideBySide() async throws {
+        guard BtctlGATTTests.isBuilt(), let binary = try Interop.rootcanal() else { return }
+        for (spec, says) in [("name=x,bogus", "'bogus' is not one of"), ("connectable", "advertises nothing"), ("name=x,interval=5", "interval must be between 20 and 10240 ms")] {
+            let bad = try await Self.run(["advertise", "-t", "virtual", "--set", spec])
+            #expect(bad.status == 64 && bad.out.contains(says) && bad.out.contains("Usage: btctl advertise"), "\(bad.out)")
+        }
+        let legacy = try await Self.run(["advertise", "-t", "virtual", "--name", "main", "--set", "name=beacon", "--duration", "0.5"])
+        #expect(legacy.status != 0 && legacy.out.contains("extended advertising"), "\(legacy.out)")
+
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let adv = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "--name", "btctl-main", "--set", "name=btctl-second,connectable,interval=50",
+                                                         "--set", "manufacturer=05f1:0102,interval=200", "-t", rc.transportSpec, "--json", "--duration", "30"])
+        #expect(await adv.waitForOutput { $0.components(separatedBy: "\"advertising\"").count == 4 }, "\(adv.output)")
+        let scan = try await JSONSchemaTests.run(["scan", "-t", rc.transportSpec, "--json", "--duration", "1.5"])
+        #expect(await adv.stop(signal: SIGINT) == 130)
+        let lines = try JSONSchemaTests.check(adv.output, against: "advertise").filter { $0["event"] as? String == "advertising" }
+        #expect(lines.map { $0["set"] as? Int } == [0, 1, 2] && lines.map { $0["connectable"] as? Bool } == [true, true, false], "\(adv.output)")
+        let heard = try JSONSchemaTests.check(scan.out, against: "scan").filter { $0["event"] as? String == "advertisement" }
+        #expect(Set(heard.compactMap { $0["name"] as? String }).isSuperset(of: ["btctl-main", "btctl-second"]), "\(scan.out)")
+        let beacon = heard.first { ($0["manufacturer_data"] as? [[String: Any]])?.contains { $0["company"] as? Int == 0x05F1 && $0["data"] as? String == "0102" } == true }
+        #expect(beacon?["connectable"] as? Bool == false, "\(scan.out)")
     }
 
     /// Ctrl-C during a scan: scanning stops before the exit, the trace is complete, 130.
