@@ -203,9 +203,8 @@ struct Advertise: AsyncParsableCommand {
         var rsp = AdvertisingData()
         d.flags = 0x06
         if let m = manufacturer {
-            let p = m.split(separator: ":", maxSplits: 1)
-            guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else { throw ValidationError("--manufacturer must be COMPANY:HEX") }
-            d.manufacturerData.append(.init(companyIdentifier: c, data: b))
+            guard let md = AdvertisingSetSpec.manufacturerData(m) else { throw ValidationError("--manufacturer must be COMPANY:HEX") }
+            d.manufacturerData.append(md)
         }
         if let i = ibeacon {
             let p = i.split(separator: ":")
@@ -305,11 +304,8 @@ struct AdvertisingSetSpec {
                 guard let u = BluetoothUUID(v) else { throw ValidationError("--set: bad UUID '\(v)'") }
                 data.serviceUUIDs.append(u)
             case let ("manufacturer", v?):
-                let p = v.split(separator: ":", maxSplits: 1)
-                guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else {
-                    throw ValidationError("--set: manufacturer must be COMPANY:HEX, not '\(v)'")
-                }
-                data.manufacturerData.append(.init(companyIdentifier: c, data: b))
+                guard let md = Self.manufacturerData(v) else { throw ValidationError("--set: manufacturer must be COMPANY:HEX, not '\(v)'") }
+                data.manufacturerData.append(md)
             case let ("interval", v?):
                 guard let ms = Double(v), ms.isFinite, (20...10_240).contains(ms) else {
                     throw ValidationError("--set: interval must be between 20 and 10240 ms, not '\(v)'")
@@ -323,5 +319,12 @@ struct AdvertisingSetSpec {
             throw ValidationError("--set '\(spec)' advertises nothing: give it a name, a service or manufacturer data")
         }
         do { _ = try data.encoded(limit: 1650) } catch { throw ValidationError("--set '\(spec)': \(error)") }
+    }
+
+    /// COMPANY:HEX (`--manufacturer`, `--set manufacturer=`), e.g. 004c:0102.
+    static func manufacturerData(_ text: String) -> AdvertisingData.ManufacturerData? {
+        let p = text.split(separator: ":", maxSplits: 1)
+        guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else { return nil }
+        return .init(companyIdentifier: c, data: b)
     }
 }
