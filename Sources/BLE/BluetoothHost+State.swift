@@ -99,6 +99,8 @@ extension BluetoothHost {
         /// Sets that made a link still up (LE Advertising Set Terminated), with the link's
         /// handle: the controller stopped them, and they resume when that link ends.
         var advertisingLinks: [UInt8: UInt16] = [:]
+        /// The sets the controller advertises now (not stopped for a link), by handle.
+        var setsOnAir: [UInt8] { advertising.keys.filter { advertisingLinks[$0] == nil }.sorted() }
         /// One advertising change at a time (`withAdvertisingLock`): the application's
         /// start or stop, the resumption after a link, a new private address.
         var advertisingBusy = false

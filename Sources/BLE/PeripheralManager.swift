@@ -522,7 +522,7 @@ extension BluetoothHost {
             }
             await syncResolvingList(advertisingStopped: true)
             if usesExtendedCommands {
-                let others = peripheralState.advertising.keys.filter { $0 != set && peripheralState.advertisingLinks[$0] == nil }.sorted()
+                let others = peripheralState.setsOnAir.filter { $0 != set }
                 do { try await Advertiser.resumeExtended(controller, handles: others) } catch {
                     logger.warning("advertising sets did not resume", metadata: ["error": "\(error)", "ble.advertisingSets": "\(others)"])
                 }

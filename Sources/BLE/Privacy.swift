@@ -163,7 +163,7 @@ extension BluetoothHost {
         guard state == .ready else { return }
         logger.debug("private address expired", metadata: ["ble.generation": "\(own.generation)"])
         // Sets that made a link still up are stopped: they take a new address when they resume.
-        let advertising = peripheralState.advertising.keys.filter { peripheralState.advertisingLinks[$0] == nil }.sorted()
+        let advertising = peripheralState.setsOnAir
         if !advertising.isEmpty, usesExtendedCommands || (centralState.scans.isEmpty && centralState.connectWaiter == nil) {
             // After any change under way, with what the application asks for then.
             for s in advertising {

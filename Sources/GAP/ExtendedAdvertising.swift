@@ -19,10 +19,10 @@ extension ControllerInfo {
 
 extension Advertiser {
     /// Starts advertising set `handle` (0 unless told) with the extended commands. Up
-    /// to 31 bytes (advertisement and scan response each) go out as legacy PDUs, which every scanner hears; more
-    /// goes out as extended PDUs (heard by extended scanners only), where a connectable
-    /// set cannot be scannable: the scan response's structures are then appended to
-    /// the advertisement. Throws `AdvertisingDataError.tooLong` before sending anything
+    /// to 31 bytes (advertisement and scan response each) go out as legacy PDUs, which
+    /// every scanner hears; more goes out as extended PDUs (heard by extended scanners
+    /// only), where a connectable set cannot be scannable: the scan response's
+    /// structures are then appended to the advertisement. Throws `AdvertisingDataError.tooLong` before sending anything
     /// when the data is longer than the controller's `maximumLength` (LE Read Maximum
     /// Advertising Data Length) or, connectable, than one AUX_ADV_IND holds
     /// (`connectableExtendedDataLength`).
