@@ -99,8 +99,15 @@ extension BluetoothHost {
         /// Sets that made a link still up (LE Advertising Set Terminated), with the link's
         /// handle: the controller stopped them, and they resume when that link ends.
         var advertisingLinks: [UInt8: UInt16] = [:]
-        /// The sets the controller advertises now (not stopped for a link), by handle.
-        var setsOnAir: [UInt8] { advertising.keys.filter { advertisingLinks[$0] == nil }.sorted() }
+        /// When each set given a duration ends, in the host's `now`.
+        var advertisingDeadlines: [UInt8: Duration] = [:]
+        /// Sets a duration or event limit ended: configured, off air until the
+        /// application starts them again.
+        var advertisingEnded: Set<UInt8> = []
+        /// The host's timer for a duration on a controller driven with the legacy commands.
+        var legacyAdvertisingTimer: LoopTimer?
+        /// The sets the controller advertises now (not stopped for a link, not ended), by handle.
+        var setsOnAir: [UInt8] { advertising.keys.filter { advertisingLinks[$0] == nil && !advertisingEnded.contains($0) }.sorted() }
         /// One advertising change at a time (`withAdvertisingLock`): the application's
         /// start or stop, the resumption after a link, a new private address.
         var advertisingBusy = false

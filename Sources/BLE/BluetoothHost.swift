@@ -61,6 +61,8 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
     case noAdvertisingSetFree(maximum: Int)
     /// The advertising set was removed, or never added.
     case unknownAdvertisingSet(UInt8)
+    /// An argument is outside the range the operation takes (what it takes is said).
+    case invalidArgument(String)
 
     public var description: String {
         switch self {
@@ -81,6 +83,7 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .notSupported(what): return what
         case let .noAdvertisingSetFree(n): return "all \(n) advertising sets of the controller are taken: remove one first"
         case let .unknownAdvertisingSet(h): return "advertising set \(h) is not advertising (removed, or never added)"
+        case let .invalidArgument(why): return why
         }
     }
 }
@@ -430,6 +433,8 @@ public actor BluetoothHost: LoopIsolated {
         setState(.transportClosed(reason))
         own.timer?.cancel()
         own.timer = nil
+        peripheralState.legacyAdvertisingTimer?.cancel()
+        peripheralState.legacyAdvertisingTimer = nil
         let gone = links.active.values
         links.active.removeAll()
         for c in gone { linkEnded(c, .transportClosed(reason)) }
@@ -477,6 +482,9 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.advertisingSetTerminated(t)) where t.status.isSuccess && usesExtendedCommands:
             // A central connected to the set: the controller stopped it until the link ends.
             if peripheralState.advertising[t.advertisingHandle] != nil { peripheralState.advertisingLinks[t.advertisingHandle] = t.connectionHandle }
+        case let .le(.advertisingSetTerminated(t)) where usesExtendedCommands:
+            // Its duration or event limit ended it.
+            advertisingSetTerminated(t)
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:

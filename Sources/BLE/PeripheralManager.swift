@@ -103,6 +103,40 @@ struct AdvertisingConfiguration: Sendable, Equatable {
     var scanResponse: AdvertisingData?
     var connectable: Bool
     var intervalMilliseconds: Double
+    /// How long the advertisement lasts from the application's start (nil: until stopped).
+    var duration: Duration? = nil
+    /// How many advertising events each enabling of the set sends at most (nil: no limit).
+    var maximumEvents: Int? = nil
+
+    /// The longest Duration LE Set Extended Advertising Enable takes: 0xFFFF × 10 ms.
+    static let longestDuration = Duration.milliseconds(655_350)
+
+    /// Checks the limits: a duration of 10 ms to 655.35 s (the controller counts in
+    /// 10 ms units; the host keeps a legacy controller's to the same range), 1 to 255
+    /// events, and events only where the controller counts them (the extended commands).
+    func validate(extendedCommands: Bool) throws {
+        if let d = duration, d < .milliseconds(10) || d > Self.longestDuration {
+            throw BLEError.invalidArgument("an advertising duration is 10 ms to 655.35 s, not \(d)")
+        }
+        if let m = maximumEvents {
+            guard (1...255).contains(m) else { throw BLEError.invalidArgument("maximumEvents is 1 to 255, not \(m)") }
+            guard extendedCommands else {
+                throw BLEError.notSupported("a maximum number of advertising events needs a controller driven with the extended commands (usesExtendedCommands)")
+            }
+        }
+    }
+}
+
+/// Why an advertisement ended by itself (`PeripheralEvent.advertisingEnded`).
+public enum AdvertisingEndReason: Hashable, Sendable {
+    /// Its `duration` elapsed (LE Advertising Set Terminated with Advertising Timeout,
+    /// or the host's own timer on a controller driven with the legacy commands).
+    case durationElapsed
+    /// It sent its `maximumEvents` advertising events (Limit Reached); `events` is the
+    /// controller's count.
+    case eventLimitReached(events: Int)
+    /// The controller ended it for another reason (LE Advertising Set Terminated's status).
+    case controller(HCIStatus)
 }
 
 /// What centrals did to the local server.
@@ -117,6 +151,11 @@ public enum PeripheralEvent: Hashable, Sendable {
     /// values stay with its bond and come back, reported again, when a later link is
     /// encrypted with its key).
     case subscriptionChanged(Characteristic, central: Connection, notify: Bool, indicate: Bool)
+    /// An advertisement given a `duration` or `maximumEvents` reached it and stopped:
+    /// set 0 is `startAdvertising`'s. It stays configured (an added set keeps its handle,
+    /// listed in `advertisingSets`) but off air until started or updated again; a link
+    /// it made earlier is not affected.
+    case advertisingEnded(AdvertisingSet, reason: AdvertisingEndReason)
 }
 
 /// A read or write of a characteristic created with `answersManually`. Answer every
@@ -161,10 +200,28 @@ public struct PeripheralManager: Sendable {
     /// response; a controller with extended advertising (`usesExtendedCommands`) takes
     /// more, as extended PDUs (the scan response then joins the advertisement; only
     /// extended scanners hear it). Throws `AdvertisingDataError.tooLong` saying how much fits.
+    ///
+    /// Limits, as BlueZ's advertising Timeout, Android's advertising sets and Bumble's
+    /// `start(duration:max_advertising_events:)` have them (`BLEError.invalidArgument`
+    /// outside their ranges):
+    /// - `duration` (10 ms to 655.35 s): the advertisement's lifetime from this call,
+    ///   kept by the controller (Duration of LE Set Extended Advertising Enable) or, on a
+    ///   controller driven with the legacy commands, by the host. Restarts by the host
+    ///   (a new private address, after a link it made) take only what is left of it.
+    /// - `maximumEvents` (1 to 255; the extended commands only, else
+    ///   `BLEError.notSupported`): the controller stops after that many advertising
+    ///   events. The count starts again when the host restarts the set after a link it
+    ///   made or around a resolving-list update; a new private address does not restart
+    ///   it (the set keeps its address until it ends).
+    ///
+    /// When a limit ends it, `events()` delivers `.advertisingEnded` and the
+    /// advertisement stays off air until started again.
     public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
-                                 connectable: Bool = true, intervalMilliseconds: Double = 100) async throws {
+                                 connectable: Bool = true, intervalMilliseconds: Double = 100,
+                                 duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
         try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                               intervalMilliseconds: intervalMilliseconds), set: 0)
+                                                               intervalMilliseconds: intervalMilliseconds,
+                                                               duration: duration, maximumEvents: maximumEvents), set: 0)
     }
 
     public func stopAdvertising() async throws { try await host.setAdvertising(nil, set: 0) }
@@ -186,19 +243,26 @@ public struct PeripheralManager: Sendable {
     /// ends. Needs a controller driven with the extended commands
     /// (`usesExtendedCommands`; else `BLEError.notSupported`); throws
     /// `BLEError.noAdvertisingSetFree` when every set is taken, and
-    /// `AdvertisingDataError.tooLong` as `startAdvertising` does.
+    /// `AdvertisingDataError.tooLong` as `startAdvertising` does. `duration` and
+    /// `maximumEvents` limit the set as they limit `startAdvertising`'s; a set they
+    /// ended keeps its handle until removed, and `updateAdvertisingSet` starts it again.
     public func addAdvertisingSet(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
-                                  connectable: Bool = false, intervalMilliseconds: Double = 100) async throws -> AdvertisingSet {
+                                  connectable: Bool = false, intervalMilliseconds: Double = 100,
+                                  duration: Duration? = nil, maximumEvents: Int? = nil) async throws -> AdvertisingSet {
         try await host.addAdvertisingSet(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                                  intervalMilliseconds: intervalMilliseconds))
+                                                                  intervalMilliseconds: intervalMilliseconds,
+                                                                  duration: duration, maximumEvents: maximumEvents))
     }
 
-    /// Replaces what a set advertises (the set restarts with it, keeping its address).
+    /// Replaces what a set advertises (the set restarts with it, keeping its address,
+    /// and its limits count from now).
     public func updateAdvertisingSet(_ set: AdvertisingSet, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
-                                     connectable: Bool = false, intervalMilliseconds: Double = 100) async throws {
+                                     connectable: Bool = false, intervalMilliseconds: Double = 100,
+                                     duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
         try await host.requireAdvertisingSet(set)
         try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                                intervalMilliseconds: intervalMilliseconds), set: set.handle)
+                                                                intervalMilliseconds: intervalMilliseconds,
+                                                                duration: duration, maximumEvents: maximumEvents), set: set.handle)
     }
 
     /// Stops a set and has the controller forget it (LE Remove Advertising Set); its
@@ -457,17 +521,78 @@ extension BluetoothHost {
     /// Advertises `a` in set `set`, or stops it (nil).
     func setAdvertising(_ a: AdvertisingConfiguration?, set: UInt8) async throws {
         try requireReady()
+        try a?.validate(extendedCommands: usesExtendedCommands)
         // Recorded before the commands go out: a central may connect as soon as the
         // controller has answered the enable, and the event follower may handle that
         // connection before this task resumes; whether advertising resumes for it must
         // follow the HCI conversation, not which task ran first.
-        let previous = peripheralState.advertising[set]
+        let previous = (peripheralState.advertising[set], peripheralState.advertisingDeadlines[set], peripheralState.advertisingEnded.contains(set))
         peripheralState.advertising[set] = a
+        peripheralState.advertisingDeadlines[set] = a?.duration.map { now + $0 }
+        peripheralState.advertisingEnded.remove(set)
         do {
             try await withAdvertisingLock { if let a { try await startAdvertisingNow(a, set: set) } else { try await stopAdvertisingNow(set: set) } }
         } catch {
-            peripheralState.advertising[set] = previous
+            peripheralState.advertising[set] = previous.0
+            peripheralState.advertisingDeadlines[set] = previous.1
+            if previous.2 { peripheralState.advertisingEnded.insert(set) }
             throw error
+        }
+    }
+
+    /// LE Set Extended Advertising Enable's entry for set `set` as it starts now: what
+    /// is left of its duration, its event limit. nil when its duration is over.
+    func advertisingEnable(_ set: UInt8, _ a: AdvertisingConfiguration) -> LESetExtendedAdvertisingEnable.AdvertisingSet? {
+        var e = LESetExtendedAdvertisingEnable.AdvertisingSet(advertisingHandle: set, maxExtendedAdvertisingEvents: UInt8(a.maximumEvents ?? 0))
+        if let deadline = peripheralState.advertisingDeadlines[set] {
+            // In whole 10 ms units, rounded down: the set never outlives its deadline.
+            let units = (deadline - now) / .milliseconds(10)
+            guard units >= 1 else { return nil }
+            e.duration = UInt16(min(units, Double(UInt16.max)))
+        }
+        return e
+    }
+
+    /// A limit ended set `set` (once: later reports of the same end change nothing).
+    func advertisingEnded(_ set: UInt8, _ reason: AdvertisingEndReason) {
+        guard peripheralState.advertising[set] != nil, peripheralState.advertisingEnded.insert(set).inserted else { return }
+        if set == 0 {
+            peripheralState.legacyAdvertisingTimer?.cancel()
+            peripheralState.legacyAdvertisingTimer = nil
+        }
+        logger.debug("advertising ended", metadata: ["ble.advertisingSet": "\(set)", "reason": "\(reason)"])
+        peripheralBroadcast.yield(.advertisingEnded(AdvertisingSet(handle: set), reason: reason))
+    }
+
+    /// LE Advertising Set Terminated without a connection, for a set the host advertises.
+    func advertisingSetTerminated(_ t: LEAdvertisingSetTerminated) {
+        guard let a = peripheralState.advertising[t.advertisingHandle] else { return }
+        let events = Int(t.numCompletedExtendedAdvertisingEvents)
+        let reason: AdvertisingEndReason
+        switch t.status {
+        case .limitReached:
+            reason = .eventLimitReached(events: events)
+        case .advertisingTimeout:
+            // Rootcanal 1.10 reports an event limit with Advertising Timeout too: the
+            // configuration says which limit it was.
+            if let m = a.maximumEvents, a.duration == nil || events >= m { reason = .eventLimitReached(events: events) } else { reason = .durationElapsed }
+        default:
+            reason = .controller(t.status)
+        }
+        advertisingEnded(t.advertisingHandle, reason)
+    }
+
+    /// The host's timer for a legacy controller's advertising duration went off.
+    func legacyAdvertisingDurationElapsed() async {
+        do {
+            try await withAdvertisingLock {
+                guard peripheralState.advertising[0] != nil, !peripheralState.advertisingEnded.contains(0),
+                      let deadline = peripheralState.advertisingDeadlines[0], now >= deadline, state == .ready else { return }
+                try await Advertiser.stop(controller)
+                advertisingEnded(0, .durationElapsed)
+            }
+        } catch {
+            logger.warning("advertising did not stop at the end of its duration", metadata: ["error": "\(error)"])
         }
     }
 
@@ -512,6 +637,9 @@ extension BluetoothHost {
     /// Starts (or restarts) advertising `a` in set `set`; under privacy from the set's
     /// current private address.
     func startAdvertisingNow(_ a: AdvertisingConfiguration, set: UInt8) async throws {
+        // A set a limit ended stays off air until the application starts it again.
+        guard !peripheralState.advertisingEnded.contains(set) else { return }
+        guard let enable = advertisingEnable(set, a) else { return advertisingEnded(set, .durationElapsed) }
         if own.resolvingList?.stale == true {
             // New bonds wait for the controller to stop every set (§7.8.38); the other
             // sets advertising go on after.
@@ -523,7 +651,12 @@ extension BluetoothHost {
             await syncResolvingList(advertisingStopped: true)
             if usesExtendedCommands {
                 let others = peripheralState.setsOnAir.filter { $0 != set }
-                do { try await Advertiser.resumeExtended(controller, handles: others) } catch {
+                var resumed: [LESetExtendedAdvertisingEnable.AdvertisingSet] = []
+                for s in others {
+                    guard let o = peripheralState.advertising[s] else { continue }
+                    if let e = advertisingEnable(s, o) { resumed.append(e) } else { advertisingEnded(s, .durationElapsed) }
+                }
+                do { try await Advertiser.resumeExtended(controller, sets: resumed) } catch {
                     logger.warning("advertising sets did not resume", metadata: ["error": "\(error)", "ble.advertisingSets": "\(others)"])
                 }
             }
@@ -532,7 +665,8 @@ extension BluetoothHost {
             let address = advertisingSetAddress(set)
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
-                                               randomAddress: address, handle: set)
+                                               randomAddress: address, handle: set,
+                                               duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents)
             peripheralState.advertisingLinks[set] = nil
             if let address { advertisingSetAddressSet(address, set: set) }
         } else {
@@ -540,12 +674,30 @@ extension BluetoothHost {
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                        intervalMilliseconds: a.intervalMilliseconds, ownAddressType: ownAddressType, randomAddress: address)
             if let address { controllerAddressSet(address, generation: generation) }
+            // The controller keeps no duration for legacy advertising: the host does.
+            peripheralState.legacyAdvertisingTimer?.cancel()
+            peripheralState.legacyAdvertisingTimer = nil
+            if let deadline = peripheralState.advertisingDeadlines[0] {
+                peripheralState.legacyAdvertisingTimer = LoopTimer(after: max(.zero, deadline - now), on: loop) { [weak self] in
+                    guard let self else { return }
+                    Task { await self.legacyAdvertisingDurationElapsed() }
+                }
+            }
+        }
+        // The controller ended the set's previous run while this restart was under way
+        // (LE Advertising Set Terminated came between the commands): it stays ended.
+        if peripheralState.advertisingEnded.contains(set) {
+            if usesExtendedCommands { try await Advertiser.stopExtended(controller, handles: [set]) } else { try await Advertiser.stop(controller) }
         }
     }
 
     /// Stops set `set`; a set other than 0 is removed from the controller too.
     func stopAdvertisingNow(set: UInt8) async throws {
-        guard usesExtendedCommands else { return try await Advertiser.stop(controller) }
+        guard usesExtendedCommands else {
+            peripheralState.legacyAdvertisingTimer?.cancel()
+            peripheralState.legacyAdvertisingTimer = nil
+            return try await Advertiser.stop(controller)
+        }
         if set == 0 { return try await Advertiser.stopExtended(controller) }
         try await Advertiser.removeExtended(controller, handle: set)
         peripheralState.advertisingLinks[set] = nil

@@ -162,8 +162,10 @@ extension BluetoothHost {
         armRotation(every)
         guard state == .ready else { return }
         logger.debug("private address expired", metadata: ["ble.generation": "\(own.generation)"])
-        // Sets that made a link still up are stopped: they take a new address when they resume.
-        let advertising = peripheralState.setsOnAir
+        // Sets that made a link still up are stopped: they take a new address when they
+        // resume. A set with an event limit keeps its address until it ends (a restart
+        // would count its events again).
+        let advertising = peripheralState.setsOnAir.filter { peripheralState.advertising[$0]?.maximumEvents == nil }
         if !advertising.isEmpty, usesExtendedCommands || (centralState.scans.isEmpty && centralState.connectWaiter == nil) {
             // After any change under way, with what the application asks for then.
             for s in advertising {

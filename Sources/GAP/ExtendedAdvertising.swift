@@ -28,10 +28,12 @@ extension Advertiser {
     /// (`connectableExtendedDataLength`).
     /// With `randomAddress` the set advertises from it (LE Set Advertising Set Random
     /// Address, own address type random); else from the public address. The other
-    /// sets the controller advertises are left as they are.
+    /// sets the controller advertises are left as they are. `duration` (10 ms units) and
+    /// `maximumEvents` end the set by themselves (LE Advertising Set Terminated); 0: no limit.
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
-                                     randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0) async throws {
+                                     randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0,
+                                     duration: UInt16 = 0, maximumEvents: UInt8 = 0) async throws {
         var adv = data.bytes
         var rsp = scanResponse?.bytes ?? []
         let legacy = adv.count <= 31 && rsp.count <= 31
@@ -58,7 +60,8 @@ extension Advertiser {
         if legacy, properties != 0x10 {
             for c in fragments(rsp, LESetExtendedScanResponseData.self, handle: handle) { try await controller.send(c) }
         }
-        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [.init(advertisingHandle: handle)]))
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [
+            .init(advertisingHandle: handle, duration: duration, maxExtendedAdvertisingEvents: maximumEvents)]))
     }
 
     /// Stops the sets `handles` (set 0 unless told); an empty list stops every set
@@ -68,10 +71,10 @@ extension Advertiser {
     }
 
     /// Enables sets whose parameters and data the controller holds already (as after
-    /// `stopExtended`).
-    public static func resumeExtended(_ controller: HCIController, handles: [UInt8]) async throws {
-        guard !handles.isEmpty else { return }
-        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: handles.map { .init(advertisingHandle: $0) }))
+    /// `stopExtended`), each with its own duration and event limit.
+    public static func resumeExtended(_ controller: HCIController, sets: [LESetExtendedAdvertisingEnable.AdvertisingSet]) async throws {
+        guard !sets.isEmpty else { return }
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: sets))
     }
 
     /// Stops set `handle` and has the controller forget it (LE Remove Advertising Set, §7.8.59).

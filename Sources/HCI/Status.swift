@@ -22,7 +22,11 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let unspecifiedError = HCIStatus(rawValue: 0x1F)
     /// Connection Terminated due to MIC Failure: the two sides' keys differ.
     public static let connectionTerminatedDueToMICFailure = HCIStatus(rawValue: 0x3D)
+    /// Advertising Timeout: an advertising set's Duration elapsed (§7.7.65.18).
+    public static let advertisingTimeout = HCIStatus(rawValue: 0x3C)
     public static let unknownAdvertisingIdentifier = HCIStatus(rawValue: 0x42)
+    /// Limit Reached: an advertising set sent its Max_Extended_Advertising_Events (§7.7.65.18).
+    public static let limitReached = HCIStatus(rawValue: 0x43)
     public static let operationCancelledByHost = HCIStatus(rawValue: 0x44)
     public static let packetTooLong = HCIStatus(rawValue: 0x45)
 

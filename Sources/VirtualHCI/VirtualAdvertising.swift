@@ -3,9 +3,11 @@
 // the host asks for what the spec does not allow, and what goes on air (`AirAdvertisement`),
 // from a set or from the legacy commands (§7.8.5–§7.8.9).
 //
-// Time is not modelled (see VirtualRadio): a set's Duration and
-// Max_Extended_Advertising_Events are checked but never end it; a set advertises
-// until it is disabled, removed, or a central connects to it.
+// A set advertises until it is disabled, removed, a central connects to it, or a
+// limit of LE Set Extended Advertising Enable ends it (LE Advertising Set Terminated):
+// its Duration, kept with the loop's clock (Advertising Timeout), or its
+// Max_Extended_Advertising_Events (Limit Reached). Advertising events are what the
+// radio models (see VirtualRadio): one when the set is enabled, one at every `tick()`.
 
 import HCI
 
@@ -83,6 +85,13 @@ struct AdvertisingSets {
         var partialData = false
         var partialScanResponse = false
         var enabled = false
+        /// This enabling's limits (§7.8.56): Duration in 10 ms units, events (0: none).
+        var duration: UInt16 = 0
+        var maximumEvents: UInt8 = 0
+        /// Advertising events sent since this enabling.
+        var events = 0
+        /// Which enabling this is: a Duration timer ends only the enabling that armed it.
+        var run: UInt64 = 0
 
         var legacy: Bool { properties & 0x10 != 0 }
         var connectable: Bool { properties & 0x01 != 0 }
@@ -98,6 +107,7 @@ struct AdvertisingSets {
     static let legacyDataLength = LESetExtendedAdvertisingParameters.legacyDataLimit
 
     private(set) var sets: [UInt8: AdvertisingSet] = [:]
+    private var runs: UInt64 = 0
 
     var anyEnabled: Bool { sets.values.contains { $0.enabled } }
 
@@ -214,11 +224,44 @@ struct AdvertisingSets {
             if s.ownAddressType.rawValue & 1 == 1, s.randomAddress == nil { return (.invalidCommandParameters, []) }
         }
         var started: [UInt8] = []
-        for e in c.sets where sets[e.advertisingHandle]?.enabled == false {
-            sets[e.advertisingHandle]?.enabled = true
-            started.append(e.advertisingHandle)
+        for e in c.sets {
+            guard var s = sets[e.advertisingHandle] else { continue }
+            if !s.enabled { started.append(e.advertisingHandle) }
+            // Enabling an enabled set again restarts its Duration and event count with the new values.
+            runs += 1
+            (s.enabled, s.duration, s.maximumEvents, s.events, s.run) = (true, e.duration, e.maxExtendedAdvertisingEvents, 0, runs)
+            sets[e.advertisingHandle] = s
         }
         return (.success, started)
+    }
+
+    /// One advertising event of each set in `handles` that is enabled: the sets that
+    /// reached their Max_Extended_Advertising_Events stop, returned with their count.
+    mutating func advertisingEvent(_ handles: [UInt8]) -> [(handle: UInt8, events: Int)] {
+        var ended: [(UInt8, Int)] = []
+        for h in handles {
+            guard var s = sets[h], s.enabled else { continue }
+            s.events += 1
+            if s.maximumEvents != 0, s.events >= Int(s.maximumEvents) {
+                s.enabled = false
+                ended.append((h, s.events))
+            }
+            sets[h] = s
+        }
+        return ended
+    }
+
+    /// The handles of the enabled sets.
+    var enabledHandles: [UInt8] { sets.keys.sorted().filter { sets[$0]?.enabled == true } }
+
+    /// Enabling `run` of set `handle` reached its Duration: it stops, if still that
+    /// enabling. Returns the Num_Completed_Extended_Advertising_Events to report (the
+    /// count when a maximum was set, else 0, §7.7.65.18), or nil when nothing ended.
+    mutating func durationElapsed(_ handle: UInt8, run: UInt64) -> Int? {
+        guard var s = sets[handle], s.enabled, s.run == run else { return nil }
+        s.enabled = false
+        sets[handle] = s
+        return s.maximumEvents != 0 ? s.events : 0
     }
 
     /// LE Remove Advertising Set (§7.8.59).

@@ -387,9 +387,22 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leSetExtendedScanResponseData:
             complete(op, status: sets.setData(try LESetExtendedScanResponseData.decode(p), scanResponse: true))
         case .leSetExtendedAdvertisingEnable:
-            let (s, started) = sets.enable(try LESetExtendedAdvertisingEnable.decode(p))
+            let c = try LESetExtendedAdvertisingEnable.decode(p)
+            let (s, started) = sets.enable(c)
             complete(op, status: s)
-            if !started.isEmpty { await radio?.advertisingStarted(self) }
+            guard s.isSuccess, c.enable else { break }
+            for e in c.sets where e.duration != 0 {
+                guard let run = sets.sets[e.advertisingHandle]?.run else { continue }
+                let h = e.advertisingHandle
+                _ = LoopTimer(after: .milliseconds(10 * Int(e.duration)), on: loop) { [weak self] in
+                    self?.onLoop { $0.durationElapsed(h, run: run) }
+                }
+            }
+            if !started.isEmpty {
+                await radio?.advertisingStarted(self)
+                // That was the started sets' first advertising event.
+                advertisingEvent(started)
+            }
         case .leRemoveAdvertisingSet:
             complete(op, status: sets.remove(try LERemoveAdvertisingSet.decode(p).advertisingHandle))
         case .leClearAdvertisingSets:
@@ -533,6 +546,27 @@ public actor VirtualController: HCITransport, LoopIsolated {
         if activeScan, b.scannable, firstTime("rsp " + key) { send(b.scanResponse, type: b.extendedReportType | 0x08) }
     }
 
+    /// An advertising event of the enabled sets `handles` (all of them unless told):
+    /// those that reached their Max_Extended_Advertising_Events end with Limit Reached.
+    func advertisingEvent(_ handles: [UInt8]? = nil) {
+        for (h, n) in sets.advertisingEvent(handles ?? sets.enabledHandles) {
+            setTerminated(LEAdvertisingSetTerminated(status: .limitReached, advertisingHandle: h, connectionHandle: 0,
+                                                     numCompletedExtendedAdvertisingEvents: UInt8(clamping: n)))
+        }
+    }
+
+    /// A set's Duration elapsed: it ends with Advertising Timeout.
+    private func durationElapsed(_ handle: UInt8, run: UInt64) {
+        guard let n = sets.durationElapsed(handle, run: run) else { return }
+        setTerminated(LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: handle, connectionHandle: 0,
+                                                 numCompletedExtendedAdvertisingEvents: UInt8(clamping: n)))
+    }
+
+    /// LE Advertising Set Terminated, when the host unmasked it (LE event mask bit 17).
+    private func setTerminated(_ t: LEAdvertisingSetTerminated) {
+        if leEventMask & 1 << 17 != 0 { emit(.le(.advertisingSetTerminated(t))) }
+    }
+
     func connected(handle: UInt16, role: ConnectionRole, peer: (BluetoothAddress, AddressType), set: UInt8? = nil) {
         connections[handle] = peer.0
         if role == .peripheral {
@@ -542,9 +576,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
         }
         emitConnectionComplete(LEEnhancedConnectionComplete(connectionHandle: handle, role: role, peerAddressType: peer.1, peerAddress: peer.0))
         // §7.7.65.18: after the connection's event, the set that it ended.
-        if role == .peripheral, let set, leEventMask & 1 << 17 != 0 {
-            emit(.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: set, connectionHandle: handle))))
-        }
+        if role == .peripheral, let set { setTerminated(LEAdvertisingSetTerminated(advertisingHandle: set, connectionHandle: handle)) }
     }
 
     /// LE Enhanced Connection Complete when this controller has it and the host

@@ -6,11 +6,12 @@
 // buffer accounting (Number Of Completed Packets), Disconnect ends the link on both
 // sides with its reason.
 //
-// Time: nothing happens on a timer. Advertising is reported when a scanner starts
-// scanning, when an advertiser starts advertising or changes its data, and on every
-// `tick()` (the test, or a driver, decides when time passes). Everything a host
-// sends is handled in order, so a run with the same host commands gives the same
-// bytes on every controller.
+// Time: advertising is reported when a scanner starts scanning, when an advertiser
+// starts advertising or changes its data, and on every `tick()` (the test, or a
+// driver, decides when time passes); a tick is one advertising event of every set (an
+// event limit counts them). Only an advertising set's Duration runs on the loop's
+// clock. Everything a host sends is handled in order, so a run with the same host
+// commands gives the same bytes on every controller.
 
 import Foundation
 import HCI
@@ -81,15 +82,16 @@ public actor VirtualRadio: LoopIsolated {
         return Int8(Swift.max(-127, Swift.min(20, v.rounded())))
     }
 
-    /// Lets time pass: every advertiser is heard once more by every scanner.
+    /// Lets time pass: every advertiser is heard once more by every scanner, one
+    /// advertising event of each of its sets.
     public func tick() async {
         var scanners: [VirtualController] = []
         for s in controllers where await s.isScanning { scanners.append(s) }
-        guard !scanners.isEmpty else { return }
         for a in controllers {
             let on = await a.broadcasts
             guard !on.isEmpty else { continue }
             for s in scanners where s !== a { await s.hear(on, rssi: await rssi(from: a, to: s)) }
+            await a.advertisingEvent()
         }
     }
 

@@ -413,6 +413,8 @@ extension Gatt {
                             guard let h = published.handle(of: c) else { continue }
                             report([("event", .string("subscription")), ("handle", .int(Int(h))), ("notify", .bool(n)), ("indicate", .bool(i)), ("connection", .int(Int(central.handle)))],
                                    "subscription 0x\(String(h, radix: 16)): notify=\(n) indicate=\(i)")
+                        case .advertisingEnded:
+                            break  // gatt serve advertises with no duration or event limit
                         }
                     }
                 }

@@ -184,7 +184,7 @@ struct Advertise: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "TX Power Level to advertise (dBm, -127 to 20), e.g. --tx-power -8.") var txPower: Int?
     @Flag(help: "Non-connectable advertising.") var nonConnectable = false
     @Option(name: .customLong("set"), help: ArgumentHelp(
-        "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable.",
+        "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable, duration=MS (10 to 655350: the set ends then), events=N (1 to 255: the set ends after N advertising events).",
         valueName: "SPEC")) var sets: [String] = []
     @Option(parsing: .unconditional, help: "Seconds to advertise (0.1 to 86400).") var duration: Double = 30
 
@@ -254,6 +254,12 @@ struct Advertise: AsyncParsableCommand {
         defer { writer?.close() }
         do {
             try await host.start()
+            // Sets given a duration or an event limit end by themselves: each end is reported.
+            let ends = host.peripheral.events()
+            let endReporter = Task {
+                for await case let .advertisingEnded(set, reason) in ends { reportEnd(set: set.handle, reason) }
+            }
+            defer { endReporter.cancel() }
             try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable)
             func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool) {
                 if options.json {
@@ -267,11 +273,13 @@ struct Advertise: AsyncParsableCommand {
             report(set: 0, d, rsp, connectable: !nonConnectable)
             for s in sets {
                 let spec = try AdvertisingSetSpec(parsing: s)
-                let set = try await host.peripheral.addAdvertisingSet(spec.data, connectable: spec.connectable, intervalMilliseconds: spec.intervalMilliseconds)
+                let set = try await host.peripheral.addAdvertisingSet(spec.data, connectable: spec.connectable, intervalMilliseconds: spec.intervalMilliseconds,
+                                                                      duration: spec.duration, maximumEvents: spec.maximumEvents)
                 report(set: set.handle, spec.data, nil, connectable: spec.connectable)
             }
             fflush(nil)
             await Interrupt.sleep(for: cliDuration(seconds: duration))
+            endReporter.cancel()
             await host.shutdown()
             if options.json { emit(.object([("event", .string("stopped"))])) }
         } catch let e as AdvertisingDataError {
@@ -282,14 +290,35 @@ struct Advertise: AsyncParsableCommand {
             throw CLIError("advertise failed: \(error)")
         }
     }
+
+    /// One set a limit ended: an `advertising_ended` line.
+    func reportEnd(set: UInt8, _ reason: AdvertisingEndReason) {
+        var fields: [(String, JSONValue)] = [("event", .string("advertising_ended")), ("set", .int(Int(set)))]
+        let text: String
+        switch reason {
+        case .durationElapsed:
+            fields.append(("reason", .string("duration")))
+            text = "its duration elapsed"
+        case let .eventLimitReached(n):
+            fields += [("reason", .string("event_limit")), ("events", .int(n))]
+            text = "it sent its \(n) advertising events"
+        case let .controller(status):
+            fields += [("reason", .string("controller")), ("status", .int(Int(status.rawValue)))]
+            text = "the controller ended it: \(status)"
+        }
+        if options.json { emit(.object(fields)) } else { print("set \(set) stopped advertising: \(text)") }
+        fflush(nil)
+    }
 }
 
 /// One `btctl advertise --set` argument: comma-separated name=TEXT, service=UUID
-/// (repeatable), manufacturer=COMPANY:HEX, interval=MS, connectable.
+/// (repeatable), manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N.
 struct AdvertisingSetSpec {
     var data = AdvertisingData()
     var connectable = false
     var intervalMilliseconds = 100.0
+    var duration: Duration?
+    var maximumEvents: Int?
 
     init(parsing spec: String) throws {
         data.flags = 0x06
@@ -311,8 +340,16 @@ struct AdvertisingSetSpec {
                     throw ValidationError("--set: interval must be between 20 and 10240 ms, not '\(v)'")
                 }
                 intervalMilliseconds = ms
+            case let ("duration", v?):
+                guard let ms = Int(v), (10...655_350).contains(ms) else {
+                    throw ValidationError("--set: duration must be between 10 and 655350 ms, not '\(v)'")
+                }
+                duration = .milliseconds(ms)
+            case let ("events", v?):
+                guard let n = Int(v), (1...255).contains(n) else { throw ValidationError("--set: events must be between 1 and 255, not '\(v)'") }
+                maximumEvents = n
             default:
-                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable")
+                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N")
             }
         }
         guard data.localName != nil || !data.serviceUUIDs.isEmpty || !data.manufacturerData.isEmpty else {

@@ -121,6 +121,28 @@ import Testing
         #expect(beacon?["connectable"] as? Bool == false, "\(scan.out)")
     }
 
+    /// `btctl advertise --set ...,events=N` and `--set ...,duration=MS` on the virtual
+    /// radio's Bluetooth 5 controllers (which tick every 50 ms: one advertising event
+    /// each): both sets end by themselves, each reported by an `advertising_ended` line,
+    /// while the main advertisement goes on; limits out of range are refused.
+    @Test func advertiseSetsWithLimitsEnd() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        for (spec, says) in [("name=x,duration=5", "duration must be between 10 and 655350 ms"), ("name=x,events=0", "events must be between 1 and 255")] {
+            let bad = try await Self.run(["advertise", "-t", "virtual5", "--set", spec])
+            #expect(bad.status == 64 && bad.out.contains(says), "\(bad.out)")
+        }
+        let adv = try await Self.run(["advertise", "-t", "virtual5", "--json", "--duration", "2", "--name", "main",
+                                      "--set", "name=burst,events=3", "--set", "name=short,duration=300"])
+        #expect(adv.status == 0, "\(adv.out)")
+        let lines = try JSONSchemaTests.check(adv.out, against: "advertise")
+        let ended = lines.filter { $0["event"] as? String == "advertising_ended" }
+        #expect(ended.count == 2, "\(adv.out)")
+        let bySet = Dictionary(ended.compactMap { l in (l["set"] as? Int).map { ($0, l) } }, uniquingKeysWith: { a, _ in a })
+        #expect(bySet[1]?["reason"] as? String == "event_limit" && bySet[1]?["events"] as? Int == 3, "\(adv.out)")
+        #expect(bySet[2]?["reason"] as? String == "duration", "\(adv.out)")
+        #expect(lines.last?["event"] as? String == "stopped", "\(adv.out)")
+    }
+
     /// Ctrl-C during a scan: scanning stops before the exit, the trace is complete, 130.
     @Test func sigintEndsAScanCleanly() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
