@@ -56,7 +56,7 @@ extension BluetoothHost {
                 w.continuation.resume(returning: conn)
             }
         case let .disconnected(c, reason):
-            guard let conn = links.active.removeValue(forKey: c.handle) else { return }
+            guard let conn = links.remove(c.handle) else { return }
             registry.disconnected(handle: c.handle)
             links.securityRequested.remove(c.handle)
             // The reason first (operations failing on the dead bearer ask for it at once),

@@ -775,14 +775,15 @@ extension BluetoothHost {
     func handle(_ e: GATTServer.Event) async {
         switch e {
         case let .written(h, v, conn):
-            guard let central = links.active[conn] else { return }
+            guard let central = links.serverLink(conn) else { return }
             if let c = lookup(h) {
                 peripheralBroadcast.yield(.written(c, value: v, central: central))
             } else if let d = lookupDescriptor(h) {
                 peripheralBroadcast.yield(.descriptorWritten(d, value: v, central: central))
             }
         case let .subscription(h, conn, n, i):
-            guard let central = links.active[conn] else { return }
+            // A link that has ended reported its subscriptions as ended already.
+            guard links.departing[conn] == nil, let central = links.active[conn] else { return }
             if let c = lookup(h) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i)) }
             // A bonded client's subscriptions persist across connections.
             await saveClientRecord(conn)
@@ -792,7 +793,9 @@ extension BluetoothHost {
             securityNeeded(connection: conn, level: level)
         case let .signCounter(conn, counter):
             await security.savePeerSignCounter(counter, handle: conn)
-        case .connected, .disconnected:
+        case let .disconnected(conn):
+            links.serverForgot(conn)
+        case .connected:
             break
         }
     }

@@ -54,7 +54,7 @@ import Testing
         let p = room.peripherals[0].peripheral
         let events = p.events()
         try await p.startAdvertising(AdvertisingSetsTests.named("main"))
-        let short = try await p.addAdvertisingSet(AdvertisingSetsTests.named("short"), duration: .milliseconds(300))
+        let short = try await p.addAdvertisingSet(AdvertisingSetsTests.named("short"), duration: .milliseconds(1_500))
         #expect(try await Self.names(heardBy: room.central) == ["main", "short"])
         let end = try #require(await Self.ended(events))
         #expect(end.0 == short && end.1 == .durationElapsed)
@@ -72,7 +72,7 @@ import Testing
             guard case let BLEError.notSupported(why) = error else { return false }
             return why.contains("extended commands")
         }
-        try await p.startAdvertising(AdvertisingSetsTests.named("legacy"), duration: .milliseconds(300))
+        try await p.startAdvertising(AdvertisingSetsTests.named("legacy"), duration: .milliseconds(1_500))
         #expect(try await Self.names(heardBy: room.central) == ["legacy"])
         let end = try #require(await Self.ended(events))
         #expect(end.0.handle == 0 && end.1 == .durationElapsed)
@@ -108,19 +108,20 @@ import Testing
         let host = room.peripherals[0]
         let events = host.peripheral.events()
         let links = host.connectionEvents()
-        let door = try await host.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true, duration: .seconds(1))
+        let started = ContinuousClock.now
+        let door = try await host.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true, duration: .seconds(3))
         let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
-        try await Task.sleep(for: .milliseconds(1_300))
+        try await Task.sleep(until: started + .milliseconds(3_300))
         try await remote.disconnect()
         for await e in links { if case .disconnected = e { break } }
-        // Heard at once if it resumed (with its whole duration, it would go on for 1 s).
+        // Heard at once if it resumed (with its whole duration, it would go on for 3 s).
         #expect(try await Self.names(heardBy: room.central).isEmpty)
         let end = try #require(await Self.ended(events))
         #expect(end.0 == door && end.1 == .durationElapsed)
         #expect(await host.peripheral.advertisingSets == [door])
     }
 
-    /// On Rootcanal: a 20 ms set with 5 events and a set with 600 ms both end by
+    /// On Rootcanal: a 20 ms set with 5 events and a set with 2 s both end by
     /// themselves and are not heard after. Rootcanal 1.10 reports the event limit with
     /// Advertising Timeout (0x3C) instead of Limit Reached (0x43); the host still says
     /// which limit it was.
@@ -144,7 +145,7 @@ import Testing
         #expect(e1.0 == burst)
         guard case let .eventLimitReached(n) = e1.1 else { Issue.record("\(e1.1)"); return }
         #expect(n == 5)
-        let short = try await p.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("rc-short"), duration: .milliseconds(600))
+        let short = try await p.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("rc-short"), duration: .seconds(2))
         // The ended set keeps its handle.
         #expect(short.handle == 2)
         func names() async throws -> Set<String> {
