@@ -669,6 +669,10 @@ extension BluetoothHost {
                                                duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents)
             peripheralState.advertisingLinks[set] = nil
             if let address { advertisingSetAddressSet(address, set: set) }
+            // An end handled while these commands were under way may be the previous
+            // enabling's or this one's (the host's tasks do not tell): the host and the
+            // controller agree that the set is off air either way.
+            if peripheralState.advertisingEnded.contains(set) { try await Advertiser.stopExtended(controller, handles: [set]) }
         } else {
             let generation = own.generation, address = legacyAdvertisingAddress()
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
@@ -683,11 +687,6 @@ extension BluetoothHost {
                     Task { await self.legacyAdvertisingDurationElapsed() }
                 }
             }
-        }
-        // The controller ended the set's previous run while this restart was under way
-        // (LE Advertising Set Terminated came between the commands): it stays ended.
-        if peripheralState.advertisingEnded.contains(set) {
-            if usesExtendedCommands { try await Advertiser.stopExtended(controller, handles: [set]) } else { try await Advertiser.stop(controller) }
         }
     }
 

@@ -45,6 +45,11 @@ import Testing
         #expect(await p.advertisingSets == [burst])
         try await p.updateAdvertisingSet(burst, data: AdvertisingSetsTests.named("burst-2"))
         #expect(try await Self.names(heardBy: room.central) == ["main", "burst-2"])
+        // One event: the radio's controller ends the set right after answering the
+        // enable; that end is this enabling's, and is reported.
+        let once = try await p.addAdvertisingSet(AdvertisingSetsTests.named("once"), maximumEvents: 1)
+        let end1 = try #require(await Self.ended(events))
+        #expect(end1.0 == once && end1.1 == .eventLimitReached(events: 1))
     }
 
     /// A set with a duration ends with Advertising Timeout when it elapses.
