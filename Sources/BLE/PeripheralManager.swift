@@ -255,7 +255,8 @@ public struct PeripheralManager: Sendable {
     }
 
     /// Replaces what a set advertises (the set restarts with it, keeping its address,
-    /// and its limits count from now).
+    /// and its limits count from now). A connectable set stopped for a link it made
+    /// stays stopped and takes the new data when it resumes, at that link's end.
     public func updateAdvertisingSet(_ set: AdvertisingSet, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = false, intervalMilliseconds: Double = 100,
                                      duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
@@ -531,7 +532,15 @@ extension BluetoothHost {
         peripheralState.advertisingDeadlines[set] = a?.duration.map { now + $0 }
         peripheralState.advertisingEnded.remove(set)
         do {
-            try await withAdvertisingLock { if let a { try await startAdvertisingNow(a, set: set) } else { try await stopAdvertisingNow(set: set) } }
+            try await withAdvertisingLock {
+                guard let a else { return try await stopAdvertisingNow(set: set) }
+                // A set stopped for a link it made takes what it is given when it resumes,
+                // at that link's end (re-enabled while the link is up, Rootcanal 1.10 never
+                // connects to it again); the data is checked now.
+                guard usesExtendedCommands, peripheralState.advertisingLinks[set] != nil else { return try await startAdvertisingNow(a, set: set) }
+                _ = try Advertiser.extendedPDUs(data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31)
+            }
         } catch {
             peripheralState.advertising[set] = previous.0
             peripheralState.advertisingDeadlines[set] = previous.1

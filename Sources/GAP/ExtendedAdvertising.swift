@@ -34,20 +34,8 @@ extension Advertiser {
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                      randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0,
                                      duration: UInt16 = 0, maximumEvents: UInt8 = 0) async throws {
-        var adv = data.bytes
-        var rsp = scanResponse?.bytes ?? []
-        let legacy = adv.count <= 31 && rsp.count <= 31
-        let properties: UInt16
-        if legacy {
-            // Legacy PDUs: ADV_IND 0b10011, ADV_SCAN_IND 0b10010, ADV_NONCONN_IND 0b10000.
-            properties = connectable ? 0x13 : (rsp.isEmpty ? 0x10 : 0x12)
-        } else {
-            adv += rsp
-            rsp = []
-            properties = connectable ? 0x01 : 0x00
-            let limit = connectable ? Swift.min(maximumLength, connectableExtendedDataLength) : maximumLength
-            guard adv.count <= limit else { throw AdvertisingDataError.tooLong(length: adv.count, limit: limit) }
-        }
+        let (adv, rsp, properties) = try extendedPDUs(data: data, scanResponse: scanResponse, connectable: connectable, maximumLength: maximumLength)
+        let legacy = properties & 0x10 != 0
         let units = UInt32(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
         _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: handle)]))
         try await controller.send(LESetExtendedAdvertisingParameters(
@@ -62,6 +50,21 @@ extension Advertiser {
         }
         try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [
             .init(advertisingHandle: handle, duration: duration, maxExtendedAdvertisingEvents: maximumEvents)]))
+    }
+
+    /// What `startExtended` puts in a set: its advertising data, scan response data and
+    /// Advertising_Event_Properties. Throws `AdvertisingDataError.tooLong` as it does,
+    /// so a host can check data it will send later.
+    public static func extendedPDUs(data: AdvertisingData, scanResponse: AdvertisingData?, connectable: Bool,
+                                    maximumLength: Int) throws -> (data: [UInt8], scanResponse: [UInt8], properties: UInt16) {
+        let adv = data.bytes, rsp = scanResponse?.bytes ?? []
+        if adv.count <= 31 && rsp.count <= 31 {
+            // Legacy PDUs: ADV_IND 0b10011, ADV_SCAN_IND 0b10010, ADV_NONCONN_IND 0b10000.
+            return (adv, rsp, connectable ? 0x13 : (rsp.isEmpty ? 0x10 : 0x12))
+        }
+        let limit = connectable ? Swift.min(maximumLength, connectableExtendedDataLength) : maximumLength
+        guard adv.count + rsp.count <= limit else { throw AdvertisingDataError.tooLong(length: adv.count + rsp.count, limit: limit) }
+        return (adv + rsp, [], connectable ? 0x01 : 0x00)
     }
 
     /// Stops the sets `handles` (set 0 unless told); an empty list stops every set

@@ -65,6 +65,30 @@ import Testing
         #expect(await p.advertisingSets == [beacon, door, long])
     }
 
+    /// A connectable set stopped for a link it made stays stopped when the application
+    /// updates it (Rootcanal 1.10 never connects again to a set re-enabled while its
+    /// link is up) and resumes with the new data when the link ends; the data is
+    /// checked at the update.
+    @Test func anUpdateWhileTheSetsLinkIsUpWaitsForItsEnd() async throws {
+        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let host = room.peripherals[0], p = host.peripheral
+        let links = host.connectionEvents()
+        try await p.startAdvertising(Self.named("main"), connectable: false)
+        let door = try await p.addAdvertisingSet(Self.named("door"), connectable: true)
+        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        for await e in links { if case .connected = e { break } }
+        try await p.updateAdvertisingSet(door, data: Self.named("door-2"), connectable: true)
+        let tooLong = ExtendedFacadeTests.manufacturer(300)
+        await #expect(throws: AdvertisingDataError.tooLong(length: tooLong.bytes.count, limit: 246)) {
+            try await p.updateAdvertisingSet(door, data: tooLong, connectable: true)
+        }
+        #expect(try await Self.heard(by: room.central) == [room.addresses[0]: ["main"]])
+        try await remote.disconnect()
+        for await e in links { if case .disconnected = e { break } }
+        #expect(try await Self.heard(by: room.central) == [room.addresses[0]: ["main", "door-2"]])
+    }
+
     /// A controller driven with the legacy commands has one advertisement.
     @Test func legacyCommandsHaveOneSet() async throws {
         let room = try await Room(peripherals: 1)
