@@ -131,12 +131,7 @@ import Testing
     /// Advertising Timeout (0x3C) instead of Limit Reached (0x43); the host still says
     /// which limit it was.
     @Test func onRootcanalLimitsEndSets() async throws {
-        let binary: String
-        do { binary = try RootcanalProcess.locate(packageRoot: Bench.root) } catch {
-            if Bench.required { throw error }
-            return
-        }
-        let rc = try await RootcanalProcess.launch(binary: binary)
+        guard let rc = try await Bench.launchRootcanal() else { return }
         defer { rc.stop() }
         let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
         let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)

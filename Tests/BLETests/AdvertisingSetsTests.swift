@@ -160,12 +160,7 @@ import Testing
     /// otherwise). Set 1's resumption stops every set for it and set 0 goes on after:
     /// both are heard again, from different addresses.
     @Test func onRootcanalSetsResumeAroundTheResolvingList() async throws {
-        let binary: String
-        do { binary = try RootcanalProcess.locate(packageRoot: Bench.root) } catch {
-            if Bench.required { throw error }
-            return
-        }
-        let rc = try await RootcanalProcess.launch(binary: binary)
+        guard let rc = try await Bench.launchRootcanal() else { return }
         defer { rc.stop() }
         let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger, security: SecurityOptions(random: .seeded(43), privacy: PrivacyOptions()))
         let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger, security: SecurityOptions(random: .seeded(44)))

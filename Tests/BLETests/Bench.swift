@@ -42,6 +42,17 @@ struct Bench: Sendable {
         return l
     }()
 
+    /// A Rootcanal of its own for one test; nil when it is not installed and the
+    /// interop run is not required.
+    static func launchRootcanal() async throws -> RootcanalProcess? {
+        let binary: String
+        do { binary = try RootcanalProcess.locate(packageRoot: root) } catch {
+            if required { throw error }
+            return nil
+        }
+        return try await RootcanalProcess.launch(binary: binary)
+    }
+
     /// Nil when Rootcanal is not installed and the interop run is not required.
     static func make(_ kind: BenchKind) async throws -> Bench? {
         switch kind {
@@ -58,12 +69,7 @@ struct Bench: Sendable {
                          stopAll: { await central.close(); await peripheral.close() }, stopProcesses: {}, modelsDistance: true,
                          setDistance: { await radio.setDistance($0, between: a, and: b) })
         case .rootcanal:
-            let binary: String
-            do { binary = try RootcanalProcess.locate(packageRoot: root) } catch {
-                if required { throw error }
-                return nil
-            }
-            let rc = try await RootcanalProcess.launch(binary: binary)
+            guard let rc = try await launchRootcanal() else { return nil }
             do {
                 let central = BluetoothHost(transport: try recorded("central", StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger)), logger: logger)
                 let peripheral = BluetoothHost(transport: try recorded("peripheral", StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: logger)), logger: logger)
