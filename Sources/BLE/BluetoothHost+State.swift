@@ -126,6 +126,11 @@ extension BluetoothHost {
         var advertisingEnded: Set<UInt8> = []
         /// The host's timer for a duration on a controller driven with the legacy commands.
         var legacyAdvertisingTimer: LoopTimer?
+
+        mutating func cancelLegacyAdvertisingTimer() {
+            legacyAdvertisingTimer?.cancel()
+            legacyAdvertisingTimer = nil
+        }
         /// The sets the controller advertises now (not stopped for a link, not ended), by handle.
         var setsOnAir: [UInt8] { advertising.keys.filter { advertisingLinks[$0] == nil && !advertisingEnded.contains($0) }.sorted() }
         /// One advertising change at a time (`withAdvertisingLock`): the application's

@@ -433,8 +433,7 @@ public actor BluetoothHost: LoopIsolated {
         setState(.transportClosed(reason))
         own.timer?.cancel()
         own.timer = nil
-        peripheralState.legacyAdvertisingTimer?.cancel()
-        peripheralState.legacyAdvertisingTimer = nil
+        peripheralState.cancelLegacyAdvertisingTimer()
         let gone = links.active.values
         links.active.removeAll()
         for c in gone { linkEnded(c, .transportClosed(reason)) }

@@ -1,0 +1,337 @@
+// Advertising, the peripheral role's way to be found (FA05): `startAdvertising`'s
+// advertisement (set 0) and the advertising sets beside it (extended commands only),
+// each with its limits (a duration, a maximum number of advertising events). The host
+// keeps what each set advertises, restarts it when a link it made ends, a private
+// address changes or the controller is reset, and reports a set a limit ended.
+
+import GAP
+import HCI
+
+/// An advertising set beside `startAdvertising`'s (`PeripheralManager.addAdvertisingSet`):
+/// the controller advertises each set with its own data, interval and connectability
+/// and, under privacy, from its own resolvable private address.
+public struct AdvertisingSet: Hashable, Sendable, CustomStringConvertible {
+    /// The controller's Advertising_Handle (1 or more; `startAdvertising` uses 0).
+    public let handle: UInt8
+    public var description: String { "advertising set \(handle)" }
+}
+
+struct AdvertisingConfiguration: Sendable, Equatable {
+    var data: AdvertisingData
+    var scanResponse: AdvertisingData?
+    var connectable: Bool
+    var intervalMilliseconds: Double
+    /// How long the advertisement lasts from the application's start (nil: until stopped).
+    var duration: Duration? = nil
+    /// How many advertising events each enabling of the set sends at most (nil: no limit).
+    var maximumEvents: Int? = nil
+
+    /// The longest Duration LE Set Extended Advertising Enable takes: 0xFFFF × 10 ms.
+    static let longestDuration = Duration.milliseconds(655_350)
+
+    /// Checks the limits: a duration of 10 ms to 655.35 s (the controller counts in
+    /// 10 ms units; the host keeps a legacy controller's to the same range), 1 to 255
+    /// events, and events only where the controller counts them (the extended commands).
+    func validate(extendedCommands: Bool) throws {
+        if let d = duration, d < .milliseconds(10) || d > Self.longestDuration {
+            throw BLEError.invalidArgument("an advertising duration is 10 ms to 655.35 s, not \(d)")
+        }
+        if let m = maximumEvents {
+            guard (1...255).contains(m) else { throw BLEError.invalidArgument("maximumEvents is 1 to 255, not \(m)") }
+            guard extendedCommands else {
+                throw BLEError.notSupported("a maximum number of advertising events needs a controller driven with the extended commands (usesExtendedCommands)")
+            }
+        }
+    }
+}
+
+/// Why an advertisement ended by itself (`PeripheralEvent.advertisingEnded`).
+public enum AdvertisingEndReason: Hashable, Sendable {
+    /// Its `duration` elapsed (LE Advertising Set Terminated with Advertising Timeout,
+    /// or the host's own timer on a controller driven with the legacy commands).
+    case durationElapsed
+    /// It sent its `maximumEvents` advertising events (Limit Reached); `events` is the
+    /// controller's count.
+    case eventLimitReached(events: Int)
+    /// The controller ended it for another reason (LE Advertising Set Terminated's status).
+    case controller(HCIStatus)
+}
+
+extension PeripheralManager {
+    // MARK: FA05
+
+    /// Starts advertising (and resumes it after each central connects or leaves, until
+    /// `stopAdvertising`). Legacy PDUs carry 31 bytes each of advertisement and scan
+    /// response; a controller with extended advertising (`usesExtendedCommands`) takes
+    /// more, as extended PDUs (the scan response then joins the advertisement; only
+    /// extended scanners hear it). Throws `AdvertisingDataError.tooLong` saying how much fits.
+    ///
+    /// Limits, as BlueZ's advertising Timeout, Android's advertising sets and Bumble's
+    /// `start(duration:max_advertising_events:)` have them (`BLEError.invalidArgument`
+    /// outside their ranges):
+    /// - `duration` (10 ms to 655.35 s): the advertisement's lifetime from this call,
+    ///   kept by the controller (Duration of LE Set Extended Advertising Enable) or, on a
+    ///   controller driven with the legacy commands, by the host. Restarts by the host
+    ///   (a new private address, after a link it made) take only what is left of it.
+    /// - `maximumEvents` (1 to 255; the extended commands only, else
+    ///   `BLEError.notSupported`): the controller stops after that many advertising
+    ///   events. The count starts again when the host restarts the set after a link it
+    ///   made or around a resolving-list update; a new private address does not restart
+    ///   it (the set keeps its address until it ends).
+    ///
+    /// When a limit ends it, `events()` delivers `.advertisingEnded` and the
+    /// advertisement stays off air until started again.
+    public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                 connectable: Bool = true, intervalMilliseconds: Double = 100,
+                                 duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
+        try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
+                                                               intervalMilliseconds: intervalMilliseconds,
+                                                               duration: duration, maximumEvents: maximumEvents), set: 0)
+    }
+
+    public func stopAdvertising() async throws { try await host.setAdvertising(nil, set: 0) }
+
+    // MARK: More advertising sets
+
+    /// How many advertisements the controller can send at once: its advertising sets
+    /// (LE Read Number of Supported Advertising Sets), `startAdvertising`'s included;
+    /// 1 without the extended commands. Known once the host has started.
+    public var maximumAdvertisingSets: Int { get async { await host.maximumAdvertisingSets } }
+
+    /// Advertises `data` in an advertising set of its own, beside `startAdvertising`'s
+    /// and the other sets (a beacon next to a connectable advertisement, one
+    /// advertisement per profile, as BlueZ's advertising instances and Android's
+    /// advertising sets do). Each set has its own data (the limits of
+    /// `startAdvertising`), interval and connectability, and under privacy its own
+    /// resolvable private address, renewed with the others every rotation. A
+    /// connectable set stops when a central connects to it and resumes when that link
+    /// ends. Needs a controller driven with the extended commands
+    /// (`usesExtendedCommands`; else `BLEError.notSupported`); throws
+    /// `BLEError.noAdvertisingSetFree` when every set is taken, and
+    /// `AdvertisingDataError.tooLong` as `startAdvertising` does. `duration` and
+    /// `maximumEvents` limit the set as they limit `startAdvertising`'s; a set they
+    /// ended keeps its handle until removed, and `updateAdvertisingSet` starts it again.
+    public func addAdvertisingSet(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                  connectable: Bool = false, intervalMilliseconds: Double = 100,
+                                  duration: Duration? = nil, maximumEvents: Int? = nil) async throws -> AdvertisingSet {
+        try await host.addAdvertisingSet(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
+                                                                  intervalMilliseconds: intervalMilliseconds,
+                                                                  duration: duration, maximumEvents: maximumEvents))
+    }
+
+    /// Replaces what a set advertises (the set restarts with it, keeping its address,
+    /// and its limits count from now). A connectable set stopped for a link it made
+    /// stays stopped and takes the new data when it resumes, at that link's end.
+    public func updateAdvertisingSet(_ set: AdvertisingSet, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                     connectable: Bool = false, intervalMilliseconds: Double = 100,
+                                     duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
+        try await host.requireAdvertisingSet(set)
+        try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
+                                                                intervalMilliseconds: intervalMilliseconds,
+                                                                duration: duration, maximumEvents: maximumEvents), set: set.handle)
+    }
+
+    /// Stops a set and has the controller forget it (LE Remove Advertising Set); its
+    /// handle may serve a later set. A link it made stays up.
+    public func removeAdvertisingSet(_ set: AdvertisingSet) async throws {
+        try await host.requireAdvertisingSet(set)
+        try await host.setAdvertising(nil, set: set.handle)
+    }
+
+    /// The sets added and not removed, by handle.
+    public var advertisingSets: [AdvertisingSet] {
+        get async { await host.peripheralState.advertising.keys.filter { $0 != 0 }.sorted().map(AdvertisingSet.init) }
+    }
+}
+
+extension BluetoothHost {
+    /// Advertises `a` in set `set`, or stops it (nil).
+    func setAdvertising(_ a: AdvertisingConfiguration?, set: UInt8) async throws {
+        try requireReady()
+        try a?.validate(extendedCommands: usesExtendedCommands)
+        // Recorded before the commands go out: a central may connect as soon as the
+        // controller has answered the enable, and the event follower may handle that
+        // connection before this task resumes; whether advertising resumes for it must
+        // follow the HCI conversation, not which task ran first.
+        let previous = (peripheralState.advertising[set], peripheralState.advertisingDeadlines[set], peripheralState.advertisingEnded.contains(set))
+        peripheralState.advertising[set] = a
+        peripheralState.advertisingDeadlines[set] = a?.duration.map { now + $0 }
+        peripheralState.advertisingEnded.remove(set)
+        do {
+            try await withAdvertisingLock {
+                guard let a else { return try await stopAdvertisingNow(set: set) }
+                // A set stopped for a link it made takes what it is given when it resumes,
+                // at that link's end (re-enabled while the link is up, Rootcanal 1.10 never
+                // connects to it again); the data is checked now.
+                guard usesExtendedCommands, peripheralState.advertisingLinks[set] != nil else { return try await startAdvertisingNow(a, set: set) }
+                _ = try Advertiser.extendedPDUs(data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31)
+            }
+        } catch {
+            peripheralState.advertising[set] = previous.0
+            peripheralState.advertisingDeadlines[set] = previous.1
+            if previous.2 { peripheralState.advertisingEnded.insert(set) }
+            throw error
+        }
+    }
+
+    /// LE Set Extended Advertising Enable's entry for set `set` as it starts now: what
+    /// is left of its duration, its event limit. nil when its duration is over.
+    func advertisingEnable(_ set: UInt8, _ a: AdvertisingConfiguration) -> LESetExtendedAdvertisingEnable.AdvertisingSet? {
+        var e = LESetExtendedAdvertisingEnable.AdvertisingSet(advertisingHandle: set, maxExtendedAdvertisingEvents: UInt8(a.maximumEvents ?? 0))
+        if let deadline = peripheralState.advertisingDeadlines[set] {
+            // In whole 10 ms units, rounded down: the set never outlives its deadline.
+            let units = (deadline - now) / .milliseconds(10)
+            guard units >= 1 else { return nil }
+            e.duration = UInt16(min(units, Double(UInt16.max)))
+        }
+        return e
+    }
+
+    /// A limit ended set `set` (once: later reports of the same end change nothing).
+    func advertisingEnded(_ set: UInt8, _ reason: AdvertisingEndReason) {
+        guard peripheralState.advertising[set] != nil, peripheralState.advertisingEnded.insert(set).inserted else { return }
+        if set == 0 {
+            peripheralState.cancelLegacyAdvertisingTimer()
+        }
+        logger.debug("advertising ended", metadata: ["ble.advertisingSet": "\(set)", "reason": "\(reason)"])
+        peripheralBroadcast.yield(.advertisingEnded(AdvertisingSet(handle: set), reason: reason))
+    }
+
+    /// LE Advertising Set Terminated without a connection, for a set the host advertises.
+    func advertisingSetTerminated(_ t: LEAdvertisingSetTerminated) {
+        guard let a = peripheralState.advertising[t.advertisingHandle] else { return }
+        let events = Int(t.numCompletedExtendedAdvertisingEvents)
+        let reason: AdvertisingEndReason
+        switch t.status {
+        case .limitReached:
+            reason = .eventLimitReached(events: events)
+        case .advertisingTimeout:
+            // Rootcanal 1.10 reports an event limit with Advertising Timeout too: the
+            // configuration says which limit it was.
+            if let m = a.maximumEvents, a.duration == nil || events >= m { reason = .eventLimitReached(events: events) } else { reason = .durationElapsed }
+        default:
+            reason = .controller(t.status)
+        }
+        advertisingEnded(t.advertisingHandle, reason)
+    }
+
+    /// The host's timer for a legacy controller's advertising duration went off.
+    func legacyAdvertisingDurationElapsed() async {
+        do {
+            try await withAdvertisingLock {
+                guard peripheralState.advertising[0] != nil, !peripheralState.advertisingEnded.contains(0),
+                      let deadline = peripheralState.advertisingDeadlines[0], now >= deadline, state == .ready else { return }
+                try await Advertiser.stop(controller)
+                advertisingEnded(0, .durationElapsed)
+            }
+        } catch {
+            logger.warning("advertising did not stop at the end of its duration", metadata: ["error": "\(error)"])
+        }
+    }
+
+    var maximumAdvertisingSets: Int {
+        // Advertising handles go up to 0xEF (§7.8.53).
+        usesExtendedCommands ? min(max(info?.numberOfSupportedAdvertisingSets ?? 1, 1), 0xF0) : 1
+    }
+
+    /// A new set on the lowest free handle above 0.
+    func addAdvertisingSet(_ a: AdvertisingConfiguration) async throws -> AdvertisingSet {
+        try requireReady()
+        guard usesExtendedCommands else {
+            throw BLEError.notSupported("more advertising sets need a controller with extended advertising, driven with the extended commands (usesExtendedCommands)")
+        }
+        // Set 0 is `startAdvertising`'s whether it advertises now or not.
+        guard let handle = (1..<UInt8(maximumAdvertisingSets)).first(where: { peripheralState.advertising[$0] == nil }) else {
+            throw BLEError.noAdvertisingSetFree(maximum: maximumAdvertisingSets)
+        }
+        try await setAdvertising(a, set: handle)
+        return AdvertisingSet(handle: handle)
+    }
+
+    func requireAdvertisingSet(_ set: AdvertisingSet) throws {
+        guard set.handle != 0, peripheralState.advertising[set.handle] != nil else { throw BLEError.unknownAdvertisingSet(set.handle) }
+    }
+
+    /// Runs one change of the controller's advertising after the one under way: the
+    /// commands of two changes interleaved (a resumption after a disconnection racing
+    /// the application's own start) would make the controller refuse the second's
+    /// parameters while the first has enabled advertising (Command Disallowed). Each
+    /// change's commands have their own timeouts, so the wait ends.
+    func withAdvertisingLock(_ body: () async throws -> Void) async throws {
+        while peripheralState.advertisingBusy { await withCheckedContinuation { peripheralState.advertisingWaiters.append($0) } }
+        peripheralState.advertisingBusy = true
+        defer {
+            peripheralState.advertisingBusy = false
+            if !peripheralState.advertisingWaiters.isEmpty { peripheralState.advertisingWaiters.removeFirst().resume() }
+        }
+        try await body()
+    }
+
+    /// Starts (or restarts) advertising `a` in set `set`; under privacy from the set's
+    /// current private address.
+    func startAdvertisingNow(_ a: AdvertisingConfiguration, set: UInt8) async throws {
+        // A set a limit ended stays off air until the application starts it again.
+        guard !peripheralState.advertisingEnded.contains(set) else { return }
+        guard let enable = advertisingEnable(set, a) else { return advertisingEnded(set, .durationElapsed) }
+        if own.resolvingList?.stale == true {
+            // New bonds wait for the controller to stop every set (§7.8.38); the other
+            // sets advertising go on after.
+            if usesExtendedCommands {
+                _ = try? await Advertiser.stopExtended(controller, handles: [])
+            } else {
+                _ = try? await Advertiser.stop(controller)
+            }
+            await syncResolvingList(advertisingStopped: true)
+            if usesExtendedCommands {
+                let others = peripheralState.setsOnAir.filter { $0 != set }
+                var resumed: [LESetExtendedAdvertisingEnable.AdvertisingSet] = []
+                for s in others {
+                    guard let o = peripheralState.advertising[s] else { continue }
+                    if let e = advertisingEnable(s, o) { resumed.append(e) } else { advertisingEnded(s, .durationElapsed) }
+                }
+                do { try await Advertiser.resumeExtended(controller, sets: resumed) } catch {
+                    logger.warning("advertising sets did not resume", metadata: ["error": "\(error)", "ble.advertisingSets": "\(others)"])
+                }
+            }
+        }
+        if usesExtendedCommands {
+            let address = advertisingSetAddress(set)
+            try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                               intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
+                                               randomAddress: address, handle: set,
+                                               duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents)
+            peripheralState.advertisingLinks[set] = nil
+            if let address { advertisingSetAddressSet(address, set: set) }
+            // An end handled while these commands were under way may be the previous
+            // enabling's or this one's (the host's tasks do not tell): the host and the
+            // controller agree that the set is off air either way.
+            if peripheralState.advertisingEnded.contains(set) { try await Advertiser.stopExtended(controller, handles: [set]) }
+        } else {
+            let generation = own.generation, address = legacyAdvertisingAddress()
+            try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                       intervalMilliseconds: a.intervalMilliseconds, ownAddressType: ownAddressType, randomAddress: address)
+            if let address { controllerAddressSet(address, generation: generation) }
+            // The controller keeps no duration for legacy advertising: the host does.
+            peripheralState.cancelLegacyAdvertisingTimer()
+            if let deadline = peripheralState.advertisingDeadlines[0] {
+                peripheralState.legacyAdvertisingTimer = LoopTimer(after: max(.zero, deadline - now), on: loop) { [weak self] in
+                    guard let self else { return }
+                    Task { await self.legacyAdvertisingDurationElapsed() }
+                }
+            }
+        }
+    }
+
+    /// Stops set `set`; a set other than 0 is removed from the controller too.
+    func stopAdvertisingNow(set: UInt8) async throws {
+        guard usesExtendedCommands else {
+            peripheralState.cancelLegacyAdvertisingTimer()
+            return try await Advertiser.stop(controller)
+        }
+        if set == 0 { return try await Advertiser.stopExtended(controller) }
+        try await Advertiser.removeExtended(controller, handle: set)
+        peripheralState.advertisingLinks[set] = nil
+        security.onLoop { $0.setOwnAddress(nil, advertisingSet: set) }
+    }
+}
