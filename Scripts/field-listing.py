@@ -14,7 +14,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FILES = ["ControllerCommands.swift", "LECommands.swift", "LEExtendedCommands.swift",
+FILES = ["ControllerCommands.swift", "LECommands.swift", "LEExtendedCommands.swift", "LEPeriodicCommands.swift",
          "Command.swift", "Event.swift", "LEMetaEvent.swift", "Features.swift"]
 # Value types shown as their description (named values), not as objects.
 SKIP = {"HCIOpcode", "HCIStatus", "AddressType", "ConnectionRole", "BluetoothAddress"}

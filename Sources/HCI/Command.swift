@@ -87,6 +87,8 @@ public enum HCICommandRegistry {
         LESetExtendedAdvertisingEnable.self, LEReadMaximumAdvertisingDataLength.self,
         LEReadNumberOfSupportedAdvertisingSets.self, LERemoveAdvertisingSet.self, LEClearAdvertisingSets.self,
         LESetExtendedScanParameters.self, LESetExtendedScanEnable.self, LEExtendedCreateConnection.self,
+        LESetPeriodicAdvertisingParameters.self, LESetPeriodicAdvertisingData.self, LESetPeriodicAdvertisingEnable.self,
+        LEPeriodicAdvertisingCreateSync.self, LEPeriodicAdvertisingCreateSyncCancel.self, LEPeriodicAdvertisingTerminateSync.self,
     ]
 
     /// Decodes a command's parameters if the opcode is known; nil for unknown opcodes.

@@ -46,8 +46,10 @@ public struct SupportedCommands: Hashable, Sendable {
         .leSetExtendedAdvertisingParameters: (36, 2), .leSetExtendedAdvertisingData: (36, 3),
         .leSetExtendedScanResponseData: (36, 4), .leSetExtendedAdvertisingEnable: (36, 5),
         .leReadMaximumAdvertisingDataLength: (36, 6), .leReadNumberOfSupportedAdvertisingSets: (36, 7),
-        .leRemoveAdvertisingSet: (37, 0), .leClearAdvertisingSets: (37, 1), .leSetExtendedScanParameters: (37, 5),
-        .leSetExtendedScanEnable: (37, 6), .leExtendedCreateConnection: (37, 7), .leReadBufferSizeV2: (41, 5),
+        .leRemoveAdvertisingSet: (37, 0), .leClearAdvertisingSets: (37, 1), .leSetPeriodicAdvertisingParameters: (37, 2),
+        .leSetPeriodicAdvertisingData: (37, 3), .leSetPeriodicAdvertisingEnable: (37, 4), .leSetExtendedScanParameters: (37, 5),
+        .leSetExtendedScanEnable: (37, 6), .leExtendedCreateConnection: (37, 7), .lePeriodicAdvertisingCreateSync: (38, 0),
+        .lePeriodicAdvertisingCreateSyncCancel: (38, 1), .lePeriodicAdvertisingTerminateSync: (38, 2), .leReadBufferSizeV2: (41, 5),
     ]
 }
 
@@ -65,6 +67,7 @@ public struct LEFeatures: Hashable, Sendable, CustomStringConvertible {
     public static let le2MPHY = 8
     public static let leCodedPHY = 11
     public static let extendedAdvertising = 12
+    public static let periodicAdvertising = 13
     public static let channelSelectionAlgorithm2 = 14
 
     public var names: [String] {

@@ -504,6 +504,82 @@ extension LEExtendedCreateConnection: FieldListing {
     }
 }
 
+extension LESetPeriodicAdvertisingParameters: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("advertisingHandle", advertisingHandle)
+        v.field("periodicAdvertisingIntervalMin", periodicAdvertisingIntervalMin)
+        v.field("periodicAdvertisingIntervalMax", periodicAdvertisingIntervalMax)
+        v.field("periodicAdvertisingProperties", periodicAdvertisingProperties)
+    }
+}
+
+extension LESetPeriodicAdvertisingData: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("advertisingHandle", advertisingHandle)
+        v.field("operation", operation)
+        v.bytes("data", data)
+    }
+}
+
+extension LESetPeriodicAdvertisingEnable: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("enable", enable)
+        v.field("advertisingHandle", advertisingHandle)
+    }
+}
+
+extension LEPeriodicAdvertisingCreateSync: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("options", options)
+        v.field("advertisingSID", advertisingSID)
+        v.field("advertiserAddressType", advertiserAddressType)
+        v.field("advertiserAddress", advertiserAddress)
+        v.field("skip", skip)
+        v.field("syncTimeout", syncTimeout)
+        v.field("syncCTEType", syncCTEType)
+    }
+}
+
+extension LEPeriodicAdvertisingCreateSyncCancel: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {}
+}
+
+extension LEPeriodicAdvertisingTerminateSync: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("syncHandle", syncHandle)
+    }
+}
+
+extension LEPeriodicAdvertisingSyncEstablished: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("status", status)
+        v.field("syncHandle", syncHandle)
+        v.field("advertisingSID", advertisingSID)
+        v.field("advertiserAddressType", advertiserAddressType)
+        v.field("advertiserAddress", advertiserAddress)
+        v.field("advertiserPHY", advertiserPHY)
+        v.field("periodicAdvertisingInterval", periodicAdvertisingInterval)
+        v.field("advertiserClockAccuracy", advertiserClockAccuracy)
+    }
+}
+
+extension LEPeriodicAdvertisingReport: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("syncHandle", syncHandle)
+        v.field("txPower", txPower)
+        v.field("rssi", rssi)
+        v.field("cteType", cteType)
+        v.field("dataStatus", dataStatus)
+        v.bytes("data", data)
+    }
+}
+
+extension LEPeriodicAdvertisingSyncLost: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("syncHandle", syncHandle)
+    }
+}
+
 extension HCINoReturnParameters: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {}
 }

@@ -11,6 +11,9 @@ public struct LESetEventMask: HCICommand {
     public static let hostDefault: UInt64 =
         1 << 0 | 1 << 1 | 1 << 2 | 1 << 3 | 1 << 4 | 1 << 6 | 1 << 9 | 1 << 10 | 1 << 11 | 1 << 12
         | 1 << 16 | 1 << 17 | 1 << 19
+    /// Periodic Advertising Sync Established, Report and Sync Lost: unmasked by a host
+    /// once it synchronises to periodic advertising.
+    public static let periodicAdvertisingEvents: UInt64 = 1 << 13 | 1 << 14 | 1 << 15
     public init(leEventMask: UInt64 = LESetEventMask.hostDefault) { self.leEventMask = leEventMask }
     public func encodeParameters(into w: inout ByteWriter) { w.write(leEventMask) }
     public init(parameters r: inout ByteReader) throws { leEventMask = try r.readUInt64("LE_Event_Mask") }

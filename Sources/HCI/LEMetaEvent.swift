@@ -13,6 +13,9 @@ public enum LEMetaEvent: Hashable, Sendable {
     case directedAdvertisingReport(LEDirectedAdvertisingReport)
     case phyUpdateComplete(LEPHYUpdateComplete)
     case extendedAdvertisingReport(LEExtendedAdvertisingReport)
+    case periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished)
+    case periodicAdvertisingReport(LEPeriodicAdvertisingReport)
+    case periodicAdvertisingSyncLost(LEPeriodicAdvertisingSyncLost)
     case scanTimeout
     case advertisingSetTerminated(LEAdvertisingSetTerminated)
     case channelSelectionAlgorithm(LEChannelSelectionAlgorithm)
@@ -35,6 +38,10 @@ public enum LEMetaEvent: Hashable, Sendable {
         case .directedAdvertisingReport: self = .directedAdvertisingReport(try LEDirectedAdvertisingReport(parameters: &r))
         case .phyUpdateComplete: self = .phyUpdateComplete(try LEPHYUpdateComplete(parameters: &r))
         case .extendedAdvertisingReport: self = .extendedAdvertisingReport(try LEExtendedAdvertisingReport(parameters: &r))
+        case .periodicAdvertisingSyncEstablished:
+            self = .periodicAdvertisingSyncEstablished(try LEPeriodicAdvertisingSyncEstablished(parameters: &r))
+        case .periodicAdvertisingReport: self = .periodicAdvertisingReport(try LEPeriodicAdvertisingReport(parameters: &r))
+        case .periodicAdvertisingSyncLost: self = .periodicAdvertisingSyncLost(try LEPeriodicAdvertisingSyncLost(parameters: &r))
         case .scanTimeout: self = .scanTimeout
         case .advertisingSetTerminated: self = .advertisingSetTerminated(try LEAdvertisingSetTerminated(parameters: &r))
         case .channelSelectionAlgorithm:
@@ -55,6 +62,9 @@ public enum LEMetaEvent: Hashable, Sendable {
         case .directedAdvertisingReport: return .directedAdvertisingReport
         case .phyUpdateComplete: return .phyUpdateComplete
         case .extendedAdvertisingReport: return .extendedAdvertisingReport
+        case .periodicAdvertisingSyncEstablished: return .periodicAdvertisingSyncEstablished
+        case .periodicAdvertisingReport: return .periodicAdvertisingReport
+        case .periodicAdvertisingSyncLost: return .periodicAdvertisingSyncLost
         case .scanTimeout: return .scanTimeout
         case .advertisingSetTerminated: return .advertisingSetTerminated
         case .channelSelectionAlgorithm: return .channelSelectionAlgorithm
@@ -75,6 +85,9 @@ public enum LEMetaEvent: Hashable, Sendable {
         case let .directedAdvertisingReport(e): e.encode(into: &w)
         case let .phyUpdateComplete(e): e.encode(into: &w)
         case let .extendedAdvertisingReport(e): e.encode(into: &w)
+        case let .periodicAdvertisingSyncEstablished(e): e.encode(into: &w)
+        case let .periodicAdvertisingReport(e): e.encode(into: &w)
+        case let .periodicAdvertisingSyncLost(e): e.encode(into: &w)
         case .scanTimeout: break
         case let .advertisingSetTerminated(e): e.encode(into: &w)
         case let .channelSelectionAlgorithm(e): e.encode(into: &w)

@@ -336,6 +336,9 @@ public struct FrameDecoder: Sendable {
         case let .phyUpdateComplete(x): Self.handleAndParams(x, into: &s)
         case let .advertisingSetTerminated(x): Self.handleAndParams(x, into: &s)
         case let .channelSelectionAlgorithm(x): Self.handleAndParams(x, into: &s)
+        case let .periodicAdvertisingSyncEstablished(x): Self.handleAndParams(x, into: &s)
+        case let .periodicAdvertisingReport(x): Self.handleAndParams(x, into: &s)
+        case let .periodicAdvertisingSyncLost(x): Self.handleAndParams(x, into: &s)
         }
     }
 

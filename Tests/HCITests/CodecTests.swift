@@ -96,6 +96,51 @@ struct CodecTests {
         #expect(c.parameters.count == 10 + 2 * 16)
     }
 
+    @Test func periodicAdvertisingCommandsMatchTheSpecLayout() throws {
+        // §7.8.61: handle, interval min and max (1.25 ms), properties; 7 octets.
+        let p = LESetPeriodicAdvertisingParameters(advertisingHandle: 1, periodicAdvertisingIntervalMin: 0x0050, periodicAdvertisingIntervalMax: 0x0060)
+        #expect(p.packet.h4Bytes == [0x01, 0x3E, 0x20, 0x07, 0x01, 0x50, 0x00, 0x60, 0x00, 0x00, 0x00])
+        #expect(try LESetPeriodicAdvertisingParameters.decode(p.parameters) == p)
+        // §7.8.62: handle, operation, length, data.
+        let d = LESetPeriodicAdvertisingData(advertisingHandle: 1, data: [0x02, 0x01, 0x06])
+        #expect(d.packet.h4Bytes == [0x01, 0x3F, 0x20, 0x06, 0x01, 0x03, 0x03, 0x02, 0x01, 0x06])
+        // §7.8.63: Enable, then the handle.
+        #expect(LESetPeriodicAdvertisingEnable(enable: true, advertisingHandle: 2).packet.h4Bytes == [0x01, 0x40, 0x20, 0x02, 0x01, 0x02])
+        // §7.8.67: options, SID, address type and address, skip, Sync_Timeout, Sync_CTE_Type; 14 octets.
+        let c = LEPeriodicAdvertisingCreateSync(advertisingSID: 5, advertiserAddressType: .random,
+                                                advertiserAddress: BluetoothAddress("C0:11:22:33:44:55")!, skip: 1, syncTimeout: 0x00C8)
+        #expect(c.packet.h4Bytes == [0x01, 0x44, 0x20, 0x0E, 0x00, 0x05, 0x01, 0x55, 0x44, 0x33, 0x22, 0x11, 0xC0,
+                                     0x01, 0x00, 0xC8, 0x00, 0x00])
+        #expect(try LEPeriodicAdvertisingCreateSync.decode(c.parameters) == c)
+        #expect(LEPeriodicAdvertisingCreateSync.completesWithStatus)
+        #expect(LEPeriodicAdvertisingCreateSyncCancel().packet.h4Bytes == [0x01, 0x45, 0x20, 0x00])
+        #expect(LEPeriodicAdvertisingTerminateSync(syncHandle: 0x0102).packet.h4Bytes == [0x01, 0x46, 0x20, 0x02, 0x02, 0x01])
+        // Longer data goes in 252-octet pieces: first, intermediate, last.
+        let pieces = LESetPeriodicAdvertisingData.fragments([UInt8](repeating: 7, count: 600), handle: 3)
+        #expect(pieces.map(\.operation) == [1, 0, 2])
+        #expect(pieces.map(\.data.count) == [252, 252, 96])
+        #expect(LESetPeriodicAdvertisingData.fragments([], handle: 3).map(\.operation) == [3])
+    }
+
+    @Test func periodicAdvertisingEventsMatchTheSpecLayout() throws {
+        // §7.7.65.14: status, Sync_Handle, SID, address type, address, PHY, interval, clock accuracy.
+        let established: [UInt8] = [0x04, 0x3E, 0x10, 0x0E, 0x00, 0x01, 0x00, 0x05, 0x01, 0x55, 0x44, 0x33, 0x22, 0x11, 0xC0,
+                                    0x01, 0x50, 0x00, 0x05]
+        let e = try HCIEvent(HCIPacket(h4: established))
+        #expect(e == .le(.periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished(
+            syncHandle: 1, advertisingSID: 5, advertiserAddressType: .random, advertiserAddress: BluetoothAddress("C0:11:22:33:44:55")!,
+            periodicAdvertisingInterval: 0x50, advertiserClockAccuracy: 5))))
+        // §7.7.65.15: Sync_Handle, TX_Power, RSSI, CTE_Type, Data_Status, Data_Length, Data.
+        let report: [UInt8] = [0x04, 0x3E, 0x0B, 0x0F, 0x01, 0x00, 0x7F, 0xC4, 0xFF, 0x00, 0x03, 0x02, 0x01, 0x06]
+        #expect(try HCIEvent(HCIPacket(h4: report)) == .le(.periodicAdvertisingReport(LEPeriodicAdvertisingReport(
+            syncHandle: 1, rssi: -60, data: [2, 1, 6]))))
+        // A Data_Length past the event's end is a typed error.
+        var long = report
+        long[10] = 4
+        #expect(throws: DecodeError.self) { try HCIEvent(HCIPacket(h4: long)) }
+        #expect(try HCIEvent(HCIPacket(h4: [0x04, 0x3E, 0x03, 0x10, 0x02, 0x00])) == .le(.periodicAdvertisingSyncLost(LEPeriodicAdvertisingSyncLost(syncHandle: 2))))
+    }
+
     @Test func encryptionChangeV2Decodes() throws {
         // Event 0x59: status, handle 0x0040, enabled, key size 7 (§7.7.8).
         let p = try HCIPacket(h4: [0x04, 0x59, 0x05, 0x00, 0x40, 0x00, 0x01, 0x07])
@@ -175,6 +220,10 @@ struct CodecTests {
             .le(.channelSelectionAlgorithm(LEChannelSelectionAlgorithm(connectionHandle: 1, channelSelectionAlgorithm: 1))),
             .le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: 0, connectionHandle: 1))),
             .le(.scanTimeout),
+            .le(.periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished(syncHandle: 1, advertisingSID: 3, advertiserAddressType: .random,
+                                                                                        advertiserAddress: a, periodicAdvertisingInterval: 0x50))),
+            .le(.periodicAdvertisingReport(LEPeriodicAdvertisingReport(syncHandle: 1, txPower: -4, rssi: -60, dataStatus: 1, data: [2, 1, 6]))),
+            .le(.periodicAdvertisingSyncLost(LEPeriodicAdvertisingSyncLost(syncHandle: 1))),
         ]
         for e in events {
             let decoded = try HCIEvent(HCIPacket(h4: e.packet.h4Bytes))
