@@ -30,6 +30,9 @@ struct AirAdvertisement: Sendable {
     var txPower: Int8
     /// The advertising set; nil for the legacy commands.
     var set: UInt8?
+    /// The periodic train its AUX_ADV_IND points to (SyncInfo): its interval in
+    /// 1.25 ms, 0 for none.
+    var periodicInterval: UInt16 = 0
 
     var connectable: Bool { properties & 0x01 != 0 }
     var scannable: Bool { properties & 0x02 != 0 }
@@ -68,6 +71,17 @@ struct AirAdvertisement: Sendable {
     var extendedReportType: UInt16 { legacyPDUs ? properties & 0x17 : properties & 0x07 }
 }
 
+/// A periodic advertising train on air (an advertising set's, §7.8.63).
+struct PeriodicTrain: Sendable {
+    var address: BluetoothAddress
+    var addressType: AddressType
+    var sid: UInt8
+    /// In 1.25 ms units.
+    var interval: UInt16
+    var data: [UInt8]
+    var txPower: Int8
+}
+
 /// A controller's extended advertising sets: parameters, data (whole or in
 /// fragments), random address, enable; sans-I/O, each command answering its status.
 struct AdvertisingSets {
@@ -92,6 +106,12 @@ struct AdvertisingSets {
         var events = 0
         /// Which enabling this is: a Duration timer ends only the enabling that armed it.
         var run: UInt64 = 0
+        /// Periodic advertising (§7.8.61–§7.8.63): the interval in 1.25 ms (0: not
+        /// configured), its data, whether a fragment is pending, whether it is on.
+        var periodicInterval: UInt16 = 0
+        var periodicData: [UInt8] = []
+        var partialPeriodicData = false
+        var periodicEnabled = false
 
         var legacy: Bool { properties & 0x10 != 0 }
         var connectable: Bool { properties & 0x01 != 0 }
@@ -124,6 +144,8 @@ struct AdvertisingSets {
         else { return .failure(.invalidCommandParameters) }
         if let s = sets[c.advertisingHandle] {
             guard !s.enabled else { return .failure(.commandDisallowed) }
+            // A set with periodic advertising on stays neither connectable, scannable, legacy nor anonymous.
+            guard !s.periodicEnabled || p & 0x33 == 0 else { return .failure(.invalidCommandParameters) }
             // Data already in the set must suit the new type.
             guard s.data.count <= Self.maximumDataLength(properties: p), s.scanResponse.isEmpty || p & 0x02 != 0,
                   p & 0x10 == 0 || s.scanResponse.count <= Self.legacyDataLength
@@ -264,25 +286,100 @@ struct AdvertisingSets {
         return s.maximumEvents != 0 ? s.events : 0
     }
 
-    /// LE Remove Advertising Set (§7.8.59).
+    /// LE Remove Advertising Set (§7.8.59): not while its advertising or periodic advertising is on.
     mutating func remove(_ handle: UInt8) -> HCIStatus {
         guard let s = sets[handle] else { return .unknownAdvertisingIdentifier }
-        guard !s.enabled else { return .commandDisallowed }
+        guard !s.enabled, !s.periodicEnabled else { return .commandDisallowed }
         sets[handle] = nil
         return .success
     }
 
     /// LE Clear Advertising Sets (§7.8.60).
     mutating func clear() -> HCIStatus {
-        guard !anyEnabled else { return .commandDisallowed }
+        guard !anyEnabled, !sets.values.contains(where: \.periodicEnabled) else { return .commandDisallowed }
         sets.removeAll()
         return .success
+    }
+
+    // MARK: Periodic advertising
+
+    /// A set that may carry periodic advertising: extended PDUs, neither connectable,
+    /// scannable nor anonymous (§7.8.61).
+    static func allowsPeriodic(_ s: AdvertisingSet) -> Bool { s.properties & 0x33 == 0 }
+
+    /// LE Set Periodic Advertising Parameters (§7.8.61).
+    mutating func setPeriodicParameters(_ c: LESetPeriodicAdvertisingParameters) -> HCIStatus {
+        guard var s = sets[c.advertisingHandle] else { return .unknownAdvertisingIdentifier }
+        guard c.periodicAdvertisingIntervalMin >= 6, c.periodicAdvertisingIntervalMax >= c.periodicAdvertisingIntervalMin,
+              Self.allowsPeriodic(s) else { return .invalidCommandParameters }
+        guard !s.periodicEnabled else { return .commandDisallowed }
+        s.periodicInterval = c.periodicAdvertisingIntervalMax
+        sets[c.advertisingHandle] = s
+        return .success
+    }
+
+    /// LE Set Periodic Advertising Data (§7.8.62): while on, only whole data (or
+    /// "unchanged"); more than the set holds discards it all.
+    mutating func setPeriodicData(_ c: LESetPeriodicAdvertisingData) -> HCIStatus {
+        guard var s = sets[c.advertisingHandle] else { return .unknownAdvertisingIdentifier }
+        guard s.periodicInterval != 0 else { return .commandDisallowed }
+        let op = c.operation
+        guard op <= 4 else { return .invalidCommandParameters }
+        if s.periodicEnabled, op < 3 { return .commandDisallowed }
+        if op < 3, c.data.isEmpty { return .invalidCommandParameters }
+        if op == 4, !s.periodicEnabled || s.periodicData.isEmpty || !c.data.isEmpty { return .invalidCommandParameters }
+        switch op {
+        case 0: s.periodicData += c.data; s.partialPeriodicData = true
+        case 1: s.periodicData = c.data; s.partialPeriodicData = true
+        case 2: s.periodicData += c.data; s.partialPeriodicData = false
+        case 3: s.periodicData = c.data; s.partialPeriodicData = false
+        default: break
+        }
+        var status = HCIStatus.success
+        if s.periodicData.count > Self.maximumDataLength {
+            (s.periodicData, s.partialPeriodicData, status) = ([], false, .memoryCapacityExceeded)
+        }
+        sets[c.advertisingHandle] = s
+        return status
+    }
+
+    /// LE Set Periodic Advertising Enable (§7.8.63): on needs the parameters, whole
+    /// data and a set that allows it; off always succeeds. Returns the status and
+    /// whether a train stopped (scanners synchronised to it lose it).
+    mutating func setPeriodicEnable(_ c: LESetPeriodicAdvertisingEnable) -> (HCIStatus, stopped: Bool) {
+        guard var s = sets[c.advertisingHandle] else { return (.unknownAdvertisingIdentifier, false) }
+        guard c.enable & 0x01 != 0 else {
+            let was = s.periodicEnabled
+            s.periodicEnabled = false
+            sets[c.advertisingHandle] = s
+            return (.success, was)
+        }
+        guard !s.partialPeriodicData, s.periodicInterval != 0, Self.allowsPeriodic(s) else { return (.commandDisallowed, false) }
+        // No Periodic Advertising ADI Support here.
+        guard c.enable & 0x02 == 0 else { return (.unsupportedFeatureOrParameterValue, false) }
+        s.periodicEnabled = true
+        sets[c.advertisingHandle] = s
+        return (.success, false)
+    }
+
+    /// The periodic trains on air, in handle order: a train is heard by a scanner
+    /// synchronised to it whether or not its set's extended advertising is on.
+    func periodicTrains(publicAddress: BluetoothAddress) -> [PeriodicTrain] {
+        sets.keys.sorted().compactMap { h in
+            guard let s = sets[h], s.periodicEnabled else { return nil }
+            let random = s.ownAddressType.rawValue & 1 == 1
+            return PeriodicTrain(address: random ? s.randomAddress ?? .zero : publicAddress, addressType: random ? .random : .public,
+                                 sid: s.sid & 0x0F, interval: s.periodicInterval, data: s.periodicData, txPower: s.txPower)
+        }
     }
 
     /// A central connected to `handle`'s advertising: the set stops.
     mutating func connected(_ handle: UInt8) { sets[handle]?.enabled = false }
 
     mutating func reset() { sets.removeAll() }
+
+    /// Whether any set has periodic advertising on.
+    var anyPeriodic: Bool { sets.values.contains { $0.periodicEnabled } }
 
     /// The enabled sets as they go on air, in handle order (the same every run).
     func broadcasts(publicAddress: BluetoothAddress) -> [AirAdvertisement] {
@@ -292,7 +389,8 @@ struct AdvertisingSets {
             return AirAdvertisement(address: random ? s.randomAddress ?? .zero : publicAddress, addressType: random ? .random : .public,
                              properties: s.properties, target: s.directed ? s.peerAddress : nil, data: s.data,
                              scanResponse: s.scanResponse, sid: s.legacy ? 0xFF : s.sid & 0x0F,
-                             secondaryPHY: s.legacy ? 0 : s.secondaryPHY, txPower: s.txPower, set: h)
+                             secondaryPHY: s.legacy ? 0 : s.secondaryPHY, txPower: s.txPower, set: h,
+                             periodicInterval: s.periodicEnabled ? s.periodicInterval : 0)
         }
     }
 }

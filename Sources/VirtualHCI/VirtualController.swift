@@ -72,6 +72,24 @@ public actor VirtualController: HCITransport, LoopIsolated {
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) private var connections: [UInt16: BluetoothAddress] = [:]
+    /// The LE Periodic Advertising Create Sync waiting for its train.
+    private var pendingSync: LEPeriodicAdvertisingCreateSync?
+    /// Trains this controller is synchronised to, by Sync_Handle.
+    private var syncs: [UInt16: Sync] = [:]
+    private var syncRuns: UInt64 = 0
+
+    struct Sync {
+        var address: BluetoothAddress
+        /// 0 public, 1 random (Advertiser_Address_Type).
+        var addressType: UInt8
+        var sid: UInt8
+        /// Sync_Timeout in 10 ms units.
+        var timeout: UInt16
+        /// The loss timer armed when the train went off air, by its run (nil: none armed).
+        var lossRun: UInt64?
+
+        func follows(_ t: PeriodicTrain) -> Bool { t.address == address && t.addressType.rawValue & 1 == addressType && t.sid == sid }
+    }
 
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
@@ -104,6 +122,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
         .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable, .leReadMaximumAdvertisingDataLength,
         .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet, .leClearAdvertisingSets,
         .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection,
+        .leSetPeriodicAdvertisingParameters, .leSetPeriodicAdvertisingData, .leSetPeriodicAdvertisingEnable,
+        .lePeriodicAdvertisingCreateSync, .lePeriodicAdvertisingCreateSyncCancel, .lePeriodicAdvertisingTerminateSync,
     ]
 
     static let legacyImplemented: [HCIOpcode] = [
@@ -239,8 +259,11 @@ public actor VirtualController: HCITransport, LoopIsolated {
         switch op {
         case .reset:
             isAdvertising = false; scanning = false; pendingConnection = nil; advertisingData = []; scanResponseData = []
+            let trainsEnded = sets.anyPeriodic
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
+            pendingSync = nil; syncs.removeAll()
             complete(op)
+            if trainsEnded { await radio?.periodicTrainsEnded(self) }
         case .readLocalVersionInformation:
             complete(op, ReadLocalVersionInformation.ReturnParameters(hciVersion: 13, hciSubversion: 0, lmpVersion: 13, companyIdentifier: 0xFFFF, lmpSubversion: 0))
         case .readLocalSupportedCommands:
@@ -254,8 +277,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leReadBufferSize:
             complete(op, LEReadBufferSize.ReturnParameters(leACLDataPacketLength: Self.aclLength, totalNumLEACLDataPackets: Self.aclCount))
         case .leReadLocalSupportedFeatures:
-            // LE Encryption, Connection Parameters Request Procedure (and LE Extended Advertising).
-            complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1 | (supportsExtendedAdvertising ? 1 << UInt64(LEFeatures.extendedAdvertising) : 0)))
+            // LE Encryption, Connection Parameters Request Procedure (and LE Extended and Periodic Advertising).
+            let extended: UInt64 = 1 << UInt64(LEFeatures.extendedAdvertising) | 1 << UInt64(LEFeatures.periodicAdvertising)
+            complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1 | (supportsExtendedAdvertising ? extended : 0)))
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
         case .setEventMaskPage2:
@@ -426,8 +450,116 @@ public actor VirtualController: HCITransport, LoopIsolated {
             guard c.initiatingPHYs & 0x01 != 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
             await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true)
         default:
+            try await handlePeriodic(op, p)
+        }
+    }
+
+    /// Periodic advertising (§7.8.61–§7.8.63) and synchronisation to it (§7.8.67–§7.8.69).
+    private func handlePeriodic(_ op: HCIOpcode, _ p: [UInt8]) async throws {
+        switch op {
+        case .leSetPeriodicAdvertisingParameters:
+            complete(op, status: sets.setPeriodicParameters(try LESetPeriodicAdvertisingParameters.decode(p)))
+        case .leSetPeriodicAdvertisingData:
+            complete(op, status: sets.setPeriodicData(try LESetPeriodicAdvertisingData.decode(p)))
+        case .leSetPeriodicAdvertisingEnable:
+            let (s, stopped) = sets.setPeriodicEnable(try LESetPeriodicAdvertisingEnable.decode(p))
+            complete(op, status: s)
+            if stopped { await radio?.periodicTrainsEnded(self) }
+        case .lePeriodicAdvertisingCreateSync:
+            let c = try LEPeriodicAdvertisingCreateSync.decode(p)
+            guard pendingSync == nil, c.syncCTEType & 0x1F != 0x1F else { return status(op, .commandDisallowed) }
+            guard c.skip <= 0x01F3, (0x000A...0x4000).contains(c.syncTimeout), c.advertiserAddressType.rawValue <= 1, c.advertisingSID <= 0x0F
+            else { return status(op, .invalidCommandParameters) }
+            // No Periodic Advertiser List, no ADI filtering, no Receive Enable here.
+            guard c.options & 0x07 == 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
+            if syncs.values.contains(where: { $0.address == c.advertiserAddress && $0.addressType == c.advertiserAddressType.rawValue && $0.sid == c.advertisingSID }) {
+                return status(op, .connectionAlreadyExists)
+            }
+            pendingSync = c
+            status(op)
+            // Already scanning: the train is found at once if its set is on air.
+            if scanning, extendedScan, let radio { establish(from: await radio.broadcasts(except: self)) }
+        case .lePeriodicAdvertisingCreateSyncCancel:
+            guard pendingSync != nil else { return complete(op, status: .commandDisallowed) }
+            pendingSync = nil
+            complete(op)
+            if leEventMask & 1 << 13 != 0 {
+                emit(.le(.periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished(
+                    status: .operationCancelledByHost, syncHandle: 0, advertisingSID: 0, advertiserAddressType: .public,
+                    advertiserAddress: .zero, advertiserPHY: 0, periodicAdvertisingInterval: 0))))
+            }
+        case .lePeriodicAdvertisingTerminateSync:
+            let h = try LEPeriodicAdvertisingTerminateSync.decode(p).syncHandle
+            guard syncs.removeValue(forKey: h) != nil else { return complete(op, status: .unknownAdvertisingIdentifier) }
+            complete(op)
+        default:
             complete(op, status: .unknownCommand)
         }
+    }
+
+    /// The pending Create Sync finds its train among `broadcasts` (an extended set
+    /// whose AUX_ADV_IND carries SyncInfo): the sync is established on the lowest
+    /// free Sync_Handle.
+    private func establish(from broadcasts: [AirAdvertisement]) {
+        guard let c = pendingSync else { return }
+        guard let b = broadcasts.first(where: {
+            $0.periodicInterval != 0 && $0.address == c.advertiserAddress && $0.addressType.rawValue & 1 == c.advertiserAddressType.rawValue
+                && $0.sid == c.advertisingSID
+        }) else { return }
+        pendingSync = nil
+        var h: UInt16 = 0
+        while syncs[h] != nil { h += 1 }
+        syncs[h] = Sync(address: b.address, addressType: c.advertiserAddressType.rawValue, sid: c.advertisingSID, timeout: c.syncTimeout)
+        if leEventMask & 1 << 13 != 0 {
+            emit(.le(.periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished(
+                syncHandle: h, advertisingSID: c.advertisingSID, advertiserAddressType: b.addressType, advertiserAddress: b.address,
+                periodicAdvertisingInterval: b.periodicInterval))))
+        }
+    }
+
+    /// The periodic trains on air from this controller's sets.
+    var periodicTrains: [PeriodicTrain] { sets.periodicTrains(publicAddress: address) }
+
+    /// A periodic event of each of `trains`: every sync following one reports its data
+    /// (in pieces of 247 octets, each but the last "incomplete, more data to come").
+    func hearPeriodic(_ trains: [PeriodicTrain], rssi: Int8) {
+        for (h, sync) in syncs.sorted(by: { $0.key < $1.key }) {
+            guard let t = trains.first(where: sync.follows) else { continue }
+            syncs[h]?.lossRun = nil
+            guard leEventMask & 1 << 14 != 0 else { continue }
+            var offset = 0
+            repeat {
+                let end = Swift.min(t.data.count, offset + LEPeriodicAdvertisingReport.maximumDataLength)
+                emit(.le(.periodicAdvertisingReport(LEPeriodicAdvertisingReport(
+                    syncHandle: h, rssi: rssi, dataStatus: end < t.data.count ? 1 : 0, data: Array(t.data[offset..<end])))))
+                offset = end
+            } while offset < t.data.count
+        }
+    }
+
+    /// Trains went off air somewhere: each sync whose train is not among `onAir` is
+    /// lost once its Sync_Timeout passes without the train coming back.
+    func periodicTrainsChanged(onAir: [PeriodicTrain]) {
+        for (h, sync) in syncs where sync.lossRun == nil && !onAir.contains(where: sync.follows) {
+            syncRuns += 1
+            let run = syncRuns
+            syncs[h]?.lossRun = run
+            _ = LoopTimer(after: .milliseconds(10 * Int(sync.timeout)), on: loop) { [weak self] in
+                _ = self?.onLoop { c in Task { await c.syncTimeoutElapsed(h, run: run) } }
+            }
+        }
+    }
+
+    /// Sync `handle`'s timeout, armed by `run`, passed: lost unless its train came back.
+    private func syncTimeoutElapsed(_ handle: UInt16, run: UInt64) async {
+        guard let sync = syncs[handle], sync.lossRun == run else { return }
+        if let radio, await radio.periodicTrains(except: self).contains(where: sync.follows) {
+            syncs[handle]?.lossRun = nil
+            return
+        }
+        guard syncs[handle]?.lossRun == run else { return }
+        syncs[handle] = nil
+        if leEventMask & 1 << 15 != 0 { emit(.le(.periodicAdvertisingSyncLost(LEPeriodicAdvertisingSyncLost(syncHandle: handle)))) }
     }
 
     /// LE Set Scan Enable or its extended form: scanning on or off, reporting with the
@@ -498,6 +630,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// extended scanning reports everything, extended data in pieces.
     func hear(_ broadcasts: [AirAdvertisement], rssi: Int8) {
         guard scanning else { return }
+        if extendedScan { establish(from: broadcasts) }
         for b in broadcasts where isTarget(b) {
             if extendedScan {
                 reportExtended(b, rssi: rssi)
@@ -538,7 +671,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
                 emit(.le(.extendedAdvertisingReport(LEExtendedAdvertisingReport(reports: [.init(
                     eventType: type | more, addressType: b.addressType, address: b.address, primaryPHY: 1, secondaryPHY: b.secondaryPHY,
                     advertisingSID: b.sid, txPower: b.properties & 0x40 != 0 ? b.txPower : 127, rssi: rssi,
-                    directAddressType: .public, directAddress: b.target ?? .zero, data: Array(data[offset..<end]))]))))
+                    periodicAdvertisingInterval: b.periodicInterval, directAddressType: .public, directAddress: b.target ?? .zero, data: Array(data[offset..<end]))]))))
                 offset = end
             } while offset < data.count
         }

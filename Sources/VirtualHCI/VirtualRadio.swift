@@ -93,6 +93,32 @@ public actor VirtualRadio: LoopIsolated {
             for s in scanners where s !== a { await s.hear(on, rssi: await rssi(from: a, to: s)) }
             await a.advertisingEvent()
         }
+        // One periodic event of every train, to the scanners synchronised to it.
+        for a in controllers {
+            let trains = await a.periodicTrains
+            guard !trains.isEmpty else { continue }
+            for s in controllers where s !== a { await s.hearPeriodic(trains, rssi: await rssi(from: a, to: s)) }
+        }
+    }
+
+    /// What every controller but `c` has on air.
+    func broadcasts(except c: VirtualController) async -> [AirAdvertisement] {
+        var out: [AirAdvertisement] = []
+        for a in controllers where a !== c { out += await a.broadcasts }
+        return out
+    }
+
+    /// The periodic trains of every controller but `c`.
+    func periodicTrains(except c: VirtualController) async -> [PeriodicTrain] {
+        var out: [PeriodicTrain] = []
+        for a in controllers where a !== c { out += await a.periodicTrains }
+        return out
+    }
+
+    /// `a` stopped periodic advertising (or was reset): the others' syncs to what is
+    /// no longer on air start their Sync_Timeout.
+    func periodicTrainsEnded(_ a: VirtualController) async {
+        for s in controllers where s !== a { await s.periodicTrainsChanged(onAir: await periodicTrains(except: s)) }
     }
 
     // MARK: From controllers
