@@ -25,6 +25,8 @@ struct AdvertisingConfiguration: Sendable, Equatable {
     var duration: Duration? = nil
     /// How many advertising events each enabling of the set sends at most (nil: no limit).
     var maximumEvents: Int? = nil
+    /// The set's periodic advertising (PeriodicAdvertising.swift): its PDUs are then extended ones.
+    var periodic: PeriodicConfiguration? = nil
 
     /// The longest Duration LE Set Extended Advertising Enable takes: 0xFFFF × 10 ms.
     static let longestDuration = Duration.milliseconds(655_350)
@@ -126,9 +128,14 @@ extension PeripheralManager {
                                      connectable: Bool = false, intervalMilliseconds: Double = 100,
                                      duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
         try await host.requireAdvertisingSet(set)
-        try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                                intervalMilliseconds: intervalMilliseconds,
-                                                                duration: duration, maximumEvents: maximumEvents), set: set.handle)
+        var a = AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
+                                         intervalMilliseconds: intervalMilliseconds, duration: duration, maximumEvents: maximumEvents)
+        // Its periodic advertising goes on, and needs a set neither connectable nor scannable.
+        a.periodic = await host.peripheralState.advertising[set.handle]?.periodic
+        if a.periodic != nil, connectable || scanResponse != nil {
+            throw BLEError.invalidArgument("\(set) has periodic advertising: it can be neither connectable nor scannable (stopPeriodicAdvertising first)")
+        }
+        try await host.setAdvertising(a, set: set.handle)
     }
 
     /// Stops a set and has the controller forget it (LE Remove Advertising Set); its
@@ -165,7 +172,7 @@ extension BluetoothHost {
                 // connects to it again); the data is checked now.
                 guard usesExtendedCommands, peripheralState.advertisingLinks[set] != nil else { return try await startAdvertisingNow(a, set: set) }
                 _ = try Advertiser.extendedPDUs(data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31)
+                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31, extended: a.periodic != nil)
             }
         } catch {
             peripheralState.advertising[set] = previous.0
@@ -300,8 +307,10 @@ extension BluetoothHost {
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
                                                randomAddress: address, handle: set,
-                                               duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents)
+                                               duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents,
+                                               extended: a.periodic != nil)
             peripheralState.advertisingLinks[set] = nil
+            try await applyPeriodic(a.periodic, set: set)
             if let address { advertisingSetAddressSet(address, set: set) }
             // An end handled while these commands were under way may be the previous
             // enabling's or this one's (the host's tasks do not tell): the host and the
@@ -330,6 +339,8 @@ extension BluetoothHost {
             return try await Advertiser.stop(controller)
         }
         if set == 0 { return try await Advertiser.stopExtended(controller) }
+        // A set's periodic advertising stops before it goes (§7.8.59).
+        if peripheralState.periodicOnAir[set] != nil { try await applyPeriodic(nil, set: set) }
         try await Advertiser.removeExtended(controller, handle: set)
         peripheralState.advertisingLinks[set] = nil
         security.onLoop { $0.setOwnAddress(nil, advertisingSet: set) }

@@ -126,6 +126,8 @@ extension BluetoothHost {
         var advertisingEnded: Set<UInt8> = []
         /// The host's timer for a duration on a controller driven with the legacy commands.
         var legacyAdvertisingTimer: LoopTimer?
+        /// The periodic advertising each set has on the controller (parameters, data, enabled).
+        var periodicOnAir: [UInt8: PeriodicConfiguration] = [:]
 
         mutating func cancelLegacyAdvertisingTimer() {
             legacyAdvertisingTimer?.cancel()

@@ -63,6 +63,14 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
     case unknownAdvertisingSet(UInt8)
     /// An argument is outside the range the operation takes (what it takes is said).
     case invalidArgument(String)
+    /// `Central.synchronize` did not find the periodic advertising within its limit.
+    case periodicSyncTimeout(BluetoothAddress, sid: UInt8, within: Duration)
+    /// The controller could not synchronise to the periodic advertising (LE Periodic
+    /// Advertising Sync Established's status).
+    case periodicSyncFailed(BluetoothAddress, sid: UInt8, HCIStatus)
+    /// The controller lost a periodic advertising train it followed (no packet within
+    /// the sync timeout), or was reset.
+    case periodicSyncLost(BluetoothAddress, sid: UInt8)
 
     public var description: String {
         switch self {
@@ -84,6 +92,10 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .noAdvertisingSetFree(n): return "all \(n) advertising sets of the controller are taken: remove one first"
         case let .unknownAdvertisingSet(h): return "advertising set \(h) is not advertising (removed, or never added)"
         case let .invalidArgument(why): return why
+        case let .periodicSyncTimeout(a, sid, d):
+            return "no periodic advertising from \(a) (SID \(sid)) found within \(d) (is it advertising it, in an extended advertising set with that SID?)"
+        case let .periodicSyncFailed(a, sid, s): return "synchronising to the periodic advertising of \(a) (SID \(sid)) failed: \(s)"
+        case let .periodicSyncLost(a, sid): return "lost the periodic advertising of \(a) (SID \(sid))"
         }
     }
 }
@@ -211,6 +223,7 @@ public actor BluetoothHost: LoopIsolated {
     var links = LinkState()
     /// Connecting and scanning.
     var centralState = CentralState()
+    var syncState = SyncState()
     /// Published services, advertising, the request stream.
     var peripheralState = PeripheralState()
     /// The known devices (FA10–FA12), fed by every advertising report.
@@ -360,6 +373,8 @@ public actor BluetoothHost: LoopIsolated {
     func adopt(_ i: ControllerInfo) {
         info = i
         usesExtendedCommands = extendedPolicy == .automatic && i.supportsExtendedAdvertising
+        // Initialisation set the LE event mask to the host's default.
+        syncState.eventsUnmasked = false
     }
 
     /// Disconnects every link, resets the controller and initialises it again.
@@ -367,6 +382,9 @@ public actor BluetoothHost: LoopIsolated {
         try requireReady()
         setState(.resetting)
         for c in links.active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
+        // The controller forgets its syncs and periodic trains.
+        endSyncs(closed: nil)
+        peripheralState.periodicOnAir.removeAll()
         do {
             let i = try await controller.initialize(reset: true, extendedAdvertising: extendedPolicy == .automatic)
             adopt(i)
@@ -449,6 +467,7 @@ public actor BluetoothHost: LoopIsolated {
         for (_, s) in centralState.scans { s.continuation.finish() }
         centralState.scans.removeAll()
         flushDraining()
+        endSyncs(closed: reason)
         peripheralState.requestContinuation?.finish()
         stateBroadcast.finish()
         connectionBroadcast.finish()
@@ -470,6 +489,12 @@ public actor BluetoothHost: LoopIsolated {
             for rp in r.reports { received(Advertisement(rp)) }
         case let .le(.extendedAdvertisingReport(r)):
             for rp in r.reports { if let a = centralState.assembler.add(rp) { received(a) } }
+        case let .le(.periodicAdvertisingSyncEstablished(e)):
+            syncEstablished(e)
+        case let .le(.periodicAdvertisingReport(r)):
+            periodicReport(r)
+        case let .le(.periodicAdvertisingSyncLost(l)):
+            syncLost(l.syncHandle)
         case let .le(.connectionUpdateComplete(u)) where u.status.isSuccess:
             if let c = links.active[u.connectionHandle] {
                 connectionBroadcast.yield(.parametersUpdated(c, interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout))

@@ -26,6 +26,8 @@ extension Advertiser {
     /// when the data is longer than the controller's `maximumLength` (LE Read Maximum
     /// Advertising Data Length) or, connectable, than one AUX_ADV_IND holds
     /// (`connectableExtendedDataLength`).
+    /// Each set's Advertising_SID is its handle's low 4 bits: scanners tell a device's
+    /// sets apart by it (and name a periodic train by address and SID).
     /// With `randomAddress` the set advertises from it (LE Set Advertising Set Random
     /// Address, own address type random); else from the public address. The other
     /// sets the controller advertises are left as they are. `duration` (10 ms units) and
@@ -33,14 +35,16 @@ extension Advertiser {
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                      randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0,
-                                     duration: UInt16 = 0, maximumEvents: UInt8 = 0) async throws {
-        let (adv, rsp, properties) = try extendedPDUs(data: data, scanResponse: scanResponse, connectable: connectable, maximumLength: maximumLength)
+                                     duration: UInt16 = 0, maximumEvents: UInt8 = 0, extended: Bool = false) async throws {
+        let (adv, rsp, properties) = try extendedPDUs(data: data, scanResponse: scanResponse, connectable: connectable,
+                                                      maximumLength: maximumLength, extended: extended)
         let legacy = properties & 0x10 != 0
         let units = UInt32(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
         _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: handle)]))
         try await controller.send(LESetExtendedAdvertisingParameters(
             advertisingHandle: handle, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
-            primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, secondaryAdvertisingPHY: 1))
+            primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, secondaryAdvertisingPHY: 1,
+            advertisingSID: handle & 0x0F))
         if let randomAddress {
             try await controller.send(LESetAdvertisingSetRandomAddress(advertisingHandle: handle, randomAddress: randomAddress))
         }
@@ -54,11 +58,12 @@ extension Advertiser {
 
     /// What `startExtended` puts in a set: its advertising data, scan response data and
     /// Advertising_Event_Properties. Throws `AdvertisingDataError.tooLong` as it does,
-    /// so a host can check data it will send later.
+    /// so a host can check data it will send later. `extended`: extended PDUs even for
+    /// data that fits legacy ones (a set with periodic advertising, §7.8.61).
     public static func extendedPDUs(data: AdvertisingData, scanResponse: AdvertisingData?, connectable: Bool,
-                                    maximumLength: Int) throws -> (data: [UInt8], scanResponse: [UInt8], properties: UInt16) {
+                                    maximumLength: Int, extended: Bool = false) throws -> (data: [UInt8], scanResponse: [UInt8], properties: UInt16) {
         let adv = data.bytes, rsp = scanResponse?.bytes ?? []
-        if adv.count <= 31 && rsp.count <= 31 {
+        if adv.count <= 31 && rsp.count <= 31 && !extended {
             // Legacy PDUs: ADV_IND 0b10011, ADV_SCAN_IND 0b10010, ADV_NONCONN_IND 0b10000.
             return (adv, rsp, connectable ? 0x13 : (rsp.isEmpty ? 0x10 : 0x12))
         }
@@ -154,6 +159,8 @@ extension Advertisement {
     public init(extended r: LEExtendedAdvertisingReport.Report, data: [UInt8]) {
         let t = r.eventType
         let type: UInt8 = t & 0x08 != 0 ? 4 : (t & 0x01 != 0 ? (t & 0x04 != 0 ? 1 : 0) : (t & 0x02 != 0 ? 2 : 3))
-        self.init(address: r.address, addressType: r.addressType, rssi: r.rssi, eventType: type, data: AdvertisingData(parsing: data), raw: data)
+        self.init(address: r.address, addressType: r.addressType, rssi: r.rssi, eventType: type, data: AdvertisingData(parsing: data), raw: data,
+                  advertisingSID: r.advertisingSID <= 0x0F ? r.advertisingSID : nil,
+                  periodicAdvertisingInterval: r.periodicAdvertisingInterval != 0 ? r.periodicAdvertisingInterval : nil)
     }
 }

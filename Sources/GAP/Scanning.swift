@@ -12,14 +12,22 @@ public struct Advertisement: Hashable, Sendable {
     public var eventType: UInt8
     public var data: AdvertisingData
     public var raw: [UInt8]
+    /// An extended advertisement's Advertising_SID (nil: legacy PDUs, or none given).
+    public var advertisingSID: UInt8?
+    /// The interval of the periodic advertising the extended advertisement points to
+    /// (its SyncInfo), in 1.25 ms units; nil when it points to none.
+    public var periodicAdvertisingInterval: UInt16?
 
-    public init(address: BluetoothAddress, addressType: AddressType, rssi: Int8, eventType: UInt8, data: AdvertisingData, raw: [UInt8]) {
+    public init(address: BluetoothAddress, addressType: AddressType, rssi: Int8, eventType: UInt8, data: AdvertisingData, raw: [UInt8],
+                advertisingSID: UInt8? = nil, periodicAdvertisingInterval: UInt16? = nil) {
         self.address = address
         self.addressType = addressType
         self.rssi = rssi
         self.eventType = eventType
         self.data = data
         self.raw = raw
+        self.advertisingSID = advertisingSID
+        self.periodicAdvertisingInterval = periodicAdvertisingInterval
     }
 
     /// One report of an LE Advertising Report event, decoded.
