@@ -76,7 +76,14 @@ struct Scan: AsyncParsableCommand {
             ("address", .string(a.address.description)), ("address_type", .string(a.addressType.description)), ("rssi", .int(Int(a.rssi))),
             ("event_type", .int(Int(a.eventType))), ("connectable", .bool(a.isConnectable)), ("scan_response", .bool(a.isScanResponse)),
         ]
-        let d = a.data
+        if let sid = a.advertisingSID { o.append(("sid", .int(Int(sid)))) }
+        if let i = a.periodicAdvertisingInterval { o.append(("periodic_interval_ms", .double(Double(i) * 1.25))) }
+        return o + dataFields(a.data, distance: a.estimatedMetres)
+    }
+
+    /// The decoded AD structures of `d` as JSON fields (`distance`: the estimate from RSSI, when there is one).
+    static func dataFields(_ d: AdvertisingData, distance: Double? = nil) -> [(String, JSONValue)] {
+        var o: [(String, JSONValue)] = []
         if let n = d.localName { o.append(("name", .string(n))) }
         if !d.serviceUUIDs.isEmpty {
             o.append(("services", .array(d.serviceUUIDs.map { .string($0.description) })))
@@ -87,7 +94,7 @@ struct Scan: AsyncParsableCommand {
         if !d.manufacturerData.isEmpty {
             o.append(("manufacturer_data", .array(d.manufacturerData.map { .object([("company", .int(Int($0.companyIdentifier)))] + (AssignedNumbers.companyName($0.companyIdentifier).map { [("company_name", .string($0))] } ?? []) + [("data", .string($0.data.hexString))]) })))
         }
-        if let m = a.estimatedMetres { o.append(("distance_m", .double((m * 10).rounded() / 10))) }
+        if let m = distance { o.append(("distance_m", .double((m * 10).rounded() / 10))) }
         if let b = d.iBeacon {
             o.append(("ibeacon", .object([("uuid", .string(b.uuid.description)), ("major", .int(Int(b.major))), ("minor", .int(Int(b.minor))), ("measured_power", .int(Int(b.measuredPower)))])))
         }
@@ -107,16 +114,24 @@ struct Scan: AsyncParsableCommand {
 
     static func text(_ a: Advertisement) -> String {
         var parts = ["\(a.address)\(a.addressType == .random ? "/random" : "")", "\(a.rssi) dBm", a.isScanResponse ? "scan-rsp" : (a.isConnectable ? "connectable" : "non-connectable")]
-        if let n = a.data.localName { parts.append("\"\(n)\"") }
-        if !a.data.serviceUUIDs.isEmpty { parts.append("services " + a.data.serviceUUIDs.map(named).joined(separator: ",")) }
-        if let t = a.data.txPowerLevel { parts.append("tx \(t) dBm") }
-        for m in a.data.manufacturerData {
+        parts += dataText(a.data, distance: a.estimatedMetres)
+        if let i = a.periodicAdvertisingInterval { parts.append("periodic every \(Double(i) * 1.25) ms (SID \(a.advertisingSID ?? 0))") }
+        return parts.joined(separator: "  ")
+    }
+
+    /// The decoded AD structures of `d` for a text line.
+    static func dataText(_ d: AdvertisingData, distance: Double? = nil) -> [String] {
+        var parts: [String] = []
+        if let n = d.localName { parts.append("\"\(n)\"") }
+        if !d.serviceUUIDs.isEmpty { parts.append("services " + d.serviceUUIDs.map(named).joined(separator: ",")) }
+        if let t = d.txPowerLevel { parts.append("tx \(t) dBm") }
+        for m in d.manufacturerData {
             parts.append("mfr 0x\(String(m.companyIdentifier, radix: 16))\(AssignedNumbers.companyName(m.companyIdentifier).map { " (\($0))" } ?? ""):\(m.data.hexString)")
         }
-        if let d = a.estimatedMetres { parts.append(String(format: "~%.1f m", d)) }
-        if let b = a.data.iBeacon { parts.append("iBeacon \(b.uuid) \(b.major)/\(b.minor)") }
-        for e in a.data.eddystone { if case let .url(_, u) = e { parts.append("Eddystone \(u)") } else { parts.append("Eddystone \(e)") } }
-        return parts.joined(separator: "  ")
+        if let m = distance { parts.append(String(format: "~%.1f m", m)) }
+        if let b = d.iBeacon { parts.append("iBeacon \(b.uuid) \(b.major)/\(b.minor)") }
+        for e in d.eddystone { if case let .url(_, u) = e { parts.append("Eddystone \(u)") } else { parts.append("Eddystone \(e)") } }
+        return parts
     }
 }
 

@@ -3,7 +3,8 @@
 // advertising and serving its database (docs/fire-alarm.md). btctl's own controller
 // is C0:FF:EE:00:00:02. Everything lives until btctl exits. `virtual5`: both
 // controllers have the Bluetooth 5 extended advertising, scanning and connection
-// commands, so both hosts use those.
+// commands, so both hosts use those, and the sender also broadcasts its state in a
+// periodic advertising train (`btctl sync`).
 
 import BLE
 import FireAlarm
@@ -33,6 +34,16 @@ enum VirtualPeer {
         try await peerHost.start()
         let sender = FireAlarmSender(host: peerHost, name: "FireAlarm-B3", log: { _ in })
         try await sender.start()
+        if extendedAdvertising {
+            // Bluetooth 5: the sender also broadcasts its state in a periodic train
+            // (`btctl sync`), from a non-connectable set of its own.
+            var name = AdvertisingData()
+            name.localName = "FireAlarm-B3 status"
+            let set = try await peerHost.peripheral.addAdvertisingSet(name)
+            var state = AdvertisingData()
+            state.manufacturerData = [.init(companyIdentifier: 0xFFFF, data: Array("FA ok".utf8))]
+            try await peerHost.peripheral.startPeriodicAdvertising(on: set, data: state, intervalMilliseconds: 100)
+        }
         world.withLock { $0 += [radio, peerHost, sender, ticker] }
         return await radio.makeController(address: ownAddress, extendedAdvertising: extendedAdvertising)
     }

@@ -143,6 +143,31 @@ import Testing
         #expect(lines.last?["event"] as? String == "stopped", "\(adv.out)")
     }
 
+    /// `btctl sync` on `virtual5`: the fire-alarm sender's periodic train, found by
+    /// address or name, followed for the duration; the scan shows the pointer to it.
+    /// On `virtual` (legacy controllers) there is none to find.
+    @Test func syncFollowsAPeriodicTrain() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let r = try await Self.run(["sync", "-t", "virtual5", "C0:FF:EE:00:00:01", "--json", "--duration", "0.5"])
+        #expect(r.status == 0, "\(r.out)")
+        let lines = try JSONSchemaTests.check(r.out, against: "sync")
+        #expect(lines.first?["event"] as? String == "synchronized" && lines.first?["interval_ms"] as? Double == 100, "\(r.out)")
+        let packets = lines.filter { $0["event"] as? String == "periodic_advertisement" }
+        #expect(!packets.isEmpty && packets.allSatisfy { $0["data"] as? String == "08ffffff4641206f6b" }, "\(r.out)")
+        #expect(lines.last?["event"] as? String == "sync_ended" && lines.last?["reason"] as? String == "stopped", "\(r.out)")
+        let byName = try await Self.run(["sync", "-t", "virtual5", "--name", "FireAlarm-B3 status", "--duration", "0.3"])
+        #expect(byName.status == 0 && byName.out.contains("4641206f6b"), "\(byName.out)")
+        let scan = try await Self.run(["scan", "-t", "virtual5", "--json", "--duration", "0.5"])
+        let heard = try JSONSchemaTests.check(scan.out, against: "scan")
+        #expect(heard.contains { $0["name"] as? String == "FireAlarm-B3 status" && $0["periodic_interval_ms"] as? Double == 100 && $0["sid"] as? Int == 1 }, "\(scan.out)")
+        let legacy = try await Self.run(["sync", "-t", "virtual", "C0:FF:EE:00:00:01", "--within", "0.5"])
+        #expect(legacy.status == 1 && legacy.out.contains("this controller has no periodic advertising"), "\(legacy.out)")
+        let none = try await Self.run(["sync", "-t", "virtual5", "C0:FF:EE:00:00:09", "--within", "0.5"])
+        #expect(none.status == 1 && none.out.contains("no periodic advertising from C0:FF:EE:00:00:09"), "\(none.out)")
+        let bad = try await Self.run(["sync", "-t", "virtual5", "C0:FF:EE:00:00:01", "--sid", "16"])
+        #expect(bad.status == 64 && bad.out.contains("--sid must be between 0 and 15"), "\(bad.out)")
+    }
+
     /// Ctrl-C during a scan: scanning stops before the exit, the trace is complete, 130.
     @Test func sigintEndsAScanCleanly() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
