@@ -199,7 +199,7 @@ struct Advertise: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "TX Power Level to advertise (dBm, -127 to 20), e.g. --tx-power -8.") var txPower: Int?
     @Flag(help: "Non-connectable advertising.") var nonConnectable = false
     @Option(name: .customLong("set"), help: ArgumentHelp(
-        "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable, duration=MS (10 to 655350: the set ends then), events=N (1 to 255: the set ends after N advertising events).",
+        "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable, duration=MS (10 to 655350: the set ends then), events=N (1 to 255: the set ends after N advertising events), periodic=COMPANY:HEX (also a periodic advertising train carrying this manufacturer data; not with connectable), periodic-interval=MS (7.5 to 81918.75, default 100).",
         valueName: "SPEC")) var sets: [String] = []
     @Option(parsing: .unconditional, help: "Seconds to advertise (0.1 to 86400).") var duration: Double = 30
 
@@ -276,13 +276,16 @@ struct Advertise: AsyncParsableCommand {
             }
             defer { endReporter.cancel() }
             try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable)
-            func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool) {
+            func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool,
+                        periodic: (data: AdvertisingData, intervalMilliseconds: Double)? = nil) {
                 if options.json {
                     emit(.object([("event", .string("advertising")), ("set", .int(Int(set))), ("connectable", .bool(connectable)),
-                                  ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]))
+                                  ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]
+                                 + (periodic.map { [("periodic", .string($0.data.bytes.hexString)), ("periodic_interval_ms", .double($0.intervalMilliseconds))] } ?? [])))
                 } else {
                     print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "")"
-                          + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable") for \(duration) s")
+                          + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable")"
+                          + "\(periodic.map { ", with \($0.data.bytes.count) bytes of periodic advertising every \($0.intervalMilliseconds) ms" } ?? "") for \(duration) s")
                 }
             }
             report(set: 0, d, rsp, connectable: !nonConnectable)
@@ -290,7 +293,11 @@ struct Advertise: AsyncParsableCommand {
                 let spec = try AdvertisingSetSpec(parsing: s)
                 let set = try await host.peripheral.addAdvertisingSet(spec.data, connectable: spec.connectable, intervalMilliseconds: spec.intervalMilliseconds,
                                                                       duration: spec.duration, maximumEvents: spec.maximumEvents)
-                report(set: set.handle, spec.data, nil, connectable: spec.connectable)
+                if let p = spec.periodic {
+                    try await host.peripheral.startPeriodicAdvertising(on: set, data: p, intervalMilliseconds: spec.periodicIntervalMilliseconds)
+                }
+                report(set: set.handle, spec.data, nil, connectable: spec.connectable,
+                       periodic: spec.periodic.map { ($0, spec.periodicIntervalMilliseconds) })
             }
             fflush(nil)
             await Interrupt.sleep(for: cliDuration(seconds: duration))
@@ -327,13 +334,17 @@ struct Advertise: AsyncParsableCommand {
 }
 
 /// One `btctl advertise --set` argument: comma-separated name=TEXT, service=UUID
-/// (repeatable), manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N.
+/// (repeatable), manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N,
+/// periodic=COMPANY:HEX, periodic-interval=MS.
 struct AdvertisingSetSpec {
     var data = AdvertisingData()
     var connectable = false
     var intervalMilliseconds = 100.0
     var duration: Duration?
     var maximumEvents: Int?
+    /// A periodic advertising train on the set, carrying this manufacturer data.
+    var periodic: AdvertisingData?
+    var periodicIntervalMilliseconds = 100.0
 
     init(parsing spec: String) throws {
         data.flags = 0x06
@@ -363,9 +374,22 @@ struct AdvertisingSetSpec {
             case let ("events", v?):
                 guard let n = Int(v), (1...255).contains(n) else { throw ValidationError("--set: events must be between 1 and 255, not '\(v)'") }
                 maximumEvents = n
+            case let ("periodic", v?):
+                guard let md = Self.manufacturerData(v) else { throw ValidationError("--set: periodic must be COMPANY:HEX, not '\(v)'") }
+                var p = periodic ?? AdvertisingData()
+                p.manufacturerData.append(md)
+                periodic = p
+            case let ("periodic-interval", v?):
+                guard let ms = Double(v), ms.isFinite, (7.5...81_918.75).contains(ms) else {
+                    throw ValidationError("--set: periodic-interval must be between 7.5 and 81918.75 ms, not '\(v)'")
+                }
+                periodicIntervalMilliseconds = ms
             default:
-                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N")
+                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N, periodic=COMPANY:HEX, periodic-interval=MS")
             }
+        }
+        if periodic != nil, connectable {
+            throw ValidationError("--set '\(spec)': periodic advertising needs a set that is not connectable")
         }
         guard data.localName != nil || !data.serviceUUIDs.isEmpty || !data.manufacturerData.isEmpty else {
             throw ValidationError("--set '\(spec)' advertises nothing: give it a name, a service or manufacturer data")

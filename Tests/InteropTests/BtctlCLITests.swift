@@ -166,6 +166,15 @@ import Testing
         #expect(none.status == 1 && none.out.contains("no periodic advertising from C0:FF:EE:00:00:09"), "\(none.out)")
         let bad = try await Self.run(["sync", "-t", "virtual5", "C0:FF:EE:00:00:01", "--sid", "16"])
         #expect(bad.status == 64 && bad.out.contains("--sid must be between 0 and 15"), "\(bad.out)")
+        // The advertiser's side: a set with a train.
+        let adv = try await Self.run(["advertise", "-t", "virtual5", "--json", "--duration", "0.3", "--name", "main",
+                                      "--set", "name=beacon,periodic=ffff:0102,periodic-interval=50"])
+        #expect(adv.status == 0, "\(adv.out)")
+        let advertised = try JSONSchemaTests.check(adv.out, against: "advertise")
+        #expect(advertised.contains { $0["set"] as? Int == 1 && $0["periodic"] as? String == "05ffffff0102" && $0["periodic_interval_ms"] as? Double == 50 },
+                "\(adv.out)")
+        let connectable = try await Self.run(["advertise", "-t", "virtual5", "--set", "name=b,connectable,periodic=ffff:01"])
+        #expect(connectable.status == 64 && connectable.out.contains("needs a set that is not connectable"), "\(connectable.out)")
     }
 
     /// Ctrl-C during a scan: scanning stops before the exit, the trace is complete, 130.
