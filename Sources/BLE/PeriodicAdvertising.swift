@@ -315,7 +315,9 @@ extension BluetoothHost {
                 syncState.cancelsOwed += 1
             }
         }
-        await endScan(scan)
+        // Outside the caller's cancellation too: a cancelled task's command would not go
+        // out, and the controller would go on scanning with the host thinking it stopped.
+        await Task { await self.endScan(scan) }.value
         withExtendedLifetime(results) {}
         return try result.get()
     }
