@@ -97,11 +97,8 @@ extension Advertiser {
 
     /// Data in commands of at most 251 bytes: complete (3), or first (1), intermediate (0)…, last (2).
     static func fragments<C: LEExtendedAdvertisingPayloadCommand>(_ data: [UInt8], _: C.Type, handle: UInt8) -> [C] {
-        let n = C.maximumFragmentLength
-        guard data.count > n else { return [C(advertisingHandle: handle, operation: 3, fragmentPreference: 1, data: data)] }
-        return stride(from: 0, to: data.count, by: n).map { i in
-            let op: UInt8 = i == 0 ? 1 : (i + n >= data.count ? 2 : 0)
-            return C(advertisingHandle: handle, operation: op, fragmentPreference: 1, data: Array(data[i..<Swift.min(data.count, i + n)]))
+        advertisingDataFragments(data, maximum: C.maximumFragmentLength).map {
+            C(advertisingHandle: handle, operation: $0.operation, fragmentPreference: 1, data: $0.data)
         }
     }
 }

@@ -58,15 +58,20 @@ public struct LESetPeriodicAdvertisingData: HCICommand {
         data = try r.readBytes(n, "Advertising_Data")
     }
 
-    /// `data` in commands for set `handle`: one complete (operation 3), or first (1),
-    /// intermediate (0)…, last (2) of at most 252 octets each.
+    /// `data` in commands for set `handle`, of at most 252 octets each (see `advertisingDataFragments`).
     public static func fragments(_ data: [UInt8], handle: UInt8) -> [LESetPeriodicAdvertisingData] {
-        let n = maximumFragmentLength
-        guard data.count > n else { return [LESetPeriodicAdvertisingData(advertisingHandle: handle, operation: 3, data: data)] }
-        return stride(from: 0, to: data.count, by: n).map { i in
-            let op: UInt8 = i == 0 ? 1 : (i + n >= data.count ? 2 : 0)
-            return LESetPeriodicAdvertisingData(advertisingHandle: handle, operation: op, data: Array(data[i..<min(data.count, i + n)]))
+        advertisingDataFragments(data, maximum: maximumFragmentLength).map {
+            LESetPeriodicAdvertisingData(advertisingHandle: handle, operation: $0.operation, data: $0.data)
         }
+    }
+}
+
+/// Advertising data in pieces of at most `maximum` octets with the Operation each
+/// carries (§7.8.54, §7.8.62): one complete (3), or first (1), intermediate (0)…, last (2).
+public func advertisingDataFragments(_ data: [UInt8], maximum n: Int) -> [(operation: UInt8, data: [UInt8])] {
+    guard data.count > n else { return [(3, data)] }
+    return stride(from: 0, to: data.count, by: n).map { i in
+        (i == 0 ? 1 : (i + n >= data.count ? 2 : 0), Array(data[i..<min(data.count, i + n)]))
     }
 }
 

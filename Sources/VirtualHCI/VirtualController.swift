@@ -11,6 +11,7 @@
 // with them (LE Enhanced Connection Complete and LE Advertising Set Terminated when
 // the host unmasked them). Legacy and extended advertising commands do not mix until
 // Reset (Vol 4, Part E, §3.1.1): the second kind is refused with Command Disallowed.
+// Periodic advertising and synchronisation to it: VirtualPeriodicSync.swift.
 
 import HCI
 import NIOCore
@@ -26,7 +27,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
     /// Where packets go once the host asked for loop delivery (`deliver(on:_:)`).
     private nonisolated let outbox = LoopOutbox()
-    private weak var radio: VirtualRadio?
+    weak var radio: VirtualRadio?
     /// The radio's loop: this controller's executor, and the loop its host prefers.
     public nonisolated let loop: any EventLoop
     /// The loop's actors' executor (held here: `unownedExecutor` does not keep it).
@@ -51,16 +52,16 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private var scanResponseData: [UInt8] = []
     /// Legacy advertising (LE Set Advertising Enable) is on.
     public private(set) var isAdvertising = false
-    private var sets = AdvertisingSets()
+    var sets = AdvertisingSets()
     /// Which kind of advertising commands the host has used since Reset.
     private enum CommandKind { case legacy, extended }
     private var commandKind: CommandKind?
     /// LE_Event_Mask (§7.8.1); the default until the host sets it.
-    private var leEventMask: UInt64 = 0x1F
-    private var scanning = false
+    var leEventMask: UInt64 = 0x1F
+    var scanning = false
     var isScanning: Bool { scanning }
     /// Scanning was enabled with LE Set Extended Scan Enable: reports are extended.
-    private var extendedScan = false
+    var extendedScan = false
     private var activeScan = false
     private var filterDuplicates = false
     private var seen: Set<String> = []
@@ -73,23 +74,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) private var connections: [UInt16: BluetoothAddress] = [:]
     /// The LE Periodic Advertising Create Sync waiting for its train.
-    private var pendingSync: LEPeriodicAdvertisingCreateSync?
+    var pendingSync: LEPeriodicAdvertisingCreateSync?
     /// Trains this controller is synchronised to, by Sync_Handle.
-    private var syncs: [UInt16: Sync] = [:]
-    private var syncRuns: UInt64 = 0
-
-    struct Sync {
-        var address: BluetoothAddress
-        /// 0 public, 1 random (Advertiser_Address_Type).
-        var addressType: UInt8
-        var sid: UInt8
-        /// Sync_Timeout in 10 ms units.
-        var timeout: UInt16
-        /// The loss timer armed when the train went off air, by its run (nil: none armed).
-        var lossRun: UInt64?
-
-        func follows(_ t: PeriodicTrain) -> Bool { t.address == address && t.addressType.rawValue & 1 == addressType && t.sid == sid }
-    }
+    var syncs: [UInt16: Sync] = [:]
+    var syncRuns: UInt64 = 0
 
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
@@ -215,19 +203,19 @@ public actor VirtualController: HCITransport, LoopIsolated {
         outbox.attach(loop: loop, receive)
     }
 
-    private func emit(_ e: HCIEvent) { emit(e.packet) }
-    private func emit(_ p: HCIPacket) {
+    func emit(_ e: HCIEvent) { emit(e.packet) }
+    func emit(_ p: HCIPacket) {
         guard !closed else { return }
         if !outbox.put(p), case .dropped = continuation.yield(p) { droppedInbound.increment() }
     }
 
-    private func complete<R: HCIReturnParameters>(_ op: HCIOpcode, _ r: R) {
+    func complete<R: HCIReturnParameters>(_ op: HCIOpcode, _ r: R) {
         emit(.commandComplete(CommandComplete(commandOpcode: op, returning: r)))
     }
-    private func complete(_ op: HCIOpcode, status: HCIStatus = .success) {
+    func complete(_ op: HCIOpcode, status: HCIStatus = .success) {
         emit(.commandComplete(CommandComplete(commandOpcode: op, returnParameters: [status.rawValue])))
     }
-    private func status(_ op: HCIOpcode, _ s: HCIStatus = .success) { emit(.commandStatus(CommandStatus(status: s, commandOpcode: op))) }
+    func status(_ op: HCIOpcode, _ s: HCIStatus = .success) { emit(.commandStatus(CommandStatus(status: s, commandOpcode: op))) }
 
     // MARK: Commands
 
@@ -452,114 +440,6 @@ public actor VirtualController: HCITransport, LoopIsolated {
         default:
             try await handlePeriodic(op, p)
         }
-    }
-
-    /// Periodic advertising (§7.8.61–§7.8.63) and synchronisation to it (§7.8.67–§7.8.69).
-    private func handlePeriodic(_ op: HCIOpcode, _ p: [UInt8]) async throws {
-        switch op {
-        case .leSetPeriodicAdvertisingParameters:
-            complete(op, status: sets.setPeriodicParameters(try LESetPeriodicAdvertisingParameters.decode(p)))
-        case .leSetPeriodicAdvertisingData:
-            complete(op, status: sets.setPeriodicData(try LESetPeriodicAdvertisingData.decode(p)))
-        case .leSetPeriodicAdvertisingEnable:
-            let (s, stopped) = sets.setPeriodicEnable(try LESetPeriodicAdvertisingEnable.decode(p))
-            complete(op, status: s)
-            if stopped { await radio?.periodicTrainsEnded(self) }
-        case .lePeriodicAdvertisingCreateSync:
-            let c = try LEPeriodicAdvertisingCreateSync.decode(p)
-            guard pendingSync == nil, c.syncCTEType & 0x1F != 0x1F else { return status(op, .commandDisallowed) }
-            guard c.skip <= 0x01F3, (0x000A...0x4000).contains(c.syncTimeout), c.advertiserAddressType.rawValue <= 1, c.advertisingSID <= 0x0F
-            else { return status(op, .invalidCommandParameters) }
-            // No Periodic Advertiser List, no ADI filtering, no Receive Enable here.
-            guard c.options & 0x07 == 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
-            if syncs.values.contains(where: { $0.address == c.advertiserAddress && $0.addressType == c.advertiserAddressType.rawValue && $0.sid == c.advertisingSID }) {
-                return status(op, .connectionAlreadyExists)
-            }
-            pendingSync = c
-            status(op)
-            // Already scanning: the train is found at once if its set is on air.
-            if scanning, extendedScan, let radio { establish(from: await radio.broadcasts(except: self)) }
-        case .lePeriodicAdvertisingCreateSyncCancel:
-            guard pendingSync != nil else { return complete(op, status: .commandDisallowed) }
-            pendingSync = nil
-            complete(op)
-            if leEventMask & 1 << 13 != 0 {
-                emit(.le(.periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished(
-                    status: .operationCancelledByHost, syncHandle: 0, advertisingSID: 0, advertiserAddressType: .public,
-                    advertiserAddress: .zero, advertiserPHY: 0, periodicAdvertisingInterval: 0))))
-            }
-        case .lePeriodicAdvertisingTerminateSync:
-            let h = try LEPeriodicAdvertisingTerminateSync.decode(p).syncHandle
-            guard syncs.removeValue(forKey: h) != nil else { return complete(op, status: .unknownAdvertisingIdentifier) }
-            complete(op)
-        default:
-            complete(op, status: .unknownCommand)
-        }
-    }
-
-    /// The pending Create Sync finds its train among `broadcasts` (an extended set
-    /// whose AUX_ADV_IND carries SyncInfo): the sync is established on the lowest
-    /// free Sync_Handle.
-    private func establish(from broadcasts: [AirAdvertisement]) {
-        guard let c = pendingSync else { return }
-        guard let b = broadcasts.first(where: {
-            $0.periodicInterval != 0 && $0.address == c.advertiserAddress && $0.addressType.rawValue & 1 == c.advertiserAddressType.rawValue
-                && $0.sid == c.advertisingSID
-        }) else { return }
-        pendingSync = nil
-        var h: UInt16 = 0
-        while syncs[h] != nil { h += 1 }
-        syncs[h] = Sync(address: b.address, addressType: c.advertiserAddressType.rawValue, sid: c.advertisingSID, timeout: c.syncTimeout)
-        if leEventMask & 1 << 13 != 0 {
-            emit(.le(.periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished(
-                syncHandle: h, advertisingSID: c.advertisingSID, advertiserAddressType: b.addressType, advertiserAddress: b.address,
-                periodicAdvertisingInterval: b.periodicInterval))))
-        }
-    }
-
-    /// The periodic trains on air from this controller's sets.
-    var periodicTrains: [PeriodicTrain] { sets.periodicTrains(publicAddress: address) }
-
-    /// A periodic event of each of `trains`: every sync following one reports its data
-    /// (in pieces of 247 octets, each but the last "incomplete, more data to come").
-    func hearPeriodic(_ trains: [PeriodicTrain], rssi: Int8) {
-        for (h, sync) in syncs.sorted(by: { $0.key < $1.key }) {
-            guard let t = trains.first(where: sync.follows) else { continue }
-            syncs[h]?.lossRun = nil
-            guard leEventMask & 1 << 14 != 0 else { continue }
-            var offset = 0
-            repeat {
-                let end = Swift.min(t.data.count, offset + LEPeriodicAdvertisingReport.maximumDataLength)
-                emit(.le(.periodicAdvertisingReport(LEPeriodicAdvertisingReport(
-                    syncHandle: h, rssi: rssi, dataStatus: end < t.data.count ? 1 : 0, data: Array(t.data[offset..<end])))))
-                offset = end
-            } while offset < t.data.count
-        }
-    }
-
-    /// Trains went off air somewhere: each sync whose train is not among `onAir` is
-    /// lost once its Sync_Timeout passes without the train coming back.
-    func periodicTrainsChanged(onAir: [PeriodicTrain]) {
-        for (h, sync) in syncs where sync.lossRun == nil && !onAir.contains(where: sync.follows) {
-            syncRuns += 1
-            let run = syncRuns
-            syncs[h]?.lossRun = run
-            _ = LoopTimer(after: .milliseconds(10 * Int(sync.timeout)), on: loop) { [weak self] in
-                _ = self?.onLoop { c in Task { await c.syncTimeoutElapsed(h, run: run) } }
-            }
-        }
-    }
-
-    /// Sync `handle`'s timeout, armed by `run`, passed: lost unless its train came back.
-    private func syncTimeoutElapsed(_ handle: UInt16, run: UInt64) async {
-        guard let sync = syncs[handle], sync.lossRun == run else { return }
-        if let radio, await radio.periodicTrains(except: self).contains(where: sync.follows) {
-            syncs[handle]?.lossRun = nil
-            return
-        }
-        guard syncs[handle]?.lossRun == run else { return }
-        syncs[handle] = nil
-        if leEventMask & 1 << 15 != 0 { emit(.le(.periodicAdvertisingSyncLost(LEPeriodicAdvertisingSyncLost(syncHandle: handle)))) }
     }
 
     /// LE Set Scan Enable or its extended form: scanning on or off, reporting with the
