@@ -97,15 +97,8 @@ extension BluetoothHost {
         }
         if first {
             do {
-                await refreshControllerAddress(startingScan: true)
-                let own = ownAddressType
-                try await scanCommand {
-                    if usesExtendedCommands {
-                        try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
-                    } else {
-                        try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
-                    }
-                }
+                // Outside the caller's cancellation (see `stopScanning`).
+                try await Task { try await self.startScanning(active: active, filterDuplicates: filterDuplicates) }.value
             } catch {
                 centralState.scans[id] = nil
                 throw error
@@ -119,10 +112,28 @@ extension BluetoothHost {
         _ = try? await stopScanning()
     }
 
-    private func stopScanning() async throws {
+    private func startScanning(active: Bool, filterDuplicates: Bool) async throws {
+        await refreshControllerAddress(startingScan: true)
+        let own = ownAddressType
         try await scanCommand {
-            if usesExtendedCommands { try await Scanner.stopExtended(controller) } else { try await Scanner.stop(controller) }
+            if usesExtendedCommands {
+                try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
+            } else {
+                try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
+            }
         }
+    }
+
+    /// Stops the controller's scanning, outside the caller's cancellation: a cancelled
+    /// wait for a command already sent would leave the controller scanning (or, for
+    /// `startScanning`, not) unlike the host's account of it, and the next scan's
+    /// parameters would be refused (Command Disallowed while scanning).
+    private func stopScanning() async throws {
+        try await Task {
+            try await self.scanCommand {
+                if self.usesExtendedCommands { try await Scanner.stopExtended(self.controller) } else { try await Scanner.stop(self.controller) }
+            }
+        }.value
     }
 
     /// Ends scan `id` so that its stream carries exactly the reports the controller

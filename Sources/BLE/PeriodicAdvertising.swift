@@ -315,9 +315,7 @@ extension BluetoothHost {
                 syncState.cancelsOwed += 1
             }
         }
-        // Outside the caller's cancellation too: a cancelled task's command would not go
-        // out, and the controller would go on scanning with the host thinking it stopped.
-        await Task { await self.endScan(scan) }.value
+        await endScan(scan)
         withExtendedLifetime(results) {}
         return try result.get()
     }
@@ -357,7 +355,10 @@ extension BluetoothHost {
             w.continuation.resume(throwing: BLEError.periodicSyncFailed(w.address, sid: w.sid, e.status))
             return
         }
-        guard let w = syncState.waiter, e.advertiserAddress == w.address, e.advertisingSID == w.sid else {
+        // The train waited for: its SID, and its address, unless the controller resolved
+        // the private address the wait named to an identity (address type 2 or 3).
+        guard let w = syncState.waiter, e.advertisingSID == w.sid,
+              e.advertiserAddress == w.address || e.advertiserAddressType.rawValue & 0x02 != 0 else {
             // A sync nobody waits for any more (its wait ended as the controller found
             // the train, so the cancel came too late): let it go.
             let controller = self.controller, handle = e.syncHandle

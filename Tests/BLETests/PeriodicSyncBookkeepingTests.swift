@@ -43,6 +43,25 @@ extension BluetoothHost {
         await #expect(throws: CancellationError.self) { _ = try await t.value }
     }
 
+    /// A controller that resolved the advertiser's private address names its identity
+    /// (Advertiser_Address_Type 2 or 3): the sync is the one waited for. A train from
+    /// another address is not (a late establishment after its own wait ended).
+    @Test func anEstablishmentNamingTheIdentityIsTheOneWaitedFor() async throws {
+        let room = try await Room(peripherals: 0, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let host = room.central
+        let t = try await Self.waiting(host)
+        func established(_ address: String, type: AddressType) -> LEPeriodicAdvertisingSyncEstablished {
+            LEPeriodicAdvertisingSyncEstablished(syncHandle: 7, advertisingSID: 1, advertiserAddressType: type,
+                                                 advertiserAddress: BluetoothAddress(address)!, periodicAdvertisingInterval: 80)
+        }
+        await host.syncEstablished(established("C0:00:00:00:0E:0E", type: .random))
+        #expect(await host.syncWaitingForTest)
+        await host.syncEstablished(established("C0:00:00:00:0D:0D", type: AddressType(rawValue: 0x03)))
+        let sync = try await t.value
+        #expect(sync.handle == 7 && sync.advertiser == BluetoothAddress("C0:00:00:00:0D:0D")! && sync.interval == .milliseconds(100))
+    }
+
     @Test func anAnswerNobodyOwesEndsTheWait() async throws {
         let room = try await Room(peripherals: 0, extendedAdvertising: true)
         defer { Task { await room.close() } }
