@@ -97,8 +97,7 @@ extension BluetoothHost {
         }
         if first {
             do {
-                // Outside the caller's cancellation (see `stopScanning`).
-                try await Task { try await self.startScanning(active: active, filterDuplicates: filterDuplicates) }.value
+                try await startScanning(active: active, filterDuplicates: filterDuplicates)
             } catch {
                 centralState.scans[id] = nil
                 throw error
@@ -124,16 +123,10 @@ extension BluetoothHost {
         }
     }
 
-    /// Stops the controller's scanning, outside the caller's cancellation: a cancelled
-    /// wait for a command already sent would leave the controller scanning (or, for
-    /// `startScanning`, not) unlike the host's account of it, and the next scan's
-    /// parameters would be refused (Command Disallowed while scanning).
     private func stopScanning() async throws {
-        try await Task {
-            try await self.scanCommand {
-                if self.usesExtendedCommands { try await Scanner.stopExtended(self.controller) } else { try await Scanner.stop(self.controller) }
-            }
-        }.value
+        try await scanCommand {
+            if usesExtendedCommands { try await Scanner.stopExtended(controller) } else { try await Scanner.stop(controller) }
+        }
     }
 
     /// Ends scan `id` so that its stream carries exactly the reports the controller

@@ -207,8 +207,13 @@ public actor HCIController: LoopIsolated {
         put(toSend)
     }
 
+    /// The caller's task was cancelled: a command still queued is withdrawn and ends
+    /// with CancellationError; one already sent is waited for (its answer, or the
+    /// command timeout, ends the call), since the controller carries it out either way:
+    /// ending the wait early would leave the caller's account of the controller (a scan
+    /// started, a set enabled) behind what the controller did.
     private func cancel(id: UInt64) {
-        _ = flow.withdraw(id: id)
+        guard flow.withdraw(id: id) else { return }
         finish(id, .failure(CancellationError()))
     }
 

@@ -2,7 +2,9 @@
 // The command is on its way by then and the controller will scan: the host must count
 // it as scanning (and stop it when the caller lets go), or the next scan's parameters
 // are refused (Command Disallowed while scanning). A fresh-clone CI run, loaded, hit
-// this when a periodic sync was cancelled while its scan was starting.
+// this when a periodic sync was cancelled while its scan was starting. HCIController
+// waits for a sent command's answer whatever its caller's cancellation
+// (ControllerTests.cancellingWithdrawsAQueuedCommandAndWaitsForOneSent).
 
 import BLE
 import BLETesting

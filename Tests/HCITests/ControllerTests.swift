@@ -74,6 +74,24 @@ struct ControllerTests {
         await #expect(throws: HCIError.commandFailed(opcode: .disconnect, status: .unknownConnectionIdentifier)) { try await d.value }
     }
 
+    /// Cancelling a caller withdraws its command while it waits for a credit
+    /// (CancellationError); a command already sent is carried out by the controller,
+    /// so its caller gets the answer.
+    @Test func cancellingWithdrawsAQueuedCommandAndWaitsForOneSent() async throws {
+        let (c, t, _) = make()
+        let sent = Task { try await c.send(LESetScanEnable(scanEnable: true)) }
+        try await t.expect(LESetScanEnable(scanEnable: true).packet)
+        let queued = Task { try await c.send(ReadBDADDR()) }
+        #expect(await t.nextSent(timeout: .milliseconds(100)) == nil)
+        sent.cancel()
+        queued.cancel()
+        await #expect(throws: CancellationError.self) { try await queued.value }
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .leSetScanEnable, returnParameters: [0])))
+        _ = try await sent.value
+        // The withdrawn command never goes out.
+        #expect(await t.nextSent(timeout: .milliseconds(100)) == nil)
+    }
+
     @Test func creditsLimitCommandsInFlight() async throws {
         let (c, t, _) = make()
         // One credit at start: the second command waits for the first's answer.
