@@ -8,6 +8,7 @@ import BLE
 import BLETesting
 import GAP
 import HCI
+import Synchronization
 import Testing
 
 @Suite struct PeriodicAdvertisingTests {
@@ -99,7 +100,15 @@ import Testing
     }
 
     @Test func aSyncThatFindsNothingTimesOutAndTheNextOneWorks() async throws {
-        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        // The central's commands as they go to its controller: the second Create Sync
+        // is cancelled by its caller the moment it goes out.
+        let sent = Mutex<[HCIOpcode]>([])
+        let looking = Mutex<Task<PeriodicAdvertisingSync, any Error>?>(nil)
+        let room = try await Room(peripherals: 1, extendedAdvertising: true, watchCentral: { r in
+            guard case let .command(op, _)? = r.packet, op == .lePeriodicAdvertisingCreateSync || op == .lePeriodicAdvertisingCreateSyncCancel else { return }
+            let creates = sent.withLock { $0.append(op); return $0.filter { $0 == .lePeriodicAdvertisingCreateSync }.count }
+            if op == .lePeriodicAdvertisingCreateSync, creates == 2 { looking.withLock { $0?.cancel() } }
+        })
         defer { Task { await room.close() } }
         let central = room.central.central
         let nobody = BluetoothAddress("C0:00:00:00:0F:0F")!
@@ -108,10 +117,16 @@ import Testing
             return a == nobody && sid == 1
         }
         // Cancelled while looking: CancellationError, and the controller stops looking.
-        let looking = Task { try await central.synchronize(to: nobody, type: .public, sid: 2, within: .seconds(30)) }
-        try await Task.sleep(for: .milliseconds(100))
-        looking.cancel()
-        await #expect(throws: CancellationError.self) { try await looking.value }
+        let (go, start) = AsyncStream<Void>.makeStream()
+        let t = Task {
+            for await _ in go { break }
+            return try await central.synchronize(to: nobody, type: .public, sid: 2, within: .seconds(30))
+        }
+        looking.withLock { $0 = t }
+        start.yield()
+        await #expect(throws: CancellationError.self) { try await t.value }
+        #expect(sent.withLock { $0 } == [.lePeriodicAdvertisingCreateSync, .lePeriodicAdvertisingCreateSyncCancel,
+                                          .lePeriodicAdvertisingCreateSync, .lePeriodicAdvertisingCreateSyncCancel])
         // The controller was told to stop looking each time: a new Create Sync is accepted.
         let p = room.peripherals[0].peripheral
         let beacon = try await p.addAdvertisingSet(AdvertisingSetsTests.named("beacon"))
