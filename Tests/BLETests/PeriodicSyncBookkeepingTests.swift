@@ -20,20 +20,31 @@ extension BluetoothHost {
                                                                advertiserAddressType: .public, advertiserAddress: .zero, advertiserPHY: 0,
                                                                periodicAdvertisingInterval: 0)
 
+    /// A room whose central says each LE Periodic Advertising Create Sync as it goes to
+    /// the controller (the host waits for the outcome by then: it registers its wait
+    /// before the command goes out).
+    static func room() async throws -> (Room, AsyncStream<Void>) {
+        let (sent, says) = AsyncStream<Void>.makeStream()
+        let room = try await Room(peripherals: 0, extendedAdvertising: true, watchCentral: { r in
+            if case let .command(op, _)? = r.packet, op == .lePeriodicAdvertisingCreateSync { says.yield() }
+        })
+        return (room, sent)
+    }
+
     /// Starts a sync to nobody (looking for up to 60 s, longer than any test here runs)
-    /// and returns once the host waits for the controller (checked for up to 10 s).
-    static func waiting(_ host: BluetoothHost) async throws -> Task<PeriodicAdvertisingSync, any Error> {
+    /// and returns once its Create Sync went out, so the host waits for the controller.
+    static func waiting(_ host: BluetoothHost, _ sent: AsyncStream<Void>) async throws -> Task<PeriodicAdvertisingSync, any Error> {
         let t = Task { try await host.central.synchronize(to: BluetoothAddress("C0:00:00:00:0F:0F")!, type: .public, sid: 1, within: .seconds(60)) }
-        for _ in 0..<1000 where await !host.syncWaitingForTest { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(await firstElement(sent, within: .seconds(10)) != nil)
         #expect(await host.syncWaitingForTest)
         return t
     }
 
     @Test func aCancelsLateAnswerDoesNotEndTheNextWait() async throws {
-        let room = try await Room(peripherals: 0, extendedAdvertising: true)
+        let (room, sent) = try await Self.room()
         defer { Task { await room.close() } }
         let host = room.central
-        let t = try await Self.waiting(host)
+        let t = try await Self.waiting(host, sent)
         await host.oweCancelAnswerForTest()
         await host.syncEstablished(Self.cancelled)
         #expect(await host.cancelsOwedForTest == 0)
@@ -47,10 +58,10 @@ extension BluetoothHost {
     /// (Advertiser_Address_Type 2 or 3): the sync is the one waited for. A train from
     /// another address is not (a late establishment after its own wait ended).
     @Test func anEstablishmentNamingTheIdentityIsTheOneWaitedFor() async throws {
-        let room = try await Room(peripherals: 0, extendedAdvertising: true)
+        let (room, sent) = try await Self.room()
         defer { Task { await room.close() } }
         let host = room.central
-        let t = try await Self.waiting(host)
+        let t = try await Self.waiting(host, sent)
         func established(_ address: String, type: AddressType) -> LEPeriodicAdvertisingSyncEstablished {
             LEPeriodicAdvertisingSyncEstablished(syncHandle: 7, advertisingSID: 1, advertiserAddressType: type,
                                                  advertiserAddress: BluetoothAddress(address)!, periodicAdvertisingInterval: 80)
@@ -63,10 +74,10 @@ extension BluetoothHost {
     }
 
     @Test func anAnswerNobodyOwesEndsTheWait() async throws {
-        let room = try await Room(peripherals: 0, extendedAdvertising: true)
+        let (room, sent) = try await Self.room()
         defer { Task { await room.close() } }
         let host = room.central
-        let t = try await Self.waiting(host)
+        let t = try await Self.waiting(host, sent)
         await host.syncEstablished(Self.cancelled)
         await #expect(throws: BLEError.periodicSyncFailed(BluetoothAddress("C0:00:00:00:0F:0F")!, sid: 1, .operationCancelledByHost)) {
             _ = try await t.value
