@@ -63,14 +63,15 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
     case unknownAdvertisingSet(UInt8)
     /// An argument is outside the range the operation takes (what it takes is said).
     case invalidArgument(String)
-    /// `Central.synchronize` did not find the periodic advertising within its limit.
-    case periodicSyncTimeout(BluetoothAddress, sid: UInt8, within: Duration)
+    /// `Central.synchronize` found none of the periodic advertising trains it looked
+    /// for within its limit.
+    case periodicSyncTimeout([PeriodicAdvertiser], within: Duration)
     /// The controller could not synchronise to the periodic advertising (LE Periodic
     /// Advertising Sync Established's status).
-    case periodicSyncFailed(BluetoothAddress, sid: UInt8, HCIStatus)
+    case periodicSyncFailed([PeriodicAdvertiser], HCIStatus)
     /// The controller lost a periodic advertising train it followed (no packet within
     /// the sync timeout), or was reset.
-    case periodicSyncLost(BluetoothAddress, sid: UInt8)
+    case periodicSyncLost(PeriodicAdvertiser)
 
     public var description: String {
         switch self {
@@ -92,10 +93,10 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .noAdvertisingSetFree(n): return "all \(n) advertising sets of the controller are taken: remove one first"
         case let .unknownAdvertisingSet(h): return "advertising set \(h) is not advertising (removed, or never added)"
         case let .invalidArgument(why): return why
-        case let .periodicSyncTimeout(a, sid, d):
-            return "no periodic advertising from \(a) (SID \(sid)) found within \(d) (is it advertising it, in an extended advertising set with that SID?)"
-        case let .periodicSyncFailed(a, sid, s): return "synchronising to the periodic advertising of \(a) (SID \(sid)) failed: \(s)"
-        case let .periodicSyncLost(a, sid): return "lost the periodic advertising of \(a) (SID \(sid))"
+        case let .periodicSyncTimeout(a, d):
+            return "no periodic advertising from \(PeriodicAdvertiser.list(a)) found within \(d) (is it advertising it, in an extended advertising set with that SID?)"
+        case let .periodicSyncFailed(a, s): return "synchronising to the periodic advertising of \(PeriodicAdvertiser.list(a)) failed: \(s)"
+        case let .periodicSyncLost(a): return "lost the periodic advertising of \(a)"
         }
     }
 }

@@ -180,11 +180,45 @@ public final class PeriodicAdvertisingSync: Sendable, CustomStringConvertible {
         self.host = host
     }
 
+    /// The train's advertiser and set.
+    public var source: PeriodicAdvertiser { PeriodicAdvertiser(address: advertiser, type: advertiserAddressType, sid: sid) }
+
     /// Stops following the train (LE Periodic Advertising Terminate Sync); the stream
     /// finishes. Nothing happens when the sync has already ended.
     public func terminate() async throws { try await host.terminateSync(handle) }
 
     public var description: String { "periodic advertising sync \(handle) with \(advertiser) (SID \(sid))" }
+}
+
+/// A periodic advertising train's source: an advertiser's extended advertising set,
+/// which the advertiser's Advertising_SID names.
+public struct PeriodicAdvertiser: Hashable, Sendable, CustomStringConvertible {
+    public var address: BluetoothAddress
+    public var addressType: AddressType
+    /// The set's Advertising_SID (0 to 15).
+    public var sid: UInt8
+
+    public init(address: BluetoothAddress, type: AddressType, sid: UInt8) {
+        self.address = address
+        self.addressType = type
+        self.sid = sid
+    }
+
+    /// The train `result` announces; nil when its advertisement announces none (no
+    /// `periodicAdvertisingInterval`).
+    public init?(_ result: ScanResult) {
+        guard let sid = result.advertisement.advertisingSID, result.advertisement.periodicAdvertisingInterval != nil else { return nil }
+        self.init(address: result.address, type: result.addressType, sid: sid)
+    }
+
+    public var description: String { "\(address) (SID \(sid))" }
+
+    /// "A", "A or B", "A, B or C".
+    static func list(_ a: [PeriodicAdvertiser]) -> String {
+        let names = a.map(\.description)
+        guard names.count > 1 else { return names.first ?? "nobody" }
+        return names.dropLast().joined(separator: ", ") + " or " + names[names.count - 1]
+    }
 }
 
 extension Central {
@@ -205,7 +239,8 @@ extension Central {
     /// Advertising, or driven with the legacy commands, `BLEError.notSupported`.
     public func synchronize(to address: BluetoothAddress, type: AddressType, sid: UInt8, within limit: Duration = .seconds(10),
                             skip: Int = 0, timeout: Duration = .seconds(2), capacity: Int = 256) async throws -> PeriodicAdvertisingSync {
-        try await host.synchronize(to: address, type: type, sid: sid, within: limit, skip: skip, timeout: timeout, capacity: capacity)
+        try await synchronize(toAnyOf: [PeriodicAdvertiser(address: address, type: type, sid: sid)], within: limit, skip: skip,
+                              timeout: timeout, capacity: capacity)
     }
 
     /// Synchronises to the periodic advertising `result` announces (its
@@ -213,19 +248,31 @@ extension Central {
     /// `BLEError.invalidArgument` when the advertisement announces none.
     public func synchronize(to result: ScanResult, within limit: Duration = .seconds(10), skip: Int = 0,
                             timeout: Duration = .seconds(2), capacity: Int = 256) async throws -> PeriodicAdvertisingSync {
-        guard let sid = result.advertisement.advertisingSID, result.advertisement.periodicAdvertisingInterval != nil else {
+        guard let source = PeriodicAdvertiser(result) else {
             throw BLEError.invalidArgument("\(result.address) announces no periodic advertising in this advertisement")
         }
-        return try await synchronize(to: result.address, type: result.addressType, sid: sid, within: limit, skip: skip,
-                                     timeout: timeout, capacity: capacity)
+        return try await synchronize(toAnyOf: [source], within: limit, skip: skip, timeout: timeout, capacity: capacity)
+    }
+
+    /// Synchronises to whichever of `advertisers`' trains the controller finds first,
+    /// through its Periodic Advertiser List (LE Periodic Advertising Create Sync with
+    /// Options bit 0), as a receiver that follows any one of several broadcasters does;
+    /// the returned sync's `advertiser` and `sid` say which. The host owns the list: it
+    /// fills it with `advertisers` for this sync (duplicates count once). A list longer
+    /// than the controller's (LE Read Periodic Advertiser List Size) is
+    /// `BLEError.invalidArgument`; one advertiser is looked for directly, without the
+    /// list. A train this host already follows is not chosen again. Otherwise as
+    /// `synchronize(to:type:sid:…)`.
+    public func synchronize(toAnyOf advertisers: [PeriodicAdvertiser], within limit: Duration = .seconds(10), skip: Int = 0,
+                            timeout: Duration = .seconds(2), capacity: Int = 256) async throws -> PeriodicAdvertisingSync {
+        try await host.synchronize(toAnyOf: advertisers, within: limit, skip: skip, timeout: timeout, capacity: capacity)
     }
 }
 
 extension BluetoothHost {
     struct SyncWaiter {
-        var address: BluetoothAddress
-        var type: AddressType
-        var sid: UInt8
+        /// The trains looked for (more than one: through the Periodic Advertiser List).
+        var advertisers: [PeriodicAdvertiser]
         var capacity: Int
         var continuation: CheckedContinuation<PeriodicAdvertisingSync, any Error>
         var timer: LoopTimer
@@ -254,12 +301,14 @@ extension BluetoothHost {
         var eventsUnmasked = false
         /// Whether the latest wait ended with its cancel owed (read by `synchronize`).
         var lastCancelOwed = false
+        /// The controller's Periodic Advertiser List size, read the first time the list is used.
+        var advertiserListSize: Int?
     }
 
     /// Advertiser_Address_Type for `type`: a resolved identity is named by its kind (0 public, 1 random).
     static func advertiserAddressType(_ type: AddressType) -> AddressType { AddressType(rawValue: type.rawValue & 1) }
 
-    func synchronize(to address: BluetoothAddress, type: AddressType, sid: UInt8, within limit: Duration, skip: Int, timeout: Duration,
+    func synchronize(toAnyOf advertisers: [PeriodicAdvertiser], within limit: Duration, skip: Int, timeout: Duration,
                      capacity: Int) async throws -> PeriodicAdvertisingSync {
         await settle()
         try requireReady()
@@ -267,35 +316,52 @@ extension BluetoothHost {
               i.supports(.lePeriodicAdvertisingCreateSync), i.supports(.lePeriodicAdvertisingCreateSyncCancel) else {
             throw BLEError.notSupported("synchronising to periodic advertising needs a controller with LE Periodic Advertising, driven with the extended commands (usesExtendedCommands)")
         }
-        guard sid <= 0x0F else { throw BLEError.invalidArgument("an Advertising_SID is 0 to 15, not \(sid)") }
+        let targets = advertisers.reduce(into: [PeriodicAdvertiser]()) { if !$0.contains($1) { $0.append($1) } }
+        guard !targets.isEmpty else { throw BLEError.invalidArgument("synchronising needs at least one advertiser") }
+        if let bad = targets.first(where: { $0.sid > 0x0F }) { throw BLEError.invalidArgument("an Advertising_SID is 0 to 15, not \(bad.sid)") }
         guard (0...0x01F3).contains(skip) else { throw BLEError.invalidArgument("skip is 0 to 499 packets, not \(skip)") }
         guard timeout >= .milliseconds(100), timeout <= .milliseconds(163_840) else {
             throw BLEError.invalidArgument("a sync timeout is 100 ms to 163.84 s, not \(timeout)")
         }
         guard capacity > 0 else { throw BLEError.invalidArgument("capacity is at least 1, not \(capacity)") }
+        if targets.count > 1 {
+            guard i.supports(.leAddDeviceToPeriodicAdvertiserList), i.supports(.leClearPeriodicAdvertiserList),
+                  i.supports(.leReadPeriodicAdvertiserListSize) else {
+                throw BLEError.notSupported("synchronising to any of several advertisers needs a controller with the Periodic Advertiser List")
+            }
+        }
         await acquireSyncSlot()
         defer { releaseSyncSlot() }
         try Task.checkCancellation()
+        // Of several, those this host does not follow yet (a controller may synchronise
+        // to a listed train twice). One is asked for directly: a controller that follows
+        // it already answers Connection Already Exists.
+        let looking = targets.count > 1 ? targets.filter { !isFollowing($0) } : targets
+        guard let first = looking.first else { throw BLEError.periodicSyncFailed(targets, .connectionAlreadyExists) }
+        let useList = looking.count > 1
         if !syncState.eventsUnmasked {
             try await controller.send(LESetEventMask(leEventMask: LESetEventMask.hostDefault | LESetEventMask.periodicAdvertisingEvents))
             syncState.eventsUnmasked = true
         }
+        if useList { try await fillPeriodicAdvertiserList(looking) }
         // The controller hears the set's pointer to its train only while it scans.
         // (Its results are not read: the newest is kept, the rest counted as dropped. The
         // stream is held until `endScan`, since letting go of it stops the scan.)
-        let (scan, results) = try await addScan(filter: ScanFilter(addresses: [address]), active: false, filterDuplicates: true, capacity: 1)
-        let command = LEPeriodicAdvertisingCreateSync(advertisingSID: sid, advertiserAddressType: Self.advertiserAddressType(type),
-                                                      advertiserAddress: address, skip: UInt16(skip),
+        let (scan, results) = try await addScan(filter: ScanFilter(addresses: looking.map(\.address)), active: false, filterDuplicates: true,
+                                                capacity: 1)
+        let command = LEPeriodicAdvertisingCreateSync(options: useList ? 0x01 : 0x00, advertisingSID: useList ? 0 : first.sid,
+                                                      advertiserAddressType: useList ? .public : Self.advertiserAddressType(first.addressType),
+                                                      advertiserAddress: useList ? .zero : first.address, skip: UInt16(skip),
                                                       syncTimeout: UInt16(timeout / .milliseconds(10)))
         let result: Result<PeriodicAdvertisingSync, any Error>
         do {
             result = .success(try await withTaskCancellationHandler {
                 try await withCheckedThrowingContinuation { (k: CheckedContinuation<PeriodicAdvertisingSync, any Error>) in
                     let timer = LoopTimer(after: limit, on: loop) { [weak self] in
-                        self?.onLoop { $0.abandonSync(BLEError.periodicSyncTimeout(address, sid: sid, within: limit)) }
+                        self?.onLoop { $0.abandonSync(BLEError.periodicSyncTimeout(targets, within: limit)) }
                     }
                     syncState.lastCancelOwed = false
-                    syncState.waiter = SyncWaiter(address: address, type: type, sid: sid, capacity: capacity, continuation: k, timer: timer)
+                    syncState.waiter = SyncWaiter(advertisers: looking, capacity: capacity, continuation: k, timer: timer)
                     Task {
                         do { try await self.controller.send(command) } catch { self.abandonSync(error, cancel: false) }
                     }
@@ -318,6 +384,33 @@ extension BluetoothHost {
         await endScan(scan)
         withExtendedLifetime(results) {}
         return try result.get()
+    }
+
+    /// Whether a sync of this host follows `a`'s train.
+    func isFollowing(_ a: PeriodicAdvertiser) -> Bool {
+        syncState.syncs.values.contains {
+            $0.sync.advertiser == a.address && $0.sync.sid == a.sid && $0.sync.advertiserAddressType.rawValue & 1 == a.addressType.rawValue & 1
+        }
+    }
+
+    /// Makes the controller's Periodic Advertiser List hold exactly `targets` (in the
+    /// sync slot, so no Create Sync is pending: the list may change).
+    func fillPeriodicAdvertiserList(_ targets: [PeriodicAdvertiser]) async throws {
+        let size: Int
+        if let known = syncState.advertiserListSize {
+            size = known
+        } else {
+            size = Int(try await controller.send(LEReadPeriodicAdvertiserListSize()).value)
+            syncState.advertiserListSize = size
+        }
+        guard targets.count <= size else {
+            throw BLEError.invalidArgument("the controller's Periodic Advertiser List holds \(size) advertisers, not \(targets.count)")
+        }
+        try await controller.send(LEClearPeriodicAdvertiserList())
+        for t in targets {
+            try await controller.send(LEAddDeviceToPeriodicAdvertiserList(advertiserAddressType: Self.advertiserAddressType(t.addressType),
+                                                                         advertiserAddress: t.address, advertisingSID: t.sid))
+        }
     }
 
     /// Ends the sync being created with `error`; with `cancel`, the controller is told
@@ -352,13 +445,14 @@ extension BluetoothHost {
             guard let w = syncState.waiter else { return }
             syncState.waiter = nil
             w.timer.cancel()
-            w.continuation.resume(throwing: BLEError.periodicSyncFailed(w.address, sid: w.sid, e.status))
+            w.continuation.resume(throwing: BLEError.periodicSyncFailed(w.advertisers, e.status))
             return
         }
-        // The train waited for: its SID, and its address, unless the controller resolved
+        // A train waited for: its SID, and its address, unless the controller resolved
         // the private address the wait named to an identity (address type 2 or 3).
-        guard let w = syncState.waiter, e.advertisingSID == w.sid,
-              e.advertiserAddress == w.address || e.advertiserAddressType.rawValue & 0x02 != 0 else {
+        guard let w = syncState.waiter, w.advertisers.contains(where: {
+            e.advertisingSID == $0.sid && (e.advertiserAddress == $0.address || e.advertiserAddressType.rawValue & 0x02 != 0)
+        }) else {
             // A sync nobody waits for any more (its wait ended as the controller found
             // the train, so the cancel came too late): let it go.
             let controller = self.controller, handle = e.syncHandle
@@ -405,7 +499,7 @@ extension BluetoothHost {
     func syncLost(_ handle: UInt16) {
         guard let s = syncState.syncs.removeValue(forKey: handle) else { return }
         logger.debug("periodic advertising sync lost", metadata: ["ble.syncHandle": "\(handle)"])
-        s.continuation.finish(throwing: BLEError.periodicSyncLost(s.sync.advertiser, sid: s.sync.sid))
+        s.continuation.finish(throwing: BLEError.periodicSyncLost(s.sync.source))
     }
 
     /// Ends sync `handle` from this side (LE Periodic Advertising Terminate Sync).
@@ -425,7 +519,7 @@ extension BluetoothHost {
     func endSyncs(closed reason: String?) {
         for h in syncState.syncs.keys.sorted() {
             guard let s = syncState.syncs.removeValue(forKey: h) else { continue }
-            s.continuation.finish(throwing: reason.map(BLEError.transportClosed) ?? BLEError.periodicSyncLost(s.sync.advertiser, sid: s.sync.sid))
+            s.continuation.finish(throwing: reason.map(BLEError.transportClosed) ?? BLEError.periodicSyncLost(s.sync.source))
         }
         abandonSync(reason.map(BLEError.transportClosed) ?? BLEError.notReady(.resetting), cancel: false)
         syncState.cancelsOwed = 0

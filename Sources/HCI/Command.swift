@@ -89,6 +89,8 @@ public enum HCICommandRegistry {
         LESetExtendedScanParameters.self, LESetExtendedScanEnable.self, LEExtendedCreateConnection.self,
         LESetPeriodicAdvertisingParameters.self, LESetPeriodicAdvertisingData.self, LESetPeriodicAdvertisingEnable.self,
         LEPeriodicAdvertisingCreateSync.self, LEPeriodicAdvertisingCreateSyncCancel.self, LEPeriodicAdvertisingTerminateSync.self,
+        LEAddDeviceToPeriodicAdvertiserList.self, LERemoveDeviceFromPeriodicAdvertiserList.self,
+        LEClearPeriodicAdvertiserList.self, LEReadPeriodicAdvertiserListSize.self,
     ]
 
     /// Decodes a command's parameters if the opcode is known; nil for unknown opcodes.

@@ -49,7 +49,9 @@ public struct SupportedCommands: Hashable, Sendable {
         .leRemoveAdvertisingSet: (37, 0), .leClearAdvertisingSets: (37, 1), .leSetPeriodicAdvertisingParameters: (37, 2),
         .leSetPeriodicAdvertisingData: (37, 3), .leSetPeriodicAdvertisingEnable: (37, 4), .leSetExtendedScanParameters: (37, 5),
         .leSetExtendedScanEnable: (37, 6), .leExtendedCreateConnection: (37, 7), .lePeriodicAdvertisingCreateSync: (38, 0),
-        .lePeriodicAdvertisingCreateSyncCancel: (38, 1), .lePeriodicAdvertisingTerminateSync: (38, 2), .leReadBufferSizeV2: (41, 5),
+        .lePeriodicAdvertisingCreateSyncCancel: (38, 1), .lePeriodicAdvertisingTerminateSync: (38, 2),
+        .leAddDeviceToPeriodicAdvertiserList: (38, 3), .leRemoveDeviceFromPeriodicAdvertiserList: (38, 4),
+        .leClearPeriodicAdvertiserList: (38, 5), .leReadPeriodicAdvertiserListSize: (38, 6), .leReadBufferSizeV2: (41, 5),
     ]
 }
 

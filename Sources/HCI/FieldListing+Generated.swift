@@ -550,6 +550,30 @@ extension LEPeriodicAdvertisingTerminateSync: FieldListing {
     }
 }
 
+extension LEAddDeviceToPeriodicAdvertiserList: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("advertiserAddressType", advertiserAddressType)
+        v.field("advertiserAddress", advertiserAddress)
+        v.field("advertisingSID", advertisingSID)
+    }
+}
+
+extension LERemoveDeviceFromPeriodicAdvertiserList: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("advertiserAddressType", advertiserAddressType)
+        v.field("advertiserAddress", advertiserAddress)
+        v.field("advertisingSID", advertisingSID)
+    }
+}
+
+extension LEClearPeriodicAdvertiserList: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {}
+}
+
+extension LEReadPeriodicAdvertiserListSize: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {}
+}
+
 extension LEPeriodicAdvertisingSyncEstablished: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {
         v.field("status", status)

@@ -149,6 +149,70 @@ public struct LEPeriodicAdvertisingTerminateSync: HCICommand {
     public init(parameters r: inout ByteReader) throws { syncHandle = try r.readUInt16("Sync_Handle") }
 }
 
+/// The parameters of the Periodic Advertiser List's entry commands (§7.8.70,
+/// §7.8.71): an advertiser and one of its sets. The list names the trains an LE
+/// Periodic Advertising Create Sync with Options bit 0 may synchronise to, whichever
+/// the controller finds first; it may change only while no Create Sync is pending.
+public protocol LEPeriodicAdvertiserListEntryCommand: HCICommand {
+    /// 0x00 public device or identity address, 0x01 random device or identity address.
+    var advertiserAddressType: AddressType { get }
+    var advertiserAddress: BluetoothAddress { get }
+    var advertisingSID: UInt8 { get }
+    init(advertiserAddressType: AddressType, advertiserAddress: BluetoothAddress, advertisingSID: UInt8)
+}
+
+extension LEPeriodicAdvertiserListEntryCommand {
+    public func encodeParameters(into w: inout ByteWriter) {
+        w.write(advertiserAddressType.rawValue); advertiserAddress.encode(into: &w); w.write(advertisingSID)
+    }
+    public init(parameters r: inout ByteReader) throws {
+        let t = AddressType(rawValue: try r.readUInt8("Advertiser_Address_Type"))
+        let a = try BluetoothAddress(from: &r)
+        self.init(advertiserAddressType: t, advertiserAddress: a, advertisingSID: try r.readUInt8("Advertising_SID"))
+    }
+}
+
+/// LE Add Device To Periodic Advertiser List (§7.8.70). Memory Capacity Exceeded when
+/// the list is full; Invalid HCI Command Parameters when the entry is already there.
+public struct LEAddDeviceToPeriodicAdvertiserList: LEPeriodicAdvertiserListEntryCommand {
+    public static let opcode = HCIOpcode.leAddDeviceToPeriodicAdvertiserList
+    public var advertiserAddressType: AddressType
+    public var advertiserAddress: BluetoothAddress
+    public var advertisingSID: UInt8
+    public init(advertiserAddressType: AddressType, advertiserAddress: BluetoothAddress, advertisingSID: UInt8) {
+        self.advertiserAddressType = advertiserAddressType
+        self.advertiserAddress = advertiserAddress
+        self.advertisingSID = advertisingSID
+    }
+}
+
+/// LE Remove Device From Periodic Advertiser List (§7.8.71). Unknown Advertising
+/// Identifier when the entry is not there.
+public struct LERemoveDeviceFromPeriodicAdvertiserList: LEPeriodicAdvertiserListEntryCommand {
+    public static let opcode = HCIOpcode.leRemoveDeviceFromPeriodicAdvertiserList
+    public var advertiserAddressType: AddressType
+    public var advertiserAddress: BluetoothAddress
+    public var advertisingSID: UInt8
+    public init(advertiserAddressType: AddressType, advertiserAddress: BluetoothAddress, advertisingSID: UInt8) {
+        self.advertiserAddressType = advertiserAddressType
+        self.advertiserAddress = advertiserAddress
+        self.advertisingSID = advertisingSID
+    }
+}
+
+/// LE Clear Periodic Advertiser List (§7.8.72).
+public struct LEClearPeriodicAdvertiserList: HCIParameterlessCommand {
+    public static let opcode = HCIOpcode.leClearPeriodicAdvertiserList
+    public init() {}
+}
+
+/// LE Read Periodic Advertiser List Size (§7.8.73): how many entries the list holds.
+public struct LEReadPeriodicAdvertiserListSize: HCIParameterlessCommand {
+    public typealias ReturnParameters = HCIOctetReturn
+    public static let opcode = HCIOpcode.leReadPeriodicAdvertiserListSize
+    public init() {}
+}
+
 /// LE Periodic Advertising Sync Established [v1] (§7.7.65.14).
 public struct LEPeriodicAdvertisingSyncEstablished: HCIEventParameters {
     public var status: HCIStatus

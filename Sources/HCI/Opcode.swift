@@ -110,6 +110,10 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let lePeriodicAdvertisingCreateSync = HCIOpcode(ogf: 0x08, ocf: 0x0044)
     public static let lePeriodicAdvertisingCreateSyncCancel = HCIOpcode(ogf: 0x08, ocf: 0x0045)
     public static let lePeriodicAdvertisingTerminateSync = HCIOpcode(ogf: 0x08, ocf: 0x0046)
+    public static let leAddDeviceToPeriodicAdvertiserList = HCIOpcode(ogf: 0x08, ocf: 0x0047)
+    public static let leRemoveDeviceFromPeriodicAdvertiserList = HCIOpcode(ogf: 0x08, ocf: 0x0048)
+    public static let leClearPeriodicAdvertiserList = HCIOpcode(ogf: 0x08, ocf: 0x0049)
+    public static let leReadPeriodicAdvertiserListSize = HCIOpcode(ogf: 0x08, ocf: 0x004A)
     public static let leReadBufferSizeV2 = HCIOpcode(ogf: 0x08, ocf: 0x0060)
     public static let leExtendedCreateConnectionV2 = HCIOpcode(ogf: 0x08, ocf: 0x0085)
 
@@ -180,6 +184,10 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
         add(.lePeriodicAdvertisingCreateSync, "LE Periodic Advertising Create Sync")
         add(.lePeriodicAdvertisingCreateSyncCancel, "LE Periodic Advertising Create Sync Cancel")
         add(.lePeriodicAdvertisingTerminateSync, "LE Periodic Advertising Terminate Sync")
+        add(.leAddDeviceToPeriodicAdvertiserList, "LE Add Device To Periodic Advertiser List")
+        add(.leRemoveDeviceFromPeriodicAdvertiserList, "LE Remove Device From Periodic Advertiser List")
+        add(.leClearPeriodicAdvertiserList, "LE Clear Periodic Advertiser List")
+        add(.leReadPeriodicAdvertiserListSize, "LE Read Periodic Advertiser List Size")
         add(.leReadBufferSizeV2, "LE Read Buffer Size [v2]")
         add(.leExtendedCreateConnectionV2, "LE Extended Create Connection [v2]")
         // The other commands of Vol 4, Part E, §7.1-7.8 by name only (no typed
@@ -330,10 +338,6 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
             (0x08, 0x0044, "LE Periodic Advertising Create Sync"),
             (0x08, 0x0045, "LE Periodic Advertising Create Sync Cancel"),
             (0x08, 0x0046, "LE Periodic Advertising Terminate Sync"),
-            (0x08, 0x0047, "LE Add Device To Periodic Advertiser List"),
-            (0x08, 0x0048, "LE Remove Device From Periodic Advertiser List"),
-            (0x08, 0x0049, "LE Clear Periodic Advertiser List"),
-            (0x08, 0x004A, "LE Read Periodic Advertiser List Size"),
             (0x08, 0x004B, "LE Read Transmit Power"),
             (0x08, 0x004C, "LE Read RF Path Compensation"),
             (0x08, 0x004D, "LE Write RF Path Compensation"),

@@ -78,6 +78,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Trains this controller is synchronised to, by Sync_Handle.
     var syncs: [UInt16: Sync] = [:]
     var syncRuns: UInt64 = 0
+    /// The Periodic Advertiser List (§7.8.70), in the order entries were added.
+    var periodicAdvertiserList: [PeriodicAdvertiserEntry] = []
 
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
@@ -112,6 +114,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
         .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection,
         .leSetPeriodicAdvertisingParameters, .leSetPeriodicAdvertisingData, .leSetPeriodicAdvertisingEnable,
         .lePeriodicAdvertisingCreateSync, .lePeriodicAdvertisingCreateSyncCancel, .lePeriodicAdvertisingTerminateSync,
+        .leAddDeviceToPeriodicAdvertiserList, .leRemoveDeviceFromPeriodicAdvertiserList, .leClearPeriodicAdvertiserList,
+        .leReadPeriodicAdvertiserListSize,
     ]
 
     static let legacyImplemented: [HCIOpcode] = [
@@ -249,7 +253,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             isAdvertising = false; scanning = false; pendingConnection = nil; advertisingData = []; scanResponseData = []
             let trainsEnded = sets.anyPeriodic
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
-            pendingSync = nil; syncs.removeAll()
+            pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll()
             complete(op)
             if trainsEnded { await radio?.periodicTrainsEnded(self) }
         case .readLocalVersionInformation:

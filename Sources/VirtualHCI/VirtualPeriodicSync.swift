@@ -21,6 +21,25 @@ extension VirtualController {
         func follows(_ t: PeriodicTrain) -> Bool { t.address == address && t.addressType.rawValue & 1 == addressType && t.sid == sid }
     }
 
+    /// An entry of the Periodic Advertiser List: an advertiser's set.
+    struct PeriodicAdvertiserEntry: Equatable {
+        var address: BluetoothAddress
+        /// 0 public, 1 random (Advertiser_Address_Type).
+        var addressType: UInt8
+        var sid: UInt8
+
+        init(_ c: some LEPeriodicAdvertiserListEntryCommand) {
+            address = c.advertiserAddress
+            addressType = c.advertiserAddressType.rawValue
+            sid = c.advertisingSID
+        }
+
+        func names(_ b: AirAdvertisement) -> Bool { b.address == address && b.addressType.rawValue & 1 == addressType && b.sid == sid }
+    }
+
+    /// Entries the Periodic Advertiser List holds (Rootcanal's default too).
+    static let periodicAdvertiserListSize = 8
+
     /// Periodic advertising (§7.8.61–§7.8.63) and synchronisation to it (§7.8.67–§7.8.69).
     func handlePeriodic(_ op: HCIOpcode, _ p: [UInt8]) async throws {
         switch op {
@@ -37,9 +56,9 @@ extension VirtualController {
             guard pendingSync == nil, c.syncCTEType & 0x1F != 0x1F else { return status(op, .commandDisallowed) }
             guard c.skip <= 0x01F3, (0x000A...0x4000).contains(c.syncTimeout), c.advertiserAddressType.rawValue <= 1, c.advertisingSID <= 0x0F
             else { return status(op, .invalidCommandParameters) }
-            // No Periodic Advertiser List, no ADI filtering, no Receive Enable here.
-            guard c.options & 0x07 == 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
-            if syncs.values.contains(where: { $0.address == c.advertiserAddress && $0.addressType == c.advertiserAddressType.rawValue && $0.sid == c.advertisingSID }) {
+            // No ADI filtering, no Receive Enable here.
+            guard c.options & 0x06 == 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
+            if c.options & 0x01 == 0, syncs.values.contains(where: { $0.address == c.advertiserAddress && $0.addressType == c.advertiserAddressType.rawValue && $0.sid == c.advertisingSID }) {
                 return status(op, .connectionAlreadyExists)
             }
             pendingSync = c
@@ -55,6 +74,25 @@ extension VirtualController {
                     status: .operationCancelledByHost, syncHandle: 0, advertisingSID: 0, advertiserAddressType: .public,
                     advertiserAddress: .zero, advertiserPHY: 0, periodicAdvertisingInterval: 0))))
             }
+        case .leAddDeviceToPeriodicAdvertiserList:
+            let e = PeriodicAdvertiserEntry(try LEAddDeviceToPeriodicAdvertiserList.decode(p))
+            guard pendingSync == nil else { return complete(op, status: .commandDisallowed) }
+            guard e.addressType <= 1, e.sid <= 0x0F, !periodicAdvertiserList.contains(e) else { return complete(op, status: .invalidCommandParameters) }
+            guard periodicAdvertiserList.count < Self.periodicAdvertiserListSize else { return complete(op, status: .memoryCapacityExceeded) }
+            periodicAdvertiserList.append(e)
+            complete(op)
+        case .leRemoveDeviceFromPeriodicAdvertiserList:
+            let e = PeriodicAdvertiserEntry(try LERemoveDeviceFromPeriodicAdvertiserList.decode(p))
+            guard pendingSync == nil else { return complete(op, status: .commandDisallowed) }
+            guard let i = periodicAdvertiserList.firstIndex(of: e) else { return complete(op, status: .unknownAdvertisingIdentifier) }
+            periodicAdvertiserList.remove(at: i)
+            complete(op)
+        case .leClearPeriodicAdvertiserList:
+            guard pendingSync == nil else { return complete(op, status: .commandDisallowed) }
+            periodicAdvertiserList.removeAll()
+            complete(op)
+        case .leReadPeriodicAdvertiserListSize:
+            complete(op, HCIOctetReturn(value: UInt8(Self.periodicAdvertiserListSize)))
         case .lePeriodicAdvertisingTerminateSync:
             let h = try LEPeriodicAdvertisingTerminateSync.decode(p).syncHandle
             guard syncs.removeValue(forKey: h) != nil else { return complete(op, status: .unknownAdvertisingIdentifier) }
@@ -65,21 +103,28 @@ extension VirtualController {
     }
 
     /// The pending Create Sync finds its train among `broadcasts` (an extended set
-    /// whose AUX_ADV_IND carries SyncInfo): the sync is established on the lowest
-    /// free Sync_Handle.
+    /// whose AUX_ADV_IND carries SyncInfo): the one it names, or with Options bit 0
+    /// the first one the Periodic Advertiser List names that no sync follows yet. The
+    /// sync is established on the lowest free Sync_Handle.
     func establish(from broadcasts: [AirAdvertisement]) {
         guard let c = pendingSync else { return }
-        guard let b = broadcasts.first(where: {
-            $0.periodicInterval != 0 && $0.address == c.advertiserAddress && $0.addressType.rawValue & 1 == c.advertiserAddressType.rawValue
-                && $0.sid == c.advertisingSID
-        }) else { return }
+        let wanted: (AirAdvertisement) -> Bool
+        if c.options & 0x01 != 0 {
+            let list = periodicAdvertiserList, followed = syncs.values
+            wanted = { b in
+                list.contains { $0.names(b) } && !followed.contains { $0.address == b.address && $0.addressType == b.addressType.rawValue & 1 && $0.sid == b.sid }
+            }
+        } else {
+            wanted = { $0.address == c.advertiserAddress && $0.addressType.rawValue & 1 == c.advertiserAddressType.rawValue && $0.sid == c.advertisingSID }
+        }
+        guard let b = broadcasts.first(where: { $0.periodicInterval != 0 && wanted($0) }) else { return }
         pendingSync = nil
         var h: UInt16 = 0
         while syncs[h] != nil { h += 1 }
-        syncs[h] = Sync(address: b.address, addressType: c.advertiserAddressType.rawValue, sid: c.advertisingSID, timeout: c.syncTimeout)
+        syncs[h] = Sync(address: b.address, addressType: b.addressType.rawValue & 1, sid: b.sid, timeout: c.syncTimeout)
         if leEventMask & 1 << 13 != 0 {
             emit(.le(.periodicAdvertisingSyncEstablished(LEPeriodicAdvertisingSyncEstablished(
-                syncHandle: h, advertisingSID: c.advertisingSID, advertiserAddressType: b.addressType, advertiserAddress: b.address,
+                syncHandle: h, advertisingSID: b.sid, advertiserAddressType: b.addressType, advertiserAddress: b.address,
                 periodicAdvertisingInterval: b.periodicInterval))))
         }
     }

@@ -10,19 +10,42 @@ import Snoop
 struct Sync: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Follow a device's periodic advertising and print each packet, decoded.",
-        discussion: "Scans until ADDRESS (or a device named --name) announces periodic advertising in an extended advertisement, synchronises to it and prints every packet until --duration passes, the controller loses the train, or Ctrl-C. Needs a controller with periodic advertising (btctl info: LE Periodic Advertising). A passive scan runs while the sync does: some controllers (Rootcanal) deliver the packets only while they scan.")
+        discussion: "Scans until ADDRESS (or a device named --name) announces periodic advertising in an extended advertisement, synchronises to it and prints every packet until --duration passes, the controller loses the train, or Ctrl-C. Given several advertisers, follows whichever train is found first. When each names its set (ADDRESS/SID or ADDRESS/random/SID, or --sid for all), the controller looks for them itself through its Periodic Advertiser List. Needs a controller with periodic advertising (btctl info: LE Periodic Advertising). A passive scan runs while the sync does: some controllers (Rootcanal) deliver the packets only while they scan.")
     @OptionGroup var options: ControllerOptions
-    @Argument(help: "The advertiser's address (or give --name).") var address: String?
+    @Argument(help: "The advertisers: XX:XX:XX:XX:XX:XX[/random|/public][/SID] (default public; or give --name).") var addresses: [String] = []
     @Option(help: "Find the advertiser by its advertised name instead of its address.") var name: String?
     @Option(help: "Only the advertising set with this SID (0 to 15): a device may run several trains.") var sid: Int?
     @Option(parsing: .unconditional, help: "Seconds to look for the advertiser and its train (0.1 to 600).") var within: Double = 10
     @Option(parsing: .unconditional, help: "Seconds to follow the train (0.1 to 86400).") var duration: Double = 30
     @Option(parsing: .unconditional, help: "Milliseconds without a packet before the controller gives the train up (100 to 163840).") var syncTimeout: Int = 2000
 
+    /// An advertiser argument, `XX:XX:XX:XX:XX:XX[/random|/public][/SID]`: its address
+    /// type as `btctl scan` prints it (public unless said), then its set's SID if given.
+    static func advertiser(_ text: String) throws -> (address: BluetoothAddress, type: AddressType, sid: UInt8?) {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false).map { $0.lowercased() }
+        let bad = ValidationError("bad advertiser '\(text)' (XX:XX:XX:XX:XX:XX[/random|/public][/SID], a SID being 0 to 15)")
+        guard parts.count <= 3, let a = BluetoothAddress(parts[0]) else { throw bad }
+        var type: AddressType?
+        var sid: UInt8?
+        for p in parts.dropFirst() {
+            if type == nil, sid == nil, p == "public" || p == "random" {
+                type = p == "random" ? .random : .public
+            } else if sid == nil, let n = UInt8(p), n <= 15 {
+                sid = n
+            } else {
+                throw bad
+            }
+        }
+        return (a, type ?? .public, sid)
+    }
+
     func validate() throws {
-        guard (address == nil) != (name == nil) else { throw ValidationError("give the advertiser's ADDRESS or --name, one of them") }
-        if let a = address, BluetoothAddress(a) == nil { throw ValidationError("bad address '\(a)' (XX:XX:XX:XX:XX:XX)") }
+        guard addresses.isEmpty != (name == nil) else { throw ValidationError("give the advertisers' ADDRESSes or --name, one of them") }
+        for a in addresses { _ = try Self.advertiser(a) }
         if let s = sid, !(0...15).contains(s) { throw ValidationError("--sid must be between 0 and 15, not \(s)") }
+        if sid != nil, try addresses.contains(where: { try Self.advertiser($0).sid != nil }) {
+            throw ValidationError("give the SID with --sid or in ADDRESS/SID, not both")
+        }
         guard within.isFinite, (0.1...600).contains(within) else { throw ValidationError("--within must be between 0.1 and 600 seconds, not \(within)") }
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
         guard (100...163_840).contains(syncTimeout) else { throw ValidationError("--sync-timeout must be between 100 and 163840 ms, not \(syncTimeout)") }
@@ -38,15 +61,30 @@ struct Sync: AsyncParsableCommand {
                 await host.shutdown()
                 throw CLIError("this controller has no periodic advertising (LE Periodic Advertising with the extended commands; btctl info shows its features)")
             }
-            let filter = ScanFilter(names: name.map { [$0] } ?? [], addresses: address.flatMap(BluetoothAddress.init).map { [$0] } ?? [])
+            let advertisers = try addresses.map(Self.advertiser)
+            let filter = ScanFilter(names: name.map { [$0] } ?? [], addresses: advertisers.map(\.address))
             // Held for the sync's life, not read (see the discussion above).
             let scan = try await host.central.scan(filter: filter, active: false, filterDuplicates: false, capacity: 1)
-            let found = try await host.central.first(matching: filter, announcingPeriodicAdvertising: sid.map(UInt8.init), within: cliDuration(seconds: within))
-            guard let found else {
-                await host.shutdown()
-                throw CLIError("no periodic advertising from \(address ?? "a device named \(name ?? "")")\(sid.map { " (SID \($0))" } ?? "") heard within \(secondsText(within))")
+            let sync: PeriodicAdvertisingSync
+            let known = advertisers.compactMap { a in (a.sid ?? sid.map(UInt8.init)).map { PeriodicAdvertiser(address: a.address, type: a.type, sid: $0) } }
+            if !advertisers.isEmpty, known.count == advertisers.count {
+                // Every set named: the controller looks for them itself (through its
+                // Periodic Advertiser List when there are several).
+                do {
+                    sync = try await host.central.synchronize(toAnyOf: known, within: cliDuration(seconds: within), timeout: .milliseconds(syncTimeout))
+                } catch BLEError.periodicSyncTimeout {
+                    await host.shutdown()
+                    throw CLIError("no periodic advertising from \(known.map(\.description).joined(separator: ", ")) heard within \(secondsText(within))")
+                }
+            } else {
+                let found = try await host.central.first(matching: filter, announcingPeriodicAdvertising: sid.map(UInt8.init), within: cliDuration(seconds: within))
+                guard let found else {
+                    await host.shutdown()
+                    let who = name.map { "a device named \($0)" } ?? addresses.joined(separator: ", ")
+                    throw CLIError("no periodic advertising from \(who)\(sid.map { " (SID \($0))" } ?? "") heard within \(secondsText(within))")
+                }
+                sync = try await host.central.synchronize(to: found, within: cliDuration(seconds: within), timeout: .milliseconds(syncTimeout))
             }
-            let sync = try await host.central.synchronize(to: found, within: cliDuration(seconds: within), timeout: .milliseconds(syncTimeout))
             let intervalMS = sync.interval / .microseconds(1) / 1000
             announce(json: json, [("event", .string("synchronized")), ("address", .string(sync.advertiser.description)),
                                   ("address_type", .string(sync.advertiserAddressType.description)), ("sid", .int(Int(sync.sid))),

@@ -95,8 +95,8 @@ import Testing
                 k.finish()
             }
         }, within: .seconds(5))
-        guard case let BLEError.periodicSyncLost(a, sid)? = (lost ?? nil) as? BLEError else { Issue.record("\(String(describing: lost))"); return }
-        #expect(a == room.addresses[0] && sid == sync.sid)
+        guard case let BLEError.periodicSyncLost(a)? = (lost ?? nil) as? BLEError else { Issue.record("\(String(describing: lost))"); return }
+        #expect(a.address == room.addresses[0] && a.sid == sync.sid && a == sync.source)
     }
 
     @Test func aSyncThatFindsNothingTimesOutAndTheNextOneWorks() async throws {
@@ -113,8 +113,8 @@ import Testing
         let central = room.central.central
         let nobody = BluetoothAddress("C0:00:00:00:0F:0F")!
         await #expect { try await central.synchronize(to: nobody, type: .public, sid: 1, within: .milliseconds(300)) } throws: { error in
-            guard case let BLEError.periodicSyncTimeout(a, sid, _) = error else { return false }
-            return a == nobody && sid == 1
+            guard case let BLEError.periodicSyncTimeout(a, _) = error else { return false }
+            return a == [PeriodicAdvertiser(address: nobody, type: .public, sid: 1)]
         }
         // Cancelled while looking: CancellationError, and the controller stops looking.
         let (go, start) = AsyncStream<Void>.makeStream()
@@ -134,6 +134,68 @@ import Testing
         let result = try #require(try await Self.periodicResult(room.central, from: room.addresses[0]))
         let sync = try await central.synchronize(to: result)
         #expect(try await Self.next(1, on: sync, radio: room.radio).map(\.raw) == [Self.payload(10).bytes])
+    }
+
+    /// Through the Periodic Advertiser List: the host fills it with the advertisers
+    /// asked for (Clear, then one Add each) and sends Create Sync with Options bit 0;
+    /// the sync says which train the controller found. A train the host follows is
+    /// left out of the next list; one left is asked for directly.
+    @Test func aCentralFollowsAnyOfSeveralAdvertisers() async throws {
+        let sent = Mutex<[HCIOpcode]>([])
+        let list: Set<HCIOpcode> = [.leReadPeriodicAdvertiserListSize, .leClearPeriodicAdvertiserList, .leAddDeviceToPeriodicAdvertiserList,
+                                    .lePeriodicAdvertisingCreateSync]
+        let room = try await Room(peripherals: 2, extendedAdvertising: true, watchCentral: { r in
+            guard case let .command(op, _)? = r.packet, list.contains(op) else { return }
+            sent.withLock { $0.append(op) }
+        })
+        defer { Task { await room.close() } }
+        var sids: [UInt8] = []
+        for (i, peripheral) in room.peripherals.enumerated() {
+            let beacon = try await peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("beacon-\(i)"))
+            try await peripheral.peripheral.startPeriodicAdvertising(on: beacon, data: Self.payload(20, seed: UInt8(i)), intervalMilliseconds: 50)
+            sids.append(beacon.handle & 0x0F)
+        }
+        let central = room.central.central
+        let nobody = PeriodicAdvertiser(address: BluetoothAddress("C0:00:00:00:0F:0F")!, type: .public, sid: 1)
+        let first = PeriodicAdvertiser(address: room.addresses[0], type: .public, sid: sids[0])
+        let second = PeriodicAdvertiser(address: room.addresses[1], type: .public, sid: sids[1])
+        let one = try await central.synchronize(toAnyOf: [nobody, first, nobody], within: .seconds(5))
+        #expect(one.source == first)
+        #expect(sent.withLock { $0 } == [.leReadPeriodicAdvertiserListSize, .leClearPeriodicAdvertiserList, .leAddDeviceToPeriodicAdvertiserList,
+                                          .leAddDeviceToPeriodicAdvertiserList, .lePeriodicAdvertisingCreateSync])
+        #expect(try await Self.next(1, on: one, radio: room.radio).map(\.raw) == [Self.payload(20, seed: 0).bytes])
+        // The first is followed: only the second is left, and asked for directly.
+        sent.withLock { $0.removeAll() }
+        let two = try await central.synchronize(toAnyOf: [first, second], within: .seconds(5))
+        #expect(two.source == second)
+        #expect(sent.withLock { $0 } == [.lePeriodicAdvertisingCreateSync])
+        #expect(try await Self.next(1, on: two, radio: room.radio).map(\.raw) == [Self.payload(20, seed: 1).bytes])
+        // Both followed: nothing to look for.
+        await #expect(throws: BLEError.periodicSyncFailed([first, second], .connectionAlreadyExists)) {
+            _ = try await central.synchronize(toAnyOf: [first, second])
+        }
+        // Nothing found: the timeout names every advertiser looked for.
+        try await one.terminate()
+        try await two.terminate()
+        let third = PeriodicAdvertiser(address: BluetoothAddress("C0:00:00:00:0F:0E")!, type: .random, sid: 4)
+        await #expect(throws: BLEError.periodicSyncTimeout([nobody, third], within: .milliseconds(300))) {
+            _ = try await central.synchronize(toAnyOf: [nobody, third], within: .milliseconds(300))
+        }
+        // The list is read once; more advertisers than it holds, none, or a bad SID are refused.
+        let nine = (0..<9).map { PeriodicAdvertiser(address: BluetoothAddress(value: 0xC000_0000_0100 + UInt64($0)), type: .public, sid: 0) }
+        for bad in [nine, [], [PeriodicAdvertiser(address: room.addresses[0], type: .public, sid: 16), first]] {
+            await #expect { _ = try await central.synchronize(toAnyOf: bad) } throws: { error in
+                if case BLEError.invalidArgument = error { return true }
+                return false
+            }
+        }
+        #expect(sent.withLock { $0.filter { $0 == .leReadPeriodicAdvertiserListSize }.count } == 0)
+        // Found after all: the list's entries were replaced, not added to.
+        sent.withLock { $0.removeAll() }
+        let again = try await central.synchronize(toAnyOf: [second, first], within: .seconds(5))
+        #expect([first, second].contains(again.source))
+        #expect(sent.withLock { $0 } == [.leClearPeriodicAdvertiserList, .leAddDeviceToPeriodicAdvertiserList,
+                                          .leAddDeviceToPeriodicAdvertiserList, .lePeriodicAdvertisingCreateSync])
     }
 
     @Test func periodicAdvertisingNeedsASetThatIsNeitherConnectableNorScannable() async throws {
@@ -196,6 +258,12 @@ import Testing
         #expect(got.map(\.raw) == Array(repeating: data.bytes, count: 3))
         try await sync.terminate()
         #expect(await ends(sync.advertisements, within: .seconds(1)))
+        // Through Rootcanal's Periodic Advertiser List: whichever listed train it finds.
+        let nobody = PeriodicAdvertiser(address: BluetoothAddress("C0:00:00:00:0F:0F")!, type: .public, sid: 2)
+        let any = try await c.central.synchronize(toAnyOf: [nobody, try #require(PeriodicAdvertiser(result))])
+        #expect(any.source == PeriodicAdvertiser(result))
+        #expect(await firstElement(any.advertisements, within: .seconds(5))?.raw == data.bytes)
+        try await any.terminate()
         withExtendedLifetime(scan) {}
     }
 }

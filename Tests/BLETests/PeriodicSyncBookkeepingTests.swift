@@ -79,7 +79,7 @@ extension BluetoothHost {
         let host = room.central
         let t = try await Self.waiting(host, sent)
         await host.syncEstablished(Self.cancelled)
-        await #expect(throws: BLEError.periodicSyncFailed(BluetoothAddress("C0:00:00:00:0F:0F")!, sid: 1, .operationCancelledByHost)) {
+        await #expect(throws: BLEError.periodicSyncFailed([PeriodicAdvertiser(address: BluetoothAddress("C0:00:00:00:0F:0F")!, type: .public, sid: 1)], .operationCancelledByHost)) {
             _ = try await t.value
         }
     }

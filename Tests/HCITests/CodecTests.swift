@@ -122,6 +122,30 @@ struct CodecTests {
         #expect(LESetPeriodicAdvertisingData.fragments([], handle: 3).map(\.operation) == [3])
     }
 
+    @Test func periodicAdvertiserListCommandsMatchTheSpecLayout() throws {
+        // §7.8.70, §7.8.71: Advertiser_Address_Type, Advertiser_Address, Advertising_SID; 8 octets.
+        let a = BluetoothAddress("C0:11:22:33:44:55")!
+        let add = LEAddDeviceToPeriodicAdvertiserList(advertiserAddressType: .random, advertiserAddress: a, advertisingSID: 0x0F)
+        #expect(add.packet.h4Bytes == [0x01, 0x47, 0x20, 0x08, 0x01, 0x55, 0x44, 0x33, 0x22, 0x11, 0xC0, 0x0F])
+        #expect(try LEAddDeviceToPeriodicAdvertiserList.decode(add.parameters) == add)
+        let remove = LERemoveDeviceFromPeriodicAdvertiserList(advertiserAddressType: .public, advertiserAddress: a, advertisingSID: 2)
+        #expect(remove.packet.h4Bytes == [0x01, 0x48, 0x20, 0x08, 0x00, 0x55, 0x44, 0x33, 0x22, 0x11, 0xC0, 0x02])
+        #expect(try LERemoveDeviceFromPeriodicAdvertiserList.decode(remove.parameters) == remove)
+        for n in 0..<8 {
+            #expect(throws: (any Error).self) { try LEAddDeviceToPeriodicAdvertiserList.decode(Array(add.parameters.prefix(n))) }
+        }
+        // §7.8.72, §7.8.73: no parameters; the size comes back as one octet.
+        #expect(LEClearPeriodicAdvertiserList().packet.h4Bytes == [0x01, 0x49, 0x20, 0x00])
+        #expect(LEReadPeriodicAdvertiserListSize().packet.h4Bytes == [0x01, 0x4A, 0x20, 0x00])
+        let complete: [UInt8] = [0x04, 0x0E, 0x05, 0x01, 0x4A, 0x20, 0x00, 0x08]
+        guard case let .commandComplete(cc) = try HCIEvent(HCIPacket(h4: complete)) else { Issue.record("not a Command Complete"); return }
+        #expect(cc.commandOpcode == .leReadPeriodicAdvertiserListSize)
+        #expect(try HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: Array(cc.returnParameters.dropFirst())) as? HCIOctetReturn
+                == HCIOctetReturn(value: 8))
+        #expect(HCIOpcode.leClearPeriodicAdvertiserList.description.contains("LE Clear Periodic Advertiser List"))
+        #expect(SupportedCommands.bits[.leReadPeriodicAdvertiserListSize]! == (38, 6))
+    }
+
     @Test func periodicAdvertisingEventsMatchTheSpecLayout() throws {
         // §7.7.65.14: status, Sync_Handle, SID, address type, address, PHY, interval, clock accuracy.
         let established: [UInt8] = [0x04, 0x3E, 0x10, 0x0E, 0x00, 0x01, 0x00, 0x05, 0x01, 0x55, 0x44, 0x33, 0x22, 0x11, 0xC0,

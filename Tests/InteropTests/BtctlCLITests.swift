@@ -166,6 +166,18 @@ import Testing
         #expect(none.status == 1 && none.out.contains("no periodic advertising from C0:FF:EE:00:00:09"), "\(none.out)")
         let bad = try await Self.run(["sync", "-t", "virtual5", "C0:FF:EE:00:00:01", "--sid", "16"])
         #expect(bad.status == 64 && bad.out.contains("--sid must be between 0 and 15"), "\(bad.out)")
+        // Several advertisers, each with its set: whichever the controller finds (its Periodic Advertiser List).
+        let any = try await Self.run(["sync", "-t", "virtual5", "C0:FF:EE:00:00:09/2", "C0:FF:EE:00:00:01/public/1", "--json", "--duration", "0.3"])
+        let anyLines = try JSONSchemaTests.check(any.out, against: "sync")
+        #expect(any.status == 0 && anyLines.first?["address"] as? String == "C0:FF:EE:00:00:01" && anyLines.first?["sid"] as? Int == 1, "\(any.out)")
+        let nobody = try await Self.run(["sync", "-t", "virtual5", "C0:FF:EE:00:00:09/1", "C0:FF:EE:00:00:08/random/2", "--within", "0.5"])
+        #expect(nobody.status == 1 && nobody.out.contains("no periodic advertising from C0:FF:EE:00:00:09 (SID 1), C0:FF:EE:00:00:08 (SID 2)"),
+                "\(nobody.out)")
+        for (args, says) in [(["C0:FF:EE:00:00:01/16"], "bad advertiser"), (["C0:FF:EE:00:00:01/public/random"], "bad advertiser"),
+                             (["C0:FF:EE:00:00:01/1", "--sid", "1"], "not both")] {
+            let refused = try await Self.run(["sync", "-t", "virtual5"] + args)
+            #expect(refused.status == 64 && refused.out.contains(says), "\(refused.out)")
+        }
         // The advertiser's side: a set with a train.
         let adv = try await Self.run(["advertise", "-t", "virtual5", "--json", "--duration", "0.3", "--name", "main",
                                       "--set", "name=beacon,periodic=ffff:0102,periodic-interval=50"])

@@ -39,6 +39,13 @@ import Testing
         #expect(got.map(\.raw) == Array(repeating: Self.bumbleData, count: 3))
         #expect(got.first?.data.manufacturerData.first?.companyIdentifier == 0xFFFF)
         try await sync.terminate()
+        // Again through the Periodic Advertiser List, Bumble's set among others.
+        let others = [PeriodicAdvertiser(address: Self.bumble, type: heard.addressType, sid: 2),
+                      PeriodicAdvertiser(address: BluetoothAddress("C0:00:00:00:0F:0F")!, type: .public, sid: 3)]
+        let any = try await host.central.synchronize(toAnyOf: others + [try #require(PeriodicAdvertiser(heard))])
+        #expect(any.source == PeriodicAdvertiser(heard))
+        #expect(await firstElement(any.advertisements, within: .seconds(5))?.raw == Self.bumbleData)
+        try await any.terminate()
         withExtendedLifetime(scan) {}
         _ = out
     }

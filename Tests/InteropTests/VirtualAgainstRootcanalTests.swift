@@ -76,8 +76,8 @@ struct VirtualAgainstRootcanalTests {
     static func periodicData(_ handle: UInt8, _ n: Int, operation: UInt8 = 3) -> LESetPeriodicAdvertisingData {
         LESetPeriodicAdvertisingData(advertisingHandle: handle, operation: operation, data: [UInt8](repeating: 0x5A, count: n))
     }
-    static func sync(cte: UInt8 = 0) -> LEPeriodicAdvertisingCreateSync {
-        LEPeriodicAdvertisingCreateSync(advertisingSID: 1, advertiserAddressType: .public, advertiserAddress: BluetoothAddress("00:00:00:00:0E:0E")!,
+    static func sync(options: UInt8 = 0, cte: UInt8 = 0) -> LEPeriodicAdvertisingCreateSync {
+        LEPeriodicAdvertisingCreateSync(options: options, advertisingSID: 1, advertiserAddressType: .public, advertiserAddress: BluetoothAddress("00:00:00:00:0E:0E")!,
                                         syncTimeout: 100, syncCTEType: cte)
     }
 
@@ -115,7 +115,32 @@ struct VirtualAgainstRootcanalTests {
         Step("create sync cancel", LEPeriodicAdvertisingCreateSyncCancel()),
         Step("create sync cancel with none pending", LEPeriodicAdvertisingCreateSyncCancel()),
         Step("terminate an unknown sync", LEPeriodicAdvertisingTerminateSync(syncHandle: 5)),
+        // The Periodic Advertiser List (§7.8.70–§7.8.73).
+        Step("read the periodic advertiser list size", LEReadPeriodicAdvertiserListSize()),
+        Step("add to the periodic advertiser list", listed(add: true, 0x0E, sid: 1)),
+        Step("add the same entry again", listed(add: true, 0x0E, sid: 1)),
+        Step("add the same address with another SID", listed(add: true, 0x0E, sid: 2)),
+        Step("remove an entry not on the list", listed(add: false, 0x0D, sid: 1)),
+        Step("create sync with the list", sync(options: 0x01)),
+        Step("add while a create sync is pending", listed(add: true, 0x0D, sid: 1)),
+        Step("remove while a create sync is pending", listed(add: false, 0x0E, sid: 2)),
+        Step("clear while a create sync is pending", LEClearPeriodicAdvertiserList()),
+        Step("cancel the create sync with the list", LEPeriodicAdvertisingCreateSyncCancel()),
+        Step("remove an entry", listed(add: false, 0x0E, sid: 2)),
+        Step("remove it again", listed(add: false, 0x0E, sid: 2)),
+        Step("clear the list", LEClearPeriodicAdvertiserList()),
+        Step("remove after the clear", listed(add: false, 0x0E, sid: 1)),
+    ] + (0..<8).map { Step("fill the list, entry \($0 + 1)", listed(add: true, UInt8($0), sid: 3)) } + [
+        Step("add to a full list", listed(add: true, 0x0E, sid: 3)),
+        Step("clear the full list", LEClearPeriodicAdvertiserList()),
     ]
+
+    /// Adds (or removes) the set `sid` of 00:00:00:00:0E:`last` to the Periodic Advertiser List.
+    static func listed(add: Bool, _ last: UInt8, sid: UInt8) -> any HCICommand {
+        let a = BluetoothAddress(value: 0x0E00 | UInt64(last))
+        return add ? LEAddDeviceToPeriodicAdvertiserList(advertiserAddressType: .public, advertiserAddress: a, advertisingSID: sid)
+            : LERemoveDeviceFromPeriodicAdvertiserList(advertiserAddressType: .public, advertiserAddress: a, advertisingSID: sid)
+    }
 
     static func run(_ h: HCIController, _ script: [Step] = script) async throws -> [String] {
         var out: [String] = []
