@@ -205,6 +205,34 @@ extension BluetoothHost {
         peripheralBroadcast.yield(.advertisingEnded(AdvertisingSet(handle: set), reason: reason))
     }
 
+    /// LE Advertising Set Terminated with success: a central connected to the set, and
+    /// the controller stopped it until the link ends. The link's connection reaches the
+    /// host on its own stream: if it has not yet, the set is announced when it does.
+    func advertisingSetConnected(_ t: LEAdvertisingSetTerminated) async {
+        let set = t.advertisingHandle, handle = t.connectionHandle
+        guard peripheralState.advertising[set] != nil else { return }
+        if let conn = links.active[handle] {
+            peripheralState.advertisingLinks[set] = handle
+            peripheralBroadcast.yield(.advertisingConnected(AdvertisingSet(handle: set), central: conn))
+        } else if l2cap.loop.inEventLoop, l2cap.onLoop({ $0.hasLink(handle: handle) }) {
+            peripheralState.advertisingLinks[set] = handle
+            peripheralState.linksAwaitingSet[handle] = set
+        } else {
+            // The link came and went before this event was handled: nothing holds the set
+            // off air any more, so it starts again.
+            logger.debug("advertising set's link already ended", metadata: ["ble.advertisingSet": "\(set)", "ble.handle": "\(handle)"])
+            guard state == .ready else { return }
+            do {
+                try await withAdvertisingLock {
+                    if let a = peripheralState.advertising[set], state == .ready, peripheralState.advertisingLinks[set] == nil,
+                       !peripheralState.advertisingEnded.contains(set) {
+                        try await startAdvertisingNow(a, set: set)
+                    }
+                }
+            } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)", "ble.advertisingSet": "\(set)"]) }
+        }
+    }
+
     /// LE Advertising Set Terminated without a connection, for a set the host advertises.
     func advertisingSetTerminated(_ t: LEAdvertisingSetTerminated) {
         guard let a = peripheralState.advertising[t.advertisingHandle] else { return }
@@ -304,12 +332,16 @@ extension BluetoothHost {
         }
         if usesExtendedCommands {
             let address = advertisingSetAddress(set)
+            // Before the commands: a central may connect as soon as the controller has
+            // enabled the set, and the LE Advertising Set Terminated that says so may be
+            // handled before this task resumes. Cleared after, the new link would be
+            // forgotten and the set never resume when it ends.
+            peripheralState.advertisingLinks[set] = nil
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
                                                randomAddress: address, handle: set,
                                                duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents,
                                                extended: a.periodic != nil)
-            peripheralState.advertisingLinks[set] = nil
             try await applyPeriodic(a.periodic, set: set)
             if let address { advertisingSetAddressSet(address, set: set) }
             // An end handled while these commands were under way may be the previous

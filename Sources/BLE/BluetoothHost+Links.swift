@@ -40,6 +40,12 @@ extension BluetoothHost {
             await client.start()
             links.clients[conn.id] = client
             if c.role == .peripheral {
+                if let set = peripheralState.linksAwaitingSet.removeValue(forKey: c.handle) {
+                    peripheralBroadcast.yield(.advertisingConnected(AdvertisingSet(handle: set), central: conn))
+                } else if !usesExtendedCommands, peripheralState.advertising[0] != nil {
+                    // The legacy commands have one set.
+                    peripheralBroadcast.yield(.advertisingConnected(AdvertisingSet(handle: 0), central: conn))
+                }
                 // The controller stopped advertising for this connection; ask it to go on so
                 // more centrals can connect (controllers that cannot refuse, and we wait for the
                 // disconnection). Not with the extended commands: Rootcanal 1.10 then never
@@ -57,6 +63,7 @@ extension BluetoothHost {
             }
         case let .disconnected(c, reason):
             guard let conn = links.remove(c.handle) else { return }
+            peripheralState.linksAwaitingSet[c.handle] = nil
             registry.disconnected(handle: c.handle)
             links.securityRequested.remove(c.handle)
             // The reason first (operations failing on the dead bearer ask for it at once),

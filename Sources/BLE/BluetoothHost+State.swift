@@ -119,6 +119,9 @@ extension BluetoothHost {
         /// Sets that made a link still up (LE Advertising Set Terminated), with the link's
         /// handle: the controller stopped them, and they resume when that link ends.
         var advertisingLinks: [UInt8: UInt16] = [:]
+        /// Sets LE Advertising Set Terminated said made a link whose connection has not
+        /// reached the host yet, by the link's handle: announced when it does.
+        var linksAwaitingSet: [UInt16: UInt8] = [:]
         /// When each set given a duration ends, in the host's `now`.
         var advertisingDeadlines: [UInt8: Duration] = [:]
         /// Sets a duration or event limit ended: configured, off air until the

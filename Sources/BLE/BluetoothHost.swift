@@ -392,6 +392,7 @@ public actor BluetoothHost: LoopIsolated {
             try await startPrivacy(i)
             // The controller forgot every set, and the links that stopped some are gone.
             peripheralState.advertisingLinks.removeAll()
+            peripheralState.linksAwaitingSet.removeAll()
             for s in peripheralState.advertising.keys.sorted() {
                 try await withAdvertisingLock { if let a = peripheralState.advertising[s] { try await startAdvertisingNow(a, set: s) } }
             }
@@ -505,8 +506,7 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
             connectFailed(c.peerAddress, c.status)
         case let .le(.advertisingSetTerminated(t)) where t.status.isSuccess && usesExtendedCommands:
-            // A central connected to the set: the controller stopped it until the link ends.
-            if peripheralState.advertising[t.advertisingHandle] != nil { peripheralState.advertisingLinks[t.advertisingHandle] = t.connectionHandle }
+            await advertisingSetConnected(t)
         case let .le(.advertisingSetTerminated(t)) where usesExtendedCommands:
             // Its duration or event limit ended it.
             advertisingSetTerminated(t)

@@ -106,6 +106,13 @@ public enum PeripheralEvent: Hashable, Sendable {
     /// listed in `advertisingSets`) but off air until started or updated again; a link
     /// it made earlier is not affected.
     case advertisingEnded(AdvertisingSet, reason: AdvertisingEndReason)
+    /// A central connected to an advertising set (set 0 is `startAdvertising`'s): LE
+    /// Advertising Set Terminated names the set, or with the legacy commands set 0 is
+    /// the only one (as Zephyr's per-set `connected` callback and NimBLE's
+    /// advertising-complete event tell). The controller stopped the set for the link;
+    /// the host starts it again when the link ends. Comes once the host knows the link
+    /// (`ConnectionEvent.connected`).
+    case advertisingConnected(AdvertisingSet, central: Connection)
 }
 
 /// A read or write of a characteristic created with `answersManually`. Answer every

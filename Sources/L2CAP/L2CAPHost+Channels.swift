@@ -114,6 +114,9 @@ extension L2CAPHost {
     /// The security the Security Manager last set for link `handle` (nil: no such link).
     public func linkSecurity(handle: UInt16) -> LinkSecurityState? { connections[handle]?.signaling.channels.linkSecurity }
 
+    /// Whether link `handle` is up, as the events handled so far say.
+    public func hasLink(handle: UInt16) -> Bool { connections[handle] != nil }
+
     /// Opens an LE credit-based channel (§4.22) to the peer's `spsm` on link `handle`.
     public func connectChannel(spsm: UInt16, handle: UInt16, parameters: CreditBasedParameters = CreditBasedParameters()) async throws -> L2CAPChannel {
         guard connections[handle] != nil else { throw L2CAPChannelError.linkClosed(handle: handle) }

@@ -415,6 +415,8 @@ extension Gatt {
                                    "subscription 0x\(String(h, radix: 16)): notify=\(n) indicate=\(i)")
                         case .advertisingEnded:
                             break  // gatt serve advertises with no duration or event limit
+                        case .advertisingConnected:
+                            break  // its one set: the connection events report the link
                         }
                     }
                 }

@@ -269,10 +269,17 @@ struct Advertise: AsyncParsableCommand {
         defer { writer?.close() }
         do {
             try await host.start()
-            // Sets given a duration or an event limit end by themselves: each end is reported.
+            // Sets given a duration or an event limit end by themselves, and a central's
+            // connection stops the set it connected to until the link ends: each is reported.
             let ends = host.peripheral.events()
             let endReporter = Task {
-                for await case let .advertisingEnded(set, reason) in ends { reportEnd(set: set.handle, reason) }
+                for await e in ends {
+                    switch e {
+                    case let .advertisingEnded(set, reason): reportEnd(set: set.handle, reason)
+                    case let .advertisingConnected(set, central): reportConnection(set: set.handle, central)
+                    default: break
+                    }
+                }
             }
             defer { endReporter.cancel() }
             try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable)
@@ -314,6 +321,16 @@ struct Advertise: AsyncParsableCommand {
     }
 
     /// One set a limit ended: an `advertising_ended` line.
+    func reportConnection(set: UInt8, _ c: Connection) {
+        if options.json {
+            emit(.object([("event", .string("connected")), ("set", .int(Int(set))), ("peer", .string(c.peer.description)),
+                          ("peer_type", .string(c.peerType.description)), ("handle", .int(Int(c.handle)))]))
+        } else {
+            print("\(c.peer)\(c.peerType == .random ? "/random" : "") connected to set \(set) (handle 0x\(String(c.handle, radix: 16))); the set advertises again when it leaves")
+        }
+        fflush(nil)
+    }
+
     func reportEnd(set: UInt8, _ reason: AdvertisingEndReason) {
         var fields: [(String, JSONValue)] = [("event", .string("advertising_ended")), ("set", .int(Int(set)))]
         let text: String

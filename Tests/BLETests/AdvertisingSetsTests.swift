@@ -89,6 +89,52 @@ import Testing
         #expect(try await Self.heard(by: room.central) == [room.addresses[0]: ["main", "door-2"]])
     }
 
+    /// The set a central connected to comes as `.advertisingConnected`, with the link
+    /// `connectionEvents` reports: LE Advertising Set Terminated names it, whichever of
+    /// the two reaches the host first. With the legacy commands it is set 0.
+    @Test func aLinkSaysWhichSetMadeIt() async throws {
+        let room = try await Room(peripherals: 2, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let host = room.peripherals[0], p = host.peripheral
+        try await p.startAdvertising(Self.named("main"), connectable: false)
+        let beacon = try await p.addAdvertisingSet(Self.named("beacon"))
+        let door = try await p.addAdvertisingSet(Self.named("door"), connectable: true)
+        #expect(beacon != door)
+        for round in 0..<3 {
+            let links = host.connectionEvents(), made = p.events()
+            let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+            let conn = await firstElement(links.compactMap { e -> Connection? in if case let .connected(c) = e { return c } else { return nil } },
+                                          within: .seconds(5))
+            let connected = await Self.connectedSet(made)
+            #expect(connected?.0 == door && connected?.1 == conn && conn?.peer == BluetoothAddress("C0:00:00:00:00:01"), "round \(round)")
+            try await remote.disconnect()
+            for await e in links { if case .disconnected = e { break } }
+        }
+        // Set 0 connectable, the door gone: set 0 made the link.
+        try await p.removeAdvertisingSet(door)
+        try await p.startAdvertising(Self.named("main"), connectable: true)
+        let made = p.events()
+        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        #expect(await Self.connectedSet(made)?.0.handle == 0)
+        try await remote.disconnect()
+        // Legacy commands: set 0.
+        let legacy = try await Room(peripherals: 1)
+        defer { Task { await legacy.close() } }
+        try await legacy.peripherals[0].peripheral.startAdvertising(Self.named("legacy"))
+        let legacyMade = legacy.peripherals[0].peripheral.events()
+        let l = try await legacy.central.central.connect(to: legacy.addresses[0], within: .seconds(5))
+        let said = await Self.connectedSet(legacyMade)
+        #expect(said?.0.handle == 0 && said?.1.peer == BluetoothAddress("C0:00:00:00:00:01"))
+        _ = l
+    }
+
+    /// The first `.advertisingConnected` on `events` (within 5 s).
+    static func connectedSet(_ events: BufferedStream<PeripheralEvent>) async -> (AdvertisingSet, Connection)? {
+        await firstElement(events.compactMap { e -> (AdvertisingSet, Connection)? in
+            if case let .advertisingConnected(set, central) = e { return (set, central) } else { return nil }
+        }, within: .seconds(5))
+    }
+
     /// A controller driven with the legacy commands has one advertisement.
     @Test func legacyCommandsHaveOneSet() async throws {
         let room = try await Room(peripherals: 1)
@@ -181,7 +227,13 @@ import Testing
         let second = try #require(before["rc-second"]?.first)
         #expect(before["rc-main"]?.isDisjoint(with: [second]) == true, "\(before)")
         let events = p.connectionEvents()
+        let made = p.peripheral.events()
         let remote = try await c.central.connect(to: second, type: .random, within: .seconds(10))
+        // Rootcanal's LE Advertising Set Terminated names set 1.
+        let connected = await firstElement(made.compactMap { e -> (AdvertisingSet, Connection)? in
+            if case let .advertisingConnected(set, central) = e { return (set, central) } else { return nil }
+        }, within: .seconds(5))
+        #expect(connected?.0.handle == 1 && connected?.1.role == .peripheral)
         #expect(try await remote.secure().bonded)
         try await remote.disconnect()
         for await e in events { if case .disconnected = e { break } }

@@ -108,13 +108,19 @@ import Testing
 
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
-        let adv = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "--name", "btctl-main", "--set", "name=btctl-second,connectable,interval=50",
+        let adv = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "--name", "btctl-main", "--non-connectable", "--set", "name=btctl-second,connectable,interval=50",
                                                          "--set", "manufacturer=05f1:0102,interval=200", "-t", rc.transportSpec, "--json", "--duration", "30"])
         #expect(await adv.waitForOutput { $0.components(separatedBy: "\"advertising\"").count == 4 }, "\(adv.output)")
         let scan = try await JSONSchemaTests.run(["scan", "-t", rc.transportSpec, "--json", "--duration", "1.5"])
+        // A central connects to the connectable set: advertise says which set it was.
+        let discover = try await Self.run(["gatt", "discover", "-t", rc.transportSpec, "--name", "btctl-second", "--connect-timeout", "10"])
+        #expect(discover.status == 0, "\(discover.out)")
+        #expect(await adv.waitForOutput { $0.contains("\"connected\"") }, "\(adv.output)")
         #expect(await adv.stop(signal: SIGINT) == 130)
-        let lines = try JSONSchemaTests.check(adv.output, against: "advertise").filter { $0["event"] as? String == "advertising" }
-        #expect(lines.map { $0["set"] as? Int } == [0, 1, 2] && lines.map { $0["connectable"] as? Bool } == [true, true, false], "\(adv.output)")
+        let all = try JSONSchemaTests.check(adv.output, against: "advertise")
+        let lines = all.filter { $0["event"] as? String == "advertising" }
+        #expect(lines.map { $0["set"] as? Int } == [0, 1, 2] && lines.map { $0["connectable"] as? Bool } == [false, true, false], "\(adv.output)")
+        #expect(all.filter { $0["event"] as? String == "connected" }.map { $0["set"] as? Int } == [1], "\(adv.output)")
         let heard = try JSONSchemaTests.check(scan.out, against: "scan").filter { $0["event"] as? String == "advertisement" }
         #expect(Set(heard.compactMap { $0["name"] as? String }).isSuperset(of: ["btctl-main", "btctl-second"]), "\(scan.out)")
         let beacon = heard.first { ($0["manufacturer_data"] as? [[String: Any]])?.contains { $0["company"] as? Int == 0x05F1 && $0["data"] as? String == "0102" } == true }
