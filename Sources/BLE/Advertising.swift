@@ -364,6 +364,16 @@ extension BluetoothHost {
         }
     }
 
+    /// Sets set `set` up on the controller as `startAdvertisingNow` does, without
+    /// enabling it (extended commands).
+    func configureAdvertisingOffAir(_ a: AdvertisingConfiguration, set: UInt8) async throws {
+        let address = advertisingSetAddress(set)
+        try await Advertiser.configureExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
+                                               intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
+                                               randomAddress: address, handle: set, extended: a.periodic != nil)
+        if let address { advertisingSetAddressSet(address, set: set) }
+    }
+
     /// Stops set `set`; a set other than 0 is removed from the controller too.
     func stopAdvertisingNow(set: UInt8) async throws {
         guard usesExtendedCommands else {

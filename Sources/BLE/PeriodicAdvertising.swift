@@ -40,7 +40,8 @@ extension PeripheralManager {
     /// the train; longer data, or a new interval, restarts it, and scanners following
     /// it lose it. The train goes on after the set's own limits (`duration`,
     /// `maximumEvents`) end its advertisements, until `stopPeriodicAdvertising` or
-    /// `removeAdvertisingSet`. Needs a controller with LE Periodic Advertising driven
+    /// `removeAdvertisingSet`; on a set they ended already it starts alone, and
+    /// scanners find it once the set advertises again (`updateAdvertisingSet`). Needs a controller with LE Periodic Advertising driven
     /// with the extended commands (else `BLEError.notSupported`).
     public func startPeriodicAdvertising(on set: AdvertisingSet, data: AdvertisingData, intervalMilliseconds: Double = 100) async throws {
         try await host.setPeriodicAdvertising(PeriodicConfiguration(data: data, intervalMilliseconds: intervalMilliseconds), set: set)
@@ -85,11 +86,19 @@ extension BluetoothHost {
             a.periodic = p
             peripheralState.advertising[handle] = a
             do {
-                // The set's own PDUs become extended ones when it carried legacy PDUs.
+                // The set's own PDUs become extended ones when it carried legacy PDUs
+                // (it did when it had no train and its data fits them, §7.8.61).
                 let (_, _, properties) = try Advertiser.extendedPDUs(data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                                      maximumLength: info?.maximumAdvertisingDataLength ?? 31)
-                if p != nil, properties & 0x10 != 0, peripheralState.setsOnAir.contains(handle) {
-                    try await startAdvertisingNow(a, set: handle)
+                if p != nil, previous == nil, properties & 0x10 != 0 {
+                    if peripheralState.setsOnAir.contains(handle) {
+                        try await startAdvertisingNow(a, set: handle)
+                    } else {
+                        // Off air (a limit ended it, or a link it made holds it): set up
+                        // again with extended PDUs, not enabled; the train goes on its own.
+                        try await configureAdvertisingOffAir(a, set: handle)
+                        try await applyPeriodic(p, set: handle)
+                    }
                 } else {
                     try await applyPeriodic(p, set: handle)
                 }

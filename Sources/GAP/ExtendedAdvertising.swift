@@ -36,6 +36,19 @@ extension Advertiser {
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                      randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0,
                                      duration: UInt16 = 0, maximumEvents: UInt8 = 0, extended: Bool = false) async throws {
+        try await configureExtended(controller, data: data, scanResponse: scanResponse, connectable: connectable,
+                                    intervalMilliseconds: intervalMilliseconds, maximumLength: maximumLength, randomAddress: randomAddress,
+                                    handle: handle, extended: extended)
+        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [
+            .init(advertisingHandle: handle, duration: duration, maxExtendedAdvertisingEvents: maximumEvents)]))
+    }
+
+    /// What `startExtended` does but the enable: the set is stopped and holds its
+    /// parameters, address and data, off air (as a set needs before periodic
+    /// advertising is set up on it, or before it is enabled later).
+    public static func configureExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
+                                         connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
+                                         randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0, extended: Bool = false) async throws {
         let (adv, rsp, properties) = try extendedPDUs(data: data, scanResponse: scanResponse, connectable: connectable,
                                                       maximumLength: maximumLength, extended: extended)
         let legacy = properties & 0x10 != 0
@@ -52,8 +65,6 @@ extension Advertiser {
         if legacy, properties != 0x10 {
             for c in fragments(rsp, LESetExtendedScanResponseData.self, handle: handle) { try await controller.send(c) }
         }
-        try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [
-            .init(advertisingHandle: handle, duration: duration, maxExtendedAdvertisingEvents: maximumEvents)]))
     }
 
     /// What `startExtended` puts in a set: its advertising data, scan response data and

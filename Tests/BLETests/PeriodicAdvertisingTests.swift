@@ -198,6 +198,29 @@ import Testing
                                           .leAddDeviceToPeriodicAdvertiserList, .lePeriodicAdvertisingCreateSync])
     }
 
+    /// A set whose short data went out as legacy PDUs, ended by its event limit: its
+    /// train starts anyway (the set is set up again with extended PDUs, not enabled;
+    /// the controller refused periodic parameters on the legacy set before). Scanners
+    /// find the train once the set advertises again.
+    @Test func aTrainStartsOnASetALimitEnded() async throws {
+        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let p = room.peripherals[0].peripheral
+        let events = p.events()
+        let burst = try await p.addAdvertisingSet(AdvertisingSetsTests.named("burst"), maximumEvents: 2)
+        let ended = Task {
+            await firstElement(events.filter { if case .advertisingEnded = $0 { return true } else { return false } }, within: .seconds(5))
+        }
+        for _ in 0..<3 { await room.radio.tick() }
+        #expect(await ended.value != nil)
+        try await p.startPeriodicAdvertising(on: burst, data: Self.payload(30), intervalMilliseconds: 50)
+        #expect(try await Self.periodicResult(room.central, from: room.addresses[0]) == nil)
+        try await p.updateAdvertisingSet(burst, data: AdvertisingSetsTests.named("burst"))
+        let result = try #require(try await Self.periodicResult(room.central, from: room.addresses[0]))
+        let sync = try await room.central.central.synchronize(to: result, within: .seconds(5))
+        #expect(try await Self.next(1, on: sync, radio: room.radio).map(\.raw) == [Self.payload(30).bytes])
+    }
+
     @Test func periodicAdvertisingNeedsASetThatIsNeitherConnectableNorScannable() async throws {
         let room = try await Room(peripherals: 1, extendedAdvertising: true)
         defer { Task { await room.close() } }
