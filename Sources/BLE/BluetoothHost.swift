@@ -132,6 +132,12 @@ public enum ConnectionEvent: Hashable, Sendable {
     /// The peer opened an enhanced ATT bearer (EATT, SPSM 0x0027) on the link, and the
     /// local GATT server serves it (`enhancedATT`); one event per bearer, with its ATT_MTU.
     case enhancedBearerAccepted(Connection, mtu: Int)
+    /// The link's PHYs changed, or an update this side asked for completed (LE PHY
+    /// Update Complete); either side may start one (`updatePHY`).
+    case phyUpdated(Connection, LinkPHY)
+    /// The link's data length changed (LE Data Length Change): controllers agree on
+    /// longer packets after `updateDataLength`, or by themselves after connecting.
+    case dataLengthChanged(Connection, DataLength)
 }
 
 /// The host's security policy: what pairing announces and allows, where bonds are
@@ -218,6 +224,8 @@ public actor BluetoothHost: LoopIsolated {
     let stateBroadcast = Broadcast<HostState>(replaysLatest: true)
     let connectionBroadcast = Broadcast<ConnectionEvent>()
     let peripheralBroadcast = Broadcast<PeripheralEvent>()
+    /// Every LE PHY Update Complete, as `updatePHY` waits for its own.
+    let phyCompletions = Broadcast<LEPHYUpdateComplete>()
     // The host's state by concern (BluetoothHost+State.swift): each room is a struct
     // of its own, so a reader knows which one to open.
     /// Who is connected, how links ended and who waits for that, each link's client.
@@ -251,6 +259,8 @@ public actor BluetoothHost: LoopIsolated {
     let extendedPolicy: ExtendedCommandsPolicy
     /// Whether this host drives the controller with the extended commands (decided at `start`).
     public private(set) var usesExtendedCommands = false
+    /// The PHYs `setPreferredPHYs` gave the controller (set again after a reset).
+    var preferredPHYs: (tx: Set<PHY>, rx: Set<PHY>)?
 
     /// Our private addresses (Privacy.swift).
     var own = OwnAddresses()
@@ -390,6 +400,7 @@ public actor BluetoothHost: LoopIsolated {
             let i = try await controller.initialize(reset: true, extendedAdvertising: extendedPolicy == .automatic)
             adopt(i)
             try await startPrivacy(i)
+            if let d = preferredPHYs { try await controller.send(LESetDefaultPHY(txPHYs: PHY.bits(d.tx), rxPHYs: PHY.bits(d.rx))) }
             // The controller forgot every set, and the links that stopped some are gone.
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
@@ -474,6 +485,7 @@ public actor BluetoothHost: LoopIsolated {
         stateBroadcast.finish()
         connectionBroadcast.finish()
         peripheralBroadcast.finish()
+        phyCompletions.finish()
         // The tasks that follow the GATT server's and the Security Manager's streams
         // (which outlive a transport) would wait for what can no longer come, holding
         // this host and through it the whole stack: they end here.
@@ -510,6 +522,11 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.advertisingSetTerminated(t)) where usesExtendedCommands:
             // Its duration or event limit ended it.
             advertisingSetTerminated(t)
+        case let .le(.phyUpdateComplete(u)):
+            phyCompletions.yield(u)
+            if u.status.isSuccess { linkChanged(u.connectionHandle, .phyUpdated(LinkPHY(tx: PHY(rawValue: u.txPHY), rx: PHY(rawValue: u.rxPHY)))) }
+        case let .le(.dataLengthChange(d)):
+            linkChanged(d.connectionHandle, .dataLengthChanged(DataLength(d)))
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:

@@ -21,6 +21,63 @@ public struct ConnectionParameters: Hashable, Sendable {
     }
 }
 
+/// A PHY of an LE link (Vol 6, Part A, §3): as LE Read PHY and LE PHY Update Complete
+/// name it.
+public struct PHY: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// 1 Msym/s, every controller's.
+    public static let le1M = PHY(rawValue: 1)
+    /// 2 Msym/s: twice the data rate (LE feature bit 8).
+    public static let le2M = PHY(rawValue: 2)
+    /// 1 Msym/s coded (S=2 or S=8): up to four times the range (LE feature bit 11).
+    public static let leCoded = PHY(rawValue: 3)
+
+    var isKnown: Bool { (1...3).contains(rawValue) }
+    /// TX_PHYs/RX_PHYs of LE Set PHY: bit 0 LE 1M, 1 LE 2M, 2 LE Coded.
+    static func bits(_ phys: Set<PHY>) -> UInt8 { phys.reduce(0) { $0 | 1 << ($1.rawValue - 1) } }
+
+    public var description: String {
+        switch rawValue {
+        case 1: return "LE 1M"
+        case 2: return "LE 2M"
+        case 3: return "LE Coded"
+        default: return "PHY 0x\(String(rawValue, radix: 16))"
+        }
+    }
+}
+
+/// The PHYs a link uses: `tx` for what this side sends, `rx` for what it receives.
+public struct LinkPHY: Hashable, Sendable, CustomStringConvertible {
+    public var tx: PHY
+    public var rx: PHY
+    public init(tx: PHY, rx: PHY) {
+        self.tx = tx
+        self.rx = rx
+    }
+    public var description: String { tx == rx ? "\(tx)" : "\(tx) out, \(rx) in" }
+}
+
+/// The largest link-layer payloads each way and how long they take on air (LE Data
+/// Length Change, Vol 6, Part B, §4.5.10): 27 octets and 328 µs until a side asks for
+/// more (`updateDataLength`), up to 251 octets.
+public struct DataLength: Hashable, Sendable {
+    public var maxTxOctets: Int
+    public var maxTxTimeMicroseconds: Int
+    public var maxRxOctets: Int
+    public var maxRxTimeMicroseconds: Int
+    public init(maxTxOctets: Int, maxTxTimeMicroseconds: Int, maxRxOctets: Int, maxRxTimeMicroseconds: Int) {
+        self.maxTxOctets = maxTxOctets
+        self.maxTxTimeMicroseconds = maxTxTimeMicroseconds
+        self.maxRxOctets = maxRxOctets
+        self.maxRxTimeMicroseconds = maxRxTimeMicroseconds
+    }
+    init(_ e: LEDataLengthChange) {
+        self.init(maxTxOctets: Int(e.maxTxOctets), maxTxTimeMicroseconds: Int(e.maxTxTime), maxRxOctets: Int(e.maxRxOctets),
+                  maxRxTimeMicroseconds: Int(e.maxRxTime))
+    }
+}
+
 extension BluetoothHost {
     /// Asks for new connection parameters (interval in 1.25 ms units, timeout in 10 ms
     /// units). As central: LE Connection Update. As peripheral: the L2CAP Connection
@@ -59,18 +116,74 @@ extension BluetoothHost {
     }
 
     /// LE Set Data Length (up to 251 octets per packet). False when the controller does
-    /// not have it; the LE Data Length Change event follows when the length changes.
+    /// not have it; `ConnectionEvent.dataLengthChanged` follows when the length changes
+    /// (LE Data Length Change; none when it stays).
     @discardableResult
     public func updateDataLength(_ c: Connection, txOctets: UInt16 = 251, txTime: UInt16 = 2120) async throws -> Bool {
         try await optional { try await self.controller.send(LESetDataLength(connectionHandle: c.handle, txOctets: txOctets, txTime: txTime)) }
     }
 
-    /// LE Set PHY preferring LE 2M both ways (`phys` bit 0 = 1M, 1 = 2M, 2 = Coded). False
-    /// when the controller does not have it; LE PHY Update Complete follows.
-    @discardableResult
-    public func updatePHY(_ c: Connection, phys: UInt8 = 0x02) async throws -> Bool {
-        try await optional { try await self.controller.send(LESetPHY(connectionHandle: c.handle, txPHYs: phys, rxPHYs: phys)) }
+    /// The PHYs link `c` uses each way now (LE Read PHY). `BLEError.notSupported` when
+    /// the controller does not have the command (it has LE 1M only).
+    public func phy(of c: Connection) async throws -> LinkPHY {
+        try requireReady()
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        guard info?.supports(.leReadPHY) == true else { throw BLEError.notSupported("the controller cannot read a link's PHY (LE Read PHY): it has LE 1M only") }
+        let r = try await controller.send(LEReadPHY(connectionHandle: c.handle))
+        return LinkPHY(tx: PHY(rawValue: r.txPHY), rx: PHY(rawValue: r.rxPHY))
     }
+
+    /// Asks for other PHYs on link `c` (LE Set PHY), `tx` for what we send and `rx` for
+    /// what we receive, as Bumble's `set_connection_phy` and Android's
+    /// `setPreferredPhy` do; either side may ask. The controllers agree on one PHY each
+    /// way among those both allow (LE 2M doubles the data rate, LE Coded reaches
+    /// farther), and keep a way's PHY when they share none. Returns the PHYs in force
+    /// once LE PHY Update Complete arrives; `ConnectionEvent.phyUpdated` reports it too,
+    /// and an update the peer starts. Nil when the controller or the peer does not do
+    /// PHY updates (Unknown HCI Command, Unsupported Feature or Parameter Value,
+    /// Unsupported Remote Feature), or no answer came within `limit`.
+    @discardableResult
+    public func updatePHY(_ c: Connection, tx: Set<PHY> = [.le2M], rx: Set<PHY> = [.le2M],
+                          within limit: Duration = .seconds(10)) async throws -> LinkPHY? {
+        try requireReady()
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        guard !tx.isEmpty, !rx.isEmpty, (tx.union(rx)).allSatisfy(\.isKnown) else {
+            throw BLEError.invalidArgument("updatePHY takes at least one of LE 1M, LE 2M and LE Coded each way")
+        }
+        let completions = phyCompletions.subscribe(capacity: 16)
+        let start = loop.now
+        let command = LESetPHY(connectionHandle: c.handle, txPHYs: PHY.bits(tx), rxPHYs: PHY.bits(rx))
+        guard try await optional({ try await self.controller.send(command) }) else { return nil }
+        let left = limit - Duration(loop.now - start)
+        let done = await firstElement(completions.filter { $0.connectionHandle == c.handle }, within: max(left, .zero), on: controller.loop)
+        guard let done else {
+            if !isActive(c.id) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+            return nil
+        }
+        guard done.status.isSuccess else {
+            if Self.notSupported.contains(done.status) { return nil }
+            throw HCIError.commandFailed(opcode: .leSetPHY, status: done.status)
+        }
+        return LinkPHY(tx: PHY(rawValue: done.txPHY), rx: PHY(rawValue: done.rxPHY))
+    }
+
+    /// The PHYs this side allows on every link (LE Set Default PHY), `tx` for what it
+    /// sends and `rx` for what it receives: a PHY update either side starts lands on
+    /// one of them each way (LE 1M stays possible: every link starts on it). Kept across
+    /// `reset()`. `BLEError.notSupported` when the controller does not have the command.
+    public func setPreferredPHYs(tx: Set<PHY>, rx: Set<PHY>) async throws {
+        try requireReady()
+        guard !tx.isEmpty, !rx.isEmpty, (tx.union(rx)).allSatisfy(\.isKnown) else {
+            throw BLEError.invalidArgument("setPreferredPHYs takes at least one of LE 1M, LE 2M and LE Coded each way")
+        }
+        guard info?.supports(.leSetDefaultPHY) == true else { throw BLEError.notSupported("the controller has no PHY preferences (LE Set Default PHY): it has LE 1M only") }
+        try await controller.send(LESetDefaultPHY(txPHYs: PHY.bits(tx), rxPHYs: PHY.bits(rx)))
+        preferredPHYs = (tx, rx)
+    }
+
+    /// The statuses that say the controller or the peer does not have a procedure:
+    /// Unknown HCI Command, Unsupported Feature or Parameter Value, Unsupported Remote Feature.
+    static let notSupported: [HCIStatus] = [.unknownCommand, .unsupportedFeatureOrParameterValue, HCIStatus(rawValue: 0x1A)]
 
     /// Runs an optional command: false for Unknown HCI Command, Unsupported Feature or
     /// Parameter Value and Unsupported Remote Feature (0x1A), else rethrows.
@@ -78,7 +191,7 @@ extension BluetoothHost {
         do {
             try await body()
             return true
-        } catch let HCIError.commandFailed(_, status) where [HCIStatus.unknownCommand, .unsupportedFeatureOrParameterValue, HCIStatus(rawValue: 0x1A)].contains(status) {
+        } catch let HCIError.commandFailed(_, status) where Self.notSupported.contains(status) {
             logger.debug("optional command not supported", metadata: ["hci.status": "\(status)"])
             return false
         }
@@ -86,6 +199,15 @@ extension BluetoothHost {
 }
 
 extension RemotePeripheral {
+    /// The link's PHYs now; see `BluetoothHost.phy(of:)`.
+    public func phy() async throws -> LinkPHY { try await host.phy(of: connection) }
+
+    /// See `BluetoothHost.updatePHY`.
+    @discardableResult
+    public func updatePHY(tx: Set<PHY> = [.le2M], rx: Set<PHY> = [.le2M], within limit: Duration = .seconds(10)) async throws -> LinkPHY? {
+        try await host.updatePHY(connection, tx: tx, rx: rx, within: limit)
+    }
+
     /// See `BluetoothHost.updateParameters`.
     @discardableResult
     public func updateParameters(intervalMin: UInt16, intervalMax: UInt16, latency: UInt16 = 0, supervisionTimeout: UInt16,

@@ -319,6 +319,20 @@ extension LEReadMaximumDataLength: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {}
 }
 
+extension LEReadPHY.ReturnParameters: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("connectionHandle", connectionHandle)
+        v.field("txPHY", txPHY)
+        v.field("rxPHY", rxPHY)
+    }
+}
+
+extension LEReadPHY: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("connectionHandle", connectionHandle)
+    }
+}
+
 extension LESetDefaultPHY: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {
         v.field("allPHYs", allPHYs)

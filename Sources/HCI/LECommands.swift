@@ -499,6 +499,32 @@ public struct LEReadMaximumDataLength: HCIParameterlessCommand {
     }
 }
 
+/// LE Read PHY (§7.8.47): the PHYs a link transmits and receives on (1 LE 1M,
+/// 2 LE 2M, 3 LE Coded).
+public struct LEReadPHY: HCICommand {
+    public static let opcode = HCIOpcode.leReadPHY
+    public var connectionHandle: UInt16
+    public init(connectionHandle: UInt16) { self.connectionHandle = connectionHandle }
+    public func encodeParameters(into w: inout ByteWriter) { w.write(connectionHandle) }
+    public init(parameters r: inout ByteReader) throws { connectionHandle = try r.readUInt16("Connection_Handle") }
+    public struct ReturnParameters: HCIReturnParameters {
+        public var connectionHandle: UInt16
+        public var txPHY: UInt8
+        public var rxPHY: UInt8
+        public init(connectionHandle: UInt16, txPHY: UInt8, rxPHY: UInt8) {
+            self.connectionHandle = connectionHandle
+            self.txPHY = txPHY
+            self.rxPHY = rxPHY
+        }
+        public init(returnParameters r: inout ByteReader) throws {
+            connectionHandle = try r.readUInt16("Connection_Handle")
+            txPHY = try r.readUInt8("TX_PHY")
+            rxPHY = try r.readUInt8("RX_PHY")
+        }
+        public func encode(into w: inout ByteWriter) { w.write(connectionHandle); w.write(txPHY); w.write(rxPHY) }
+    }
+}
+
 /// LE Set Default PHY (§7.8.48). PHY bits: 0x01 LE 1M, 0x02 LE 2M, 0x04 LE Coded.
 public struct LESetDefaultPHY: HCICommand {
     public static let opcode = HCIOpcode.leSetDefaultPHY

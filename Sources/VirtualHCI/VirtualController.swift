@@ -80,6 +80,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
     var syncRuns: UInt64 = 0
     /// The Periodic Advertiser List (§7.8.70), in the order entries were added.
     var periodicAdvertiserList: [PeriodicAdvertiserEntry] = []
+    /// The PHYs this controller prefers (LE Set Default PHY), as a peer's PHY update meets them.
+    var defaultPHYs: (tx: UInt8, rx: UInt8) = (VirtualController.supportedPHYs, VirtualController.supportedPHYs)
 
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
@@ -115,7 +117,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
         .leSetPeriodicAdvertisingParameters, .leSetPeriodicAdvertisingData, .leSetPeriodicAdvertisingEnable,
         .lePeriodicAdvertisingCreateSync, .lePeriodicAdvertisingCreateSyncCancel, .lePeriodicAdvertisingTerminateSync,
         .leAddDeviceToPeriodicAdvertiserList, .leRemoveDeviceFromPeriodicAdvertiserList, .leClearPeriodicAdvertiserList,
-        .leReadPeriodicAdvertiserListSize,
+        .leReadPeriodicAdvertiserListSize, .leSetDefaultPHY, .leSetPHY, .leReadPHY,
     ]
 
     static let legacyImplemented: [HCIOpcode] = [
@@ -254,6 +256,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             let trainsEnded = sets.anyPeriodic
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
             pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll()
+            defaultPHYs = (Self.supportedPHYs, Self.supportedPHYs)
             complete(op)
             if trainsEnded { await radio?.periodicTrainsEnded(self) }
         case .readLocalVersionInformation:
@@ -269,8 +272,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leReadBufferSize:
             complete(op, LEReadBufferSize.ReturnParameters(leACLDataPacketLength: Self.aclLength, totalNumLEACLDataPackets: Self.aclCount))
         case .leReadLocalSupportedFeatures:
-            // LE Encryption, Connection Parameters Request Procedure (and LE Extended and Periodic Advertising).
+            // LE Encryption, Connection Parameters Request Procedure (and LE 2M PHY, LE Extended and Periodic Advertising).
             let extended: UInt64 = 1 << UInt64(LEFeatures.extendedAdvertising) | 1 << UInt64(LEFeatures.periodicAdvertising)
+                | 1 << UInt64(LEFeatures.le2MPHY)
             complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1 | (supportsExtendedAdvertising ? extended : 0)))
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
@@ -441,6 +445,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
             guard c.initiatingPHYs != 0 else { return status(op, .invalidCommandParameters) }
             guard c.initiatingPHYs & 0x01 != 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
             await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true)
+        case .leSetDefaultPHY, .leSetPHY, .leReadPHY:
+            try await handlePHY(op, p)
         default:
             try await handlePeriodic(op, p)
         }

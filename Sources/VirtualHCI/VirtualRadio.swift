@@ -32,7 +32,7 @@ public actor VirtualRadio: LoopIsolated {
     private var nextHandle: UInt16 = 0x0040
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
-    @exclusivity(unchecked) private var links: [Link] = []
+    @exclusivity(unchecked) var links: [Link] = []
     /// Distances in metres between controller pairs (default 1 m).
     private var distances: [Pair: Double] = [:]
 
@@ -49,6 +49,9 @@ public actor VirtualRadio: LoopIsolated {
         /// LE data length on air (Vol 6 Part B §4.5.10): 27 octets until a host asks
         /// for more with LE Set Data Length (up to 251).
         var dataLength: UInt16 = 27
+        /// The PHY each way (1 LE 1M, 2 LE 2M): LE 1M until a host updates it (§7.8.49).
+        var phyCentralToPeripheral: UInt8 = 1
+        var phyPeripheralToCentral: UInt8 = 1
         /// The key the central started encryption with, until the peripheral's host answers.
         var pendingKey: [UInt8]?
         /// EDIV and Rand of that start, until the peripheral's host is asked.
@@ -165,7 +168,7 @@ public actor VirtualRadio: LoopIsolated {
     }
 
     /// The link `sender` knows as `handle`.
-    private func linkIndex(_ sender: VirtualController, _ handle: UInt16) -> Int? {
+    func linkIndex(_ sender: VirtualController, _ handle: UInt16) -> Int? {
         links.firstIndex { ($0.central === sender && $0.centralHandle == handle) || ($0.peripheral === sender && $0.peripheralHandle == handle) }
     }
 

@@ -16,7 +16,7 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
-        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
+        @OptionGroup(title: "ATT and the link") var gatt: GATTClientOptions
         @Flag(help: "Also read every readable characteristic and every descriptor (long values included); a read the peer refuses shows its error and the listing goes on.")
         var values = false
 
@@ -121,7 +121,7 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
-        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
+        @OptionGroup(title: "ATT and the link") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
 
         func validate() throws { try attribute.requireOne() }
@@ -146,7 +146,7 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
-        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
+        @OptionGroup(title: "ATT and the link") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
         @Option(help: "The value as hex bytes (\"01ff\", \"01:ff\").") var value: String?
         @Option(help: "The value as UTF-8 text.") var text: String?
@@ -185,7 +185,7 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var peer: PeerOptions
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
-        @OptionGroup(title: "Enhanced ATT") var gatt: GATTClientOptions
+        @OptionGroup(title: "ATT and the link") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
         @Flag(help: "Every characteristic that notifies or indicates (notifications where both are offered, unless --indicate), instead of --handle or --uuid.")
         var all = false

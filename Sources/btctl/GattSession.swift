@@ -53,9 +53,23 @@ struct GATTClientOptions: ParsableArguments {
                                valueName: "N"))
     var eatt: Int?
 
+    @Option(help: ArgumentHelp("Once connected, ask for this PHY both ways: 1m, 2m or coded (repeatable: any of them). The link moves to what both controllers allow.",
+                               valueName: "PHY"), transform: parsePHY)
+    var phy: [PHY] = []
+
     func validate() throws {
         try validateATTMTU(attMTU)
         if let eatt, !(1...5).contains(eatt) { throw ValidationError("--eatt must be 1 to 5, not \(eatt)") }
+    }
+}
+
+/// A `--phy` value: 1m, 2m or coded.
+func parsePHY(_ s: String) throws -> PHY {
+    switch s.lowercased() {
+    case "1m": return .le1M
+    case "2m": return .le2M
+    case "coded": return .leCoded
+    default: throw ValidationError("bad PHY '\(s)': 1m, 2m or coded")
     }
 }
 
@@ -122,6 +136,7 @@ struct PeerSession {
             }
             let session = PeerSession(host: host, peripheral: peripheral, json: options.json)
             if let count = gatt?.eatt { try await session.openEnhancedBearers(count) }
+            if let phys = gatt?.phy, !phys.isEmpty { try await session.updatePHY(Set(phys)) }
             return (session, writer)
         } catch {
             await host.close()
@@ -181,6 +196,22 @@ struct PeerSession {
             throw CLIError("cannot open enhanced ATT bearers: \(error)")
         }
         fflush(nil)
+    }
+
+    /// Asks for `phys` both ways (`--phy`) and says what the link uses after.
+    func updatePHY(_ phys: Set<PHY>) async throws {
+        let link: (String, JSONValue) = ("handle", .int(Int(peripheral.connection.handle)))
+        do {
+            if let p = try await peripheral.updatePHY(tx: phys, rx: phys) {
+                announce(json: json, [("event", .string("phy")), link, ("tx", .string(p.tx.description)), ("rx", .string(p.rx.description))],
+                         "btctl: PHY \(p)")
+            } else {
+                let why = "the controller or the peer does not update the PHY"
+                announce(json: json, [("event", .string("phy")), link, ("error", .string(why))], "btctl: the PHY stays: \(why)")
+            }
+        } catch {
+            throw CLIError("cannot update the PHY: \(error)")
+        }
     }
 
     private func reportSecurity(since before: LinkSecurityState, _ text: String) async {

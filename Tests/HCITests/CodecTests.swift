@@ -122,6 +122,26 @@ struct CodecTests {
         #expect(LESetPeriodicAdvertisingData.fragments([], handle: 3).map(\.operation) == [3])
     }
 
+    @Test func phyCommandsMatchTheSpecLayout() throws {
+        // §7.8.47: Connection_Handle; returns the handle, TX_PHY and RX_PHY.
+        #expect(LEReadPHY(connectionHandle: 0x0040).packet.h4Bytes == [0x01, 0x30, 0x20, 0x02, 0x40, 0x00])
+        let complete: [UInt8] = [0x04, 0x0E, 0x08, 0x01, 0x30, 0x20, 0x00, 0x40, 0x00, 0x02, 0x01]
+        guard case let .commandComplete(cc) = try HCIEvent(HCIPacket(h4: complete)) else { Issue.record("not a Command Complete"); return }
+        let r = try #require(try HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: Array(cc.returnParameters.dropFirst()))
+                             as? LEReadPHY.ReturnParameters)
+        #expect(r.connectionHandle == 0x0040 && r.txPHY == 2 && r.rxPHY == 1)
+        for n in 0..<4 {
+            #expect(throws: (any Error).self) { try HCICommandRegistry.decodeReturn(opcode: .leReadPHY, returnParameters: Array([0x40, 0x00, 0x02, 0x01].prefix(n))) }
+        }
+        // §7.8.49: Connection_Handle, All_PHYs, TX_PHYs, RX_PHYs, PHY_Options; Command Status.
+        let set = LESetPHY(connectionHandle: 0x0040, txPHYs: 0x02, rxPHYs: 0x03)
+        #expect(set.packet.h4Bytes == [0x01, 0x32, 0x20, 0x07, 0x40, 0x00, 0x00, 0x02, 0x03, 0x00, 0x00])
+        #expect(LESetPHY.completesWithStatus)
+        // §7.7.65.12: status, Connection_Handle, TX_PHY, RX_PHY.
+        let update: [UInt8] = [0x04, 0x3E, 0x06, 0x0C, 0x00, 0x40, 0x00, 0x02, 0x02]
+        #expect(try HCIEvent(HCIPacket(h4: update)) == .le(.phyUpdateComplete(LEPHYUpdateComplete(connectionHandle: 0x40, txPHY: 2, rxPHY: 2))))
+    }
+
     @Test func periodicAdvertiserListCommandsMatchTheSpecLayout() throws {
         // §7.8.70, §7.8.71: Advertiser_Address_Type, Advertiser_Address, Advertising_SID; 8 octets.
         let a = BluetoothAddress("C0:11:22:33:44:55")!

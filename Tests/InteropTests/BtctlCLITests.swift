@@ -91,6 +91,16 @@ import Testing
         })
         #expect(commands.isSuperset(of: [.leSetExtendedScanEnable, .leExtendedCreateConnection]), "\(commands)")
         #expect(commands.isDisjoint(with: [.leSetScanEnable, .leCreateConnection]), "\(commands)")
+        // --phy: the link moves to LE 2M (LE Set PHY, then LE PHY Update Complete says so);
+        // a controller driven as Bluetooth 4.2 (virtual) keeps LE 1M and says why.
+        let fast = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual5", "--uuid", "2A00", "--phy", "2m", "--json"])
+        let lines = try JSONSchemaTests.check(fast.out, against: "gatt-read")
+        #expect(fast.status == 0 && lines.first?["event"] as? String == "phy" && lines.first?["tx"] as? String == "LE 2M"
+                && lines.first?["rx"] as? String == "LE 2M", "\(fast.out)")
+        let slow = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual", "--uuid", "2A00", "--phy", "2m", "--phy", "coded"])
+        #expect(slow.status == 0 && slow.out.contains("the PHY stays"), "\(slow.out)")
+        let bad = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual5", "--uuid", "2A00", "--phy", "3m"])
+        #expect(bad.status == 64 && bad.out.contains("1m, 2m or coded"), "\(bad.out)")
     }
 
     /// `btctl advertise --set` on Rootcanal: the main advertisement and two sets, one

@@ -142,6 +142,37 @@ struct VirtualAgainstRootcanalTests {
             : LERemoveDeviceFromPeriodicAdvertiserList(advertiserAddressType: .public, advertiserAddress: a, advertisingSID: sid)
     }
 
+    /// PHY preferences and updates without a link (§7.8.47–§7.8.49).
+    static let phyScript: [Step] = [
+        Step("default PHYs 1M and 2M", LESetDefaultPHY(txPHYs: 0x03, rxPHYs: 0x03)),
+        Step("default PHYs: no TX bit", LESetDefaultPHY(txPHYs: 0x00, rxPHYs: 0x01)),
+        Step("default PHYs: no RX bit", LESetDefaultPHY(txPHYs: 0x01, rxPHYs: 0x00)),
+        Step("default PHYs: no preference either way", LESetDefaultPHY(allPHYs: 0x03, txPHYs: 0x00, rxPHYs: 0x00)),
+        // A reserved bit: Unsupported Feature or Parameter Value (§7.8.48, and Rootcanal
+        // since); Rootcanal 1.10 accepts it. The virtual controller follows the spec.
+        Step("set PHY on no link", LESetPHY(connectionHandle: 0x0123)),
+        Step("read PHY on no link", LEReadPHY(connectionHandle: 0x0123)),
+    ]
+
+    @Test func phyStatusesAreRootcanals() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
+        let info = try await theirs.initialize(extendedAdvertising: false)
+        #expect(info.leFeatures.contains(bit: LEFeatures.le2MPHY))
+        let radio = VirtualRadio()
+        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!, extendedAdvertising: true),
+                                 logger: Interop.logger)
+        let mine = try await ours.initialize(extendedAdvertising: false)
+        #expect(mine.leFeatures.contains(bit: LEFeatures.le2MPHY) && mine.supports(.leSetPHY) && mine.supports(.leReadPHY))
+        let (r, v) = (try await Self.run(theirs, Self.phyScript), try await Self.run(ours, Self.phyScript))
+        #expect(r.count == Self.phyScript.count)
+        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
+        await theirs.close()
+        await ours.close()
+    }
+
     static func run(_ h: HCIController, _ script: [Step] = script) async throws -> [String] {
         var out: [String] = []
         for s in script { out.append("\(s.name): \(try await s.send(h))") }

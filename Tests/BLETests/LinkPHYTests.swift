@@ -1,0 +1,104 @@
+// A link's PHYs and data length through the facade: `updatePHY` (LE Set PHY) returns
+// what LE PHY Update Complete says, `phy(of:)` reads it (LE Read PHY), both sides hear
+// `ConnectionEvent.phyUpdated` of a change, `setPreferredPHYs` (LE Set Default PHY)
+// limits what a peer's update can land on, and `dataLengthChanged` reports LE Data
+// Length Change. On the virtual radio's Bluetooth 5 controllers (LE 1M and LE 2M,
+// modelled on Rootcanal's PHY update procedure) and on Rootcanal.
+
+import BLE
+import BLETesting
+import HCI
+import Testing
+
+@Suite struct LinkPHYTests {
+    /// The first `.phyUpdated` on `events` within 5 s.
+    static func phyUpdate(_ events: BufferedStream<ConnectionEvent>) async -> (Connection, LinkPHY)? {
+        await firstElement(events.compactMap { e -> (Connection, LinkPHY)? in
+            if case let .phyUpdated(c, p) = e { return (c, p) } else { return nil }
+        }, within: .seconds(5))
+    }
+
+    static func dataLength(_ events: BufferedStream<ConnectionEvent>) async -> (Connection, DataLength)? {
+        await firstElement(events.compactMap { e -> (Connection, DataLength)? in
+            if case let .dataLengthChanged(c, d) = e { return (c, d) } else { return nil }
+        }, within: .seconds(5))
+    }
+
+    @Test func eitherSideMovesTheLinkToLE2M() async throws {
+        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let peripheral = room.peripherals[0]
+        try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("phy"))
+        let peripheralSide = peripheral.connectionEvents()
+        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        #expect(try await remote.phy() == LinkPHY(tx: .le1M, rx: .le1M))
+        // The central asks: both ways LE 2M; the peripheral's host hears of the change.
+        let centralSide = room.central.connectionEvents()
+        #expect(try await remote.updatePHY() == LinkPHY(tx: .le2M, rx: .le2M))
+        #expect(await Self.phyUpdate(centralSide)?.1 == LinkPHY(tx: .le2M, rx: .le2M))
+        let heard = await Self.phyUpdate(peripheralSide)
+        #expect(heard?.1 == LinkPHY(tx: .le2M, rx: .le2M) && heard?.0.role == .peripheral)
+        let link = try #require(heard?.0)
+        #expect(try await peripheral.phy(of: link) == LinkPHY(tx: .le2M, rx: .le2M))
+        // The peripheral asks for LE 1M out only: the central's host hears of it.
+        #expect(try await peripheral.updatePHY(link, tx: [.le1M], rx: [.le2M]) == LinkPHY(tx: .le1M, rx: .le2M))
+        #expect(await Self.phyUpdate(centralSide)?.1 == LinkPHY(tx: .le2M, rx: .le1M))
+        #expect(try await remote.phy() == LinkPHY(tx: .le2M, rx: .le1M))
+        // Nothing changes: only the side that asked hears of it.
+        let quiet = peripheral.connectionEvents()
+        #expect(try await remote.updatePHY(tx: [.le2M], rx: [.le1M]) == LinkPHY(tx: .le2M, rx: .le1M))
+        #expect(await firstElement(quiet.filter { if case .phyUpdated = $0 { return true } else { return false } }, within: .milliseconds(200)) == nil)
+        // A PHY the controller does not have (LE Coded): Unsupported Feature or Parameter Value, nil.
+        #expect(try await remote.updatePHY(tx: [.leCoded], rx: [.leCoded]) == nil)
+        await #expect(throws: BLEError.self) { try await remote.updatePHY(tx: [], rx: [.le1M]) }
+    }
+
+    /// A peripheral that allows LE 1M only keeps the link there whatever the central asks.
+    @Test func preferredPHYsLimitWhatAPeerCanAskFor() async throws {
+        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let peripheral = room.peripherals[0]
+        try await peripheral.setPreferredPHYs(tx: [.le1M], rx: [.le1M])
+        // Kept across a reset (the controller forgets it).
+        try await peripheral.reset()
+        try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("phy"))
+        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        #expect(try await remote.updatePHY() == LinkPHY(tx: .le1M, rx: .le1M))
+        await #expect(throws: BLEError.self) { try await peripheral.setPreferredPHYs(tx: [PHY(rawValue: 9)], rx: [.le1M]) }
+    }
+
+    @Test func bothSidesHearTheDataLengthChange() async throws {
+        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let peripheral = room.peripherals[0]
+        try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("dle"))
+        let peripheralSide = peripheral.connectionEvents()
+        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        let centralSide = room.central.connectionEvents()
+        #expect(try await room.central.updateDataLength(remote.connection))
+        let mine = await Self.dataLength(centralSide)
+        #expect(mine?.0 == remote.connection && mine?.1.maxTxOctets == 251 && mine?.1.maxRxOctets == 251)
+        #expect(await Self.dataLength(peripheralSide)?.1.maxRxOctets == 251)
+    }
+
+    /// On Rootcanal: the central moves the link to LE 2M both ways; LE Read PHY on
+    /// either side says so.
+    @Test func onRootcanalTheCentralMovesTheLinkToLE2M() async throws {
+        guard let rc = try await Bench.launchRootcanal() else { return }
+        defer { rc.stop() }
+        let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
+        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
+        let pInfo = try await p.start()
+        try await c.start()
+        defer { Task { await c.close(); await p.close() } }
+        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-phy"))
+        let peripheralSide = p.connectionEvents()
+        let remote = try await c.central.connect(to: pInfo.address, within: .seconds(10))
+        #expect(try await remote.phy() == LinkPHY(tx: .le1M, rx: .le1M))
+        #expect(try await remote.updatePHY() == LinkPHY(tx: .le2M, rx: .le2M))
+        let heard = await Self.phyUpdate(peripheralSide)
+        #expect(heard?.1 == LinkPHY(tx: .le2M, rx: .le2M))
+        if let link = heard?.0 { #expect(try await p.phy(of: link) == LinkPHY(tx: .le2M, rx: .le2M)) }
+        #expect(try await remote.phy() == LinkPHY(tx: .le2M, rx: .le2M))
+    }
+}
