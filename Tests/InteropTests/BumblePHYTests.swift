@@ -1,0 +1,51 @@
+// A link's PHY between our host and Bumble's on Rootcanal: we ask for LE 2M as
+// central and Bumble's host hears of the update; Bumble asks as peripheral and ours
+// reports it (`ConnectionEvent.phyUpdated`).
+
+import BLE
+import BLETesting
+import Foundation
+import HCI
+import Testing
+
+@Suite struct BumblePHYTests {
+    static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F8")!
+
+    @Test func weMoveTheLinkToLE2MAndBumbleHearsOfIt() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let peer = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_phy_peer.py", String(rc.hciPort)])
+        #expect(await peer.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(peer.output)")
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        defer { Task { await host.close() } }
+        let remote = try await host.central.connect(to: Self.bumble, type: .random, within: .seconds(10))
+        #expect(try await remote.updatePHY() == LinkPHY(tx: .le2M, rx: .le2M))
+        #expect(await peer.waitForOutput(within: .seconds(10)) { $0.contains("\"event\": \"phy\", \"tx\": 2, \"rx\": 2") }, "\(peer.output)")
+        #expect(try await remote.phy() == LinkPHY(tx: .le2M, rx: .le2M))
+        try await remote.disconnect()
+        #expect(await peer.waitForOutput { $0.contains("\"event\": \"disconnected\"") }, "\(peer.output)")
+        _ = await peer.stop()
+    }
+
+    @Test func bumbleMovesTheLinkToLE2MAndWeHearOfIt() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let peer = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_phy_peer.py", String(rc.hciPort), "ask"])
+        #expect(await peer.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(peer.output)")
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        defer { Task { await host.close() } }
+        let events = host.connectionEvents()
+        let remote = try await host.central.connect(to: Self.bumble, type: .random, within: .seconds(10))
+        let update = await firstElement(events.compactMap { e -> (Connection, LinkPHY)? in
+            if case let .phyUpdated(c, p) = e { return (c, p) } else { return nil }
+        }, within: .seconds(10))
+        #expect(update?.0 == remote.connection && update?.1 == LinkPHY(tx: .le2M, rx: .le2M), "\(peer.output)")
+        #expect(await peer.waitForOutput(within: .seconds(10)) { $0.contains("\"event\": \"phy\", \"tx\": 2, \"rx\": 2") }, "\(peer.output)")
+        try await remote.disconnect()
+        _ = await peer.stop()
+    }
+}
