@@ -13,33 +13,47 @@ import NIOCore
 extension BluetoothHost {
     // MARK: Central role (used by `Central`)
 
-    /// LE Create Connection to `peer`, one attempt at a time (the controller allows one);
-    /// on timeout or cancellation sends LE Create Connection Cancel.
-    func connect(to peer: BluetoothAddress, type: AddressType, within limit: Duration,
-                 parameters: LEConnectionParameters) async throws -> Connection {
+    /// LE Create Connection to one of `targets`, one attempt at a time (the controller
+    /// allows one): to the one directly, to several through the Filter Accept List
+    /// (Initiator_Filter_Policy 1), leaving out those connected already. On timeout or
+    /// cancellation sends LE Create Connection Cancel.
+    func connect(toAnyOf peers: [DeviceAddress], within limit: Duration, parameters: LEConnectionParameters) async throws -> Connection {
         await settle()
         try requireReady()
-        if let c = links.active.values.first(where: { $0.peer == peer && $0.role == .central }) { return c }
+        let targets = peers.withoutDuplicates
+        guard !targets.isEmpty else { throw BLEError.invalidArgument("connecting needs at least one peer") }
+        func linked(_ t: DeviceAddress) -> Connection? { links.active.values.first { $0.peer == t.address && $0.role == .central } }
+        if targets.count == 1, let c = linked(targets[0]) { return c }
         await acquireConnectSlot()
         defer { releaseConnectSlot() }
         try Task.checkCancellation()
+        let looking = targets.count == 1 ? targets : targets.filter { linked($0) == nil }
+        guard let first = looking.first else {
+            throw BLEError.invalidArgument("every one of \(targets.map(\.description).joined(separator: ", ")) is connected already")
+        }
+        let useList = looking.count > 1
+        if useList { try await fillFilterAcceptList(looking) }
         await refreshControllerAddress()
         let own = ownAddressType
+        let timeout = targets.count == 1 ? BLEError.connectionTimeout(first.address, within: limit) : BLEError.noConnection(toAnyOf: targets, within: limit)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
                 // Fires on the loop, the host's executor: the connect ends there and then.
                 let timer = LoopTimer(after: limit, on: loop) { [weak self] in
-                    self?.onLoop { $0.abandonConnect(BLEError.connectionTimeout(peer, within: limit)) }
+                    self?.onLoop { $0.abandonConnect(timeout) }
                 }
-                centralState.connectWaiter = ConnectWaiter(peer: peer, continuation: k, timer: timer)
+                centralState.connectWaiter = ConnectWaiter(peers: looking, continuation: k, timer: timer)
                 let extended = usesExtendedCommands
+                // Through the list the peer's address is ignored (§7.8.12, §7.8.66).
+                let (policy, type, peer): (UInt8, AddressType, BluetoothAddress) = useList ? (1, .public, .zero) : (0, first.type, first.address)
                 Task {
                     do {
                         if extended {
-                            try await self.controller.send(LEExtendedCreateConnection(ownAddressType: own, peerAddressType: type, peerAddress: peer,
-                                                                                     phys: [.init(connection: parameters)]))
+                            try await self.controller.send(LEExtendedCreateConnection(initiatorFilterPolicy: policy, ownAddressType: own, peerAddressType: type,
+                                                                                     peerAddress: peer, phys: [.init(connection: parameters)]))
                         } else {
-                            try await self.controller.send(LECreateConnection(peerAddressType: type, peerAddress: peer, ownAddressType: own, connection: parameters))
+                            try await self.controller.send(LECreateConnection(initiatorFilterPolicy: policy, peerAddressType: type, peerAddress: peer,
+                                                                              ownAddressType: own, connection: parameters))
                         }
                     } catch {
                         self.abandonConnect(error, cancel: false)
@@ -48,6 +62,26 @@ extension BluetoothHost {
             }
         } onCancel: {
             Task { await self.abandonConnect(CancellationError()) }
+        }
+    }
+
+    /// Makes the controller's Filter Accept List hold exactly `targets` (in the connect
+    /// slot: no connection attempt uses the list meanwhile, and nothing else here does).
+    func fillFilterAcceptList(_ targets: [DeviceAddress]) async throws {
+        let size: Int
+        if let known = centralState.acceptListSize {
+            size = known
+        } else {
+            size = Int(try await controller.send(LEReadFilterAcceptListSize()).value)
+            centralState.acceptListSize = size
+        }
+        guard targets.count <= size else {
+            throw BLEError.invalidArgument("the controller's Filter Accept List holds \(size) devices, not \(targets.count)")
+        }
+        try await controller.send(LEClearFilterAcceptList())
+        for t in targets {
+            // A resolved identity is listed by its kind (0 public, 1 random).
+            try await controller.send(LEAddDeviceToFilterAcceptList(addressType: AddressType(rawValue: t.type.rawValue & 1), address: t.address))
         }
     }
 
@@ -196,4 +230,12 @@ extension BluetoothHost {
 
     /// True the first time it is asked for link `c` (the central exchanges MTU once).
     func needsMTUExchange(_ c: Connection) -> Bool { links.mtuExchanged.insert(c.id).inserted }
+}
+
+extension Array where Element: Hashable {
+    /// The elements in order, each once (the first time it comes).
+    var withoutDuplicates: [Element] {
+        var seen = Set<Element>()
+        return filter { seen.insert($0).inserted }
+    }
 }

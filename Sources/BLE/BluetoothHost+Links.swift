@@ -70,7 +70,7 @@ extension BluetoothHost {
                         try await withAdvertisingLock { if let a = peripheralState.advertising[0], state == .ready { try await startAdvertisingNow(a, set: 0) } }
                     } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
                 }
-            } else if let w = centralState.connectWaiter, w.peer == c.peer {
+            } else if let w = centralState.connectWaiter, w.peers.contains(where: { $0.address == c.peer }) {
                 centralState.connectWaiter = nil
                 w.timer.cancel()
                 w.continuation.resume(returning: conn)

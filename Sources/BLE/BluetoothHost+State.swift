@@ -84,7 +84,8 @@ extension BluetoothHost {
     }
 
     struct ConnectWaiter {
-        var peer: BluetoothAddress
+        /// Who the connect is to (more than one: through the Filter Accept List).
+        var peers: [DeviceAddress]
         var continuation: CheckedContinuation<Connection, any Error>
         /// The connect timeout, on the loop's time.
         var timer: LoopTimer
@@ -99,6 +100,8 @@ extension BluetoothHost {
     /// The central role: the connect in progress and those queued behind it, the scans.
     struct CentralState {
         var connectWaiter: ConnectWaiter?
+        /// The controller's Filter Accept List size, read the first time the list is used.
+        var acceptListSize: Int?
         var connectQueue: [CheckedContinuation<Void, Never>] = []
         var connectBusy = false
         var scans: [UInt64: ScanSubscriber] = [:]

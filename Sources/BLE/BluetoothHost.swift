@@ -49,6 +49,8 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
     case disconnected(reason: HCIStatus)
     case transportClosed(String)
     case connectionTimeout(BluetoothAddress, within: Duration)
+    /// `Central.connect(toAnyOf:)` connected to none of them within its limit.
+    case noConnection(toAnyOf: [DeviceAddress], within: Duration)
     /// LE Connection Complete reported a failure.
     case connectionFailed(BluetoothAddress, HCIStatus)
     /// The peer answered with an ATT Error Response.
@@ -86,6 +88,8 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .disconnected(r): return "disconnected: \(r)"
         case let .transportClosed(r): return "the transport is closed (\(r)): this host cannot be used any more; open a new one"
         case let .connectionTimeout(a, d): return "no connection to \(a) within \(d) (is it advertising as connectable, and is the address type right?)"
+        case let .noConnection(a, d):
+            return "no connection to any of \(a.map(\.description).joined(separator: ", ")) within \(d) (are they advertising as connectable, with those address types?)"
         case let .connectionFailed(a, s): return "connection to \(a) failed: \(s)"
         case let .att(code, h): return "peer refused (handle 0x\(String(h, radix: 16))): \(code)"
         case let .notPublished(what): return "\(what) is not published"
@@ -556,7 +560,9 @@ public actor BluetoothHost: LoopIsolated {
         guard let w = centralState.connectWaiter else { return }
         centralState.connectWaiter = nil
         w.timer.cancel()
-        w.continuation.resume(throwing: BLEError.connectionFailed(w.peer, status))
+        // The peer the controller names, when it is one of those the connect is to.
+        let named = w.peers.first { $0.address == peer } ?? w.peers[0]
+        w.continuation.resume(throwing: BLEError.connectionFailed(named.address, status))
     }
 
 }

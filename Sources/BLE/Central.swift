@@ -23,6 +23,18 @@ public struct ScanResult: Hashable, Sendable {
     public var estimatedMetres: Double? { device.estimatedMetres }
 }
 
+/// A device's address with its type, as a connection names its peer.
+public struct DeviceAddress: Hashable, Sendable, CustomStringConvertible {
+    public var address: BluetoothAddress
+    public var type: AddressType
+    public init(_ address: BluetoothAddress, type: AddressType = .public) {
+        self.address = address
+        self.type = type
+    }
+    /// As `btctl scan` prints it: `/random` after a random address.
+    public var description: String { type.rawValue & 1 == 1 ? "\(address)/random" : "\(address)" }
+}
+
 public struct Central: Sendable {
     public let host: BluetoothHost
 
@@ -98,8 +110,24 @@ public struct Central: Sendable {
     /// `RemotePeripheral.mtu`). Only the link's end throws after it is up.
     public func connect(to address: BluetoothAddress, type: AddressType = .public, within limit: Duration = .seconds(10),
                         parameters: LEConnectionParameters = LEConnectionParameters()) async throws -> RemotePeripheral {
+        try await connect(toAnyOf: [DeviceAddress(address, type: type)], within: limit, parameters: parameters)
+    }
+
+    /// Connects to whichever of `peers` the controller finds advertising connectably
+    /// first, through its Filter Accept List (LE Create Connection with
+    /// Initiator_Filter_Policy 1), as BlueZ's auto-connect and Android's
+    /// `autoConnect` do: a receiver that takes the first of several sensors, a hub
+    /// reconnecting to whichever device comes back. The returned peripheral's
+    /// `connection.peer` says which. The host owns the list: it fills it with the peers
+    /// not connected already for this attempt (all connected:
+    /// `BLEError.invalidArgument`; one left: connected to directly, as
+    /// `connect(to:type:)`). More than the list holds (LE Read Filter Accept List Size)
+    /// is `BLEError.invalidArgument`. Throws `BLEError.noConnection(toAnyOf:within:)`
+    /// after `limit`; otherwise as `connect(to:type:)`.
+    public func connect(toAnyOf peers: [DeviceAddress], within limit: Duration = .seconds(10),
+                        parameters: LEConnectionParameters = LEConnectionParameters()) async throws -> RemotePeripheral {
         let started = host.loop.now
-        let c = try await host.connect(to: address, type: type, within: limit, parameters: parameters)
+        let c = try await host.connect(toAnyOf: peers, within: limit, parameters: parameters)
         guard let r = await host.gattPeer(on: c) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         if await host.needsMTUExchange(c) {
             let spent: TimeAmount = host.loop.now - started

@@ -41,8 +41,9 @@ extension PeripheralManager {
     /// it lose it. The train goes on after the set's own limits (`duration`,
     /// `maximumEvents`) end its advertisements, until `stopPeriodicAdvertising` or
     /// `removeAdvertisingSet`; on a set they ended already it starts alone, and
-    /// scanners find it once the set advertises again (`updateAdvertisingSet`). Needs a controller with LE Periodic Advertising driven
-    /// with the extended commands (else `BLEError.notSupported`).
+    /// scanners find it once the set advertises again (`updateAdvertisingSet`). Needs
+    /// a controller with LE Periodic Advertising driven with the extended commands
+    /// (else `BLEError.notSupported`).
     public func startPeriodicAdvertising(on set: AdvertisingSet, data: AdvertisingData, intervalMilliseconds: Double = 100) async throws {
         try await host.setPeriodicAdvertising(PeriodicConfiguration(data: data, intervalMilliseconds: intervalMilliseconds), set: set)
     }
@@ -325,7 +326,7 @@ extension BluetoothHost {
               i.supports(.lePeriodicAdvertisingCreateSync), i.supports(.lePeriodicAdvertisingCreateSyncCancel) else {
             throw BLEError.notSupported("synchronising to periodic advertising needs a controller with LE Periodic Advertising, driven with the extended commands (usesExtendedCommands)")
         }
-        let targets = advertisers.reduce(into: [PeriodicAdvertiser]()) { if !$0.contains($1) { $0.append($1) } }
+        let targets = advertisers.withoutDuplicates
         guard !targets.isEmpty else { throw BLEError.invalidArgument("synchronising needs at least one advertiser") }
         if let bad = targets.first(where: { $0.sid > 0x0F }) { throw BLEError.invalidArgument("an Advertising_SID is 0 to 15, not \(bad.sid)") }
         guard (0...0x01F3).contains(skip) else { throw BLEError.invalidArgument("skip is 0 to 499 packets, not \(skip)") }

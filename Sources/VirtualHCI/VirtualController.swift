@@ -73,6 +73,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) private var connections: [UInt16: BluetoothAddress] = [:]
+    /// The Filter Accept List (§7.8.16), in the order entries were added.
+    var filterAcceptList: [FilterAcceptListEntry] = []
+    /// The pending connection uses the Filter Accept List (Initiator_Filter_Policy 1).
+    private(set) var initiatingWithList = false
     /// The LE Periodic Advertising Create Sync waiting for its train.
     var pendingSync: LEPeriodicAdvertisingCreateSync?
     /// Trains this controller is synchronised to, by Sync_Handle.
@@ -82,6 +86,14 @@ public actor VirtualController: HCITransport, LoopIsolated {
     var periodicAdvertiserList: [PeriodicAdvertiserEntry] = []
     /// The PHYs this controller prefers (LE Set Default PHY), as a peer's PHY update meets them.
     var defaultPHYs: (tx: UInt8, rx: UInt8) = (VirtualController.supportedPHYs, VirtualController.supportedPHYs)
+
+    /// An entry of the Filter Accept List: Address_Type (0 public, 1 random) and address.
+    struct FilterAcceptListEntry: Equatable {
+        var type: UInt8
+        var address: BluetoothAddress
+    }
+    /// Entries the Filter Accept List holds (Rootcanal's default too).
+    static let filterAcceptListSize = 16
 
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
@@ -255,7 +267,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             isAdvertising = false; scanning = false; pendingConnection = nil; advertisingData = []; scanResponseData = []
             let trainsEnded = sets.anyPeriodic
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
-            pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll()
+            pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll(); filterAcceptList.removeAll()
             defaultPHYs = (Self.supportedPHYs, Self.supportedPHYs)
             complete(op)
             if trainsEnded { await radio?.periodicTrainsEnded(self) }
@@ -284,10 +296,25 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leSetEventMask:
             leEventMask = try LESetEventMask.decode(p).leEventMask
             complete(op)
-        case .setEventMask, .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
+        case .setEventMask:
+            complete(op)
+        case .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
+            // §7.8.15–§7.8.17: not while a connection attempt uses the list (nothing else here does).
+            guard pendingConnection == nil || !initiatingWithList else { return complete(op, status: .commandDisallowed) }
+            if op == .leClearFilterAcceptList {
+                filterAcceptList.removeAll()
+            } else if op == .leAddDeviceToFilterAcceptList {
+                let c = try LEAddDeviceToFilterAcceptList.decode(p)
+                guard filterAcceptList.count < Self.filterAcceptListSize else { return complete(op, status: .memoryCapacityExceeded) }
+                filterAcceptList.append(FilterAcceptListEntry(type: c.addressType.rawValue, address: c.address))
+            } else {
+                let c = try LERemoveDeviceFromFilterAcceptList.decode(p)
+                // An entry that is not there: Success, as Rootcanal answers.
+                filterAcceptList.removeAll { $0 == FilterAcceptListEntry(type: c.addressType.rawValue, address: c.address) }
+            }
             complete(op)
         case .leReadFilterAcceptListSize:
-            complete(op, HCIOctetReturn(value: 8))
+            complete(op, HCIOctetReturn(value: UInt8(Self.filterAcceptListSize)))
         case .leSetRandomAddress:
             // §7.8.4: not while legacy advertising, scanning or initiating.
             guard !isAdvertising, !scanning, pendingConnection == nil else { return complete(op, status: .commandDisallowed) }
@@ -326,7 +353,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             await setScanning(op, c.scanEnable, filterDuplicates: c.filterDuplicates, extended: false)
         case .leCreateConnection:
             let c = try LECreateConnection.decode(p)
-            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: false)
+            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: false, policy: c.initiatorFilterPolicy)
         case .leCreateConnectionCancel:
             guard pendingConnection != nil else { return complete(op, status: .commandDisallowed) }
             pendingConnection = nil
@@ -444,7 +471,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             // This controller initiates on LE 1M only.
             guard c.initiatingPHYs != 0 else { return status(op, .invalidCommandParameters) }
             guard c.initiatingPHYs & 0x01 != 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
-            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true)
+            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true, policy: c.initiatorFilterPolicy)
         case .leSetDefaultPHY, .leSetPHY, .leReadPHY:
             try await handlePHY(op, p)
         default:
@@ -466,14 +493,24 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     /// LE Create Connection or its extended form: one attempt at a time, from a random
     /// address only once one is set; connects now if `peer` advertises connectably.
-    private func initiate(_ op: HCIOpcode, to peer: BluetoothAddress, ownAddressType: AddressType, extended: Bool) async {
+    /// `policy` (Initiator_Filter_Policy) 1: connect to any device on the Filter Accept
+    /// List, `peer` ignored; 0: to `peer`.
+    private func initiate(_ op: HCIOpcode, to peer: BluetoothAddress, ownAddressType: AddressType, extended: Bool, policy: UInt8) async {
         guard pendingConnection == nil else { return status(op, .commandDisallowed) }
-        guard ownAddressType != .random || randomAddress != nil else { return status(op, .invalidCommandParameters) }
+        guard ownAddressType != .random || randomAddress != nil, policy <= 1 else { return status(op, .invalidCommandParameters) }
         pendingConnection = peer
+        initiatingWithList = policy == 1
         initiatingAddressType = ownAddressType
         initiatingExtended = extended
         status(op)
-        await radio?.createConnection(from: self, to: peer)
+        await radio?.createConnection(from: self)
+    }
+
+    /// The addresses the pending connection may go to: the Filter Accept List's when
+    /// its policy uses it, else the one it names.
+    var initiatingTargets: [BluetoothAddress] {
+        guard let p = pendingConnection else { return [] }
+        return initiatingWithList ? filterAcceptList.map(\.address) : [p]
     }
 
     // MARK: ACL

@@ -131,7 +131,8 @@ public actor VirtualRadio: LoopIsolated {
         for s in controllers where s !== a { await s.hear(on, rssi: await rssi(from: a, to: s)) }
         // A central waiting for this advertiser connects now.
         for c in controllers where c !== a {
-            if let target = await c.pendingConnection, let b = await connectable(await a.broadcasts, at: target, by: c) {
+            let targets = await c.initiatingTargets
+            if !targets.isEmpty, let b = await connectable(await a.broadcasts, at: targets, by: c) {
                 await connect(central: c, peripheral: a, via: b)
             }
         }
@@ -144,18 +145,19 @@ public actor VirtualRadio: LoopIsolated {
         }
     }
 
-    func createConnection(from c: VirtualController, to address: BluetoothAddress) async {
-        // The advertiser using `address` now (its public or random address).
+    func createConnection(from c: VirtualController) async {
+        // The advertiser using a target address now (its public or random address).
+        let targets = await c.initiatingTargets
         for p in controllers where p !== c {
-            guard let b = await connectable(await p.broadcasts, at: address, by: c) else { continue }
+            guard let b = await connectable(await p.broadcasts, at: targets, by: c) else { continue }
             return await connect(central: c, peripheral: p, via: b)
         }
     }
 
-    /// Among `broadcasts`, the one from `address` that `central`'s pending connection may connect to.
-    private func connectable(_ broadcasts: [AirAdvertisement], at address: BluetoothAddress, by central: VirtualController) async -> AirAdvertisement? {
+    /// Among `broadcasts`, the first from one of `addresses` that `central`'s pending connection may connect to.
+    private func connectable(_ broadcasts: [AirAdvertisement], at addresses: [BluetoothAddress], by central: VirtualController) async -> AirAdvertisement? {
         let (initiator, extended) = (await central.initiatingAddress.0, await central.initiatingExtended)
-        return broadcasts.first { $0.address == address && $0.accepts(initiator: initiator, extended: extended) }
+        return broadcasts.first { addresses.contains($0.address) && $0.accepts(initiator: initiator, extended: extended) }
     }
 
     private func connect(central: VirtualController, peripheral: VirtualController, via b: AirAdvertisement) async {

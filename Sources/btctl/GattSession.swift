@@ -28,8 +28,8 @@ struct PeerAddress: ExpressibleByArgument, Sendable {
 }
 
 struct PeerOptions: ParsableArguments {
-    @Argument(help: "The peer: XX:XX:XX:XX:XX:XX[/random|/public] (default public).")
-    var peer: PeerAddress?
+    @Argument(help: "The peer: XX:XX:XX:XX:XX:XX[/random|/public] (default public). Given several, connects to whichever advertises first (the controller's Filter Accept List).")
+    var peers: [PeerAddress] = []
 
     @Option(help: "Instead of an address: scan and connect to the first device advertising this name.")
     var name: String?
@@ -38,7 +38,7 @@ struct PeerOptions: ParsableArguments {
     var connectTimeout: Double = 15
 
     func validate() throws {
-        if (peer == nil) == (name == nil) { throw ValidationError("give either a peer address or --name NAME") }
+        if peers.isEmpty == (name == nil) { throw ValidationError("give either a peer address or --name NAME") }
         guard connectTimeout > 0, connectTimeout.isFinite else { throw ValidationError("--connect-timeout must be positive") }
     }
 }
@@ -125,7 +125,13 @@ struct PeerSession {
             store.bind(adapter: try await host.start().address)
             let limit = cliDuration(seconds: peer.connectTimeout)
             let peripheral: RemotePeripheral
-            if let p = peer.peer {
+            if peer.peers.count > 1 {
+                peripheral = try await host.central.connect(toAnyOf: peer.peers.map { DeviceAddress($0.address, type: $0.type) }, within: limit)
+                let c = peripheral.connection
+                announce(json: options.json, [("event", .string("connected")), ("handle", .int(Int(c.handle))),
+                                              ("peer", .string(DeviceAddress(c.peer, type: c.peerType).description))],
+                         "btctl: connected to \(DeviceAddress(c.peer, type: c.peerType))")
+            } else if let p = peer.peers.first {
                 peripheral = try await host.central.connect(to: p.address, type: p.type, within: limit)
             } else {
                 let name = peer.name ?? ""

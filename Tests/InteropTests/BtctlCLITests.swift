@@ -101,6 +101,14 @@ import Testing
         #expect(slow.status == 0 && slow.out.contains("the PHY stays"), "\(slow.out)")
         let bad = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual5", "--uuid", "2A00", "--phy", "3m"])
         #expect(bad.status == 64 && bad.out.contains("1m, 2m or coded"), "\(bad.out)")
+        // Several peers: whichever the controller connects to first (its Filter Accept List), said.
+        let any = try await Self.run(["gatt", "read", "C0:FF:EE:00:00:09", "C0:FF:EE:00:00:01", "-t", "virtual5", "--uuid", "2A00", "--json"])
+        let anyLines = try JSONSchemaTests.check(any.out, against: "gatt-read")
+        #expect(any.status == 0 && anyLines.first?["event"] as? String == "connected" && anyLines.first?["peer"] as? String == "C0:FF:EE:00:00:01",
+                "\(any.out)")
+        let none = try await Self.run(["gatt", "read", "C0:FF:EE:00:00:09", "C0:FF:EE:00:00:08/random", "-t", "virtual", "--uuid", "2A00",
+                                       "--connect-timeout", "0.5"])
+        #expect(none.status == 1 && none.out.contains("no connection to any of C0:FF:EE:00:00:09, C0:FF:EE:00:00:08/random"), "\(none.out)")
     }
 
     /// `btctl advertise --set` on Rootcanal: the main advertisement and two sets, one

@@ -154,6 +154,40 @@ struct VirtualAgainstRootcanalTests {
         Step("read PHY on no link", LEReadPHY(connectionHandle: 0x0123)),
     ]
 
+    /// The Filter Accept List (§7.8.14–§7.8.17) and a connection attempt through it.
+    static let acceptListScript: [Step] = [
+        Step("read the filter accept list size", LEReadFilterAcceptListSize()),
+        Step("clear the filter accept list", LEClearFilterAcceptList()),
+        Step("add a device", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E01))),
+        Step("remove a device not on the list", LERemoveDeviceFromFilterAcceptList(addressType: .random, address: BluetoothAddress(value: 0x0E02))),
+        Step("connect through the list", LECreateConnection(initiatorFilterPolicy: 1, peerAddressType: .public, peerAddress: .zero)),
+        Step("add while connecting through the list", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E03))),
+        Step("remove while connecting through the list", LERemoveDeviceFromFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E01))),
+        Step("clear while connecting through the list", LEClearFilterAcceptList()),
+        Step("cancel the connection attempt", LECreateConnectionCancel()),
+        Step("remove the device", LERemoveDeviceFromFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E01))),
+    ] + (0..<16).map { Step("fill the list, entry \($0 + 1)", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0F00 + UInt64($0)))) } + [
+        Step("add to a full list", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E0F))),
+        Step("clear the full list", LEClearFilterAcceptList()),
+    ]
+
+    @Test func acceptListStatusesAreRootcanals() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
+        _ = try await theirs.initialize(extendedAdvertising: false)
+        let radio = VirtualRadio()
+        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!), logger: Interop.logger)
+        _ = try await ours.initialize(extendedAdvertising: false)
+        let (r, v) = (try await Self.run(theirs, Self.acceptListScript), try await Self.run(ours, Self.acceptListScript))
+        #expect(r.count == Self.acceptListScript.count)
+        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
+        #expect(try await theirs.send(LEReadFilterAcceptListSize()).value == ours.send(LEReadFilterAcceptListSize()).value)
+        await theirs.close()
+        await ours.close()
+    }
+
     @Test func phyStatusesAreRootcanals() async throws {
         guard let binary = try Interop.rootcanal() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)

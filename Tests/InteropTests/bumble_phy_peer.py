@@ -1,4 +1,4 @@
-"""Bumble as a peripheral whose link changes PHY, for InteropTests (BumblePHYTests).
+"""Bumble as a peripheral whose link changes PHY, for InteropTests (BumbleLinkTests).
 
 Usage: bumble_phy_peer.py HCI_PORT [ask]
 Advertises (legacy, connectable) as F1:F2:F3:F4:F5:F8 (random static), named

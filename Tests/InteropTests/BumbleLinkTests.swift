@@ -1,5 +1,6 @@
-// A link's PHY between our host and Bumble's on Rootcanal: we ask for LE 2M as
-// central and Bumble's host hears of the update; Bumble asks as peripheral and ours
+// A link between our host and Bumble's on Rootcanal: we connect to Bumble through the
+// Filter Accept List among addresses nobody has (`connect(toAnyOf:)`); we ask for LE 2M
+// as central and Bumble's host hears of the update; Bumble asks as peripheral and ours
 // reports it (`ConnectionEvent.phyUpdated`).
 
 import BLE
@@ -8,8 +9,26 @@ import Foundation
 import HCI
 import Testing
 
-@Suite struct BumblePHYTests {
+@Suite struct BumbleLinkTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F8")!
+
+    @Test func weConnectToBumbleThroughTheFilterAcceptList() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let peer = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_phy_peer.py", String(rc.hciPort)])
+        #expect(await peer.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(peer.output)")
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        defer { Task { await host.close() } }
+        let nobody = [DeviceAddress(BluetoothAddress("C0:00:00:00:0F:0F")!), DeviceAddress(BluetoothAddress("F1:F2:F3:F4:F5:F9")!, type: .random)]
+        let remote = try await host.central.connect(toAnyOf: nobody + [DeviceAddress(Self.bumble, type: .random)], within: .seconds(10))
+        #expect(remote.connection.peer == Self.bumble && remote.connection.peerType == .random)
+        #expect(await peer.waitForOutput { $0.contains("\"event\": \"connected\"") }, "\(peer.output)")
+        try await remote.disconnect()
+        #expect(await peer.waitForOutput { $0.contains("\"event\": \"disconnected\"") }, "\(peer.output)")
+        _ = await peer.stop()
+    }
 
     @Test func weMoveTheLinkToLE2MAndBumbleHearsOfIt() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
