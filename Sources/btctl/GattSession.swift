@@ -11,25 +11,21 @@ import HCI
 import Snoop
 
 /// `XX:XX:XX:XX:XX:XX[/random|/public]`, as `btctl scan` prints addresses.
-struct PeerAddress: ExpressibleByArgument, Sendable {
-    var address: BluetoothAddress
-    var type: AddressType
-    init?(argument: String) {
+extension DeviceAddress: ExpressibleByArgument {
+    public init?(argument: String) {
         let parts = argument.split(separator: "/")
         guard let a = parts.first.flatMap({ BluetoothAddress(String($0)) }), parts.count <= 2 else { return nil }
-        address = a
         switch parts.count == 2 ? parts[1].lowercased() : "public" {
-        case "public": type = .public
-        case "random": type = .random
+        case "public": self.init(a, type: .public)
+        case "random": self.init(a, type: .random)
         default: return nil
         }
     }
-    var description: String { "\(address)\(type == .random ? "/random" : "")" }
 }
 
 struct PeerOptions: ParsableArguments {
     @Argument(help: "The peer: XX:XX:XX:XX:XX:XX[/random|/public] (default public). Given several, connects to whichever advertises first (the controller's Filter Accept List).")
-    var peers: [PeerAddress] = []
+    var peers: [DeviceAddress] = []
 
     @Option(help: "Instead of an address: scan and connect to the first device advertising this name.")
     var name: String?
@@ -126,7 +122,7 @@ struct PeerSession {
             let limit = cliDuration(seconds: peer.connectTimeout)
             let peripheral: RemotePeripheral
             if peer.peers.count > 1 {
-                peripheral = try await host.central.connect(toAnyOf: peer.peers.map { DeviceAddress($0.address, type: $0.type) }, within: limit)
+                peripheral = try await host.central.connect(toAnyOf: peer.peers, within: limit)
                 let c = peripheral.connection
                 announce(json: options.json, [("event", .string("connected")), ("handle", .int(Int(c.handle))),
                                               ("peer", .string(DeviceAddress(c.peer, type: c.peerType).description))],

@@ -335,7 +335,7 @@ struct Bonds: AsyncParsableCommand {
         @OptionGroup var options: ControllerOptions
         @OptionGroup var bonds: BondOptions
         @Argument(help: "The peer: XX:XX:XX:XX:XX:XX[/random|/public] (default public).")
-        var peer: PeerAddress
+        var peer: DeviceAddress
 
         func run() async throws {
             let store = try await Bonds.store(options, bonds)
