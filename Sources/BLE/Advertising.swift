@@ -221,15 +221,25 @@ extension BluetoothHost {
             // The link came and went before this event was handled: nothing holds the set
             // off air any more, so it starts again.
             logger.debug("advertising set's link already ended", metadata: ["ble.advertisingSet": "\(set)", "ble.handle": "\(handle)"])
-            guard state == .ready else { return }
+            await restartAdvertising([set], "advertising did not resume")
+        }
+    }
+
+    /// Starts each of `sets` again, one change at a time (`withAdvertisingLock`), with
+    /// what the application asks for by then: a set removed meanwhile, held by a link
+    /// made meanwhile, or ended by a limit is left off air. A failure is logged with
+    /// `what`, and the next set goes on.
+    func restartAdvertising(_ sets: [UInt8], _ what: String) async {
+        for s in sets where peripheralState.advertising[s] != nil {
             do {
                 try await withAdvertisingLock {
-                    if let a = peripheralState.advertising[set], state == .ready, peripheralState.advertisingLinks[set] == nil,
-                       !peripheralState.advertisingEnded.contains(set) {
-                        try await startAdvertisingNow(a, set: set)
+                    if let a = peripheralState.advertising[s], state == .ready, peripheralState.advertisingLinks[s] == nil {
+                        try await startAdvertisingNow(a, set: s)
                     }
                 }
-            } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)", "ble.advertisingSet": "\(set)"]) }
+            } catch {
+                logger.warning("\(what)", metadata: ["error": "\(error)", "ble.advertisingSet": "\(s)"])
+            }
         }
     }
 

@@ -93,13 +93,7 @@ extension BluetoothHost {
             if conn.role == .peripheral, state == .ready {
                 let made = peripheralState.advertisingLinks.filter { $0.value == c.handle }.keys.sorted()
                 for s in made { peripheralState.advertisingLinks[s] = nil }
-                for s in made.isEmpty ? [0] : made where peripheralState.advertising[s] != nil {
-                    do {
-                        try await withAdvertisingLock {
-                            if let a = peripheralState.advertising[s], state == .ready, peripheralState.advertisingLinks[s] == nil { try await startAdvertisingNow(a, set: s) }
-                        }
-                    } catch { logger.warning("advertising did not resume", metadata: ["error": "\(error)", "ble.advertisingSet": "\(s)"]) }
-                }
+                await restartAdvertising(made.isEmpty ? [0] : made, "advertising did not resume")
             }
         }
     }

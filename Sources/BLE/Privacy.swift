@@ -168,15 +168,7 @@ extension BluetoothHost {
         let advertising = peripheralState.setsOnAir.filter { peripheralState.advertising[$0]?.maximumEvents == nil }
         if !advertising.isEmpty, usesExtendedCommands || (centralState.scans.isEmpty && centralState.connectWaiter == nil) {
             // After any change under way, with what the application asks for then.
-            for s in advertising {
-                do {
-                    try await withAdvertisingLock {
-                        if let a = peripheralState.advertising[s], peripheralState.advertisingLinks[s] == nil { try await startAdvertisingNow(a, set: s) }
-                    }
-                } catch {
-                    logger.warning("advertising did not restart with a new private address", metadata: ["error": "\(error)", "ble.advertisingSet": "\(s)"])
-                }
-            }
+            await restartAdvertising(advertising, "advertising did not restart with a new private address")
         } else {
             await refreshControllerAddress()
         }
