@@ -87,6 +87,7 @@ extension BluetoothHost {
             linkEnded(conn, .disconnected(reason))
             await endSubscriptions(of: conn)
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
+            phyOutcomes.yield(.linkEnded(c.handle, reason))
             await server.detach(connection: c.handle)
             // Advertising stops when a central connects; resume it as asked: the set that
             // made this link (LE Advertising Set Terminated said which), else set 0.

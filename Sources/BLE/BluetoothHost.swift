@@ -228,8 +228,8 @@ public actor BluetoothHost: LoopIsolated {
     let stateBroadcast = Broadcast<HostState>(replaysLatest: true)
     let connectionBroadcast = Broadcast<ConnectionEvent>()
     let peripheralBroadcast = Broadcast<PeripheralEvent>()
-    /// Every LE PHY Update Complete, as `updatePHY` waits for its own.
-    let phyCompletions = Broadcast<LEPHYUpdateComplete>()
+    /// Every LE PHY Update Complete, and every link's end, as `updatePHY` waits for its own.
+    let phyOutcomes = Broadcast<PHYOutcome>()
     // The host's state by concern (BluetoothHost+State.swift): each room is a struct
     // of its own, so a reader knows which one to open.
     /// Who is connected, how links ended and who waits for that, each link's client.
@@ -489,7 +489,7 @@ public actor BluetoothHost: LoopIsolated {
         stateBroadcast.finish()
         connectionBroadcast.finish()
         peripheralBroadcast.finish()
-        phyCompletions.finish()
+        phyOutcomes.finish()
         // The tasks that follow the GATT server's and the Security Manager's streams
         // (which outlive a transport) would wait for what can no longer come, holding
         // this host and through it the whole stack: they end here.
@@ -527,7 +527,7 @@ public actor BluetoothHost: LoopIsolated {
             // Its duration or event limit ended it.
             advertisingSetTerminated(t)
         case let .le(.phyUpdateComplete(u)):
-            phyCompletions.yield(u)
+            phyOutcomes.yield(.completed(u))
             if u.status.isSuccess { linkChanged(u.connectionHandle, .phyUpdated(LinkPHY(tx: PHY(rawValue: u.txPHY), rx: PHY(rawValue: u.rxPHY)))) }
         case let .le(.dataLengthChange(d)):
             linkChanged(d.connectionHandle, .dataLengthChanged(DataLength(d)))

@@ -21,6 +21,19 @@ public struct ConnectionParameters: Hashable, Sendable {
     }
 }
 
+/// What `updatePHY` waits for: LE PHY Update Complete, or the end of the link.
+enum PHYOutcome: Sendable {
+    case completed(LEPHYUpdateComplete)
+    case linkEnded(UInt16, HCIStatus)
+
+    var handle: UInt16 {
+        switch self {
+        case let .completed(u): return u.connectionHandle
+        case let .linkEnded(h, _): return h
+        }
+    }
+}
+
 /// A PHY of an LE link (Vol 6, Part A, §3): as LE Read PHY and LE PHY Update Complete
 /// name it.
 public struct PHY: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
@@ -107,12 +120,16 @@ extension BluetoothHost {
             }
         }
         let left = limit - Duration(loop.now - start)
-        let done = await firstElement(updates.compactMap { e -> ConnectionParameters? in
-            if case let .parametersUpdated(u, i, l, t) = e, u.id == c.id { return ConnectionParameters(interval: i, latency: l, supervisionTimeout: t) }
-            return nil
+        // The update, or the link's end (then at once, not after the limit).
+        let done = await firstElement(updates.compactMap { e -> Result<ConnectionParameters, BLEError>? in
+            switch e {
+            case let .parametersUpdated(u, i, l, t) where u.id == c.id: return .success(ConnectionParameters(interval: i, latency: l, supervisionTimeout: t))
+            case let .disconnected(u, reason) where u.id == c.id: return .failure(.disconnected(reason: reason))
+            default: return nil
+            }
         }, within: max(left, .zero), on: controller.loop)
         if done == nil, !isActive(c.id) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
-        return done
+        return try done?.get()
     }
 
     /// LE Set Data Length (up to 251 octets per packet). False when the controller does
@@ -139,7 +156,8 @@ extension BluetoothHost {
     /// way among those both allow (LE 2M doubles the data rate, LE Coded reaches
     /// farther), and keep a way's PHY when they share none. Returns the PHYs in force
     /// once LE PHY Update Complete arrives; `ConnectionEvent.phyUpdated` reports it too,
-    /// and an update the peer starts. Nil when the controller or the peer does not do
+    /// and an update the peer starts. The link's end ends the wait at once with
+    /// `BLEError.disconnected`. Nil when the controller or the peer does not do
     /// PHY updates (Unknown HCI Command, Unsupported Feature or Parameter Value,
     /// Unsupported Remote Feature), or no answer came within `limit`.
     @discardableResult
@@ -150,13 +168,19 @@ extension BluetoothHost {
         guard !tx.isEmpty, !rx.isEmpty, (tx.union(rx)).allSatisfy(\.isKnown) else {
             throw BLEError.invalidArgument("updatePHY takes at least one of LE 1M, LE 2M and LE Coded each way")
         }
-        let completions = phyCompletions.subscribe(capacity: 16)
+        let outcomes = phyOutcomes.subscribe(capacity: 16)
         let start = loop.now
         let command = LESetPHY(connectionHandle: c.handle, txPHYs: PHY.bits(tx), rxPHYs: PHY.bits(rx))
         guard try await optional({ try await self.controller.send(command) }) else { return nil }
         let left = limit - Duration(loop.now - start)
-        let done = await firstElement(completions.filter { $0.connectionHandle == c.handle }, within: max(left, .zero), on: controller.loop)
-        guard let done else {
+        let outcome = await firstElement(outcomes.filter { $0.handle == c.handle }, within: max(left, .zero), on: controller.loop)
+        let done: LEPHYUpdateComplete
+        switch outcome {
+        case let .completed(u)?:
+            done = u
+        case let .linkEnded(_, reason)?:
+            throw BLEError.disconnected(reason: reason)
+        case nil:
             if !isActive(c.id) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
             return nil
         }
