@@ -68,21 +68,29 @@ extension BluetoothHost {
     /// Makes the controller's Filter Accept List hold exactly `targets` (in the connect
     /// slot: no connection attempt uses the list meanwhile, and nothing else here does).
     func fillFilterAcceptList(_ targets: [DeviceAddress]) async throws {
+        // A resolved identity is listed by its kind (0 public, 1 random).
+        try await fillControllerList("Filter Accept List", known: centralState.acceptListSize, remember: { centralState.acceptListSize = $0 },
+                                     readSize: LEReadFilterAcceptListSize(), clear: LEClearFilterAcceptList(), adds: targets.map {
+                                         LEAddDeviceToFilterAcceptList(addressType: AddressType(rawValue: $0.type.rawValue & 1), address: $0.address)
+                                     })
+    }
+
+    /// Makes one of the controller's lists (the Filter Accept List, the Periodic
+    /// Advertiser List) hold exactly what `adds` add: its size is read with `readSize`
+    /// the first time (`known` after, kept with `remember`), more entries than it holds
+    /// are refused (`BLEError.invalidArgument`), else `clear` and the adds go out in order.
+    func fillControllerList<Read: HCICommand>(_ name: String, known: Int?, remember: (Int) -> Void, readSize: Read, clear: some HCICommand,
+                                              adds: [some HCICommand]) async throws where Read.ReturnParameters == HCIOctetReturn {
         let size: Int
-        if let known = centralState.acceptListSize {
+        if let known {
             size = known
         } else {
-            size = Int(try await controller.send(LEReadFilterAcceptListSize()).value)
-            centralState.acceptListSize = size
+            size = Int(try await controller.send(readSize).value)
+            remember(size)
         }
-        guard targets.count <= size else {
-            throw BLEError.invalidArgument("the controller's Filter Accept List holds \(size) devices, not \(targets.count)")
-        }
-        try await controller.send(LEClearFilterAcceptList())
-        for t in targets {
-            // A resolved identity is listed by its kind (0 public, 1 random).
-            try await controller.send(LEAddDeviceToFilterAcceptList(addressType: AddressType(rawValue: t.type.rawValue & 1), address: t.address))
-        }
+        guard adds.count <= size else { throw BLEError.invalidArgument("the controller's \(name) holds \(size) entries, not \(adds.count)") }
+        try await controller.send(clear)
+        for a in adds { try await controller.send(a) }
     }
 
     /// Ends the connect in progress with `error`, now; with `cancel`, then tells the

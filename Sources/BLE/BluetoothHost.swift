@@ -408,6 +408,7 @@ public actor BluetoothHost: LoopIsolated {
             // The controller forgot every set, and the links that stopped some are gone.
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
+            links.early.removeAll()
             for s in peripheralState.advertising.keys.sorted() {
                 try await withAdvertisingLock { if let a = peripheralState.advertising[s] { try await startAdvertisingNow(a, set: s) } }
             }

@@ -406,21 +406,11 @@ extension BluetoothHost {
     /// Makes the controller's Periodic Advertiser List hold exactly `targets` (in the
     /// sync slot, so no Create Sync is pending: the list may change).
     func fillPeriodicAdvertiserList(_ targets: [PeriodicAdvertiser]) async throws {
-        let size: Int
-        if let known = syncState.advertiserListSize {
-            size = known
-        } else {
-            size = Int(try await controller.send(LEReadPeriodicAdvertiserListSize()).value)
-            syncState.advertiserListSize = size
-        }
-        guard targets.count <= size else {
-            throw BLEError.invalidArgument("the controller's Periodic Advertiser List holds \(size) advertisers, not \(targets.count)")
-        }
-        try await controller.send(LEClearPeriodicAdvertiserList())
-        for t in targets {
-            try await controller.send(LEAddDeviceToPeriodicAdvertiserList(advertiserAddressType: Self.advertiserAddressType(t.addressType),
-                                                                         advertiserAddress: t.address, advertisingSID: t.sid))
-        }
+        try await fillControllerList("Periodic Advertiser List", known: syncState.advertiserListSize, remember: { syncState.advertiserListSize = $0 },
+                                     readSize: LEReadPeriodicAdvertiserListSize(), clear: LEClearPeriodicAdvertiserList(), adds: targets.map {
+                                         LEAddDeviceToPeriodicAdvertiserList(advertiserAddressType: Self.advertiserAddressType($0.addressType),
+                                                                             advertiserAddress: $0.address, advertisingSID: $0.sid)
+                                     })
     }
 
     /// Ends the sync being created with `error`; with `cancel`, the controller is told
