@@ -12,59 +12,53 @@ import Testing
 @Suite struct BumbleLinkTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F8")!
 
-    @Test func weConnectToBumbleThroughTheFilterAcceptList() async throws {
+    /// Runs `body` with Bumble advertising as a peripheral (bumble_phy_peer.py with
+    /// `arguments`) and our host started, both on one Rootcanal; stops them after.
+    static func withBumble(_ arguments: [String] = [], _ body: (LiveProcess, BluetoothHost) async throws -> Void) async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
-        let peer = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_phy_peer.py", String(rc.hciPort)])
+        let peer = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_phy_peer.py", String(rc.hciPort)] + arguments)
         #expect(await peer.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(peer.output)")
         let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
-        try await host.start()
         defer { Task { await host.close() } }
-        let nobody = [DeviceAddress(BluetoothAddress("C0:00:00:00:0F:0F")!), DeviceAddress(BluetoothAddress("F1:F2:F3:F4:F5:F9")!, type: .random)]
-        let remote = try await host.central.connect(toAnyOf: nobody + [DeviceAddress(Self.bumble, type: .random)], within: .seconds(10))
-        #expect(remote.connection.peer == Self.bumble && remote.connection.peerType == .random)
-        #expect(await peer.waitForOutput { $0.contains("\"event\": \"connected\"") }, "\(peer.output)")
-        try await remote.disconnect()
-        #expect(await peer.waitForOutput { $0.contains("\"event\": \"disconnected\"") }, "\(peer.output)")
+        try await host.start()
+        try await body(peer, host)
         _ = await peer.stop()
+    }
+
+    @Test func weConnectToBumbleThroughTheFilterAcceptList() async throws {
+        try await Self.withBumble { peer, host in
+            let nobody = [DeviceAddress(BluetoothAddress("C0:00:00:00:0F:0F")!), DeviceAddress(BluetoothAddress("F1:F2:F3:F4:F5:F9")!, type: .random)]
+            let remote = try await host.central.connect(toAnyOf: nobody + [DeviceAddress(Self.bumble, type: .random)], within: .seconds(10))
+            #expect(remote.connection.peer == Self.bumble && remote.connection.peerType == .random)
+            #expect(await peer.waitForOutput { $0.contains("\"event\": \"connected\"") }, "\(peer.output)")
+            try await remote.disconnect()
+            #expect(await peer.waitForOutput { $0.contains("\"event\": \"disconnected\"") }, "\(peer.output)")
+        }
     }
 
     @Test func weMoveTheLinkToLE2MAndBumbleHearsOfIt() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let peer = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_phy_peer.py", String(rc.hciPort)])
-        #expect(await peer.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(peer.output)")
-        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
-        try await host.start()
-        defer { Task { await host.close() } }
-        let remote = try await host.central.connect(to: Self.bumble, type: .random, within: .seconds(10))
-        #expect(try await remote.updatePHY() == LinkPHY(tx: .le2M, rx: .le2M))
-        #expect(await peer.waitForOutput(within: .seconds(10)) { $0.contains("\"event\": \"phy\", \"tx\": 2, \"rx\": 2") }, "\(peer.output)")
-        #expect(try await remote.phy() == LinkPHY(tx: .le2M, rx: .le2M))
-        try await remote.disconnect()
-        #expect(await peer.waitForOutput { $0.contains("\"event\": \"disconnected\"") }, "\(peer.output)")
-        _ = await peer.stop()
+        try await Self.withBumble { peer, host in
+            let remote = try await host.central.connect(to: Self.bumble, type: .random, within: .seconds(10))
+            #expect(try await remote.updatePHY() == LinkPHY(tx: .le2M, rx: .le2M))
+            #expect(await peer.waitForOutput(within: .seconds(10)) { $0.contains("\"event\": \"phy\", \"tx\": 2, \"rx\": 2") }, "\(peer.output)")
+            #expect(try await remote.phy() == LinkPHY(tx: .le2M, rx: .le2M))
+            try await remote.disconnect()
+            #expect(await peer.waitForOutput { $0.contains("\"event\": \"disconnected\"") }, "\(peer.output)")
+        }
     }
 
     @Test func bumbleMovesTheLinkToLE2MAndWeHearOfIt() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let peer = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_phy_peer.py", String(rc.hciPort), "ask"])
-        #expect(await peer.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(peer.output)")
-        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
-        try await host.start()
-        defer { Task { await host.close() } }
-        let events = host.connectionEvents()
-        let remote = try await host.central.connect(to: Self.bumble, type: .random, within: .seconds(10))
-        let update = await firstElement(events.compactMap { e -> (Connection, LinkPHY)? in
-            if case let .phyUpdated(c, p) = e { return (c, p) } else { return nil }
-        }, within: .seconds(10))
-        #expect(update?.0 == remote.connection && update?.1 == LinkPHY(tx: .le2M, rx: .le2M), "\(peer.output)")
-        #expect(await peer.waitForOutput(within: .seconds(10)) { $0.contains("\"event\": \"phy\", \"tx\": 2, \"rx\": 2") }, "\(peer.output)")
-        try await remote.disconnect()
-        _ = await peer.stop()
+        try await Self.withBumble(["ask"]) { peer, host in
+            let events = host.connectionEvents()
+            let remote = try await host.central.connect(to: Self.bumble, type: .random, within: .seconds(10))
+            let update = await firstElement(events.compactMap { e -> (Connection, LinkPHY)? in
+                if case let .phyUpdated(c, p) = e { return (c, p) } else { return nil }
+            }, within: .seconds(10))
+            #expect(update?.0 == remote.connection && update?.1 == LinkPHY(tx: .le2M, rx: .le2M), "\(peer.output)")
+            #expect(await peer.waitForOutput(within: .seconds(10)) { $0.contains("\"event\": \"phy\", \"tx\": 2, \"rx\": 2") }, "\(peer.output)")
+            try await remote.disconnect()
+        }
     }
 }
