@@ -47,6 +47,12 @@ public struct PHY: RawRepresentable, Hashable, Sendable, CustomStringConvertible
     public static let leCoded = PHY(rawValue: 3)
 
     var isKnown: Bool { (1...3).contains(rawValue) }
+    /// PHY preferences each way: at least one, each LE 1M, LE 2M or LE Coded.
+    static func validate(tx: Set<PHY>, rx: Set<PHY>, _ call: String) throws {
+        guard !tx.isEmpty, !rx.isEmpty, tx.union(rx).allSatisfy(\.isKnown) else {
+            throw BLEError.invalidArgument("\(call) takes at least one of LE 1M, LE 2M and LE Coded each way")
+        }
+    }
     /// TX_PHYs/RX_PHYs of LE Set PHY: bit 0 LE 1M, 1 LE 2M, 2 LE Coded.
     static func bits(_ phys: Set<PHY>) -> UInt8 { phys.reduce(0) { $0 | 1 << ($1.rawValue - 1) } }
 
@@ -165,9 +171,7 @@ extension BluetoothHost {
                           within limit: Duration = .seconds(10)) async throws -> LinkPHY? {
         try requireReady()
         guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
-        guard !tx.isEmpty, !rx.isEmpty, (tx.union(rx)).allSatisfy(\.isKnown) else {
-            throw BLEError.invalidArgument("updatePHY takes at least one of LE 1M, LE 2M and LE Coded each way")
-        }
+        try PHY.validate(tx: tx, rx: rx, "updatePHY")
         let outcomes = phyOutcomes.subscribe(capacity: 16)
         let start = loop.now
         let command = LESetPHY(connectionHandle: c.handle, txPHYs: PHY.bits(tx), rxPHYs: PHY.bits(rx))
@@ -197,9 +201,7 @@ extension BluetoothHost {
     /// `reset()`. `BLEError.notSupported` when the controller does not have the command.
     public func setPreferredPHYs(tx: Set<PHY>, rx: Set<PHY>) async throws {
         try requireReady()
-        guard !tx.isEmpty, !rx.isEmpty, (tx.union(rx)).allSatisfy(\.isKnown) else {
-            throw BLEError.invalidArgument("setPreferredPHYs takes at least one of LE 1M, LE 2M and LE Coded each way")
-        }
+        try PHY.validate(tx: tx, rx: rx, "setPreferredPHYs")
         guard info?.supports(.leSetDefaultPHY) == true else { throw BLEError.notSupported("the controller has no PHY preferences (LE Set Default PHY): it has LE 1M only") }
         try await controller.send(LESetDefaultPHY(txPHYs: PHY.bits(tx), rxPHYs: PHY.bits(rx)))
         preferredPHYs = (tx, rx)
