@@ -18,12 +18,14 @@ struct FireAlarmReceiverCommand: AsyncParsableCommand {
     var transport: String?
     @Flag(help: "One JSON object per event on stdout.") var json = false
     @Flag(name: .shortAndLong, help: "Log protocol traffic to stderr.") var verbose = false
+    @Option(help: ArgumentHelp("HCI command timeout in seconds (0.01 to 3600), as btctl's --timeout.", valueName: "SECONDS")) var timeout: Double = 5
     @Option(help: "The name written when acknowledging.") var name = "receiver"
     @Flag(help: "Exit after handling one alarm.") var once = false
     @Option(help: ArgumentHelp("Seconds to listen for senders before picking the nearest.", valueName: "SECONDS")) var scanTime: Double = 2
     @Option(help: ArgumentHelp("Save downloaded floor plans in this directory.", valueName: "DIR")) var save: String?
 
     func validate() throws {
+        guard timeout.isFinite, (0.01...3600).contains(timeout) else { throw ValidationError("--timeout must be between 0.01 and 3600 seconds, not \(timeout)") }
         guard scanTime > 0, scanTime.isFinite else { throw ValidationError("--scan-time must be a positive number of seconds") }
         if let d = save {
             var isDir: ObjCBool = false
@@ -40,7 +42,7 @@ struct FireAlarmReceiverCommand: AsyncParsableCommand {
             _ = try await FireAlarmDemo.run(saveDirectory: save, logger: logger, log: log)
             return
         }
-        let host = try BluetoothHost.open(spec, logger: logger)
+        let host = try BluetoothHost.open(spec, logger: logger, commandTimeout: .milliseconds(Int((timeout * 1000).rounded())))
         try await host.start()
         let receiver = FireAlarmReceiver(host: host, name: name, scanTime: .milliseconds(Int(scanTime * 1000)), saveDirectory: save, log: log)
         try await receiver.run(once: once)

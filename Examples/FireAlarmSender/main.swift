@@ -18,12 +18,14 @@ struct FireAlarmSenderCommand: AsyncParsableCommand {
     var transport: String?
     @Flag(help: "One JSON object per event on stdout.") var json = false
     @Flag(name: .shortAndLong, help: "Log protocol traffic to stderr.") var verbose = false
+    @Option(help: ArgumentHelp("HCI command timeout in seconds (0.01 to 3600), as btctl's --timeout.", valueName: "SECONDS")) var timeout: Double = 5
     @Option(help: "Advertised name.") var name = "FireAlarm"
     @Option(help: "The alarm text.") var text = FireAlarmProfile.defaultText
     @Option(help: ArgumentHelp("Serve this file as the floor plan (default: a built-in SVG).", valueName: "FILE")) var floorPlan: String?
     @Option(help: ArgumentHelp("Raise the alarm this many seconds after the first central subscribes (virtual: after the receiver read the alarm state clear).", valueName: "SECONDS")) var alarmAfter: Double?
 
     func validate() throws {
+        guard timeout.isFinite, (0.01...3600).contains(timeout) else { throw ValidationError("--timeout must be between 0.01 and 3600 seconds, not \(timeout)") }
         if let a = alarmAfter, !(a >= 0 && a.isFinite) { throw ValidationError("--alarm-after must be a number of seconds ≥ 0") }
     }
 
@@ -41,7 +43,7 @@ struct FireAlarmSenderCommand: AsyncParsableCommand {
             guard let d = FileManager.default.contents(atPath: path) else { throw ValidationError("cannot read \(path)") }
             image = Array(d)
         }
-        let host = try BluetoothHost.open(spec, logger: logger)
+        let host = try BluetoothHost.open(spec, logger: logger, commandTimeout: .milliseconds(Int((timeout * 1000).rounded())))
         try await host.start()
         let sender = FireAlarmSender(host: host, name: name, text: text, floorPlan: image, log: log)
         try await sender.start()

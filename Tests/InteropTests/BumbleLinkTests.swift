@@ -9,7 +9,7 @@ import Foundation
 import HCI
 import Testing
 
-@Suite struct BumbleLinkTests {
+@Suite(.serialized) struct BumbleLinkTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F8")!
 
     /// Runs `body` with Bumble advertising as a peripheral (bumble_phy_peer.py with

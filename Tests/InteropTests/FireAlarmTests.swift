@@ -36,7 +36,9 @@ import Testing
 
         let sender = Process()
         sender.executableURL = URL(fileURLWithPath: senderPath)
-        sender.arguments = ["-t", rc.transportSpec, "--json", "--name", "FireAlarm-RC", "--alarm-after", "0.2"]
+        // A generous command timeout: the suite starts many Rootcanals and Bumbles at once,
+        // and a first Reset has waited over 5 s for a loaded Rootcanal.
+        sender.arguments = ["-t", rc.transportSpec, "--json", "--name", "FireAlarm-RC", "--alarm-after", "0.2", "--timeout", "30"]
         let senderOut = Pipe()
         sender.standardOutput = senderOut
         sender.standardInput = Pipe()  // stays open: the sender keeps serving
@@ -44,7 +46,7 @@ import Testing
         defer { if sender.isRunning { sender.terminate() } }
 
         let receiver = try await Interop.execute(receiverPath, ["-t", rc.transportSpec, "--json", "--once", "--scan-time", "1",
-                                                          "--name", "rc-receiver", "--save", dir], timeout: 60)
+                                                          "--name", "rc-receiver", "--save", dir, "--timeout", "30"], timeout: 90)
         #expect(receiver.status == 0, "\(receiver.out)")
         let r = Self.events(receiver.out)
         let steps = r.map { $0["event"] ?? "" }
