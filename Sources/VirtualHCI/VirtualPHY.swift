@@ -13,10 +13,10 @@ extension VirtualController {
 
     /// TX_PHYs and RX_PHYs as LE Set Default PHY and LE Set PHY take them: All_PHYs
     /// bit 0 (or 1) says "no preference" for TX (or RX). A failure carries the status to refuse with.
-    static func preferences(all: UInt8, tx: UInt8, rx: UInt8) -> Result<(tx: UInt8, rx: UInt8), HCIStatusError> {
+    static func preferences(all: UInt8, tx: UInt8, rx: UInt8) -> Result<(tx: UInt8, rx: UInt8), HCIStatus> {
         let tx = all & 0x01 != 0 ? supportedPHYs : tx, rx = all & 0x02 != 0 ? supportedPHYs : rx
-        guard tx != 0, rx != 0 else { return .failure(HCIStatusError(.invalidCommandParameters)) }
-        guard (tx | rx) & ~supportedPHYs == 0 else { return .failure(HCIStatusError(.unsupportedFeatureOrParameterValue)) }
+        guard tx != 0, rx != 0 else { return .failure(.invalidCommandParameters) }
+        guard (tx | rx) & ~supportedPHYs == 0 else { return .failure(.unsupportedFeatureOrParameterValue) }
         return .success((tx, rx))
     }
 
@@ -29,7 +29,7 @@ extension VirtualController {
                 defaultPHYs = d
                 complete(op)
             case let .failure(e):
-                complete(op, status: e.status)
+                complete(op, status: e)
             }
         case .leSetPHY:
             let c = try LESetPHY.decode(p)
@@ -39,7 +39,7 @@ extension VirtualController {
                 status(op)
                 await radio.updatePHY(self, handle: c.connectionHandle, tx: want.tx, rx: want.rx)
             case let .failure(e):
-                status(op, e.status)
+                status(op, e)
             }
         case .leReadPHY:
             let h = try LEReadPHY.decode(p).connectionHandle
@@ -54,12 +54,6 @@ extension VirtualController {
     func phyUpdated(handle: UInt16, tx: UInt8, rx: UInt8) {
         if leEventMask & 1 << 11 != 0 { emit(.le(.phyUpdateComplete(LEPHYUpdateComplete(connectionHandle: handle, txPHY: tx, rxPHY: rx)))) }
     }
-}
-
-/// A status to refuse a command with.
-struct HCIStatusError: Error {
-    var status: HCIStatus
-    init(_ status: HCIStatus) { self.status = status }
 }
 
 extension VirtualRadio {
