@@ -11,19 +11,6 @@ import Logging
 import NIOCore
 import SMP
 
-/// A change of a link the controller reports on its own (`ConnectionEvent`).
-enum LinkChange {
-    case phyUpdated(LinkPHY)
-    case dataLengthChanged(DataLength)
-
-    func event(_ c: Connection) -> ConnectionEvent {
-        switch self {
-        case let .phyUpdated(p): return .phyUpdated(c, p)
-        case let .dataLengthChanged(d): return .dataLengthChanged(c, d)
-        }
-    }
-}
-
 extension BluetoothHost {
     // MARK: Connections
 
@@ -42,7 +29,6 @@ extension BluetoothHost {
             links.active[c.handle] = conn
             registry.connected(c.peer, type: c.peerType, handle: c.handle, at: now)
             connectionBroadcast.yield(.connected(conn))
-            for change in links.early.removeValue(forKey: c.handle) ?? [] { connectionBroadcast.yield(change.event(conn)) }
             // One ATT bearer per link carries both GATT roles: the local server answers the
             // peer's requests (the client reading the bearer hands them over), and the client
             // reaches the peer's server, whichever side of the link we are.
@@ -75,10 +61,14 @@ extension BluetoothHost {
                 w.timer.cancel()
                 w.continuation.resume(returning: conn)
             }
+        case let .changed(c, change):
+            // The L2CAP host names the link that had the handle when the controller
+            // reported the change, in order with connections and disconnections.
+            guard let conn = links.active[c.handle] else { return }
+            linkChanged(conn, change)
         case let .disconnected(c, reason):
             guard let conn = links.remove(c.handle) else { return }
             peripheralState.linksAwaitingSet[c.handle] = nil
-            links.early[c.handle] = nil
             registry.disconnected(handle: c.handle)
             links.securityRequested.remove(c.handle)
             // The reason first (operations failing on the dead bearer ask for it at once),
@@ -99,14 +89,20 @@ extension BluetoothHost {
         }
     }
 
-    /// A change of link `handle` the controller reported: out at once when the host
-    /// knows the link, else after its `.connected` (the L2CAP link stream that brings it
-    /// may come second); dropped when the link has gone already.
-    func linkChanged(_ handle: UInt16, _ change: LinkChange) {
-        if let conn = links.active[handle] {
-            connectionBroadcast.yield(change.event(conn))
-        } else if l2cap.loop.inEventLoop, l2cap.onLoop({ $0.hasLink(handle: handle) }) {
-            links.early[handle, default: []].append(change)
+    /// A change the controller reported for link `conn`: to `updatePHY`'s waiters (any
+    /// status) and, when it succeeded, to `connectionEvents()`.
+    func linkChanged(_ conn: Connection, _ change: L2CAPHost.LinkLayerChange) {
+        switch change {
+        case let .parametersUpdated(u) where u.status.isSuccess:
+            connectionBroadcast.yield(.parametersUpdated(conn, interval: u.connectionInterval, latency: u.peripheralLatency,
+                                                         supervisionTimeout: u.supervisionTimeout))
+        case let .phyUpdated(u):
+            phyOutcomes.yield(.completed(u))
+            if u.status.isSuccess { connectionBroadcast.yield(.phyUpdated(conn, LinkPHY(tx: PHY(rawValue: u.txPHY), rx: PHY(rawValue: u.rxPHY)))) }
+        case let .dataLengthChanged(d):
+            connectionBroadcast.yield(.dataLengthChanged(conn, DataLength(d)))
+        case .parametersUpdated:
+            break
         }
     }
 

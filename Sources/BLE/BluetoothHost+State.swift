@@ -39,9 +39,6 @@ extension BluetoothHost {
         var mtuExchanged: Set<UInt64> = []
         /// Peripheral links with a Security Request outstanding (one at a time).
         var securityRequested: Set<UInt16> = []
-        /// Changes the controller reported for links whose connection has not reached
-        /// the host yet (another stream), by handle: reported after their `.connected`.
-        var early: [UInt16: [LinkChange]] = [:]
 
         /// How many ended links `ended` remembers.
         static let endsRemembered = 256

@@ -408,7 +408,6 @@ public actor BluetoothHost: LoopIsolated {
             // The controller forgot every set, and the links that stopped some are gone.
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
-            links.early.removeAll()
             for s in peripheralState.advertising.keys.sorted() {
                 try await withAdvertisingLock { if let a = peripheralState.advertising[s] { try await startAdvertisingNow(a, set: s) } }
             }
@@ -514,10 +513,6 @@ public actor BluetoothHost: LoopIsolated {
             periodicReport(r)
         case let .le(.periodicAdvertisingSyncLost(l)):
             syncLost(l.syncHandle)
-        case let .le(.connectionUpdateComplete(u)) where u.status.isSuccess:
-            if let c = links.active[u.connectionHandle] {
-                connectionBroadcast.yield(.parametersUpdated(c, interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout))
-            }
         case let .le(.connectionComplete(c)) where !c.status.isSuccess:
             connectFailed(c.peerAddress, c.status)
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
@@ -527,11 +522,6 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.advertisingSetTerminated(t)) where usesExtendedCommands:
             // Its duration or event limit ended it.
             advertisingSetTerminated(t)
-        case let .le(.phyUpdateComplete(u)):
-            phyOutcomes.yield(.completed(u))
-            if u.status.isSuccess { linkChanged(u.connectionHandle, .phyUpdated(LinkPHY(tx: PHY(rawValue: u.txPHY), rx: PHY(rawValue: u.rxPHY)))) }
-        case let .le(.dataLengthChange(d)):
-            linkChanged(d.connectionHandle, .dataLengthChanged(DataLength(d)))
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:

@@ -73,10 +73,21 @@ public actor L2CAPHost: LoopIsolated {
     private let earlyLimit = 32
     private var connectionContinuations: [UInt64: BufferedStream<Connection>.Continuation] = [:]
     /// A connection's life as this host sees it, in order: a connection is known to
-    /// `frames(on:handle:)` before `.connected` is delivered, and gone before `.disconnected`.
+    /// `frames(on:handle:)` before `.connected` is delivered, and gone before
+    /// `.disconnected`. What the controller reports about the link in between comes in
+    /// the same order, naming the link that had the handle then: a controller gives an
+    /// ended link's handle to the next at once, so a change read after a Disconnection
+    /// Complete and a new LE Connection Complete belongs to the new link.
     public enum LinkEvent: Sendable, Equatable {
         case connected(Connection)
+        case changed(Connection, LinkLayerChange)
         case disconnected(Connection, reason: HCIStatus)
+    }
+    /// What the controller reports about a link's link layer (any status).
+    public enum LinkLayerChange: Sendable, Equatable {
+        case parametersUpdated(LEConnectionUpdateComplete)
+        case phyUpdated(LEPHYUpdateComplete)
+        case dataLengthChanged(LEDataLengthChange)
     }
     private var linkContinuations: [UInt64: BufferedStream<LinkEvent>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
@@ -215,9 +226,10 @@ public actor L2CAPHost: LoopIsolated {
         return stream
     }
 
-    /// Connections and disconnections (with the controller's reason), in the order they
-    /// happened. Buffer: the newest 1024, drops counted (a controller has far fewer
-    /// links); ends with the transport.
+    /// Connections, their link-layer changes and disconnections (with the controller's
+    /// reason), in the order they happened. Buffer: the newest 1024, drops counted (a
+    /// controller has far fewer links, and reports a change per procedure); ends with
+    /// the transport.
     public func linkEvents() -> BufferedStream<LinkEvent> {
         let (stream, c) = BufferedStream<LinkEvent>.makeStream(capacity: 1024)
         if ended {
@@ -464,6 +476,12 @@ public actor L2CAPHost: LoopIsolated {
             connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
             connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+        case let .le(.connectionUpdateComplete(u)):
+            changed(u.connectionHandle, .parametersUpdated(u))
+        case let .le(.phyUpdateComplete(u)):
+            changed(u.connectionHandle, .phyUpdated(u))
+        case let .le(.dataLengthChange(d)):
+            changed(d.connectionHandle, .dataLengthChanged(d))
         case let .disconnectionComplete(d) where d.status.isSuccess:
             channelsLinkLost(handle: d.connectionHandle, reason: d.reason)
             if let info = connections[d.connectionHandle]?.info {
@@ -485,6 +503,12 @@ public actor L2CAPHost: LoopIsolated {
         default:
             break
         }
+    }
+
+    /// A change of a link this host knows (one it does not is dropped: no link to name).
+    private func changed(_ handle: UInt16, _ change: LinkLayerChange) {
+        guard let info = connections[handle]?.info else { return }
+        for (_, k) in linkContinuations { k.yield(.changed(info, change)) }
     }
 
     private func connected(_ c: Connection) {
