@@ -72,8 +72,12 @@ func gattPair(_ characteristic: GATTCharacteristic, mtu: UInt16) async throws
     let link = try await TestCentral.connect(to: a, type: .public, host: lb, within: .seconds(5))
     var it = incoming.makeAsyncIterator()
     guard let pc = await it.next() else { return nil }
-    // Larger ATT MTU comes with larger air PDUs, as a central asks for them (LE Data Length Extension).
-    if mtu > 23 { try await hb.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120)) }
+    // Larger ATT MTU comes with larger air PDUs (LE Data Length Extension). Each side
+    // chooses what it sends, so both ask, as BlueZ and Bumble hosts set both up.
+    if mtu > 23 {
+        try await hb.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120))
+        try await ha.send(LESetDataLength(connectionHandle: pc.handle, txOctets: 251, txTime: 2120))
+    }
     await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: la, handle: pc.handle), localRxMTU: mtu, logger: logger), connection: pc.handle)
     let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: lb, handle: link.handle), localRxMTU: mtu, logger: logger))
     await client.start()

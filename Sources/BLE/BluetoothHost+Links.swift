@@ -100,6 +100,7 @@ extension BluetoothHost {
             phyOutcomes.yield(.completed(u))
             if u.status.isSuccess { connectionBroadcast.yield(.phyUpdated(conn, LinkPHY(tx: PHY(rawValue: u.txPHY), rx: PHY(rawValue: u.rxPHY)))) }
         case let .dataLengthChanged(d):
+            links.dataLengths[conn.id] = DataLength(d)
             connectionBroadcast.yield(.dataLengthChanged(conn, DataLength(d)))
         case .parametersUpdated:
             break

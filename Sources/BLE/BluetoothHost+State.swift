@@ -37,6 +37,8 @@ extension BluetoothHost {
         /// The GATT client of each link (it also reads the bearer for the server).
         var clients: [UInt64: GATTClient] = [:]
         var mtuExchanged: Set<UInt64> = []
+        /// Each link's data length since its last LE Data Length Change (none: `DataLength.initial`).
+        var dataLengths: [UInt64: DataLength] = [:]
         /// Peripheral links with a Security Request outstanding (one at a time).
         var securityRequested: Set<UInt16> = []
 
@@ -73,6 +75,7 @@ extension BluetoothHost {
             remotes[id] = nil
             clients[id] = nil
             mtuExchanged.remove(id)
+            dataLengths[id] = nil
             ended[id] = end
             endedOrder.append(id)
             if endedOrder.count > Self.endsRemembered { ended[endedOrder.removeFirst()] = nil }

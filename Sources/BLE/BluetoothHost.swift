@@ -265,6 +265,8 @@ public actor BluetoothHost: LoopIsolated {
     public private(set) var usesExtendedCommands = false
     /// The PHYs `setPreferredPHYs` gave the controller (set again after a reset).
     var preferredPHYs: (tx: Set<PHY>, rx: Set<PHY>)?
+    /// What `setPreferredDataLength` gave the controller (written again after a reset).
+    var preferredDataLength: LEWriteSuggestedDefaultDataLength?
 
     /// Our private addresses (Privacy.swift).
     var own = OwnAddresses()
@@ -405,6 +407,7 @@ public actor BluetoothHost: LoopIsolated {
             adopt(i)
             try await startPrivacy(i)
             if let d = preferredPHYs { try await controller.send(LESetDefaultPHY(txPHYs: PHY.bits(d.tx), rxPHYs: PHY.bits(d.rx))) }
+            if let d = preferredDataLength { try await controller.send(d) }
             // The controller forgot every set, and the links that stopped some are gone.
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()

@@ -79,8 +79,11 @@ public struct LinkPHY: Hashable, Sendable, CustomStringConvertible {
 
 /// The largest link-layer payloads each way and how long they take on air (LE Data
 /// Length Change, Vol 6, Part B, §4.5.10): 27 octets and 328 µs until a side asks for
-/// more (`updateDataLength`), up to 251 octets.
-public struct DataLength: Hashable, Sendable {
+/// more (`updateDataLength`, or its controller's suggested default,
+/// `setPreferredDataLength`), up to 251 octets.
+public struct DataLength: Hashable, Sendable, CustomStringConvertible {
+    /// What every link starts with: 27 octets in 328 µs each way.
+    public static let initial = DataLength(maxTxOctets: 27, maxTxTimeMicroseconds: 328, maxRxOctets: 27, maxRxTimeMicroseconds: 328)
     public var maxTxOctets: Int
     public var maxTxTimeMicroseconds: Int
     public var maxRxOctets: Int
@@ -94,6 +97,19 @@ public struct DataLength: Hashable, Sendable {
     init(_ e: LEDataLengthChange) {
         self.init(maxTxOctets: Int(e.maxTxOctets), maxTxTimeMicroseconds: Int(e.maxTxTime), maxRxOctets: Int(e.maxRxOctets),
                   maxRxTimeMicroseconds: Int(e.maxRxTime))
+    }
+    public var description: String {
+        "\(maxTxOctets) octets (\(maxTxTimeMicroseconds) µs) out, \(maxRxOctets) octets (\(maxRxTimeMicroseconds) µs) in"
+    }
+
+    /// TX_Octets and TX_Time as LE Set Data Length and LE Write Suggested Default Data
+    /// Length take them (§7.8.33, §7.8.35): 27 to 251 octets, 328 to 17040 µs.
+    static func validate(txOctets: Int, txTime: Int, _ call: String) throws -> (octets: UInt16, time: UInt16) {
+        guard let o = UInt16(exactly: txOctets), let t = UInt16(exactly: txTime),
+              LEDataLengthRange.octets.contains(o), LEDataLengthRange.time.contains(t) else {
+            throw BLEError.invalidArgument("\(call) takes 27 to 251 octets and 328 to 17040 µs, not \(txOctets) octets in \(txTime) µs")
+        }
+        return (o, t)
     }
 }
 
@@ -138,12 +154,65 @@ extension BluetoothHost {
         return try done?.get()
     }
 
-    /// LE Set Data Length (up to 251 octets per packet). False when the controller does
-    /// not have it; `ConnectionEvent.dataLengthChanged` follows when the length changes
-    /// (LE Data Length Change; none when it stays).
+    /// Asks for longer (or shorter) packets on link `c` (LE Set Data Length): at most
+    /// `txOctets` octets taking `txTime` µs per PDU from this side, as Bumble's
+    /// `set_data_length` and Zephyr's `bt_conn_le_data_len_update` do. What the peer
+    /// sends is its side's choice. Returns the data length in force once LE Data Length
+    /// Change arrives; the controllers report none when nothing changed, so after
+    /// `limit` without one it returns what was in force. The link's end ends the wait
+    /// at once with `BLEError.disconnected`. Nil when the controller does not have the
+    /// command (Unknown HCI Command, Unsupported Feature or Parameter Value).
+    /// `ConnectionEvent.dataLengthChanged` reports the change too, and those the peer
+    /// starts.
     @discardableResult
-    public func updateDataLength(_ c: Connection, txOctets: UInt16 = 251, txTime: UInt16 = 2120) async throws -> Bool {
-        try await optional { try await self.controller.send(LESetDataLength(connectionHandle: c.handle, txOctets: txOctets, txTime: txTime)) }
+    public func updateDataLength(_ c: Connection, txOctets: Int = 251, txTime: Int = 2120,
+                                 within limit: Duration = .seconds(2)) async throws -> DataLength? {
+        try requireReady()
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        let (octets, time) = try DataLength.validate(txOctets: txOctets, txTime: txTime, "updateDataLength")
+        let before = links.dataLengths[c.id] ?? .initial
+        let changes = connectionEvents()
+        let start = loop.now
+        guard try await optional({ try await self.controller.send(LESetDataLength(connectionHandle: c.handle, txOctets: octets, txTime: time)) })
+        else { return nil }
+        // Asking for what is in force changes nothing: no event comes.
+        if before.maxTxOctets == txOctets, before.maxTxTimeMicroseconds == txTime { return before }
+        let left = limit - Duration(loop.now - start)
+        let done = await firstElement(changes.compactMap { e -> Result<DataLength, BLEError>? in
+            switch e {
+            case let .dataLengthChanged(u, d) where u.id == c.id: return .success(d)
+            case let .disconnected(u, reason) where u.id == c.id: return .failure(.disconnected(reason: reason))
+            default: return nil
+            }
+        }, within: max(left, .zero), on: controller.loop)
+        if let done { return try done.get() }
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        return links.dataLengths[c.id] ?? .initial
+    }
+
+    /// Link `c`'s data length now, as the last LE Data Length Change said
+    /// (`DataLength.initial` before any). No HCI command reads it.
+    public func dataLength(of c: Connection) throws -> DataLength {
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        return links.dataLengths[c.id] ?? .initial
+    }
+
+    /// What this side offers to send per PDU on every new link (LE Write Suggested
+    /// Default Data Length): above 27 octets, the controllers agree on longer packets as
+    /// the link comes up, and `ConnectionEvent.dataLengthChanged` says so. BlueZ and
+    /// Bumble write 251 octets and 2120 µs at start-up; this host leaves the
+    /// controller's default (27 and 328) until asked, so that start-up stays the same
+    /// HCI conversation. Kept across `reset()`. `BLEError.notSupported` when the
+    /// controller does not have the command.
+    public func setPreferredDataLength(txOctets: Int = 251, txTime: Int = 2120) async throws {
+        try requireReady()
+        let (octets, time) = try DataLength.validate(txOctets: txOctets, txTime: txTime, "setPreferredDataLength")
+        guard info?.supports(.leWriteSuggestedDefaultDataLength) == true else {
+            throw BLEError.notSupported("the controller has no suggested data length (LE Write Suggested Default Data Length)")
+        }
+        let command = LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: octets, suggestedMaxTxTime: time)
+        try await controller.send(command)
+        preferredDataLength = command
     }
 
     /// The PHYs link `c` uses each way now (LE Read PHY). `BLEError.notSupported` when
@@ -227,6 +296,15 @@ extension BluetoothHost {
 extension RemotePeripheral {
     /// The link's PHYs now; see `BluetoothHost.phy(of:)`.
     public func phy() async throws -> LinkPHY { try await host.phy(of: connection) }
+
+    /// The link's data length now; see `BluetoothHost.dataLength(of:)`.
+    public func dataLength() async throws -> DataLength { try await host.dataLength(of: connection) }
+
+    /// See `BluetoothHost.updateDataLength`.
+    @discardableResult
+    public func updateDataLength(txOctets: Int = 251, txTime: Int = 2120, within limit: Duration = .seconds(2)) async throws -> DataLength? {
+        try await host.updateDataLength(connection, txOctets: txOctets, txTime: txTime, within: limit)
+    }
 
     /// See `BluetoothHost.updatePHY`.
     @discardableResult

@@ -76,7 +76,7 @@ public enum HCICommandRegistry {
         LEReadAdvertisingPhysicalChannelTxPower.self, LESetAdvertisingData.self, LESetScanResponseData.self,
         LESetAdvertisingEnable.self, LESetScanParameters.self, LESetScanEnable.self, LECreateConnection.self,
         LECreateConnectionCancel.self, LEConnectionUpdate.self, LEReadRemoteFeatures.self,
-        LESetDataLength.self, LEReadMaximumDataLength.self, LESetPHY.self, LESetDefaultPHY.self, LEReadPHY.self,
+        LESetDataLength.self, LEReadSuggestedDefaultDataLength.self, LEWriteSuggestedDefaultDataLength.self, LEReadMaximumDataLength.self, LESetPHY.self, LESetDefaultPHY.self, LEReadPHY.self,
         LEReadFilterAcceptListSize.self, LEAddDeviceToFilterAcceptList.self,
         LERemoveDeviceFromFilterAcceptList.self, LEClearFilterAcceptList.self,
         LELongTermKeyRequestReply.self, LELongTermKeyRequestNegativeReply.self, LEEnableEncryption.self,

@@ -306,6 +306,24 @@ extension LESetDataLength: FieldListing {
     }
 }
 
+extension LEReadSuggestedDefaultDataLength.ReturnParameters: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("suggestedMaxTxOctets", suggestedMaxTxOctets)
+        v.field("suggestedMaxTxTime", suggestedMaxTxTime)
+    }
+}
+
+extension LEReadSuggestedDefaultDataLength: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {}
+}
+
+extension LEWriteSuggestedDefaultDataLength: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("suggestedMaxTxOctets", suggestedMaxTxOctets)
+        v.field("suggestedMaxTxTime", suggestedMaxTxTime)
+    }
+}
+
 extension LEReadMaximumDataLength.ReturnParameters: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {
         v.field("supportedMaxTxOctets", supportedMaxTxOctets)

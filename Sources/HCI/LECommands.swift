@@ -471,6 +471,50 @@ public struct LESetDataLength: HCICommand {
     }
 }
 
+/// What the spec allows for TX_Octets and TX_Time (§7.8.33, §7.8.35): 27 to 251
+/// octets, 328 to 17040 µs.
+public enum LEDataLengthRange {
+    public static let octets: ClosedRange<UInt16> = 0x001B...0x00FB
+    public static let time: ClosedRange<UInt16> = 0x0148...0x4290
+}
+
+/// LE Read Suggested Default Data Length (§7.8.34): the TX octets and time the
+/// controller starts each new link with (27 and 328 until the host writes others).
+public struct LEReadSuggestedDefaultDataLength: HCIParameterlessCommand {
+    public static let opcode = HCIOpcode.leReadSuggestedDefaultDataLength
+    public init() {}
+    public struct ReturnParameters: HCIReturnParameters {
+        public var suggestedMaxTxOctets: UInt16
+        public var suggestedMaxTxTime: UInt16
+        public init(suggestedMaxTxOctets: UInt16, suggestedMaxTxTime: UInt16) {
+            self.suggestedMaxTxOctets = suggestedMaxTxOctets
+            self.suggestedMaxTxTime = suggestedMaxTxTime
+        }
+        public init(returnParameters r: inout ByteReader) throws {
+            suggestedMaxTxOctets = try r.readUInt16("Suggested_Max_TX_Octets")
+            suggestedMaxTxTime = try r.readUInt16("Suggested_Max_TX_Time")
+        }
+        public func encode(into w: inout ByteWriter) { w.write(suggestedMaxTxOctets); w.write(suggestedMaxTxTime) }
+    }
+}
+
+/// LE Write Suggested Default Data Length (§7.8.35): the TX octets and time the
+/// controller offers on each new link (and asks for at once when above 27 and 328).
+public struct LEWriteSuggestedDefaultDataLength: HCICommand {
+    public static let opcode = HCIOpcode.leWriteSuggestedDefaultDataLength
+    public var suggestedMaxTxOctets: UInt16
+    public var suggestedMaxTxTime: UInt16
+    public init(suggestedMaxTxOctets: UInt16, suggestedMaxTxTime: UInt16) {
+        self.suggestedMaxTxOctets = suggestedMaxTxOctets
+        self.suggestedMaxTxTime = suggestedMaxTxTime
+    }
+    public func encodeParameters(into w: inout ByteWriter) { w.write(suggestedMaxTxOctets); w.write(suggestedMaxTxTime) }
+    public init(parameters r: inout ByteReader) throws {
+        suggestedMaxTxOctets = try r.readUInt16("Suggested_Max_TX_Octets")
+        suggestedMaxTxTime = try r.readUInt16("Suggested_Max_TX_Time")
+    }
+}
+
 /// LE Read Maximum Data Length (§7.8.46).
 public struct LEReadMaximumDataLength: HCIParameterlessCommand {
     public static let opcode = HCIOpcode.leReadMaximumDataLength

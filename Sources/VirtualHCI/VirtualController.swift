@@ -86,6 +86,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
     var periodicAdvertiserList: [PeriodicAdvertiserEntry] = []
     /// The PHYs this controller prefers (LE Set Default PHY), as a peer's PHY update meets them.
     var defaultPHYs: (tx: UInt8, rx: UInt8) = (VirtualController.supportedPHYs, VirtualController.supportedPHYs)
+    /// TX octets and time its host suggested for new links (LE Write Suggested Default
+    /// Data Length), as written: a link's sender sends what fits (`VirtualDataLength`).
+    var suggestedDataLength: (octets: UInt16, time: UInt16) = (27, 328)
 
     /// An entry of the Filter Accept List: Address_Type (0 public, 1 random) and address.
     struct FilterAcceptListEntry: Equatable {
@@ -138,7 +141,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
         .leReadSupportedStates, .leSetRandomAddress, .leSetAdvertisingParameters, .leReadAdvertisingPhysicalChannelTxPower,
         .leSetAdvertisingData, .leSetScanResponseData, .leSetAdvertisingEnable, .leSetScanParameters, .leSetScanEnable,
         .leCreateConnection, .leCreateConnectionCancel, .disconnect, .leConnectionUpdate, .readRSSI,
-        .leReadRemoteFeatures, .readRemoteVersionInformation, .leSetDataLength, .leReadFilterAcceptListSize,
+        .leReadRemoteFeatures, .readRemoteVersionInformation, .leSetDataLength, .leReadSuggestedDefaultDataLength,
+        .leWriteSuggestedDefaultDataLength, .leReadMaximumDataLength, .leReadFilterAcceptListSize,
         .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList,
         .leEnableEncryption, .leLongTermKeyRequestReply, .leLongTermKeyRequestNegativeReply,
     ]
@@ -269,6 +273,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
             pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll(); filterAcceptList.removeAll()
             defaultPHYs = (Self.supportedPHYs, Self.supportedPHYs)
+            suggestedDataLength = (27, 328)
             complete(op)
             if trainsEnded { await radio?.periodicTrainsEnded(self) }
         case .readLocalVersionInformation:
@@ -284,10 +289,13 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leReadBufferSize:
             complete(op, LEReadBufferSize.ReturnParameters(leACLDataPacketLength: Self.aclLength, totalNumLEACLDataPackets: Self.aclCount))
         case .leReadLocalSupportedFeatures:
-            // LE Encryption, Connection Parameters Request Procedure (and LE 2M PHY, LE Extended and Periodic Advertising).
+            // LE Encryption, Connection Parameters Request Procedure, LE Data Packet Length
+            // Extension (and LE 2M PHY, LE Extended and Periodic Advertising).
             let extended: UInt64 = 1 << UInt64(LEFeatures.extendedAdvertising) | 1 << UInt64(LEFeatures.periodicAdvertising)
                 | 1 << UInt64(LEFeatures.le2MPHY)
-            complete(op, HCIMask64Return(mask: 1 << 0 | 1 << 1 | (supportsExtendedAdvertising ? extended : 0)))
+            let base: UInt64 = 1 << UInt64(LEFeatures.encryption) | 1 << UInt64(LEFeatures.connectionParametersRequest)
+                | 1 << UInt64(LEFeatures.dataPacketLengthExtension)
+            complete(op, HCIMask64Return(mask: base | (supportsExtendedAdvertising ? extended : 0)))
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
         case .setEventMaskPage2:
@@ -387,11 +395,6 @@ public actor VirtualController: HCITransport, LoopIsolated {
             guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }
             status(op)
             emit(.readRemoteVersionInformationComplete(ReadRemoteVersionInformationComplete(connectionHandle: c.connectionHandle, version: 13, companyIdentifier: 0xFFFF, subversion: 0)))
-        case .leSetDataLength:
-            let c = try LESetDataLength.decode(p)
-            guard connections[c.connectionHandle] != nil, let radio else { return complete(op, status: .unknownConnectionIdentifier) }
-            complete(op, HCIConnectionHandleReturn(connectionHandle: c.connectionHandle))
-            _ = await radio.setDataLength(self, handle: c.connectionHandle, octets: c.txOctets)
         case .leEnableEncryption:
             let c = try LEEnableEncryption.decode(p)
             guard connections[c.connectionHandle] != nil, let radio else { return status(op, .unknownConnectionIdentifier) }
@@ -474,6 +477,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
             await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true, policy: c.initiatorFilterPolicy)
         case .leSetDefaultPHY, .leSetPHY, .leReadPHY:
             try await handlePHY(op, p)
+        case .leSetDataLength, .leReadSuggestedDefaultDataLength, .leWriteSuggestedDefaultDataLength, .leReadMaximumDataLength:
+            try await handleDataLength(op, p)
         default:
             try await handlePeriodic(op, p)
         }
@@ -669,10 +674,6 @@ public actor VirtualController: HCITransport, LoopIsolated {
         } else {
             emit(.encryptionChange(EncryptionChange(status: status, connectionHandle: handle, encryptionEnabled: enabled ? 1 : 0)))
         }
-    }
-
-    func dataLengthChanged(handle: UInt16, octets: UInt16, time: UInt16) {
-        emit(.le(.dataLengthChange(LEDataLengthChange(connectionHandle: handle, maxTxOctets: octets, maxTxTime: time, maxRxOctets: octets, maxRxTime: time))))
     }
 
     func disconnected(handle: UInt16, reason: HCIStatus) {

@@ -46,9 +46,10 @@ public actor VirtualRadio: LoopIsolated {
         var centralHandle: UInt16
         var peripheral: VirtualController
         var peripheralHandle: UInt16
-        /// LE data length on air (Vol 6 Part B §4.5.10): 27 octets until a host asks
-        /// for more with LE Set Data Length (up to 251).
-        var dataLength: UInt16 = 27
+        /// LE data length on air each way (VirtualDataLength.swift): what each side
+        /// sends per PDU.
+        var centralTx: VirtualDataLength
+        var peripheralTx: VirtualDataLength
         /// The PHY each way (1 LE 1M, 2 LE 2M): LE 1M until a host updates it (§7.8.49).
         var phyCentralToPeripheral: UInt8 = 1
         var phyPeripheralToCentral: UInt8 = 1
@@ -163,10 +164,16 @@ public actor VirtualRadio: LoopIsolated {
     private func connect(central: VirtualController, peripheral: VirtualController, via b: AirAdvertisement) async {
         let ch = nextHandle, ph = nextHandle + 1
         nextHandle += 2
-        links.append(Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph))
+        // Each side starts with what its host suggested (LE Write Suggested Default Data Length).
+        let (c, p) = (await central.suggestedDataLength, await peripheral.suggestedDataLength)
+        let link = Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph,
+                        centralTx: VirtualDataLength(octets: c.octets, time: c.time), peripheralTx: VirtualDataLength(octets: p.octets, time: p.time))
+        links.append(link)
         let initiating = await central.initiatingAddress
         await peripheral.connected(handle: ph, role: .peripheral, peer: initiating, set: b.set)
         await central.connected(handle: ch, role: .central, peer: (b.address, b.addressType))
+        // Above 27 octets either way: the controllers run the data length update at once.
+        if link.centralTx != .initial || link.peripheralTx != .initial { dataLengthChanged(link) }
     }
 
     /// The link `sender` knows as `handle`.
@@ -183,7 +190,7 @@ public actor VirtualRadio: LoopIsolated {
         // Data longer than the link's air PDUs reaches the peer's host as one ACL packet
         // per air PDU, as a real peer controller delivers it.
         var boundary: ACLPacketBoundary = packet.boundary == .continuing ? .continuing : .firstFlushable
-        let step = Int(l.dataLength)
+        let step = Int(l.central === sender ? l.centralTx.octets : l.peripheralTx.octets)
         var offset = 0
         repeat {
             let end = Swift.min(packet.data.count, offset + step)
@@ -192,21 +199,6 @@ public actor VirtualRadio: LoopIsolated {
             boundary = .continuing
             offset = end
         } while offset < packet.data.count
-        return true
-    }
-
-    /// On the loop: LE Set Data Length from `sender` (octets clamped to 27...251);
-    /// both ends hear LE Data Length Change when the value changes. False: no such link.
-    func setDataLength(_ sender: VirtualController, handle: UInt16, octets: UInt16) -> Bool {
-        guard let i = linkIndex(sender, handle) else { return false }
-        let octets = Swift.min(251, Swift.max(27, octets))
-        guard links[i].dataLength != octets else { return true }
-        links[i].dataLength = octets
-        let l = links[i]
-        let time = (octets + 14) * 8
-        for (c, h) in [(l.central, l.centralHandle), (l.peripheral, l.peripheralHandle)] {
-            c.onLoop { $0.dataLengthChanged(handle: h, octets: octets, time: time) }
-        }
         return true
     }
 

@@ -53,9 +53,14 @@ struct GATTClientOptions: ParsableArguments {
                                valueName: "PHY"), transform: parsePHY)
     var phy: [PHY] = []
 
+    @Option(help: ArgumentHelp("Once connected, send link-layer PDUs of up to this many octets, 27 to 251 (LE Set Data Length; the peer chooses what it sends). Says the lengths in force after.",
+                               valueName: "OCTETS"))
+    var dataLength: Int?
+
     func validate() throws {
         try validateATTMTU(attMTU)
         if let eatt, !(1...5).contains(eatt) { throw ValidationError("--eatt must be 1 to 5, not \(eatt)") }
+        if let dataLength, !(27...251).contains(dataLength) { throw ValidationError("--data-length must be 27 to 251, not \(dataLength)") }
     }
 }
 
@@ -139,6 +144,7 @@ struct PeerSession {
             let session = PeerSession(host: host, peripheral: peripheral, json: options.json)
             if let count = gatt?.eatt { try await session.openEnhancedBearers(count) }
             if let phys = gatt?.phy, !phys.isEmpty { try await session.updatePHY(Set(phys)) }
+            if let octets = gatt?.dataLength { try await session.updateDataLength(octets) }
             return (session, writer)
         } catch {
             await host.close()
@@ -213,6 +219,25 @@ struct PeerSession {
             }
         } catch {
             throw CLIError("cannot update the PHY: \(error)")
+        }
+    }
+
+    /// Asks to send PDUs of up to `octets` (`--data-length`) and says the lengths in
+    /// force after. The time allowed is the most the spec does (17040 µs): the octets
+    /// take what they take on the link's PHY.
+    func updateDataLength(_ octets: Int) async throws {
+        let link: (String, JSONValue) = ("handle", .int(Int(peripheral.connection.handle)))
+        do {
+            if let d = try await peripheral.updateDataLength(txOctets: octets, txTime: 17040) {
+                announce(json: json, [("event", .string("data_length")), link, ("tx_octets", .int(d.maxTxOctets)), ("tx_time", .int(d.maxTxTimeMicroseconds)),
+                                      ("rx_octets", .int(d.maxRxOctets)), ("rx_time", .int(d.maxRxTimeMicroseconds))],
+                         "btctl: data length \(d)")
+            } else {
+                let why = "the controller does not set a link's data length"
+                announce(json: json, [("event", .string("data_length")), link, ("error", .string(why))], "btctl: the data length stays: \(why)")
+            }
+        } catch {
+            throw CLIError("cannot update the data length: \(error)")
         }
     }
 

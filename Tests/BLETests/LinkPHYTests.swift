@@ -1,9 +1,9 @@
-// A link's PHYs and data length through the facade: `updatePHY` (LE Set PHY) returns
-// what LE PHY Update Complete says, `phy(of:)` reads it (LE Read PHY), both sides hear
+// A link's PHYs through the facade: `updatePHY` (LE Set PHY) returns what LE PHY
+// Update Complete says, `phy(of:)` reads it (LE Read PHY), both sides hear
 // `ConnectionEvent.phyUpdated` of a change, `setPreferredPHYs` (LE Set Default PHY)
-// limits what a peer's update can land on, and `dataLengthChanged` reports LE Data
-// Length Change. On the virtual radio's Bluetooth 5 controllers (LE 1M and LE 2M,
-// modelled on Rootcanal's PHY update procedure) and on Rootcanal.
+// limits what a peer's update can land on. On the virtual radio's Bluetooth 5
+// controllers (LE 1M and LE 2M, modelled on Rootcanal's PHY update procedure) and on
+// Rootcanal. Data length: DataLengthTests.
 
 import BLE
 import BLETesting
@@ -15,12 +15,6 @@ import Testing
     static func phyUpdate(_ events: BufferedStream<ConnectionEvent>) async -> (Connection, LinkPHY)? {
         await firstElement(events.compactMap { e -> (Connection, LinkPHY)? in
             if case let .phyUpdated(c, p) = e { return (c, p) } else { return nil }
-        }, within: .seconds(5))
-    }
-
-    static func dataLength(_ events: BufferedStream<ConnectionEvent>) async -> (Connection, DataLength)? {
-        await firstElement(events.compactMap { e -> (Connection, DataLength)? in
-            if case let .dataLengthChanged(c, d) = e { return (c, d) } else { return nil }
         }, within: .seconds(5))
     }
 
@@ -65,20 +59,6 @@ import Testing
         let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
         #expect(try await remote.updatePHY() == LinkPHY(tx: .le1M, rx: .le1M))
         await #expect(throws: BLEError.self) { try await peripheral.setPreferredPHYs(tx: [PHY(rawValue: 9)], rx: [.le1M]) }
-    }
-
-    @Test func bothSidesHearTheDataLengthChange() async throws {
-        let room = try await Room(peripherals: 1, extendedAdvertising: true)
-        defer { Task { await room.close() } }
-        let peripheral = room.peripherals[0]
-        try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("dle"))
-        let peripheralSide = peripheral.connectionEvents()
-        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
-        let centralSide = room.central.connectionEvents()
-        #expect(try await room.central.updateDataLength(remote.connection))
-        let mine = await Self.dataLength(centralSide)
-        #expect(mine?.0 == remote.connection && mine?.1.maxTxOctets == 251 && mine?.1.maxRxOctets == 251)
-        #expect(await Self.dataLength(peripheralSide)?.1.maxRxOctets == 251)
     }
 
     /// On Rootcanal: the central moves the link to LE 2M both ways; LE Read PHY on

@@ -1,8 +1,9 @@
-// A link procedure the host waits on ends with the link: `updatePHY` and
-// `updateParameters` throw `BLEError.disconnected` with the link's reason as soon as
-// it goes, not when their limit passes. The central's controller here is a virtual
-// one whose answer to the procedure never reaches the host (LE PHY Update Complete
-// or LE Connection Update Complete taken out of its events).
+// A link procedure the host waits on ends with the link: `updatePHY`,
+// `updateParameters` and `updateDataLength` throw `BLEError.disconnected` with the
+// link's reason as soon as it goes, not when their limit passes. The central's
+// controller here is a virtual one whose answer to the procedure never reaches the
+// host (LE PHY Update Complete, LE Connection Update Complete or LE Data Length Change
+// taken out of its events).
 
 import BLE
 import BLETesting
@@ -121,6 +122,17 @@ final class DroppingTransport: HCITransport {
         defer { Task { await central.close(); await peripheral.close() } }
         let error = await Self.endedByTheLink(peripheral, link, after: .leConnectionUpdate, commands) {
             _ = try await remote.updateParameters(intervalMin: 0x10, intervalMax: 0x10, supervisionTimeout: 0x100, within: .seconds(60))
+        }
+        #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(String(describing: error))")
+        withExtendedLifetime(radio) {}
+    }
+
+    @Test func aDataLengthUpdateEndsWithTheLink() async throws {
+        let radio = VirtualRadio()
+        let (central, peripheral, remote, link, commands) = try await Self.link(on: radio, hiding: 0x07)
+        defer { Task { await central.close(); await peripheral.close() } }
+        let error = await Self.endedByTheLink(peripheral, link, after: .leSetDataLength, commands) {
+            _ = try await remote.updateDataLength(within: .seconds(60))
         }
         #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(String(describing: error))")
         withExtendedLifetime(radio) {}

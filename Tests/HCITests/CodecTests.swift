@@ -142,6 +142,29 @@ struct CodecTests {
         #expect(try HCIEvent(HCIPacket(h4: update)) == .le(.phyUpdateComplete(LEPHYUpdateComplete(connectionHandle: 0x40, txPHY: 2, rxPHY: 2))))
     }
 
+    @Test func dataLengthCommandsMatchTheSpecLayout() throws {
+        // §7.8.35: Suggested_Max_TX_Octets, Suggested_Max_TX_Time (opcode 0x2024).
+        let write = LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 251, suggestedMaxTxTime: 2120)
+        #expect(write.packet.h4Bytes == [0x01, 0x24, 0x20, 0x04, 0xFB, 0x00, 0x48, 0x08])
+        #expect(try LEWriteSuggestedDefaultDataLength.decode(write.parameters) == write)
+        // §7.8.34: no parameters (opcode 0x2023); returns the two values.
+        #expect(LEReadSuggestedDefaultDataLength().packet.h4Bytes == [0x01, 0x23, 0x20, 0x00])
+        let complete: [UInt8] = [0x04, 0x0E, 0x08, 0x01, 0x23, 0x20, 0x00, 0x1B, 0x00, 0x48, 0x01]
+        guard case let .commandComplete(cc) = try HCIEvent(HCIPacket(h4: complete)) else { Issue.record("not a Command Complete"); return }
+        let r = try #require(try HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: Array(cc.returnParameters.dropFirst()))
+                             as? LEReadSuggestedDefaultDataLength.ReturnParameters)
+        #expect(r.suggestedMaxTxOctets == 27 && r.suggestedMaxTxTime == 328)
+        for n in 0..<4 {
+            #expect(throws: (any Error).self) {
+                try HCICommandRegistry.decodeReturn(opcode: .leReadSuggestedDefaultDataLength, returnParameters: Array([0x1B, 0x00, 0x48, 0x01].prefix(n)))
+            }
+        }
+        // §7.8.33: Connection_Handle, TX_Octets, TX_Time (opcode 0x2022).
+        #expect(LESetDataLength(connectionHandle: 0x0040, txOctets: 251, txTime: 2120).packet.h4Bytes
+                == [0x01, 0x22, 0x20, 0x06, 0x40, 0x00, 0xFB, 0x00, 0x48, 0x08])
+        #expect(LEDataLengthRange.octets == 27...251 && LEDataLengthRange.time == 328...17040)
+    }
+
     @Test func periodicAdvertiserListCommandsMatchTheSpecLayout() throws {
         // §7.8.70, §7.8.71: Advertiser_Address_Type, Advertiser_Address, Advertising_SID; 8 octets.
         let a = BluetoothAddress("C0:11:22:33:44:55")!

@@ -101,6 +101,14 @@ import Testing
         #expect(slow.status == 0 && slow.out.contains("the PHY stays"), "\(slow.out)")
         let bad = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual5", "--uuid", "2A00", "--phy", "3m"])
         #expect(bad.status == 64 && bad.out.contains("1m, 2m or coded"), "\(bad.out)")
+        // --data-length: we send 120-octet PDUs (LE Set Data Length, then LE Data Length
+        // Change); the demo's peripheral still sends 27. Outside 27...251: a usage error.
+        let long = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual", "--uuid", "2A00", "--data-length", "120", "--json"])
+        let longLines = try JSONSchemaTests.check(long.out, against: "gatt-read")
+        #expect(long.status == 0 && longLines.first?["event"] as? String == "data_length" && longLines.first?["tx_octets"] as? Int == 120
+                && longLines.first?["tx_time"] as? Int == 1072 && longLines.first?["rx_octets"] as? Int == 27, "\(long.out)")
+        let tooLong = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual", "--uuid", "2A00", "--data-length", "252"])
+        #expect(tooLong.status == 64 && tooLong.out.contains("27 to 251"), "\(tooLong.out)")
         // Several peers: whichever the controller connects to first (its Filter Accept List), said.
         let any = try await Self.run(["gatt", "read", "C0:FF:EE:00:00:09", "C0:FF:EE:00:00:01", "-t", "virtual5", "--uuid", "2A00", "--json"])
         let anyLines = try JSONSchemaTests.check(any.out, against: "gatt-read")

@@ -154,6 +154,20 @@ import Transports
         Step("read PHY on no link", LEReadPHY(connectionHandle: 0x0123)),
     ]
 
+    /// The suggested default data length (§7.8.34, §7.8.35): 27 to 251 octets, 328 to
+    /// 17040 µs. (LE Set Data Length, §7.8.33, is an Unknown HCI Command to Rootcanal 1.10.)
+    static let dataLengthScript: [Step] = [
+        Step("read the suggested data length", LEReadSuggestedDefaultDataLength()),
+        Step("suggest 251 octets in 2120 µs", LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 251, suggestedMaxTxTime: 2120)),
+        Step("suggest 26 octets", LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 26, suggestedMaxTxTime: 2120)),
+        Step("suggest 252 octets", LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 252, suggestedMaxTxTime: 2120)),
+        Step("suggest 327 µs", LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 27, suggestedMaxTxTime: 327)),
+        Step("suggest 17041 µs", LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 27, suggestedMaxTxTime: 17041)),
+        Step("suggest the least", LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 27, suggestedMaxTxTime: 328)),
+        Step("suggest the most time", LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 251, suggestedMaxTxTime: 17040)),
+        Step("read the maximum data length", LEReadMaximumDataLength()),
+    ]
+
     /// The Filter Accept List (§7.8.14–§7.8.17) and a connection attempt through it.
     static let acceptListScript: [Step] = [
         Step("read the filter accept list size", LEReadFilterAcceptListSize()),
@@ -203,6 +217,27 @@ import Transports
         let (r, v) = (try await Self.run(theirs, Self.phyScript), try await Self.run(ours, Self.phyScript))
         #expect(r.count == Self.phyScript.count)
         for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
+        await theirs.close()
+        await ours.close()
+    }
+
+    @Test func dataLengthStatusesAreRootcanals() async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
+        let info = try await theirs.initialize(extendedAdvertising: false)
+        #expect(info.supports(.leWriteSuggestedDefaultDataLength) && info.supports(.leReadSuggestedDefaultDataLength))
+        let radio = VirtualRadio()
+        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!), logger: Interop.logger)
+        let mine = try await ours.initialize(extendedAdvertising: false)
+        #expect(mine.leFeatures.contains(bit: LEFeatures.dataPacketLengthExtension))
+        let (r, v) = (try await Self.run(theirs, Self.dataLengthScript), try await Self.run(ours, Self.dataLengthScript))
+        #expect(r.count == Self.dataLengthScript.count)
+        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
+        // What the last accepted write said is what both read back.
+        let (x, y) = (try await theirs.send(LEReadSuggestedDefaultDataLength()), try await ours.send(LEReadSuggestedDefaultDataLength()))
+        #expect([x.suggestedMaxTxOctets, x.suggestedMaxTxTime] == [251, 17040] && [y.suggestedMaxTxOctets, y.suggestedMaxTxTime] == [251, 17040])
         await theirs.close()
         await ours.close()
     }

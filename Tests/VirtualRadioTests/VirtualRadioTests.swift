@@ -48,15 +48,17 @@ struct VirtualRadioTests {
     }
 
     /// A 251-byte HCI buffer, 27-octet air PDUs until LE Set Data Length: the peer's
-    /// host gets one ACL packet per air PDU, first then continuing fragments.
+    /// host gets one ACL packet per air PDU, first then continuing fragments. The
+    /// length is the sender's: the peer's host hears that it now receives 251 and
+    /// still sends 27.
     @Test func dataLengthShapesWhatThePeersHostReceives() async throws {
         let radio = VirtualRadio()
         let (ha, hb, _, _) = try await Self.setUp(radio)
-        let got = Mutex<[ACLDataPacket]>([]), changes = Mutex<[(UInt16, UInt16)]>([])
+        let got = Mutex<[ACLDataPacket]>([]), changes = Mutex<[LEDataLengthChange]>([])
         await ha.setInboundSink { input in
             switch input {
             case let .acl(p): got.withLock { $0.append(p) }
-            case let .event(.le(.dataLengthChange(c))): changes.withLock { $0.append((c.connectionHandle, c.maxTxOctets)) }
+            case let .event(.le(.dataLengthChange(c))): changes.withLock { $0.append(c) }
             default: break
             }
         }
@@ -75,12 +77,64 @@ struct VirtualRadioTests {
         #expect(pieces.flatMap(\.data) == data)
         try await hb.send(LESetDataLength(connectionHandle: h, txOctets: 251, txTime: 2120))
         try await hb.send(ReadRSSI(connectionHandle: h))
-        #expect(changes.withLock { $0.map(\.1) } == [251])
+        let heard = changes.withLock { $0 }
+        #expect(heard.map { [$0.maxTxOctets, $0.maxTxTime, $0.maxRxOctets, $0.maxRxTime] } == [[27, 328, 251, 2120]])
         got.withLock { $0 = [] }
         try await hb.sendACL(ACLDataPacket(handle: h, boundary: .firstNonFlushable, data: data))
         try await hb.send(ReadRSSI(connectionHandle: h))
         pieces = got.withLock { $0 }
         #expect(pieces.map(\.data.count) == [100])
+        await ha.close(); await hb.close()
+    }
+
+    /// LE Write Suggested Default Data Length sets what each side sends on a new link:
+    /// the controllers agree as it comes up and both hosts hear LE Data Length Change,
+    /// each from its side. The commands refuse what §7.8.33 and §7.8.35 do not allow,
+    /// with Rootcanal's statuses (VirtualAgainstRootcanalTests), and Reset forgets.
+    @Test func aSuggestedDataLengthStartsALinkLong() async throws {
+        let radio = VirtualRadio()
+        let (ha, hb, ia, _) = try await Self.setUp(radio)
+        let m = try #require(ia.maximumDataLength)
+        #expect([m.supportedMaxTxOctets, m.supportedMaxTxTime, m.supportedMaxRxOctets, m.supportedMaxRxTime] == [251, 2120, 251, 2120])
+        let initial = try await ha.send(LEReadSuggestedDefaultDataLength())
+        #expect(initial.suggestedMaxTxOctets == 27 && initial.suggestedMaxTxTime == 328)
+        for (octets, time) in [(26, 328), (252, 2120), (251, 327), (251, 0x4291)] as [(UInt16, UInt16)] {
+            await #expect(throws: HCIError.commandFailed(opcode: .leWriteSuggestedDefaultDataLength, status: .invalidCommandParameters)) {
+                try await ha.send(LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: octets, suggestedMaxTxTime: time))
+            }
+        }
+        try await ha.send(LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 251, suggestedMaxTxTime: 2120))
+        // 200 octets asked, 912 µs allowed: 100 octets fit on LE 1M.
+        try await hb.send(LEWriteSuggestedDefaultDataLength(suggestedMaxTxOctets: 200, suggestedMaxTxTime: 912))
+        let read = try await hb.send(LEReadSuggestedDefaultDataLength())
+        #expect(read.suggestedMaxTxOctets == 200 && read.suggestedMaxTxTime == 912)
+        let aEvents = await ha.events(), bEvents = await hb.events()
+        try await ha.send(LESetAdvertisingEnable(advertisingEnable: true))
+        try await hb.send(LECreateConnection(peerAddressType: .public, peerAddress: Self.a))
+        /// The link's handle and the lengths its first LE Data Length Change gives.
+        func change(_ events: HCIEventStream) async -> [UInt16]? {
+            var handle: UInt16?
+            for await e in events {
+                if case let .le(.connectionComplete(c)) = e { handle = c.connectionHandle }
+                if case let .le(.dataLengthChange(c)) = e {
+                    return c.connectionHandle == handle ? [c.connectionHandle, c.maxTxOctets, c.maxTxTime, c.maxRxOctets, c.maxRxTime] : nil
+                }
+            }
+            return nil
+        }
+        #expect(await change(aEvents)?.dropFirst() == [251, 2120, 100, 912])
+        let central = await change(bEvents)
+        #expect(central?.dropFirst() == [100, 912, 251, 2120])
+        let h = try #require(central?.first)
+        await #expect(throws: HCIError.commandFailed(opcode: .leSetDataLength, status: .unknownConnectionIdentifier)) {
+            try await hb.send(LESetDataLength(connectionHandle: 0x0EFF, txOctets: 251, txTime: 2120))
+        }
+        await #expect(throws: HCIError.commandFailed(opcode: .leSetDataLength, status: .invalidCommandParameters)) {
+            try await hb.send(LESetDataLength(connectionHandle: h, txOctets: 251, txTime: 100))
+        }
+        try await hb.send(Reset())
+        let reset = try await hb.send(LEReadSuggestedDefaultDataLength())
+        #expect(reset.suggestedMaxTxOctets == 27 && reset.suggestedMaxTxTime == 328)
         await ha.close(); await hb.close()
     }
 
