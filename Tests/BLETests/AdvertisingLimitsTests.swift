@@ -131,13 +131,9 @@ import Testing
     /// Advertising Timeout (0x3C) instead of Limit Reached (0x43); the host still says
     /// which limit it was.
     @Test func onRootcanalLimitsEndSets() async throws {
-        guard let rc = try await Bench.launchRootcanal() else { return }
+        guard let rc = try await Bench.rootcanalHosts(2) else { return }
         defer { rc.stop() }
-        let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        try await p.start()
-        try await c.start()
-        defer { Task { await c.close(); await p.close() } }
+        let (p, c) = (rc.hosts[0], rc.hosts[1])
         let events = p.peripheral.events()
         try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-main"))
         let burst = try await p.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("rc-burst"), intervalMilliseconds: 20, maximumEvents: 5)

@@ -206,13 +206,11 @@ import Testing
     /// otherwise). Set 1's resumption stops every set for it and set 0 goes on after:
     /// both are heard again, from different addresses.
     @Test func onRootcanalSetsResumeAroundTheResolvingList() async throws {
-        guard let rc = try await Bench.launchRootcanal() else { return }
+        guard let rc = try await Bench.rootcanalHosts(2, security: {
+            $0 == 0 ? SecurityOptions(random: .seeded(43), privacy: PrivacyOptions()) : SecurityOptions(random: .seeded(44))
+        }) else { return }
         defer { rc.stop() }
-        let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger, security: SecurityOptions(random: .seeded(43), privacy: PrivacyOptions()))
-        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger, security: SecurityOptions(random: .seeded(44)))
-        try await p.start()
-        try await c.start()
-        defer { Task { await c.close(); await p.close() } }
+        let (p, c) = (rc.hosts[0], rc.hosts[1])
         #expect(await p.peripheral.maximumAdvertisingSets > 1)
         try await p.peripheral.startAdvertising(Self.named("rc-main"))
         _ = try await p.peripheral.addAdvertisingSet(Self.named("rc-second"), connectable: true)

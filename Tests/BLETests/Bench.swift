@@ -53,6 +53,21 @@ struct Bench: Sendable {
         return try await RootcanalProcess.launch(binary: binary)
     }
 
+    /// Hosts on a Rootcanal of their own, each started with `security(i)`; nil when
+    /// Rootcanal is not installed and the interop run is not required.
+    static func rootcanalHosts(_ count: Int, security: (Int) -> SecurityOptions = { _ in SecurityOptions() }) async throws -> RootcanalHosts? {
+        guard let rc = try await launchRootcanal() else { return nil }
+        do {
+            var hosts: [BluetoothHost] = [], addresses: [BluetoothAddress] = []
+            for i in 0..<count { hosts.append(try BluetoothHost.open(rc.transportSpec, logger: logger, security: security(i))) }
+            for h in hosts { addresses.append(try await h.start().address) }
+            return RootcanalHosts(rootcanal: rc, hosts: hosts, addresses: addresses)
+        } catch {
+            rc.stop()
+            throw error
+        }
+    }
+
     /// Nil when Rootcanal is not installed and the interop run is not required.
     static func make(_ kind: BenchKind) async throws -> Bench? {
         switch kind {
@@ -112,4 +127,20 @@ struct SeededGenerator: RandomNumberGenerator {
         guard let last = bounds.last, let first = bounds.count == 2 ? bounds.first : 1, first >= 1, first <= last else { return [1, 2, 3, 4] }
         return Array(first...last)
     }()
+}
+
+/// Hosts on one Rootcanal (`Bench.rootcanalHosts`), each started; `addresses[i]` is
+/// `hosts[i]`'s public address.
+struct RootcanalHosts: Sendable {
+    let rootcanal: RootcanalProcess
+    let hosts: [BluetoothHost]
+    let addresses: [BluetoothAddress]
+
+    /// For `defer`: closes the hosts (on a task) and stops Rootcanal at once, as a
+    /// test must stop every process it started before it ends.
+    func stop() {
+        let hosts = self.hosts
+        Task { for h in hosts { await h.close() } }
+        rootcanal.stop()
+    }
 }

@@ -83,14 +83,10 @@ import Testing
     /// connects to one of the two through Rootcanal's Filter Accept List, then to the
     /// other.
     @Test func onRootcanalACentralConnectsToAnyOfSeveral() async throws {
-        guard let rc = try await Bench.launchRootcanal() else { return }
+        guard let rc = try await Bench.rootcanalHosts(3) else { return }
         defer { rc.stop() }
-        let p1 = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let p2 = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let a1 = try await p1.start().address, a2 = try await p2.start().address
-        try await c.start()
-        defer { Task { await c.close(); await p1.close(); await p2.close() } }
+        let (p1, p2, c) = (rc.hosts[0], rc.hosts[1], rc.hosts[2])
+        let (a1, a2) = (rc.addresses[0], rc.addresses[1])
         try await p1.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-one"))
         try await p2.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-two"))
         let peers = [Self.nobody, DeviceAddress(a1), DeviceAddress(a2)]

@@ -82,16 +82,12 @@ import Testing
     /// error), and the link keeps 27 octets: Rootcanal does not run the data length
     /// update.
     @Test func onRootcanalTheLinkKeepsItsLength() async throws {
-        guard let rc = try await Bench.launchRootcanal() else { return }
+        guard let rc = try await Bench.rootcanalHosts(2) else { return }
         defer { rc.stop() }
-        let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let pInfo = try await p.start()
-        try await c.start()
-        defer { Task { await c.close(); await p.close() } }
+        let (p, c, pAddress) = (rc.hosts[0], rc.hosts[1], rc.addresses[0])
         try await p.setPreferredDataLength()
         try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-dle"))
-        let remote = try await c.central.connect(to: pInfo.address, within: .seconds(10))
+        let remote = try await c.central.connect(to: pAddress, within: .seconds(10))
         let got = try await remote.updateDataLength(within: .milliseconds(500))
         #expect(got == nil, "\(String(describing: got))")
         #expect(try await remote.dataLength() == .initial)

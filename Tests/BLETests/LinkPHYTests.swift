@@ -64,16 +64,12 @@ import Testing
     /// On Rootcanal: the central moves the link to LE 2M both ways; LE Read PHY on
     /// either side says so.
     @Test func onRootcanalTheCentralMovesTheLinkToLE2M() async throws {
-        guard let rc = try await Bench.launchRootcanal() else { return }
+        guard let rc = try await Bench.rootcanalHosts(2) else { return }
         defer { rc.stop() }
-        let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let pInfo = try await p.start()
-        try await c.start()
-        defer { Task { await c.close(); await p.close() } }
+        let (p, c, pAddress) = (rc.hosts[0], rc.hosts[1], rc.addresses[0])
         try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-phy"))
         let peripheralSide = p.connectionEvents()
-        let remote = try await c.central.connect(to: pInfo.address, within: .seconds(10))
+        let remote = try await c.central.connect(to: pAddress, within: .seconds(10))
         #expect(try await remote.phy() == LinkPHY(tx: .le1M, rx: .le1M))
         #expect(try await remote.updatePHY() == LinkPHY(tx: .le2M, rx: .le2M))
         let heard = await Self.phyUpdate(peripheralSide)

@@ -261,20 +261,16 @@ import Testing
     /// Rootcanal 1.10 handles periodic packets only while its scanner is on (a real
     /// controller follows a train without scanning), so the test keeps a scan running.
     @Test func onRootcanalACentralFollowsPeriodicAdvertising() async throws {
-        guard let rc = try await Bench.launchRootcanal() else { return }
+        guard let rc = try await Bench.rootcanalHosts(2) else { return }
         defer { rc.stop() }
-        let p = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let c = try BluetoothHost.open(rc.transportSpec, logger: Bench.logger)
-        let pInfo = try await p.start()
-        try await c.start()
-        defer { Task { await c.close(); await p.close() } }
+        let (p, c, pAddress) = (rc.hosts[0], rc.hosts[1], rc.addresses[0])
         let beacon = try await p.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("rc-beacon"), intervalMilliseconds: 50)
         let data = Self.payload(400)
         try await p.peripheral.startPeriodicAdvertising(on: beacon, data: data, intervalMilliseconds: 30)
         let result = try #require(try await c.central.scan(for: .milliseconds(500)).first {
-            $0.address == pInfo.address && $0.advertisement.data.localName == "rc-beacon"
+            $0.address == pAddress && $0.advertisement.data.localName == "rc-beacon"
         })
-        let scan = try await c.central.scan(filter: ScanFilter(addresses: [pInfo.address]), active: false, capacity: 1)
+        let scan = try await c.central.scan(filter: ScanFilter(addresses: [pAddress]), active: false, capacity: 1)
         let sync = try await c.central.synchronize(to: result.address, type: result.addressType, sid: try #require(result.advertisement.advertisingSID))
         var got: [PeriodicAdvertisement] = []
         for _ in 0..<3 { if let a = await firstElement(sync.advertisements, within: .seconds(5)) { got.append(a) } }
