@@ -61,11 +61,12 @@ extension BluetoothHost {
                 w.timer.cancel()
                 w.continuation.resume(returning: conn)
             }
-        case let .changed(c, change):
+        case let .linkLayer(c, event):
             // The L2CAP host names the link that had the handle when the controller
-            // reported the change, in order with connections and disconnections.
+            // reported the event, in order with connections and disconnections.
             guard let conn = links.active[c.handle] else { return }
-            linkChanged(conn, change)
+            linkOutcomes.yield(.event(conn.id, event))
+            linkChanged(conn, event)
         case let .disconnected(c, reason):
             guard let conn = links.remove(c.handle) else { return }
             peripheralState.linksAwaitingSet[c.handle] = nil
@@ -77,7 +78,7 @@ extension BluetoothHost {
             linkEnded(conn, .disconnected(reason))
             await endSubscriptions(of: conn)
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
-            phyOutcomes.yield(.linkEnded(c.handle, reason))
+            linkOutcomes.yield(.ended(conn.id, reason))
             await server.detach(connection: c.handle)
             // Advertising stops when a central connects; resume it as asked: the set that
             // made this link (LE Advertising Set Terminated said which), else set 0.
@@ -89,20 +90,24 @@ extension BluetoothHost {
         }
     }
 
-    /// A change the controller reported for link `conn`: to `updatePHY`'s waiters (any
-    /// status) and, when it succeeded, to `connectionEvents()`.
-    func linkChanged(_ conn: Connection, _ change: L2CAPHost.LinkLayerChange) {
-        switch change {
+    /// A link-layer event of link `conn` (its procedures' waiters have it already): a
+    /// change that succeeded goes to `connectionEvents()`, what the link learned of
+    /// the peer is kept for the link's life.
+    func linkChanged(_ conn: Connection, _ event: L2CAPHost.LinkLayerEvent) {
+        switch event {
         case let .parametersUpdated(u) where u.status.isSuccess:
             connectionBroadcast.yield(.parametersUpdated(conn, interval: u.connectionInterval, latency: u.peripheralLatency,
                                                          supervisionTimeout: u.supervisionTimeout))
-        case let .phyUpdated(u):
-            phyOutcomes.yield(.completed(u))
-            if u.status.isSuccess { connectionBroadcast.yield(.phyUpdated(conn, LinkPHY(tx: PHY(rawValue: u.txPHY), rx: PHY(rawValue: u.rxPHY)))) }
+        case let .phyUpdated(u) where u.status.isSuccess:
+            connectionBroadcast.yield(.phyUpdated(conn, LinkPHY(tx: PHY(rawValue: u.txPHY), rx: PHY(rawValue: u.rxPHY))))
         case let .dataLengthChanged(d):
             links.dataLengths[conn.id] = DataLength(d)
             connectionBroadcast.yield(.dataLengthChanged(conn, DataLength(d)))
-        case .parametersUpdated:
+        case let .remoteFeatures(f) where f.status.isSuccess:
+            links.remoteFeatures[conn.id] = LEFeatures(rawValue: f.leFeatures)
+        case let .remoteVersion(v) where v.status.isSuccess:
+            links.remoteVersions[conn.id] = RemoteVersion(v)
+        case .parametersUpdated, .phyUpdated, .remoteFeatures, .remoteVersion:
             break
         }
     }

@@ -39,6 +39,10 @@ extension BluetoothHost {
         var mtuExchanged: Set<UInt64> = []
         /// Each link's data length since its last LE Data Length Change (none: `DataLength.initial`).
         var dataLengths: [UInt64: DataLength] = [:]
+        /// What each link's peer said of itself (LE Read Remote Features, Read Remote
+        /// Version Information): it does not change while the link lasts.
+        var remoteFeatures: [UInt64: LEFeatures] = [:]
+        var remoteVersions: [UInt64: RemoteVersion] = [:]
         /// Peripheral links with a Security Request outstanding (one at a time).
         var securityRequested: Set<UInt16> = []
 
@@ -76,6 +80,8 @@ extension BluetoothHost {
             clients[id] = nil
             mtuExchanged.remove(id)
             dataLengths[id] = nil
+            remoteFeatures[id] = nil
+            remoteVersions[id] = nil
             ended[id] = end
             endedOrder.append(id)
             if endedOrder.count > Self.endsRemembered { ended[endedOrder.removeFirst()] = nil }

@@ -228,8 +228,9 @@ public actor BluetoothHost: LoopIsolated {
     let stateBroadcast = Broadcast<HostState>(replaysLatest: true)
     let connectionBroadcast = Broadcast<ConnectionEvent>()
     let peripheralBroadcast = Broadcast<PeripheralEvent>()
-    /// Every LE PHY Update Complete, and every link's end, as `updatePHY` waits for its own.
-    let phyOutcomes = Broadcast<PHYOutcome>()
+    /// Every link-layer event of a known link, and every link's end, as a link
+    /// procedure waits for its own (`linkProcedure`).
+    let linkOutcomes = Broadcast<LinkOutcome>()
     // The host's state by concern (BluetoothHost+State.swift): each room is a struct
     // of its own, so a reader knows which one to open.
     /// Who is connected, how links ended and who waits for that, each link's client.
@@ -492,7 +493,7 @@ public actor BluetoothHost: LoopIsolated {
         stateBroadcast.finish()
         connectionBroadcast.finish()
         peripheralBroadcast.finish()
-        phyOutcomes.finish()
+        linkOutcomes.finish()
         // The tasks that follow the GATT server's and the Security Manager's streams
         // (which outlive a transport) would wait for what can no longer come, holding
         // this host and through it the whole stack: they end here.

@@ -21,16 +21,24 @@ public struct ConnectionParameters: Hashable, Sendable {
     }
 }
 
-/// What `updatePHY` waits for: LE PHY Update Complete, or the end of the link.
-enum PHYOutcome: Sendable {
-    case completed(LEPHYUpdateComplete)
-    case linkEnded(UInt16, HCIStatus)
+/// What a link procedure waits for: a link-layer event of its link (by link id, which
+/// a reused handle does not repeat), or the link's end.
+enum LinkOutcome: Sendable {
+    case event(UInt64, L2CAPHost.LinkLayerEvent)
+    case ended(UInt64, HCIStatus)
+}
 
-    var handle: UInt16 {
-        switch self {
-        case let .completed(u): return u.connectionHandle
-        case let .linkEnded(h, _): return h
-        }
+/// How a link procedure (`linkProcedure`) ended, when the link did not.
+enum LinkProcedureEnd<T: Sendable>: Sendable {
+    /// The controller does not have the command (or the peer the procedure).
+    case notSupported
+    /// No answer within the limit.
+    case timedOut
+    case answered(T)
+
+    var answer: T? {
+        if case let .answered(t) = self { return t }
+        return nil
     }
 }
 
@@ -123,35 +131,26 @@ extension BluetoothHost {
     @discardableResult
     public func updateParameters(_ c: Connection, intervalMin: UInt16, intervalMax: UInt16, latency: UInt16 = 0,
                                  supervisionTimeout: UInt16, within limit: Duration = .seconds(10)) async throws -> ConnectionParameters? {
-        try requireReady()
-        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
-        let updates = connectionEvents()
-        if c.role == .central {
-            try await controller.send(LEConnectionUpdate(connectionHandle: c.handle, connection: LEConnectionParameters(
-                connectionIntervalMin: intervalMin, connectionIntervalMax: intervalMax, maxLatency: latency, supervisionTimeout: supervisionTimeout)))
-        }
-        let start = loop.now
-        if c.role != .central {
+        let end = try await linkProcedure(c, within: limit, start: {
+            if c.role == .central {
+                try await self.controller.send(LEConnectionUpdate(connectionHandle: c.handle, connection: LEConnectionParameters(
+                    connectionIntervalMin: intervalMin, connectionIntervalMax: intervalMax, maxLatency: latency, supervisionTimeout: supervisionTimeout)))
+                return true
+            }
             let request = ConnectionParameterUpdate(intervalMin: intervalMin, intervalMax: intervalMax, latency: latency, timeout: supervisionTimeout)
             do {
-                guard try await l2cap.requestParameterUpdate(request, handle: c.handle, within: limit) else { return nil }
+                return try await self.l2cap.requestParameterUpdate(request, handle: c.handle, within: limit)
             } catch L2CAPChannelError.timedOut {
-                return nil
+                return false
             } catch {
                 throw BLEError.disconnected(reason: .unknownConnectionIdentifier)
             }
-        }
-        let left = limit - Duration(loop.now - start)
-        // The update, or the link's end (then at once, not after the limit).
-        let done = await firstElement(updates.compactMap { e -> Result<ConnectionParameters, BLEError>? in
-            switch e {
-            case let .parametersUpdated(u, i, l, t) where u.id == c.id: return .success(ConnectionParameters(interval: i, latency: l, supervisionTimeout: t))
-            case let .disconnected(u, reason) where u.id == c.id: return .failure(.disconnected(reason: reason))
-            default: return nil
-            }
-        }, within: max(left, .zero), on: controller.loop)
-        if done == nil, !isActive(c.id) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
-        return try done?.get()
+        }, until: { e -> LEConnectionUpdateComplete? in
+            if case let .parametersUpdated(u) = e { return u } else { return nil }
+        })
+        // A failed LE Connection Update Complete: the parameters stay, as when refused.
+        guard let u = end.answer, u.status.isSuccess else { return nil }
+        return ConnectionParameters(interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout)
     }
 
     /// Asks for longer (or shorter) packets on link `c` (LE Set Data Length): at most
@@ -167,27 +166,20 @@ extension BluetoothHost {
     @discardableResult
     public func updateDataLength(_ c: Connection, txOctets: Int = 251, txTime: Int = 2120,
                                  within limit: Duration = .seconds(2)) async throws -> DataLength? {
-        try requireReady()
-        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         let (octets, time) = try DataLength.validate(txOctets: txOctets, txTime: txTime, "updateDataLength")
         let before = links.dataLengths[c.id] ?? .initial
-        let changes = connectionEvents()
-        let start = loop.now
-        guard try await optional({ try await self.controller.send(LESetDataLength(connectionHandle: c.handle, txOctets: octets, txTime: time)) })
-        else { return nil }
-        // Asking for what is in force changes nothing: no event comes.
-        if before.maxTxOctets == txOctets, before.maxTxTimeMicroseconds == txTime { return before }
-        let left = limit - Duration(loop.now - start)
-        let done = await firstElement(changes.compactMap { e -> Result<DataLength, BLEError>? in
-            switch e {
-            case let .dataLengthChanged(u, d) where u.id == c.id: return .success(d)
-            case let .disconnected(u, reason) where u.id == c.id: return .failure(.disconnected(reason: reason))
-            default: return nil
-            }
-        }, within: max(left, .zero), on: controller.loop)
-        if let done { return try done.get() }
-        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
-        return links.dataLengths[c.id] ?? .initial
+        // Asking for what is in force changes nothing: no event will come.
+        let unchanged = before.maxTxOctets == txOctets && before.maxTxTimeMicroseconds == txTime
+        let end = try await linkProcedure(c, within: unchanged ? .zero : limit, start: {
+            try await self.optional { try await self.controller.send(LESetDataLength(connectionHandle: c.handle, txOctets: octets, txTime: time)) }
+        }, until: { e -> DataLength? in
+            if case let .dataLengthChanged(d) = e { return DataLength(d) } else { return nil }
+        })
+        switch end {
+        case .notSupported: return nil
+        case let .answered(d): return d
+        case .timedOut: return links.dataLengths[c.id] ?? .initial
+        }
     }
 
     /// Link `c`'s data length now, as the last LE Data Length Change said
@@ -238,29 +230,12 @@ extension BluetoothHost {
     @discardableResult
     public func updatePHY(_ c: Connection, tx: Set<PHY> = [.le2M], rx: Set<PHY> = [.le2M],
                           within limit: Duration = .seconds(10)) async throws -> LinkPHY? {
-        try requireReady()
-        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         try PHY.validate(tx: tx, rx: rx, "updatePHY")
-        let outcomes = phyOutcomes.subscribe(capacity: 16)
-        let start = loop.now
         let command = LESetPHY(connectionHandle: c.handle, txPHYs: PHY.bits(tx), rxPHYs: PHY.bits(rx))
-        guard try await optional({ try await self.controller.send(command) }) else { return nil }
-        let left = limit - Duration(loop.now - start)
-        let outcome = await firstElement(outcomes.filter { $0.handle == c.handle }, within: max(left, .zero), on: controller.loop)
-        let done: LEPHYUpdateComplete
-        switch outcome {
-        case let .completed(u)?:
-            done = u
-        case let .linkEnded(_, reason)?:
-            throw BLEError.disconnected(reason: reason)
-        case nil:
-            if !isActive(c.id) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
-            return nil
+        let answer = try await askController(c, within: limit, command, status: \.status) { e in
+            if case let .phyUpdated(u) = e { return u } else { return nil }
         }
-        guard done.status.isSuccess else {
-            if Self.notSupported.contains(done.status) { return nil }
-            throw HCIError.commandFailed(opcode: .leSetPHY, status: done.status)
-        }
+        guard let done = answer else { return nil }
         return LinkPHY(tx: PHY(rawValue: done.txPHY), rx: PHY(rawValue: done.rxPHY))
     }
 
@@ -276,13 +251,57 @@ extension BluetoothHost {
         preferredPHYs = (tx, rx)
     }
 
+    /// Runs a procedure on link `c`: `start` sends its command (false: the controller
+    /// or the peer does not have it), then the first link-layer event of this link that
+    /// `match` takes ends it. Subscribed before `start`, so an answer that comes at
+    /// once is not missed. The link's end ends the wait at once with
+    /// `BLEError.disconnected`, as does a link already gone.
+    func linkProcedure<T: Sendable>(_ c: Connection, within limit: Duration, start: () async throws -> Bool,
+                                    until match: @escaping @Sendable (L2CAPHost.LinkLayerEvent) -> T?) async throws -> LinkProcedureEnd<T> {
+        try requireReady()
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        let outcomes = linkOutcomes.subscribe(capacity: 64)
+        let begin = loop.now
+        guard try await start() else { return .notSupported }
+        let left = limit - Duration(loop.now - begin)
+        let id = c.id
+        let outcome = await firstElement(outcomes.compactMap { o -> Result<T, BLEError>? in
+            switch o {
+            case let .event(link, e) where link == id: return match(e).map { .success($0) }
+            case let .ended(link, reason) where link == id: return .failure(.disconnected(reason: reason))
+            default: return nil
+            }
+        }, within: max(left, .zero), on: controller.loop)
+        if let outcome { return .answered(try outcome.get()) }
+        guard isActive(c.id) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        return .timedOut
+    }
+
+    /// A procedure on link `c` that one command starts and one event answers
+    /// (`linkProcedure`): the answer, or nil when the controller or the peer does not
+    /// have it (Unknown HCI Command, Unsupported Feature or Parameter Value, Unsupported
+    /// Remote Feature, in the command's status or the answer's) or no answer came within
+    /// `limit`. Any other failed status throws `HCIError.commandFailed`.
+    func askController<Answer: Sendable>(_ c: Connection, within limit: Duration, _ command: some HCICommand & Sendable,
+                                         status: (Answer) -> HCIStatus,
+                                         until match: @escaping @Sendable (L2CAPHost.LinkLayerEvent) -> Answer?) async throws -> Answer? {
+        let end = try await linkProcedure(c, within: limit, start: { try await self.optional { try await self.controller.send(command) } }, until: match)
+        guard let answer = end.answer else { return nil }
+        let s = status(answer)
+        guard s.isSuccess else {
+            if Self.notSupported.contains(s) { return nil }
+            throw HCIError.commandFailed(opcode: type(of: command).opcode, status: s)
+        }
+        return answer
+    }
+
     /// The statuses that say the controller or the peer does not have a procedure:
     /// Unknown HCI Command, Unsupported Feature or Parameter Value, Unsupported Remote Feature.
     static let notSupported: [HCIStatus] = [.unknownCommand, .unsupportedFeatureOrParameterValue, HCIStatus(rawValue: 0x1A)]
 
     /// Runs an optional command: false for Unknown HCI Command, Unsupported Feature or
     /// Parameter Value and Unsupported Remote Feature (0x1A), else rethrows.
-    private func optional(_ body: () async throws -> Void) async throws -> Bool {
+    func optional(_ body: () async throws -> Void) async throws -> Bool {
         do {
             try await body()
             return true

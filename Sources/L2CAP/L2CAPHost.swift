@@ -76,18 +76,21 @@ public actor L2CAPHost: LoopIsolated {
     /// `frames(on:handle:)` before `.connected` is delivered, and gone before
     /// `.disconnected`. What the controller reports about the link in between comes in
     /// the same order, naming the link that had the handle then: a controller gives an
-    /// ended link's handle to the next at once, so a change read after a Disconnection
+    /// ended link's handle to the next at once, so an event read after a Disconnection
     /// Complete and a new LE Connection Complete belongs to the new link.
     public enum LinkEvent: Sendable, Equatable {
         case connected(Connection)
-        case changed(Connection, LinkLayerChange)
+        case linkLayer(Connection, LinkLayerEvent)
         case disconnected(Connection, reason: HCIStatus)
     }
-    /// What the controller reports about a link's link layer (any status).
-    public enum LinkLayerChange: Sendable, Equatable {
+    /// What the controller reports about a link's link layer (any status): the
+    /// procedures that change it, and what it learned of the peer.
+    public enum LinkLayerEvent: Sendable, Equatable {
         case parametersUpdated(LEConnectionUpdateComplete)
         case phyUpdated(LEPHYUpdateComplete)
         case dataLengthChanged(LEDataLengthChange)
+        case remoteFeatures(LEReadRemoteFeaturesComplete)
+        case remoteVersion(ReadRemoteVersionInformationComplete)
     }
     private var linkContinuations: [UInt64: BufferedStream<LinkEvent>.Continuation] = [:]
     private var nextContinuation: UInt64 = 0
@@ -226,9 +229,9 @@ public actor L2CAPHost: LoopIsolated {
         return stream
     }
 
-    /// Connections, their link-layer changes and disconnections (with the controller's
+    /// Connections, their link-layer events and disconnections (with the controller's
     /// reason), in the order they happened. Buffer: the newest 1024, drops counted (a
-    /// controller has far fewer links, and reports a change per procedure); ends with
+    /// controller has far fewer links, and reports an event per procedure); ends with
     /// the transport.
     public func linkEvents() -> BufferedStream<LinkEvent> {
         let (stream, c) = BufferedStream<LinkEvent>.makeStream(capacity: 1024)
@@ -477,11 +480,15 @@ public actor L2CAPHost: LoopIsolated {
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
             connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
         case let .le(.connectionUpdateComplete(u)):
-            changed(u.connectionHandle, .parametersUpdated(u))
+            linkLayer(u.connectionHandle, .parametersUpdated(u))
         case let .le(.phyUpdateComplete(u)):
-            changed(u.connectionHandle, .phyUpdated(u))
+            linkLayer(u.connectionHandle, .phyUpdated(u))
         case let .le(.dataLengthChange(d)):
-            changed(d.connectionHandle, .dataLengthChanged(d))
+            linkLayer(d.connectionHandle, .dataLengthChanged(d))
+        case let .le(.readRemoteFeaturesComplete(f)):
+            linkLayer(f.connectionHandle, .remoteFeatures(f))
+        case let .readRemoteVersionInformationComplete(v):
+            linkLayer(v.connectionHandle, .remoteVersion(v))
         case let .disconnectionComplete(d) where d.status.isSuccess:
             channelsLinkLost(handle: d.connectionHandle, reason: d.reason)
             if let info = connections[d.connectionHandle]?.info {
@@ -505,10 +512,11 @@ public actor L2CAPHost: LoopIsolated {
         }
     }
 
-    /// A change of a link this host knows (one it does not is dropped: no link to name).
-    private func changed(_ handle: UInt16, _ change: LinkLayerChange) {
+    /// A link-layer event of a link this host knows (one it does not is dropped: no
+    /// link to name).
+    private func linkLayer(_ handle: UInt16, _ event: LinkLayerEvent) {
         guard let info = connections[handle]?.info else { return }
-        for (_, k) in linkContinuations { k.yield(.changed(info, change)) }
+        for (_, k) in linkContinuations { k.yield(.linkLayer(info, event)) }
     }
 
     private func connected(_ c: Connection) {

@@ -44,6 +44,16 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Whether this controller has the Bluetooth 5 extended advertising, scanning and
     /// connection commands (LE feature bit 12 and the commands in its mask).
     public nonisolated let supportsExtendedAdvertising: Bool
+    /// LE Encryption, Connection Parameters Request Procedure, LE Data Packet Length
+    /// Extension (and, as a Bluetooth 5 controller, LE 2M PHY, LE Extended and Periodic
+    /// Advertising).
+    nonisolated var leFeatures: UInt64 {
+        let base: UInt64 = 1 << UInt64(LEFeatures.encryption) | 1 << UInt64(LEFeatures.connectionParametersRequest)
+            | 1 << UInt64(LEFeatures.dataPacketLengthExtension)
+        let extended: UInt64 = 1 << UInt64(LEFeatures.extendedAdvertising) | 1 << UInt64(LEFeatures.periodicAdvertising)
+            | 1 << UInt64(LEFeatures.le2MPHY)
+        return base | (supportsExtendedAdvertising ? extended : 0)
+    }
     /// The legacy commands' Advertising_Type, as event properties.
     private var legacyProperties: UInt16 = 0x13
     private var legacyPeerAddress: BluetoothAddress = .zero
@@ -289,13 +299,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .leReadBufferSize:
             complete(op, LEReadBufferSize.ReturnParameters(leACLDataPacketLength: Self.aclLength, totalNumLEACLDataPackets: Self.aclCount))
         case .leReadLocalSupportedFeatures:
-            // LE Encryption, Connection Parameters Request Procedure, LE Data Packet Length
-            // Extension (and LE 2M PHY, LE Extended and Periodic Advertising).
-            let extended: UInt64 = 1 << UInt64(LEFeatures.extendedAdvertising) | 1 << UInt64(LEFeatures.periodicAdvertising)
-                | 1 << UInt64(LEFeatures.le2MPHY)
-            let base: UInt64 = 1 << UInt64(LEFeatures.encryption) | 1 << UInt64(LEFeatures.connectionParametersRequest)
-                | 1 << UInt64(LEFeatures.dataPacketLengthExtension)
-            complete(op, HCIMask64Return(mask: base | (supportsExtendedAdvertising ? extended : 0)))
+            complete(op, HCIMask64Return(mask: leFeatures))
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
         case .setEventMaskPage2:
@@ -389,7 +393,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
             let c = try LEReadRemoteFeatures.decode(p)
             guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }
             status(op)
-            emit(.le(.readRemoteFeaturesComplete(LEReadRemoteFeaturesComplete(connectionHandle: c.connectionHandle, leFeatures: 1 << 1))))
+            // The peer's controller's features, as the link layer's feature exchange gives them.
+            let theirs = await radio?.peer(of: self, handle: c.connectionHandle)?.leFeatures ?? 0
+            emit(.le(.readRemoteFeaturesComplete(LEReadRemoteFeaturesComplete(connectionHandle: c.connectionHandle, leFeatures: theirs))))
         case .readRemoteVersionInformation:
             let c = try ReadRemoteVersionInformation.decode(p)
             guard connections[c.connectionHandle] != nil else { return status(op, .unknownConnectionIdentifier) }

@@ -109,6 +109,14 @@ import Testing
                 && longLines.first?["tx_time"] as? Int == 1072 && longLines.first?["rx_octets"] as? Int == 27, "\(long.out)")
         let tooLong = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual", "--uuid", "2A00", "--data-length", "252"])
         #expect(tooLong.status == 64 && tooLong.out.contains("27 to 251"), "\(tooLong.out)")
+        // leinfo: the peer's controller, as LE Read Remote Features and Read Remote
+        // Version Information give it (hcitool leinfo); a Bluetooth 5 peer has LE 2M.
+        let peerInfo = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual5", "--json"])
+        let infoLines = try JSONSchemaTests.check(peerInfo.out, against: "leinfo")
+        #expect(peerInfo.status == 0 && infoLines.first?["event"] as? String == "peer" && infoLines.first?["version"] as? Int == 13
+                && (infoLines.first?["le_features"] as? [String])?.contains("LE 2M PHY") == true, "\(peerInfo.out)")
+        let infoText = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual"])
+        #expect(infoText.status == 0 && infoText.out.contains("LL version    5.4 (13)") && !infoText.out.contains("LE 2M PHY"), "\(infoText.out)")
         // Several peers: whichever the controller connects to first (its Filter Accept List), said.
         let any = try await Self.run(["gatt", "read", "C0:FF:EE:00:00:09", "C0:FF:EE:00:00:01", "-t", "virtual5", "--uuid", "2A00", "--json"])
         let anyLines = try JSONSchemaTests.check(any.out, against: "gatt-read")

@@ -1,0 +1,76 @@
+// What a link's peer says of itself: `remoteFeatures` (LE Read Remote Features) and
+// `remoteVersion` (Read Remote Version Information), asked once per link and kept,
+// on the virtual radio and on Rootcanal (whose controllers answer with the peer
+// controller's own features and version).
+
+import BLE
+import BLETesting
+import HCI
+import Synchronization
+import Testing
+
+@Suite(.serialized) struct PeerInfoTests {
+    @Test func aCentralLearnsWhatItsPeerHas() async throws {
+        let radio = VirtualRadio()
+        let commands = Mutex<[HCIOpcode]>([])
+        let central = BluetoothHost(transport: DroppingTransport(wrapping: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0D:01")!),
+                                                                 dropping: { _ in false }, sent: { p in
+            if case let .command(op, _) = p { commands.withLock { $0.append(op) } }
+        }), logger: Bench.logger)
+        let peripheralAddress = BluetoothAddress("C0:00:00:00:0D:02")!
+        let peripheral = BluetoothHost(transport: await radio.makeController(address: peripheralAddress, extendedAdvertising: true), logger: Bench.logger)
+        try await central.start()
+        let theirs = try await peripheral.start()
+        defer { Task { await central.close(); await peripheral.close() } }
+        try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("info"))
+        let remote = try await central.central.connect(to: peripheralAddress, within: .seconds(5))
+        // The peer is a Bluetooth 5 controller (LE 2M, extended advertising); we are not.
+        let features = try #require(try await remote.remoteFeatures())
+        #expect(features == theirs.leFeatures && features.contains(bit: LEFeatures.le2MPHY)
+                && features.contains(bit: LEFeatures.dataPacketLengthExtension), "\(features)")
+        let version = try #require(try await remote.remoteVersion())
+        #expect(version == RemoteVersion(version: 13, companyIdentifier: 0xFFFF, subversion: 0))
+        #expect(version.description.hasPrefix("Bluetooth 5.4 (0xd)"), "\(version)")
+        // Asked once per link: the second calls send nothing.
+        let asked = commands.withLock { $0 }
+        #expect(asked.filter { $0 == .leReadRemoteFeatures }.count == 1 && asked.filter { $0 == .readRemoteVersionInformation }.count == 1)
+        let (again, againVersion) = (try await remote.remoteFeatures(), try await remote.remoteVersion())
+        #expect(again == features && againVersion == version)
+        #expect(commands.withLock { $0 }.count == asked.count)
+        // The peripheral asks too, of a central without LE 2M.
+        let link = try #require(await peripheral.connections.first)
+        let ours = try #require(try await peripheral.remoteFeatures(of: link))
+        #expect(!ours.contains(bit: LEFeatures.le2MPHY) && ours.contains(bit: LEFeatures.encryption))
+        _ = try await remote.disconnect()
+        await #expect(throws: BLEError.self) { try await remote.remoteFeatures() }
+        withExtendedLifetime(radio) {}
+    }
+
+    /// The link's end ends the wait for LE Read Remote Features Complete at once.
+    @Test func aFeatureReadEndsWithTheLink() async throws {
+        let radio = VirtualRadio()
+        let (central, peripheral, remote, link, commands) = try await LinkProcedureEndTests.link(on: radio, hiding: 0x04)
+        defer { Task { await central.close(); await peripheral.close() } }
+        let error = await LinkProcedureEndTests.endedByTheLink(peripheral, link, after: .leReadRemoteFeatures, commands) {
+            _ = try await remote.remoteFeatures(within: .seconds(60))
+        }
+        #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(String(describing: error))")
+        withExtendedLifetime(radio) {}
+    }
+
+    /// On Rootcanal: each side reads the other's controller.
+    @Test func onRootcanalEachSideLearnsTheOthersController() async throws {
+        guard let rc = try await Bench.rootcanalHosts(2) else { return }
+        defer { rc.stop() }
+        let (p, c) = (rc.hosts[0], rc.hosts[1])
+        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-info"))
+        let remote = try await c.central.connect(to: rc.addresses[0], within: .seconds(10))
+        let pInfo = try #require(await p.info)
+        let features = try #require(try await remote.remoteFeatures())
+        #expect(features.contains(bit: LEFeatures.encryption) && features.contains(bit: LEFeatures.le2MPHY), "\(features) vs \(pInfo.leFeatures)")
+        let version = try #require(try await remote.remoteVersion())
+        #expect(version.version == pInfo.version.lmpVersion && version.companyIdentifier == pInfo.version.companyIdentifier, "\(version)")
+        let link = try #require(await p.connections.first)
+        #expect(try await p.remoteVersion(of: link) != nil)
+    }
+}
