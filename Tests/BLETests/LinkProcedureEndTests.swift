@@ -1,9 +1,10 @@
 // A link procedure the host waits on ends with the link: `updatePHY`,
-// `updateParameters` and `updateDataLength` throw `BLEError.disconnected` with the
-// link's reason as soon as it goes, not when their limit passes. The central's
-// controller here is a virtual one whose answer to the procedure never reaches the
-// host (LE PHY Update Complete, LE Connection Update Complete or LE Data Length Change
-// taken out of its events).
+// `updateParameters`, `updateDataLength` and `remoteFeatures` throw
+// `BLEError.disconnected` with the link's reason as soon as it goes, not when their
+// limit passes. The central's controller here is a virtual one whose answer to the
+// procedure never reaches the host (LE PHY Update Complete, LE Connection Update
+// Complete, LE Data Length Change or LE Read Remote Features Complete taken out of
+// its events).
 
 import BLE
 import BLETesting
@@ -107,34 +108,44 @@ final class DroppingTransport: HCITransport {
         }, within: .seconds(5)) ?? CancellationError()
     }
 
-    @Test func aPHYUpdateEndsWithTheLink() async throws {
-        let radio = VirtualRadio()
-        let (central, peripheral, remote, link, commands) = try await Self.link(on: radio, hiding: 0x0C)
-        defer { Task { await central.close(); await peripheral.close() } }
-        let error = await Self.endedByTheLink(peripheral, link, after: .leSetPHY, commands) { _ = try await remote.updatePHY(within: .seconds(60)) }
-        #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(String(describing: error))")
-        withExtendedLifetime(radio) {}
+    /// A procedure the host waits on: the LE meta subevent that answers it, the
+    /// command that starts it, and the call.
+    enum Procedure: String, CaseIterable, Sendable {
+        case phyUpdate, parameterUpdate, dataLengthUpdate, featureRead
+
+        var answer: UInt8 {
+            switch self {
+            case .phyUpdate: return 0x0C
+            case .parameterUpdate: return 0x03
+            case .dataLengthUpdate: return 0x07
+            case .featureRead: return 0x04
+            }
+        }
+        var command: HCIOpcode {
+            switch self {
+            case .phyUpdate: return .leSetPHY
+            case .parameterUpdate: return .leConnectionUpdate
+            case .dataLengthUpdate: return .leSetDataLength
+            case .featureRead: return .leReadRemoteFeatures
+            }
+        }
+        func run(_ remote: RemotePeripheral) async throws {
+            switch self {
+            case .phyUpdate: _ = try await remote.updatePHY(within: .seconds(60))
+            case .parameterUpdate: _ = try await remote.updateParameters(intervalMin: 0x10, intervalMax: 0x10, supervisionTimeout: 0x100, within: .seconds(60))
+            case .dataLengthUpdate: _ = try await remote.updateDataLength(within: .seconds(60))
+            case .featureRead: _ = try await remote.remoteFeatures(within: .seconds(60))
+            }
+        }
     }
 
-    @Test func aParameterUpdateEndsWithTheLink() async throws {
+    @Test(arguments: Procedure.allCases)
+    func aProcedureEndsWithTheLink(_ procedure: Procedure) async throws {
         let radio = VirtualRadio()
-        let (central, peripheral, remote, link, commands) = try await Self.link(on: radio, hiding: 0x03)
+        let (central, peripheral, remote, link, commands) = try await Self.link(on: radio, hiding: procedure.answer)
         defer { Task { await central.close(); await peripheral.close() } }
-        let error = await Self.endedByTheLink(peripheral, link, after: .leConnectionUpdate, commands) {
-            _ = try await remote.updateParameters(intervalMin: 0x10, intervalMax: 0x10, supervisionTimeout: 0x100, within: .seconds(60))
-        }
-        #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(String(describing: error))")
-        withExtendedLifetime(radio) {}
-    }
-
-    @Test func aDataLengthUpdateEndsWithTheLink() async throws {
-        let radio = VirtualRadio()
-        let (central, peripheral, remote, link, commands) = try await Self.link(on: radio, hiding: 0x07)
-        defer { Task { await central.close(); await peripheral.close() } }
-        let error = await Self.endedByTheLink(peripheral, link, after: .leSetDataLength, commands) {
-            _ = try await remote.updateDataLength(within: .seconds(60))
-        }
-        #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(String(describing: error))")
+        let error = await Self.endedByTheLink(peripheral, link, after: procedure.command, commands) { try await procedure.run(remote) }
+        #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(procedure): \(String(describing: error))")
         withExtendedLifetime(radio) {}
     }
 }

@@ -1,7 +1,8 @@
 // What a link's peer says of itself: `remoteFeatures` (LE Read Remote Features) and
 // `remoteVersion` (Read Remote Version Information), asked once per link and kept,
 // on the virtual radio and on Rootcanal (whose controllers answer with the peer
-// controller's own features and version).
+// controller's own features and version). The link's end ending the wait:
+// LinkProcedureEndTests.
 
 import BLE
 import BLETesting
@@ -43,18 +44,6 @@ import Testing
         #expect(!ours.contains(bit: LEFeatures.le2MPHY) && ours.contains(bit: LEFeatures.encryption))
         _ = try await remote.disconnect()
         await #expect(throws: BLEError.self) { try await remote.remoteFeatures() }
-        withExtendedLifetime(radio) {}
-    }
-
-    /// The link's end ends the wait for LE Read Remote Features Complete at once.
-    @Test func aFeatureReadEndsWithTheLink() async throws {
-        let radio = VirtualRadio()
-        let (central, peripheral, remote, link, commands) = try await LinkProcedureEndTests.link(on: radio, hiding: 0x04)
-        defer { Task { await central.close(); await peripheral.close() } }
-        let error = await LinkProcedureEndTests.endedByTheLink(peripheral, link, after: .leReadRemoteFeatures, commands) {
-            _ = try await remote.remoteFeatures(within: .seconds(60))
-        }
-        #expect(error as? BLEError == .disconnected(reason: .remoteUserTerminatedConnection), "\(String(describing: error))")
         withExtendedLifetime(radio) {}
     }
 
