@@ -16,11 +16,27 @@ public struct AdvertisingSet: Hashable, Sendable, CustomStringConvertible {
     public var description: String { "advertising set \(handle)" }
 }
 
+/// Whom an advertisement answers only if they are on the accept list
+/// (`BluetoothHost.setAcceptList`): the Advertising_Filter_Policy of §7.8.5 and
+/// §7.8.53, as Zephyr's `BT_LE_ADV_OPT_FILTER_CONN` and NimBLE's `filter_policy` give
+/// it. Empty: everyone.
+public struct AdvertisingFilter: OptionSet, Hashable, Sendable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// Only devices on the accept list get the scan response.
+    public static let scanRequests = AdvertisingFilter(rawValue: 0x01)
+    /// Only devices on the accept list may connect (a peripheral that serves its bonded
+    /// centrals alone).
+    public static let connections = AdvertisingFilter(rawValue: 0x02)
+}
+
 struct AdvertisingConfiguration: Sendable, Equatable {
     var data: AdvertisingData
     var scanResponse: AdvertisingData?
     var connectable: Bool
     var intervalMilliseconds: Double
+    /// Who must be on the accept list to scan it or connect.
+    var filter: AdvertisingFilter = []
     /// How long the advertisement lasts from the application's start (nil: until stopped).
     var duration: Duration? = nil
     /// How many advertising events each enabling of the set sends at most (nil: no limit).
@@ -83,11 +99,18 @@ extension PeripheralManager {
     ///
     /// When a limit ends it, `events()` delivers `.advertisingEnded` and the
     /// advertisement stays off air until started again.
+    ///
+    /// `acceptListOnly` answers only the devices on the accept list
+    /// (`BluetoothHost.setAcceptList`): `.connections` lets only them connect,
+    /// `.scanRequests` gives only them the scan response. The controller's Filter Accept
+    /// List holds that list while such an advertisement is on (or waits for a link it
+    /// made to end); `BLEError.acceptListInUse` when a connection attempt is under way
+    /// and the controller's list must change first.
     public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                  connectable: Bool = true, intervalMilliseconds: Double = 100,
-                                 duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
+                                 duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = []) async throws {
         try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                               intervalMilliseconds: intervalMilliseconds,
+                                                               intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly,
                                                                duration: duration, maximumEvents: maximumEvents), set: 0)
     }
 
@@ -113,11 +136,12 @@ extension PeripheralManager {
     /// `AdvertisingDataError.tooLong` as `startAdvertising` does. `duration` and
     /// `maximumEvents` limit the set as they limit `startAdvertising`'s; a set they
     /// ended keeps its handle until removed, and `updateAdvertisingSet` starts it again.
+    /// `acceptListOnly` as `startAdvertising` takes it.
     public func addAdvertisingSet(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                   connectable: Bool = false, intervalMilliseconds: Double = 100,
-                                  duration: Duration? = nil, maximumEvents: Int? = nil) async throws -> AdvertisingSet {
+                                  duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = []) async throws -> AdvertisingSet {
         try await host.addAdvertisingSet(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                                  intervalMilliseconds: intervalMilliseconds,
+                                                                  intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly,
                                                                   duration: duration, maximumEvents: maximumEvents))
     }
 
@@ -126,10 +150,10 @@ extension PeripheralManager {
     /// stays stopped and takes the new data when it resumes, at that link's end.
     public func updateAdvertisingSet(_ set: AdvertisingSet, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = false, intervalMilliseconds: Double = 100,
-                                     duration: Duration? = nil, maximumEvents: Int? = nil) async throws {
+                                     duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = []) async throws {
         try await host.requireAdvertisingSet(set)
         var a = AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                         intervalMilliseconds: intervalMilliseconds, duration: duration, maximumEvents: maximumEvents)
+                                         intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly, duration: duration, maximumEvents: maximumEvents)
         // Its periodic advertising goes on, and needs a set neither connectable nor scannable.
         a.periodic = await host.peripheralState.advertising[set.handle]?.periodic
         if a.periodic != nil, connectable || scanResponse != nil {
@@ -319,6 +343,7 @@ extension BluetoothHost {
         // A set a limit ended stays off air until the application starts it again.
         guard !peripheralState.advertisingEnded.contains(set) else { return }
         guard let enable = advertisingEnable(set, a) else { return advertisingEnded(set, .durationElapsed) }
+        if !a.filter.isEmpty { try await holdAcceptListForAdvertising() }
         if own.resolvingList?.stale == true {
             // New bonds wait for the controller to stop every set (§7.8.38); the other
             // sets advertising go on after.
@@ -351,7 +376,7 @@ extension BluetoothHost {
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
                                                randomAddress: address, handle: set,
                                                duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents,
-                                               extended: a.periodic != nil)
+                                               extended: a.periodic != nil, filterPolicy: a.filter.rawValue)
             try await applyPeriodic(a.periodic, set: set)
             if let address { advertisingSetAddressSet(address, set: set) }
             // An end handled while these commands were under way may be the previous
@@ -361,7 +386,8 @@ extension BluetoothHost {
         } else {
             let generation = own.generation, address = legacyAdvertisingAddress()
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                       intervalMilliseconds: a.intervalMilliseconds, ownAddressType: ownAddressType, randomAddress: address)
+                                       intervalMilliseconds: a.intervalMilliseconds, ownAddressType: ownAddressType, randomAddress: address,
+                                       filterPolicy: a.filter.rawValue)
             if let address { controllerAddressSet(address, generation: generation) }
             // The controller keeps no duration for legacy advertising: the host does.
             peripheralState.cancelLegacyAdvertisingTimer()
@@ -380,7 +406,7 @@ extension BluetoothHost {
         let address = advertisingSetAddress(set)
         try await Advertiser.configureExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
-                                               randomAddress: address, handle: set, extended: a.periodic != nil)
+                                               randomAddress: address, handle: set, extended: a.periodic != nil, filterPolicy: a.filter.rawValue)
         if let address { advertisingSetAddressSet(address, set: set) }
     }
 

@@ -32,7 +32,16 @@ extension BluetoothHost {
             throw BLEError.invalidArgument("every one of \(targets.map(\.description).joined(separator: ", ")) is connected already")
         }
         let useList = looking.count > 1
-        if useList { try await fillFilterAcceptList(looking) }
+        if useList {
+            // Advertising that answers the accept list alone holds the controller's list.
+            if let sets = advertisingHoldingAcceptList {
+                guard Set(looking) == Set(centralState.controllerAcceptList ?? []) else {
+                    throw BLEError.acceptListInUse("\(sets) answers the accept list alone: the controller's Filter Accept List cannot take other peers while it advertises (stop it, or connect to one peer)")
+                }
+            } else {
+                try await fillFilterAcceptList(looking)
+            }
+        }
         await refreshControllerAddress()
         let own = ownAddressType
         let timeout = targets.count == 1 ? BLEError.connectionTimeout(first.address, within: limit) : BLEError.noConnection(toAnyOf: targets, within: limit)
@@ -66,13 +75,71 @@ extension BluetoothHost {
     }
 
     /// Makes the controller's Filter Accept List hold exactly `targets` (in the connect
-    /// slot: no connection attempt uses the list meanwhile, and nothing else here does).
+    /// slot: no connection attempt uses the list meanwhile; advertising that uses it is
+    /// off air or holds the same list).
     func fillFilterAcceptList(_ targets: [DeviceAddress]) async throws {
+        centralState.controllerAcceptList = nil
         // A resolved identity is listed by its kind (0 public, 1 random).
         try await fillControllerList("Filter Accept List", known: centralState.acceptListSize, remember: { centralState.acceptListSize = $0 },
                                      readSize: LEReadFilterAcceptListSize(), clear: LEClearFilterAcceptList(), adds: targets.map {
                                          LEAddDeviceToFilterAcceptList(addressType: AddressType(rawValue: $0.type.rawValue & 1), address: $0.address)
                                      })
+        centralState.controllerAcceptList = targets
+    }
+
+    // MARK: The accept list
+
+    /// The devices that advertising with an `AdvertisingFilter` answers alone (a
+    /// peripheral that lets only its bonded centrals connect), as Zephyr's
+    /// `bt_le_filter_accept_list_add` and NimBLE's `ble_gap_wl_set` keep them: the
+    /// controller's Filter Accept List takes them when such advertising starts. A
+    /// device with a resolvable private address is named by its identity address; the
+    /// controller then resolves it when the host has its IRK (a bond, under privacy).
+    /// `BLEError.invalidArgument` for more than the controller's list holds;
+    /// `BLEError.acceptListInUse` for another list while such advertising is on (stop
+    /// it first, as the controller cannot change its list meanwhile). Kept across
+    /// `reset()`. `Central.connect(toAnyOf:)` uses the controller's list too: while such
+    /// advertising is on, only for the same devices.
+    public func setAcceptList(_ devices: [DeviceAddress]) async throws {
+        try requireReady()
+        let list = devices.withoutDuplicates
+        if let sets = advertisingHoldingAcceptList, Set(list) != Set(centralState.controllerAcceptList ?? []) {
+            throw BLEError.acceptListInUse("\(sets) answers the accept list alone: stop it before changing the list")
+        }
+        let size: Int
+        if let known = centralState.acceptListSize {
+            size = known
+        } else {
+            size = Int(try await controller.send(LEReadFilterAcceptListSize()).value)
+            centralState.acceptListSize = size
+        }
+        guard list.count <= size else { throw BLEError.invalidArgument("the controller's Filter Accept List holds \(size) entries, not \(list.count)") }
+        centralState.acceptList = list
+    }
+
+    /// The accept list `setAcceptList` set.
+    public var acceptList: [DeviceAddress] { centralState.acceptList }
+
+    /// The advertisements that answer the accept list alone and are on air (or wait for
+    /// a link they made to end), described; nil when none.
+    var advertisingHoldingAcceptList: String? {
+        let sets = peripheralState.advertising.filter { !$0.value.filter.isEmpty && !peripheralState.advertisingEnded.contains($0.key) }.keys.sorted()
+        guard !sets.isEmpty else { return nil }
+        return sets.map { $0 == 0 ? "the advertisement" : "advertising set \($0)" }.joined(separator: ", ")
+    }
+
+    /// Before advertising that answers the accept list alone starts: the controller's
+    /// list takes the application's. Between connection attempts only, and never
+    /// waiting for one (a link's event handler may be the caller, and the attempt may
+    /// wait for that handler): `BLEError.acceptListInUse` while one is under way.
+    func holdAcceptListForAdvertising() async throws {
+        guard centralState.controllerAcceptList != centralState.acceptList else { return }
+        guard !centralState.connectBusy else {
+            throw BLEError.acceptListInUse("a connection attempt is under way: the accept list goes to the controller between attempts")
+        }
+        centralState.connectBusy = true
+        defer { releaseConnectSlot() }
+        try await fillFilterAcceptList(centralState.acceptList)
     }
 
     /// Makes one of the controller's lists (the Filter Accept List, the Periodic

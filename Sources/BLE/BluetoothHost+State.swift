@@ -108,6 +108,11 @@ extension BluetoothHost {
         var connectWaiter: ConnectWaiter?
         /// The controller's Filter Accept List size, read the first time the list is used.
         var acceptListSize: Int?
+        /// The devices `setAcceptList` named: those advertising with an
+        /// `AdvertisingFilter` lets in.
+        var acceptList: [DeviceAddress] = []
+        /// What the controller's Filter Accept List holds (nil: not known, as after a reset).
+        var controllerAcceptList: [DeviceAddress]?
         var connectQueue: [CheckedContinuation<Void, Never>] = []
         var connectBusy = false
         var scans: [UInt64: ScanSubscriber] = [:]

@@ -74,6 +74,9 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The controller lost a periodic advertising train it followed (no packet within
     /// the sync timeout), or was reset.
     case periodicSyncLost(PeriodicAdvertiser)
+    /// The controller's Filter Accept List holds the application's accept list while
+    /// advertising uses it (`AdvertisingFilter`): what would change it now is refused.
+    case acceptListInUse(String)
 
     public var description: String {
         switch self {
@@ -101,6 +104,7 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
             return "no periodic advertising from \(PeriodicAdvertiser.list(a)) found within \(d) (is it advertising it, in an extended advertising set with that SID?)"
         case let .periodicSyncFailed(a, s): return "synchronising to the periodic advertising of \(PeriodicAdvertiser.list(a)) failed: \(s)"
         case let .periodicSyncLost(a): return "lost the periodic advertising of \(a)"
+        case let .acceptListInUse(why): return why
         }
     }
 }
@@ -409,7 +413,9 @@ public actor BluetoothHost: LoopIsolated {
             try await startPrivacy(i)
             if let d = preferredPHYs { try await controller.send(LESetDefaultPHY(txPHYs: PHY.bits(d.tx), rxPHYs: PHY.bits(d.rx))) }
             if let d = preferredDataLength { try await controller.send(d) }
-            // The controller forgot every set, and the links that stopped some are gone.
+            // The controller forgot every set, and the links that stopped some are gone,
+            // and its Filter Accept List is empty.
+            centralState.controllerAcceptList = nil
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
             for s in peripheralState.advertising.keys.sorted() {

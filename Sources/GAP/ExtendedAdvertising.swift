@@ -32,13 +32,15 @@ extension Advertiser {
     /// Address, own address type random); else from the public address. The other
     /// sets the controller advertises are left as they are. `duration` (10 ms units) and
     /// `maximumEvents` end the set by themselves (LE Advertising Set Terminated); 0: no limit.
+    /// `filterPolicy`: Advertising_Filter_Policy (bit 0 scan requests, bit 1 connection
+    /// requests only from the Filter Accept List's devices).
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                      randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0,
-                                     duration: UInt16 = 0, maximumEvents: UInt8 = 0, extended: Bool = false) async throws {
+                                     duration: UInt16 = 0, maximumEvents: UInt8 = 0, extended: Bool = false, filterPolicy: UInt8 = 0) async throws {
         try await configureExtended(controller, data: data, scanResponse: scanResponse, connectable: connectable,
                                     intervalMilliseconds: intervalMilliseconds, maximumLength: maximumLength, randomAddress: randomAddress,
-                                    handle: handle, extended: extended)
+                                    handle: handle, extended: extended, filterPolicy: filterPolicy)
         try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [
             .init(advertisingHandle: handle, duration: duration, maxExtendedAdvertisingEvents: maximumEvents)]))
     }
@@ -48,7 +50,8 @@ extension Advertiser {
     /// advertising is set up on it, or before it is enabled later).
     public static func configureExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                          connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
-                                         randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0, extended: Bool = false) async throws {
+                                         randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0, extended: Bool = false,
+                                         filterPolicy: UInt8 = 0) async throws {
         let (adv, rsp, properties) = try extendedPDUs(data: data, scanResponse: scanResponse, connectable: connectable,
                                                       maximumLength: maximumLength, extended: extended)
         let legacy = properties & 0x10 != 0
@@ -56,8 +59,8 @@ extension Advertiser {
         _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: handle)]))
         try await controller.send(LESetExtendedAdvertisingParameters(
             advertisingHandle: handle, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
-            primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, secondaryAdvertisingPHY: 1,
-            advertisingSID: handle & 0x0F))
+            primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, advertisingFilterPolicy: filterPolicy,
+            secondaryAdvertisingPHY: 1, advertisingSID: handle & 0x0F))
         if let randomAddress {
             try await controller.send(LESetAdvertisingSetRandomAddress(advertisingHandle: handle, randomAddress: randomAddress))
         }

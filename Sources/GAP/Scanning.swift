@@ -113,9 +113,11 @@ public enum Advertiser {
     /// With `ownAddressType` `.random` the controller advertises from its random
     /// address; `randomAddress`, when given, is set first (LE Set Random Address, which
     /// the controller refuses while it scans or initiates: the caller knows when).
+    /// `filterPolicy`: Advertising_Filter_Policy (bit 0 scan requests, bit 1 connection
+    /// requests only from the Filter Accept List's devices).
     public static func start(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                              connectable: Bool = true, intervalMilliseconds: Double = 100,
-                             ownAddressType: AddressType = .public, randomAddress: BluetoothAddress? = nil) async throws {
+                             ownAddressType: AddressType = .public, randomAddress: BluetoothAddress? = nil, filterPolicy: UInt8 = 0) async throws {
         let adv = try data.encoded()
         let rsp = try scanResponse?.encoded() ?? []
         let units = UInt16(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
@@ -124,7 +126,7 @@ public enum Advertiser {
         _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
         if let randomAddress { try await controller.send(LESetRandomAddress(randomAddress: randomAddress)) }
         try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: units, advertisingIntervalMax: units, advertisingType: type,
-                                                             ownAddressType: ownAddressType))
+                                                             ownAddressType: ownAddressType, advertisingFilterPolicy: filterPolicy))
         try await controller.send(LESetAdvertisingData(data: adv))
         try await controller.send(LESetScanResponseData(data: rsp))
         try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))

@@ -33,6 +33,11 @@ struct AirAdvertisement: Sendable {
     /// The periodic train its AUX_ADV_IND points to (SyncInfo): its interval in
     /// 1.25 ms, 0 for none.
     var periodicInterval: UInt16 = 0
+    /// Advertising_Filter_Policy (§7.8.5, §7.8.53) with the advertiser's Filter Accept
+    /// List: bit 0, only its devices' scan requests are answered; bit 1, only they
+    /// may connect.
+    var filterPolicy: UInt8 = 0
+    var acceptList: [VirtualController.FilterAcceptListEntry] = []
 
     var connectable: Bool { properties & 0x01 != 0 }
     var scannable: Bool { properties & 0x02 != 0 }
@@ -58,8 +63,17 @@ struct AirAdvertisement: Sendable {
 
     /// Whether an initiator at `address` may connect: legacy LE Create Connection
     /// sees legacy PDUs only; LE Extended Create Connection sees both.
-    func accepts(initiator address: BluetoothAddress, extended: Bool) -> Bool {
-        connectable && (extended || legacyPDUs) && isHeard(by: address)
+    func accepts(initiator address: BluetoothAddress, type: AddressType, extended: Bool) -> Bool {
+        connectable && (extended || legacyPDUs) && isHeard(by: address) && (filterPolicy & 0x02 == 0 || listed(address, type))
+    }
+
+    /// Whether a scanner at `address` gets the scan response to its scan request.
+    func answersScanRequest(from address: BluetoothAddress, type: AddressType) -> Bool {
+        scannable && (filterPolicy & 0x01 == 0 || listed(address, type))
+    }
+
+    private func listed(_ address: BluetoothAddress, _ type: AddressType) -> Bool {
+        acceptList.contains(VirtualController.FilterAcceptListEntry(type: type.rawValue, address: address))
     }
 
     /// The LE Advertising Report Event_Type (§7.7.65.2): 0 ADV_IND, 1 ADV_DIRECT_IND,
@@ -92,6 +106,7 @@ struct AdvertisingSets {
         var sid: UInt8
         var secondaryPHY: UInt8
         var txPower: Int8
+        var filterPolicy: UInt8 = 0
         var randomAddress: BluetoothAddress?
         var data: [UInt8] = []
         var scanResponse: [UInt8] = []
@@ -140,7 +155,7 @@ struct AdvertisingSets {
         let p = c.advertisingEventProperties
         guard c.advertisingHandle <= 0xEF, c.primaryAdvertisingChannelMap & 0x07 != 0,
               c.primaryAdvertisingIntervalMin >= 0x20, c.primaryAdvertisingIntervalMax >= c.primaryAdvertisingIntervalMin,
-              c.ownAddressType.rawValue <= 3, Self.validProperties(p)
+              c.ownAddressType.rawValue <= 3, c.advertisingFilterPolicy <= 3, Self.validProperties(p)
         else { return .failure(.invalidCommandParameters) }
         if let s = sets[c.advertisingHandle] {
             guard !s.enabled else { return .failure(.commandDisallowed) }
@@ -162,6 +177,7 @@ struct AdvertisingSets {
         s.sid = c.advertisingSID
         s.secondaryPHY = c.secondaryAdvertisingPHY
         s.txPower = power
+        s.filterPolicy = c.advertisingFilterPolicy
         sets[c.advertisingHandle] = s
         return .success(power)
     }
@@ -378,11 +394,14 @@ struct AdvertisingSets {
 
     mutating func reset() { sets.removeAll() }
 
+    /// Whether an enabled set uses the Filter Accept List (its Advertising_Filter_Policy).
+    var usesAcceptList: Bool { sets.values.contains { $0.enabled && $0.filterPolicy != 0 } }
+
     /// Whether any set has periodic advertising on.
     var anyPeriodic: Bool { sets.values.contains { $0.periodicEnabled } }
 
     /// The enabled sets as they go on air, in handle order (the same every run).
-    func broadcasts(publicAddress: BluetoothAddress) -> [AirAdvertisement] {
+    func broadcasts(publicAddress: BluetoothAddress, acceptList: [VirtualController.FilterAcceptListEntry]) -> [AirAdvertisement] {
         sets.keys.sorted().compactMap { h in
             guard let s = sets[h], s.enabled else { return nil }
             let random = s.ownAddressType.rawValue & 1 == 1
@@ -390,7 +409,8 @@ struct AdvertisingSets {
                              properties: s.properties, target: s.directed ? s.peerAddress : nil, data: s.data,
                              scanResponse: s.scanResponse, sid: s.legacy ? 0xFF : s.sid & 0x0F,
                              secondaryPHY: s.legacy ? 0 : s.secondaryPHY, txPower: s.txPower, set: h,
-                             periodicInterval: s.periodicEnabled ? s.periodicInterval : 0)
+                             periodicInterval: s.periodicEnabled ? s.periodicInterval : 0, filterPolicy: s.filterPolicy,
+                             acceptList: s.filterPolicy == 0 ? [] : acceptList)
         }
     }
 }

@@ -58,6 +58,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private var legacyProperties: UInt16 = 0x13
     private var legacyPeerAddress: BluetoothAddress = .zero
     private var ownAddressType: AddressType = .public
+    /// The legacy advertising's Advertising_Filter_Policy (§7.8.5).
+    private var legacyFilterPolicy: UInt8 = 0
+    /// Own_Address_Type of the scan (§7.8.10, §7.8.64): where its scan requests come from.
+    private var scanningAddressType: AddressType = .public
     private var advertisingData: [UInt8] = []
     private var scanResponseData: [UInt8] = []
     /// Legacy advertising (LE Set Advertising Enable) is on.
@@ -283,6 +287,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
             pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll(); filterAcceptList.removeAll()
             defaultPHYs = (Self.supportedPHYs, Self.supportedPHYs)
+            legacyFilterPolicy = 0; scanningAddressType = .public
             suggestedDataLength = (27, 328)
             complete(op)
             if trainsEnded { await radio?.periodicTrainsEnded(self) }
@@ -311,8 +316,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
         case .setEventMask:
             complete(op)
         case .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
-            // §7.8.15–§7.8.17: not while a connection attempt uses the list (nothing else here does).
-            guard pendingConnection == nil || !initiatingWithList else { return complete(op, status: .commandDisallowed) }
+            // §7.8.15–§7.8.17: not while advertising or a connection attempt uses the list.
+            guard pendingConnection == nil || !initiatingWithList, !(isAdvertising && legacyFilterPolicy != 0), !sets.usesAcceptList
+            else { return complete(op, status: .commandDisallowed) }
             if op == .leClearFilterAcceptList {
                 filterAcceptList.removeAll()
             } else if op == .leAddDeviceToFilterAcceptList {
@@ -336,9 +342,11 @@ public actor VirtualController: HCITransport, LoopIsolated {
             let c = try LESetAdvertisingParameters.decode(p)
             guard !isAdvertising else { return complete(op, status: .commandDisallowed) }
             guard let properties = AirAdvertisement.properties(legacyType: c.advertisingType) else { return complete(op, status: .invalidCommandParameters) }
+            guard c.advertisingFilterPolicy <= 3 else { return complete(op, status: .invalidCommandParameters) }
             legacyProperties = properties
             legacyPeerAddress = c.peerAddress
             ownAddressType = c.ownAddressType
+            legacyFilterPolicy = c.advertisingFilterPolicy
             complete(op)
         case .leReadAdvertisingPhysicalChannelTxPower:
             complete(op, HCIOctetReturn(value: UInt8(bitPattern: txPower)))
@@ -359,6 +367,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             // §7.8.10: not while scanning.
             guard !scanning else { return complete(op, status: .commandDisallowed) }
             activeScan = c.scanType == 1
+            scanningAddressType = c.ownAddressType
             complete(op)
         case .leSetScanEnable:
             let c = try LESetScanEnable.decode(p)
@@ -470,6 +479,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             guard c.scanningPHYs != 0 else { return complete(op, status: .invalidCommandParameters) }
             guard c.scanningPHYs == 0x01 else { return complete(op, status: .unsupportedFeatureOrParameterValue) }
             activeScan = c.phys.contains { $0.scanType == 1 }
+            scanningAddressType = c.ownAddressType
             complete(op)
         case .leSetExtendedScanEnable:
             let c = try LESetExtendedScanEnable.decode(p)
@@ -556,9 +566,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
             let (a, t) = advertisedAddress
             let directed = legacyProperties & 0x04 != 0
             out.append(AirAdvertisement(address: a, addressType: t, properties: legacyProperties, target: directed ? legacyPeerAddress : nil,
-                                 data: directed ? [] : advertisingData, scanResponse: scanResponseData, sid: 0xFF, txPower: txPower, set: nil))
+                                        data: directed ? [] : advertisingData, scanResponse: scanResponseData, sid: 0xFF, txPower: txPower, set: nil,
+                                        filterPolicy: legacyFilterPolicy, acceptList: legacyFilterPolicy == 0 ? [] : filterAcceptList))
         }
-        return out + sets.broadcasts(publicAddress: address)
+        return out + sets.broadcasts(publicAddress: address, acceptList: filterAcceptList)
     }
 
     /// Whether directed advertising is for this controller (its public or random address).
@@ -577,12 +588,19 @@ public actor VirtualController: HCITransport, LoopIsolated {
                     emit(.le(.advertisingReport(LEAdvertisingReport(reports: [
                         .init(eventType: b.legacyReportType, addressType: b.addressType, address: b.address, data: b.data, rssi: rssi)]))))
                 }
-                if activeScan, b.scannable, firstTime("rsp \(b.address)") {
+                if activeScan, answersScanRequest(b), firstTime("rsp \(b.address)") {
                     emit(.le(.advertisingReport(LEAdvertisingReport(reports: [
                         .init(eventType: 4, addressType: b.addressType, address: b.address, data: b.scanResponse, rssi: rssi)]))))
                 }
             }
         }
+    }
+
+    /// Whether `b`'s advertiser answers this scanner's scan request (its filter policy
+    /// may take only the scanners on its Filter Accept List).
+    private func answersScanRequest(_ b: AirAdvertisement) -> Bool {
+        let me = scanningAddressType.rawValue & 1 == 1 ? (randomAddress ?? address, AddressType.random) : (address, .public)
+        return b.answersScanRequest(from: me.0, type: me.1)
     }
 
     /// False when duplicate filtering already reported `key`.
@@ -614,7 +632,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             } while offset < data.count
         }
         if firstTime(key) { send(b.data, type: b.extendedReportType) }
-        if activeScan, b.scannable, firstTime("rsp " + key) { send(b.scanResponse, type: b.extendedReportType | 0x08) }
+        if activeScan, answersScanRequest(b), firstTime("rsp " + key) { send(b.scanResponse, type: b.extendedReportType | 0x08) }
     }
 
     /// An advertising event of the enabled sets `handles` (all of them unless told):

@@ -157,8 +157,8 @@ public actor VirtualRadio: LoopIsolated {
 
     /// Among `broadcasts`, the first from one of `addresses` that `central`'s pending connection may connect to.
     private func connectable(_ broadcasts: [AirAdvertisement], at addresses: [BluetoothAddress], by central: VirtualController) async -> AirAdvertisement? {
-        let (initiator, extended) = (await central.initiatingAddress.0, await central.initiatingExtended)
-        return broadcasts.first { addresses.contains($0.address) && $0.accepts(initiator: initiator, extended: extended) }
+        let (initiator, extended) = (await central.initiatingAddress, await central.initiatingExtended)
+        return broadcasts.first { addresses.contains($0.address) && $0.accepts(initiator: initiator.0, type: initiator.1, extended: extended) }
     }
 
     private func connect(central: VirtualController, peripheral: VirtualController, via b: AirAdvertisement) async {

@@ -202,9 +202,17 @@ struct Advertise: AsyncParsableCommand {
         "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable, duration=MS (10 to 655350: the set ends then), events=N (1 to 255: the set ends after N advertising events), periodic=COMPANY:HEX (also a periodic advertising train carrying this manufacturer data; not with connectable), periodic-interval=MS (7.5 to 81918.75, default 100).",
         valueName: "SPEC")) var sets: [String] = []
     @Option(parsing: .unconditional, help: "Seconds to advertise (0.1 to 86400).") var duration: Double = 30
+    @Option(name: .customLong("accept"), help: ArgumentHelp(
+        "Let only this device connect (repeatable; XX:XX:XX:XX:XX:XX[/random]): the controller's Filter Accept List, with every advertisement's Advertising_Filter_Policy.",
+        valueName: "ADDRESS")) var accept: [DeviceAddress] = []
+    @Flag(help: "With --accept: only those devices get the scan response too.") var acceptScans = false
+
+    /// What `--accept` and `--accept-scans` make each advertisement answer alone.
+    var filter: AdvertisingFilter { accept.isEmpty ? [] : acceptScans ? [.connections, .scanRequests] : .connections }
 
     func validate() throws {
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
+        if acceptScans, accept.isEmpty { throw ValidationError("--accept-scans needs the devices: --accept ADDRESS") }
         if let t = txPower, !(-127...20).contains(t) { throw ValidationError("--tx-power must be between -127 and 20 dBm, not \(t)") }
         _ = try payloads()
         for s in sets { _ = try AdvertisingSetSpec(parsing: s) }
@@ -282,24 +290,27 @@ struct Advertise: AsyncParsableCommand {
                 }
             }
             defer { endReporter.cancel() }
-            try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable)
+            if !accept.isEmpty { try await host.setAcceptList(accept) }
+            try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable, acceptListOnly: filter)
             func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool,
                         periodic: (data: AdvertisingData, intervalMilliseconds: Double)? = nil) {
                 if options.json {
                     emit(.object([("event", .string("advertising")), ("set", .int(Int(set))), ("connectable", .bool(connectable)),
                                   ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]
-                                 + (periodic.map { [("periodic", .string($0.data.bytes.hexString)), ("periodic_interval_ms", .double($0.intervalMilliseconds))] } ?? [])))
+                                 + (periodic.map { [("periodic", .string($0.data.bytes.hexString)), ("periodic_interval_ms", .double($0.intervalMilliseconds))] } ?? [])
+                                 + (accept.isEmpty ? [] : [("accept_list", .array(accept.map { .string($0.description) })), ("accept_scans", .bool(acceptScans))])))
                 } else {
                     print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "")"
                           + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable")"
-                          + "\(periodic.map { ", with \($0.data.bytes.count) bytes of periodic advertising every \($0.intervalMilliseconds) ms" } ?? "") for \(duration) s")
+                          + "\(periodic.map { ", with \($0.data.bytes.count) bytes of periodic advertising every \($0.intervalMilliseconds) ms" } ?? "")"
+                          + "\(accept.isEmpty ? "" : ", to \(accept.map(\.description).joined(separator: ", ")) alone\(acceptScans ? " (scan response too)" : "")") for \(duration) s")
                 }
             }
             report(set: 0, d, rsp, connectable: !nonConnectable)
             for s in sets {
                 let spec = try AdvertisingSetSpec(parsing: s)
                 let set = try await host.peripheral.addAdvertisingSet(spec.data, connectable: spec.connectable, intervalMilliseconds: spec.intervalMilliseconds,
-                                                                      duration: spec.duration, maximumEvents: spec.maximumEvents)
+                                                                      duration: spec.duration, maximumEvents: spec.maximumEvents, acceptListOnly: filter)
                 if let p = spec.periodic {
                     try await host.peripheral.startPeriodicAdvertising(on: set, data: p, intervalMilliseconds: spec.periodicIntervalMilliseconds)
                 }

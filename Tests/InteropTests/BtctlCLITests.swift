@@ -157,6 +157,15 @@ import Testing
         #expect(all.filter { $0["event"] as? String == "connected" }.map { $0["set"] as? Int } == [1], "\(adv.output)")
         let heard = try JSONSchemaTests.check(scan.out, against: "scan").filter { $0["event"] as? String == "advertisement" }
         #expect(Set(heard.compactMap { $0["name"] as? String }).isSuperset(of: ["btctl-main", "btctl-second"]), "\(scan.out)")
+        // --accept: a central not on the list cannot connect (Rootcanal checks the filter policy).
+        let only = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "--name", "btctl-only", "--accept", "C0:FF:EE:00:0A:01/random",
+                                                          "-t", rc.transportSpec, "--json", "--duration", "30"])
+        #expect(await only.waitForOutput { $0.contains("\"advertising\"") }, "\(only.output)")
+        let refused = try await Self.run(["gatt", "discover", "-t", rc.transportSpec, "--name", "btctl-only", "--connect-timeout", "2"])
+        #expect(refused.status == 1 && refused.out.contains("no connection"), "\(refused.out)")
+        #expect(await only.stop(signal: SIGINT) == 130)
+        let onlyLines = try JSONSchemaTests.check(only.output, against: "advertise").filter { $0["event"] as? String == "advertising" }
+        #expect(onlyLines.first?["accept_list"] as? [String] == ["C0:FF:EE:00:0A:01/random"], "\(only.output)")
         let beacon = heard.first { ($0["manufacturer_data"] as? [[String: Any]])?.contains { $0["company"] as? Int == 0x05F1 && $0["data"] as? String == "0102" } == true }
         #expect(beacon?["connectable"] as? Bool == false, "\(scan.out)")
     }

@@ -183,6 +183,20 @@ import Transports
     ] + (0..<16).map { Step("fill the list, entry \($0 + 1)", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0F00 + UInt64($0)))) } + [
         Step("add to a full list", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E0F))),
         Step("clear the full list", LEClearFilterAcceptList()),
+        // Advertising that takes connections from the list alone holds it (§7.8.15–§7.8.17).
+        // (A reserved Advertising_Filter_Policy, 4: Rootcanal 1.10 takes it; the virtual
+        // controller refuses it with Invalid HCI Command Parameters, as §7.8.5 reserves it.)
+        Step("advertise to the list's devices alone", LESetAdvertisingParameters(advertisingFilterPolicy: 2)),
+        Step("start advertising", LESetAdvertisingEnable(advertisingEnable: true)),
+        Step("add while advertising through the list", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E01))),
+        Step("remove while advertising through the list", LERemoveDeviceFromFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E01))),
+        Step("clear while advertising through the list", LEClearFilterAcceptList()),
+        Step("stop advertising", LESetAdvertisingEnable(advertisingEnable: false)),
+        Step("add once advertising stopped", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E01))),
+        Step("advertise to all", LESetAdvertisingParameters(advertisingFilterPolicy: 0)),
+        Step("advertise again", LESetAdvertisingEnable(advertisingEnable: true)),
+        Step("add while advertising to all", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E02))),
+        Step("stop advertising to all", LESetAdvertisingEnable(advertisingEnable: false)),
     ]
 
     @Test func acceptListStatusesAreRootcanals() async throws {
