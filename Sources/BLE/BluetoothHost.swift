@@ -259,6 +259,8 @@ public actor BluetoothHost: LoopIsolated {
 
     /// The ATT_MTU this host offers on every link (Exchange MTU, both directions).
     public nonisolated let attMTU: UInt16
+    /// What the GAP service says this peripheral would have its central give it.
+    public nonisolated let preferredConnectionParameters: PreferredConnectionParameters?
 
     /// What an enhanced ATT bearer's channel offers, in either role: MTU = our ATT
     /// MTU (at least 64), MPS one LE data PDU's worth, 10 credits.
@@ -280,11 +282,15 @@ public actor BluetoothHost: LoopIsolated {
     /// `deviceName` and `appearance` are what the GAP service tells a central that
     /// reads them (the name also goes into advertising only when the advertising data
     /// says so); `setDeviceName(_:)` and `setAppearance(_:)` change them later.
+    /// `preferredConnectionParameters` go into the GAP service (Peripheral Preferred
+    /// Connection Parameters, Vol 3, Part C, §12.3) for centrals that read them;
+    /// `start()` refuses values outside §12.3's ranges.
     public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
                 commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024,
                 extendedCommands: ExtendedCommandsPolicy = .automatic, attMTU: UInt16 = 517,
                 security: SecurityOptions = SecurityOptions(), deviceName: String = "swift-ble-host", appearance: UInt16 = 0,
-                enhancedATT: Bool = false) {
+                enhancedATT: Bool = false, preferredConnectionParameters: PreferredConnectionParameters? = nil) {
+        self.preferredConnectionParameters = preferredConnectionParameters
         self.logger = logger
         self.enhancedATT = enhancedATT
         self.attMTU = Swift.max(23, attMTU)
@@ -296,7 +302,8 @@ public actor BluetoothHost: LoopIsolated {
         // Mandatory GAP and GATT services (Device Name, Appearance, Service Changed, ...):
         // the first services of an empty database, so this cannot fail.
         self.mandatory = (try? db.addMandatoryServices(deviceName: deviceName, appearance: appearance,
-                                                       serverFeatures: enhancedATT ? ServerSupportedFeatures.eatt : nil))
+                                                       serverFeatures: enhancedATT ? ServerSupportedFeatures.eatt : nil,
+                                                       preferredConnectionParameters: preferredConnectionParameters))
             ?? .none
         self.server = GATTServer(database: db, loop: controller.loop, logger: logger)
         self.securityOptions = security
@@ -337,6 +344,9 @@ public actor BluetoothHost: LoopIsolated {
     /// false); the state goes initializing → ready, or failed. Returns what was learned.
     @discardableResult
     public func start(reset: Bool = true) async throws -> ControllerInfo {
+        if let p = preferredConnectionParameters, !p.isValid {
+            throw BLEError.invalidArgument("Peripheral Preferred Connection Parameters outside Vol 3, Part C, §12.3's ranges: \(p)")
+        }
         if tasks.isEmpty {
             await controller.start()
             let events = await controller.events(capacity: 4096, answers: true)

@@ -2,7 +2,9 @@
 // supervision timeout (both roles), data length and PHY (when the controller has
 // them; "Unknown HCI Command" and "Unsupported Feature" mean "not here", not an error).
 
+import ATT
 import GAP
+import GATT
 import HCI
 import L2CAP
 import NIOCore
@@ -337,5 +339,42 @@ extension RemotePeripheral {
                                  within limit: Duration = .seconds(10)) async throws -> ConnectionParameters? {
         try await host.updateParameters(connection, intervalMin: intervalMin, intervalMax: intervalMax, latency: latency,
                                         supervisionTimeout: supervisionTimeout, within: limit)
+    }
+
+    /// The connection the peripheral would have (its GAP service's Peripheral Preferred
+    /// Connection Parameters, Vol 3, Part C, §12.3), as BlueZ's central reads them;
+    /// nil when it has none. `GATTClientError.malformedEntry` when the value is
+    /// not 8 octets or outside §12.3's ranges.
+    public func preferredConnectionParameters() async throws -> PreferredConnectionParameters? {
+        let c: RemoteCharacteristic
+        do {
+            c = try await characteristic(GATTCharacteristicType.peripheralPreferredConnectionParameters, in: BluetoothUUID(0x1800))
+        } catch BLEError.notSupported {
+            return nil
+        }
+        let value = try await read(c)
+        guard let p = PreferredConnectionParameters(value: value), p.isValid else {
+            throw GATTClientError.malformedEntry(.readResponse, handle: c.valueHandle,
+                                                 reason: "Peripheral Preferred Connection Parameters are 8 octets in §12.3's ranges, not \(value.hexString)")
+        }
+        return p
+    }
+
+    /// Gives the peripheral the connection it prefers (`preferredConnectionParameters()`,
+    /// then `updateParameters`), as BlueZ applies them. Nil when it states none, no
+    /// interval, or the update did not happen. Without a latency preference the
+    /// latency is 0; without a timeout preference the timeout is 5 s, or longer when
+    /// the interval and latency need it (§4.5.2 of Vol 6, Part B: more than
+    /// (1 + latency) × interval × 2).
+    @discardableResult
+    public func updateToPreferredParameters(within limit: Duration = .seconds(10)) async throws -> ConnectionParameters? {
+        guard let p = try await preferredConnectionParameters() else { return nil }
+        let none = PreferredConnectionParameters.noPreference
+        guard p.intervalMin != none || p.intervalMax != none else { return nil }
+        let (low, high) = (p.intervalMin == none ? p.intervalMax : p.intervalMin, p.intervalMax == none ? p.intervalMin : p.intervalMax)
+        // In 10 ms units: (1 + latency) × interval (1.25 ms units) × 2, and one more.
+        let least = (Int(1 + p.latency) * Int(high) * 125 * 2 + 999) / 1000 + 1
+        let timeout = p.supervisionTimeout != none ? p.supervisionTimeout : UInt16(min(3200, max(500, least)))
+        return try await updateParameters(intervalMin: low, intervalMax: high, latency: p.latency, supervisionTimeout: timeout, within: limit)
     }
 }

@@ -1,6 +1,7 @@
 // The services every GATT server has (Core Specification v5.4, Vol 3, Part C, §12
-// and Part G, §7): GAP (Device Name, Appearance) and GATT (Service Changed, Client
-// Supported Features, Database Hash), and the Database Hash itself (§7.3.1).
+// and Part G, §7): GAP (Device Name, Appearance, and Peripheral Preferred Connection
+// Parameters when given) and GATT (Service Changed, Client Supported Features,
+// Database Hash), and the Database Hash itself (§7.3.1).
 
 import ATT
 import BLECrypto
@@ -9,6 +10,7 @@ import HCI
 public enum GATTCharacteristicType {
     public static let deviceName = BluetoothUUID(0x2A00)
     public static let appearance = BluetoothUUID(0x2A01)
+    public static let peripheralPreferredConnectionParameters = BluetoothUUID(0x2A04)
     public static let serviceChanged = BluetoothUUID(0x2A05)
     public static let clientSupportedFeatures = BluetoothUUID(0x2B29)
     public static let databaseHash = BluetoothUUID(0x2B2A)
@@ -33,6 +35,58 @@ public enum ClientSupportedFeatures {
     public static let all: UInt8 = 0x07
 }
 
+/// Peripheral Preferred Connection Parameters (Vol 3, Part C, §12.3): the connection a
+/// peripheral would have its central give it, in its GAP service, as NimBLE's and
+/// Zephyr's GAP services carry it; BlueZ's central reads it for the device's links. Four
+/// little-endian 16-bit fields; 0xFFFF in one says "no preference".
+public struct PreferredConnectionParameters: Hashable, Sendable, CustomStringConvertible {
+    /// Connection interval bounds in 1.25 ms units: 6 to 3200 (7.5 ms to 4 s), or 0xFFFF.
+    public var intervalMin: UInt16
+    public var intervalMax: UInt16
+    /// Peripheral latency in connection events: 0 to 499.
+    public var latency: UInt16
+    /// Supervision timeout in 10 ms units: 10 to 3200 (100 ms to 32 s), or 0xFFFF.
+    public var supervisionTimeout: UInt16
+
+    /// The value a field takes for "no preference".
+    public static let noPreference: UInt16 = 0xFFFF
+
+    public init(intervalMin: UInt16, intervalMax: UInt16, latency: UInt16 = 0, supervisionTimeout: UInt16) {
+        self.intervalMin = intervalMin
+        self.intervalMax = intervalMax
+        self.latency = latency
+        self.supervisionTimeout = supervisionTimeout
+    }
+
+    /// The characteristic's value as a server holds it: `nil` unless 8 octets.
+    public init?(value: [UInt8]) {
+        guard value.count == 8 else { return nil }
+        func u16(_ i: Int) -> UInt16 { UInt16(value[i]) | UInt16(value[i + 1]) << 8 }
+        self.init(intervalMin: u16(0), intervalMax: u16(2), latency: u16(4), supervisionTimeout: u16(6))
+    }
+
+    public var value: [UInt8] {
+        [intervalMin, intervalMax, latency, supervisionTimeout].flatMap { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }
+    }
+
+    /// Whether each field is in §12.3's range (or says "no preference"), the maximum
+    /// interval at least the minimum, and the timeout longer than (1 + latency) ×
+    /// the maximum interval × 2 (Vol 6, Part B, §4.5.2; BlueZ checks the same).
+    public var isValid: Bool {
+        let none = Self.noPreference
+        func interval(_ v: UInt16) -> Bool { v == none || (6...3200).contains(v) }
+        guard interval(intervalMin), interval(intervalMax), intervalMin == none || intervalMax == none || intervalMin <= intervalMax,
+              latency <= 499, supervisionTimeout == none || (10...3200).contains(supervisionTimeout) else { return false }
+        // In units: timeout × 10 ms > (1 + latency) × interval × 1.25 ms × 2.
+        return intervalMax == none || supervisionTimeout == none || (1 + Int(latency)) * Int(intervalMax) < 4 * Int(supervisionTimeout)
+    }
+
+    public var description: String {
+        func ms(_ v: UInt16, _ unit: Double) -> String { v == Self.noPreference ? "no preference" : "\(Double(v) * unit) ms" }
+        return "interval \(ms(intervalMin, 1.25)) to \(ms(intervalMax, 1.25)), latency \(latency), timeout \(ms(supervisionTimeout, 10))"
+    }
+}
+
 /// Handles of the mandatory services' characteristics in a database.
 public struct MandatoryHandles: Hashable, Sendable {
     public var deviceName: UInt16
@@ -50,12 +104,16 @@ public struct MandatoryHandles: Hashable, Sendable {
 extension AttributeDatabase {
     /// Adds the GAP and GATT services (call first, so they take the lowest handles).
     /// With `serverFeatures`, the GATT service ends with a Server Supported Features
-    /// characteristic holding them (§7.4; a server that takes EATT must have it).
-    public mutating func addMandatoryServices(deviceName: String, appearance: UInt16 = 0, serverFeatures: UInt8? = nil) throws -> MandatoryHandles {
+    /// characteristic holding them (§7.4; a server that takes EATT must have it). With
+    /// `preferredConnectionParameters`, the GAP service ends with them (§12.3).
+    public mutating func addMandatoryServices(deviceName: String, appearance: UInt16 = 0, serverFeatures: UInt8? = nil,
+                                              preferredConnectionParameters: PreferredConnectionParameters? = nil) throws -> MandatoryHandles {
         let gap = try add(GATTService(uuid: BluetoothUUID(0x1800), characteristics: [
             GATTCharacteristic(uuid: GATTCharacteristicType.deviceName, properties: [.read], value: Array(deviceName.utf8.prefix(248))),
             GATTCharacteristic(uuid: GATTCharacteristicType.appearance, properties: [.read], value: [UInt8(appearance & 0xFF), UInt8(appearance >> 8)]),
-        ]))
+        ] + (preferredConnectionParameters.map {
+            [GATTCharacteristic(uuid: GATTCharacteristicType.peripheralPreferredConnectionParameters, properties: [.read], value: $0.value)]
+        } ?? [])))
         let gatt = try add(GATTService(uuid: BluetoothUUID(0x1801), characteristics: [
             GATTCharacteristic(uuid: GATTCharacteristicType.serviceChanged, properties: [.indicate], permissions: [], value: [0, 0, 0, 0]),
             GATTCharacteristic(uuid: GATTCharacteristicType.clientSupportedFeatures, properties: [.read, .write], value: [0], maximumLength: 1),

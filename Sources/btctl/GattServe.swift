@@ -134,10 +134,13 @@ struct DatabaseFile {
                                   maximumLength: maxLength, descriptors: descriptors)
     }
 
-    /// Builds the database: the mandatory GAP and GATT services first, then the file's.
-    func database() throws -> AttributeDatabase {
+    /// Builds the database: the mandatory GAP and GATT services first (as the host
+    /// makes them: with Server Supported Features for EATT, with the preferred
+    /// connection parameters when given), then the file's.
+    func database(enhancedATT: Bool = false, preferredConnectionParameters: PreferredConnectionParameters? = nil) throws -> AttributeDatabase {
         var db = AttributeDatabase()
-        _ = try db.addMandatoryServices(deviceName: name ?? "btctl")
+        _ = try db.addMandatoryServices(deviceName: name ?? "btctl", serverFeatures: enhancedATT ? ServerSupportedFeatures.eatt : nil,
+                                        preferredConnectionParameters: preferredConnectionParameters)
         var starts: [UInt16] = []
         for (i, s) in services.enumerated() {
             do {
@@ -311,6 +314,9 @@ extension Gatt {
         var eatt = false
         @Option(help: ArgumentHelp("The ATT_MTU to answer Exchange MTU with, 23 to 517; each link uses the smaller of ours and the central's.", valueName: "OCTETS"))
         var attMTU: Int = 517
+        @Option(help: ArgumentHelp("Peripheral Preferred Connection Parameters for the GAP service: MIN:MAX:LATENCY:TIMEOUT, intervals in 1.25 ms units (6 to 3200), latency in events (0 to 499), timeout in 10 ms units (10 to 3200); 'none' in a field says no preference.",
+                                   valueName: "PARAMETERS"), transform: parsePreferredConnectionParameters)
+        var preferredConnectionParameters: PreferredConnectionParameters?
 
         func validate() throws {
             if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
@@ -322,7 +328,7 @@ extension Gatt {
             guard let data = FileManager.default.contents(atPath: file) else { throw CLIError("cannot read \(file)") }
             do {
                 let spec = try DatabaseFile(parsing: [UInt8](data))
-                return (spec, try spec.database())
+                return (spec, try spec.database(enhancedATT: eatt, preferredConnectionParameters: preferredConnectionParameters))
             } catch let e as JSONSyntaxError {
                 throw CLIError("\(file):\(e.line):\(e.column): invalid JSON: \(e.message)")
             } catch let e as JSONSchemaError {
@@ -338,7 +344,8 @@ extension Gatt {
             let answers = ConsoleAnswers()
             let store = AdapterBondStore(path: pairing.store.bonds)
             let (host, writer) = try await options.openHost(security: pairing.securityOptions(store: store, json: options.json, answers: answers),
-                                                            deviceName: name, attMTU: UInt16(attMTU), enhancedATT: eatt)
+                                                            deviceName: name, attMTU: UInt16(attMTU), enhancedATT: eatt,
+                                                            preferredConnectionParameters: preferredConnectionParameters)
             defer { writer?.close() }
             do {
                 let address = try await host.start().address
@@ -633,4 +640,20 @@ private final class EventTally: Sendable {
         state.withLock { $0[name, default: 0] += 1 }
     }
     var counts: [String: Int] { state.withLock { $0 } }
+}
+
+/// `--preferred-connection-parameters MIN:MAX:LATENCY:TIMEOUT` ('none' for 0xFFFF), in
+/// §12.3's ranges.
+func parsePreferredConnectionParameters(_ s: String) throws -> PreferredConnectionParameters {
+    let fields = s.split(separator: ":", omittingEmptySubsequences: false).map { f -> UInt16? in
+        f.lowercased() == "none" ? PreferredConnectionParameters.noPreference : UInt16(f)
+    }
+    guard fields.count == 4, let a = fields[0], let b = fields[1], let l = fields[2], let t = fields[3] else {
+        throw ValidationError("--preferred-connection-parameters is MIN:MAX:LATENCY:TIMEOUT, not '\(s)'")
+    }
+    let p = PreferredConnectionParameters(intervalMin: a, intervalMax: b, latency: l, supervisionTimeout: t)
+    guard p.isValid else {
+        throw ValidationError("--preferred-connection-parameters: intervals 6 to 3200 (MIN at most MAX), latency 0 to 499, timeout 10 to 3200, or 'none'; not '\(s)'")
+    }
+    return p
 }

@@ -41,6 +41,35 @@ struct MandatoryServicesTests {
         #expect(try db.databaseHash() != h0)
     }
 
+    /// Peripheral Preferred Connection Parameters (Vol 3, Part C, §12.3): four
+    /// little-endian 16-bit fields, the last characteristic of the GAP service.
+    @Test func preferredConnectionParametersEndTheGAPService() throws {
+        let p = PreferredConnectionParameters(intervalMin: 0x0018, intervalMax: 0x0028, latency: 4, supervisionTimeout: 0x01F4)
+        #expect(p.value == [0x18, 0x00, 0x28, 0x00, 0x04, 0x00, 0xF4, 0x01])
+        #expect(PreferredConnectionParameters(value: p.value) == p && p.isValid)
+        #expect(PreferredConnectionParameters(value: Array(p.value.dropLast())) == nil && PreferredConnectionParameters(value: p.value + [0]) == nil)
+        var db = AttributeDatabase()
+        _ = try db.addMandatoryServices(deviceName: "swift", preferredConnectionParameters: p)
+        // GAP 1; Device Name 2–3; Appearance 4–5; PPCP 6–7; GATT from 8.
+        #expect(db.attribute(6)?.value == [0x02, 0x07, 0x00, 0x04, 0x2A])
+        #expect(db.attribute(7)?.value == p.value && db.attribute(8)?.value == [0x01, 0x18])
+        // §12.3's ranges; 0xFFFF is "no preference" where the spec allows it.
+        let none = PreferredConnectionParameters.noPreference
+        let valid = [p, PreferredConnectionParameters(intervalMin: none, intervalMax: none, latency: 0, supervisionTimeout: none),
+                     PreferredConnectionParameters(intervalMin: 6, intervalMax: 6, latency: 0, supervisionTimeout: 10),
+                     PreferredConnectionParameters(intervalMin: 6, intervalMax: 3200, latency: 0, supervisionTimeout: 3200),
+                     PreferredConnectionParameters(intervalMin: 6, intervalMax: 6, latency: 499, supervisionTimeout: 3200)]
+        let invalid = [PreferredConnectionParameters(intervalMin: 5, intervalMax: 40, supervisionTimeout: 500),
+                       PreferredConnectionParameters(intervalMin: 40, intervalMax: 24, supervisionTimeout: 500),
+                       PreferredConnectionParameters(intervalMin: 24, intervalMax: 3201, supervisionTimeout: 500),
+                       PreferredConnectionParameters(intervalMin: 24, intervalMax: 40, latency: 500, supervisionTimeout: 500),
+                       PreferredConnectionParameters(intervalMin: 24, intervalMax: 40, supervisionTimeout: 9),
+                       PreferredConnectionParameters(intervalMin: 24, intervalMax: 40, latency: none, supervisionTimeout: 500),
+                       // 100 ms timeout against 3 × 50 ms × 2: the link would time out between events.
+                       PreferredConnectionParameters(intervalMin: 24, intervalMax: 40, latency: 2, supervisionTimeout: 10)]
+        #expect(valid.allSatisfy(\.isValid) && !invalid.contains(where: \.isValid))
+    }
+
     /// A bonded client's record put back at reconnection (`GATTServer.restoreClient`):
     /// its Service Changed subscription comes back; with the hash it knew still ours,
     /// nothing is indicated; with another, Service Changed for 0x0001–0xFFFF is, and

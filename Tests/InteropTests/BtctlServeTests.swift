@@ -92,6 +92,29 @@ import Testing
         #expect(values == (0..<40).map { String(format: "%02x", $0) }, "\(server.output)")
     }
 
+    /// `--preferred-connection-parameters`: Bumble's client reads them from our GAP
+    /// service (Peripheral Preferred Connection Parameters, four little-endian fields);
+    /// values outside §12.3's ranges are a usage error.
+    @Test func bumbleReadsThePreferredConnectionParameters() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let path = Interop.root + "/docs/examples/battery.json"
+        let bad = try await BtctlCLITests.run(["gatt", "serve", path, "-t", "virtual", "--preferred-connection-parameters", "40:24:0:none"])
+        #expect(bad.status == 64 && bad.out.contains("MIN at most MAX"), "\(bad.out)")
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", path, "-t", rc.transportSpec, "--json",
+                                                            "--preferred-connection-parameters", "24:40:0:none"])
+        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
+        let bumble = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort),
+                                                        "name:btctl-battery", "--no-subscribe"], timeout: 60)
+        server.send("quit")
+        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        let reads = Self.events(bumble.out).filter { $0["event"] as? String == "read" }
+        let ppcp = reads.first { ($0["uuid"] as? String)?.uppercased().contains("2A04") == true }
+        #expect(ppcp?["value"] as? String == "180028000000ffff", "\(bumble.out)")
+    }
+
     /// `--no-service-uuids` advertises the name alone (the flag's name is spelled as the
     /// docs spell it, not as the argument parser would split `noServiceUUIDs`).
     @Test func noServiceUUIDsAdvertisesTheNameAlone() async throws {
