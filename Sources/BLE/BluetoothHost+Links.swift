@@ -96,6 +96,7 @@ extension BluetoothHost {
     func linkChanged(_ conn: Connection, _ event: L2CAPHost.LinkLayerEvent) {
         switch event {
         case let .parametersUpdated(u) where u.status.isSuccess:
+            links.parameters[conn.id] = ConnectionParameters(interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout)
             connectionBroadcast.yield(.parametersUpdated(conn, interval: u.connectionInterval, latency: u.peripheralLatency,
                                                          supervisionTimeout: u.supervisionTimeout))
         case let .phyUpdated(u) where u.status.isSuccess:
@@ -103,6 +104,8 @@ extension BluetoothHost {
         case let .dataLengthChanged(d):
             links.dataLengths[conn.id] = DataLength(d)
             connectionBroadcast.yield(.dataLengthChanged(conn, DataLength(d)))
+        case let .established(interval, latency, timeout):
+            links.parameters[conn.id] = ConnectionParameters(interval: interval, latency: latency, supervisionTimeout: timeout)
         case let .remoteFeatures(f) where f.status.isSuccess:
             links.remoteFeatures[conn.id] = LEFeatures(rawValue: f.leFeatures)
         case let .remoteVersion(v) where v.status.isSuccess:

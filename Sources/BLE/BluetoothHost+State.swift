@@ -39,6 +39,9 @@ extension BluetoothHost {
         var mtuExchanged: Set<UInt64> = []
         /// Each link's data length since its last LE Data Length Change (none: `DataLength.initial`).
         var dataLengths: [UInt64: DataLength] = [:]
+        /// Each link's connection parameters: LE Connection Complete's, then the last
+        /// LE Connection Update Complete's.
+        var parameters: [UInt64: ConnectionParameters] = [:]
         /// What each link's peer said of itself (LE Read Remote Features, Read Remote
         /// Version Information): it does not change while the link lasts.
         var remoteFeatures: [UInt64: LEFeatures] = [:]
@@ -80,6 +83,7 @@ extension BluetoothHost {
             clients[id] = nil
             mtuExchanged.remove(id)
             dataLengths[id] = nil
+            parameters[id] = nil
             remoteFeatures[id] = nil
             remoteVersions[id] = nil
             ended[id] = end

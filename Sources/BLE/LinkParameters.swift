@@ -9,8 +9,9 @@ import HCI
 import L2CAP
 import NIOCore
 
-/// Parameters in force after LE Connection Update Complete.
-public struct ConnectionParameters: Hashable, Sendable {
+/// A link's connection parameters (LE Connection Complete, then LE Connection Update
+/// Complete).
+public struct ConnectionParameters: Hashable, Sendable, CustomStringConvertible {
     /// Connection interval in 1.25 ms units.
     public var interval: UInt16
     public var latency: UInt16
@@ -20,6 +21,9 @@ public struct ConnectionParameters: Hashable, Sendable {
         self.interval = interval
         self.latency = latency
         self.supervisionTimeout = supervisionTimeout
+    }
+    public var description: String {
+        "interval \(Double(interval) * 1.25) ms, latency \(latency), timeout \(Int(supervisionTimeout) * 10) ms"
     }
 }
 
@@ -184,6 +188,13 @@ extension BluetoothHost {
         }
     }
 
+    /// Link `c`'s connection parameters now: LE Connection Complete's, then the last
+    /// LE Connection Update Complete's (either side may change them).
+    public func parameters(of c: Connection) throws -> ConnectionParameters {
+        guard isActive(c.id), let p = links.parameters[c.id] else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+        return p
+    }
+
     /// Link `c`'s data length now, as the last LE Data Length Change said
     /// (`DataLength.initial` before any). No HCI command reads it.
     public func dataLength(of c: Connection) throws -> DataLength {
@@ -317,6 +328,9 @@ extension BluetoothHost {
 extension RemotePeripheral {
     /// The link's PHYs now; see `BluetoothHost.phy(of:)`.
     public func phy() async throws -> LinkPHY { try await host.phy(of: connection) }
+
+    /// The link's connection parameters now; see `BluetoothHost.parameters(of:)`.
+    public func parameters() async throws -> ConnectionParameters { try await host.parameters(of: connection) }
 
     /// The link's data length now; see `BluetoothHost.dataLength(of:)`.
     public func dataLength() async throws -> DataLength { try await host.dataLength(of: connection) }

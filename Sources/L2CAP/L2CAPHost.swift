@@ -86,6 +86,9 @@ public actor L2CAPHost: LoopIsolated {
     /// What the controller reports about a link's link layer (any status): the
     /// procedures that change it, and what it learned of the peer.
     public enum LinkLayerEvent: Sendable, Equatable {
+        /// The parameters LE (Enhanced) Connection Complete gave the link: right after
+        /// its `.connected`.
+        case established(interval: UInt16, latency: UInt16, supervisionTimeout: UInt16)
         case parametersUpdated(LEConnectionUpdateComplete)
         case phyUpdated(LEPHYUpdateComplete)
         case dataLengthChanged(LEDataLengthChange)
@@ -476,9 +479,13 @@ public actor L2CAPHost: LoopIsolated {
     private func handle(_ event: HCIEvent) {
         switch event {
         case let .le(.connectionComplete(c)) where c.status.isSuccess:
-            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+            if connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType)) {
+                linkLayer(c.connectionHandle, .established(interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout))
+            }
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
-            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType))
+            if connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType)) {
+                linkLayer(c.connectionHandle, .established(interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout))
+            }
         case let .le(.connectionUpdateComplete(u)):
             linkLayer(u.connectionHandle, .parametersUpdated(u))
         case let .le(.phyUpdateComplete(u)):
@@ -519,14 +526,15 @@ public actor L2CAPHost: LoopIsolated {
         for (_, k) in linkContinuations { k.yield(.linkLayer(info, event)) }
     }
 
-    private func connected(_ c: Connection) {
+    /// A new link (true), or a report of one already up (false: ignored).
+    private func connected(_ c: Connection) -> Bool {
         // A controller that reports a connection already up (a firmware bug; the
         // handle is never reused before its Disconnection Complete) would otherwise
         // reset the link's channels and bearers under its users. Ignored, as Linux does.
         guard connections[c.handle] == nil else {
             logger.warning("connection complete for a connection already up ignored",
                            metadata: ["ble.handle": "\(c.handle)", "ble.peer": "\(c.peer)"])
-            return
+            return false
         }
         var signaling = LESignalingChannel(role: c.role)
         for (spsm, l) in listening { signaling.channels.listen(spsm: spsm, l.parameters, security: l.security) }
@@ -534,6 +542,7 @@ public actor L2CAPHost: LoopIsolated {
         for (_, k) in connectionContinuations { k.yield(c) }
         for (_, k) in linkContinuations { k.yield(.connected(c)) }
         logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
+        return true
     }
 
     private func finishAll() {

@@ -1,6 +1,7 @@
 // btctl leinfo: connect to a peer and print what its controller says of itself, as
 // BlueZ's `hcitool leinfo` does: its LE features (LE Read Remote Features) and its
-// link-layer version and manufacturer (Read Remote Version Information).
+// link-layer version and manufacturer (Read Remote Version Information); and the
+// link's connection parameters, PHY and data length.
 
 import ArgumentParser
 import BLE
@@ -10,7 +11,7 @@ import Snoop
 struct LEInfo: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "leinfo",
-        abstract: "Connect to a peer and print its LE features, Bluetooth version and manufacturer (hcitool leinfo).")
+        abstract: "Connect to a peer and print its LE features, Bluetooth version and manufacturer (hcitool leinfo), and the link's parameters, PHY and data length.")
 
     @OptionGroup var options: ControllerOptions
     @OptionGroup var peer: PeerOptions
@@ -19,10 +20,13 @@ struct LEInfo: AsyncParsableCommand {
         let (session, writer) = try await PeerSession.open(options, peer)
         defer { writer?.close() }
         let c = session.peripheral.connection
-        let features: LEFeatures?, version: RemoteVersion?
+        let features: LEFeatures?, version: RemoteVersion?, link: Link
         do {
             features = try await session.peripheral.remoteFeatures()
             version = try await session.peripheral.remoteVersion()
+            // A controller with LE 1M only has no LE Read PHY.
+            link = Link(parameters: try await session.peripheral.parameters(), phy: try? await session.peripheral.phy(),
+                        dataLength: try await session.peripheral.dataLength())
         } catch {
             await session.close()
             throw CLIError("cannot read the peer's features and version: \(error)")
@@ -39,15 +43,29 @@ struct LEInfo: AsyncParsableCommand {
             if let f = features {
                 o += [("le_features", .array(f.names.map { .string($0) })), ("le_features_mask", .int(Int(truncatingIfNeeded: f.rawValue)))]
             }
+            let p = link.parameters
+            o += [("interval", .int(Int(p.interval))), ("latency", .int(Int(p.latency))), ("supervision_timeout", .int(Int(p.supervisionTimeout))),
+                  ("tx_octets", .int(link.dataLength.maxTxOctets)), ("rx_octets", .int(link.dataLength.maxRxOctets))]
+            if let phy = link.phy { o += [("phy_tx", .string(phy.tx.description)), ("phy_rx", .string(phy.rx.description))] }
             emit(.object(o))
         } else {
-            print(Self.text(address: address, handle: c.handle, features: features, version: version))
+            print(Self.text(address: address, handle: c.handle, features: features, version: version, link: link))
         }
         if let e = writer?.error { throw CLIError("the btsnoop recording failed: \(e)") }
     }
 
-    static func text(address: String, handle: UInt16, features: LEFeatures?, version: RemoteVersion?) -> String {
-        var lines = ["Peer          \(address) (handle \(handle))"]
+    /// What the link is now.
+    struct Link {
+        var parameters: ConnectionParameters
+        var phy: LinkPHY?
+        var dataLength: DataLength
+    }
+
+    static func text(address: String, handle: UInt16, features: LEFeatures?, version: RemoteVersion?, link: Link) -> String {
+        var lines = ["Peer          \(address) (handle \(handle))",
+                     "Link          \(link.parameters)",
+                     "PHY           \(link.phy?.description ?? "LE 1M (the controller has no other)")",
+                     "Data length   \(link.dataLength.maxTxOctets) octets out, \(link.dataLength.maxRxOctets) in"]
         if let v = version {
             lines.append("LL version    \(CoreVersion.name(v.version)) (\(v.version)), subversion 0x\(String(v.subversion, radix: 16))")
             lines.append("Manufacturer  \(CompanyIdentifier.name(v.companyIdentifier)) (\(v.companyIdentifier))")

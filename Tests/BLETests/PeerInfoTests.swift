@@ -31,6 +31,13 @@ import Testing
                 && features.contains(bit: LEFeatures.dataPacketLengthExtension), "\(features)")
         let version = try #require(try await remote.remoteVersion())
         #expect(version == RemoteVersion(version: 13, companyIdentifier: 0xFFFF, subversion: 0))
+        // The link's parameters: LE Connection Complete's (the host's default interval,
+        // 50 ms), then each update's, on both sides.
+        let link0 = try #require(await peripheral.connections.first)
+        #expect(try await remote.parameters() == ConnectionParameters(interval: 40, latency: 0, supervisionTimeout: 500))
+        #expect(try await peripheral.parameters(of: link0) == remote.parameters())
+        _ = try await remote.updateParameters(intervalMin: 0x10, intervalMax: 0x18, latency: 1, supervisionTimeout: 0x100)
+        #expect(try await remote.parameters() == ConnectionParameters(interval: 0x18, latency: 1, supervisionTimeout: 0x100))
         #expect(version.description.hasPrefix("Bluetooth 5.4 (0xd)"), "\(version)")
         // Asked once per link: the second calls send nothing.
         let asked = commands.withLock { $0 }
@@ -44,6 +51,7 @@ import Testing
         #expect(!ours.contains(bit: LEFeatures.le2MPHY) && ours.contains(bit: LEFeatures.encryption))
         _ = try await remote.disconnect()
         await #expect(throws: BLEError.self) { try await remote.remoteFeatures() }
+        await #expect(throws: BLEError.self) { try await remote.parameters() }
         withExtendedLifetime(radio) {}
     }
 
@@ -61,5 +69,8 @@ import Testing
         #expect(version.version == pInfo.version.lmpVersion && version.companyIdentifier == pInfo.version.companyIdentifier, "\(version)")
         let link = try #require(await p.connections.first)
         #expect(try await p.remoteVersion(of: link) != nil)
+        // Both sides know the link's parameters from LE Connection Complete.
+        let parameters = try await remote.parameters()
+        #expect(try await p.parameters(of: link) == parameters && parameters.interval >= 6, "\(parameters)")
     }
 }

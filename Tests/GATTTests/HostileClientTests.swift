@@ -53,7 +53,10 @@ struct HostileClientTests {
         for h in handles {
             t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(
                 connectionHandle: h, role: .peripheral, peerAddressType: .random, peerAddress: BluetoothAddress("C0:11:22:33:44:55")!))))
-            guard case .connected? = await links.next() else { throw GATTClientError.emptyResponse(.errorResponse) }
+            // The link's start (its parameters follow it on the stream).
+            while let e = await links.next() {
+                if case let .connected(c) = e, c.handle == h { break }
+            }
             await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: h), logger: Self.logger), connection: h)
         }
         return Pipeline(transport: t, host: host, server: server, indicateHandle: s.characteristicValues[0], cccd: try #require(s.clientConfigurations[0]))

@@ -114,7 +114,8 @@ import Testing
         let peerInfo = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual5", "--json"])
         let infoLines = try JSONSchemaTests.check(peerInfo.out, against: "leinfo")
         #expect(peerInfo.status == 0 && infoLines.first?["event"] as? String == "peer" && infoLines.first?["version"] as? Int == 13
-                && (infoLines.first?["le_features"] as? [String])?.contains("LE 2M PHY") == true, "\(peerInfo.out)")
+                && (infoLines.first?["le_features"] as? [String])?.contains("LE 2M PHY") == true
+                && infoLines.first?["interval"] as? Int == 40 && infoLines.first?["phy_tx"] as? String == "LE 1M", "\(peerInfo.out)")
         let infoText = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual"])
         #expect(infoText.status == 0 && infoText.out.contains("LL version    5.4 (13)") && !infoText.out.contains("LE 2M PHY"), "\(infoText.out)")
         // Several peers: whichever the controller connects to first (its Filter Accept List), said.

@@ -48,6 +48,8 @@ struct L2CAPHostTests {
         let complete = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .peripheral, peerAddressType: .random, peerAddress: Self.peer)))
         t.inject(complete)
         guard case .connected? = await links.next() else { Issue.record("no link"); return }
+        // Its parameters, as LE Connection Complete gave them.
+        guard case .linkLayer(_, .established(0x28, 0, 0x1F4))? = await links.next() else { Issue.record("no parameters"); return }
         // A channel on the link, opened by the peer.
         let channels = await host.listen(spsm: 0x0080, parameters: CreditBasedParameters(), security: .none, backlog: 4)
         t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .leSignaling, payload:
@@ -62,7 +64,7 @@ struct L2CAPHostTests {
         #expect(await it.next() == ChannelFrame(handle: 0x40, payload: [0x0A, 0x03, 0x00]))
         let stillOpen = await channel.closeReason == nil
         #expect(stillOpen)
-        // The next link event is the real end, not a second start.
+        // The next link event is the real end, not a second start (nor its parameters).
         t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
         guard case .disconnected? = await links.next() else { Issue.record("a second link start reached the layers above"); return }
     }
