@@ -106,6 +106,7 @@ extension BluetoothHost {
             connectionBroadcast.yield(.dataLengthChanged(conn, DataLength(d)))
         case let .established(interval, latency, timeout):
             links.parameters[conn.id] = ConnectionParameters(interval: interval, latency: latency, supervisionTimeout: timeout)
+            scheduleParameterRequest(conn)
         case let .remoteFeatures(f) where f.status.isSuccess:
             links.remoteFeatures[conn.id] = LEFeatures(rawValue: f.leFeatures)
         case let .remoteVersion(v) where v.status.isSuccess:

@@ -42,6 +42,9 @@ extension BluetoothHost {
         /// Each link's connection parameters: LE Connection Complete's, then the last
         /// LE Connection Update Complete's.
         var parameters: [UInt64: ConnectionParameters] = [:]
+        /// Peripheral links waiting for TGAP(conn_pause_peripheral) before the host asks
+        /// for the preferred parameters (`scheduleParameterRequest`).
+        var parameterRequests: [UInt64: LoopTimer] = [:]
         /// What each link's peer said of itself (LE Read Remote Features, Read Remote
         /// Version Information): it does not change while the link lasts.
         var remoteFeatures: [UInt64: LEFeatures] = [:]
@@ -84,6 +87,7 @@ extension BluetoothHost {
             mtuExchanged.remove(id)
             dataLengths[id] = nil
             parameters[id] = nil
+            parameterRequests.removeValue(forKey: id)?.cancel()
             remoteFeatures[id] = nil
             remoteVersions[id] = nil
             ended[id] = end

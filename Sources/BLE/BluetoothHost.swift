@@ -261,6 +261,8 @@ public actor BluetoothHost: LoopIsolated {
     public nonisolated let attMTU: UInt16
     /// What the GAP service says this peripheral would have its central give it.
     public nonisolated let preferredConnectionParameters: PreferredConnectionParameters?
+    /// Whether the host asks its centrals for them (see `init`).
+    public nonisolated let requestsPreferredParameters: Bool
 
     /// What an enhanced ATT bearer's channel offers, in either role: MTU = our ATT
     /// MTU (at least 64), MPS one LE data PDU's worth, 10 credits.
@@ -284,13 +286,18 @@ public actor BluetoothHost: LoopIsolated {
     /// says so); `setDeviceName(_:)` and `setAppearance(_:)` change them later.
     /// `preferredConnectionParameters` go into the GAP service (Peripheral Preferred
     /// Connection Parameters, Vol 3, Part C, §12.3) for centrals that read them;
-    /// `start()` refuses values outside §12.3's ranges.
+    /// `start()` refuses values outside §12.3's ranges. With `requestsPreferredParameters`
+    /// the host, as peripheral, asks each central for them 5 s after the link came up
+    /// (TGAP(conn_pause_peripheral)) unless the link meets them already, as Zephyr and
+    /// NimBLE peripherals do.
     public init(transport: any HCITransport, logger: Logger = Logger(label: "ble"),
                 commandTimeout: Duration = .seconds(5), knownDeviceCapacity: Int = 1024,
                 extendedCommands: ExtendedCommandsPolicy = .automatic, attMTU: UInt16 = 517,
                 security: SecurityOptions = SecurityOptions(), deviceName: String = "swift-ble-host", appearance: UInt16 = 0,
-                enhancedATT: Bool = false, preferredConnectionParameters: PreferredConnectionParameters? = nil) {
+                enhancedATT: Bool = false, preferredConnectionParameters: PreferredConnectionParameters? = nil,
+                requestsPreferredParameters: Bool = false) {
         self.preferredConnectionParameters = preferredConnectionParameters
+        self.requestsPreferredParameters = requestsPreferredParameters
         self.logger = logger
         self.enhancedATT = enhancedATT
         self.attMTU = Swift.max(23, attMTU)

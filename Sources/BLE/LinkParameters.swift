@@ -195,6 +195,35 @@ extension BluetoothHost {
         return p
     }
 
+    /// TGAP(conn_pause_peripheral) (Vol 3, Part C, Appendix A): how long a peripheral
+    /// leaves a new link alone before it asks for other parameters.
+    static let connectionPausePeripheral = Duration.seconds(5)
+
+    /// As peripheral with `requestsPreferredParameters`: TGAP(conn_pause_peripheral)
+    /// after link `c` came up, asks its central for the preferred connection parameters
+    /// unless the link meets them already, as Zephyr's
+    /// `CONFIG_BT_GAP_AUTO_UPDATE_CONN_PARAMS` does. The timer goes with the link.
+    func scheduleParameterRequest(_ c: Connection) {
+        guard c.role == .peripheral, requestsPreferredParameters, preferredConnectionParameters?.request != nil else { return }
+        links.parameterRequests[c.id] = LoopTimer(after: Self.connectionPausePeripheral, on: loop) { [weak self] in
+            guard let self else { return }
+            Task { await self.requestPreferredParameters(c) }
+        }
+    }
+
+    func requestPreferredParameters(_ c: Connection) async {
+        links.parameterRequests[c.id] = nil
+        guard let p = preferredConnectionParameters, let r = p.request, let now = links.parameters[c.id], isActive(c.id),
+              !p.isMet(interval: now.interval, latency: now.latency, supervisionTimeout: now.supervisionTimeout) else { return }
+        do {
+            let got = try await updateParameters(c, intervalMin: r.intervalMin, intervalMax: r.intervalMax, latency: r.latency,
+                                                 supervisionTimeout: r.supervisionTimeout, within: .seconds(30))
+            logger.debug("preferred connection parameters asked for", metadata: ["ble.handle": "\(c.handle)", "ble.parameters": "\(got.map { "\($0)" } ?? "refused")"])
+        } catch {
+            logger.debug("preferred connection parameters not asked for", metadata: ["ble.handle": "\(c.handle)", "error": "\(error)"])
+        }
+    }
+
     /// Link `c`'s data length now, as the last LE Data Length Change said
     /// (`DataLength.initial` before any). No HCI command reads it.
     public func dataLength(of c: Connection) throws -> DataLength {
@@ -375,20 +404,13 @@ extension RemotePeripheral {
     }
 
     /// Gives the peripheral the connection it prefers (`preferredConnectionParameters()`,
-    /// then `updateParameters`), as BlueZ applies them. Nil when it states none, no
-    /// interval, or the update did not happen. Without a latency preference the
-    /// latency is 0; without a timeout preference the timeout is 5 s, or longer when
-    /// the interval and latency need it (§4.5.2 of Vol 6, Part B: more than
-    /// (1 + latency) × interval × 2).
+    /// then `updateParameters` with `PreferredConnectionParameters.request`), as BlueZ
+    /// applies them. Nil when it states none, no interval, or the update did not
+    /// happen.
     @discardableResult
     public func updateToPreferredParameters(within limit: Duration = .seconds(10)) async throws -> ConnectionParameters? {
-        guard let p = try await preferredConnectionParameters() else { return nil }
-        let none = PreferredConnectionParameters.noPreference
-        guard p.intervalMin != none || p.intervalMax != none else { return nil }
-        let (low, high) = (p.intervalMin == none ? p.intervalMax : p.intervalMin, p.intervalMax == none ? p.intervalMin : p.intervalMax)
-        // In 10 ms units: (1 + latency) × interval (1.25 ms units) × 2, and one more.
-        let least = (Int(1 + p.latency) * Int(high) * 125 * 2 + 999) / 1000 + 1
-        let timeout = p.supervisionTimeout != none ? p.supervisionTimeout : UInt16(min(3200, max(500, least)))
-        return try await updateParameters(intervalMin: low, intervalMax: high, latency: p.latency, supervisionTimeout: timeout, within: limit)
+        guard let r = try await preferredConnectionParameters()?.request else { return nil }
+        return try await updateParameters(intervalMin: r.intervalMin, intervalMax: r.intervalMax, latency: r.latency,
+                                          supervisionTimeout: r.supervisionTimeout, within: limit)
     }
 }

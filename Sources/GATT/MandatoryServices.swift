@@ -81,6 +81,27 @@ public struct PreferredConnectionParameters: Hashable, Sendable, CustomStringCon
         return intervalMax == none || supervisionTimeout == none || (1 + Int(latency)) * Int(intervalMax) < 4 * Int(supervisionTimeout)
     }
 
+    /// What to ask for to meet them (an LE Connection Update or a Connection Parameter
+    /// Update Request): nil when they state no interval. A missing bound takes the
+    /// other's value; without a timeout preference the timeout is 5 s, or longer when
+    /// the interval and latency need it (more than (1 + latency) × interval × 2).
+    public var request: (intervalMin: UInt16, intervalMax: UInt16, latency: UInt16, supervisionTimeout: UInt16)? {
+        let none = Self.noPreference
+        guard intervalMin != none || intervalMax != none else { return nil }
+        let (low, high) = (intervalMin == none ? intervalMax : intervalMin, intervalMax == none ? intervalMin : intervalMax)
+        // In 10 ms units: (1 + latency) × interval (1.25 ms units) × 2, and one more.
+        let least = (Int(1 + latency) * Int(high) * 125 * 2 + 999) / 1000 + 1
+        return (low, high, latency, supervisionTimeout != none ? supervisionTimeout : UInt16(min(3200, max(500, least))))
+    }
+
+    /// Whether a link with `interval`, `latency` and `supervisionTimeout` meets them
+    /// (an interval in range; the latency and timeout stated, when stated).
+    public func isMet(interval: UInt16, latency: UInt16, supervisionTimeout: UInt16) -> Bool {
+        guard let r = request else { return true }
+        return (r.intervalMin...r.intervalMax).contains(interval) && latency == r.latency
+            && (self.supervisionTimeout == Self.noPreference || supervisionTimeout == self.supervisionTimeout)
+    }
+
     public var description: String {
         func ms(_ v: UInt16, _ unit: Double) -> String { v == Self.noPreference ? "no preference" : "\(Double(v) * unit) ms" }
         return "interval \(ms(intervalMin, 1.25)) to \(ms(intervalMax, 1.25)), latency \(latency), timeout \(ms(supervisionTimeout, 10))"

@@ -181,10 +181,12 @@ struct ControllerOptions: ParsableArguments {
     /// A facade host on the transport, not started. On a signal it shuts down: scans and
     /// advertising stop, links are disconnected, then it closes.
     func openHost(security: SecurityOptions = SecurityOptions(), deviceName: String = "swift-ble-host", attMTU: UInt16 = 517,
-                  enhancedATT: Bool = false, preferredConnectionParameters: PreferredConnectionParameters? = nil) async throws -> (BluetoothHost, TraceFileWriter?) {
+                  enhancedATT: Bool = false, preferredConnectionParameters: PreferredConnectionParameters? = nil,
+                  requestsPreferredParameters: Bool = false) async throws -> (BluetoothHost, TraceFileWriter?) {
         let (t, w) = try await openTransport()
         let host = BluetoothHost(transport: t, logger: logger, commandTimeout: commandTimeout, attMTU: attMTU, security: security, deviceName: deviceName,
-                                 enhancedATT: enhancedATT, preferredConnectionParameters: preferredConnectionParameters)
+                                 enhancedATT: enhancedATT, preferredConnectionParameters: preferredConnectionParameters,
+                                 requestsPreferredParameters: requestsPreferredParameters)
         Interrupt.onSignal { await host.shutdown() }
         return (host, w)
     }

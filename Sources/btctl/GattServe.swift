@@ -317,10 +317,15 @@ extension Gatt {
         @Option(help: ArgumentHelp("Peripheral Preferred Connection Parameters for the GAP service: MIN:MAX:LATENCY:TIMEOUT, intervals in 1.25 ms units (6 to 3200), latency in events (0 to 499), timeout in 10 ms units (10 to 3200); 'none' in a field says no preference.",
                                    valueName: "PARAMETERS"), transform: parsePreferredConnectionParameters)
         var preferredConnectionParameters: PreferredConnectionParameters?
+        @Flag(help: "With --preferred-connection-parameters: ask each central for them 5 s after it connects, unless the link has them (an L2CAP Connection Parameter Update Request).")
+        var requestPreferredParameters = false
 
         func validate() throws {
             if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
             try validateATTMTU(attMTU)
+            if requestPreferredParameters, preferredConnectionParameters == nil {
+                throw ValidationError("--request-preferred-parameters needs --preferred-connection-parameters")
+            }
         }
 
         /// Parses the file; errors read `FILE:LINE:COLUMN: path: message`.
@@ -345,7 +350,8 @@ extension Gatt {
             let store = AdapterBondStore(path: pairing.store.bonds)
             let (host, writer) = try await options.openHost(security: pairing.securityOptions(store: store, json: options.json, answers: answers),
                                                             deviceName: name, attMTU: UInt16(attMTU), enhancedATT: eatt,
-                                                            preferredConnectionParameters: preferredConnectionParameters)
+                                                            preferredConnectionParameters: preferredConnectionParameters,
+                                                            requestsPreferredParameters: requestPreferredParameters)
             defer { writer?.close() }
             do {
                 let address = try await host.start().address

@@ -34,6 +34,42 @@ import Testing
         withExtendedLifetime(radio) {}
     }
 
+    /// With `requestsPreferredParameters`, a peripheral asks its central for them
+    /// TGAP(conn_pause_peripheral) (5 s) after the link came up, unless the link meets
+    /// them already; our central takes the request (LE Connection Update).
+    @Test func aPeripheralAsksForItsPreferredParametersAfterFiveSeconds() async throws {
+        let radio = VirtualRadio()
+        let central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:31")!), logger: Bench.logger)
+        let asking = BluetoothAddress("C0:00:00:00:0C:32")!, content = BluetoothAddress("C0:00:00:00:0C:33")!
+        let none = PreferredConnectionParameters.noPreference
+        // The first prefers 30 ms; the second what the link has already (50 ms, latency 0, 5 s).
+        let p1 = BluetoothHost(transport: await radio.makeController(address: asking), logger: Bench.logger,
+                               preferredConnectionParameters: PreferredConnectionParameters(intervalMin: 24, intervalMax: 24, supervisionTimeout: none),
+                               requestsPreferredParameters: true)
+        let p2 = BluetoothHost(transport: await radio.makeController(address: content), logger: Bench.logger,
+                               preferredConnectionParameters: PreferredConnectionParameters(intervalMin: 32, intervalMax: 48, supervisionTimeout: 500),
+                               requestsPreferredParameters: true)
+        for h in [central, p1, p2] { try await h.start() }
+        defer { Task { for h in [central, p1, p2] { await h.close() } } }
+        try await p1.peripheral.startAdvertising(AdvertisingSetsTests.named("asking"))
+        try await p2.peripheral.startAdvertising(AdvertisingSetsTests.named("content"))
+        let events = central.connectionEvents()
+        let start = ContinuousClock.now
+        let r1 = try await central.central.connect(to: asking, within: .seconds(5))
+        let r2 = try await central.central.connect(to: content, within: .seconds(5))
+        let secondUp = ContinuousClock.now
+        let updated = await firstElement(events.compactMap { e -> (Connection, UInt16, UInt16, UInt16)? in
+            if case let .parametersUpdated(c, i, l, t) = e { return (c, i, l, t) } else { return nil }
+        }, within: .seconds(10))
+        #expect(ContinuousClock.now - start >= .milliseconds(4_500))
+        #expect(updated?.0 == r1.connection && updated?.1 == 24 && updated?.2 == 0 && updated?.3 == 500)
+        #expect(try await r1.parameters() == ConnectionParameters(interval: 24, latency: 0, supervisionTimeout: 500))
+        // The link that met its peripheral's preference was left alone (past its 5 s).
+        try await Task.sleep(until: secondUp + .milliseconds(5_500))
+        #expect(try await r2.parameters() == ConnectionParameters(interval: 40, latency: 0, supervisionTimeout: 500))
+        withExtendedLifetime(radio) {}
+    }
+
     @Test func valuesOutsideTheSpecsRangesAreRefusedAtStart() async throws {
         let radio = VirtualRadio()
         let host = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:24")!), logger: Bench.logger,

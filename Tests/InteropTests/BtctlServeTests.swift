@@ -101,6 +101,8 @@ import Testing
         let path = Interop.root + "/docs/examples/battery.json"
         let bad = try await BtctlCLITests.run(["gatt", "serve", path, "-t", "virtual", "--preferred-connection-parameters", "40:24:0:none"])
         #expect(bad.status == 64 && bad.out.contains("MIN at most MAX"), "\(bad.out)")
+        let alone = try await BtctlCLITests.run(["gatt", "serve", path, "-t", "virtual", "--request-preferred-parameters"])
+        #expect(alone.status == 64 && alone.out.contains("needs --preferred-connection-parameters"), "\(alone.out)")
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", path, "-t", rc.transportSpec, "--json",

@@ -7,6 +7,7 @@ import BLE
 import BLETesting
 import Foundation
 import HCI
+import Transports
 import Testing
 
 @Suite(.serialized) struct BumbleLinkTests {
@@ -60,5 +61,33 @@ import Testing
             #expect(await peer.waitForOutput(within: .seconds(10)) { $0.contains("\"event\": \"phy\", \"tx\": 2, \"rx\": 2") }, "\(peer.output)")
             try await remote.disconnect()
         }
+    }
+
+    /// Our peripheral, with preferred connection parameters it asks for, and Bumble as
+    /// central: 5 s (TGAP(conn_pause_peripheral)) after the link came up, our L2CAP
+    /// Connection Parameter Update Request reaches Bumble's host, which accepts it and
+    /// updates the link; both sides then know the new parameters.
+    @Test func bumbleGivesOurPeripheralItsPreferredParameters() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let prefers = PreferredConnectionParameters(intervalMin: 24, intervalMax: 32, latency: 1, supervisionTimeout: 600)
+        let host = BluetoothHost(transport: try TransportSpec(parsing: rc.transportSpec).open(logger: Interop.logger), logger: Interop.logger,
+                                 preferredConnectionParameters: prefers, requestsPreferredParameters: true)
+        defer { Task { await host.close() } }
+        let address = try await host.start().address
+        try await host.peripheral.startAdvertising(AdvertisingData())
+        let events = host.connectionEvents()
+        let central = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_params_central.py", String(rc.hciPort), address.description])
+        #expect(await central.waitForOutput(within: .seconds(20)) { $0.contains("\"event\": \"done\"") }, "\(central.output)")
+        _ = await central.stop()
+        let lines = central.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let update = lines.first { $0["event"] as? String == "parameters" }
+        #expect((24...32).contains(update?["interval"] as? Int ?? 0) && update?["latency"] as? Int == 1 && update?["timeout"] as? Int == 600,
+                "\(central.output)")
+        let ours = await firstElement(events.compactMap { e -> (UInt16, UInt16, UInt16)? in
+            if case let .parametersUpdated(_, i, l, t) = e { return (i, l, t) } else { return nil }
+        }, within: .seconds(5))
+        #expect(ours.map { Int($0.0) } == update?["interval"] as? Int && ours?.1 == 1 && ours?.2 == 600)
     }
 }
