@@ -96,7 +96,7 @@ extension BluetoothHost {
     func linkChanged(_ conn: Connection, _ event: L2CAPHost.LinkLayerEvent) {
         switch event {
         case let .parametersUpdated(u) where u.status.isSuccess:
-            links.parameters[conn.id] = ConnectionParameters(interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout)
+            links.parameters[conn.id] = ConnectionParameters(u)
             connectionBroadcast.yield(.parametersUpdated(conn, interval: u.connectionInterval, latency: u.peripheralLatency,
                                                          supervisionTimeout: u.supervisionTimeout))
         case let .phyUpdated(u) where u.status.isSuccess:

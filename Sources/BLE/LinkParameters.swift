@@ -22,6 +22,9 @@ public struct ConnectionParameters: Hashable, Sendable, CustomStringConvertible 
         self.latency = latency
         self.supervisionTimeout = supervisionTimeout
     }
+    init(_ u: LEConnectionUpdateComplete) {
+        self.init(interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout)
+    }
     public var description: String {
         "interval \(Double(interval) * 1.25) ms, latency \(latency), timeout \(Int(supervisionTimeout) * 10) ms"
     }
@@ -156,7 +159,7 @@ extension BluetoothHost {
         })
         // A failed LE Connection Update Complete: the parameters stay, as when refused.
         guard let u = end.answer, u.status.isSuccess else { return nil }
-        return ConnectionParameters(interval: u.connectionInterval, latency: u.peripheralLatency, supervisionTimeout: u.supervisionTimeout)
+        return ConnectionParameters(u)
     }
 
     /// Asks for longer (or shorter) packets on link `c` (LE Set Data Length): at most

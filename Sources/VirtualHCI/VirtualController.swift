@@ -59,7 +59,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private var legacyPeerAddress: BluetoothAddress = .zero
     private var ownAddressType: AddressType = .public
     /// The legacy advertising's Advertising_Filter_Policy (§7.8.5).
-    private var legacyFilterPolicy: UInt8 = 0
+    var legacyFilterPolicy: UInt8 = 0
     /// Own_Address_Type of the scan (§7.8.10, §7.8.64): where its scan requests come from.
     private var scanningAddressType: AddressType = .public
     private var advertisingData: [UInt8] = []
@@ -104,13 +104,6 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Data Length), as written: a link's sender sends what fits (`VirtualDataLength`).
     var suggestedDataLength: (octets: UInt16, time: UInt16) = (27, 328)
 
-    /// An entry of the Filter Accept List: Address_Type (0 public, 1 random) and address.
-    struct FilterAcceptListEntry: Equatable {
-        var type: UInt8
-        var address: BluetoothAddress
-    }
-    /// Entries the Filter Accept List holds (Rootcanal's default too).
-    static let filterAcceptListSize = 16
 
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
@@ -315,24 +308,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
             complete(op)
         case .setEventMask:
             complete(op)
-        case .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
-            // §7.8.15–§7.8.17: not while advertising or a connection attempt uses the list.
-            guard pendingConnection == nil || !initiatingWithList, !(isAdvertising && legacyFilterPolicy != 0), !sets.usesAcceptList
-            else { return complete(op, status: .commandDisallowed) }
-            if op == .leClearFilterAcceptList {
-                filterAcceptList.removeAll()
-            } else if op == .leAddDeviceToFilterAcceptList {
-                let c = try LEAddDeviceToFilterAcceptList.decode(p)
-                guard filterAcceptList.count < Self.filterAcceptListSize else { return complete(op, status: .memoryCapacityExceeded) }
-                filterAcceptList.append(FilterAcceptListEntry(type: c.addressType.rawValue, address: c.address))
-            } else {
-                let c = try LERemoveDeviceFromFilterAcceptList.decode(p)
-                // An entry that is not there: Success, as Rootcanal answers.
-                filterAcceptList.removeAll { $0 == FilterAcceptListEntry(type: c.addressType.rawValue, address: c.address) }
-            }
-            complete(op)
-        case .leReadFilterAcceptListSize:
-            complete(op, HCIOctetReturn(value: UInt8(Self.filterAcceptListSize)))
+        case .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList, .leReadFilterAcceptListSize:
+            try handleFilterAcceptList(op, p)
         case .leSetRandomAddress:
             // §7.8.4: not while legacy advertising, scanning or initiating.
             guard !isAdvertising, !scanning, pendingConnection == nil else { return complete(op, status: .commandDisallowed) }

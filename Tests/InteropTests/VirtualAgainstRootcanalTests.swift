@@ -199,59 +199,27 @@ import Transports
         Step("stop advertising to all", LESetAdvertisingEnable(advertisingEnable: false)),
     ]
 
-    @Test func acceptListStatusesAreRootcanals() async throws {
-        guard let binary = try Interop.rootcanal() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
-        _ = try await theirs.initialize(extendedAdvertising: false)
-        let radio = VirtualRadio()
-        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!), logger: Interop.logger)
-        _ = try await ours.initialize(extendedAdvertising: false)
-        let (r, v) = (try await Self.run(theirs, Self.acceptListScript), try await Self.run(ours, Self.acceptListScript))
-        #expect(r.count == Self.acceptListScript.count)
-        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
-        #expect(try await theirs.send(LEReadFilterAcceptListSize()).value == ours.send(LEReadFilterAcceptListSize()).value)
-        await theirs.close()
-        await ours.close()
-    }
-
-    @Test func phyStatusesAreRootcanals() async throws {
+    /// Runs `script` on a Rootcanal of its own and on a virtual controller (a Bluetooth
+    /// 5 one unless `bluetooth5` is false), both initialised with the legacy commands,
+    /// and expects the same status at every step; `check` then looks at both
+    /// (Rootcanal's first: each controller with what initialisation learned) before
+    /// they close.
+    static func compare(_ script: [Step], bluetooth5: Bool = true, sourceLocation: SourceLocation = #_sourceLocation,
+                        check: (_ theirs: (HCIController, ControllerInfo), _ ours: (HCIController, ControllerInfo)) async throws -> Void = { _, _ in })
+        async throws {
         guard let binary = try Interop.rootcanal() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
         let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
         let info = try await theirs.initialize(extendedAdvertising: false)
-        #expect(info.leFeatures.contains(bit: LEFeatures.le2MPHY))
         let radio = VirtualRadio()
-        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!, extendedAdvertising: true),
+        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!, extendedAdvertising: bluetooth5),
                                  logger: Interop.logger)
         let mine = try await ours.initialize(extendedAdvertising: false)
-        #expect(mine.leFeatures.contains(bit: LEFeatures.le2MPHY) && mine.supports(.leSetPHY) && mine.supports(.leReadPHY))
-        let (r, v) = (try await Self.run(theirs, Self.phyScript), try await Self.run(ours, Self.phyScript))
-        #expect(r.count == Self.phyScript.count)
-        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
-        await theirs.close()
-        await ours.close()
-    }
-
-    @Test func dataLengthStatusesAreRootcanals() async throws {
-        guard let binary = try Interop.rootcanal() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
-        let info = try await theirs.initialize(extendedAdvertising: false)
-        #expect(info.supports(.leWriteSuggestedDefaultDataLength) && info.supports(.leReadSuggestedDefaultDataLength))
-        let radio = VirtualRadio()
-        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!), logger: Interop.logger)
-        let mine = try await ours.initialize(extendedAdvertising: false)
-        #expect(mine.leFeatures.contains(bit: LEFeatures.dataPacketLengthExtension))
-        let (r, v) = (try await Self.run(theirs, Self.dataLengthScript), try await Self.run(ours, Self.dataLengthScript))
-        #expect(r.count == Self.dataLengthScript.count)
-        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
-        // What the last accepted write said is what both read back.
-        let (x, y) = (try await theirs.send(LEReadSuggestedDefaultDataLength()), try await ours.send(LEReadSuggestedDefaultDataLength()))
-        #expect([x.suggestedMaxTxOctets, x.suggestedMaxTxTime] == [251, 17040] && [y.suggestedMaxTxOctets, y.suggestedMaxTxTime] == [251, 17040])
+        let (r, v) = (try await run(theirs, script), try await run(ours, script))
+        #expect(r.count == script.count, sourceLocation: sourceLocation)
+        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)", sourceLocation: sourceLocation) }
+        try await check((theirs, info), (ours, mine))
         await theirs.close()
         await ours.close()
     }
@@ -262,39 +230,39 @@ import Transports
         return out
     }
 
+    @Test func acceptListStatusesAreRootcanals() async throws {
+        try await Self.compare(Self.acceptListScript, bluetooth5: false) { theirs, ours in
+            let (a, b) = (try await theirs.0.send(LEReadFilterAcceptListSize()).value, try await ours.0.send(LEReadFilterAcceptListSize()).value)
+            #expect(a == b)
+        }
+    }
+
+    @Test func phyStatusesAreRootcanals() async throws {
+        try await Self.compare(Self.phyScript) { theirs, ours in
+            #expect(theirs.1.leFeatures.contains(bit: LEFeatures.le2MPHY))
+            #expect(ours.1.leFeatures.contains(bit: LEFeatures.le2MPHY) && ours.1.supports(.leSetPHY) && ours.1.supports(.leReadPHY))
+        }
+    }
+
+    @Test func dataLengthStatusesAreRootcanals() async throws {
+        try await Self.compare(Self.dataLengthScript, bluetooth5: false) { theirs, ours in
+            #expect(theirs.1.supports(.leWriteSuggestedDefaultDataLength) && theirs.1.supports(.leReadSuggestedDefaultDataLength))
+            #expect(ours.1.leFeatures.contains(bit: LEFeatures.dataPacketLengthExtension))
+            // What the last accepted write said is what both read back.
+            let (x, y) = (try await theirs.0.send(LEReadSuggestedDefaultDataLength()), try await ours.0.send(LEReadSuggestedDefaultDataLength()))
+            #expect([x.suggestedMaxTxOctets, x.suggestedMaxTxTime] == [251, 17040] && [y.suggestedMaxTxOctets, y.suggestedMaxTxTime] == [251, 17040])
+        }
+    }
+
     @Test func periodicAdvertisingStatusesAreRootcanals() async throws {
-        guard let binary = try Interop.rootcanal() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
-        let info = try await theirs.initialize(extendedAdvertising: false)
-        #expect(info.leFeatures.contains(bit: LEFeatures.periodicAdvertising))
-        let radio = VirtualRadio()
-        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!, extendedAdvertising: true),
-                                 logger: Interop.logger)
-        let mine = try await ours.initialize(extendedAdvertising: false)
-        #expect(mine.leFeatures.contains(bit: LEFeatures.periodicAdvertising))
-        let (r, v) = (try await Self.run(theirs, Self.periodicScript), try await Self.run(ours, Self.periodicScript))
-        #expect(r.count == Self.periodicScript.count)
-        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
-        await theirs.close()
-        await ours.close()
+        try await Self.compare(Self.periodicScript) { theirs, ours in
+            #expect(theirs.1.leFeatures.contains(bit: LEFeatures.periodicAdvertising) && ours.1.leFeatures.contains(bit: LEFeatures.periodicAdvertising))
+        }
     }
 
     @Test func extendedAdvertisingStatusesAreRootcanals() async throws {
-        guard let binary = try Interop.rootcanal() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let theirs = HCIController(transport: try StreamTransports.tcp(host: "127.0.0.1", port: rc.hciPort, logger: Interop.logger), logger: Interop.logger)
-        let info = try await theirs.initialize(extendedAdvertising: false)
-        #expect(info.supportsExtendedAdvertising)
-        let radio = VirtualRadio()
-        let ours = HCIController(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0E:0F")!, extendedAdvertising: true),
-                                 logger: Interop.logger)
-        _ = try await ours.initialize(extendedAdvertising: false)
-        let (r, v) = (try await Self.run(theirs), try await Self.run(ours))
-        for (a, b) in zip(r, v) { #expect(a == b, "Rootcanal: \(a); virtual: \(b)") }
-        await theirs.close()
-        await ours.close()
+        try await Self.compare(Self.script) { theirs, _ in
+            #expect(theirs.1.supportsExtendedAdvertising)
+        }
     }
 }
