@@ -106,14 +106,8 @@ extension BluetoothHost {
         if let sets = advertisingHoldingAcceptList, Set(list) != Set(centralState.controllerAcceptList ?? []) {
             throw BLEError.acceptListInUse("\(sets) answers the accept list alone: stop it before changing the list")
         }
-        let size: Int
-        if let known = centralState.acceptListSize {
-            size = known
-        } else {
-            size = Int(try await controller.send(LEReadFilterAcceptListSize()).value)
-            centralState.acceptListSize = size
-        }
-        guard list.count <= size else { throw BLEError.invalidArgument("the controller's Filter Accept List holds \(size) entries, not \(list.count)") }
+        try await requireRoom("Filter Accept List", for: list.count, known: centralState.acceptListSize, remember: { centralState.acceptListSize = $0 },
+                              readSize: LEReadFilterAcceptListSize())
         centralState.acceptList = list
     }
 
@@ -148,6 +142,16 @@ extension BluetoothHost {
     /// are refused (`BLEError.invalidArgument`), else `clear` and the adds go out in order.
     func fillControllerList<Read: HCICommand>(_ name: String, known: Int?, remember: (Int) -> Void, readSize: Read, clear: some HCICommand,
                                               adds: [some HCICommand]) async throws where Read.ReturnParameters == HCIOctetReturn {
+        try await requireRoom(name, for: adds.count, known: known, remember: remember, readSize: readSize)
+        try await controller.send(clear)
+        for a in adds { try await controller.send(a) }
+    }
+
+    /// Refuses (`BLEError.invalidArgument`) `count` entries for a controller list that
+    /// holds fewer: its size is `known`, or read with `readSize` the first time (kept
+    /// with `remember`).
+    func requireRoom<Read: HCICommand>(_ name: String, for count: Int, known: Int?, remember: (Int) -> Void, readSize: Read) async throws
+        where Read.ReturnParameters == HCIOctetReturn {
         let size: Int
         if let known {
             size = known
@@ -155,9 +159,7 @@ extension BluetoothHost {
             size = Int(try await controller.send(readSize).value)
             remember(size)
         }
-        guard adds.count <= size else { throw BLEError.invalidArgument("the controller's \(name) holds \(size) entries, not \(adds.count)") }
-        try await controller.send(clear)
-        for a in adds { try await controller.send(a) }
+        guard count <= size else { throw BLEError.invalidArgument("the controller's \(name) holds \(size) entries, not \(count)") }
     }
 
     /// Ends the connect in progress with `error`, now; with `cancel`, then tells the
