@@ -328,12 +328,8 @@ extension BluetoothHost {
     /// parameters while the first has enabled advertising (Command Disallowed). Each
     /// change's commands have their own timeouts, so the wait ends.
     func withAdvertisingLock(_ body: () async throws -> Void) async throws {
-        while peripheralState.advertisingBusy { await withCheckedContinuation { peripheralState.advertisingWaiters.append($0) } }
-        peripheralState.advertisingBusy = true
-        defer {
-            peripheralState.advertisingBusy = false
-            if !peripheralState.advertisingWaiters.isEmpty { peripheralState.advertisingWaiters.removeFirst().resume() }
-        }
+        while !peripheralState.advertisingTurn.enter() { await withCheckedContinuation { peripheralState.advertisingTurn.wait($0) } }
+        defer { peripheralState.advertisingTurn.leave() }
         try await body()
     }
 
@@ -343,7 +339,7 @@ extension BluetoothHost {
         // A set a limit ended stays off air until the application starts it again.
         guard !peripheralState.advertisingEnded.contains(set) else { return }
         guard let enable = advertisingEnable(set, a) else { return advertisingEnded(set, .durationElapsed) }
-        if !a.filter.isEmpty { try await holdAcceptListForAdvertising() }
+        if !a.filter.isEmpty { try await holdAcceptList() }
         if own.resolvingList?.stale == true {
             // New bonds wait for the controller to stop every set (§7.8.38); the other
             // sets advertising go on after.

@@ -27,19 +27,23 @@ extension BluetoothHost {
         await acquireConnectSlot()
         defer { releaseConnectSlot() }
         try Task.checkCancellation()
+        // A reset may have come while this waited for the slot.
+        try requireReady()
         let looking = targets.count == 1 ? targets : targets.filter { linked($0) == nil }
         guard let first = looking.first else {
             throw BLEError.invalidArgument("every one of \(targets.map(\.description).joined(separator: ", ")) is connected already")
         }
         let useList = looking.count > 1
         if useList {
-            // Advertising that answers the accept list alone holds the controller's list.
-            if let sets = advertisingHoldingAcceptList {
+            // Advertising or scanning through the accept list holds the controller's list.
+            if let holders = acceptListHolders {
                 guard Set(looking) == Set(centralState.controllerAcceptList ?? []) else {
-                    throw BLEError.acceptListInUse("\(sets) answers the accept list alone: the controller's Filter Accept List cannot take other peers while it advertises (stop it, or connect to one peer)")
+                    throw BLEError.acceptListInUse("the controller's Filter Accept List is held by \(holders): it cannot take other peers meanwhile (stop that, or connect to one peer)")
                 }
             } else {
                 try await fillFilterAcceptList(looking)
+                // A reset that came meanwhile ends the attempt before it starts.
+                try requireReady()
             }
         }
         await refreshControllerAddress()
@@ -91,20 +95,22 @@ extension BluetoothHost {
 
     /// The devices that advertising with an `AdvertisingFilter` answers alone (a
     /// peripheral that lets only its bonded centrals connect), as Zephyr's
-    /// `bt_le_filter_accept_list_add` and NimBLE's `ble_gap_wl_set` keep them: the
-    /// controller's Filter Accept List takes them when such advertising starts. A
-    /// device with a resolvable private address is named by its identity address; the
-    /// controller then resolves it when the host has its IRK (a bond, under privacy).
+    /// `bt_le_filter_accept_list_add` and NimBLE's `ble_gap_wl_set` keep them, and that
+    /// a scan with `acceptListOnly` reports alone (BlueZ's background scan for the
+    /// devices it reconnects to): the controller's Filter Accept List takes them when
+    /// such advertising or scanning starts. A device with a resolvable private address
+    /// is named by its identity address; the controller then resolves it when the host
+    /// has its IRK (a bond, under privacy).
     /// `BLEError.invalidArgument` for more than the controller's list holds;
-    /// `BLEError.acceptListInUse` for another list while such advertising is on (stop
-    /// it first, as the controller cannot change its list meanwhile). Kept across
-    /// `reset()`. `Central.connect(toAnyOf:)` uses the controller's list too: while such
-    /// advertising is on, only for the same devices.
+    /// `BLEError.acceptListInUse` for another list while such advertising or scanning
+    /// is on (stop it first, as the controller cannot change its list meanwhile). Kept
+    /// across `reset()`. `Central.connect(toAnyOf:)` uses the controller's list too:
+    /// while such advertising or scanning is on, only for the same devices.
     public func setAcceptList(_ devices: [DeviceAddress]) async throws {
         try requireReady()
         let list = devices.withoutDuplicates
-        if let sets = advertisingHoldingAcceptList, Set(list) != Set(centralState.controllerAcceptList ?? []) {
-            throw BLEError.acceptListInUse("\(sets) answers the accept list alone: stop it before changing the list")
+        if let holders = acceptListHolders, Set(list) != Set(centralState.controllerAcceptList ?? []) {
+            throw BLEError.acceptListInUse("the controller's Filter Accept List is held by \(holders): stop that before changing the list")
         }
         try await requireRoom("Filter Accept List", for: list.count, known: centralState.acceptListSize, remember: { centralState.acceptListSize = $0 },
                               readSize: LEReadFilterAcceptListSize())
@@ -114,19 +120,21 @@ extension BluetoothHost {
     /// The accept list `setAcceptList` set.
     public var acceptList: [DeviceAddress] { centralState.acceptList }
 
-    /// The advertisements that answer the accept list alone and are on air (or wait for
-    /// a link they made to end), described; nil when none.
-    var advertisingHoldingAcceptList: String? {
+    /// What holds the controller's Filter Accept List, described: advertisements that
+    /// answer the accept list alone and are on air (or wait for a link they made to
+    /// end), and scanning through it; nil when nothing does.
+    var acceptListHolders: String? {
         let sets = peripheralState.advertising.filter { !$0.value.filter.isEmpty && !peripheralState.advertisingEnded.contains($0.key) }.keys.sorted()
-        guard !sets.isEmpty else { return nil }
-        return sets.map { $0 == 0 ? "the advertisement" : "advertising set \($0)" }.joined(separator: ", ")
+        let holders = sets.map { $0 == 0 ? "the advertisement" : "advertising set \($0)" }
+            + (centralState.scanning?.acceptListOnly == true ? ["the scan through it"] : [])
+        return holders.isEmpty ? nil : holders.joined(separator: ", ")
     }
 
-    /// Before advertising that answers the accept list alone starts: the controller's
+    /// Before advertising or scanning through the accept list starts: the controller's
     /// list takes the application's. Between connection attempts only, and never
     /// waiting for one (a link's event handler may be the caller, and the attempt may
     /// wait for that handler): `BLEError.acceptListInUse` while one is under way.
-    func holdAcceptListForAdvertising() async throws {
+    func holdAcceptList() async throws {
         guard centralState.controllerAcceptList != centralState.acceptList else { return }
         guard !centralState.connectBusy else {
             throw BLEError.acceptListInUse("a connection attempt is under way: the accept list goes to the controller between attempts")
@@ -188,48 +196,92 @@ extension BluetoothHost {
     }
 
     /// Adds a scan subscriber; scanning starts with the first and stops with the last.
-    func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> BufferedStream<ScanResult> {
-        try await addScan(filter: filter, active: active, filterDuplicates: filterDuplicates, capacity: capacity).stream
+    func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool, capacity: Int) async throws -> BufferedStream<ScanResult> {
+        try await addScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, capacity: capacity).stream
     }
 
     /// `startScan`, also returning the subscriber's id (for `finishScan`).
-    func addScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, capacity: Int) async throws -> (id: UInt64, stream: BufferedStream<ScanResult>) {
+    func addScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool,
+                 capacity: Int) async throws -> (id: UInt64, stream: BufferedStream<ScanResult>) {
         await settle()
         try requireReady()
         let (stream, cont) = BufferedStream<ScanResult>.makeStream(capacity: capacity)
         let id = centralState.nextScan
         centralState.nextScan += 1
-        let first = centralState.scans.isEmpty
-        centralState.scans[id] = ScanSubscriber(filter: filter, continuation: cont)
+        centralState.scans[id] = ScanSubscriber(filter: filter, settings: ScanSettings(active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly),
+                                                continuation: cont)
         // The consumer let go: the scan stops before the program's next operation goes out.
         cont.onTermination = { [weak self] _ in
             guard let host = self else { return }
             host.owe { await host.endScan(id) }
         }
-        if first {
-            do {
-                try await startScanning(active: active, filterDuplicates: filterDuplicates)
-            } catch {
-                centralState.scans[id] = nil
-                throw error
-            }
+        do {
+            try await withScanLock { try await reconcileScan(strict: true) }
+        } catch {
+            centralState.scans[id] = nil
+            throw error
         }
         return (id, stream)
     }
 
     func endScan(_ id: UInt64) async {
-        guard centralState.scans.removeValue(forKey: id) != nil, centralState.scans.isEmpty, state == .ready else { return }
-        _ = try? await stopScanning()
+        guard centralState.scans.removeValue(forKey: id) != nil, state == .ready else { return }
+        try? await withScanLock { try await reconcileScan(strict: false) }
     }
 
-    private func startScanning(active: Bool, filterDuplicates: Bool) async throws {
+    /// Runs one change of the controller's scanning after the one under way (a stop
+    /// and a start interleaved would leave it scanning for nobody, or not at all).
+    func withScanLock(_ body: () async throws -> Void) async throws {
+        while !centralState.scanTurn.enter() { await withCheckedContinuation { centralState.scanTurn.wait($0) } }
+        defer { centralState.scanTurn.leave() }
+        try await body()
+    }
+
+    /// How the controller should scan for the scans there are: as it scans now (or as
+    /// the first asked when it does not), through the accept list only while every
+    /// scan asks for that (as bluetoothd merges its clients' discovery filters); nil
+    /// when there are none.
+    var wantedScan: ScanSettings? {
+        guard let first = centralState.scans.keys.min(), var want = centralState.scanning ?? centralState.scans[first]?.settings else { return nil }
+        want.acceptListOnly = centralState.scans.values.allSatisfy(\.settings.acceptListOnly)
+        return want
+    }
+
+    /// Makes the controller scan as `wantedScan` says (under `withScanLock`): stopped
+    /// and started again when that changed. Scanning through the accept list first
+    /// gives the controller the list; when it cannot have it now (a connection attempt
+    /// is under way, `holdAcceptList`), a new scan (`strict`) fails with
+    /// `BLEError.acceptListInUse` and the controller goes on as it was, while a scan's
+    /// end leaves the others to the host's own filter (`received`). The callers check
+    /// that the host is ready (or resetting).
+    func reconcileScan(strict: Bool) async throws {
+        var want = wantedScan
+        if want?.acceptListOnly == true {
+            do {
+                try await holdAcceptList()
+            } catch BLEError.acceptListInUse(_) where !strict {
+                want?.acceptListOnly = false
+            }
+        }
+        guard want != centralState.scanning else { return }
+        if centralState.scanning != nil {
+            try await stopScanning()
+            centralState.scanning = nil
+        }
+        guard let want else { return }
+        try await startScanning(want)
+        centralState.scanning = want
+    }
+
+    private func startScanning(_ s: ScanSettings) async throws {
         await refreshControllerAddress(startingScan: true)
         let own = ownAddressType
+        let policy: UInt8 = s.acceptListOnly ? 1 : 0
         try await scanCommand {
             if usesExtendedCommands {
-                try await Scanner.enableExtended(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
+                try await Scanner.enableExtended(controller, active: s.active, filterDuplicates: s.filterDuplicates, ownAddressType: own, filterPolicy: policy)
             } else {
-                try await Scanner.enable(controller, active: active, filterDuplicates: filterDuplicates, ownAddressType: own)
+                try await Scanner.enable(controller, active: s.active, filterDuplicates: s.filterDuplicates, ownAddressType: own, filterPolicy: policy)
             }
         }
     }
@@ -247,18 +299,26 @@ extension BluetoothHost {
     func finishScan(_ id: UInt64) async {
         await settle()
         guard let s = centralState.scans.removeValue(forKey: id) else { return }
-        guard centralState.scans.isEmpty, state == .ready else { return s.continuation.finish() }
-        // Draining from before the stop goes out: the follower may reach reports the
-        // controller sends meanwhile while this task still awaits the answer.
-        let before = centralState.scanAnswersOwed
-        centralState.draining.append((s, before + 1))
-        do {
-            try await stopScanning()
-            finishDrained()
-        } catch {
-            // An answer with an error status is still an answer the follower comes to;
-            // without one (timed out, transport gone) nothing is left to wait for.
-            if centralState.scanAnswersOwed == before { flushDraining() } else { finishDrained() }
+        guard state == .ready else { return s.continuation.finish() }
+        try? await withScanLock {
+            guard centralState.scans.isEmpty, centralState.scanning != nil else {
+                s.continuation.finish()
+                // The others may all scan through the accept list now.
+                return try await reconcileScan(strict: false)
+            }
+            // Draining from before the stop goes out: the follower may reach reports the
+            // controller sends meanwhile while this task still awaits the answer.
+            let before = centralState.scanAnswersOwed
+            centralState.draining.append((s, before + 1))
+            do {
+                try await stopScanning()
+                centralState.scanning = nil
+                finishDrained()
+            } catch {
+                // An answer with an error status is still an answer the follower comes to;
+                // without one (timed out, transport gone) nothing is left to wait for.
+                if centralState.scanAnswersOwed == before { flushDraining() } else { finishDrained() }
+            }
         }
     }
 

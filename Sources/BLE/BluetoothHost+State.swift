@@ -105,8 +105,20 @@ extension BluetoothHost {
         var timer: LoopTimer
     }
 
+    /// How the controller scans: what LE Set Scan Parameters and LE Set Scan Enable (or
+    /// their extended forms) say.
+    struct ScanSettings: Equatable {
+        var active: Bool
+        var filterDuplicates: Bool
+        /// Scanning_Filter_Policy 1: only the devices on the Filter Accept List are reported.
+        var acceptListOnly: Bool
+    }
+
     struct ScanSubscriber {
         var filter: ScanFilter
+        /// What this scan asked for (the controller scans with the first's kind, and
+        /// through the accept list only while every scan asks for that).
+        var settings: ScanSettings
         /// Counts what its full buffer drops.
         var continuation: BufferedStream<ScanResult>.Continuation
     }
@@ -124,6 +136,10 @@ extension BluetoothHost {
         var connectQueue: [CheckedContinuation<Void, Never>] = []
         var connectBusy = false
         var scans: [UInt64: ScanSubscriber] = [:]
+        /// How the controller scans now (nil: it does not), as its last answered scan enable left it.
+        var scanning: ScanSettings?
+        /// One change of the controller's scanning at a time (`withScanLock`).
+        var scanTurn = Turnstile()
         /// Windowed scans that have ended: each still gets the reports the controller sent
         /// before it answered the scan stop, then finishes (see `finishScan`).
         var draining: [(subscriber: ScanSubscriber, answer: Int)] = []
@@ -165,11 +181,33 @@ extension BluetoothHost {
         var setsOnAir: [UInt8] { advertising.keys.filter { advertisingLinks[$0] == nil && !advertisingEnded.contains($0) }.sorted() }
         /// One advertising change at a time (`withAdvertisingLock`): the application's
         /// start or stop, the resumption after a link, a new private address.
-        var advertisingBusy = false
-        var advertisingWaiters: [CheckedContinuation<Void, Never>] = []
+        var advertisingTurn = Turnstile()
         var requestContinuation: BufferedStream<ReadWriteRequest>.Continuation?
         var requestGeneration: UInt64 = 0
         /// Requests handed to a `requests()` consumer, with its generation, possibly unanswered.
         var handedRequests: [(UInt64, GATTServer.Request)] = []
+    }
+}
+
+/// One holder at a time, the others waiting in order: a lock around a change of
+/// several commands (the actor lets other calls in at every await of it). Each change
+/// has its commands' timeouts, so every wait ends.
+struct Turnstile {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    /// Takes the turn when it is free; false: `wait`, then ask again.
+    mutating func enter() -> Bool {
+        guard !busy else { return false }
+        busy = true
+        return true
+    }
+
+    mutating func wait(_ k: CheckedContinuation<Void, Never>) { waiting.append(k) }
+
+    /// Gives the turn back and wakes the first waiting.
+    mutating func leave() {
+        busy = false
+        if !waiting.isEmpty { waiting.removeFirst().resume() }
     }
 }

@@ -420,6 +420,11 @@ public actor BluetoothHost: LoopIsolated {
     public func reset() async throws {
         try requireReady()
         setState(.resetting)
+        // The controller forgets a connection attempt: it ends now (`BLEError.notReady`),
+        // and the next waits for the reset to end.
+        abandonConnect(BLEError.notReady(.resetting), cancel: false)
+        await acquireConnectSlot()
+        defer { releaseConnectSlot() }
         for c in links.active.values { _ = try? await disconnect(c, reason: .remoteUserTerminatedConnection) }
         // The controller forgets its syncs and periodic trains.
         endSyncs(closed: nil)
@@ -431,13 +436,21 @@ public actor BluetoothHost: LoopIsolated {
             if let d = preferredPHYs { try await controller.send(LESetDefaultPHY(txPHYs: PHY.bits(d.tx), rxPHYs: PHY.bits(d.rx))) }
             if let d = preferredDataLength { try await controller.send(d) }
             // The controller forgot every set, and the links that stopped some are gone,
-            // and its Filter Accept List is empty.
+            // and its Filter Accept List is empty, and it does not scan.
             centralState.controllerAcceptList = nil
+            centralState.scanning = nil
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
+            // Advertising and scanning through the accept list come back with it (here,
+            // as the reset holds the connect slot `holdAcceptList` would want).
+            if peripheralState.advertising.values.contains(where: { !$0.filter.isEmpty }) || centralState.scans.values.contains(where: \.settings.acceptListOnly) {
+                try await fillFilterAcceptList(centralState.acceptList)
+            }
             for s in peripheralState.advertising.keys.sorted() {
                 try await withAdvertisingLock { if let a = peripheralState.advertising[s] { try await startAdvertisingNow(a, set: s) } }
             }
+            // The scans go on.
+            try await withScanLock { try await reconcileScan(strict: false) }
             setState(.ready)
         } catch {
             setState(.failed("\(error)"))
@@ -561,13 +574,20 @@ public actor BluetoothHost: LoopIsolated {
 
     /// One advertising PDU: into the registry, and to every scan whose filter the device's merged view matches.
     func received(_ a: Advertisement) {
-        let d = registry.record(a, at: now, identity: identity(of: a.address, type: a.addressType))
+        let who = identity(of: a.address, type: a.addressType)
+        let d = registry.record(a, at: now, identity: who)
         guard !centralState.scans.isEmpty || !centralState.draining.isEmpty else { return }
         let result = ScanResult(advertisement: a, device: d)
         // Filters look at what the device said in its advertisement and scan response together.
         let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
+        // A scan through the accept list gets its devices alone, also while the
+        // controller scans for all (another scan asks for all).
+        lazy var listed = centralState.acceptList.contains { e in
+            func names(_ address: BluetoothAddress, _ type: AddressType) -> Bool { address == e.address && type.rawValue & 1 == e.type.rawValue & 1 }
+            return names(a.address, a.addressType) || who.map { names($0.address, $0.type) } == true
+        }
         func offer(_ s: ScanSubscriber) {
-            if s.filter.matches(merged) { s.continuation.yield(result) }
+            if s.filter.matches(merged), !s.settings.acceptListOnly || listed { s.continuation.yield(result) }
         }
         for (_, s) in centralState.scans { offer(s) }
         for d in centralState.draining { offer(d.subscriber) }

@@ -42,9 +42,19 @@ public struct Central: Sendable {
     /// scans may run at once; the controller scans while any does, with the parameters
     /// of the first. `filter` applies to each device's merged advertisement and scan
     /// response. Buffer: the newest `capacity` results; `dropped` counts the rest.
+    ///
+    /// `acceptListOnly` reports only the devices on the accept list
+    /// (`BluetoothHost.setAcceptList`; a bonded device under privacy by its identity),
+    /// as BlueZ's background scan for the devices it reconnects to: the controller
+    /// filters them (Scanning_Filter_Policy 1) while every running scan asks for that,
+    /// and the host filters them while another scan asks for all (the controller's
+    /// scan is then stopped and started again without the list, and again with it
+    /// when that scan ends). Meanwhile the list cannot change
+    /// (`BLEError.acceptListInUse`). When the controller cannot take the list now
+    /// (a connection attempt is under way) this throws `BLEError.acceptListInUse`.
     public func scan(filter: ScanFilter = ScanFilter(), active: Bool = true, filterDuplicates: Bool = false,
-                     capacity: Int = 256) async throws -> BufferedStream<ScanResult> {
-        try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, capacity: capacity)
+                     acceptListOnly: Bool = false, capacity: Int = 256) async throws -> BufferedStream<ScanResult> {
+        try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, capacity: capacity)
     }
 
     /// Scans for `window` and returns every result heard, in the order heard. The
@@ -57,9 +67,10 @@ public struct Central: Sendable {
     /// Cancelling stops the scan and throws `CancellationError`. The results are taken
     /// as they come; `capacity` bounds those waiting to be taken (beyond it the oldest
     /// waiting would go, which a caller that only waits here does not reach).
+    /// `acceptListOnly` as `scan(filter:active:filterDuplicates:acceptListOnly:capacity:)` takes it.
     public func scan(for window: Duration, filter: ScanFilter = ScanFilter(), active: Bool = true,
-                     capacity: Int = 1024) async throws -> [ScanResult] {
-        let (id, stream) = try await host.addScan(filter: filter, active: active, filterDuplicates: false, capacity: capacity)
+                     acceptListOnly: Bool = false, capacity: Int = 1024) async throws -> [ScanResult] {
+        let (id, stream) = try await host.addScan(filter: filter, active: active, filterDuplicates: false, acceptListOnly: acceptListOnly, capacity: capacity)
         var results: [ScanResult] = []
         await withTaskGroup(of: Void.self) { g in
             g.addTask { [host] in

@@ -120,8 +120,9 @@ extension Advertiser {
 extension Scanner {
     /// LE Set Extended Scan Parameters (1M PHY) and LE Set Extended Scan Enable.
     public static func enableExtended(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
-                                      interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType = .public) async throws {
-        try await controller.send(LESetExtendedScanParameters(ownAddressType: ownAddressType,
+                                      interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType = .public,
+                                      filterPolicy: UInt8 = 0) async throws {
+        try await controller.send(LESetExtendedScanParameters(ownAddressType: ownAddressType, scanningFilterPolicy: filterPolicy,
                                                               phys: [LEExtendedScanPHYParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window)]))
         try await controller.send(LESetExtendedScanEnable(enable: true, filterDuplicates: filterDuplicates ? 1 : 0))
     }

@@ -94,11 +94,13 @@ public enum Scanner {
 
     /// LE Set Scan Parameters and LE Set Scan Enable; the reports arrive as events.
     /// `ownAddressType` is what an active scan's requests carry (`.random`: the
-    /// controller's random address, a private one under privacy).
+    /// controller's random address, a private one under privacy). `filterPolicy`:
+    /// Scanning_Filter_Policy (§7.8.10; 1: only devices on the Filter Accept List).
     public static func enable(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
-                              interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType = .public) async throws {
+                              interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType = .public,
+                              filterPolicy: UInt8 = 0) async throws {
         try await controller.send(LESetScanParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window,
-                                                      ownAddressType: ownAddressType))
+                                                      ownAddressType: ownAddressType, scanningFilterPolicy: filterPolicy))
         try await controller.send(LESetScanEnable(scanEnable: true, filterDuplicates: filterDuplicates))
     }
 

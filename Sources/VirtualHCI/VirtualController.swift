@@ -62,6 +62,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
     var legacyFilterPolicy: UInt8 = 0
     /// Own_Address_Type of the scan (§7.8.10, §7.8.64): where its scan requests come from.
     private var scanningAddressType: AddressType = .public
+    /// Scanning_Filter_Policy (§7.8.10, §7.8.64): bit 0, only the advertisers on the
+    /// Filter Accept List are reported (bit 1, a directed PDU's resolvable target, does
+    /// not arise here: this controller resolves no addresses).
+    var scanningFilterPolicy: UInt8 = 0
     private var advertisingData: [UInt8] = []
     private var scanResponseData: [UInt8] = []
     /// Legacy advertising (LE Set Advertising Enable) is on.
@@ -280,7 +284,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
             pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll(); filterAcceptList.removeAll()
             defaultPHYs = (Self.supportedPHYs, Self.supportedPHYs)
-            legacyFilterPolicy = 0; scanningAddressType = .public
+            legacyFilterPolicy = 0; scanningAddressType = .public; scanningFilterPolicy = 0
             suggestedDataLength = (27, 328)
             complete(op)
             if trainsEnded { await radio?.periodicTrainsEnded(self) }
@@ -343,8 +347,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
             let c = try LESetScanParameters.decode(p)
             // §7.8.10: not while scanning.
             guard !scanning else { return complete(op, status: .commandDisallowed) }
+            guard c.scanningFilterPolicy <= 3 else { return complete(op, status: .invalidCommandParameters) }
             activeScan = c.scanType == 1
             scanningAddressType = c.ownAddressType
+            scanningFilterPolicy = c.scanningFilterPolicy
             complete(op)
         case .leSetScanEnable:
             let c = try LESetScanEnable.decode(p)
@@ -455,8 +461,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
             guard !scanning else { return complete(op, status: .commandDisallowed) }
             guard c.scanningPHYs != 0 else { return complete(op, status: .invalidCommandParameters) }
             guard c.scanningPHYs == 0x01 else { return complete(op, status: .unsupportedFeatureOrParameterValue) }
+            guard c.scanningFilterPolicy <= 3 else { return complete(op, status: .invalidCommandParameters) }
             activeScan = c.phys.contains { $0.scanType == 1 }
             scanningAddressType = c.ownAddressType
+            scanningFilterPolicy = c.scanningFilterPolicy
             complete(op)
         case .leSetExtendedScanEnable:
             let c = try LESetExtendedScanEnable.decode(p)
@@ -553,11 +561,12 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private func isTarget(_ b: AirAdvertisement) -> Bool { b.isHeard(by: address) || randomAddress.map(b.isHeard(by:)) == true }
 
     /// A scanner hears `broadcasts`: legacy scanning reports legacy PDUs only;
-    /// extended scanning reports everything, extended data in pieces.
+    /// extended scanning reports everything, extended data in pieces; through the
+    /// Filter Accept List, only its advertisers' (Vol 6, Part B, §4.3.3).
     func hear(_ broadcasts: [AirAdvertisement], rssi: Int8) {
         guard scanning else { return }
         if extendedScan { establish(from: broadcasts) }
-        for b in broadcasts where isTarget(b) {
+        for b in broadcasts where isTarget(b) && (scanningFilterPolicy & 1 == 0 || listsAdvertiser(b)) {
             if extendedScan {
                 reportExtended(b, rssi: rssi)
             } else if b.legacyPDUs {
@@ -571,6 +580,11 @@ public actor VirtualController: HCITransport, LoopIsolated {
                 }
             }
         }
+    }
+
+    /// Whether the Filter Accept List has `b`'s advertiser.
+    private func listsAdvertiser(_ b: AirAdvertisement) -> Bool {
+        filterAcceptList.contains(FilterAcceptListEntry(type: b.addressType.rawValue & 1, address: b.address))
     }
 
     /// Whether `b`'s advertiser answers this scanner's scan request (its filter policy

@@ -1,7 +1,8 @@
 // The virtual controller's Filter Accept List (Core Specification v5.4, Vol 4, Part E,
 // §7.8.14–§7.8.17): 16 entries, as Rootcanal's. A connection attempt through it
-// (Initiator_Filter_Policy 1) or advertising that answers it alone
-// (Advertising_Filter_Policy 1 to 3) holds it: the commands that would change it are
+// (Initiator_Filter_Policy 1), advertising that answers it alone
+// (Advertising_Filter_Policy 1 to 3) or scanning through it (Scanning_Filter_Policy 1
+// or 3) holds it: the commands that would change it are
 // then refused with Command Disallowed, as Rootcanal refuses them
 // (VirtualAgainstRootcanalTests).
 
@@ -19,8 +20,9 @@ extension VirtualController {
     func handleFilterAcceptList(_ op: HCIOpcode, _ p: [UInt8]) throws {
         switch op {
         case .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList:
-            // §7.8.15–§7.8.17: not while advertising or a connection attempt uses the list.
-            guard pendingConnection == nil || !initiatingWithList, !(isAdvertising && legacyFilterPolicy != 0), !sets.usesAcceptList
+            // §7.8.15–§7.8.17: not while advertising, scanning or a connection attempt uses the list.
+            guard pendingConnection == nil || !initiatingWithList, !(isAdvertising && legacyFilterPolicy != 0), !sets.usesAcceptList,
+                  !(scanning && scanningFilterPolicy & 1 != 0)
             else { return complete(op, status: .commandDisallowed) }
             if op == .leClearFilterAcceptList {
                 filterAcceptList.removeAll()

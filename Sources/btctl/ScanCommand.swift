@@ -17,6 +17,9 @@ struct Scan: AsyncParsableCommand {
     @Option(help: "Only devices listing this service UUID (repeatable).") var service: [String] = []
     @Option(help: "Only this address (repeatable).") var address: [String] = []
     @Option(parsing: .unconditional, help: "Only reports at or above this RSSI (dBm, -127 to 20), e.g. --min-rssi -70.") var minRssi: Int?
+    @Option(name: .customLong("accept"), help: ArgumentHelp(
+        "Only this device, filtered by the controller (repeatable; XX:XX:XX:XX:XX:XX[/random], a bonded device by its identity address): the controller's Filter Accept List, with Scanning_Filter_Policy 1.",
+        valueName: "ADDRESS")) var accept: [DeviceAddress] = []
 
     func validate() throws {
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
@@ -36,9 +39,11 @@ struct Scan: AsyncParsableCommand {
             let filter = ScanFilter(names: name, serviceUUIDs: service.compactMap(BluetoothUUID.init), addresses: address.compactMap(BluetoothAddress.init),
                                     minimumRSSI: minRssi.map { Int8($0) })
             // Filters apply to each device's advertisement and scan response together.
-            let results = try await host.central.scan(filter: filter, active: !passive, filterDuplicates: !duplicates)
+            if !accept.isEmpty { try await host.setAcceptList(accept) }
+            let results = try await host.central.scan(filter: filter, active: !passive, filterDuplicates: !duplicates, acceptListOnly: !accept.isEmpty)
             if !json {
-                note("scanning \(passive ? "passively" : "actively") for \(secondsText(duration))\(duplicates ? ", every report" : ", first report per device")\(name.isEmpty && service.isEmpty && address.isEmpty && minRssi == nil ? "" : ", filtered"); Ctrl-C stops")
+                let through = accept.isEmpty ? "" : ", through the accept list (\(accept.map(\.description).joined(separator: ", ")))"
+                note("scanning \(passive ? "passively" : "actively") for \(secondsText(duration))\(duplicates ? ", every report" : ", first report per device")\(name.isEmpty && service.isEmpty && address.isEmpty && minRssi == nil ? "" : ", filtered")\(through); Ctrl-C stops")
             }
             let printer = Task {
                 var summary = ScanSummary()

@@ -1,18 +1,23 @@
 // Advertising that answers the accept list alone (`AdvertisingFilter`, the
 // Advertising_Filter_Policy of §7.8.5 and §7.8.53): only the devices named with
-// `setAcceptList` connect, or get the scan response. The controller's Filter Accept
-// List holds that list while such advertising is on: `setAcceptList` and
-// `connect(toAnyOf:)` may not change it meanwhile (the controller refuses, §7.8.15–
-// §7.8.17). On the virtual radio, with both command sets, and on Rootcanal.
+// `setAcceptList` connect, or get the scan response. Scanning through it
+// (`acceptListOnly`, the Scanning_Filter_Policy of §7.8.10 and §7.8.64): only they are
+// reported. The controller's Filter Accept List holds that list while such advertising
+// or scanning is on: `setAcceptList` and `connect(toAnyOf:)` may not change it
+// meanwhile (the controller refuses, §7.8.15–§7.8.17). On the virtual radio, with both
+// command sets, and on Rootcanal.
 
 import BLE
 import BLETesting
 import HCI
+import Snoop
+import Synchronization
 import Testing
 
 @Suite(.serialized) struct AcceptListTests {
     static let a = BluetoothAddress("C0:00:00:00:0A:11")!, b = BluetoothAddress("C0:00:00:00:0A:12")!
     static let p = BluetoothAddress("C0:00:00:00:0A:13")!
+    static let s = BluetoothAddress("C0:00:00:00:0A:14")!
 
     static func hosts(_ radio: VirtualRadio, extended: Bool) async throws -> (BluetoothHost, BluetoothHost, BluetoothHost) {
         var out: [BluetoothHost] = []
@@ -88,6 +93,130 @@ import Testing
         withExtendedLifetime(radio) {}
     }
 
+    /// The Scanning_Filter_Policy of each scan parameters command a host sent, in order.
+    final class Policies: Sendable {
+        private let sent = Mutex<[UInt8]>([])
+        var all: [UInt8] { sent.withLock { $0 } }
+
+        func record(_ r: TraceRecord) {
+            guard r.direction == .hostToController, case let .packet(.command(op, bytes)) = r.content else { return }
+            if op == .leSetScanParameters, let c = try? LESetScanParameters.decode(bytes) { sent.withLock { $0.append(c.scanningFilterPolicy) } }
+            if op == .leSetExtendedScanParameters, let c = try? LESetExtendedScanParameters.decode(bytes) { sent.withLock { $0.append(c.scanningFilterPolicy) } }
+        }
+    }
+
+    /// The addresses a scan reported, gathered in the background.
+    final class Seen: Sendable {
+        private let addresses = Mutex<Set<BluetoothAddress>>([])
+        func insert(_ a: BluetoothAddress) { addresses.withLock { _ = $0.insert(a) } }
+        func take() -> Set<BluetoothAddress> { addresses.withLock { s in defer { s.removeAll() }; return s } }
+    }
+
+    /// Reads a scan's stream in the background (letting go of it would stop the scan).
+    final class Reader: Sendable {
+        private let seen = Seen()
+        private let task: Task<Void, Never>
+
+        init(_ stream: BufferedStream<ScanResult>) {
+            let seen = self.seen
+            task = Task { for await r in stream { seen.insert(r.address) } }
+        }
+
+        /// The addresses reported since the last call, after `settling` on `host`'s loop.
+        func take(after settling: Duration = .milliseconds(100), on host: BluetoothHost) async -> Set<BluetoothAddress> {
+            try? await host.loop.sleep(for: settling)
+            return seen.take()
+        }
+
+        deinit { task.cancel() }
+    }
+
+    /// A scanner (address `s`, its scan parameters recorded in `policies`) and three
+    /// advertisers, a, b and p, each advertising its name.
+    static func scannerAndAdvertisers(_ radio: VirtualRadio, extended: Bool, policies: Policies) async throws -> (BluetoothHost, [BluetoothHost]) {
+        let scanner = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: s, extendedAdvertising: extended)) { policies.record($0) },
+                                    logger: Bench.logger)
+        try await scanner.start()
+        let (ha, hb, hp) = try await hosts(radio, extended: extended)
+        for (h, name) in [(ha, "a"), (hb, "b"), (hp, "p")] { try await h.peripheral.startAdvertising(AdvertisingSetsTests.named(name)) }
+        return (scanner, [ha, hb, hp])
+    }
+
+    static func addresses(_ results: [ScanResult]) -> Set<BluetoothAddress> { Set(results.map(\.address)) }
+
+    @Test(arguments: [false, true])
+    func aScanThroughTheListReportsItsDevicesAlone(extended: Bool) async throws {
+        let radio = VirtualRadio()
+        let policies = Policies()
+        let (scanner, advertisers) = try await Self.scannerAndAdvertisers(radio, extended: extended, policies: policies)
+        defer { Task { await scanner.close(); for h in advertisers { await h.close() } } }
+        try await scanner.setAcceptList([DeviceAddress(Self.a), DeviceAddress(Self.p)])
+        // The controller filters: the scan's parameters name the list.
+        #expect(Self.addresses(try await scanner.central.scan(for: .milliseconds(200), acceptListOnly: true)) == [Self.a, Self.p])
+        #expect(policies.all == [1])
+        // While it scans through the list, the list stays as it is.
+        let held = Reader(try await scanner.central.scan(acceptListOnly: true))
+        await #expect { try await scanner.setAcceptList([DeviceAddress(Self.b)]) } throws: { Self.inUse($0) }
+        await #expect { try await scanner.central.connect(toAnyOf: [DeviceAddress(Self.b), DeviceAddress(Self.a)], within: .seconds(1)) } throws: {
+            Self.inUse($0)
+        }
+        #expect(await held.take(on: scanner) == [Self.a, Self.p])
+        // A scan for all: the controller scans without the list meanwhile, the host
+        // keeps the first scan to the list's devices, and the list comes back after.
+        #expect(Self.addresses(try await scanner.central.scan(for: .milliseconds(200))) == [Self.a, Self.b, Self.p])
+        #expect(policies.all == [1, 1, 0, 1])
+        #expect(await held.take(on: scanner) == [Self.a, Self.p])
+        await #expect { try await scanner.setAcceptList([DeviceAddress(Self.b)]) } throws: { Self.inUse($0) }
+        // A reset: the scan goes on, through the list refilled.
+        try await scanner.reset()
+        #expect(policies.all == [1, 1, 0, 1, 1])
+        #expect(await held.take(on: scanner) == [Self.a, Self.p])
+        withExtendedLifetime(held) {}
+        withExtendedLifetime(radio) {}
+    }
+
+    /// A scan for all goes on across a reset too (before, the controller stopped
+    /// scanning at the reset and the scan's stream went quiet for good).
+    @Test func aScanGoesOnAfterAReset() async throws {
+        let radio = VirtualRadio()
+        let policies = Policies()
+        let (scanner, advertisers) = try await Self.scannerAndAdvertisers(radio, extended: true, policies: policies)
+        defer { Task { await scanner.close(); for h in advertisers { await h.close() } } }
+        let results = Reader(try await scanner.central.scan())
+        #expect(await results.take(on: scanner) == [Self.a, Self.b, Self.p])
+        try await scanner.reset()
+        #expect(await results.take(on: scanner) == [Self.a, Self.b, Self.p])
+        #expect(policies.all == [0, 0])
+        withExtendedLifetime(radio) {}
+    }
+
+    /// A reset while a connection attempt is under way ends the attempt
+    /// (`BLEError.notReady`: the controller forgets it), and advertising through the
+    /// accept list comes back with the list (before, the reset failed: the attempt
+    /// held the connect slot the list needs). Scanning through the list cannot start
+    /// while an attempt is under way.
+    @Test func aResetEndsAConnectionAttemptAndAdvertisingThroughTheListComesBack() async throws {
+        let radio = VirtualRadio()
+        let (centralA, centralB, peripheral) = try await Self.hosts(radio, extended: true)
+        defer { Task { await centralA.close(); await centralB.close(); await peripheral.close() } }
+        try await peripheral.setAcceptList([DeviceAddress(Self.a)])
+        try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("only-a"), acceptListOnly: .connections)
+        // Nobody advertises at this address: the attempt waits.
+        let nobody = BluetoothAddress("C0:00:00:00:0A:99")!
+        let attempt = Task { try await peripheral.central.connect(to: nobody, within: .seconds(30)) }
+        // B's list is not on its controller yet, and an attempt of B's is under way.
+        try await centralB.setAcceptList([DeviceAddress(Self.p)])
+        let other = Task { try await centralB.central.connect(to: nobody, within: .seconds(30)) }
+        try await peripheral.loop.sleep(for: .milliseconds(100))
+        await #expect { _ = try await centralB.central.scan(acceptListOnly: true) } throws: { Self.inUse($0) }
+        try await peripheral.reset()
+        await #expect(throws: BLEError.notReady(.resetting)) { _ = try await attempt.value }
+        try await centralB.reset()
+        await #expect(throws: BLEError.notReady(.resetting)) { _ = try await other.value }
+        _ = try await centralA.central.connect(to: Self.p, within: .seconds(5))
+        withExtendedLifetime(radio) {}
+    }
+
     /// On Rootcanal, which checks the advertiser's filter policy as the spec does.
     @Test func onRootcanalOnlyTheAcceptListConnects() async throws {
         guard let rc = try await Bench.rootcanalHosts(3) else { return }
@@ -99,5 +228,22 @@ import Testing
         await #expect(throws: BLEError.connectionTimeout(p, within: .seconds(1))) { try await centralB.central.connect(to: p, within: .seconds(1)) }
         _ = try await centralA.central.connect(to: p, within: .seconds(10))
         await #expect { try await peripheral.setAcceptList([DeviceAddress(rc.addresses[2])]) } throws: { Self.inUse($0) }
+    }
+
+    /// On Rootcanal: scanning through the list reports its device alone, and holds
+    /// the list.
+    @Test func onRootcanalAScanThroughTheListReportsItsDevicesAlone() async throws {
+        guard let rc = try await Bench.rootcanalHosts(3) else { return }
+        defer { rc.stop() }
+        let (scanner, listed, other) = (rc.hosts[0], rc.hosts[1], rc.hosts[2])
+        try await listed.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-listed"))
+        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-other"))
+        try await scanner.setAcceptList([DeviceAddress(rc.addresses[1])])
+        let held = Reader(try await scanner.central.scan(acceptListOnly: true))
+        await #expect { try await scanner.setAcceptList([DeviceAddress(rc.addresses[2])]) } throws: { Self.inUse($0) }
+        #expect(await held.take(after: .seconds(1), on: scanner) == [rc.addresses[1]])
+        // Rootcanal hears both while it scans for all.
+        #expect(Self.addresses(try await scanner.central.scan(for: .seconds(1))).isSuperset(of: [rc.addresses[1], rc.addresses[2]]))
+        withExtendedLifetime(held) {}
     }
 }

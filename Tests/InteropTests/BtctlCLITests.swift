@@ -73,6 +73,25 @@ import Testing
         #expect((summary["devices"] as? [[String: Any]])?.first?["name"] as? String == "FireAlarm-B3")
     }
 
+    /// `--accept`: the sender is heard while it is on the accept list, and nothing else
+    /// is; the scan goes through the controller's Filter Accept List (the trace says so).
+    @Test func scanThroughTheAcceptList() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let listed = try await Self.run(["scan", "-t", "virtual", "--accept", "C0:FF:EE:00:00:01", "--duration", "0.5", "--json"])
+        #expect(listed.status == 0, "\(listed.out)")
+        #expect(listed.out.contains("\"name\":\"FireAlarm-B3\""), "\(listed.out)")
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-accept-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let trace = dir.appendingPathComponent("scan.btsnoop").path
+        let other = try await Self.run(["scan", "-t", "virtual", "--accept", "C0:FF:EE:00:00:02/random", "--duration", "0.5", "--json", "--btsnoop", trace])
+        #expect(other.status == 0 && !other.out.contains("\"advertisement\""), "\(other.out)")
+        let shown = try await Self.run(["trace", "show", trace])
+        #expect(shown.out.contains("address: C0:FF:EE:00:00:02") && shown.out.contains("scanningFilterPolicy: 1"), "\(shown.out)")
+        let bad = try await Self.run(["scan", "-t", "virtual", "--accept", "C0:FF:EE:00:00"])
+        #expect(bad.status == 64, "\(bad.out)")
+    }
+
     /// `-t virtual5`: the virtual radio with Bluetooth 5 controllers. btctl's host
     /// drives its controller with the extended commands (the trace shows them) and
     /// finds, connects to and reads the sender as on `virtual`.

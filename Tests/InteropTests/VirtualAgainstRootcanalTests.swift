@@ -197,6 +197,19 @@ import Transports
         Step("advertise again", LESetAdvertisingEnable(advertisingEnable: true)),
         Step("add while advertising to all", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E02))),
         Step("stop advertising to all", LESetAdvertisingEnable(advertisingEnable: false)),
+        // Scanning through the list holds it too; scanning for all does not. (A reserved
+        // Scanning_Filter_Policy, 4: Rootcanal 1.10 takes it as it takes the reserved
+        // Advertising_Filter_Policy; the virtual controller refuses it, §7.8.10.)
+        Step("scan through the list", LESetScanParameters(scanningFilterPolicy: 1)),
+        Step("start scanning through the list", LESetScanEnable(scanEnable: true)),
+        Step("add while scanning through the list", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E03))),
+        Step("clear while scanning through the list", LEClearFilterAcceptList()),
+        Step("scan parameters while scanning", LESetScanParameters(scanningFilterPolicy: 0)),
+        Step("stop scanning through the list", LESetScanEnable(scanEnable: false)),
+        Step("scan for all", LESetScanParameters(scanningFilterPolicy: 0)),
+        Step("start scanning for all", LESetScanEnable(scanEnable: true)),
+        Step("add while scanning for all", LEAddDeviceToFilterAcceptList(addressType: .public, address: BluetoothAddress(value: 0x0E04))),
+        Step("stop scanning for all", LESetScanEnable(scanEnable: false)),
     ]
 
     /// Runs `script` on a Rootcanal of its own and on a virtual controller (a Bluetooth
