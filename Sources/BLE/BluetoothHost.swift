@@ -485,11 +485,12 @@ public actor BluetoothHost: LoopIsolated {
         if state == .ready {
             await settle()
             let deadline = loop.now + TimeAmount(limit)
-            for id in centralState.scans.keys.sorted() {
-                let s = centralState.scans[id]
-                await endScan(id)
-                s?.continuation.finish()
-            }
+            // Every scan at once: the controller stops (ended one by one, the scans left
+            // could have it start again with other parameters).
+            let scans = centralState.scans
+            centralState.scans.removeAll()
+            try? await withScanLock { try await reconcileScan(strict: false) }
+            for id in scans.keys.sorted() { scans[id]?.continuation.finish() }
             for s in peripheralState.advertising.keys.sorted(by: >) { try? await setAdvertising(nil, set: s) }
             let links = links.active.values.sorted { $0.handle < $1.handle }
             for c in links { _ = try? await controller.send(Disconnect(connectionHandle: c.handle)) }
@@ -523,6 +524,7 @@ public actor BluetoothHost: LoopIsolated {
         }
         for (_, s) in centralState.scans { s.continuation.finish() }
         centralState.scans.removeAll()
+        centralState.scanning = nil
         flushDraining()
         endSyncs(closed: reason)
         peripheralState.requestContinuation?.finish()
