@@ -30,6 +30,30 @@ public struct AdvertisingFilter: OptionSet, Hashable, Sendable {
     public static let connections = AdvertisingFilter(rawValue: 0x02)
 }
 
+/// The PHYs an advertisement goes out on: its primary advertising channel PDUs and
+/// the auxiliary PDUs that carry its data (Primary_Advertising_PHY and
+/// Secondary_Advertising_PHY of §7.8.53), as Bumble's `AdvertisingParameters` and
+/// Android's `AdvertisingSetParameters` name them. A primary PHY other than LE 1M
+/// needs extended PDUs, which only extended scanners on that PHY hear; a link the
+/// advertisement makes starts on its secondary PHY.
+public struct AdvertisingPHYs: Hashable, Sendable, CustomStringConvertible {
+    /// LE 1M or LE Coded.
+    public var primary: PHY
+    /// LE 1M, LE 2M or LE Coded.
+    public var secondary: PHY
+    public init(primary: PHY = .le1M, secondary: PHY = .le1M) {
+        self.primary = primary
+        self.secondary = secondary
+    }
+    /// LE 1M: legacy PDUs while the data fits them, heard by every scanner.
+    public static let le1M = AdvertisingPHYs()
+    /// LE Coded both ways: long range (S=8, about four times LE 1M's reach), heard by
+    /// scanners that scan LE Coded (`Central.scan(phys:)`).
+    public static let longRange = AdvertisingPHYs(primary: .leCoded, secondary: .leCoded)
+
+    public var description: String { primary == secondary ? "\(primary)" : "\(primary), data on \(secondary)" }
+}
+
 struct AdvertisingConfiguration: Sendable, Equatable {
     var data: AdvertisingData
     var scanResponse: AdvertisingData?
@@ -43,6 +67,13 @@ struct AdvertisingConfiguration: Sendable, Equatable {
     var maximumEvents: Int? = nil
     /// The set's periodic advertising (PeriodicAdvertising.swift): its PDUs are then extended ones.
     var periodic: PeriodicConfiguration? = nil
+    var phys = AdvertisingPHYs.le1M
+
+    /// Whether it goes out as extended PDUs whatever its length: with periodic
+    /// advertising, or off LE 1M.
+    var needsExtendedPDUs: Bool { periodic != nil || phys != .le1M }
+    /// The PHYs as LE Set Extended Advertising Parameters takes them.
+    var phyValues: (primary: UInt8, secondary: UInt8) { (phys.primary.rawValue, phys.secondary.rawValue) }
 
     /// The longest Duration LE Set Extended Advertising Enable takes: 0xFFFF × 10 ms.
     static let longestDuration = Duration.milliseconds(655_350)
@@ -51,6 +82,12 @@ struct AdvertisingConfiguration: Sendable, Equatable {
     /// 10 ms units; the host keeps a legacy controller's to the same range), 1 to 255
     /// events, and events only where the controller counts them (the extended commands).
     func validate(extendedCommands: Bool) throws {
+        guard phys.primary == .le1M || phys.primary == .leCoded, phys.secondary.isKnown else {
+            throw BLEError.invalidArgument("an advertisement's primary PHY is LE 1M or LE Coded and its secondary LE 1M, LE 2M or LE Coded, not \(phys)")
+        }
+        if phys != .le1M, !extendedCommands {
+            throw BLEError.notSupported("advertising on \(phys) needs a controller driven with the extended commands (usesExtendedCommands)")
+        }
         if let d = duration, d < .milliseconds(10) || d > Self.longestDuration {
             throw BLEError.invalidArgument("an advertising duration is 10 ms to 655.35 s, not \(d)")
         }
@@ -106,12 +143,19 @@ extension PeripheralManager {
     /// List holds that list while such an advertisement is on (or waits for a link it
     /// made to end); `BLEError.acceptListInUse` when a connection attempt is under way
     /// and the controller's list must change first.
+    ///
+    /// `phys` other than `.le1M` (`.longRange`: LE Coded, for range) needs the extended
+    /// commands (else `BLEError.notSupported`); the advertisement then goes out as
+    /// extended PDUs, heard only by extended scanners on its primary PHY, and a
+    /// connectable one takes the scan response into the advertisement. A controller
+    /// without the PHY refuses it (Unsupported Feature or Parameter Value).
     public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                  connectable: Bool = true, intervalMilliseconds: Double = 100,
-                                 duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = []) async throws {
+                                 duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = [],
+                                 phys: AdvertisingPHYs = .le1M) async throws {
         try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
                                                                intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly,
-                                                               duration: duration, maximumEvents: maximumEvents), set: 0)
+                                                               duration: duration, maximumEvents: maximumEvents, phys: phys), set: 0)
     }
 
     public func stopAdvertising() async throws { try await host.setAdvertising(nil, set: 0) }
@@ -136,13 +180,15 @@ extension PeripheralManager {
     /// `AdvertisingDataError.tooLong` as `startAdvertising` does. `duration` and
     /// `maximumEvents` limit the set as they limit `startAdvertising`'s; a set they
     /// ended keeps its handle until removed, and `updateAdvertisingSet` starts it again.
-    /// `acceptListOnly` as `startAdvertising` takes it.
+    /// `acceptListOnly` and `phys` as `startAdvertising` takes them (a long-range set
+    /// beside an LE 1M advertisement reaches both kinds of scanner).
     public func addAdvertisingSet(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                   connectable: Bool = false, intervalMilliseconds: Double = 100,
-                                  duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = []) async throws -> AdvertisingSet {
+                                  duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = [],
+                                  phys: AdvertisingPHYs = .le1M) async throws -> AdvertisingSet {
         try await host.addAdvertisingSet(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
                                                                   intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly,
-                                                                  duration: duration, maximumEvents: maximumEvents))
+                                                                  duration: duration, maximumEvents: maximumEvents, phys: phys))
     }
 
     /// Replaces what a set advertises (the set restarts with it, keeping its address,
@@ -150,10 +196,12 @@ extension PeripheralManager {
     /// stays stopped and takes the new data when it resumes, at that link's end.
     public func updateAdvertisingSet(_ set: AdvertisingSet, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = false, intervalMilliseconds: Double = 100,
-                                     duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = []) async throws {
+                                     duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = [],
+                                     phys: AdvertisingPHYs = .le1M) async throws {
         try await host.requireAdvertisingSet(set)
         var a = AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
-                                         intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly, duration: duration, maximumEvents: maximumEvents)
+                                         intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly, duration: duration, maximumEvents: maximumEvents,
+                                         phys: phys)
         // Its periodic advertising goes on, and needs a set neither connectable nor scannable.
         a.periodic = await host.peripheralState.advertising[set.handle]?.periodic
         if a.periodic != nil, connectable || scanResponse != nil {
@@ -196,7 +244,7 @@ extension BluetoothHost {
                 // connects to it again); the data is checked now.
                 guard usesExtendedCommands, peripheralState.advertisingLinks[set] != nil else { return try await startAdvertisingNow(a, set: set) }
                 _ = try Advertiser.extendedPDUs(data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31, extended: a.periodic != nil)
+                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31, extended: a.needsExtendedPDUs)
             }
         } catch {
             peripheralState.advertising[set] = previous.0
@@ -372,7 +420,7 @@ extension BluetoothHost {
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
                                                randomAddress: address, handle: set,
                                                duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents,
-                                               extended: a.periodic != nil, filterPolicy: a.filter.rawValue)
+                                               extended: a.needsExtendedPDUs, filterPolicy: a.filter.rawValue, phys: a.phyValues)
             try await applyPeriodic(a.periodic, set: set)
             if let address { advertisingSetAddressSet(address, set: set) }
             // An end handled while these commands were under way may be the previous
@@ -402,7 +450,8 @@ extension BluetoothHost {
         let address = advertisingSetAddress(set)
         try await Advertiser.configureExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
-                                               randomAddress: address, handle: set, extended: a.periodic != nil, filterPolicy: a.filter.rawValue)
+                                               randomAddress: address, handle: set, extended: a.needsExtendedPDUs, filterPolicy: a.filter.rawValue,
+                                               phys: a.phyValues)
         if let address { advertisingSetAddressSet(address, set: set) }
     }
 

@@ -17,9 +17,16 @@ extension BluetoothHost {
     /// allows one): to the one directly, to several through the Filter Accept List
     /// (Initiator_Filter_Policy 1), leaving out those connected already. On timeout or
     /// cancellation sends LE Create Connection Cancel.
-    func connect(toAnyOf peers: [DeviceAddress], within limit: Duration, parameters: LEConnectionParameters) async throws -> Connection {
+    func connect(toAnyOf peers: [DeviceAddress], within limit: Duration, parameters: LEConnectionParameters,
+                 phys: Set<PHY> = [.le1M]) async throws -> Connection {
         await settle()
         try requireReady()
+        guard phys.allSatisfy(\.isKnown), phys.contains(.le1M) || phys.contains(.leCoded) else {
+            throw BLEError.invalidArgument("a connection is initiated on LE 1M, LE Coded or both (LE 2M beside one of them), not \(phys.map(\.description).sorted())")
+        }
+        guard phys == [.le1M] || usesExtendedCommands else {
+            throw BLEError.notSupported("initiating on \(phys.map(\.description).sorted().joined(separator: " and ")) needs a controller driven with the extended commands (usesExtendedCommands)")
+        }
         let targets = peers.withoutDuplicates
         guard !targets.isEmpty else { throw BLEError.invalidArgument("connecting needs at least one peer") }
         func linked(_ t: DeviceAddress) -> Connection? { links.active.values.first { $0.peer == t.address && $0.role == .central } }
@@ -62,8 +69,10 @@ extension BluetoothHost {
                 Task {
                     do {
                         if extended {
-                            try await self.controller.send(LEExtendedCreateConnection(initiatorFilterPolicy: policy, ownAddressType: own, peerAddressType: type,
-                                                                                     peerAddress: peer, phys: [.init(connection: parameters)]))
+                            let bits = PHY.bits(phys)
+                            try await self.controller.send(LEExtendedCreateConnection(
+                                initiatorFilterPolicy: policy, ownAddressType: own, peerAddressType: type, peerAddress: peer, initiatingPHYs: bits,
+                                phys: Array(repeating: .init(connection: parameters), count: bits.nonzeroBitCount)))
                         } else {
                             try await self.controller.send(LECreateConnection(initiatorFilterPolicy: policy, peerAddressType: type, peerAddress: peer,
                                                                               ownAddressType: own, connection: parameters))
@@ -179,9 +188,16 @@ extension BluetoothHost {
         w.timer.cancel()
         w.continuation.resume(throwing: error)
         guard cancel else { return }
-        let controller = self.controller
-        Task { _ = try? await controller.send(LECreateConnectionCancel()) }
+        // The attempt ends with LE Connection Complete, Unknown Connection Identifier: not
+        // the next attempt's end (`connectFailed`). Refused (Command Disallowed: the
+        // attempt had ended already), no such event comes.
+        centralState.cancelsOwed += 1
+        Task {
+            do { _ = try await self.controller.send(LECreateConnectionCancel()) } catch { self.cancelAnswered() }
+        }
     }
+
+    private func cancelAnswered() { centralState.cancelsOwed = max(0, centralState.cancelsOwed - 1) }
 
     func acquireConnectSlot() async {
         if !centralState.connectBusy {
@@ -196,19 +212,27 @@ extension BluetoothHost {
     }
 
     /// Adds a scan subscriber; scanning starts with the first and stops with the last.
-    func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool, capacity: Int) async throws -> BufferedStream<ScanResult> {
-        try await addScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, capacity: capacity).stream
+    func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool, phys: Set<PHY>,
+                   capacity: Int) async throws -> BufferedStream<ScanResult> {
+        try await addScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, phys: phys, capacity: capacity).stream
     }
 
     /// `startScan`, also returning the subscriber's id (for `finishScan`).
-    func addScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool,
+    func addScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool, phys: Set<PHY> = [.le1M],
                  capacity: Int) async throws -> (id: UInt64, stream: BufferedStream<ScanResult>) {
         await settle()
         try requireReady()
+        guard !phys.isEmpty, phys.isSubset(of: [.le1M, .leCoded]) else {
+            throw BLEError.invalidArgument("a scan is on LE 1M, LE Coded or both, not \(phys.map(\.description).sorted())")
+        }
+        guard phys == [.le1M] || usesExtendedCommands else {
+            throw BLEError.notSupported("scanning LE Coded needs a controller driven with the extended commands (usesExtendedCommands)")
+        }
         let (stream, cont) = BufferedStream<ScanResult>.makeStream(capacity: capacity)
         let id = centralState.nextScan
         centralState.nextScan += 1
-        centralState.scans[id] = ScanSubscriber(filter: filter, settings: ScanSettings(active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly),
+        centralState.scans[id] = ScanSubscriber(filter: filter, settings: ScanSettings(active: active, filterDuplicates: filterDuplicates,
+                                                                                       acceptListOnly: acceptListOnly, phys: PHY.bits(phys)),
                                                 continuation: cont)
         // The consumer let go: the scan stops before the program's next operation goes out.
         cont.onTermination = { [weak self] _ in
@@ -239,11 +263,12 @@ extension BluetoothHost {
 
     /// How the controller should scan for the scans there are: as it scans now (or as
     /// the first asked when it does not), through the accept list only while every
-    /// scan asks for that (as bluetoothd merges its clients' discovery filters); nil
-    /// when there are none.
+    /// scan asks for that, on every PHY any scan asks for (as bluetoothd merges its
+    /// clients' discovery filters); nil when there are none.
     var wantedScan: ScanSettings? {
         guard let first = centralState.scans.keys.min(), var want = centralState.scanning ?? centralState.scans[first]?.settings else { return nil }
         want.acceptListOnly = centralState.scans.values.allSatisfy(\.settings.acceptListOnly)
+        want.phys = centralState.scans.values.reduce(0) { $0 | $1.settings.phys }
         return want
     }
 
@@ -279,7 +304,8 @@ extension BluetoothHost {
         let policy: UInt8 = s.acceptListOnly ? 1 : 0
         try await scanCommand {
             if usesExtendedCommands {
-                try await Scanner.enableExtended(controller, active: s.active, filterDuplicates: s.filterDuplicates, ownAddressType: own, filterPolicy: policy)
+                try await Scanner.enableExtended(controller, active: s.active, filterDuplicates: s.filterDuplicates, ownAddressType: own, filterPolicy: policy,
+                                                 phys: s.phys)
             } else {
                 try await Scanner.enable(controller, active: s.active, filterDuplicates: s.filterDuplicates, ownAddressType: own, filterPolicy: policy)
             }

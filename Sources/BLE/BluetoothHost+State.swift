@@ -112,6 +112,8 @@ extension BluetoothHost {
         var filterDuplicates: Bool
         /// Scanning_Filter_Policy 1: only the devices on the Filter Accept List are reported.
         var acceptListOnly: Bool
+        /// Scanning_PHYs: bit 0 LE 1M, bit 2 LE Coded (the primary PHYs heard).
+        var phys: UInt8 = 0x01
     }
 
     struct ScanSubscriber {
@@ -134,6 +136,9 @@ extension BluetoothHost {
         /// What the controller's Filter Accept List holds (nil: not known, as after a reset).
         var controllerAcceptList: [DeviceAddress]?
         var connectQueue: [CheckedContinuation<Void, Never>] = []
+        /// LE Create Connection Cancels whose LE Connection Complete (Unknown Connection
+        /// Identifier) has not come yet.
+        var cancelsOwed = 0
         var connectBusy = false
         var scans: [UInt64: ScanSubscriber] = [:]
         /// How the controller scans now (nil: it does not), as its last answered scan enable left it.

@@ -439,6 +439,7 @@ public actor BluetoothHost: LoopIsolated {
             // and its Filter Accept List is empty, and it does not scan.
             centralState.controllerAcceptList = nil
             centralState.scanning = nil
+            centralState.cancelsOwed = 0
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
             // Advertising and scanning through the accept list come back with it (here,
@@ -588,15 +589,23 @@ public actor BluetoothHost: LoopIsolated {
             func names(_ address: BluetoothAddress, _ type: AddressType) -> Bool { address == e.address && type.rawValue & 1 == e.type.rawValue & 1 }
             return names(a.address, a.addressType) || who.map { names($0.address, $0.type) } == true
         }
+        // Each scan gets the PHYs it asked for (the controller scans every PHY any asks for).
+        // (Primary_PHY is LE 1M or LE Coded; any other value a controller sends counts as LE 1M.)
+        let phy: UInt8 = a.primaryPHY == PHY.leCoded.rawValue ? 0x04 : 0x01
         func offer(_ s: ScanSubscriber) {
-            if s.filter.matches(merged), !s.settings.acceptListOnly || listed { s.continuation.yield(result) }
+            if s.filter.matches(merged), s.settings.phys & phy != 0, !s.settings.acceptListOnly || listed { s.continuation.yield(result) }
         }
         for (_, s) in centralState.scans { offer(s) }
         for d in centralState.draining { offer(d.subscriber) }
     }
 
     func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {
-        // Unknown Connection Identifier follows our own LE Create Connection Cancel; the waiter is gone by then.
+        // Unknown Connection Identifier follows our own LE Create Connection Cancel: the
+        // end of an attempt abandoned before, not of the one that may be under way now.
+        if status == .unknownConnectionIdentifier, centralState.cancelsOwed > 0 {
+            centralState.cancelsOwed -= 1
+            return
+        }
         guard let w = centralState.connectWaiter else { return }
         centralState.connectWaiter = nil
         w.timer.cancel()

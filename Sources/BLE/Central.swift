@@ -21,6 +21,11 @@ public struct ScanResult: Hashable, Sendable {
     public var name: String? { device.name }
     /// Metres, from the smoothed RSSI and the advertised TX power or beacon calibration.
     public var estimatedMetres: Double? { device.estimatedMetres }
+    /// The PHY the advertisement came on: LE 1M, or LE Coded for long range (a legacy
+    /// report: LE 1M).
+    public var primaryPHY: PHY { PHY(rawValue: advertisement.primaryPHY ?? 1) }
+    /// The PHY of its auxiliary PDUs (its data, and a link it makes); nil for legacy PDUs.
+    public var secondaryPHY: PHY? { advertisement.secondaryPHY.map(PHY.init(rawValue:)) }
 }
 
 /// A device's address with its type, as a connection names its peer.
@@ -52,9 +57,18 @@ public struct Central: Sendable {
     /// when that scan ends). Meanwhile the list cannot change
     /// (`BLEError.acceptListInUse`). When the controller cannot take the list now
     /// (a connection attempt is under way) this throws `BLEError.acceptListInUse`.
+    ///
+    /// `phys`: the primary PHYs to scan, LE 1M (every advertiser's legacy PDUs) and LE
+    /// Coded (long-range advertising, `AdvertisingPHYs.longRange`), as Bumble's
+    /// `scanning_phys`; LE Coded needs the extended commands (else
+    /// `BLEError.notSupported`), and a controller without it refuses it. The
+    /// controller scans every PHY a running scan asks for (stopped and started again
+    /// as that changes); each scan gets the reports of its own PHYs
+    /// (`ScanResult.primaryPHY`).
     public func scan(filter: ScanFilter = ScanFilter(), active: Bool = true, filterDuplicates: Bool = false,
-                     acceptListOnly: Bool = false, capacity: Int = 256) async throws -> BufferedStream<ScanResult> {
-        try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, capacity: capacity)
+                     acceptListOnly: Bool = false, phys: Set<PHY> = [.le1M], capacity: Int = 256) async throws -> BufferedStream<ScanResult> {
+        try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, phys: phys,
+                                 capacity: capacity)
     }
 
     /// Scans for `window` and returns every result heard, in the order heard. The
@@ -67,10 +81,11 @@ public struct Central: Sendable {
     /// Cancelling stops the scan and throws `CancellationError`. The results are taken
     /// as they come; `capacity` bounds those waiting to be taken (beyond it the oldest
     /// waiting would go, which a caller that only waits here does not reach).
-    /// `acceptListOnly` as `scan(filter:active:filterDuplicates:acceptListOnly:capacity:)` takes it.
+    /// `acceptListOnly` and `phys` as `scan(filter:active:filterDuplicates:acceptListOnly:phys:capacity:)` takes them.
     public func scan(for window: Duration, filter: ScanFilter = ScanFilter(), active: Bool = true,
-                     acceptListOnly: Bool = false, capacity: Int = 1024) async throws -> [ScanResult] {
-        let (id, stream) = try await host.addScan(filter: filter, active: active, filterDuplicates: false, acceptListOnly: acceptListOnly, capacity: capacity)
+                     acceptListOnly: Bool = false, phys: Set<PHY> = [.le1M], capacity: Int = 1024) async throws -> [ScanResult] {
+        let (id, stream) = try await host.addScan(filter: filter, active: active, filterDuplicates: false, acceptListOnly: acceptListOnly, phys: phys,
+                                                  capacity: capacity)
         var results: [ScanResult] = []
         await withTaskGroup(of: Void.self) { g in
             g.addTask { [host] in
@@ -119,9 +134,17 @@ public struct Central: Sendable {
     /// the answer within what is left of `limit`, and a server that refuses it or has
     /// not answered by then still gets its link (ATT_MTU 23 until an answer comes; see
     /// `RemotePeripheral.mtu`). Only the link's end throws after it is up.
+    ///
+    /// `phys`: the PHYs to initiate on (Initiating_PHYs of LE Extended Create
+    /// Connection): LE 1M and LE Coded name the primary PHYs on which the peer's
+    /// advertising is listened for, LE 2M (with one of them) lets an extended
+    /// advertisement whose data goes on LE 2M be answered. A peer advertising long
+    /// range is reached with `.leCoded` among them, and the link starts on its
+    /// advertisement's secondary PHY. Other than `[.le1M]` needs the extended commands
+    /// (else `BLEError.notSupported`).
     public func connect(to address: BluetoothAddress, type: AddressType = .public, within limit: Duration = .seconds(10),
-                        parameters: LEConnectionParameters = LEConnectionParameters()) async throws -> RemotePeripheral {
-        try await connect(toAnyOf: [DeviceAddress(address, type: type)], within: limit, parameters: parameters)
+                        parameters: LEConnectionParameters = LEConnectionParameters(), phys: Set<PHY> = [.le1M]) async throws -> RemotePeripheral {
+        try await connect(toAnyOf: [DeviceAddress(address, type: type)], within: limit, parameters: parameters, phys: phys)
     }
 
     /// Connects to whichever of `peers` the controller finds advertising connectably
@@ -136,9 +159,9 @@ public struct Central: Sendable {
     /// is `BLEError.invalidArgument`. Throws `BLEError.noConnection(toAnyOf:within:)`
     /// after `limit`; otherwise as `connect(to:type:)`.
     public func connect(toAnyOf peers: [DeviceAddress], within limit: Duration = .seconds(10),
-                        parameters: LEConnectionParameters = LEConnectionParameters()) async throws -> RemotePeripheral {
+                        parameters: LEConnectionParameters = LEConnectionParameters(), phys: Set<PHY> = [.le1M]) async throws -> RemotePeripheral {
         let started = host.loop.now
-        let c = try await host.connect(toAnyOf: peers, within: limit, parameters: parameters)
+        let c = try await host.connect(toAnyOf: peers, within: limit, parameters: parameters, phys: phys)
         guard let r = await host.gattPeer(on: c) else { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
         if await host.needsMTUExchange(c) {
             let spent: TimeAmount = host.loop.now - started
@@ -147,7 +170,10 @@ public struct Central: Sendable {
         return r
     }
 
+    /// Connects to the device `result` came from, on the PHYs it advertised on (its
+    /// primary PHY, and the secondary of extended advertising).
     public func connect(to result: ScanResult, within limit: Duration = .seconds(10)) async throws -> RemotePeripheral {
-        try await connect(to: result.address, type: result.addressType, within: limit)
+        let phys = Set([result.primaryPHY] + (result.secondaryPHY.map { [$0] } ?? [])).filter(\.isKnown)
+        return try await connect(to: result.address, type: result.addressType, within: limit, phys: phys.isEmpty ? [.le1M] : phys)
     }
 }

@@ -90,7 +90,7 @@ extension BluetoothHost {
                 // The set's own PDUs become extended ones when it carried legacy PDUs
                 // (it did when it had no train and its data fits them, §7.8.61).
                 let (_, _, properties) = try Advertiser.extendedPDUs(data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                                                     maximumLength: info?.maximumAdvertisingDataLength ?? 31)
+                                                                     maximumLength: info?.maximumAdvertisingDataLength ?? 31, extended: a.phys != .le1M)
                 if p != nil, previous == nil, properties & 0x10 != 0 {
                     if peripheralState.setsOnAir.contains(handle) {
                         try await startAdvertisingNow(a, set: handle)

@@ -33,14 +33,18 @@ extension Advertiser {
     /// sets the controller advertises are left as they are. `duration` (10 ms units) and
     /// `maximumEvents` end the set by themselves (LE Advertising Set Terminated); 0: no limit.
     /// `filterPolicy`: Advertising_Filter_Policy (bit 0 scan requests, bit 1 connection
-    /// requests only from the Filter Accept List's devices).
+    /// requests only from the Filter Accept List's devices). `phys`: the primary and
+    /// secondary advertising PHYs (1 LE 1M, 2 LE 2M, 3 LE Coded); a set whose primary
+    /// PHY is not LE 1M goes out as extended PDUs whatever its length (legacy PDUs are
+    /// LE 1M's alone, §7.8.53).
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                      randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0,
-                                     duration: UInt16 = 0, maximumEvents: UInt8 = 0, extended: Bool = false, filterPolicy: UInt8 = 0) async throws {
+                                     duration: UInt16 = 0, maximumEvents: UInt8 = 0, extended: Bool = false, filterPolicy: UInt8 = 0,
+                                     phys: (primary: UInt8, secondary: UInt8) = (1, 1)) async throws {
         try await configureExtended(controller, data: data, scanResponse: scanResponse, connectable: connectable,
                                     intervalMilliseconds: intervalMilliseconds, maximumLength: maximumLength, randomAddress: randomAddress,
-                                    handle: handle, extended: extended, filterPolicy: filterPolicy)
+                                    handle: handle, extended: extended, filterPolicy: filterPolicy, phys: phys)
         try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [
             .init(advertisingHandle: handle, duration: duration, maxExtendedAdvertisingEvents: maximumEvents)]))
     }
@@ -51,16 +55,16 @@ extension Advertiser {
     public static func configureExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                          connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                          randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0, extended: Bool = false,
-                                         filterPolicy: UInt8 = 0) async throws {
+                                         filterPolicy: UInt8 = 0, phys: (primary: UInt8, secondary: UInt8) = (1, 1)) async throws {
         let (adv, rsp, properties) = try extendedPDUs(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                      maximumLength: maximumLength, extended: extended)
+                                                      maximumLength: maximumLength, extended: extended || phys.primary != 1)
         let legacy = properties & 0x10 != 0
         let units = UInt32(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
         _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: handle)]))
         try await controller.send(LESetExtendedAdvertisingParameters(
             advertisingHandle: handle, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
             primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, advertisingFilterPolicy: filterPolicy,
-            secondaryAdvertisingPHY: 1, advertisingSID: handle & 0x0F))
+            primaryAdvertisingPHY: legacy ? 1 : phys.primary, secondaryAdvertisingPHY: legacy ? 1 : phys.secondary, advertisingSID: handle & 0x0F))
         if let randomAddress {
             try await controller.send(LESetAdvertisingSetRandomAddress(advertisingHandle: handle, randomAddress: randomAddress))
         }
@@ -118,12 +122,15 @@ extension Advertiser {
 }
 
 extension Scanner {
-    /// LE Set Extended Scan Parameters (1M PHY) and LE Set Extended Scan Enable.
+    /// LE Set Extended Scan Parameters and LE Set Extended Scan Enable. `phys`:
+    /// Scanning_PHYs (bit 0 LE 1M, bit 2 LE Coded), each scanned with the same
+    /// interval and window.
     public static func enableExtended(_ controller: HCIController, active: Bool = true, filterDuplicates: Bool = true,
                                       interval: UInt16 = 0x0060, window: UInt16 = 0x0030, ownAddressType: AddressType = .public,
-                                      filterPolicy: UInt8 = 0) async throws {
-        try await controller.send(LESetExtendedScanParameters(ownAddressType: ownAddressType, scanningFilterPolicy: filterPolicy,
-                                                              phys: [LEExtendedScanPHYParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window)]))
+                                      filterPolicy: UInt8 = 0, phys: UInt8 = 0x01) async throws {
+        let each = LEExtendedScanPHYParameters(scanType: active ? 1 : 0, scanInterval: interval, scanWindow: window)
+        try await controller.send(LESetExtendedScanParameters(ownAddressType: ownAddressType, scanningFilterPolicy: filterPolicy, scanningPHYs: phys,
+                                                              phys: Array(repeating: each, count: phys.nonzeroBitCount)))
         try await controller.send(LESetExtendedScanEnable(enable: true, filterDuplicates: filterDuplicates ? 1 : 0))
     }
 
@@ -173,6 +180,7 @@ extension Advertisement {
         let type: UInt8 = t & 0x08 != 0 ? 4 : (t & 0x01 != 0 ? (t & 0x04 != 0 ? 1 : 0) : (t & 0x02 != 0 ? 2 : 3))
         self.init(address: r.address, addressType: r.addressType, rssi: r.rssi, eventType: type, data: AdvertisingData(parsing: data), raw: data,
                   advertisingSID: r.advertisingSID <= 0x0F ? r.advertisingSID : nil,
-                  periodicAdvertisingInterval: r.periodicAdvertisingInterval != 0 ? r.periodicAdvertisingInterval : nil)
+                  periodicAdvertisingInterval: r.periodicAdvertisingInterval != 0 ? r.periodicAdvertisingInterval : nil,
+                  primaryPHY: r.primaryPHY, secondaryPHY: r.secondaryPHY != 0 ? r.secondaryPHY : nil)
     }
 }

@@ -17,9 +17,15 @@ public struct Advertisement: Hashable, Sendable {
     /// The interval of the periodic advertising the extended advertisement points to
     /// (its SyncInfo), in 1.25 ms units; nil when it points to none.
     public var periodicAdvertisingInterval: UInt16?
+    /// The PHY of an extended report's primary advertising channel PDUs (1 LE 1M, 3 LE
+    /// Coded); nil for a legacy report.
+    public var primaryPHY: UInt8?
+    /// The PHY of its auxiliary PDUs (1 LE 1M, 2 LE 2M, 3 LE Coded); nil when there are
+    /// none (legacy PDUs, or a legacy report).
+    public var secondaryPHY: UInt8?
 
     public init(address: BluetoothAddress, addressType: AddressType, rssi: Int8, eventType: UInt8, data: AdvertisingData, raw: [UInt8],
-                advertisingSID: UInt8? = nil, periodicAdvertisingInterval: UInt16? = nil) {
+                advertisingSID: UInt8? = nil, periodicAdvertisingInterval: UInt16? = nil, primaryPHY: UInt8? = nil, secondaryPHY: UInt8? = nil) {
         self.address = address
         self.addressType = addressType
         self.rssi = rssi
@@ -28,6 +34,8 @@ public struct Advertisement: Hashable, Sendable {
         self.raw = raw
         self.advertisingSID = advertisingSID
         self.periodicAdvertisingInterval = periodicAdvertisingInterval
+        self.primaryPHY = primaryPHY
+        self.secondaryPHY = secondaryPHY
     }
 
     /// One report of an LE Advertising Report event, decoded.

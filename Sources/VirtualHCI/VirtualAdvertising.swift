@@ -25,7 +25,10 @@ struct AirAdvertisement: Sendable {
     var scanResponse: [UInt8]
     /// Advertising_SID (0xFF: none, the legacy commands).
     var sid: UInt8
-    /// The PHY of the auxiliary PDUs (0: none, legacy PDUs).
+    /// The PHY of the primary advertising channel PDUs (1 LE 1M, 3 LE Coded): only a
+    /// scanner or initiator on that PHY hears them.
+    var primaryPHY: UInt8 = 1
+    /// The PHY of the auxiliary PDUs (0: none, legacy PDUs), where a link it makes runs.
     var secondaryPHY: UInt8 = 0
     var txPower: Int8
     /// The advertising set; nil for the legacy commands.
@@ -61,11 +64,20 @@ struct AirAdvertisement: Sendable {
     /// Whether a device at `address` hears it (directed advertising is for its target alone).
     func isHeard(by address: BluetoothAddress) -> Bool { target == nil || target == address }
 
-    /// Whether an initiator at `address` may connect: legacy LE Create Connection
-    /// sees legacy PDUs only; LE Extended Create Connection sees both.
-    func accepts(initiator address: BluetoothAddress, type: AddressType, extended: Bool) -> Bool {
-        connectable && (extended || legacyPDUs) && isHeard(by: address) && (filterPolicy & 0x02 == 0 || listed(address, type))
+    /// Whether an initiator at `address`, initiating on `phys` (Initiating_PHYs bits:
+    /// 0 LE 1M, 1 LE 2M, 2 LE Coded), may connect: legacy LE Create Connection sees
+    /// legacy PDUs only (LE 1M); LE Extended Create Connection sees both, on the primary
+    /// PHYs it initiates on, and answers extended PDUs on their secondary PHY.
+    func accepts(initiator address: BluetoothAddress, type: AddressType, extended: Bool, phys: UInt8) -> Bool {
+        connectable && (extended || legacyPDUs) && phys & Self.bit(primaryPHY) != 0 && (legacyPDUs || phys & Self.bit(secondaryPHY) != 0)
+            && isHeard(by: address) && (filterPolicy & 0x02 == 0 || listed(address, type))
     }
+
+    /// A PHY's bit in Scanning_PHYs and Initiating_PHYs (LE 1M bit 0, LE 2M bit 1, LE Coded bit 2).
+    static func bit(_ phy: UInt8) -> UInt8 { phy == 0 ? 0 : 1 << (phy - 1) }
+
+    /// The PHY a link it makes runs on, each way: its auxiliary PDUs' (LE 1M for legacy PDUs).
+    var linkPHY: UInt8 { legacyPDUs ? 1 : secondaryPHY }
 
     /// Whether a scanner at `address` gets the scan response to its scan request.
     func answersScanRequest(from address: BluetoothAddress, type: AddressType) -> Bool {
@@ -104,6 +116,7 @@ struct AdvertisingSets {
         var ownAddressType: AddressType
         var peerAddress: BluetoothAddress
         var sid: UInt8
+        var primaryPHY: UInt8 = 1
         var secondaryPHY: UInt8
         var txPower: Int8
         var filterPolicy: UInt8 = 0
@@ -155,7 +168,10 @@ struct AdvertisingSets {
         let p = c.advertisingEventProperties
         guard c.advertisingHandle <= 0xEF, c.primaryAdvertisingChannelMap & 0x07 != 0,
               c.primaryAdvertisingIntervalMin >= 0x20, c.primaryAdvertisingIntervalMax >= c.primaryAdvertisingIntervalMin,
-              c.ownAddressType.rawValue <= 3, c.advertisingFilterPolicy <= 3, Self.validProperties(p)
+              c.ownAddressType.rawValue <= 3, c.advertisingFilterPolicy <= 3, Self.validProperties(p),
+              // Primary LE 1M or LE Coded; secondary LE 1M, 2M or Coded; legacy PDUs on LE 1M alone.
+              c.primaryAdvertisingPHY == 1 || c.primaryAdvertisingPHY == 3, (1...3).contains(c.secondaryAdvertisingPHY),
+              p & 0x10 == 0 || c.primaryAdvertisingPHY == 1
         else { return .failure(.invalidCommandParameters) }
         if let s = sets[c.advertisingHandle] {
             guard !s.enabled else { return .failure(.commandDisallowed) }
@@ -175,6 +191,7 @@ struct AdvertisingSets {
         s.ownAddressType = c.ownAddressType
         s.peerAddress = c.peerAddress
         s.sid = c.advertisingSID
+        s.primaryPHY = c.primaryAdvertisingPHY
         s.secondaryPHY = c.secondaryAdvertisingPHY
         s.txPower = power
         s.filterPolicy = c.advertisingFilterPolicy
@@ -408,7 +425,7 @@ struct AdvertisingSets {
             return AirAdvertisement(address: random ? s.randomAddress ?? .zero : publicAddress, addressType: random ? .random : .public,
                              properties: s.properties, target: s.directed ? s.peerAddress : nil, data: s.data,
                              scanResponse: s.scanResponse, sid: s.legacy ? 0xFF : s.sid & 0x0F,
-                             secondaryPHY: s.legacy ? 0 : s.secondaryPHY, txPower: s.txPower, set: h,
+                             primaryPHY: s.legacy ? 1 : s.primaryPHY, secondaryPHY: s.legacy ? 0 : s.secondaryPHY, txPower: s.txPower, set: h,
                              periodicInterval: s.periodicEnabled ? s.periodicInterval : 0, filterPolicy: s.filterPolicy,
                              acceptList: s.filterPolicy == 0 ? [] : acceptList)
         }

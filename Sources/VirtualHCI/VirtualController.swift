@@ -51,7 +51,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
         let base: UInt64 = 1 << UInt64(LEFeatures.encryption) | 1 << UInt64(LEFeatures.connectionParametersRequest)
             | 1 << UInt64(LEFeatures.dataPacketLengthExtension)
         let extended: UInt64 = 1 << UInt64(LEFeatures.extendedAdvertising) | 1 << UInt64(LEFeatures.periodicAdvertising)
-            | 1 << UInt64(LEFeatures.le2MPHY)
+            | 1 << UInt64(LEFeatures.le2MPHY) | 1 << UInt64(LEFeatures.leCodedPHY)
         return base | (supportsExtendedAdvertising ? extended : 0)
     }
     /// The legacy commands' Advertising_Type, as event properties.
@@ -88,6 +88,12 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private var initiatingAddressType: AddressType = .public
     /// The pending connection came from LE Extended Create Connection (it reaches extended advertising too).
     private(set) var initiatingExtended = false
+    /// Initiating_PHYs of the pending connection (bits: 0 LE 1M, 1 LE 2M, 2 LE Coded;
+    /// LE Create Connection initiates on LE 1M).
+    private(set) var initiatingPHYs: UInt8 = 0x01
+    /// Scanning_PHYs (§7.8.64; LE Set Scan Parameters scans on LE 1M): a scanner hears
+    /// the advertisements whose primary PHY it scans.
+    var scanningPHYs: UInt8 = 0x01
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) private var connections: [UInt16: BluetoothAddress] = [:]
@@ -284,7 +290,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             sets.reset(); commandKind = nil; leEventMask = 0x1F; extendedScan = false
             pendingSync = nil; syncs.removeAll(); periodicAdvertiserList.removeAll(); filterAcceptList.removeAll()
             defaultPHYs = (Self.supportedPHYs, Self.supportedPHYs)
-            legacyFilterPolicy = 0; scanningAddressType = .public; scanningFilterPolicy = 0
+            legacyFilterPolicy = 0; scanningAddressType = .public; scanningFilterPolicy = 0; scanningPHYs = 0x01
             suggestedDataLength = (27, 328)
             complete(op)
             if trainsEnded { await radio?.periodicTrainsEnded(self) }
@@ -348,6 +354,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             // §7.8.10: not while scanning.
             guard !scanning else { return complete(op, status: .commandDisallowed) }
             guard c.scanningFilterPolicy <= 3 else { return complete(op, status: .invalidCommandParameters) }
+            scanningPHYs = 0x01
             activeScan = c.scanType == 1
             scanningAddressType = c.ownAddressType
             scanningFilterPolicy = c.scanningFilterPolicy
@@ -357,7 +364,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             await setScanning(op, c.scanEnable, filterDuplicates: c.filterDuplicates, extended: false)
         case .leCreateConnection:
             let c = try LECreateConnection.decode(p)
-            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: false, policy: c.initiatorFilterPolicy)
+            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: false, policy: c.initiatorFilterPolicy, phys: 0x01)
         case .leCreateConnectionCancel:
             guard pendingConnection != nil else { return complete(op, status: .commandDisallowed) }
             pendingConnection = nil
@@ -457,11 +464,12 @@ public actor VirtualController: HCITransport, LoopIsolated {
             complete(op, status: sets.clear())
         case .leSetExtendedScanParameters:
             let c = try LESetExtendedScanParameters.decode(p)
-            // §7.8.64: not while scanning; this controller scans on LE 1M only.
+            // §7.8.64: not while scanning; PHYs it has (Rootcanal's order of checks).
             guard !scanning else { return complete(op, status: .commandDisallowed) }
+            guard c.scanningPHYs & ~Self.supportedPHYs == 0 else { return complete(op, status: .unsupportedFeatureOrParameterValue) }
             guard c.scanningPHYs != 0 else { return complete(op, status: .invalidCommandParameters) }
-            guard c.scanningPHYs == 0x01 else { return complete(op, status: .unsupportedFeatureOrParameterValue) }
             guard c.scanningFilterPolicy <= 3 else { return complete(op, status: .invalidCommandParameters) }
+            scanningPHYs = c.scanningPHYs
             activeScan = c.phys.contains { $0.scanType == 1 }
             scanningAddressType = c.ownAddressType
             scanningFilterPolicy = c.scanningFilterPolicy
@@ -472,10 +480,11 @@ public actor VirtualController: HCITransport, LoopIsolated {
             await setScanning(op, c.enable, filterDuplicates: c.filterDuplicates != 0, extended: true)
         case .leExtendedCreateConnection:
             let c = try LEExtendedCreateConnection.decode(p)
-            // This controller initiates on LE 1M only.
+            // PHYs it has (Rootcanal's order of checks); LE 2M alone finds no advertising.
+            guard c.initiatingPHYs & ~Self.supportedPHYs == 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
             guard c.initiatingPHYs != 0 else { return status(op, .invalidCommandParameters) }
-            guard c.initiatingPHYs & 0x01 != 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
-            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true, policy: c.initiatorFilterPolicy)
+            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true, policy: c.initiatorFilterPolicy,
+                           phys: c.initiatingPHYs)
         case .leSetDefaultPHY, .leSetPHY, .leReadPHY:
             try await handlePHY(op, p)
         case .leSetDataLength, .leReadSuggestedDefaultDataLength, .leWriteSuggestedDefaultDataLength, .leReadMaximumDataLength:
@@ -501,13 +510,14 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// address only once one is set; connects now if `peer` advertises connectably.
     /// `policy` (Initiator_Filter_Policy) 1: connect to any device on the Filter Accept
     /// List, `peer` ignored; 0: to `peer`.
-    private func initiate(_ op: HCIOpcode, to peer: BluetoothAddress, ownAddressType: AddressType, extended: Bool, policy: UInt8) async {
+    private func initiate(_ op: HCIOpcode, to peer: BluetoothAddress, ownAddressType: AddressType, extended: Bool, policy: UInt8, phys: UInt8) async {
         guard pendingConnection == nil else { return status(op, .commandDisallowed) }
         guard ownAddressType != .random || randomAddress != nil, policy <= 1 else { return status(op, .invalidCommandParameters) }
         pendingConnection = peer
         initiatingWithList = policy == 1
         initiatingAddressType = ownAddressType
         initiatingExtended = extended
+        initiatingPHYs = phys
         status(op)
         await radio?.createConnection(from: self)
     }
@@ -566,7 +576,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     func hear(_ broadcasts: [AirAdvertisement], rssi: Int8) {
         guard scanning else { return }
         if extendedScan { establish(from: broadcasts) }
-        for b in broadcasts where isTarget(b) && (scanningFilterPolicy & 1 == 0 || listsAdvertiser(b)) {
+        for b in broadcasts where isTarget(b) && scanningPHYs & AirAdvertisement.bit(b.primaryPHY) != 0 && (scanningFilterPolicy & 1 == 0 || listsAdvertiser(b)) {
             if extendedScan {
                 reportExtended(b, rssi: rssi)
             } else if b.legacyPDUs {
@@ -616,7 +626,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
                 let end = Swift.min(data.count, offset + Self.extendedReportDataLength)
                 let more: UInt16 = end < data.count ? 1 << 5 : 0
                 emit(.le(.extendedAdvertisingReport(LEExtendedAdvertisingReport(reports: [.init(
-                    eventType: type | more, addressType: b.addressType, address: b.address, primaryPHY: 1, secondaryPHY: b.secondaryPHY,
+                    eventType: type | more, addressType: b.addressType, address: b.address, primaryPHY: b.primaryPHY, secondaryPHY: b.secondaryPHY,
                     advertisingSID: b.sid, txPower: b.properties & 0x40 != 0 ? b.txPower : 127, rssi: rssi,
                     periodicAdvertisingInterval: b.periodicInterval, directAddressType: .public, directAddress: b.target ?? .zero, data: Array(data[offset..<end]))]))))
                 offset = end

@@ -1,5 +1,6 @@
 // The virtual controller's PHYs (Core Specification v5.4, Vol 4, Part E, §7.8.47–
-// §7.8.49; Vol 6, Part B, §5.1.10): LE 1M and LE 2M, each way of a link on its own.
+// §7.8.49; Vol 6, Part B, §5.1.10): LE 1M, LE 2M and LE Coded, each way of a link on
+// its own (a link made through extended advertising starts on its secondary PHY).
 // A host's LE Set PHY runs the PHY update procedure as Rootcanal models it: the
 // peer's controller answers with its default PHYs (LE Set Default PHY), each way takes
 // the fastest PHY both allow (else stays), the initiator's host always hears LE PHY
@@ -8,8 +9,8 @@
 import HCI
 
 extension VirtualController {
-    /// The PHYs this controller has: LE 1M and LE 2M (bits 0 and 1).
-    static let supportedPHYs: UInt8 = 0x03
+    /// The PHYs this controller has: LE 1M, LE 2M and LE Coded (bits 0 to 2).
+    static let supportedPHYs: UInt8 = 0x07
 
     /// TX_PHYs and RX_PHYs as LE Set Default PHY and LE Set PHY take them: All_PHYs
     /// bit 0 (or 1) says "no preference" for TX (or RX). A failure carries the status to refuse with.
@@ -79,7 +80,8 @@ extension VirtualRadio {
         let l = links[i]
         let fromCentral = l.central === sender
         let peerHandle = fromCentral ? l.peripheralHandle : l.centralHandle
-        func select(_ phys: UInt8, _ current: UInt8) -> UInt8 { phys & 0x02 != 0 ? 2 : (phys & 0x01 != 0 ? 1 : current) }
+        // The fastest: LE 2M, then LE 1M, then LE Coded.
+        func select(_ phys: UInt8, _ current: UInt8) -> UInt8 { phys & 0x02 != 0 ? 2 : (phys & 0x01 != 0 ? 1 : (phys & 0x04 != 0 ? 3 : current)) }
         let current = fromCentral ? (l.phyCentralToPeripheral, l.phyPeripheralToCentral) : (l.phyPeripheralToCentral, l.phyCentralToPeripheral)
         let sends = select(tx & peerDefaults.rx, current.0), receives = select(rx & peerDefaults.tx, current.1)
         let changed = (sends, receives) != current

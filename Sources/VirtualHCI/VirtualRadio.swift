@@ -157,8 +157,8 @@ public actor VirtualRadio: LoopIsolated {
 
     /// Among `broadcasts`, the first from one of `addresses` that `central`'s pending connection may connect to.
     private func connectable(_ broadcasts: [AirAdvertisement], at addresses: [BluetoothAddress], by central: VirtualController) async -> AirAdvertisement? {
-        let (initiator, extended) = (await central.initiatingAddress, await central.initiatingExtended)
-        return broadcasts.first { addresses.contains($0.address) && $0.accepts(initiator: initiator.0, type: initiator.1, extended: extended) }
+        let (initiator, extended, phys) = (await central.initiatingAddress, await central.initiatingExtended, await central.initiatingPHYs)
+        return broadcasts.first { addresses.contains($0.address) && $0.accepts(initiator: initiator.0, type: initiator.1, extended: extended, phys: phys) }
     }
 
     private func connect(central: VirtualController, peripheral: VirtualController, via b: AirAdvertisement) async {
@@ -166,8 +166,10 @@ public actor VirtualRadio: LoopIsolated {
         nextHandle += 2
         // Each side starts with what its host suggested (LE Write Suggested Default Data Length).
         let (c, p) = (await central.suggestedDataLength, await peripheral.suggestedDataLength)
-        let link = Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph,
+        var link = Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph,
                         centralTx: VirtualDataLength(octets: c.octets, time: c.time), peripheralTx: VirtualDataLength(octets: p.octets, time: p.time))
+        // The link runs on the PHY its connection request went on (Vol 6, Part B, §4.5.1).
+        (link.phyCentralToPeripheral, link.phyPeripheralToCentral) = (b.linkPHY, b.linkPHY)
         links.append(link)
         let initiating = await central.initiatingAddress
         await peripheral.connected(handle: ph, role: .peripheral, peer: initiating, set: b.set)

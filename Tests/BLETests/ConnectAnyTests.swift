@@ -96,4 +96,19 @@ import Testing
         #expect(try await one.read(handle: 0x0003).isEmpty == false)
         #expect(try await two.read(handle: 0x0003).isEmpty == false)
     }
+
+    /// An attempt right after one that timed out: the first's LE Create Connection
+    /// Cancel ends it with LE Connection Complete (Unknown Connection Identifier), which
+    /// is not the second's end (before, the second failed with it), with both command sets.
+    @Test(arguments: [false, true])
+    func theCancelOfATimedOutAttemptDoesNotEndTheNext(extended: Bool) async throws {
+        let room = try await Room(peripherals: 1, extendedAdvertising: extended)
+        defer { Task { await room.close() } }
+        try await room.peripherals[0].peripheral.startAdvertising(AdvertisingSetsTests.named("next"))
+        await #expect(throws: BLEError.connectionTimeout(Self.nobody.address, within: .milliseconds(200))) {
+            try await room.central.central.connect(to: Self.nobody.address, within: .milliseconds(200))
+        }
+        let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
+        #expect(remote.connection.peer == room.addresses[0])
+    }
 }

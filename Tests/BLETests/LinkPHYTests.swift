@@ -42,8 +42,9 @@ import Testing
         let quiet = peripheral.connectionEvents()
         #expect(try await remote.updatePHY(tx: [.le2M], rx: [.le1M]) == LinkPHY(tx: .le2M, rx: .le1M))
         #expect(await firstElement(quiet.filter { if case .phyUpdated = $0 { return true } else { return false } }, within: .milliseconds(200)) == nil)
-        // A PHY the controller does not have (LE Coded): Unsupported Feature or Parameter Value, nil.
-        #expect(try await remote.updatePHY(tx: [.leCoded], rx: [.leCoded]) == nil)
+        // LE Coded, for range, both ways (the peer's defaults allow every PHY).
+        #expect(try await remote.updatePHY(tx: [.leCoded], rx: [.leCoded]) == LinkPHY(tx: .leCoded, rx: .leCoded))
+        #expect(try await peripheral.phy(of: link) == LinkPHY(tx: .leCoded, rx: .leCoded))
         await #expect(throws: BLEError.self) { try await remote.updatePHY(tx: [], rx: [.le1M]) }
     }
 

@@ -154,6 +154,29 @@ import Transports
         Step("read PHY on no link", LEReadPHY(connectionHandle: 0x0123)),
     ]
 
+    /// Long range (§7.8.53, §7.8.64, §7.8.66): advertising, scanning and initiating on
+    /// LE Coded, and what neither takes.
+    static func phys(_ handle: UInt8, _ properties: UInt16, primary: UInt8, secondary: UInt8) -> LESetExtendedAdvertisingParameters {
+        var c = parameters(handle, properties)
+        (c.primaryAdvertisingPHY, c.secondaryAdvertisingPHY) = (primary, secondary)
+        return c
+    }
+    static let scanEach = LEExtendedScanPHYParameters(scanType: 0, scanInterval: 0x60, scanWindow: 0x30)
+    static let longRangeScript: [Step] = [
+        Step("scan LE Coded", LESetExtendedScanParameters(scanningPHYs: 0x04, phys: [scanEach])),
+        Step("scan LE 1M and LE Coded", LESetExtendedScanParameters(scanningPHYs: 0x05, phys: [scanEach, scanEach])),
+        Step("scan no PHY", LESetExtendedScanParameters(scanningPHYs: 0x00, phys: [])),
+        Step("scan a reserved PHY bit", LESetExtendedScanParameters(scanningPHYs: 0x08, phys: [scanEach])),
+        Step("advertise on LE Coded", phys(1, 0x00, primary: 3, secondary: 3)),
+        Step("advertise on LE 1M, data on LE 2M", phys(2, 0x00, primary: 1, secondary: 2)),
+        Step("legacy PDUs on LE Coded", phys(3, 0x10, primary: 3, secondary: 1)),
+        Step("initiate on LE Coded", LEExtendedCreateConnection(peerAddressType: .public, peerAddress: BluetoothAddress(value: 0x0E09), initiatingPHYs: 0x04,
+                                                                phys: [.init()])),
+        Step("cancel it", LECreateConnectionCancel()),
+        Step("initiate on no PHY", LEExtendedCreateConnection(peerAddressType: .public, peerAddress: BluetoothAddress(value: 0x0E09), initiatingPHYs: 0x00,
+                                                              phys: [])),
+    ]
+
     /// The suggested default data length (§7.8.34, §7.8.35): 27 to 251 octets, 328 to
     /// 17040 µs. (LE Set Data Length, §7.8.33, is an Unknown HCI Command to Rootcanal 1.10.)
     static let dataLengthScript: [Step] = [
@@ -247,6 +270,13 @@ import Transports
         try await Self.compare(Self.acceptListScript, bluetooth5: false) { theirs, ours in
             let (a, b) = (try await theirs.0.send(LEReadFilterAcceptListSize()).value, try await ours.0.send(LEReadFilterAcceptListSize()).value)
             #expect(a == b)
+        }
+    }
+
+    @Test func longRangeStatusesAreRootcanals() async throws {
+        try await Self.compare(Self.longRangeScript) { theirs, ours in
+            #expect(theirs.1.leFeatures.contains(bit: LEFeatures.leCodedPHY))
+            #expect(ours.1.leFeatures.contains(bit: LEFeatures.leCodedPHY))
         }
     }
 
