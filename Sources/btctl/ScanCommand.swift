@@ -20,9 +20,15 @@ struct Scan: AsyncParsableCommand {
     @Option(name: .customLong("accept"), help: ArgumentHelp(
         "Only this device, filtered by the controller (repeatable; XX:XX:XX:XX:XX:XX[/random], a bonded device by its identity address): the controller's Filter Accept List, with Scanning_Filter_Policy 1.",
         valueName: "ADDRESS")) var accept: [DeviceAddress] = []
+    @Option(help: ArgumentHelp("Scan this PHY (repeatable; 1m or coded, default 1m): coded hears long-range advertising (needs a controller with extended advertising).",
+                               valueName: "PHY")) var phy: [PHYName] = []
+
+    /// The PHYs `--phy` names, LE 1M when it names none.
+    var phys: Set<PHY> { phy.isEmpty ? [.le1M] : Set(phy.map(\.phy)) }
 
     func validate() throws {
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
+        if phy.contains(.le2m) { throw ValidationError("--phy: a scan is on 1m or coded (advertising's primary PHYs), not 2m") }
         for s in service where BluetoothUUID(s) == nil { throw ValidationError("--service: bad UUID '\(s)' (16-bit like 180F, 32-bit, or 128-bit)") }
         for a in address where BluetoothAddress(a) == nil { throw ValidationError("--address: bad address '\(a)' (XX:XX:XX:XX:XX:XX)") }
         if let m = minRssi, !(-127...20).contains(m) { throw ValidationError("--min-rssi must be between -127 and 20 dBm, not \(m)") }
@@ -40,9 +46,11 @@ struct Scan: AsyncParsableCommand {
                                     minimumRSSI: minRssi.map { Int8($0) })
             // Filters apply to each device's advertisement and scan response together.
             if !accept.isEmpty { try await host.setAcceptList(accept) }
-            let results = try await host.central.scan(filter: filter, active: !passive, filterDuplicates: !duplicates, acceptListOnly: !accept.isEmpty)
+            let results = try await host.central.scan(filter: filter, active: !passive, filterDuplicates: !duplicates, acceptListOnly: !accept.isEmpty,
+                                                      phys: phys)
             if !json {
-                let through = accept.isEmpty ? "" : ", through the accept list (\(accept.map(\.description).joined(separator: ", ")))"
+                let on = phys == [.le1M] ? "" : " on \(phys.sorted { $0.rawValue < $1.rawValue }.map(\.description).joined(separator: " and "))"
+                let through = on + (accept.isEmpty ? "" : ", through the accept list (\(accept.map(\.description).joined(separator: ", ")))")
                 note("scanning \(passive ? "passively" : "actively") for \(secondsText(duration))\(duplicates ? ", every report" : ", first report per device")\(name.isEmpty && service.isEmpty && address.isEmpty && minRssi == nil ? "" : ", filtered")\(through); Ctrl-C stops")
             }
             let printer = Task {
@@ -82,6 +90,8 @@ struct Scan: AsyncParsableCommand {
             ("event_type", .int(Int(a.eventType))), ("connectable", .bool(a.isConnectable)), ("scan_response", .bool(a.isScanResponse)),
         ]
         if let sid = a.advertisingSID { o.append(("sid", .int(Int(sid)))) }
+        if let p = a.primaryPHY { o.append(("primary_phy", .string(PHY(rawValue: p).description))) }
+        if let p = a.secondaryPHY { o.append(("secondary_phy", .string(PHY(rawValue: p).description))) }
         if let i = a.periodicAdvertisingInterval { o.append(("periodic_interval_ms", .double(Double(i) * 1.25))) }
         return o + dataFields(a.data, distance: a.estimatedMetres)
     }
@@ -119,6 +129,7 @@ struct Scan: AsyncParsableCommand {
 
     static func text(_ a: Advertisement) -> String {
         var parts = ["\(a.address)\(a.addressType == .random ? "/random" : "")", "\(a.rssi) dBm", a.isScanResponse ? "scan-rsp" : (a.isConnectable ? "connectable" : "non-connectable")]
+        if a.primaryPHY == PHY.leCoded.rawValue { parts.append("LE Coded") }
         parts += dataText(a.data, distance: a.estimatedMetres)
         if let i = a.periodicAdvertisingInterval { parts.append("periodic every \(Double(i) * 1.25) ms (SID \(a.advertisingSID ?? 0))") }
         return parts.joined(separator: "  ")
@@ -211,6 +222,8 @@ struct Advertise: AsyncParsableCommand {
         "Let only this device connect (repeatable; XX:XX:XX:XX:XX:XX[/random]): the controller's Filter Accept List, with every advertisement's Advertising_Filter_Policy.",
         valueName: "ADDRESS")) var accept: [DeviceAddress] = []
     @Flag(help: "With --accept: only those devices get the scan response too.") var acceptScans = false
+    @Option(help: ArgumentHelp("The advertisement's PHYs: 1m (default), coded (long range: LE Coded for the advertisement and its data), or 2m (its data on LE 2M); other than 1m needs a controller with extended advertising, and only extended scanners hear it.",
+                               valueName: "PHY")) var phy: PHYName = .le1m
 
     /// What `--accept` and `--accept-scans` make each advertisement answer alone.
     var filter: AdvertisingFilter { accept.isEmpty ? [] : acceptScans ? [.connections, .scanRequests] : .connections }
@@ -296,31 +309,33 @@ struct Advertise: AsyncParsableCommand {
             }
             defer { endReporter.cancel() }
             if !accept.isEmpty { try await host.setAcceptList(accept) }
-            try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable, acceptListOnly: filter)
+            try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable, acceptListOnly: filter, phys: phy.advertising)
             func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool,
-                        periodic: (data: AdvertisingData, intervalMilliseconds: Double)? = nil) {
+                        periodic: (data: AdvertisingData, intervalMilliseconds: Double)? = nil, phys: AdvertisingPHYs) {
                 if options.json {
                     emit(.object([("event", .string("advertising")), ("set", .int(Int(set))), ("connectable", .bool(connectable)),
                                   ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]
                                  + (periodic.map { [("periodic", .string($0.data.bytes.hexString)), ("periodic_interval_ms", .double($0.intervalMilliseconds))] } ?? [])
-                                 + (accept.isEmpty ? [] : [("accept_list", .array(accept.map { .string($0.description) })), ("accept_scans", .bool(acceptScans))])))
+                                 + (accept.isEmpty ? [] : [("accept_list", .array(accept.map { .string($0.description) })), ("accept_scans", .bool(acceptScans))])
+                                 + (phys == .le1M ? [] : [("primary_phy", .string(phys.primary.description)), ("secondary_phy", .string(phys.secondary.description))])))
                 } else {
                     print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "")"
-                          + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable")"
+                          + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable")\(phys == .le1M ? "" : ", on \(phys)")"
                           + "\(periodic.map { ", with \($0.data.bytes.count) bytes of periodic advertising every \($0.intervalMilliseconds) ms" } ?? "")"
                           + "\(accept.isEmpty ? "" : ", to \(accept.map(\.description).joined(separator: ", ")) alone\(acceptScans ? " (scan response too)" : "")") for \(duration) s")
                 }
             }
-            report(set: 0, d, rsp, connectable: !nonConnectable)
+            report(set: 0, d, rsp, connectable: !nonConnectable, phys: phy.advertising)
             for s in sets {
                 let spec = try AdvertisingSetSpec(parsing: s)
                 let set = try await host.peripheral.addAdvertisingSet(spec.data, connectable: spec.connectable, intervalMilliseconds: spec.intervalMilliseconds,
-                                                                      duration: spec.duration, maximumEvents: spec.maximumEvents, acceptListOnly: filter)
+                                                                      duration: spec.duration, maximumEvents: spec.maximumEvents, acceptListOnly: filter,
+                                                                      phys: spec.phys)
                 if let p = spec.periodic {
                     try await host.peripheral.startPeriodicAdvertising(on: set, data: p, intervalMilliseconds: spec.periodicIntervalMilliseconds)
                 }
                 report(set: set.handle, spec.data, nil, connectable: spec.connectable,
-                       periodic: spec.periodic.map { ($0, spec.periodicIntervalMilliseconds) })
+                       periodic: spec.periodic.map { ($0, spec.periodicIntervalMilliseconds) }, phys: spec.phys)
             }
             fflush(nil)
             await Interrupt.sleep(for: cliDuration(seconds: duration))
@@ -368,7 +383,7 @@ struct Advertise: AsyncParsableCommand {
 
 /// One `btctl advertise --set` argument: comma-separated name=TEXT, service=UUID
 /// (repeatable), manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N,
-/// periodic=COMPANY:HEX, periodic-interval=MS.
+/// periodic=COMPANY:HEX, periodic-interval=MS, phy=1m|2m|coded.
 struct AdvertisingSetSpec {
     var data = AdvertisingData()
     var connectable = false
@@ -378,6 +393,7 @@ struct AdvertisingSetSpec {
     /// A periodic advertising train on the set, carrying this manufacturer data.
     var periodic: AdvertisingData?
     var periodicIntervalMilliseconds = 100.0
+    var phys = AdvertisingPHYs.le1M
 
     init(parsing spec: String) throws {
         data.flags = 0x06
@@ -417,8 +433,11 @@ struct AdvertisingSetSpec {
                     throw ValidationError("--set: periodic-interval must be between 7.5 and 81918.75 ms, not '\(v)'")
                 }
                 periodicIntervalMilliseconds = ms
+            case let ("phy", v?):
+                guard let p = PHYName(rawValue: v) else { throw ValidationError("--set: phy must be 1m, 2m or coded, not '\(v)'") }
+                phys = p.advertising
             default:
-                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N, periodic=COMPANY:HEX, periodic-interval=MS")
+                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N, periodic=COMPANY:HEX, periodic-interval=MS, phy=1m|2m|coded")
             }
         }
         if periodic != nil, connectable {
@@ -435,5 +454,28 @@ struct AdvertisingSetSpec {
         let p = text.split(separator: ":", maxSplits: 1)
         guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else { return nil }
         return .init(companyIdentifier: c, data: b)
+    }
+}
+
+/// A PHY as `--phy` and `--set phy=` name it.
+enum PHYName: String, ExpressibleByArgument, CaseIterable {
+    case le1m = "1m", le2m = "2m", coded
+
+    var phy: PHY {
+        switch self {
+        case .le1m: return .le1M
+        case .le2m: return .le2M
+        case .coded: return .leCoded
+        }
+    }
+
+    /// What an advertisement on it uses: LE Coded both ways for long range; LE 2M for
+    /// its data (the primary PHY is LE 1M or LE Coded).
+    var advertising: AdvertisingPHYs {
+        switch self {
+        case .le1m: return .le1M
+        case .le2m: return AdvertisingPHYs(primary: .le1M, secondary: .le2M)
+        case .coded: return .longRange
+        }
     }
 }

@@ -90,6 +90,8 @@ import Testing
         #expect(shown.out.contains("address: C0:FF:EE:00:00:02") && shown.out.contains("scanningFilterPolicy: 1"), "\(shown.out)")
         let bad = try await Self.run(["scan", "-t", "virtual", "--accept", "C0:FF:EE:00:00"])
         #expect(bad.status == 64, "\(bad.out)")
+        let badPHY = try await Self.run(["scan", "-t", "virtual5", "--phy", "2m"])
+        #expect(badPHY.status == 64 && badPHY.out.contains("--phy"), "\(badPHY.out)")
     }
 
     /// `-t virtual5`: the virtual radio with Bluetooth 5 controllers. btctl's host
@@ -188,6 +190,17 @@ import Testing
         #expect(onlyLines.first?["accept_list"] as? [String] == ["C0:FF:EE:00:0A:01/random"], "\(only.output)")
         let beacon = heard.first { ($0["manufacturer_data"] as? [[String: Any]])?.contains { $0["company"] as? Int == 0x05F1 && $0["data"] as? String == "0102" } == true }
         #expect(beacon?["connectable"] as? Bool == false, "\(scan.out)")
+        // --phy coded: long range, heard by a scan on LE Coded alone (Rootcanal checks the PHY).
+        let far = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "--name", "btctl-far", "--phy", "coded", "-t", rc.transportSpec, "--json", "--duration", "30"])
+        #expect(await far.waitForOutput { $0.contains("\"advertising\"") }, "\(far.output)")
+        let onCoded = try await JSONSchemaTests.run(["scan", "-t", rc.transportSpec, "--json", "--duration", "1", "--phy", "coded"])
+        let coded = try JSONSchemaTests.check(onCoded.out, against: "scan").filter { $0["name"] as? String == "btctl-far" }
+        #expect(!coded.isEmpty && coded.allSatisfy { $0["primary_phy"] as? String == "LE Coded" }, "\(onCoded.out)")
+        let on1M = try await Self.run(["scan", "-t", rc.transportSpec, "--json", "--duration", "1"])
+        #expect(on1M.status == 0 && !on1M.out.contains("btctl-far"), "\(on1M.out)")
+        #expect(await far.stop(signal: SIGINT) == 130)
+        let farLines = try JSONSchemaTests.check(far.output, against: "advertise").filter { $0["event"] as? String == "advertising" }
+        #expect(farLines.first?["primary_phy"] as? String == "LE Coded", "\(far.output)")
     }
 
     /// `btctl advertise --set ...,events=N` and `--set ...,duration=MS` on the virtual
