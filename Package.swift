@@ -136,7 +136,7 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "InteropTests", dependencies: ["Transports", "HCI", "Snoop", "BLETesting", "L2CAP", "ATT", "GATT", "GAP", "BLE", "FireAlarm", "SMP"],
-            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py", "bumble_firealarm_receiver.py", "bumble_l2cap_peer.py", "bumble_smp_peer.py", "bumble_eatt_central.py", "bumble_eatt_peripheral.py", "bumble_hostile_central.py", "bumble_hostile_peripheral.py", "bumble_periodic_peer.py", "bumble_phy_peer.py", "bumble_params_central.py"],
+            exclude: ["bumble_gatt_central.py", "bumble_gatt_peripheral.py", "bumble_firealarm_receiver.py", "bumble_l2cap_peer.py", "bumble_smp_peer.py", "bumble_eatt_central.py", "bumble_eatt_peripheral.py", "bumble_hostile_central.py", "bumble_hostile_peripheral.py", "bumble_periodic_peer.py", "bumble_phy_peer.py", "bumble_params_central.py", "bumble_longrange_peer.py"],
             swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

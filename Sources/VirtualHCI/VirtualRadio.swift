@@ -168,7 +168,8 @@ public actor VirtualRadio: LoopIsolated {
         let (c, p) = (await central.suggestedDataLength, await peripheral.suggestedDataLength)
         var link = Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph,
                         centralTx: VirtualDataLength(octets: c.octets, time: c.time), peripheralTx: VirtualDataLength(octets: p.octets, time: p.time))
-        // The link runs on the PHY its connection request went on (Vol 6, Part B, §4.5.1).
+        // The link starts on the PHY its connection request went on: an extended
+        // advertisement's secondary PHY (Vol 6, Part B). Rootcanal 1.10 starts every link on LE 1M.
         (link.phyCentralToPeripheral, link.phyPeripheralToCentral) = (b.linkPHY, b.linkPHY)
         links.append(link)
         let initiating = await central.initiatingAddress
