@@ -212,28 +212,25 @@ extension BluetoothHost {
     }
 
     /// Adds a scan subscriber; scanning starts with the first and stops with the last.
-    func startScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool, phys: Set<PHY>,
-                   capacity: Int) async throws -> BufferedStream<ScanResult> {
-        try await addScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, phys: phys, capacity: capacity).stream
+    func startScan(filter: ScanFilter, _ settings: ScanSettings, capacity: Int) async throws -> BufferedStream<ScanResult> {
+        try await addScan(filter: filter, settings, capacity: capacity).stream
     }
 
     /// `startScan`, also returning the subscriber's id (for `finishScan`).
-    func addScan(filter: ScanFilter, active: Bool, filterDuplicates: Bool, acceptListOnly: Bool, phys: Set<PHY> = [.le1M],
-                 capacity: Int) async throws -> (id: UInt64, stream: BufferedStream<ScanResult>) {
+    func addScan(filter: ScanFilter, _ settings: ScanSettings, capacity: Int) async throws -> (id: UInt64, stream: BufferedStream<ScanResult>) {
         await settle()
         try requireReady()
-        guard !phys.isEmpty, phys.isSubset(of: [.le1M, .leCoded]) else {
-            throw BLEError.invalidArgument("a scan is on LE 1M, LE Coded or both, not \(phys.map(\.description).sorted())")
+        guard settings.phys != 0, settings.phys & ~0x05 == 0 else {
+            throw BLEError.invalidArgument("a scan is on LE 1M, LE Coded or both")
         }
-        guard phys == [.le1M] || usesExtendedCommands else {
+        guard settings.phys == 0x01 || usesExtendedCommands else {
             throw BLEError.notSupported("scanning LE Coded needs a controller driven with the extended commands (usesExtendedCommands)")
         }
+        try settings.timing.validate()
         let (stream, cont) = BufferedStream<ScanResult>.makeStream(capacity: capacity)
         let id = centralState.nextScan
         centralState.nextScan += 1
-        centralState.scans[id] = ScanSubscriber(filter: filter, settings: ScanSettings(active: active, filterDuplicates: filterDuplicates,
-                                                                                       acceptListOnly: acceptListOnly, phys: PHY.bits(phys)),
-                                                continuation: cont)
+        centralState.scans[id] = ScanSubscriber(filter: filter, settings: settings, continuation: cont)
         // The consumer let go: the scan stops before the program's next operation goes out.
         cont.onTermination = { [weak self] _ in
             guard let host = self else { return }
@@ -261,15 +258,10 @@ extension BluetoothHost {
         try await body()
     }
 
-    /// How the controller should scan for the scans there are: as it scans now (or as
-    /// the first asked when it does not), through the accept list only while every
-    /// scan asks for that, on every PHY any scan asks for (as bluetoothd merges its
-    /// clients' discovery filters); nil when there are none.
+    /// How the controller should scan for the scans there are (`ScanSettings.merged`,
+    /// in the order they started); nil when there are none.
     var wantedScan: ScanSettings? {
-        guard let first = centralState.scans.keys.min(), var want = centralState.scanning ?? centralState.scans[first]?.settings else { return nil }
-        want.acceptListOnly = centralState.scans.values.allSatisfy(\.settings.acceptListOnly)
-        want.phys = centralState.scans.values.reduce(0) { $0 | $1.settings.phys }
-        return want
+        ScanSettings.merged(centralState.scans.keys.sorted().compactMap { centralState.scans[$0]?.settings })
     }
 
     /// Makes the controller scan as `wantedScan` says (under `withScanLock`): stopped
@@ -304,10 +296,11 @@ extension BluetoothHost {
         let policy: UInt8 = s.acceptListOnly ? 1 : 0
         try await scanCommand {
             if usesExtendedCommands {
-                try await Scanner.enableExtended(controller, active: s.active, filterDuplicates: s.filterDuplicates, ownAddressType: own, filterPolicy: policy,
-                                                 phys: s.phys)
+                try await Scanner.enableExtended(controller, active: s.active, filterDuplicates: s.filterDuplicates, interval: s.timing.intervalUnits,
+                                                 window: s.timing.windowUnits, ownAddressType: own, filterPolicy: policy, phys: s.phys)
             } else {
-                try await Scanner.enable(controller, active: s.active, filterDuplicates: s.filterDuplicates, ownAddressType: own, filterPolicy: policy)
+                try await Scanner.enable(controller, active: s.active, filterDuplicates: s.filterDuplicates, interval: s.timing.intervalUnits,
+                                         window: s.timing.windowUnits, ownAddressType: own, filterPolicy: policy)
             }
         }
     }

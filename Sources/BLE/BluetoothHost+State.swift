@@ -114,6 +114,23 @@ extension BluetoothHost {
         var acceptListOnly: Bool
         /// Scanning_PHYs: bit 0 LE 1M, bit 2 LE Coded (the primary PHYs heard).
         var phys: UInt8 = 0x01
+        /// LE_Scan_Interval and LE_Scan_Window, in 0.625 ms.
+        var timing = ScanTiming.standard
+
+        /// What several scans need of the controller at once (as bluetoothd merges its
+        /// clients' discovery filters): active while any is, filtering duplicates and
+        /// through the accept list only while every one does, every PHY any names, the
+        /// timing that listens the most (the shorter interval between equals). nil for none.
+        static func merged(_ all: [ScanSettings]) -> ScanSettings? {
+            guard let first = all.first else { return nil }
+            var m = first
+            m.active = all.contains(where: \.active)
+            m.filterDuplicates = all.allSatisfy(\.filterDuplicates)
+            m.acceptListOnly = all.allSatisfy(\.acceptListOnly)
+            m.phys = all.reduce(0) { $0 | $1.phys }
+            m.timing = all.map(\.timing).max { $0.listensLess(than: $1) } ?? first.timing
+            return m
+        }
     }
 
     struct ScanSubscriber {

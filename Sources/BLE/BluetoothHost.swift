@@ -593,7 +593,8 @@ public actor BluetoothHost: LoopIsolated {
         // (Primary_PHY is LE 1M or LE Coded; any other value a controller sends counts as LE 1M.)
         let phy: UInt8 = a.primaryPHY == PHY.leCoded.rawValue ? 0x04 : 0x01
         func offer(_ s: ScanSubscriber) {
-            if s.filter.matches(merged), s.settings.phys & phy != 0, !s.settings.acceptListOnly || listed { s.continuation.yield(result) }
+            guard s.filter.matches(merged), s.settings.phys & phy != 0, s.settings.active || !a.isScanResponse, !s.settings.acceptListOnly || listed else { return }
+            s.continuation.yield(result)
         }
         for (_, s) in centralState.scans { offer(s) }
         for d in centralState.draining { offer(d.subscriber) }

@@ -40,13 +40,65 @@ public struct DeviceAddress: Hashable, Sendable, CustomStringConvertible {
     public var description: String { type.rawValue & 1 == 1 ? "\(address)/random" : "\(address)" }
 }
 
+/// How the controller listens while it scans: for `window` of every `interval`
+/// (LE_Scan_Window and LE_Scan_Interval, §7.8.10 and §7.8.64), as Bumble's
+/// `scan_interval` and `scan_window` and Android's scan modes set them. Each is 2.5 ms
+/// to 10.24 s, in steps of 0.625 ms (rounded to the nearest), the window at most the
+/// interval (`BLEError.invalidArgument` otherwise).
+public struct ScanTiming: Hashable, Sendable, CustomStringConvertible {
+    public var interval: Duration
+    public var window: Duration
+    public init(interval: Duration, window: Duration) {
+        self.interval = interval
+        self.window = window
+    }
+    /// The host's default: 30 ms of every 60 ms.
+    public static let standard = ScanTiming(interval: .milliseconds(60), window: .milliseconds(30))
+    /// Listening all the time (Android's SCAN_MODE_LOW_LATENCY): the most heard,
+    /// soonest, for the most radio time.
+    public static let lowLatency = ScanTiming(interval: .milliseconds(60), window: .milliseconds(60))
+    /// 512 ms of every 5.12 s (Android's SCAN_MODE_LOW_POWER): a tenth of the radio
+    /// time, for a daemon that waits for its devices for hours.
+    public static let lowPower = ScanTiming(interval: .milliseconds(5120), window: .milliseconds(512))
+
+    public var description: String { "\(window) of every \(interval)" }
+
+    /// In the commands' 0.625 ms units, rounded (0 for what is out of range: refused by `validate`).
+    static func units(_ d: Duration) -> UInt16 {
+        let u = (d / .microseconds(625)).rounded()
+        return u.isFinite && u >= 0 && u <= Double(UInt16.max) ? UInt16(u) : 0
+    }
+    var intervalUnits: UInt16 { Self.units(interval) }
+    var windowUnits: UInt16 { Self.units(window) }
+
+    func validate() throws {
+        let range: ClosedRange<UInt16> = 0x0004...0x4000
+        guard range.contains(intervalUnits), range.contains(windowUnits), windowUnits <= intervalUnits else {
+            throw BLEError.invalidArgument("a scan's interval and window are 2.5 ms to 10.24 s, the window at most the interval, not \(self)")
+        }
+    }
+
+    /// Whether it listens for a smaller share of the time than `other` (or the same
+    /// share over a longer interval).
+    func listensLess(than other: ScanTiming) -> Bool {
+        let (mine, theirs) = (UInt32(windowUnits) * UInt32(other.intervalUnits), UInt32(other.windowUnits) * UInt32(intervalUnits))
+        return mine != theirs ? mine < theirs : intervalUnits > other.intervalUnits
+    }
+}
+
 public struct Central: Sendable {
     public let host: BluetoothHost
 
-    /// FA02: scans until the consumer stops iterating (or the transport ends). Several
-    /// scans may run at once; the controller scans while any does, with the parameters
-    /// of the first. `filter` applies to each device's merged advertisement and scan
-    /// response. Buffer: the newest `capacity` results; `dropped` counts the rest.
+    /// FA02: scans until the consumer stops iterating (or the transport ends). `filter`
+    /// applies to each device's merged advertisement and scan response. Buffer: the
+    /// newest `capacity` results; `dropped` counts the rest.
+    ///
+    /// Several scans may run at once, each with its own parameters: the controller
+    /// scans for all of them together, as bluetoothd merges its clients' discovery
+    /// filters (stopped and started again when that changes): actively while any scan
+    /// is active (a passive scan is not handed the scan responses), filtering duplicates
+    /// only while every scan does (a scan that filters them then gets them too), with
+    /// the `timing` that listens the most (`ScanTiming`), on every PHY any asks for.
     ///
     /// `acceptListOnly` reports only the devices on the accept list
     /// (`BluetoothHost.setAcceptList`; a bonded device under privacy by its identity),
@@ -66,9 +118,16 @@ public struct Central: Sendable {
     /// as that changes); each scan gets the reports of its own PHYs
     /// (`ScanResult.primaryPHY`).
     public func scan(filter: ScanFilter = ScanFilter(), active: Bool = true, filterDuplicates: Bool = false,
-                     acceptListOnly: Bool = false, phys: Set<PHY> = [.le1M], capacity: Int = 256) async throws -> BufferedStream<ScanResult> {
-        try await host.startScan(filter: filter, active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, phys: phys,
-                                 capacity: capacity)
+                     acceptListOnly: Bool = false, phys: Set<PHY> = [.le1M], timing: ScanTiming = .standard,
+                     capacity: Int = 256) async throws -> BufferedStream<ScanResult> {
+        try await host.startScan(filter: filter, Self.settings(active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly,
+                                                                   phys: phys, timing: timing), capacity: capacity)
+    }
+
+    /// What one scan asks of the controller (`BluetoothHost.addScan` checks it).
+    static func settings(active: Bool, filterDuplicates: Bool, acceptListOnly: Bool, phys: Set<PHY>, timing: ScanTiming) -> BluetoothHost.ScanSettings {
+        BluetoothHost.ScanSettings(active: active, filterDuplicates: filterDuplicates, acceptListOnly: acceptListOnly, phys: PHY.bits(phys),
+                                          timing: timing)
     }
 
     /// Scans for `window` and returns every result heard, in the order heard. The
@@ -81,11 +140,13 @@ public struct Central: Sendable {
     /// Cancelling stops the scan and throws `CancellationError`. The results are taken
     /// as they come; `capacity` bounds those waiting to be taken (beyond it the oldest
     /// waiting would go, which a caller that only waits here does not reach).
-    /// `acceptListOnly` and `phys` as `scan(filter:active:filterDuplicates:acceptListOnly:phys:capacity:)` takes them.
+    /// `acceptListOnly`, `phys` and `timing` as
+    /// `scan(filter:active:filterDuplicates:acceptListOnly:phys:timing:capacity:)` takes them.
     public func scan(for window: Duration, filter: ScanFilter = ScanFilter(), active: Bool = true,
-                     acceptListOnly: Bool = false, phys: Set<PHY> = [.le1M], capacity: Int = 1024) async throws -> [ScanResult] {
-        let (id, stream) = try await host.addScan(filter: filter, active: active, filterDuplicates: false, acceptListOnly: acceptListOnly, phys: phys,
-                                                  capacity: capacity)
+                     acceptListOnly: Bool = false, phys: Set<PHY> = [.le1M], timing: ScanTiming = .standard,
+                     capacity: Int = 1024) async throws -> [ScanResult] {
+        let (id, stream) = try await host.addScan(filter: filter, Self.settings(active: active, filterDuplicates: false, acceptListOnly: acceptListOnly,
+                                                                                    phys: phys, timing: timing), capacity: capacity)
         var results: [ScanResult] = []
         await withTaskGroup(of: Void.self) { g in
             g.addTask { [host] in

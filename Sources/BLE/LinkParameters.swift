@@ -71,7 +71,8 @@ public struct PHY: RawRepresentable, Hashable, Sendable, CustomStringConvertible
         }
     }
     /// TX_PHYs/RX_PHYs of LE Set PHY: bit 0 LE 1M, 1 LE 2M, 2 LE Coded.
-    static func bits(_ phys: Set<PHY>) -> UInt8 { phys.reduce(0) { $0 | 1 << ($1.rawValue - 1) } }
+    /// An unknown PHY gives bit 7, which every command refuses.
+    static func bits(_ phys: Set<PHY>) -> UInt8 { phys.reduce(0) { $0 | ($1.isKnown ? 1 << ($1.rawValue - 1) : 0x80) } }
 
     public var description: String {
         switch rawValue {

@@ -357,8 +357,8 @@ extension BluetoothHost {
         // The controller hears the set's pointer to its train only while it scans.
         // (Its results are not read: the newest is kept, the rest counted as dropped. The
         // stream is held until `endScan`, since letting go of it stops the scan.)
-        let (scan, results) = try await addScan(filter: ScanFilter(addresses: looking.map(\.address)), active: false, filterDuplicates: true, acceptListOnly: false,
-                                                capacity: 1)
+        let (scan, results) = try await addScan(filter: ScanFilter(addresses: looking.map(\.address)),
+                                                ScanSettings(active: false, filterDuplicates: true, acceptListOnly: false), capacity: 1)
         let command = LEPeriodicAdvertisingCreateSync(options: useList ? 0x01 : 0x00, advertisingSID: useList ? 0 : first.sid,
                                                       advertiserAddressType: useList ? .public : Self.advertiserAddressType(first.addressType),
                                                       advertiserAddress: useList ? .zero : first.address, skip: UInt16(skip),

@@ -23,12 +23,25 @@ struct Scan: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Scan this PHY (repeatable; 1m or coded, default 1m): coded hears long-range advertising (needs a controller with extended advertising).",
                                valueName: "PHY")) var phy: [PHYName] = []
 
+    @Option(parsing: .unconditional, help: "Listen for this long of every --interval (ms, 2.5 to 10240; default 30).") var window: Double?
+    @Option(parsing: .unconditional, help: "How often the controller listens (ms, 2.5 to 10240; default 60).") var interval: Double?
+
     /// The PHYs `--phy` names, LE 1M when it names none.
     var phys: Set<PHY> { phy.isEmpty ? [.le1M] : Set(phy.map(\.phy)) }
+
+    /// `--interval` and `--window` over the host's default.
+    var timing: ScanTiming {
+        ScanTiming(interval: interval.map { .microseconds(Int64(($0 * 1000).rounded())) } ?? ScanTiming.standard.interval,
+                   window: window.map { .microseconds(Int64(($0 * 1000).rounded())) } ?? ScanTiming.standard.window)
+    }
 
     func validate() throws {
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
         if phy.contains(.le2m) { throw ValidationError("--phy: a scan is on 1m or coded (advertising's primary PHYs), not 2m") }
+        for (name, v) in [("--interval", interval), ("--window", window)] {
+            if let v, !(v.isFinite && (2.5...10_240).contains(v)) { throw ValidationError("\(name) must be between 2.5 and 10240 ms, not \(v)") }
+        }
+        if timing.window > timing.interval { throw ValidationError("--window (\(timing.window)) must be at most --interval (\(timing.interval))") }
         for s in service where BluetoothUUID(s) == nil { throw ValidationError("--service: bad UUID '\(s)' (16-bit like 180F, 32-bit, or 128-bit)") }
         for a in address where BluetoothAddress(a) == nil { throw ValidationError("--address: bad address '\(a)' (XX:XX:XX:XX:XX:XX)") }
         if let m = minRssi, !(-127...20).contains(m) { throw ValidationError("--min-rssi must be between -127 and 20 dBm, not \(m)") }
@@ -47,7 +60,7 @@ struct Scan: AsyncParsableCommand {
             // Filters apply to each device's advertisement and scan response together.
             if !accept.isEmpty { try await host.setAcceptList(accept) }
             let results = try await host.central.scan(filter: filter, active: !passive, filterDuplicates: !duplicates, acceptListOnly: !accept.isEmpty,
-                                                      phys: phys)
+                                                      phys: phys, timing: timing)
             if !json {
                 let on = phys == [.le1M] ? "" : " on \(phys.sorted { $0.rawValue < $1.rawValue }.map(\.description).joined(separator: " and "))"
                 let through = on + (accept.isEmpty ? "" : ", through the accept list (\(accept.map(\.description).joined(separator: ", ")))")

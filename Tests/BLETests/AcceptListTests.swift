@@ -105,32 +105,6 @@ import Testing
         }
     }
 
-    /// The addresses a scan reported, gathered in the background.
-    final class Seen: Sendable {
-        private let addresses = Mutex<Set<BluetoothAddress>>([])
-        func insert(_ a: BluetoothAddress) { addresses.withLock { _ = $0.insert(a) } }
-        func take() -> Set<BluetoothAddress> { addresses.withLock { s in defer { s.removeAll() }; return s } }
-    }
-
-    /// Reads a scan's stream in the background (letting go of it would stop the scan).
-    final class Reader: Sendable {
-        private let seen = Seen()
-        private let task: Task<Void, Never>
-
-        init(_ stream: BufferedStream<ScanResult>) {
-            let seen = self.seen
-            task = Task { for await r in stream { seen.insert(r.address) } }
-        }
-
-        /// The addresses reported since the last call, after `settling` on `host`'s loop.
-        func take(after settling: Duration = .milliseconds(100), on host: BluetoothHost) async -> Set<BluetoothAddress> {
-            try? await host.loop.sleep(for: settling)
-            return seen.take()
-        }
-
-        deinit { task.cancel() }
-    }
-
     /// A scanner (address `s`, its scan parameters recorded in `policies`) and three
     /// advertisers, a, b and p, each advertising its name.
     static func scannerAndAdvertisers(_ radio: VirtualRadio, extended: Bool, policies: Policies) async throws -> (BluetoothHost, [BluetoothHost]) {
@@ -155,22 +129,22 @@ import Testing
         #expect(Self.addresses(try await scanner.central.scan(for: .milliseconds(200), acceptListOnly: true)) == [Self.a, Self.p])
         #expect(policies.all == [1])
         // While it scans through the list, the list stays as it is.
-        let held = Reader(try await scanner.central.scan(acceptListOnly: true))
+        let held = ScanReader(try await scanner.central.scan(acceptListOnly: true))
         await #expect { try await scanner.setAcceptList([DeviceAddress(Self.b)]) } throws: { Self.inUse($0) }
         await #expect { try await scanner.central.connect(toAnyOf: [DeviceAddress(Self.b), DeviceAddress(Self.a)], within: .seconds(1)) } throws: {
             Self.inUse($0)
         }
-        #expect(await held.take(on: scanner) == [Self.a, Self.p])
+        #expect(await held.addresses(on: scanner) == [Self.a, Self.p])
         // A scan for all: the controller scans without the list meanwhile, the host
         // keeps the first scan to the list's devices, and the list comes back after.
         #expect(Self.addresses(try await scanner.central.scan(for: .milliseconds(200))) == [Self.a, Self.b, Self.p])
         #expect(policies.all == [1, 1, 0, 1])
-        #expect(await held.take(on: scanner) == [Self.a, Self.p])
+        #expect(await held.addresses(on: scanner) == [Self.a, Self.p])
         await #expect { try await scanner.setAcceptList([DeviceAddress(Self.b)]) } throws: { Self.inUse($0) }
         // A reset: the scan goes on, through the list refilled.
         try await scanner.reset()
         #expect(policies.all == [1, 1, 0, 1, 1])
-        #expect(await held.take(on: scanner) == [Self.a, Self.p])
+        #expect(await held.addresses(on: scanner) == [Self.a, Self.p])
         withExtendedLifetime(held) {}
         withExtendedLifetime(radio) {}
     }
@@ -182,10 +156,10 @@ import Testing
         let policies = Policies()
         let (scanner, advertisers) = try await Self.scannerAndAdvertisers(radio, extended: true, policies: policies)
         defer { Task { await scanner.close(); for h in advertisers { await h.close() } } }
-        let results = Reader(try await scanner.central.scan())
-        #expect(await results.take(on: scanner) == [Self.a, Self.b, Self.p])
+        let results = ScanReader(try await scanner.central.scan())
+        #expect(await results.addresses(on: scanner) == [Self.a, Self.b, Self.p])
         try await scanner.reset()
-        #expect(await results.take(on: scanner) == [Self.a, Self.b, Self.p])
+        #expect(await results.addresses(on: scanner) == [Self.a, Self.b, Self.p])
         #expect(policies.all == [0, 0])
         withExtendedLifetime(radio) {}
     }
@@ -239,9 +213,9 @@ import Testing
         try await listed.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-listed"))
         try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-other"))
         try await scanner.setAcceptList([DeviceAddress(rc.addresses[1])])
-        let held = Reader(try await scanner.central.scan(acceptListOnly: true))
+        let held = ScanReader(try await scanner.central.scan(acceptListOnly: true))
         await #expect { try await scanner.setAcceptList([DeviceAddress(rc.addresses[2])]) } throws: { Self.inUse($0) }
-        #expect(await held.take(after: .seconds(1), on: scanner) == [rc.addresses[1]])
+        #expect(await held.addresses(after: .seconds(1), on: scanner) == [rc.addresses[1]])
         // Rootcanal hears both while it scans for all.
         #expect(Self.addresses(try await scanner.central.scan(for: .seconds(1))).isSuperset(of: [rc.addresses[1], rc.addresses[2]]))
         withExtendedLifetime(held) {}

@@ -45,38 +45,15 @@ import Testing
         #expect(phys.all == [0x01, 0x04, 0x05])
         // A scan on LE 1M and one on LE Coded at once: the controller scans both, and
         // each scan gets its own PHY's reports.
-        let near = Reader(try await central.scan())
-        #expect(await near.take(on: room.central) == ["near LE 1M"])
+        let near = ScanReader(try await central.scan())
+        #expect(Self.names(await near.take(on: room.central)) == ["near LE 1M"])
         #expect(Self.names(try await central.scan(for: .milliseconds(200), phys: [.leCoded])) == ["far LE Coded"])
-        #expect(await near.take(on: room.central).isSubset(of: ["near LE 1M"]))
+        #expect(Self.names(await near.take(on: room.central)).isSubset(of: ["near LE 1M"]))
         #expect(phys.all == [0x01, 0x04, 0x05, 0x01, 0x05, 0x01])
         // The set moves to LE 1M: heard there.
         try await p.updateAdvertisingSet(far, data: AdvertisingSetsTests.named("far"))
-        #expect(await near.take(on: room.central).contains("far LE 1M"))
+        #expect(Self.names(await near.take(on: room.central)).contains("far LE 1M"))
         withExtendedLifetime(near) {}
-    }
-
-    /// The names (with PHYs) a scan reported.
-    final class Names: Sendable {
-        private let seen = Mutex<Set<String>>([])
-        func add(_ names: Set<String>) { seen.withLock { $0.formUnion(names) } }
-        func take() -> Set<String> { seen.withLock { s in defer { s.removeAll() }; return s } }
-    }
-
-    /// Reads a scan's stream in the background (letting go of it would stop the scan).
-    final class Reader: Sendable {
-        private let names = Names()
-        private let task: Task<Void, Never>
-        init(_ stream: BufferedStream<ScanResult>) {
-            let names = self.names
-            task = Task { for await r in stream { names.add(LongRangeTests.names([r])) } }
-        }
-        /// What was reported since the last call, after 100 ms of `host`'s loop.
-        func take(on host: BluetoothHost) async -> Set<String> {
-            try? await host.loop.sleep(for: .milliseconds(100))
-            return names.take()
-        }
-        deinit { task.cancel() }
     }
 
     @Test func aCentralReachesALongRangePeripheralOnLECoded() async throws {

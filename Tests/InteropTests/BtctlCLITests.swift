@@ -94,6 +94,22 @@ import Testing
         #expect(badPHY.status == 64 && badPHY.out.contains("--phy"), "\(badPHY.out)")
     }
 
+    /// `--interval` and `--window` go to the controller (the trace says so, in 0.625 ms
+    /// units); a window longer than the interval is a usage error.
+    @Test func scanTiming() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("btctl-timing-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let trace = dir.appendingPathComponent("scan.btsnoop").path
+        let r = try await Self.run(["scan", "-t", "virtual", "--interval", "500", "--window", "50", "--duration", "0.5", "--json", "--btsnoop", trace])
+        #expect(r.status == 0 && r.out.contains("FireAlarm-B3"), "\(r.out)")
+        let shown = try await Self.run(["trace", "show", trace])
+        #expect(shown.out.contains("scanInterval: 800") && shown.out.contains("scanWindow: 80"), "\(shown.out)")
+        let bad = try await Self.run(["scan", "-t", "virtual", "--interval", "50", "--window", "100"])
+        #expect(bad.status == 64 && bad.out.contains("--window"), "\(bad.out)")
+    }
+
     /// `-t virtual5`: the virtual radio with Bluetooth 5 controllers. btctl's host
     /// drives its controller with the extended commands (the trace shows them) and
     /// finds, connects to and reads the sender as on `virtual`.
