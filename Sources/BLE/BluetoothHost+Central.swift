@@ -272,7 +272,11 @@ extension BluetoothHost {
     /// end leaves the others to the host's own filter (`received`). The callers check
     /// that the host is ready (or resetting).
     func reconcileScan(strict: Bool) async throws {
+        // Before a scan starts, a resolving list that fell behind the bonds comes in
+        // line (the controller then knows more of the accept list's devices).
+        if centralState.scanning == nil, wantedScan != nil { await refreshControllerAddress(startingScan: true) }
         var want = wantedScan
+        if want?.acceptListOnly == true, !controllerKnowsAcceptList { want?.acceptListOnly = false }
         if want?.acceptListOnly == true {
             do {
                 try await holdAcceptList()
@@ -288,6 +292,24 @@ extension BluetoothHost {
         guard let want else { return }
         try await startScanning(want)
         centralState.scanning = want
+    }
+
+    /// Whether the controller tells every device on the accept list by itself: a
+    /// bonded device with an IRK may advertise from resolvable private addresses,
+    /// which the controller matches to the list's identity address only through its
+    /// resolving list (under privacy, once the list holds that bond). Otherwise a scan
+    /// through the list is the host's alone (Scanning_Filter_Policy 0, `received`
+    /// resolving with the bonds' IRKs), as Linux falls back to when a device uses
+    /// private addresses and the controller does not resolve them.
+    var controllerKnowsAcceptList: Bool {
+        func key(_ a: BluetoothAddress, _ type: UInt8) -> DeviceAddress { DeviceAddress(a, type: AddressType(rawValue: type & 1)) }
+        let bonds = (try? securityOptions.store.bonds()) ?? []
+        let privateOnes = Set(bonds.filter { $0.keys.peerIdentity?.irk != nil }.map { key($0.address, $0.addressType.rawValue) })
+        let resolved = Set((own.resolvingList?.entries ?? []).map { key($0.address, $0.type) })
+        return centralState.acceptList.allSatisfy { d in
+            let k = key(d.address, d.type.rawValue)
+            return !privateOnes.contains(k) || resolved.contains(k)
+        }
     }
 
     private func startScanning(_ s: ScanSettings) async throws {

@@ -109,6 +109,10 @@ public struct Central: Sendable {
     /// when that scan ends). Meanwhile the list cannot change
     /// (`BLEError.acceptListInUse`). When the controller cannot take the list now
     /// (a connection attempt is under way) this throws `BLEError.acceptListInUse`.
+    /// A bonded device that advertises from private addresses is told by the
+    /// controller only through its resolving list (under privacy); when the controller
+    /// does not resolve it, the controller scans for all and the host picks the list's
+    /// devices out with the bonds' IRKs, as Linux does.
     ///
     /// `phys`: the primary PHYs to scan, LE 1M (every advertiser's legacy PDUs) and LE
     /// Coded (long-range advertising, `AdvertisingPHYs.longRange`), as Bumble's

@@ -53,6 +53,9 @@ struct OwnAddresses {
     /// The controller's resolving list: whether it is used, its size, the entries in it
     /// (identity → IRK), and whether the bonds changed since it was last brought in line.
     var resolvingList: ResolvingList?
+    /// One bringing of the resolving list in line at a time: a second caller (a scan
+    /// about to start) waits for the one under way, then finds the list as it left it.
+    var resolvingTurn = Turnstile()
 }
 
 struct ResolvingList {
@@ -270,6 +273,8 @@ extension BluetoothHost {
     /// waits for a moment when it does none of them (`advertisingStopped`: the caller
     /// stopped advertising to restart it; `startingScan`: the one scan is not enabled yet).
     func syncResolvingList(advertisingStopped: Bool = false, startingScan: Bool = false) async {
+        while !own.resolvingTurn.enter() { await withCheckedContinuation { own.resolvingTurn.wait($0) } }
+        defer { own.resolvingTurn.leave() }
         guard var list = own.resolvingList, list.stale, let local = own.identity?.irk, state == .ready || state == .initializing,
               centralState.scans.count <= (startingScan ? 1 : 0), centralState.connectWaiter == nil, peripheralState.advertising.isEmpty || advertisingStopped else { return }
         list.stale = false

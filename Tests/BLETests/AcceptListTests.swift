@@ -220,4 +220,62 @@ import Testing
         #expect(Self.addresses(try await scanner.central.scan(for: .seconds(1))).isSuperset(of: [rc.addresses[1], rc.addresses[2]]))
         withExtendedLifetime(held) {}
     }
+
+    /// A bonded device that advertises from resolvable private addresses, on the
+    /// accept list by its identity: a controller that does not resolve them for the
+    /// host (no resolving list: the virtual one, or a host without privacy) could not
+    /// tell it, so the scan runs without the list (Scanning_Filter_Policy 0, as Linux
+    /// falls back) and the host picks the device out with the bond's IRK. (Before, the
+    /// controller filtered by the identity and the device was never heard.)
+    @Test func aPrivateDeviceIsFoundByTheHostWhenTheControllerCannotResolveIt() async throws {
+        let radio = VirtualRadio()
+        let policies = Policies()
+        let c = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: Self.s)) { policies.record($0) },
+                              logger: Bench.logger, security: SecurityOptions(random: .seeded(61)))
+        let p = BluetoothHost(transport: await radio.makeController(address: Self.p), logger: Bench.logger,
+                              security: SecurityOptions(random: .seeded(62), privacy: PrivacyOptions()))
+        let other = BluetoothHost(transport: await radio.makeController(address: Self.a), logger: Bench.logger)
+        for h in [c, p, other] { try await h.start() }
+        defer { Task { await c.close(); await p.close(); await other.close(); _ = radio } }
+        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("private"))
+        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("other"))
+        let first = try #require(try await PrivacyTests.find(c, "private"))
+        let remote = try await c.central.connect(to: first, within: .seconds(5))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.disconnect()
+        await p.rotatePrivateAddress()
+        let identity = try #require(await p.identity)
+        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+        let heard = try await c.central.scan(for: .milliseconds(300), acceptListOnly: true)
+        #expect(Set(heard.compactMap(\.name)) == ["private"])
+        #expect(heard.allSatisfy { $0.address != identity.address && $0.device.identity == identity.address })
+        #expect(policies.all.last == 0)
+        withExtendedLifetime(radio) {}
+    }
+
+    /// On Rootcanal, whose controller resolves private addresses through the resolving
+    /// list: a central under privacy bonds with a private peripheral, puts its identity
+    /// on the accept list, and the controller itself reports it alone (the list is held
+    /// meanwhile, which it is only while the controller scans through it).
+    @Test func onRootcanalTheControllerFindsAPrivateDeviceThroughItsResolvingList() async throws {
+        guard let rc = try await Bench.rootcanalHosts(3, security: {
+            [SecurityOptions(random: .seeded(63), privacy: PrivacyOptions()), SecurityOptions(random: .seeded(64), privacy: PrivacyOptions()),
+             SecurityOptions()][$0]
+        }) else { return }
+        defer { rc.stop() }
+        let (c, p, other) = (rc.hosts[0], rc.hosts[1], rc.hosts[2])
+        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-private"))
+        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-other"))
+        let first = try #require(try await PrivacyTests.find(c, "rc-private", within: .seconds(10)))
+        let remote = try await c.central.connect(to: first, within: .seconds(10))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.disconnect()
+        let identity = try #require(await p.identity)
+        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+        let held = ScanReader(try await c.central.scan(acceptListOnly: true))
+        await #expect { try await c.setAcceptList([DeviceAddress(rc.addresses[2])]) } throws: { Self.inUse($0) }
+        let heard = await held.take(after: .seconds(1), on: c)
+        #expect(Set(heard.compactMap(\.name)) == ["rc-private"], "\(heard.map(\.address))")
+        withExtendedLifetime(held) {}
+    }
 }
