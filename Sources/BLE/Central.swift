@@ -172,8 +172,9 @@ public struct Central: Sendable {
     /// Scans until a device matching `filter` shows up, within `limit`. The scan has
     /// stopped (LE Set Scan Enable off sent and answered) when this returns, unless
     /// another scan of this host is still running.
-    public func first(matching filter: ScanFilter, within limit: Duration) async throws -> ScanResult? {
-        let found = await firstElement(try await scan(filter: filter), within: limit, on: host.loop)
+    /// `phys`: the primary PHYs to scan (LE Coded finds a long-range device).
+    public func first(matching filter: ScanFilter, within limit: Duration, phys: Set<PHY> = [.le1M]) async throws -> ScanResult? {
+        let found = await firstElement(try await scan(filter: filter, phys: phys), within: limit, on: host.loop)
         // Letting go of the results queued the scan stop; send it now.
         await host.settle()
         return found

@@ -33,8 +33,16 @@ struct PeerOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Seconds to find and connect to the peer.", valueName: "SECONDS"))
     var connectTimeout: Double = 15
 
+    @Option(help: ArgumentHelp("Find and connect to the peer on this PHY (repeatable: 1m, coded; default 1m): coded reaches a peripheral advertising long range (needs a controller with extended advertising).",
+                               valueName: "PHY"), transform: parsePHY)
+    var connectPhy: [PHY] = []
+
+    /// The PHYs `--connect-phy` names, LE 1M when it names none.
+    var connectPHYs: Set<PHY> { connectPhy.isEmpty ? [.le1M] : Set(connectPhy) }
+
     func validate() throws {
         if peers.isEmpty == (name == nil) { throw ValidationError("give either a peer address or --name NAME") }
+        if connectPhy.contains(.le2M) { throw ValidationError("--connect-phy: 1m or coded (the PHYs a peripheral advertises on), not 2m") }
         guard connectTimeout > 0, connectTimeout.isFinite else { throw ValidationError("--connect-timeout must be positive") }
     }
 }
@@ -127,16 +135,16 @@ struct PeerSession {
             let limit = cliDuration(seconds: peer.connectTimeout)
             let peripheral: RemotePeripheral
             if peer.peers.count > 1 {
-                peripheral = try await host.central.connect(toAnyOf: peer.peers, within: limit)
+                peripheral = try await host.central.connect(toAnyOf: peer.peers, within: limit, phys: peer.connectPHYs)
                 let c = peripheral.connection
                 announce(json: options.json, [("event", .string("connected")), ("handle", .int(Int(c.handle))),
                                               ("peer", .string(DeviceAddress(c.peer, type: c.peerType).description))],
                          "btctl: connected to \(DeviceAddress(c.peer, type: c.peerType))")
             } else if let p = peer.peers.first {
-                peripheral = try await host.central.connect(to: p.address, type: p.type, within: limit)
+                peripheral = try await host.central.connect(to: p.address, type: p.type, within: limit, phys: peer.connectPHYs)
             } else {
                 let name = peer.name ?? ""
-                guard let found = try await host.central.first(matching: ScanFilter(names: [name]), within: limit) else {
+                guard let found = try await host.central.first(matching: ScanFilter(names: [name]), within: limit, phys: peer.connectPHYs) else {
                     throw CLIError("no device named '\(name)' advertised within \(secondsText(peer.connectTimeout))")
                 }
                 peripheral = try await host.central.connect(to: found, within: limit)

@@ -214,6 +214,12 @@ import Testing
         #expect(!coded.isEmpty && coded.allSatisfy { $0["primary_phy"] as? String == "LE Coded" }, "\(onCoded.out)")
         let on1M = try await Self.run(["scan", "-t", rc.transportSpec, "--json", "--duration", "1"])
         #expect(on1M.status == 0 && !on1M.out.contains("btctl-far"), "\(on1M.out)")
+        // A central finds and reaches it with --connect-phy coded, and not without.
+        let unreached = try await Self.run(["gatt", "discover", "-t", rc.transportSpec, "--name", "btctl-far", "--connect-timeout", "2"])
+        #expect(unreached.status == 1 && unreached.out.contains("no device named"), "\(unreached.out)")
+        let reached = try await Self.run(["gatt", "discover", "-t", rc.transportSpec, "--name", "btctl-far", "--connect-phy", "coded", "--connect-timeout", "10"])
+        #expect(reached.status == 0, "\(reached.out)")
+        #expect(await far.waitForOutput { $0.contains("\"connected\"") }, "\(far.output)")
         #expect(await far.stop(signal: SIGINT) == 130)
         let farLines = try JSONSchemaTests.check(far.output, against: "advertise").filter { $0["event"] as? String == "advertising" }
         #expect(farLines.first?["primary_phy"] as? String == "LE Coded", "\(far.output)")
