@@ -245,23 +245,29 @@ extension Central {
     /// - `timeout` (100 ms to 163.84 s): the sync is lost after this long without a packet.
     /// - `capacity`: the buffer of `PeriodicAdvertisingSync.advertisements`.
     ///
+    /// - `phys`: the primary PHYs the scan meanwhile listens on (LE Coded for a set
+    ///   advertising long range).
+    ///
     /// A controller's refusal is `BLEError.periodicSyncFailed`; one without LE Periodic
     /// Advertising, or driven with the legacy commands, `BLEError.notSupported`.
     public func synchronize(to address: BluetoothAddress, type: AddressType, sid: UInt8, within limit: Duration = .seconds(10),
-                            skip: Int = 0, timeout: Duration = .seconds(2), capacity: Int = 256) async throws -> PeriodicAdvertisingSync {
+                            skip: Int = 0, timeout: Duration = .seconds(2), capacity: Int = 256,
+                            phys: Set<PHY> = [.le1M]) async throws -> PeriodicAdvertisingSync {
         try await synchronize(toAnyOf: [PeriodicAdvertiser(address: address, type: type, sid: sid)], within: limit, skip: skip,
-                              timeout: timeout, capacity: capacity)
+                              timeout: timeout, capacity: capacity, phys: phys)
     }
 
     /// Synchronises to the periodic advertising `result` announces (its
     /// `periodicAdvertisingInterval` is set); see `synchronize(to:type:sid:…)`.
-    /// `BLEError.invalidArgument` when the advertisement announces none.
+    /// `BLEError.invalidArgument` when the advertisement announces none. The scan
+    /// meanwhile listens on the PHY `result` came on (LE Coded for a long-range set).
     public func synchronize(to result: ScanResult, within limit: Duration = .seconds(10), skip: Int = 0,
                             timeout: Duration = .seconds(2), capacity: Int = 256) async throws -> PeriodicAdvertisingSync {
         guard let source = PeriodicAdvertiser(result) else {
             throw BLEError.invalidArgument("\(result.address) announces no periodic advertising in this advertisement")
         }
-        return try await synchronize(toAnyOf: [source], within: limit, skip: skip, timeout: timeout, capacity: capacity)
+        return try await synchronize(toAnyOf: [source], within: limit, skip: skip, timeout: timeout, capacity: capacity,
+                                     phys: result.primaryPHY == .leCoded ? [.leCoded] : [.le1M])
     }
 
     /// Synchronises to whichever of `advertisers`' trains the controller finds first,
@@ -274,8 +280,8 @@ extension Central {
     /// list. A train this host already follows is not chosen again. Otherwise as
     /// `synchronize(to:type:sid:…)`.
     public func synchronize(toAnyOf advertisers: [PeriodicAdvertiser], within limit: Duration = .seconds(10), skip: Int = 0,
-                            timeout: Duration = .seconds(2), capacity: Int = 256) async throws -> PeriodicAdvertisingSync {
-        try await host.synchronize(toAnyOf: advertisers, within: limit, skip: skip, timeout: timeout, capacity: capacity)
+                            timeout: Duration = .seconds(2), capacity: Int = 256, phys: Set<PHY> = [.le1M]) async throws -> PeriodicAdvertisingSync {
+        try await host.synchronize(toAnyOf: advertisers, within: limit, skip: skip, timeout: timeout, capacity: capacity, phys: phys)
     }
 }
 
@@ -319,7 +325,7 @@ extension BluetoothHost {
     static func advertiserAddressType(_ type: AddressType) -> AddressType { AddressType(rawValue: type.rawValue & 1) }
 
     func synchronize(toAnyOf advertisers: [PeriodicAdvertiser], within limit: Duration, skip: Int, timeout: Duration,
-                     capacity: Int) async throws -> PeriodicAdvertisingSync {
+                     capacity: Int, phys: Set<PHY>) async throws -> PeriodicAdvertisingSync {
         await settle()
         try requireReady()
         guard usesExtendedCommands, let i = info, i.leFeatures.contains(bit: LEFeatures.periodicAdvertising),
@@ -358,7 +364,7 @@ extension BluetoothHost {
         // (Its results are not read: the newest is kept, the rest counted as dropped. The
         // stream is held until `endScan`, since letting go of it stops the scan.)
         let (scan, results) = try await addScan(filter: ScanFilter(addresses: looking.map(\.address)),
-                                                ScanSettings(active: false, filterDuplicates: true, acceptListOnly: false), capacity: 1)
+                                                ScanSettings(active: false, filterDuplicates: true, acceptListOnly: false, phys: PHY.bits(phys)), capacity: 1)
         let command = LEPeriodicAdvertisingCreateSync(options: useList ? 0x01 : 0x00, advertisingSID: useList ? 0 : first.sid,
                                                       advertiserAddressType: useList ? .public : Self.advertiserAddressType(first.addressType),
                                                       advertiserAddress: useList ? .zero : first.address, skip: UInt16(skip),

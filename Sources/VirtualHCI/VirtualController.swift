@@ -575,8 +575,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Filter Accept List, only its advertisers' (Vol 6, Part B, §4.3.3).
     func hear(_ broadcasts: [AirAdvertisement], rssi: Int8) {
         guard scanning else { return }
-        if extendedScan { establish(from: broadcasts) }
-        for b in broadcasts where isTarget(b) && scanningPHYs & AirAdvertisement.bit(b.primaryPHY) != 0 && (scanningFilterPolicy & 1 == 0 || listsAdvertiser(b)) {
+        // Only what comes on a PHY it scans: reports, and the sets a pending sync looks for.
+        let onItsPHYs = broadcasts.filter(scansPHY(of:))
+        if extendedScan { establish(from: onItsPHYs) }
+        for b in onItsPHYs where isTarget(b) && (scanningFilterPolicy & 1 == 0 || listsAdvertiser(b)) {
             if extendedScan {
                 reportExtended(b, rssi: rssi)
             } else if b.legacyPDUs {
@@ -591,6 +593,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
             }
         }
     }
+
+    /// Whether this scanner listens on the primary PHY `b` comes on.
+    func scansPHY(of b: AirAdvertisement) -> Bool { scanningPHYs & AirAdvertisement.bit(b.primaryPHY) != 0 }
 
     /// Whether the Filter Accept List has `b`'s advertiser.
     private func listsAdvertiser(_ b: AirAdvertisement) -> Bool {

@@ -64,7 +64,9 @@ extension VirtualController {
             pendingSync = c
             status(op)
             // Already scanning: the train is found at once if its set is on air.
-            if scanning, extendedScan, let radio { establish(from: await radio.broadcasts(except: self)) }
+            if scanning, extendedScan, let radio {
+                establish(from: await radio.broadcasts(except: self).filter(scansPHY(of:)))
+            }
         case .lePeriodicAdvertisingCreateSyncCancel:
             guard pendingSync != nil else { return complete(op, status: .commandDisallowed) }
             pendingSync = nil

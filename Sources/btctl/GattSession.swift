@@ -42,7 +42,7 @@ struct PeerOptions: ParsableArguments {
 
     func validate() throws {
         if peers.isEmpty == (name == nil) { throw ValidationError("give either a peer address or --name NAME") }
-        if connectPhy.contains(.le2M) { throw ValidationError("--connect-phy: 1m or coded (the PHYs a peripheral advertises on), not 2m") }
+        try validatePrimaryPHYs(connectPHYs, "--connect-phy")
         guard connectTimeout > 0, connectTimeout.isFinite else { throw ValidationError("--connect-timeout must be positive") }
     }
 }

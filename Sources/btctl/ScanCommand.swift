@@ -37,7 +37,7 @@ struct Scan: AsyncParsableCommand {
 
     func validate() throws {
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
-        if phy.contains(.le2m) { throw ValidationError("--phy: a scan is on 1m or coded (advertising's primary PHYs), not 2m") }
+        try validatePrimaryPHYs(phys, "--phy")
         for (name, v) in [("--interval", interval), ("--window", window)] {
             if let v, !(v.isFinite && (2.5...10_240).contains(v)) { throw ValidationError("\(name) must be between 2.5 and 10240 ms, not \(v)") }
         }
@@ -468,6 +468,12 @@ struct AdvertisingSetSpec {
         guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else { return nil }
         return .init(companyIdentifier: c, data: b)
     }
+}
+
+/// Refuses LE 2M where a scan or a connection looks for advertising: on 1m or coded
+/// (the primary PHYs a device advertises on) only.
+func validatePrimaryPHYs(_ phys: Set<PHY>, _ option: String) throws {
+    if phys.contains(.le2M) { throw ValidationError("\(option): 1m or coded (the PHYs a device advertises on), not 2m") }
 }
 
 /// A PHY as `--phy` and `--set phy=` name it.

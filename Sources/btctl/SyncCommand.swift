@@ -18,6 +18,11 @@ struct Sync: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "Seconds to look for the advertiser and its train (0.1 to 600).") var within: Double = 10
     @Option(parsing: .unconditional, help: "Seconds to follow the train (0.1 to 86400).") var duration: Double = 30
     @Option(parsing: .unconditional, help: "Milliseconds without a packet before the controller gives the train up (100 to 163840).") var syncTimeout: Int = 2000
+    @Option(help: ArgumentHelp("Look for the advertiser on this PHY (repeatable; 1m or coded, default 1m): coded finds a set advertising long range.",
+                               valueName: "PHY")) var phy: [PHYName] = []
+
+    /// The PHYs `--phy` names, LE 1M when it names none.
+    var phys: Set<PHY> { phy.isEmpty ? [.le1M] : Set(phy.map(\.phy)) }
 
     /// An advertiser argument, `XX:XX:XX:XX:XX:XX[/random|/public][/SID]`: its address
     /// type as `btctl scan` prints it (public unless said), then its set's SID if given.
@@ -43,6 +48,7 @@ struct Sync: AsyncParsableCommand {
         guard addresses.isEmpty != (name == nil) else { throw ValidationError("give the advertisers' ADDRESSes or --name, one of them") }
         for a in addresses { _ = try Self.advertiser(a) }
         if let s = sid, !(0...15).contains(s) { throw ValidationError("--sid must be between 0 and 15, not \(s)") }
+        try validatePrimaryPHYs(phys, "--phy")
         if sid != nil, try addresses.contains(where: { try Self.advertiser($0).sid != nil }) {
             throw ValidationError("give the SID with --sid or in ADDRESS/SID, not both")
         }
@@ -64,20 +70,22 @@ struct Sync: AsyncParsableCommand {
             let advertisers = try addresses.map(Self.advertiser)
             let filter = ScanFilter(names: name.map { [$0] } ?? [], addresses: advertisers.map(\.address))
             // Held for the sync's life, not read (see the discussion above).
-            let scan = try await host.central.scan(filter: filter, active: false, filterDuplicates: false, capacity: 1)
+            let scan = try await host.central.scan(filter: filter, active: false, filterDuplicates: false, phys: phys, capacity: 1)
             let sync: PeriodicAdvertisingSync
             let known = advertisers.compactMap { a in (a.sid ?? sid.map(UInt8.init)).map { PeriodicAdvertiser(address: a.address, type: a.type, sid: $0) } }
             if !advertisers.isEmpty, known.count == advertisers.count {
                 // Every set named: the controller looks for them itself (through its
                 // Periodic Advertiser List when there are several).
                 do {
-                    sync = try await host.central.synchronize(toAnyOf: known, within: cliDuration(seconds: within), timeout: .milliseconds(syncTimeout))
+                    sync = try await host.central.synchronize(toAnyOf: known, within: cliDuration(seconds: within), timeout: .milliseconds(syncTimeout),
+                                                              phys: phys)
                 } catch BLEError.periodicSyncTimeout {
                     await host.shutdown()
                     throw CLIError("no periodic advertising from \(known.map(\.description).joined(separator: ", ")) heard within \(secondsText(within))")
                 }
             } else {
-                let found = try await host.central.first(matching: filter, announcingPeriodicAdvertising: sid.map(UInt8.init), within: cliDuration(seconds: within))
+                let found = try await host.central.first(matching: filter, announcingPeriodicAdvertising: sid.map(UInt8.init), within: cliDuration(seconds: within),
+                                                         phys: phys)
                 guard let found else {
                     await host.shutdown()
                     let who = name.map { "a device named \($0)" } ?? addresses.joined(separator: ", ")
@@ -148,8 +156,9 @@ struct Sync: AsyncParsableCommand {
 extension Central {
     /// Scans until a device matching `filter` announces periodic advertising (with
     /// `sid`, if given) within `limit`.
-    func first(matching filter: ScanFilter, announcingPeriodicAdvertising sid: UInt8?, within limit: Duration) async throws -> ScanResult? {
-        let results = try await scan(filter: filter, active: false, capacity: 64)
+    func first(matching filter: ScanFilter, announcingPeriodicAdvertising sid: UInt8?, within limit: Duration,
+               phys: Set<PHY>) async throws -> ScanResult? {
+        let results = try await scan(filter: filter, active: false, phys: phys, capacity: 64)
         return await firstElement(results.filter {
             $0.advertisement.periodicAdvertisingInterval != nil && (sid == nil || $0.advertisement.advertisingSID == sid)
         }, within: limit, on: host.loop)

@@ -74,6 +74,27 @@ import Testing
         #expect(try await again.phy() == LinkPHY(tx: .leCoded, rx: .leCoded))
     }
 
+    /// Periodic advertising on a long-range set: found by a scan on LE Coded, and
+    /// followed from that result (the sync's scan listens on LE Coded; before, it
+    /// listened on LE 1M and never found the set).
+    @Test func aLongRangeSetsPeriodicAdvertisingIsFollowed() async throws {
+        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let p = room.peripherals[0].peripheral
+        let far = try await p.addAdvertisingSet(AdvertisingSetsTests.named("far-pa"), phys: .longRange)
+        var data = AdvertisingData()
+        data.manufacturerData = [.init(companyIdentifier: 0xFFFF, data: [1, 2, 3])]
+        try await p.startPeriodicAdvertising(on: far, data: data, intervalMilliseconds: 50)
+        let heard = try #require(try await room.central.central.scan(for: .milliseconds(200), phys: [.leCoded]).first {
+            $0.advertisement.periodicAdvertisingInterval != nil
+        })
+        #expect(heard.primaryPHY == .leCoded)
+        let sync = try await room.central.central.synchronize(to: heard, within: .seconds(2))
+        let packets = try await PeriodicAdvertisingTests.next(1, on: sync, radio: room.radio)
+        #expect(packets.first?.data.manufacturerData.first?.data == [1, 2, 3])
+        try await sync.terminate()
+    }
+
     @Test func whatTheControllerCannotDoIsRefusedBeforeItIsAsked() async throws {
         let legacy = try await Room(peripherals: 1)
         defer { Task { await legacy.close() } }

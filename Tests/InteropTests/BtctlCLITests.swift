@@ -261,6 +261,11 @@ import Testing
         #expect(lines.last?["event"] as? String == "sync_ended" && lines.last?["reason"] as? String == "stopped", "\(r.out)")
         let byName = try await Self.run(["sync", "-t", "virtual5", "--name", "FireAlarm-B3 status", "--duration", "0.3"])
         #expect(byName.status == 0 && byName.out.contains("4641206f6b"), "\(byName.out)")
+        // The sender's set is on LE 1M: looked for on LE Coded alone it is not found; on both, it is.
+        let onCoded = try await Self.run(["sync", "-t", "virtual5", "--name", "FireAlarm-B3 status", "--phy", "coded", "--within", "0.5"])
+        #expect(onCoded.status == 1 && onCoded.out.contains("no periodic advertising"), "\(onCoded.out)")
+        let onBoth = try await Self.run(["sync", "-t", "virtual5", "--name", "FireAlarm-B3 status", "--phy", "1m", "--phy", "coded", "--duration", "0.3"])
+        #expect(onBoth.status == 0 && onBoth.out.contains("4641206f6b"), "\(onBoth.out)")
         let scan = try await Self.run(["scan", "-t", "virtual5", "--json", "--duration", "0.5"])
         let heard = try JSONSchemaTests.check(scan.out, against: "scan")
         #expect(heard.contains { $0["name"] as? String == "FireAlarm-B3 status" && $0["periodic_interval_ms"] as? Double == 100 && $0["sid"] as? Int == 1 }, "\(scan.out)")
