@@ -11,7 +11,6 @@ import BLE
 import BLETesting
 import HCI
 import Snoop
-import Synchronization
 import Testing
 
 @Suite(.serialized) struct AcceptListTests {
@@ -93,21 +92,9 @@ import Testing
         withExtendedLifetime(radio) {}
     }
 
-    /// The Scanning_Filter_Policy of each scan parameters command a host sent, in order.
-    final class Policies: Sendable {
-        private let sent = Mutex<[UInt8]>([])
-        var all: [UInt8] { sent.withLock { $0 } }
-
-        func record(_ r: TraceRecord) {
-            guard r.direction == .hostToController, case let .packet(.command(op, bytes)) = r.content else { return }
-            if op == .leSetScanParameters, let c = try? LESetScanParameters.decode(bytes) { sent.withLock { $0.append(c.scanningFilterPolicy) } }
-            if op == .leSetExtendedScanParameters, let c = try? LESetExtendedScanParameters.decode(bytes) { sent.withLock { $0.append(c.scanningFilterPolicy) } }
-        }
-    }
-
     /// A scanner (address `s`, its scan parameters recorded in `policies`) and three
     /// advertisers, a, b and p, each advertising its name.
-    static func scannerAndAdvertisers(_ radio: VirtualRadio, extended: Bool, policies: Policies) async throws -> (BluetoothHost, [BluetoothHost]) {
+    static func scannerAndAdvertisers(_ radio: VirtualRadio, extended: Bool, policies: ScanCommandLog) async throws -> (BluetoothHost, [BluetoothHost]) {
         let scanner = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: s, extendedAdvertising: extended)) { policies.record($0) },
                                     logger: Bench.logger)
         try await scanner.start()
@@ -121,13 +108,13 @@ import Testing
     @Test(arguments: [false, true])
     func aScanThroughTheListReportsItsDevicesAlone(extended: Bool) async throws {
         let radio = VirtualRadio()
-        let policies = Policies()
+        let policies = ScanCommandLog()
         let (scanner, advertisers) = try await Self.scannerAndAdvertisers(radio, extended: extended, policies: policies)
         defer { Task { await scanner.close(); for h in advertisers { await h.close() } } }
         try await scanner.setAcceptList([DeviceAddress(Self.a), DeviceAddress(Self.p)])
         // The controller filters: the scan's parameters name the list.
         #expect(Self.addresses(try await scanner.central.scan(for: .milliseconds(200), acceptListOnly: true)) == [Self.a, Self.p])
-        #expect(policies.all == [1])
+        #expect(policies.parameters.map(\.filterPolicy) == [1])
         // While it scans through the list, the list stays as it is.
         let held = ScanReader(try await scanner.central.scan(acceptListOnly: true))
         await #expect { try await scanner.setAcceptList([DeviceAddress(Self.b)]) } throws: { Self.inUse($0) }
@@ -138,12 +125,12 @@ import Testing
         // A scan for all: the controller scans without the list meanwhile, the host
         // keeps the first scan to the list's devices, and the list comes back after.
         #expect(Self.addresses(try await scanner.central.scan(for: .milliseconds(200))) == [Self.a, Self.b, Self.p])
-        #expect(policies.all == [1, 1, 0, 1])
+        #expect(policies.parameters.map(\.filterPolicy) == [1, 1, 0, 1])
         #expect(await held.addresses(on: scanner) == [Self.a, Self.p])
         await #expect { try await scanner.setAcceptList([DeviceAddress(Self.b)]) } throws: { Self.inUse($0) }
         // A reset: the scan goes on, through the list refilled.
         try await scanner.reset()
-        #expect(policies.all == [1, 1, 0, 1, 1])
+        #expect(policies.parameters.map(\.filterPolicy) == [1, 1, 0, 1, 1])
         #expect(await held.addresses(on: scanner) == [Self.a, Self.p])
         withExtendedLifetime(held) {}
         withExtendedLifetime(radio) {}
@@ -153,14 +140,14 @@ import Testing
     /// scanning at the reset and the scan's stream went quiet for good).
     @Test func aScanGoesOnAfterAReset() async throws {
         let radio = VirtualRadio()
-        let policies = Policies()
+        let policies = ScanCommandLog()
         let (scanner, advertisers) = try await Self.scannerAndAdvertisers(radio, extended: true, policies: policies)
         defer { Task { await scanner.close(); for h in advertisers { await h.close() } } }
         let results = ScanReader(try await scanner.central.scan())
         #expect(await results.addresses(on: scanner) == [Self.a, Self.b, Self.p])
         try await scanner.reset()
         #expect(await results.addresses(on: scanner) == [Self.a, Self.b, Self.p])
-        #expect(policies.all == [0, 0])
+        #expect(policies.parameters.map(\.filterPolicy) == [0, 0])
         withExtendedLifetime(radio) {}
     }
 
@@ -229,7 +216,7 @@ import Testing
     /// controller filtered by the identity and the device was never heard.)
     @Test func aPrivateDeviceIsFoundByTheHostWhenTheControllerCannotResolveIt() async throws {
         let radio = VirtualRadio()
-        let policies = Policies()
+        let policies = ScanCommandLog()
         let c = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: Self.s)) { policies.record($0) },
                               logger: Bench.logger, security: SecurityOptions(random: .seeded(61)))
         let p = BluetoothHost(transport: await radio.makeController(address: Self.p), logger: Bench.logger,
@@ -249,7 +236,7 @@ import Testing
         let heard = try await c.central.scan(for: .milliseconds(300), acceptListOnly: true)
         #expect(Set(heard.compactMap(\.name)) == ["private"])
         #expect(heard.allSatisfy { $0.address != identity.address && $0.device.identity == identity.address })
-        #expect(policies.all.last == 0)
+        #expect(policies.parameters.map(\.filterPolicy).last == 0)
         withExtendedLifetime(radio) {}
     }
 

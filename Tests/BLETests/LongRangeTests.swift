@@ -8,29 +8,16 @@
 import BLE
 import BLETesting
 import HCI
-import Snoop
-import Synchronization
 import Testing
 
 @Suite(.serialized) struct LongRangeTests {
-    /// The Scanning_PHYs of each LE Set Extended Scan Parameters a host sent, in order.
-    final class ScanningPHYs: Sendable {
-        private let sent = Mutex<[UInt8]>([])
-        var all: [UInt8] { sent.withLock { $0 } }
-        func record(_ r: TraceRecord) {
-            guard r.direction == .hostToController, case let .packet(.command(op, bytes)) = r.content, op == .leSetExtendedScanParameters,
-                  let c = try? LESetExtendedScanParameters.decode(bytes) else { return }
-            sent.withLock { $0.append(c.scanningPHYs) }
-        }
-    }
-
     /// The names heard in `results`, with the primary PHY each came on.
     static func names(_ results: [ScanResult]) -> Set<String> {
         Set(results.compactMap { r in r.advertisement.data.localName.map { "\($0) \(r.primaryPHY)" } })
     }
 
     @Test func aLongRangeSetIsHeardOnLECodedAlone() async throws {
-        let phys = ScanningPHYs()
+        let phys = ScanCommandLog()
         let room = try await Room(peripherals: 1, extendedAdvertising: true, watchCentral: { phys.record($0) })
         defer { Task { await room.close() } }
         let p = room.peripherals[0].peripheral
@@ -42,14 +29,14 @@ import Testing
         #expect(Self.names(coded) == ["far LE Coded"])
         #expect(coded.first?.secondaryPHY == .leCoded)
         #expect(Self.names(try await central.scan(for: .milliseconds(200), phys: [.le1M, .leCoded])) == ["near LE 1M", "far LE Coded"])
-        #expect(phys.all == [0x01, 0x04, 0x05])
+        #expect(phys.parameters.map(\.phys) == [0x01, 0x04, 0x05])
         // A scan on LE 1M and one on LE Coded at once: the controller scans both, and
         // each scan gets its own PHY's reports.
         let near = ScanReader(try await central.scan())
         #expect(Self.names(await near.take(on: room.central)) == ["near LE 1M"])
         #expect(Self.names(try await central.scan(for: .milliseconds(200), phys: [.leCoded])) == ["far LE Coded"])
         #expect(Self.names(await near.take(on: room.central)).isSubset(of: ["near LE 1M"]))
-        #expect(phys.all == [0x01, 0x04, 0x05, 0x01, 0x05, 0x01])
+        #expect(phys.parameters.map(\.phys) == [0x01, 0x04, 0x05, 0x01, 0x05, 0x01])
         // The set moves to LE 1M: heard there.
         try await p.updateAdvertisingSet(far, data: AdvertisingSetsTests.named("far"))
         #expect(Self.names(await near.take(on: room.central)).contains("far LE 1M"))

@@ -8,37 +8,9 @@
 import BLE
 import BLETesting
 import HCI
-import Snoop
-import Synchronization
 import Testing
 
 @Suite(.serialized) struct ScanParametersTests {
-    /// Each scan parameters command a host sent, as "active 96/48" or "passive
-    /// 8192/819" (interval/window in 0.625 ms), and each enable as "on dup" / "on all" / "off".
-    final class ScanCommands: Sendable {
-        private let sent = Mutex<[String]>([])
-        var all: [String] { sent.withLock { $0 } }
-        func record(_ r: TraceRecord) {
-            guard r.direction == .hostToController, case let .packet(.command(op, bytes)) = r.content else { return }
-            var line: String?
-            switch op {
-            case .leSetScanParameters:
-                if let c = try? LESetScanParameters.decode(bytes) { line = "\(c.scanType == 1 ? "active" : "passive") \(c.scanInterval)/\(c.scanWindow)" }
-            case .leSetExtendedScanParameters:
-                if let c = try? LESetExtendedScanParameters.decode(bytes), let p = c.phys.first {
-                    line = "\(p.scanType == 1 ? "active" : "passive") \(p.scanInterval)/\(p.scanWindow)"
-                }
-            case .leSetScanEnable:
-                if let c = try? LESetScanEnable.decode(bytes) { line = c.scanEnable ? (c.filterDuplicates ? "on dup" : "on all") : "off" }
-            case .leSetExtendedScanEnable:
-                if let c = try? LESetExtendedScanEnable.decode(bytes) { line = c.enable ? (c.filterDuplicates != 0 ? "on dup" : "on all") : "off" }
-            default:
-                break
-            }
-            if let line { sent.withLock { $0.append(line) } }
-        }
-    }
-
     /// "name" for an advertisement, "name rsp" for a scan response.
     static func described(_ results: [ScanResult]) -> Set<String> {
         Set(results.map { ($0.name ?? "?") + ($0.advertisement.isScanResponse ? " rsp" : "") })
@@ -46,7 +18,7 @@ import Testing
 
     @Test(arguments: [false, true])
     func scansSideBySideEachGetWhatTheyAskedFor(extended: Bool) async throws {
-        let sent = ScanCommands()
+        let sent = ScanCommandLog()
         let room = try await Room(peripherals: 1, extendedAdvertising: extended, watchCentral: { sent.record($0) })
         defer { Task { await room.close() } }
         var rsp = AdvertisingData()
@@ -56,18 +28,18 @@ import Testing
         // A passive, duplicate-filtering, low-power scan: no scan requests, so no scan responses.
         let quiet = ScanReader(try await central.scan(active: false, filterDuplicates: true, timing: .lowPower))
         #expect(Self.described(await quiet.take(on: room.central)) == ["dev"])
-        #expect(sent.all == ["passive 8192/819", "on dup"])
+        #expect(sent.lines == ["passive 8192/819", "on dup"])
         // An active scan for every report beside it: the controller scans actively,
         // without duplicate filtering, with the timing that listens the most.
         let loud = ScanReader(try await central.scan(active: true, filterDuplicates: false, timing: .standard))
         #expect(Self.described(await loud.take(on: room.central)) == ["dev", "dev rsp"])
         #expect(Self.described(await quiet.take(on: room.central)) == ["dev"])
-        #expect(sent.all == ["passive 8192/819", "on dup", "off", "active 96/48", "on all"])
+        #expect(sent.lines == ["passive 8192/819", "on dup", "off", "active 96/48", "on all"])
         // The active one ends: back to what the passive one asked for.
         _ = consume loud
         try await room.central.loop.sleep(for: .milliseconds(100))
         _ = try await central.scan(for: .milliseconds(50), active: false, timing: .lowPower)
-        #expect(sent.all.prefix(8) == ["passive 8192/819", "on dup", "off", "active 96/48", "on all", "off", "passive 8192/819", "on dup"])
+        #expect(sent.lines.prefix(8) == ["passive 8192/819", "on dup", "off", "active 96/48", "on all", "off", "passive 8192/819", "on dup"])
         withExtendedLifetime(quiet) {}
     }
 
