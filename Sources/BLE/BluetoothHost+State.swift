@@ -140,6 +140,50 @@ extension BluetoothHost {
         var settings: ScanSettings
         /// Counts what its full buffer drops.
         var continuation: BufferedStream<ScanResult>.Continuation
+        /// What a scan that filters duplicates has been handed.
+        var reported = ReportedPDUs()
+
+        /// Whether `a` goes to this scan as a duplicate filter lets it: always, unless the
+        /// scan filters duplicates and has been handed the same PDU before.
+        mutating func passesDuplicateFilter(_ a: Advertisement) -> Bool {
+            !settings.filterDuplicates || reported.insert(a)
+        }
+    }
+
+    /// The advertising PDUs a scan that filters duplicates has been handed, told apart
+    /// as Rootcanal's controller tells them (the whole PDU) and the extended commands'
+    /// ADI does: the address and its type, the kind of PDU, the set, the data. A device
+    /// whose data changes is reported again. The controller's own filter is not enough:
+    /// it filters only while every scan asks for it, and forgets at each scan enable,
+    /// which comes whenever another scan starts or ends. The newest `capacity` PDUs are
+    /// remembered; one forgotten is reported again when it comes back.
+    struct ReportedPDUs {
+        static let capacity = 4096
+        struct Key: Hashable {
+            var address: BluetoothAddress
+            var addressType: UInt8
+            var eventType: UInt8
+            var sid: UInt8?
+            var data: [UInt8]
+        }
+        private var keys: Set<Key> = []
+        /// The remembered keys, oldest at `next` once the ring is full.
+        private var ring: [Key] = []
+        private var next = 0
+
+        /// True when `a` is new (and remembers it); false for a duplicate.
+        mutating func insert(_ a: Advertisement) -> Bool {
+            let k = Key(address: a.address, addressType: a.addressType.rawValue, eventType: a.eventType, sid: a.advertisingSID, data: a.raw)
+            guard keys.insert(k).inserted else { return false }
+            if ring.count < Self.capacity {
+                ring.append(k)
+            } else {
+                keys.remove(ring[next])
+                ring[next] = k
+                next = (next + 1) % Self.capacity
+            }
+            return true
+        }
     }
 
     /// The central role: the connect in progress and those queued behind it, the scans.

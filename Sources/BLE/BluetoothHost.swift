@@ -585,19 +585,27 @@ public actor BluetoothHost: LoopIsolated {
         let merged = Advertisement(address: a.address, addressType: a.addressType, rssi: a.rssi, eventType: a.eventType, data: d.merged, raw: a.raw)
         // A scan through the accept list gets its devices alone, also while the
         // controller scans for all (another scan asks for all).
-        lazy var listed = centralState.acceptList.contains { e in
+        // (Read here: `offer` below runs inside an exclusive access to the scans.)
+        let acceptList = centralState.acceptList
+        lazy var listed = acceptList.contains { e in
             func names(_ address: BluetoothAddress, _ type: AddressType) -> Bool { address == e.address && type.rawValue & 1 == e.type.rawValue & 1 }
             return names(a.address, a.addressType) || who.map { names($0.address, $0.type) } == true
         }
         // Each scan gets the PHYs it asked for (the controller scans every PHY any asks for).
         // (Primary_PHY is LE 1M or LE Coded; any other value a controller sends counts as LE 1M.)
         let phy: UInt8 = a.primaryPHY == PHY.leCoded.rawValue ? 0x04 : 0x01
-        func offer(_ s: ScanSubscriber) {
-            guard s.filter.matches(merged), s.settings.phys & phy != 0, s.settings.active || !a.isScanResponse, !s.settings.acceptListOnly || listed else { return }
+        func offer(_ s: inout ScanSubscriber) {
+            guard s.filter.matches(merged), s.settings.phys & phy != 0, s.settings.active || !a.isScanResponse, !s.settings.acceptListOnly || listed,
+                  s.passesDuplicateFilter(a) else { return }
             s.continuation.yield(result)
         }
-        for (_, s) in centralState.scans { offer(s) }
-        for d in centralState.draining { offer(d.subscriber) }
+        // In place (a copy of the keys to walk would copy the scans at the first change).
+        var i = centralState.scans.values.startIndex
+        while i != centralState.scans.values.endIndex {
+            offer(&centralState.scans.values[i])
+            centralState.scans.values.formIndex(after: &i)
+        }
+        for i in centralState.draining.indices { offer(&centralState.draining[i].subscriber) }
     }
 
     func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {

@@ -97,8 +97,16 @@ public struct Central: Sendable {
     /// scans for all of them together, as bluetoothd merges its clients' discovery
     /// filters (stopped and started again when that changes): actively while any scan
     /// is active (a passive scan is not handed the scan responses), filtering duplicates
-    /// only while every scan does (a scan that filters them then gets them too), with
-    /// the `timing` that listens the most (`ScanTiming`), on every PHY any asks for.
+    /// only while every scan does, with the `timing` that listens the most
+    /// (`ScanTiming`), on every PHY any asks for.
+    ///
+    /// `filterDuplicates` hands this scan each advertising PDU once: the same address,
+    /// kind of PDU, set and data (a device whose data changes is reported again), as
+    /// Rootcanal's controller tells duplicates. The host filters them too, since the
+    /// controller filters only while every scan asks for that and forgets what it
+    /// reported whenever its scanning restarts (another scan starts or ends). The newest
+    /// 4096 PDUs are remembered; an older one comes again. The device registry gets
+    /// every report either way.
     ///
     /// `acceptListOnly` reports only the devices on the accept list
     /// (`BluetoothHost.setAcceptList`; a bonded device under privacy by its identity),

@@ -82,7 +82,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     var extendedScan = false
     var activeScan = false
     var filterDuplicates = false
-    var seen: Set<String> = []
+    var seen: Set<ReportedPDU> = []
     public private(set) var pendingConnection: BluetoothAddress?
     /// The own address type of the pending LE Create Connection.
     private var initiatingAddressType: AddressType = .public

@@ -35,11 +35,11 @@ extension VirtualController {
             if extendedScan {
                 reportExtended(b, rssi: rssi)
             } else if b.legacyPDUs {
-                if firstTime("\(b.address)") {
+                if firstTime(ReportedPDU(b, scanResponse: false)) {
                     emit(.le(.advertisingReport(LEAdvertisingReport(reports: [
                         .init(eventType: b.legacyReportType, addressType: b.addressType, address: b.address, data: b.data, rssi: rssi)]))))
                 }
-                if activeScan, answersScanRequest(b), firstTime("rsp \(b.address)") {
+                if activeScan, answersScanRequest(b), firstTime(ReportedPDU(b, scanResponse: true)) {
                     emit(.le(.advertisingReport(LEAdvertisingReport(reports: [
                         .init(eventType: 4, addressType: b.addressType, address: b.address, data: b.scanResponse, rssi: rssi)]))))
                 }
@@ -63,7 +63,7 @@ extension VirtualController {
     }
 
     /// False when duplicate filtering already reported `key`.
-    func firstTime(_ key: String) -> Bool {
+    func firstTime(_ key: ReportedPDU) -> Bool {
         if filterDuplicates, seen.contains(key) { return false }
         seen.insert(key)
         return true
@@ -77,7 +77,6 @@ extension VirtualController {
     /// scanner): data longer than one report goes in pieces, each but the last with
     /// data status "incomplete, more data to come" (§7.7.65.13).
     func reportExtended(_ b: AirAdvertisement, rssi: Int8) {
-        let key = "\(b.address) \(b.sid)"
         func send(_ data: [UInt8], type: UInt16) {
             var offset = 0
             repeat {
@@ -90,7 +89,25 @@ extension VirtualController {
                 offset = end
             } while offset < data.count
         }
-        if firstTime(key) { send(b.data, type: b.extendedReportType) }
-        if activeScan, answersScanRequest(b), firstTime("rsp " + key) { send(b.scanResponse, type: b.extendedReportType | 0x08) }
+        if firstTime(ReportedPDU(b, scanResponse: false)) { send(b.data, type: b.extendedReportType) }
+        if activeScan, answersScanRequest(b), firstTime(ReportedPDU(b, scanResponse: true)) { send(b.scanResponse, type: b.extendedReportType | 0x08) }
+    }
+}
+
+/// What duplicate filtering tells apart, as Rootcanal does (the whole PDU): the
+/// advertiser, its set, advertisement or scan response, and the data, so data that
+/// changes is reported again (as the new DID in a real
+/// controller's ADI makes it, for extended advertising).
+struct ReportedPDU: Hashable {
+    var address: BluetoothAddress
+    var sid: UInt8
+    var scanResponse: Bool
+    var data: [UInt8]
+
+    init(_ b: AirAdvertisement, scanResponse: Bool) {
+        address = b.address
+        sid = b.sid
+        self.scanResponse = scanResponse
+        data = scanResponse ? b.scanResponse : b.data
     }
 }
