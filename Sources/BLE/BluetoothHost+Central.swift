@@ -24,6 +24,7 @@ extension BluetoothHost {
         guard phys.allSatisfy(\.isKnown), phys.contains(.le1M) || phys.contains(.leCoded) else {
             throw BLEError.invalidArgument("a connection is initiated on LE 1M, LE Coded or both (LE 2M beside one of them), not \(phys.map(\.description).sorted())")
         }
+        if let fault = parameters.fault { throw BLEError.invalidArgument("connect: \(fault)") }
         guard phys == [.le1M] || usesExtendedCommands else {
             throw BLEError.notSupported("initiating on \(phys.map(\.description).sorted().joined(separator: " and ")) needs a controller driven with the extended commands (usesExtendedCommands)")
         }

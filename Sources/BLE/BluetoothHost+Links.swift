@@ -24,9 +24,12 @@ extension BluetoothHost {
 
     func handle(_ event: L2CAPHost.LinkEvent) async {
         switch event {
-        case let .connected(c):
+        case let .connected(c, interval, latency, timeout):
             let conn = Connection(handle: c.handle, role: c.role, peer: c.peer, peerType: c.peerType, id: links.newLinkID())
             links.active[c.handle] = conn
+            // Known with the link: `parameters(of:)` answers as soon as `connections` has it.
+            links.parameters[conn.id] = ConnectionParameters(interval: interval, latency: latency, supervisionTimeout: timeout)
+            scheduleParameterRequest(conn)
             registry.connected(c.peer, type: c.peerType, handle: c.handle, at: now)
             connectionBroadcast.yield(.connected(conn))
             // One ATT bearer per link carries both GATT roles: the local server answers the
@@ -104,9 +107,6 @@ extension BluetoothHost {
         case let .dataLengthChanged(d):
             links.dataLengths[conn.id] = DataLength(d)
             connectionBroadcast.yield(.dataLengthChanged(conn, DataLength(d)))
-        case let .established(interval, latency, timeout):
-            links.parameters[conn.id] = ConnectionParameters(interval: interval, latency: latency, supervisionTimeout: timeout)
-            scheduleParameterRequest(conn)
         case let .remoteFeatures(f) where f.status.isSuccess:
             links.remoteFeatures[conn.id] = LEFeatures(rawValue: f.leFeatures)
         case let .remoteVersion(v) where v.status.isSuccess:

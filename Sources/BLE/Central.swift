@@ -216,6 +216,13 @@ public struct Central: Sendable {
     /// range is reached with `.leCoded` among them, and the link starts on its
     /// advertisement's secondary PHY. Other than `[.le1M]` needs the extended commands
     /// (else `BLEError.notSupported`).
+    ///
+    /// `parameters`: the link's connection interval range, latency and supervision
+    /// timeout (the controller picks the interval; Rootcanal and the virtual radio
+    /// take the maximum). Values outside the specification's ranges, or a timeout not
+    /// longer than (1 + latency) × the maximum interval × 2, are
+    /// `BLEError.invalidArgument` before anything is sent (`LEConnectionParameters.fault`).
+    /// `BluetoothHost.parameters(of:)` says what the link got.
     public func connect(to address: BluetoothAddress, type: AddressType = .public, within limit: Duration = .seconds(10),
                         parameters: LEConnectionParameters = LEConnectionParameters(), phys: Set<PHY> = [.le1M]) async throws -> RemotePeripheral {
         try await connect(toAnyOf: [DeviceAddress(address, type: type)], within: limit, parameters: parameters, phys: phys)

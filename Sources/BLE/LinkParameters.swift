@@ -138,13 +138,18 @@ extension BluetoothHost {
     /// in force once LE Connection Update Complete arrives, or nil if none arrived
     /// within `limit`: at once when the central refused (or rejected) the request,
     /// else when `limit` passed (it did not answer, or did not update the link).
+    /// Parameters outside the specification's ranges, or a timeout not longer than
+    /// (1 + latency) × `intervalMax` × 2, are `BLEError.invalidArgument`
+    /// (`LEConnectionParameters.fault`), before anything is sent.
     @discardableResult
     public func updateParameters(_ c: Connection, intervalMin: UInt16, intervalMax: UInt16, latency: UInt16 = 0,
                                  supervisionTimeout: UInt16, within limit: Duration = .seconds(10)) async throws -> ConnectionParameters? {
+        let wanted = LEConnectionParameters(connectionIntervalMin: intervalMin, connectionIntervalMax: intervalMax, maxLatency: latency,
+                                            supervisionTimeout: supervisionTimeout)
+        if let fault = wanted.fault { throw BLEError.invalidArgument("updateParameters: \(fault)") }
         let end = try await linkProcedure(c, within: limit, start: {
             if c.role == .central {
-                try await self.controller.send(LEConnectionUpdate(connectionHandle: c.handle, connection: LEConnectionParameters(
-                    connectionIntervalMin: intervalMin, connectionIntervalMax: intervalMax, maxLatency: latency, supervisionTimeout: supervisionTimeout)))
+                try await self.controller.send(LEConnectionUpdate(connectionHandle: c.handle, connection: wanted))
                 return true
             }
             let request = ConnectionParameterUpdate(intervalMin: intervalMin, intervalMax: intervalMax, latency: latency, timeout: supervisionTimeout)

@@ -264,6 +264,32 @@ public struct LEConnectionParameters: Hashable, Sendable {
         w.write(connectionIntervalMin); w.write(connectionIntervalMax); w.write(maxLatency)
         w.write(supervisionTimeout); w.write(minCELength); w.write(maxCELength)
     }
+
+    /// What is wrong with these parameters (§7.8.12, Vol 6, Part B, §4.5.2), nil when
+    /// nothing is: a field outside its range (the interval 6 to 3200 × 1.25 ms, the
+    /// latency up to 499 events, the timeout 10 to 3200 × 10 ms), or fields that
+    /// disagree (a minimum interval above the maximum, a timeout not longer than
+    /// (1 + latency) × the maximum interval × 2). The CE lengths are hints, not checked.
+    public var fault: LEConnectionParametersFault? {
+        let interval: ClosedRange<UInt16> = 0x0006...0x0C80
+        guard interval.contains(connectionIntervalMin), interval.contains(connectionIntervalMax) else {
+            return .outOfRange("the connection interval is 6 to 3200 × 1.25 ms, not \(connectionIntervalMin) to \(connectionIntervalMax)")
+        }
+        guard maxLatency <= 0x01F3 else { return .outOfRange("the latency is at most 499 connection events, not \(maxLatency)") }
+        guard (0x000A...0x0C80).contains(supervisionTimeout) else {
+            return .outOfRange("the supervision timeout is 10 to 3200 × 10 ms, not \(supervisionTimeout)")
+        }
+        guard connectionIntervalMin <= connectionIntervalMax else {
+            return .inconsistent("the minimum connection interval \(connectionIntervalMin) is above the maximum \(connectionIntervalMax)")
+        }
+        // timeout × 10 ms > (1 + latency) × interval × 1.25 ms × 2
+        guard 4 * Int(supervisionTimeout) > (1 + Int(maxLatency)) * Int(connectionIntervalMax) else {
+            return .inconsistent("a supervision timeout of \(Int(supervisionTimeout) * 10) ms is not longer than (1 + latency \(maxLatency)) × "
+                                 + "\(Double(connectionIntervalMax) * 1.25) ms × 2")
+        }
+        return nil
+    }
+
     public init(from r: inout ByteReader) throws {
         connectionIntervalMin = try r.readUInt16("Connection_Interval_Min")
         connectionIntervalMax = try r.readUInt16("Connection_Interval_Max")
@@ -271,6 +297,21 @@ public struct LEConnectionParameters: Hashable, Sendable {
         supervisionTimeout = try r.readUInt16("Supervision_Timeout")
         minCELength = try r.readUInt16("Min_CE_Length")
         maxCELength = try r.readUInt16("Max_CE_Length")
+    }
+}
+
+/// Why `LEConnectionParameters` cannot be used, described.
+public enum LEConnectionParametersFault: Hashable, Sendable, CustomStringConvertible {
+    /// A field outside the range the specification gives it (a controller answers
+    /// Unsupported Feature or Parameter Value, as Rootcanal does).
+    case outOfRange(String)
+    /// Fields that disagree with each other (Invalid HCI Command Parameters).
+    case inconsistent(String)
+
+    public var description: String {
+        switch self {
+        case let .outOfRange(s), let .inconsistent(s): s
+        }
     }
 }
 

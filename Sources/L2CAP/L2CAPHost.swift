@@ -79,16 +79,15 @@ public actor L2CAPHost: LoopIsolated {
     /// ended link's handle to the next at once, so an event read after a Disconnection
     /// Complete and a new LE Connection Complete belongs to the new link.
     public enum LinkEvent: Sendable, Equatable {
-        case connected(Connection)
+        /// A link is up, with the parameters LE (Enhanced) Connection Complete gave it
+        /// (interval in 1.25 ms, timeout in 10 ms): known with the link, never after it.
+        case connected(Connection, interval: UInt16, latency: UInt16, supervisionTimeout: UInt16)
         case linkLayer(Connection, LinkLayerEvent)
         case disconnected(Connection, reason: HCIStatus)
     }
     /// What the controller reports about a link's link layer (any status): the
     /// procedures that change it, and what it learned of the peer.
     public enum LinkLayerEvent: Sendable, Equatable {
-        /// The parameters LE (Enhanced) Connection Complete gave the link: right after
-        /// its `.connected`.
-        case established(interval: UInt16, latency: UInt16, supervisionTimeout: UInt16)
         case parametersUpdated(LEConnectionUpdateComplete)
         case phyUpdated(LEPHYUpdateComplete)
         case dataLengthChanged(LEDataLengthChange)
@@ -479,13 +478,11 @@ public actor L2CAPHost: LoopIsolated {
     private func handle(_ event: HCIEvent) {
         switch event {
         case let .le(.connectionComplete(c)) where c.status.isSuccess:
-            if connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType)) {
-                linkLayer(c.connectionHandle, .established(interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout))
-            }
+            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
+                      interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout)
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
-            if connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType)) {
-                linkLayer(c.connectionHandle, .established(interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout))
-            }
+            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
+                      interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout)
         case let .le(.connectionUpdateComplete(u)):
             linkLayer(u.connectionHandle, .parametersUpdated(u))
         case let .le(.phyUpdateComplete(u)):
@@ -526,23 +523,22 @@ public actor L2CAPHost: LoopIsolated {
         for (_, k) in linkContinuations { k.yield(.linkLayer(info, event)) }
     }
 
-    /// A new link (true), or a report of one already up (false: ignored).
-    private func connected(_ c: Connection) -> Bool {
+    /// A new link, with the parameters it starts with; a report of one already up is ignored.
+    private func connected(_ c: Connection, interval: UInt16, latency: UInt16, supervisionTimeout: UInt16) {
         // A controller that reports a connection already up (a firmware bug; the
         // handle is never reused before its Disconnection Complete) would otherwise
         // reset the link's channels and bearers under its users. Ignored, as Linux does.
         guard connections[c.handle] == nil else {
             logger.warning("connection complete for a connection already up ignored",
                            metadata: ["ble.handle": "\(c.handle)", "ble.peer": "\(c.peer)"])
-            return false
+            return
         }
         var signaling = LESignalingChannel(role: c.role)
         for (spsm, l) in listening { signaling.channels.listen(spsm: spsm, l.parameters, security: l.security) }
         connections[c.handle] = (c, signaling)
         for (_, k) in connectionContinuations { k.yield(c) }
-        for (_, k) in linkContinuations { k.yield(.connected(c)) }
+        for (_, k) in linkContinuations { k.yield(.connected(c, interval: interval, latency: latency, supervisionTimeout: supervisionTimeout)) }
         logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
-        return true
     }
 
     private func finishAll() {

@@ -115,11 +115,11 @@ public struct ConnectionParameterUpdate: Hashable, Sendable {
     }
 
     /// §4.20 / Vol 6, Part B, §4.5.1: interval 6...3200, min ≤ max, latency ≤ 499,
-    /// timeout 10...3200 and longer than (1 + latency) × interval max × 2.
+    /// timeout 10...3200 and longer than (1 + latency) × interval max × 2
+    /// (`LEConnectionParameters.fault`, the same rules as LE Create Connection's).
     public var isValid: Bool {
-        (6...3200).contains(intervalMin) && (6...3200).contains(intervalMax) && intervalMin <= intervalMax
-            && latency <= 499 && (10...3200).contains(timeout)
-            && Int(timeout) * 4 > (1 + Int(latency)) * Int(intervalMax)  // timeout·10 ms > (1+lat)·max·1.25 ms·2
+        LEConnectionParameters(connectionIntervalMin: intervalMin, connectionIntervalMax: intervalMax, maxLatency: latency,
+                               supervisionTimeout: timeout).fault == nil
     }
 
     var bytes: [UInt8] {

@@ -91,6 +91,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// Initiating_PHYs of the pending connection (bits: 0 LE 1M, 1 LE 2M, 2 LE Coded;
     /// LE Create Connection initiates on LE 1M).
     private(set) var initiatingPHYs: UInt8 = 0x01
+    /// The connection parameters of the pending connection, one per bit of `initiatingPHYs`.
+    private var initiatingParameters: [LEConnectionParameters] = []
     /// Scanning_PHYs (§7.8.64; LE Set Scan Parameters scans on LE 1M): a scanner hears
     /// the advertisements whose primary PHY it scans.
     var scanningPHYs: UInt8 = 0x01
@@ -364,7 +366,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
             await setScanning(op, c.scanEnable, filterDuplicates: c.filterDuplicates, extended: false)
         case .leCreateConnection:
             let c = try LECreateConnection.decode(p)
-            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: false, policy: c.initiatorFilterPolicy, phys: 0x01)
+            await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: false, policy: c.initiatorFilterPolicy, phys: 0x01,
+                           scans: [(c.scanInterval, c.scanWindow)], parameters: [c.connection])
         case .leCreateConnectionCancel:
             guard pendingConnection != nil else { return complete(op, status: .commandDisallowed) }
             pendingConnection = nil
@@ -484,7 +487,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
             guard c.initiatingPHYs & ~Self.supportedPHYs == 0 else { return status(op, .unsupportedFeatureOrParameterValue) }
             guard c.initiatingPHYs != 0 else { return status(op, .invalidCommandParameters) }
             await initiate(op, to: c.peerAddress, ownAddressType: c.ownAddressType, extended: true, policy: c.initiatorFilterPolicy,
-                           phys: c.initiatingPHYs)
+                           phys: c.initiatingPHYs, scans: c.phys.map { ($0.scanInterval, $0.scanWindow) }, parameters: c.phys.map(\.connection))
         case .leSetDefaultPHY, .leSetPHY, .leReadPHY:
             try await handlePHY(op, p)
         case .leSetDataLength, .leReadSuggestedDefaultDataLength, .leWriteSuggestedDefaultDataLength, .leReadMaximumDataLength:
@@ -497,21 +500,42 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// LE Create Connection or its extended form: one attempt at a time, from a random
     /// address only once one is set; connects now if `peer` advertises connectably.
     /// `policy` (Initiator_Filter_Policy) 1: connect to any device on the Filter Accept
-    /// List, `peer` ignored; 0: to `peer`.
-    private func initiate(_ op: HCIOpcode, to peer: BluetoothAddress, ownAddressType: AddressType, extended: Bool, policy: UInt8, phys: UInt8) async {
+    /// List, `peer` ignored; 0: to `peer`. `scans` and `parameters`: one per PHY, checked
+    /// in Rootcanal's order and with its statuses (a value out of range Unsupported Feature
+    /// or Parameter Value, values that disagree Invalid HCI Command Parameters).
+    private func initiate(_ op: HCIOpcode, to peer: BluetoothAddress, ownAddressType: AddressType, extended: Bool, policy: UInt8, phys: UInt8,
+                          scans: [(interval: UInt16, window: UInt16)], parameters: [LEConnectionParameters]) async {
         guard pendingConnection == nil else { return status(op, .commandDisallowed) }
+        for (scan, connection) in zip(scans, parameters) {
+            let range: ClosedRange<UInt16> = 0x0004...0x4000
+            guard range.contains(scan.interval), range.contains(scan.window) else { return status(op, .unsupportedFeatureOrParameterValue) }
+            guard scan.window <= scan.interval else { return status(op, .invalidCommandParameters) }
+            switch connection.fault {
+            case .outOfRange?: return status(op, .unsupportedFeatureOrParameterValue)
+            case .inconsistent?: return status(op, .invalidCommandParameters)
+            case nil: break
+            }
+        }
         guard ownAddressType != .random || randomAddress != nil, policy <= 1 else { return status(op, .invalidCommandParameters) }
         pendingConnection = peer
         initiatingWithList = policy == 1
         initiatingAddressType = ownAddressType
         initiatingExtended = extended
         initiatingPHYs = phys
+        initiatingParameters = parameters
         status(op)
         await radio?.createConnection(from: self)
     }
 
     /// The addresses the pending connection may go to: the Filter Accept List's when
     /// its policy uses it, else the one it names.
+    /// The parameters a link the pending connection makes through an advertisement on
+    /// primary PHY `phy` starts with: that PHY's entry (Rootcanal takes LE 1M's).
+    func initiatingParameters(heardOn phy: UInt8) -> LEConnectionParameters {
+        let i = (initiatingPHYs & (AirAdvertisement.bit(phy) &- 1)).nonzeroBitCount
+        return initiatingParameters.indices.contains(i) ? initiatingParameters[i] : initiatingParameters.first ?? LEConnectionParameters()
+    }
+
     var initiatingTargets: [BluetoothAddress] {
         guard let p = pendingConnection else { return [] }
         return initiatingWithList ? filterAcceptList.map(\.address) : [p]
@@ -576,14 +600,18 @@ public actor VirtualController: HCITransport, LoopIsolated {
         if leEventMask & 1 << 17 != 0 { emit(.le(.advertisingSetTerminated(t))) }
     }
 
-    func connected(handle: UInt16, role: ConnectionRole, peer: (BluetoothAddress, AddressType), set: UInt8? = nil) {
+    /// A link is up: LE (Enhanced) Connection Complete with the parameters it starts
+    /// with, the maximum interval of those the central asked for (as Rootcanal takes it).
+    func connected(handle: UInt16, role: ConnectionRole, peer: (BluetoothAddress, AddressType), set: UInt8? = nil, parameters: LEConnectionParameters) {
         connections[handle] = peer.0
         if role == .peripheral {
             if let set { sets.connected(set) } else { isAdvertising = false }
         } else {
             pendingConnection = nil
         }
-        emitConnectionComplete(LEEnhancedConnectionComplete(connectionHandle: handle, role: role, peerAddressType: peer.1, peerAddress: peer.0))
+        emitConnectionComplete(LEEnhancedConnectionComplete(connectionHandle: handle, role: role, peerAddressType: peer.1, peerAddress: peer.0,
+                                                            connectionInterval: parameters.connectionIntervalMax, peripheralLatency: parameters.maxLatency,
+                                                            supervisionTimeout: parameters.supervisionTimeout))
         // §7.7.65.18: after the connection's event, the set that it ended.
         if role == .peripheral, let set { setTerminated(LEAdvertisingSetTerminated(advertisingHandle: set, connectionHandle: handle)) }
     }
@@ -595,7 +623,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
             emit(.le(.enhancedConnectionComplete(c)))
         } else {
             emit(.le(.connectionComplete(LEConnectionComplete(status: c.status, connectionHandle: c.connectionHandle, role: c.role,
-                                                              peerAddressType: c.peerAddressType, peerAddress: c.peerAddress))))
+                                                              peerAddressType: c.peerAddressType, peerAddress: c.peerAddress,
+                                                              connectionInterval: c.connectionInterval, peripheralLatency: c.peripheralLatency,
+                                                              supervisionTimeout: c.supervisionTimeout))))
         }
     }
 

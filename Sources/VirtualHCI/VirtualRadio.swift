@@ -173,8 +173,9 @@ public actor VirtualRadio: LoopIsolated {
         (link.phyCentralToPeripheral, link.phyPeripheralToCentral) = (b.linkPHY, b.linkPHY)
         links.append(link)
         let initiating = await central.initiatingAddress
-        await peripheral.connected(handle: ph, role: .peripheral, peer: initiating, set: b.set)
-        await central.connected(handle: ch, role: .central, peer: (b.address, b.addressType))
+        let parameters = await central.initiatingParameters(heardOn: b.primaryPHY)
+        await peripheral.connected(handle: ph, role: .peripheral, peer: initiating, set: b.set, parameters: parameters)
+        await central.connected(handle: ch, role: .central, peer: (b.address, b.addressType), parameters: parameters)
         // Above 27 octets either way: the controllers run the data length update at once.
         if link.centralTx != .initial || link.peripheralTx != .initial { dataLengthChanged(link) }
     }

@@ -53,9 +53,9 @@ struct HostileClientTests {
         for h in handles {
             t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(
                 connectionHandle: h, role: .peripheral, peerAddressType: .random, peerAddress: BluetoothAddress("C0:11:22:33:44:55")!))))
-            // The link's start (its parameters follow it on the stream).
+            // The link's start.
             while let e = await links.next() {
-                if case let .connected(c) = e, c.handle == h { break }
+                if case let .connected(c, _, _, _) = e, c.handle == h { break }
             }
             await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: h), logger: Self.logger), connection: h)
         }

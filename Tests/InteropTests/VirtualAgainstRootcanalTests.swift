@@ -177,6 +177,43 @@ import Transports
                                                               phys: [])),
     ]
 
+    /// LE Create Connection's parameters (§7.8.12) and LE Extended Create Connection's
+    /// (§7.8.66), each out of its range (Unsupported Feature or Parameter Value) and
+    /// disagreeing (Invalid HCI Command Parameters), then ones that are right.
+    static let wrongConnectionParameters: [(String, LEConnectionParameters, scan: (interval: UInt16, window: UInt16))] = [
+        ("an interval below 7.5 ms", LEConnectionParameters(connectionIntervalMin: 5, connectionIntervalMax: 24), (0x60, 0x60)),
+        ("an interval above 4 s", LEConnectionParameters(connectionIntervalMin: 16, connectionIntervalMax: 0x0C81), (0x60, 0x60)),
+        ("the minimum interval above the maximum", LEConnectionParameters(connectionIntervalMin: 24, connectionIntervalMax: 16), (0x60, 0x60)),
+        ("a latency of 500", LEConnectionParameters(maxLatency: 0x01F4), (0x60, 0x60)),
+        ("a timeout below 100 ms", LEConnectionParameters(supervisionTimeout: 9), (0x60, 0x60)),
+        ("a timeout above 32 s", LEConnectionParameters(supervisionTimeout: 0x0C81), (0x60, 0x60)),
+        // 300 ms, not longer than (1 + 1) × 100 ms × 2. (At exactly 400 ms, which the
+        // specification refuses too, Rootcanal 1.10 takes it, as BlueZ's check does.)
+        ("a timeout too short for the interval and latency", LEConnectionParameters(connectionIntervalMin: 80, connectionIntervalMax: 80, maxLatency: 1,
+                                                                                     supervisionTimeout: 30), (0x60, 0x60)),
+        ("a scan interval below 2.5 ms", LEConnectionParameters(), (3, 3)),
+        ("a scan window above the interval", LEConnectionParameters(), (0x30, 0x60)),
+    ]
+    static let peer = BluetoothAddress(value: 0x0E09)
+    static let legacyInitiatingScript: [Step] = wrongConnectionParameters.map { name, c, scan in
+        Step("connect with \(name)", LECreateConnection(scanInterval: scan.interval, scanWindow: scan.window, peerAddressType: .public, peerAddress: peer,
+                                                       connection: c))
+    } + [
+        Step("connect within the bounds", LECreateConnection(peerAddressType: .public, peerAddress: peer, connection: LEConnectionParameters(
+            connectionIntervalMin: 6, connectionIntervalMax: 0x0C80, maxLatency: 0, supervisionTimeout: 0x0C80))),
+        Step("cancel it", LECreateConnectionCancel()),
+    ]
+    static let extendedInitiatingScript: [Step] = wrongConnectionParameters.map { name, c, scan in
+        Step("connect with \(name)", LEExtendedCreateConnection(peerAddressType: .public, peerAddress: peer, phys: [
+            .init(scanInterval: scan.interval, scanWindow: scan.window, connection: c)]))
+    } + [
+        Step("connect on both PHYs, LE Coded's wrong", LEExtendedCreateConnection(peerAddressType: .public, peerAddress: peer, initiatingPHYs: 0x05, phys: [
+            .init(), .init(connection: LEConnectionParameters(maxLatency: 0x01F4))])),
+        Step("connect within the bounds", LEExtendedCreateConnection(peerAddressType: .public, peerAddress: peer, phys: [.init(connection: LEConnectionParameters(
+            connectionIntervalMin: 6, connectionIntervalMax: 0x0C80, maxLatency: 0, supervisionTimeout: 0x0C80))])),
+        Step("cancel it", LECreateConnectionCancel()),
+    ]
+
     /// The suggested default data length (§7.8.34, §7.8.35): 27 to 251 octets, 328 to
     /// 17040 µs. (LE Set Data Length, §7.8.33, is an Unknown HCI Command to Rootcanal 1.10.)
     static let dataLengthScript: [Step] = [
@@ -271,6 +308,11 @@ import Transports
             let (a, b) = (try await theirs.0.send(LEReadFilterAcceptListSize()).value, try await ours.0.send(LEReadFilterAcceptListSize()).value)
             #expect(a == b)
         }
+    }
+
+    @Test func connectionParameterStatusesAreRootcanals() async throws {
+        try await Self.compare(Self.legacyInitiatingScript, bluetooth5: false)
+        try await Self.compare(Self.extendedInitiatingScript)
     }
 
     @Test func longRangeStatusesAreRootcanals() async throws {

@@ -47,9 +47,8 @@ struct L2CAPHostTests {
         var links = await host.linkEvents().makeAsyncIterator()
         let complete = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .peripheral, peerAddressType: .random, peerAddress: Self.peer)))
         t.inject(complete)
-        guard case .connected? = await links.next() else { Issue.record("no link"); return }
-        // Its parameters, as LE Connection Complete gave them.
-        guard case .linkLayer(_, .established(0x28, 0, 0x1F4))? = await links.next() else { Issue.record("no parameters"); return }
+        // With its parameters, as LE Connection Complete gave them.
+        guard case .connected(_, 0x28, 0, 0x1F4)? = await links.next() else { Issue.record("no link"); return }
         // A channel on the link, opened by the peer.
         let channels = await host.listen(spsm: 0x0080, parameters: CreditBasedParameters(), security: .none, backlog: 4)
         t.inject(.acl(ACLDataPacket(handle: 0x40, boundary: .firstFlushable, data: BasicFrame(channel: .leSignaling, payload:
