@@ -253,8 +253,9 @@ public struct Central: Sendable {
 
     /// Connects to the device `result` came from, on the PHYs it advertised on (its
     /// primary PHY, and the secondary of extended advertising).
-    public func connect(to result: ScanResult, within limit: Duration = .seconds(10)) async throws -> RemotePeripheral {
+    public func connect(to result: ScanResult, within limit: Duration = .seconds(10),
+                        parameters: LEConnectionParameters = LEConnectionParameters()) async throws -> RemotePeripheral {
         let phys = Set([result.primaryPHY] + (result.secondaryPHY.map { [$0] } ?? [])).filter(\.isKnown)
-        return try await connect(to: result.address, type: result.addressType, within: limit, phys: phys.isEmpty ? [.le1M] : phys)
+        return try await connect(to: result.address, type: result.addressType, within: limit, parameters: parameters, phys: phys.isEmpty ? [.le1M] : phys)
     }
 }

@@ -648,6 +648,18 @@ private final class EventTally: Sendable {
     var counts: [String: Int] { state.withLock { $0 } }
 }
 
+/// `--connection-parameters MIN:MAX:LATENCY:TIMEOUT`, as LE Create Connection takes them
+/// (`LEConnectionParameters.fault`).
+func parseConnectionParameters(_ s: String) throws -> LEConnectionParameters {
+    let fields = s.split(separator: ":", omittingEmptySubsequences: false).map { UInt16($0) }
+    guard fields.count == 4, let a = fields[0], let b = fields[1], let l = fields[2], let t = fields[3] else {
+        throw ValidationError("--connection-parameters is MIN:MAX:LATENCY:TIMEOUT, not '\(s)'")
+    }
+    let p = LEConnectionParameters(connectionIntervalMin: a, connectionIntervalMax: b, maxLatency: l, supervisionTimeout: t)
+    if let fault = p.fault { throw ValidationError("--connection-parameters: \(fault)") }
+    return p
+}
+
 /// `--preferred-connection-parameters MIN:MAX:LATENCY:TIMEOUT` ('none' for 0xFFFF), in
 /// §12.3's ranges.
 func parsePreferredConnectionParameters(_ s: String) throws -> PreferredConnectionParameters {

@@ -37,6 +37,10 @@ struct PeerOptions: ParsableArguments {
                                valueName: "PHY"), transform: parsePHY)
     var connectPhy: [PHY] = []
 
+    @Option(help: ArgumentHelp("The link's connection parameters: MIN:MAX:LATENCY:TIMEOUT, intervals in 1.25 ms units (6 to 3200, MIN at most MAX), latency in connection events (0 to 499), timeout in 10 ms units (10 to 3200, longer than (1 + LATENCY) × MAX × 2); default 24:40:0:500.",
+                               valueName: "PARAMETERS"), transform: parseConnectionParameters)
+    var connectionParameters: LEConnectionParameters = LEConnectionParameters()
+
     /// The PHYs `--connect-phy` names, LE 1M when it names none.
     var connectPHYs: Set<PHY> { connectPhy.isEmpty ? [.le1M] : Set(connectPhy) }
 
@@ -135,19 +139,19 @@ struct PeerSession {
             let limit = cliDuration(seconds: peer.connectTimeout)
             let peripheral: RemotePeripheral
             if peer.peers.count > 1 {
-                peripheral = try await host.central.connect(toAnyOf: peer.peers, within: limit, phys: peer.connectPHYs)
+                peripheral = try await host.central.connect(toAnyOf: peer.peers, within: limit, parameters: peer.connectionParameters, phys: peer.connectPHYs)
                 let c = peripheral.connection
                 announce(json: options.json, [("event", .string("connected")), ("handle", .int(Int(c.handle))),
                                               ("peer", .string(DeviceAddress(c.peer, type: c.peerType).description))],
                          "btctl: connected to \(DeviceAddress(c.peer, type: c.peerType))")
             } else if let p = peer.peers.first {
-                peripheral = try await host.central.connect(to: p.address, type: p.type, within: limit, phys: peer.connectPHYs)
+                peripheral = try await host.central.connect(to: p.address, type: p.type, within: limit, parameters: peer.connectionParameters, phys: peer.connectPHYs)
             } else {
                 let name = peer.name ?? ""
                 guard let found = try await host.central.first(matching: ScanFilter(names: [name]), within: limit, phys: peer.connectPHYs) else {
                     throw CLIError("no device named '\(name)' advertised within \(secondsText(peer.connectTimeout))")
                 }
-                peripheral = try await host.central.connect(to: found, within: limit)
+                peripheral = try await host.central.connect(to: found, within: limit, parameters: peer.connectionParameters)
             }
             let session = PeerSession(host: host, peripheral: peripheral, json: options.json)
             if let count = gatt?.eatt { try await session.openEnhancedBearers(count) }

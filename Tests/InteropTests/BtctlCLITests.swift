@@ -153,6 +153,14 @@ import Testing
         #expect(peerInfo.status == 0 && infoLines.first?["event"] as? String == "peer" && infoLines.first?["version"] as? Int == 13
                 && (infoLines.first?["le_features"] as? [String])?.contains("LE 2M PHY") == true
                 && infoLines.first?["interval"] as? Int == 40 && infoLines.first?["phy_tx"] as? String == "LE 1M", "\(peerInfo.out)")
+        // --connection-parameters: the link starts with them (the maximum interval, as
+        // the controller takes it); ones LE Create Connection refuses are a usage error.
+        let asked = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual", "--connection-parameters", "16:24:3:400", "--json"])
+        let askedLines = try JSONSchemaTests.check(asked.out, against: "leinfo")
+        #expect(asked.status == 0 && askedLines.first?["interval"] as? Int == 24 && askedLines.first?["latency"] as? Int == 3
+                && askedLines.first?["supervision_timeout"] as? Int == 400, "\(asked.out)")
+        let tooShort = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual", "--connection-parameters", "80:80:1:30"])
+        #expect(tooShort.status == 64 && tooShort.out.contains("not longer than"), "\(tooShort.out)")
         let infoText = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual"])
         #expect(infoText.status == 0 && infoText.out.contains("LL version    5.4 (13)") && !infoText.out.contains("LE 2M PHY"), "\(infoText.out)")
         // Several peers: whichever the controller connects to first (its Filter Accept List), said.
