@@ -155,14 +155,13 @@ extension BluetoothHost {
                                                                         awareOfHash: bond.serverDatabaseHash),
                                            connection: handle)
             }
-            // A layout discovered before the link was encrypted with the bond's key is stored now.
-            if state.encrypted && state.bonded, let remote = links.remotes[conn.id] { owe { await remote.storeServices() } }
+            // (A layout discovered before the link was encrypted with the bond's key is
+            // stored now: `storeLayout`, owed as the Security Manager emitted this.)
         case let .paired(handle, _, result) where result.bonding:
             // Subscriptions made before the pairing, and the peer's GATT layout, are kept with
             // the new bond; the CSRK it distributed verifies its signed writes from now on.
             await saveClientRecord(handle)
             await applySigningKey(handle)
-            if let conn = links.active[handle], let remote = links.remotes[conn.id] { owe { await remote.storeServices() } }
         case .bonded:
             bondsChanged()
         default:
@@ -182,6 +181,12 @@ extension BluetoothHost {
 
     /// Stores what our server holds for the client on `handle` (its CCCDs, Client
     /// Supported Features, the Database Hash it is aware of) with its bond, if it has one.
+    /// Stores the GATT layout the program discovered on link `handle` with the peer's
+    /// bond (`RemotePeripheral.storeServices`), once the link is bonded.
+    func storeLayout(_ handle: UInt16) async {
+        if let conn = links.active[handle], let remote = links.remotes[conn.id] { await remote.storeServices() }
+    }
+
     func saveClientRecord(_ handle: UInt16) async {
         guard links.active[handle] != nil else { return }
         let record = await server.clientRecord(connection: handle)

@@ -360,6 +360,21 @@ public actor BluetoothHost: LoopIsolated {
             let links = await l2cap.linkEvents()
             await l2cap.start()
             await security.start()
+            // A bond's new link, or a new bond, stores the peer's GATT layout: owed work,
+            // queued as the Security Manager says so, before the program that waited for
+            // the encryption goes on (a follower task would race the program, and the
+            // Database Hash's read would go out before or after its next request).
+            await security.addEventObserver { [weak self] e in
+                guard let host = self else { return }
+                switch e {
+                case let .securityChanged(handle, state) where state.encrypted && state.bonded:
+                    host.owe { [weak host] in await host?.storeLayout(handle) }
+                case let .paired(handle, _, result) where result.bonding:
+                    host.owe { [weak host] in await host?.storeLayout(handle) }
+                default:
+                    break
+                }
+            }
             // The server judges each request by the security the Security Manager has
             // just given the link (it sets it in L2CAP synchronously, on this loop).
             // Whether the peer has a stored key matters only while the link is unencrypted.

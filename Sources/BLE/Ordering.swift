@@ -12,6 +12,11 @@
 //    and the host's operations first finish what is owed (`settle()`), so the owed
 //    traffic goes out before the traffic of whatever the program does next.
 //    Queued work also starts by itself at once, for a program that does nothing next.
+//    Work a layer's event owes (the Database Hash read that stores a new bond's GATT
+//    layout) is queued by a synchronous observer as the layer emits the event, not by
+//    the task following its stream: that task raced the program, which had already
+//    resumed from the pairing, and a replay saw the read before or after the program's
+//    next request (PairingReplayTests, 1 run in 12 under load).
 
 import DequeModule
 import GATT

@@ -118,6 +118,8 @@ public actor SecurityManager: LoopIsolated {
     /// §2.3.6: peers whose pairing failed, with how long to refuse them (on the loop's clock).
     var backoff: [BluetoothAddress: (failures: Int, until: NIODeadline)] = [:]
     private var continuations: [UInt64: BufferedStream<SecurityEvent>.Continuation] = [:]
+    /// Called with each event as it is emitted, on the loop (`addEventObserver`).
+    private var observers: [@Sendable (SecurityEvent) -> Void] = []
     private var nextContinuation: UInt64 = 0
     private var started = false
     /// The transport ended: every link has gone and the event streams are finished.
@@ -748,6 +750,14 @@ public actor SecurityManager: LoopIsolated {
         // L2CAP checks an SPSM's requirement against the link's security when a peer
         // asks for a channel: it learns each change before anyone else.
         if case let .securityChanged(handle, state) = e { l2cap.onLoop { $0.setLinkSecurity(state, handle: handle) } }
+        for o in observers { o(e) }
         for (_, c) in continuations { c.yield(e) }
+    }
+
+    /// Calls `observer` with each event as it is emitted, synchronously on the loop,
+    /// before anyone waiting for the pairing or encryption resumes: for work that must be
+    /// queued before the program's next operation (the facade's owed work).
+    public func addEventObserver(_ observer: @escaping @Sendable (SecurityEvent) -> Void) {
+        observers.append(observer)
     }
 }
