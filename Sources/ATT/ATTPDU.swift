@@ -43,7 +43,7 @@ public enum ATTPDU: Hashable, Sendable {
     case handleValueIndication(handle: UInt16, value: [UInt8])
     case handleValueConfirmation
     case readMultipleVariableRequest(handles: [UInt16])
-    case readMultipleVariableResponse(values: [[UInt8]])
+    case readMultipleVariableResponse(values: [LengthValue])
     case multipleHandleValueNotification([HandleValue])
     case writeCommand(handle: UInt16, value: [UInt8])
     case signedWriteCommand(handle: UInt16, value: [UInt8], signature: [UInt8])
@@ -63,6 +63,18 @@ public enum ATTPDU: Hashable, Sendable {
         public var handle: UInt16
         public var value: [UInt8]
         public init(handle: UInt16, value: [UInt8]) { self.handle = handle; self.value = value }
+    }
+    /// One Length Value Tuple of Read Multiple Variable Length Response (§3.4.4.12):
+    /// the attribute value's whole length, and as much of the value as the response
+    /// had room for (the list is cut at ATT_MTU - 1 octets).
+    public struct LengthValue: Hashable, Sendable {
+        public var length: UInt16
+        public var value: [UInt8]
+        /// The value as the server holds it, whole.
+        public init(_ value: [UInt8]) { self.init(length: UInt16(clamping: value.count), value: value) }
+        public init(length: UInt16, value: [UInt8]) { self.length = length; self.value = value }
+        /// Whether `value` is all of it (the response did not cut it short).
+        public var isComplete: Bool { value.count == Int(length) }
     }
     public struct GroupValue: Hashable, Sendable {
         public var handle: UInt16
@@ -137,7 +149,7 @@ public enum ATTPDU: Hashable, Sendable {
         case let .prepareWriteRequest(h, o, v), let .prepareWriteResponse(h, o, v): w.write(h); w.write(o); w.write(contentsOf: v)
         case let .executeWriteRequest(f): w.write(f)
         case .writeResponse, .executeWriteResponse, .handleValueConfirmation: break
-        case let .readMultipleVariableResponse(values): for v in values { w.write(UInt16(truncatingIfNeeded: v.count)); w.write(contentsOf: v) }
+        case let .readMultipleVariableResponse(values): for v in values { w.write(v.length); w.write(contentsOf: v.value) }
         case let .multipleHandleValueNotification(list):
             for x in list { w.write(x.handle); w.write(UInt16(truncatingIfNeeded: x.value.count)); w.write(contentsOf: x.value) }
         case let .signedWriteCommand(h, v, sig): w.write(h); w.write(contentsOf: v); w.write(contentsOf: sig)

@@ -101,12 +101,14 @@ extension ATTPDU {
             case .executeWriteResponse: try exact(0); self = .executeWriteResponse
             case .handleValueConfirmation: try exact(0); self = .handleValueConfirmation
             case .readMultipleVariableResponse:
-                var values: [[UInt8]] = []
-                // The last value may be truncated to fit the MTU (§3.4.4.12): take what is there.
-                while !r.isAtEnd {
-                    let n = Int(try u16())
-                    values.append(try r.readBytes(Swift.min(n, r.remaining)))
+                var values: [LengthValue] = []
+                // The list is cut at ATT_MTU - 1 octets (§3.4.4.12): the last value may be
+                // short of its length, and a lone octet at the end is half of a length.
+                while r.remaining >= 2 {
+                    let n = try u16()
+                    values.append(LengthValue(length: n, value: try r.readBytes(Swift.min(Int(n), r.remaining))))
                 }
+                _ = r.readRemaining()
                 self = .readMultipleVariableResponse(values: values)
             case .multipleHandleValueNotification:
                 guard r.remaining >= 4 else { throw bad("needs at least one handle and length") }

@@ -410,6 +410,21 @@ public actor RemotePeripheral {
         try await run { try await client.read(handle) }
     }
 
+    /// Reads several values in few round trips, whole and in the order asked: as many
+    /// as one Read Multiple Variable Length request holds at a time (ATT_MTU), then a
+    /// read of each value its response cut short or left out (long values included);
+    /// a server without that request (Request Not Supported) has each read in turn. A
+    /// value the server refuses ends the
+    /// whole with its error (`BLEError.att`, naming the handle), as the request does.
+    public func read(_ characteristics: [RemoteCharacteristic]) async throws -> [[UInt8]] {
+        try await read(handles: characteristics.map(\.valueHandle))
+    }
+
+    /// `read(_:)` for attributes known by handle.
+    public func read(handles: [UInt16]) async throws -> [[UInt8]] {
+        try await run { try await client.readValues(handles) }
+    }
+
     /// Writes a value: with response (long values as a prepared write), or as Write
     /// Command, which returns once the controller has buffer room for it (backpressure,
     /// never a silent drop).

@@ -375,12 +375,21 @@ public actor GATTClient: LoopIsolated {
         return values
     }
 
-    /// Read Multiple Variable Length Characteristic Values (§4.8.5).
-    public func readMultipleVariable(_ handles: [UInt16]) async throws -> [[UInt8]] {
+    /// Read Multiple Variable Length Characteristic Values (§4.8.5), one request: an
+    /// entry per handle the response had room for, each with the value's whole length
+    /// (`isComplete` false for one cut short at ATT_MTU). `readValues` completes them.
+    public func readMultipleVariable(_ handles: [UInt16]) async throws -> [ATTPDU.LengthValue] {
         guard case let .readMultipleVariableResponse(values) = try await request(.readMultipleVariableRequest(handles: handles)) else {
             throw GATTClientError.unexpectedResponse(.readMultipleVariableResponse)
         }
         return values
+    }
+
+    /// The values at `handles`, whole and in order, in few round trips
+    /// (`ReadValuesProcedure`: Read Multiple Variable Length, then a read of each
+    /// value it cut short or left out; one read per value on a server without it).
+    public func readValues(_ handles: [UInt16]) async throws -> [[UInt8]] {
+        try await using { b in try await run(on: b) { ReadValuesProcedure(handles: handles, mtu: $0) } }
     }
 
     // MARK: §4.9 Characteristic value write

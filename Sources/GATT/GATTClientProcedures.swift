@@ -548,3 +548,98 @@ public struct ReadLongProcedure: GATTClientProcedure {
         return .request(.readBlobRequest(handle: handle, offset: UInt16(value.count)))
     }
 }
+
+/// The values of several attributes, whole, in few round trips (§4.8.5, §4.8.1,
+/// §4.8.3): Read Multiple Variable Length Characteristic Values for as many handles as
+/// one request holds ((ATT_MTU - 1) / 2); a value its response cut short (the list
+/// ends at ATT_MTU - 1 octets) or left out is then read on its own, long values
+/// included (`ReadLongProcedure`). A server without the request (Request Not
+/// Supported), and a last handle with no partner, get a read per value. Checked: not
+/// empty, no more entries than handles asked, only the last entry short of its length;
+/// an Error Response for this request ends it. A response longer than ATT_MTU is not
+/// used either, but its values are read one by one instead of the procedure failing:
+/// Bumble's server (0.0.2xx) sends one whenever a value does not fit, adding the
+/// whole value, cut to ATT_MTU - 3, after the list has filled up.
+public struct ReadValuesProcedure: GATTClientProcedure {
+    public let handles: [UInt16]
+    private let mtu: Int
+    private var values: [[UInt8]?]
+    /// The handles (by index) for Read Multiple Variable Length requests, in order:
+    /// those not asked for yet, and those a response left out. Each response takes at
+    /// least one off for good (complete, or to be read on its own), so they run out.
+    private var pending: [Int]
+    /// The handles the request in flight asks for.
+    private var batch: [Int] = []
+    /// The server takes Read Multiple Variable Length (until it answers Request Not Supported).
+    private var variable = true
+    /// The value read on its own now.
+    private var single: (index: Int, procedure: ReadLongProcedure)?
+
+    public init(handles: [UInt16], mtu: Int) {
+        self.handles = handles
+        self.mtu = mtu
+        values = Array(repeating: nil, count: handles.count)
+        pending = Array(handles.indices)
+    }
+
+    public mutating func start() -> GATTProcedureStep<[[UInt8]]> { advance() }
+
+    public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[[UInt8]]> {
+        if case (let index, var p)? = single {
+            switch try p.receive(answer) {
+            case let .request(pdu):
+                single = (index, p)
+                return .request(pdu)
+            case let .finished(v):
+                values[index] = v
+                single = nil
+                return advance()
+            }
+        }
+        switch answer {
+        case .readMultipleVariableResponse where answer.encodedCount > mtu:
+            variable = false
+            return advance()
+        case let .readMultipleVariableResponse(entries):
+            guard !entries.isEmpty else { throw .emptyResponse(answer.opcode) }
+            guard entries.count <= batch.count else {
+                throw .malformedEntry(answer.opcode, handle: handles[batch[0]], reason: "\(entries.count) values for \(batch.count) handles")
+            }
+            for (k, e) in entries.enumerated() {
+                if e.isComplete {
+                    values[batch[k]] = e.value
+                } else if k < entries.count - 1 {
+                    throw .malformedEntry(answer.opcode, handle: handles[batch[k]],
+                                          reason: "\(e.value.count) of \(e.length) octets before another value; only the last is cut short")
+                }
+            }
+            // Those it left out are asked for again (a value it cut short is read on its own).
+            pending.insert(contentsOf: batch[entries.count...], at: 0)
+            return advance()
+        case .errorResponse(.readMultipleVariableRequest, _, .requestNotSupported):
+            variable = false
+            return advance()
+        case let .errorResponse(req, h, code):
+            throw .att(.errorResponse(request: req, handle: h, error: code))
+        default:
+            throw .unexpectedResponse(answer.opcode)
+        }
+    }
+
+    /// The next request: the next batch while the server takes them and two or more
+    /// handles wait, then a read of each value still missing, in order; the values
+    /// once none is.
+    private mutating func advance() -> GATTProcedureStep<[[UInt8]]> {
+        if variable, pending.count >= 2 {
+            batch = Array(pending.prefix(max(2, (mtu - 1) / 2)))
+            pending.removeFirst(batch.count)
+            return .request(.readMultipleVariableRequest(handles: batch.map { handles[$0] }))
+        }
+        guard let index = values.firstIndex(where: { $0 == nil }) else { return .finished(values.map { $0 ?? [] }) }
+        var p = ReadLongProcedure(handle: handles[index], mtu: mtu)
+        let step = p.start()
+        single = (index, p)
+        guard case let .request(pdu) = step else { return advance() }
+        return .request(pdu)
+    }
+}

@@ -378,11 +378,13 @@ public struct GATTServerState: Sendable {
                 values.append(value(of: a, connection: connection, supplied))
             }
             if case .readMultipleRequest = pdu { return (.readMultipleResponse(values: Array(values.joined().prefix(mtu - 1))), []) }
-            // §3.4.4.12: length-prefixed values; stop (truncating the last) at the MTU.
-            var out: [[UInt8]] = [], room = mtu - 1
+            // §3.4.4.12: each value after its whole length; the list is cut at ATT_MTU - 1
+            // octets (the last value short of its length; a lone octet of a length that
+            // would end it is left out: it tells the client nothing).
+            var out: [ATTPDU.LengthValue] = [], room = mtu - 1
             for v in values where room >= 2 {
                 room -= 2
-                out.append(Array(v.prefix(room)))
+                out.append(ATTPDU.LengthValue(length: UInt16(clamping: v.count), value: Array(v.prefix(room))))
                 room -= Swift.min(room, v.count)
             }
             return (.readMultipleVariableResponse(values: out), [])

@@ -124,16 +124,21 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup(title: "ATT and the link") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
 
-        func validate() throws { try attribute.requireOne() }
+        func validate() throws { try attribute.requireOne(severalHandles: true) }
 
         func run() async throws {
             let (session, writer) = try await PeerSession.open(options, peer, pairing, gatt: gatt)
             defer { writer?.close() }
             do {
-                let handle = try await session.valueHandle(attribute)
-                let value = try await session.reportingSecurity { try await session.peripheral.read(handle: handle) }
+                // Several handles: read together (Read Multiple Variable Length where the peer has it).
+                let handles = attribute.handles.count > 1 ? attribute.handles : [try await session.valueHandle(attribute)]
+                let values = try await session.reportingSecurity {
+                    handles.count > 1 ? try await session.peripheral.read(handles: handles) : [try await session.peripheral.read(handle: handles[0])]
+                }
                 await session.close()
-                if options.json { emit(.object([("event", .string("value"))] + valueJSON(handle, value, uuid: attribute.uuid))) } else { print(valueLine(handle, value, uuid: attribute.uuid)) }
+                for (handle, value) in zip(handles, values) {
+                    if options.json { emit(.object([("event", .string("value"))] + valueJSON(handle, value, uuid: attribute.uuid))) } else { print(valueLine(handle, value, uuid: attribute.uuid)) }
+                }
             } catch {
                 await session.close()
                 throw CLIError("read failed: \(error)")
@@ -194,7 +199,7 @@ struct Gatt: AsyncParsableCommand {
 
         func validate() throws {
             if all {
-                if attribute.handle != nil || attribute.uuid != nil { throw ValidationError("--all takes neither --handle nor --uuid") }
+                if !attribute.handles.isEmpty || attribute.uuid != nil { throw ValidationError("--all takes neither --handle nor --uuid") }
             } else {
                 try attribute.requireOne()
             }

@@ -94,11 +94,13 @@ func validateATTMTU(_ mtu: Int) throws {
 
 /// Which attribute a command acts on.
 struct AttributeOptions: ParsableArguments {
-    @Option(help: "Attribute handle (decimal or 0x hex).", transform: { s in
+    @Option(name: .customLong("handle"), help: "Attribute handle (decimal or 0x hex); 'read' takes several, read together.", transform: { s in
         guard let v = s.hasPrefix("0x") ? UInt16(s.dropFirst(2), radix: 16) : UInt16(s) else { throw ValidationError("bad handle '\(s)'") }
         return v
     })
-    var handle: UInt16?
+    var handles: [UInt16] = []
+    /// The one `--handle` (`requireOne` checks there is at most one).
+    var handle: UInt16? { handles.first }
 
     @Option(help: "Characteristic UUID (16-bit like 2A19, or 128-bit); the first match is used.", transform: { s in
         guard let u = BluetoothUUID(s) else { throw ValidationError("bad UUID '\(s)'") }
@@ -108,8 +110,9 @@ struct AttributeOptions: ParsableArguments {
 
     /// Exactly one of --handle and --uuid (each command's `validate` calls it: `subscribe
     /// --all` takes neither).
-    func requireOne() throws {
-        if (handle == nil) == (uuid == nil) { throw ValidationError("give either --handle or --uuid") }
+    func requireOne(severalHandles: Bool = false) throws {
+        if handles.isEmpty == (uuid == nil) { throw ValidationError("give either --handle or --uuid") }
+        if handles.count > 1, !severalHandles { throw ValidationError("give one --handle") }
     }
 }
 

@@ -26,7 +26,7 @@ struct ATTPDUTests {
         .prepareWriteRequest(handle: 9, offset: 0, value: [1, 2, 3]), .prepareWriteResponse(handle: 9, offset: 0, value: [1, 2, 3]),
         .executeWriteRequest(flags: 1), .executeWriteResponse,
         .handleValueNotification(handle: 3, value: [0x55]), .handleValueIndication(handle: 3, value: [0x56]), .handleValueConfirmation,
-        .readMultipleVariableRequest(handles: [3, 5]), .readMultipleVariableResponse(values: [[1], [2, 3]]),
+        .readMultipleVariableRequest(handles: [3, 5]), .readMultipleVariableResponse(values: [.init([1]), .init([2, 3]), .init(length: 40, value: [4, 5])]),
         .multipleHandleValueNotification([.init(handle: 3, value: [1]), .init(handle: 5, value: [2, 2])]),
         .writeCommand(handle: 7, value: [9]), .signedWriteCommand(handle: 7, value: [9], signature: [UInt8](repeating: 0xAB, count: 12)),
         .unknown(opcode: ATTOpcode(rawValue: 0x30), parameters: [1, 2]),

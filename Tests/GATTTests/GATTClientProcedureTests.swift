@@ -160,6 +160,57 @@ struct GATTClientProcedureTests {
             == .att(.errorResponse(request: .readRequest, handle: 3, error: .readNotPermitted)))
     }
 
+    /// Several values at once (§4.8.5): against our server at ATT_MTU 23, a long value
+    /// the response cut short is read on its own, the values after it in another
+    /// request; every value whole and in order.
+    @Test func readValuesCompletesWhatTheResponseCutShort() throws {
+        var db = AttributeDatabase()
+        let long = (0..<60).map { UInt8($0) }
+        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read], value: [1, 2, 3]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF2), properties: [.read], value: long),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF3), properties: [.read], value: [9]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF4), properties: [.read], value: []),
+        ]))
+        let h = s.characteristicValues
+        var server = GATTServerState(database: db)
+        // The server's response: each value after its whole length, the list cut at 22 octets.
+        let answer = server.handle(.readMultipleVariableRequest(handles: [h[0], h[1], h[2]]), connection: 1, mtu: 23).response
+        #expect(answer?.bytes == [0x21, 3, 0, 1, 2, 3, 60, 0] + Array(long.prefix(15)))
+        let (values, n) = try drive(ReadValuesProcedure(handles: [h[0], h[1], h[2], h[3]], mtu: 23), &server, mtu: 23)
+        #expect(values == [[1, 2, 3], long, [9], []])
+        // One request for all four (FFF3 and FFF4 left out), one for the two left out,
+        // then FFF2 alone: a read and two blobs.
+        #expect(n == 5)
+        // One handle: a plain read.
+        #expect(try drive(ReadValuesProcedure(handles: [h[2]], mtu: 23), &server, mtu: 23) == ([[9]], 1))
+        #expect(try drive(ReadValuesProcedure(handles: [], mtu: 23), &server, mtu: 23) == ([], 0))
+    }
+
+    /// What a server gets wrong in Read Multiple Variable Length Response, and what it
+    /// may lack: each ends the procedure with its error, or falls back to plain reads.
+    @Test func readValuesChecksTheResponse() {
+        let two = ReadValuesProcedure(handles: [3, 5], mtu: 23)
+        let op = ATTOpcode.readMultipleVariableResponse
+        #expect(hostile(two, [.readMultipleVariableResponse(values: [])]).error == .emptyResponse(op))
+        #expect(hostile(two, [.readMultipleVariableResponse(values: [.init([1]), .init([2]), .init([3])])]).error
+            == .malformedEntry(op, handle: 3, reason: "3 values for 2 handles"))
+        #expect(hostile(two, [.readMultipleVariableResponse(values: [.init(length: 4, value: [1]), .init([2])])]).error
+            == .malformedEntry(op, handle: 3, reason: "1 of 4 octets before another value; only the last is cut short"))
+        #expect(hostile(two, [.errorResponse(request: .readMultipleVariableRequest, handle: 5, error: .readNotPermitted)]).error
+            == .att(.errorResponse(request: .readMultipleVariableRequest, handle: 5, error: .readNotPermitted)))
+        #expect(hostile(two, [.readResponse(value: [1])]).error == .unexpectedResponse(.readResponse))
+        // Request Not Supported, or a response longer than ATT_MTU (Bumble's): one read per value.
+        for first in [ATTPDU.errorResponse(request: .readMultipleVariableRequest, handle: 3, error: .requestNotSupported),
+                      .readMultipleVariableResponse(values: [.init([1]), .init(Array(repeating: 2, count: 20))])] {
+            let r = hostile(two, [first, .readResponse(value: [1]), .readResponse(value: [2])])
+            #expect(r.error == nil && r.requests == [.readMultipleVariableRequest(handles: [3, 5]), .readRequest(handle: 3), .readRequest(handle: 5)])
+        }
+        // As many handles as one request holds at ATT_MTU 23: 11.
+        let many = hostile(ReadValuesProcedure(handles: Array(1...12), mtu: 23), [])
+        #expect(many.requests == [.readMultipleVariableRequest(handles: Array(1...11))])
+    }
+
     @Test func readLongEndsEvenWhenEveryPieceIsFull() {
         // A server that always answers a full piece: the value stops at 512 bytes.
         let full = ATTPDU.readBlobResponse(value: Array(repeating: 7, count: 22))

@@ -153,6 +153,12 @@ import Testing
         #expect(peerInfo.status == 0 && infoLines.first?["event"] as? String == "peer" && infoLines.first?["version"] as? Int == 13
                 && (infoLines.first?["le_features"] as? [String])?.contains("LE 2M PHY") == true
                 && infoLines.first?["interval"] as? Int == 40 && infoLines.first?["phy_tx"] as? String == "LE 1M", "\(peerInfo.out)")
+        // Several --handle: read together (Read Multiple Variable Length), one event each, in order.
+        let both = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual", "--handle", "5", "--handle", "3", "--json"])
+        let bothLines = try JSONSchemaTests.check(both.out, against: "gatt-read")
+        #expect(both.status == 0 && bothLines.map { $0["handle"] as? Int } == [5, 3] && bothLines.last?["text"] as? String == "FireAlarm-B3", "\(both.out)")
+        let twoUUIDs = try await Self.run(["gatt", "write", "--name", "FireAlarm-B3", "-t", "virtual", "--handle", "5", "--handle", "3", "--value", "00"])
+        #expect(twoUUIDs.status == 64 && twoUUIDs.out.contains("give one --handle"), "\(twoUUIDs.out)")
         // --connection-parameters: the link starts with them (the maximum interval, as
         // the controller takes it); ones LE Create Connection refuses are a usage error.
         let asked = try await Self.run(["leinfo", "--name", "FireAlarm-B3", "-t", "virtual", "--connection-parameters", "16:24:3:400", "--json"])

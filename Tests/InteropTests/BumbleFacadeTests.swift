@@ -76,6 +76,8 @@ import Transports
         #expect(try await p.read(try c(0xFFF4)) == (0..<200).map { UInt8($0) })
         try await p.write(Array("facade".utf8), to: try c(0xFFF1))
         #expect(try await p.read(try c(0xFFF1)) == Array("facade".utf8))
+        // Several values at once (Read Multiple Variable Length, which Bumble's server has).
+        #expect(try await p.read([try c(0xFFF4), try c(0xFFF1), try c(0xFFF2)]) == [(0..<200).map { UInt8($0) }, Array("facade".utf8), [1]])
         // Notifications to a callback on the host's loop; indications as a sequence.
         let (notified, notifiedIn) = AsyncStream<[UInt8]>.makeStream()
         try await p.subscribe(to: try c(0xFFF2), onValue: { notifiedIn.yield($0) })
