@@ -143,7 +143,6 @@ extension BluetoothHost {
             links.securityRequested.remove(handle)
             // The server already judges by this (its security source reads the Security
             // Manager's record as each request comes).
-            connectionBroadcast.yield(.securityChanged(conn, state))
             // A bonded client is who it says once the link is encrypted with the bond's
             // key: its subscriptions come back (notifications flow without it writing
             // the CCCDs again, Vol 3, Part G, §3.3.3.3).
@@ -155,6 +154,10 @@ extension BluetoothHost {
                                                                         awareOfHash: bond.serverDatabaseHash),
                                            connection: handle)
             }
+            // Then the application hears it: what it sends now reaches the restored
+            // subscriptions (before, a notification sent on this event could find none).
+            guard links.active[handle]?.id == conn.id else { return }
+            connectionBroadcast.yield(.securityChanged(conn, state))
             // (A layout discovered before the link was encrypted with the bond's key is
             // stored now: `storeLayout`, owed as the Security Manager emitted this.)
         case let .paired(handle, _, result) where result.bonding:

@@ -386,6 +386,21 @@ public actor BluetoothHost: LoopIsolated {
                                  keyAvailable: !$0.encrypted && security.onLoop(handle) { $0.hasStoredKey(handle: $1) })
                 }
             }
+            // A bonded client's CCCDs (and features, and the hash it is aware of) go to its
+            // bond as the server takes them, on the loop: a client that subscribes and
+            // leaves at once still finds its subscriptions at its next link (the events'
+            // follower could reach the write after the link's end, and store nothing).
+            await server.addEventObserver { [weak server] e in
+                guard let server, server.loop.inEventLoop, security.loop.inEventLoop else { return }
+                switch e {
+                case let .subscription(_, handle, _, _), let .clientRecordChanged(handle):
+                    let record = server.onLoop { $0.clientRecord(connection: handle) }
+                    security.onLoop { $0.saveClientRecord(configurations: record.configurations, supportedFeatures: record.supportedFeatures,
+                                                          hash: record.awareOfHash, handle: handle) }
+                default:
+                    break
+                }
+            }
             let securityEvents = await security.events()
             let serverEvents = server.events, requests = server.requests
             // Each stream is followed by a task isolated to the host: its events are handled

@@ -471,11 +471,11 @@ extension BluetoothHost {
         case let .subscription(h, conn, n, i):
             // A link that has ended reported its subscriptions as ended already.
             guard links.departing[conn] == nil, let central = links.active[conn] else { return }
+            // A bonded client's subscriptions persist across connections: its bond has
+            // this already (stored as the server took the write, by the host's observer).
             if let c = lookup(h) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i)) }
-            // A bonded client's subscriptions persist across connections.
-            await saveClientRecord(conn)
-        case let .clientRecordChanged(conn):
-            await saveClientRecord(conn)
+        case .clientRecordChanged:
+            break  // Stored as it changed (the host's observer of the server's events).
         case let .securityNeeded(conn, level):
             securityNeeded(connection: conn, level: level)
         case let .signCounter(conn, counter):

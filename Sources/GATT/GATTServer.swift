@@ -48,9 +48,22 @@ public actor GATTServer: LoopIsolated {
     private var securitySource: (@Sendable (UInt16) -> LinkSecurity?)?
     private let logger: Logger
     private let continuation: BufferedStream<Event>.Continuation
+    /// Called with each event as it happens, on the loop (`addEventObserver`).
+    private var observers: [@Sendable (Event) -> Void] = []
     /// Writes, subscriptions and connection changes. Buffer: the newest 4096, drops
     /// counted in `events.dropped`; never ends.
     public nonisolated let events: BufferedStream<Event>
+
+    /// Calls `observer` with each event as it happens, synchronously on the loop, before
+    /// the server handles the link's next PDU: for what must keep pace with the peer (a
+    /// bonded client's CCCDs stored as it writes them, not after a link's end the
+    /// `events` follower may not have reached yet).
+    public func addEventObserver(_ observer: @escaping @Sendable (Event) -> Void) { observers.append(observer) }
+
+    private func emit(_ e: Event) {
+        for o in observers { o(e) }
+        continuation.yield(e)
+    }
 
     /// A read or write of a value the application answers itself (`setManual(_:)`).
     public struct Request: Hashable, Sendable {
@@ -272,7 +285,7 @@ public actor GATTServer: LoopIsolated {
 
     private func awareAgain(_ connection: UInt16) {
         state.becameChangeAware(connection)
-        continuation.yield(.clientRecordChanged(connection: connection))
+        emit(.clientRecordChanged(connection: connection))
     }
 
     /// Serves the database on `bearer` (connection `handle`) until the bearer closes.
@@ -282,7 +295,7 @@ public actor GATTServer: LoopIsolated {
     public func attach(_ bearer: ATTBearer, connection handle: UInt16, security: LinkSecurity = LinkSecurity(), readsBearer: Bool = true) async {
         bearers[handle] = bearer
         self.security[handle] = security
-        continuation.yield(.connected(handle))
+        emit(.connected(handle))
         guard readsBearer else { return }
         if bearer.loop === loop {
             // The usual case: the bearer shares this server's loop, requests are served
@@ -397,17 +410,17 @@ public actor GATTServer: LoopIsolated {
                          metadata: ["ble.handle": "\(connection)", "att.handle": "\(h)"])
         }
         if case let .errorResponse(_, h, code)? = response, code.asksForSecurity, let pdu {
-            continuation.yield(.securityNeeded(connection: connection, level: state.needsAuthentication(pdu, at: h) ? .authenticated : .encrypted))
+            emit(.securityNeeded(connection: connection, level: state.needsAuthentication(pdu, at: h) ? .authenticated : .encrypted))
         }
         for e in effects {
             switch e {
             // A verified Signed Write Command to a manual handle goes to the application
             // as its Write Commands do.
             case let .written(h, v, c) where manual.contains(h): handOver(v, at: h, connection: c)
-            case let .written(h, v, c): continuation.yield(.written(handle: h, value: v, connection: c))
-            case let .subscription(h, c, n, i): continuation.yield(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
-            case let .signCounter(c, counter): continuation.yield(.signCounter(connection: c, counter: counter))
-            case let .clientRecordChanged(c): continuation.yield(.clientRecordChanged(connection: c))
+            case let .written(h, v, c): emit(.written(handle: h, value: v, connection: c))
+            case let .subscription(h, c, n, i): emit(.subscription(valueHandle: h, connection: c, notify: n, indicate: i))
+            case let .signCounter(c, counter): emit(.signCounter(connection: c, counter: counter))
+            case let .clientRecordChanged(c): emit(.clientRecordChanged(connection: c))
             }
         }
     }
@@ -486,7 +499,7 @@ public actor GATTServer: LoopIsolated {
         guard let current = state.databaseHashValue, let known = record.awareOfHash, known != current else {
             // Unchanged (or nothing to compare): the bond learns the hash it is aware of.
             if state.databaseHashValue != nil, record.awareOfHash != state.databaseHashValue {
-                continuation.yield(.clientRecordChanged(connection: handle))
+                emit(.clientRecordChanged(connection: handle))
             }
             return
         }
@@ -537,7 +550,7 @@ public actor GATTServer: LoopIsolated {
         enhanced[handle] = nil
         security[handle] = nil
         state.disconnected(handle)
-        continuation.yield(.disconnected(handle))
+        emit(.disconnected(handle))
     }
 
     /// Sets a value; subscribers are told with `notify(_:value:)` / `indicate(_:value:)`.

@@ -97,6 +97,63 @@ import Testing
         #expect(try await p.peripheral.notify(level, value: [49]).count == 1)
     }
 
+    /// `ConnectionEvent.securityChanged` says the bonded client is back: a
+    /// notification sent as soon as the application hears it reaches the client's
+    /// restored subscription (the event now goes out after the restoration).
+    @Test(arguments: 0..<5)
+    func aNotificationSentOnTheSecurityEventReachesTheRestoredSubscription(seed: UInt64) async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(20 + seed)), peripheral: SecurityOptions(random: .seeded(40 + seed)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let level = Characteristic(uuid: uuidB, properties: [.read, .notify], value: [50])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [level]))
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let address = BluetoothAddress("C0:00:00:00:01:00")!
+        let remote = try await c.central.connect(to: address, within: .seconds(5))
+        #expect(try await remote.secure().bonded)
+        let subscribed = p.peripheral.events()
+        // Kept (letting go of it would write the CCCD off).
+        let values = try await remote.subscribe(to: try await remote.characteristic(uuidB))
+        _ = await collect(subscribed.filter { if case .subscriptionChanged = $0 { return true }; return false }, count: 1, within: .seconds(3))
+        // Stored with the bond as the server took the write.
+        #expect(try await p.bonds().first?.clientConfigurations.isEmpty == false)
+        _ = try await remote.disconnect()
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        // The peripheral's application notifies the moment the link is secured again.
+        let events = p.connectionEvents()
+        let notified = Task { () -> Int in
+            for await e in events {
+                if case let .securityChanged(_, s) = e, s.bonded { return (try? await p.peripheral.notify(level, value: [49]).count) ?? -1 }
+            }
+            return -2
+        }
+        let again = try await c.central.connect(to: address, within: .seconds(5))
+        #expect(try await again.secure().bonded)
+        #expect(await notified.value == 1)
+        withExtendedLifetime(values) {}
+    }
+
+    /// A bonded central that subscribes and leaves at once finds its subscription at
+    /// its next link: the bond has the CCCD as the server took the write (before, the
+    /// host stored it when its event follower came to the write, which could be after
+    /// the link's end, and then stored nothing).
+    @Test(arguments: 0..<5)
+    func aSubscriptionMadeJustBeforeTheLinkEndsIsKeptWithTheBond(seed: UInt64) async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(60 + seed)), peripheral: SecurityOptions(random: .seeded(80 + seed)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let level = Characteristic(uuid: uuidB, properties: [.read, .notify], value: [50])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [level]))
+        let cccd = try #require(try await p.peripheral.handles(of: level).clientConfiguration)
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let address = BluetoothAddress("C0:00:00:00:01:00")!
+        let remote = try await c.central.connect(to: address, within: .seconds(5))
+        #expect(try await remote.secure().bonded)
+        let values = try await remote.subscribe(to: try await remote.characteristic(uuidB))
+        _ = try await remote.disconnect()
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(try await p.bonds().first?.clientConfigurations == [cccd: 1])
+        withExtendedLifetime(values) {}
+    }
+
     @Test func thePeripheralAsksForSecurityWhenTheCentralDoesNotPairOnDemand() async throws {
         let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(3), pairOnDemand: false),
                                                 peripheral: SecurityOptions(random: .seeded(4)))
