@@ -161,9 +161,9 @@ extension BluetoothHost {
             // (A layout discovered before the link was encrypted with the bond's key is
             // stored now: `storeLayout`, owed as the Security Manager emitted this.)
         case let .paired(handle, _, result) where result.bonding:
-            // Subscriptions made before the pairing, and the peer's GATT layout, are kept with
-            // the new bond; the CSRK it distributed verifies its signed writes from now on.
-            await saveClientRecord(handle)
+            // (Subscriptions made before the pairing are stored with the new bond by the
+            // Security Manager, the peer's GATT layout by `storeLayout`.) The CSRK it
+            // distributed verifies its signed writes from now on.
             await applySigningKey(handle)
         case .bonded:
             bondsChanged()
@@ -190,12 +190,6 @@ extension BluetoothHost {
         if let conn = links.active[handle], let remote = links.remotes[conn.id] { await remote.storeServices() }
     }
 
-    func saveClientRecord(_ handle: UInt16) async {
-        guard links.active[handle] != nil else { return }
-        let record = await server.clientRecord(connection: handle)
-        await security.saveClientRecord(configurations: record.configurations, supportedFeatures: record.supportedFeatures,
-                                        hash: record.awareOfHash, handle: handle)
-    }
 
     /// The local server refused a peripheral link's request for its security: ask the
     /// central to pair or encrypt (Security Request) for `level`, once at a time.

@@ -401,6 +401,12 @@ public actor BluetoothHost: LoopIsolated {
                     break
                 }
             }
+            // And a new bond takes what the client set before the pairing, as it is stored.
+            await security.setClientRecordSource { [weak server] handle in
+                guard let server, server.loop.inEventLoop else { return nil }
+                let r = server.onLoop { $0.clientRecord(connection: handle) }
+                return SecurityManager.ClientRecord(configurations: r.configurations, supportedFeatures: r.supportedFeatures, hash: r.awareOfHash)
+            }
             let securityEvents = await security.events()
             let serverEvents = server.events, requests = server.requests
             // Each stream is followed by a task isolated to the host: its events are handled

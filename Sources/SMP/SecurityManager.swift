@@ -118,6 +118,8 @@ public actor SecurityManager: LoopIsolated {
     /// §2.3.6: peers whose pairing failed, with how long to refuse them (on the loop's clock).
     var backoff: [BluetoothAddress: (failures: Int, until: NIODeadline)] = [:]
     private var continuations: [UInt64: BufferedStream<SecurityEvent>.Continuation] = [:]
+    /// What our GATT server holds for the client on a link (`setClientRecordSource`).
+    private var clientRecordSource: ClientRecordSource?
     /// Called with each event as it is emitted, on the loop (`addEventObserver`).
     private var observers: [@Sendable (SecurityEvent) -> Void] = []
     private var nextContinuation: UInt64 = 0
@@ -221,9 +223,7 @@ public actor SecurityManager: LoopIsolated {
     public func saveClientRecord(configurations: [UInt16: UInt16], supportedFeatures: UInt8, hash: [UInt8]?, handle: UInt16) {
         guard var bond = bond(handle: handle) else { return }
         let before = bond
-        bond.clientConfigurations = configurations
-        if supportedFeatures != 0 || bond.clientSupportedFeatures != nil { bond.clientSupportedFeatures = supportedFeatures }
-        if let hash { bond.serverDatabaseHash = hash }
+        bond.take(ClientRecord(configurations: configurations, supportedFeatures: supportedFeatures, hash: hash))
         guard bond != before else { return }
         do { try store.save(bond) } catch {
             logger.error("client record not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
@@ -677,6 +677,10 @@ public actor SecurityManager: LoopIsolated {
                 bond.database = old.database
                 for a in old.linkAddresses where !bond.linkAddresses.contains(a) { bond.linkAddresses.append(a) }
             }
+            // What the client set on this link before the pairing (its subscriptions) is
+            // the new bond's from the start: stored with it, not after, when the link may
+            // have ended.
+            if let record = clientRecordSource?(handle) { bond.take(record) }
             do {
                 try store.save(bond)
                 setKeyStored(true, handle: handle)
@@ -759,5 +763,35 @@ public actor SecurityManager: LoopIsolated {
     /// queued before the program's next operation (the facade's owed work).
     public func addEventObserver(_ observer: @escaping @Sendable (SecurityEvent) -> Void) {
         observers.append(observer)
+    }
+
+    /// What a local GATT server holds for the client on a link, as a bond keeps it.
+    public struct ClientRecord: Sendable {
+        public var configurations: [UInt16: UInt16]
+        public var supportedFeatures: UInt8
+        /// The Database Hash the client is aware of (nil: none to keep).
+        public var hash: [UInt8]?
+        public init(configurations: [UInt16: UInt16], supportedFeatures: UInt8, hash: [UInt8]?) {
+            self.configurations = configurations
+            self.supportedFeatures = supportedFeatures
+            self.hash = hash
+        }
+    }
+    /// Reads, on the loop, what the local GATT server holds for the client on link `handle`.
+    public typealias ClientRecordSource = @Sendable (_ handle: UInt16) -> ClientRecord?
+
+    /// Where a bonding pairing reads what the client set on its link before the bond
+    /// existed (its CCCDs above all), so the bond is stored with it.
+    public func setClientRecordSource(_ source: @escaping ClientRecordSource) { clientRecordSource = source }
+}
+
+extension Bond {
+    /// Keeps what the local server holds for the client (`SecurityManager.ClientRecord`):
+    /// its CCCDs, its Client Supported Features once it has set any, and the Database
+    /// Hash it is aware of when there is one.
+    mutating func take(_ r: SecurityManager.ClientRecord) {
+        clientConfigurations = r.configurations
+        if r.supportedFeatures != 0 || clientSupportedFeatures != nil { clientSupportedFeatures = r.supportedFeatures }
+        if let hash = r.hash { serverDatabaseHash = hash }
     }
 }

@@ -154,6 +154,27 @@ import Testing
         withExtendedLifetime(values) {}
     }
 
+    /// A subscription made before the pairing is the new bond's from the start: the
+    /// Security Manager stores the bond with it (it used to be added after, when the
+    /// host's follower of the security events came to the pairing), so a link that
+    /// ends right after the pairing leaves it in the bond.
+    @Test(arguments: 0..<5)
+    func aSubscriptionMadeBeforeThePairingIsKeptWithTheNewBond(seed: UInt64) async throws {
+        let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(100 + seed)), peripheral: SecurityOptions(random: .seeded(120 + seed)))
+        defer { Task { await c.close(); await p.close(); _ = radio } }
+        let level = Characteristic(uuid: uuidB, properties: [.read, .notify], value: [50])
+        try await p.peripheral.add(Service(uuid: uuidA, characteristics: [level]))
+        let cccd = try #require(try await p.peripheral.handles(of: level).clientConfiguration)
+        try await p.peripheral.startAdvertising(AdvertisingData())
+        let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
+        let values = try await remote.subscribe(to: try await remote.characteristic(uuidB))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.disconnect()
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(try await p.bonds().first?.clientConfigurations == [cccd: 1])
+        withExtendedLifetime(values) {}
+    }
+
     @Test func thePeripheralAsksForSecurityWhenTheCentralDoesNotPairOnDemand() async throws {
         let (c, p, radio) = try await Self.room(central: SecurityOptions(random: .seeded(3), pairOnDemand: false),
                                                 peripheral: SecurityOptions(random: .seeded(4)))
