@@ -142,21 +142,9 @@ extension BluetoothHost {
             guard let conn = links.active[handle] else { return }
             links.securityRequested.remove(handle)
             // The server already judges by this (its security source reads the Security
-            // Manager's record as each request comes).
-            // A bonded client is who it says once the link is encrypted with the bond's
-            // key: its subscriptions come back (notifications flow without it writing
-            // the CCCDs again, Vol 3, Part G, §3.3.3.3).
-            // So do its Client Supported Features, and a database changed while it was
-            // away is said (Service Changed, or change-unaware with robust caching).
-            if state.encrypted && state.bonded, let bond = await security.bond(handle: handle) {
-                await server.restoreClient(GATTServerState.ClientRecord(configurations: bond.clientConfigurations,
-                                                                        supportedFeatures: bond.clientSupportedFeatures ?? 0,
-                                                                        awareOfHash: bond.serverDatabaseHash),
-                                           connection: handle)
-            }
-            // Then the application hears it: what it sends now reaches the restored
-            // subscriptions (before, a notification sent on this event could find none).
-            guard links.active[handle]?.id == conn.id else { return }
+            // Manager's record as each request comes), and a bonded client's record is
+            // back (`restoreBondedClient`, as the Security Manager emitted this): what
+            // the application sends on this event reaches the restored subscriptions.
             connectionBroadcast.yield(.securityChanged(conn, state))
             // (A layout discovered before the link was encrypted with the bond's key is
             // stored now: `storeLayout`, owed as the Security Manager emitted this.)
@@ -182,8 +170,22 @@ extension BluetoothHost {
         await server.setSigningKey(key, connection: handle)
     }
 
-    /// Stores what our server holds for the client on `handle` (its CCCDs, Client
-    /// Supported Features, the Database Hash it is aware of) with its bond, if it has one.
+    /// A bonded client is who it says once the link is encrypted with the bond's key:
+    /// its subscriptions come back (notifications flow without it writing the CCCDs
+    /// again, Vol 3, Part G, §3.3.3.3), so do its Client Supported Features, and a
+    /// database changed while it was away is said (Service Changed, or change-unaware
+    /// with robust caching). Synchronous, on the loop, as the Security Manager emits
+    /// the encryption: before the server takes the client's next PDU, whatever the
+    /// threads' timing (a follower task did it before, racing that PDU).
+    nonisolated func restoreBondedClient(_ handle: UInt16) {
+        let server = self.server, security = self.security
+        guard server.loop.inEventLoop, security.loop.inEventLoop, let bond = security.onLoop({ $0.bond(handle: handle) }) else { return }
+        server.onLoop {
+            $0.restoreClient(GATTServerState.ClientRecord(configurations: bond.clientConfigurations, supportedFeatures: bond.clientSupportedFeatures ?? 0,
+                                                          awareOfHash: bond.serverDatabaseHash), connection: handle)
+        }
+    }
+
     /// Stores the GATT layout the program discovered on link `handle` with the peer's
     /// bond (`RemotePeripheral.storeServices`), once the link is bonded.
     func storeLayout(_ handle: UInt16) async {

@@ -368,6 +368,7 @@ public actor BluetoothHost: LoopIsolated {
                 guard let host = self else { return }
                 switch e {
                 case let .securityChanged(handle, state) where state.encrypted && state.bonded:
+                    host.restoreBondedClient(handle)
                     host.owe { [weak host] in await host?.storeLayout(handle) }
                 case let .paired(handle, _, result) where result.bonding:
                     host.owe { [weak host] in await host?.storeLayout(handle) }

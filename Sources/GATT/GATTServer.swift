@@ -492,7 +492,7 @@ public actor GATTServer: LoopIsolated {
     /// changed while it was away is not kept), and is change-aware again once it
     /// confirms. A record from before hashes were kept (`awareOfHash` nil) is taken
     /// as aware.
-    public func restoreClient(_ record: GATTServerState.ClientRecord, connection handle: UInt16) async {
+    public func restoreClient(_ record: GATTServerState.ClientRecord, connection handle: UInt16) {
         guard let bearer = bearers[handle] else { return }
         report(state.restoreClientConfigurations(record.configurations, connection: handle), response: nil, connection: handle)
         state.restoreClientFeatures(record.supportedFeatures, connection: handle)
@@ -509,11 +509,15 @@ public actor GATTServer: LoopIsolated {
                          metadata: ["ble.handle": "\(handle)", "gatt.change_aware": "\(state.isChangeAware(handle))"])
             return
         }
-        let confirmation = await bearer.startIndication(handle: sc, value: [0x01, 0x00, 0xFF, 0xFF])
+        let value: [UInt8] = [0x01, 0x00, 0xFF, 0xFF]
+        // Queued now when the bearer shares the server's loop (it does on a host), so it
+        // goes out before anything the server answers next.
+        let queued = bearer.loop.inEventLoop ? bearer.onLoop { $0.startIndication(handle: sc, value: value) } : nil
         let logger = self.logger
         // Confirmed within the bearer's transaction timeout, or failed with the link.
         Task { [weak self] in
             do {
+                let confirmation = if let queued { queued } else { await bearer.startIndication(handle: sc, value: value) }
                 try await confirmation()
                 await self?.awareAgain(handle)
             } catch {
