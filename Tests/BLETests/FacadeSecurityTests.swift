@@ -149,7 +149,7 @@ import Testing
         #expect(try await remote.secure().bonded)
         let values = try await remote.subscribe(to: try await remote.characteristic(uuidB))
         _ = try await remote.disconnect()
-        try await Task.sleep(for: .milliseconds(50))
+        // No wait: the server stored it before it answered the CCCD write.
         #expect(try await p.bonds().first?.clientConfigurations == [cccd: 1])
         withExtendedLifetime(values) {}
     }
@@ -169,8 +169,10 @@ import Testing
         let remote = try await c.central.connect(to: BluetoothAddress("C0:00:00:00:01:00")!, within: .seconds(5))
         let values = try await remote.subscribe(to: try await remote.characteristic(uuidB))
         #expect(try await remote.secure().bonded)
+        // Once the peripheral has handled the link's end (after the pairing's last PDU).
+        let ends = p.connectionEvents()
         _ = try await remote.disconnect()
-        try await Task.sleep(for: .milliseconds(50))
+        _ = await collect(ends.filter { if case .disconnected = $0 { return true }; return false }, count: 1, within: .seconds(5))
         #expect(try await p.bonds().first?.clientConfigurations == [cccd: 1])
         withExtendedLifetime(values) {}
     }
