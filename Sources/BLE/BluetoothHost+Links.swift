@@ -192,7 +192,6 @@ extension BluetoothHost {
         if let conn = links.active[handle], let remote = links.remotes[conn.id] { await remote.storeServices() }
     }
 
-
     /// The local server refused a peripheral link's request for its security: ask the
     /// central to pair or encrypt (Security Request) for `level`, once at a time.
     func securityNeeded(connection handle: UInt16, level: SecurityLevel) {

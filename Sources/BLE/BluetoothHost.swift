@@ -360,10 +360,11 @@ public actor BluetoothHost: LoopIsolated {
             let links = await l2cap.linkEvents()
             await l2cap.start()
             await security.start()
-            // A bond's new link, or a new bond, stores the peer's GATT layout: owed work,
-            // queued as the Security Manager says so, before the program that waited for
-            // the encryption goes on (a follower task would race the program, and the
-            // Database Hash's read would go out before or after its next request).
+            // A bond's new link puts the client's record back in the server at once, before
+            // it takes the client's next PDU. It, or a new bond, also stores the peer's GATT
+            // layout: owed work, queued as the Security Manager says so, before the program
+            // that waited for the encryption goes on (a follower task would race the program,
+            // and the Database Hash's read would go out before or after its next request).
             await security.addEventObserver { [weak self] e in
                 guard let host = self else { return }
                 switch e {
@@ -391,23 +392,22 @@ public actor BluetoothHost: LoopIsolated {
             // bond as the server takes them, on the loop: a client that subscribes and
             // leaves at once still finds its subscriptions at its next link (the events'
             // follower could reach the write after the link's end, and store nothing).
-            await server.addEventObserver { [weak server] e in
-                guard let server, server.loop.inEventLoop, security.loop.inEventLoop else { return }
+            let clientRecord: SecurityManager.ClientRecordSource = { [weak server] handle in
+                guard let server, server.loop.inEventLoop else { return nil }
+                let r = server.onLoop { $0.clientRecord(connection: handle) }
+                return SecurityManager.ClientRecord(configurations: r.configurations, supportedFeatures: r.supportedFeatures, hash: r.awareOfHash)
+            }
+            await server.addEventObserver { e in
+                guard security.loop.inEventLoop else { return }
                 switch e {
                 case let .subscription(_, handle, _, _), let .clientRecordChanged(handle):
-                    let record = server.onLoop { $0.clientRecord(connection: handle) }
-                    security.onLoop { $0.saveClientRecord(configurations: record.configurations, supportedFeatures: record.supportedFeatures,
-                                                          hash: record.awareOfHash, handle: handle) }
+                    if let record = clientRecord(handle) { security.onLoop { $0.saveClientRecord(record, handle: handle) } }
                 default:
                     break
                 }
             }
             // And a new bond takes what the client set before the pairing, as it is stored.
-            await security.setClientRecordSource { [weak server] handle in
-                guard let server, server.loop.inEventLoop else { return nil }
-                let r = server.onLoop { $0.clientRecord(connection: handle) }
-                return SecurityManager.ClientRecord(configurations: r.configurations, supportedFeatures: r.supportedFeatures, hash: r.awareOfHash)
-            }
+            await security.setClientRecordSource(clientRecord)
             let securityEvents = await security.events()
             let serverEvents = server.events, requests = server.requests
             // Each stream is followed by a task isolated to the host: its events are handled

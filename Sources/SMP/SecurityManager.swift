@@ -216,14 +216,14 @@ public actor SecurityManager: LoopIsolated {
 
     /// Keeps what our GATT server holds for the client on link `handle` with its bond:
     /// its CCCD values (Vol 3, Part G, §3.3.3.3), its Client Supported Features (§7.2)
-    /// and, while it is change-aware, the Database Hash it is aware of (`hash`; nil
-    /// keeps the one stored, so a client that leaves unaware is told at its next
+    /// and, while it is change-aware, the Database Hash it is aware of (`record.hash`;
+    /// nil keeps the one stored, so a client that leaves unaware is told at its next
     /// connection). Nothing for a link that is not bonded; the store is written only
     /// when something changes.
-    public func saveClientRecord(configurations: [UInt16: UInt16], supportedFeatures: UInt8, hash: [UInt8]?, handle: UInt16) {
+    public func saveClientRecord(_ record: ClientRecord, handle: UInt16) {
         guard var bond = bond(handle: handle) else { return }
         let before = bond
-        bond.take(ClientRecord(configurations: configurations, supportedFeatures: supportedFeatures, hash: hash))
+        bond.take(record)
         guard bond != before else { return }
         do { try store.save(bond) } catch {
             logger.error("client record not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
