@@ -275,16 +275,21 @@ public actor GATTServer: LoopIsolated {
     public func mtu(connection: UInt16) async -> Int? { await bearers[connection]?.mtu }
 
     private func databaseChanged(_ range: ClosedRange<UInt16>) async {
-        if let h = handle(of: GATTCharacteristicType.databaseHash) { try? state.database.refreshDatabaseHash(at: h) }
-        state.databaseChanged()
+        state.databaseChanged(range, connections: bearers.handles)
         guard let sc = handle(of: GATTCharacteristicType.serviceChanged) else { return }
-        let v = [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
-        // A confirmed Service Changed makes that client change-aware again.
-        for c in await indicate(sc, value: v) { awareAgain(c) }
+        let hash = state.databaseHashValue
+        // A confirmed Service Changed tells that client of the changes up to `hash`.
+        for c in await indicate(sc, value: Self.serviceChangedValue(range)) { confirmedServiceChanged(c, hash: hash) }
     }
 
-    private func awareAgain(_ connection: UInt16) {
-        state.becameChangeAware(connection)
+    /// The Service Changed characteristic's value for `range` (§7.1): start and end handle.
+    static func serviceChangedValue(_ range: ClosedRange<UInt16>) -> [UInt8] {
+        [UInt8(range.lowerBound & 0xFF), UInt8(range.lowerBound >> 8), UInt8(range.upperBound & 0xFF), UInt8(range.upperBound >> 8)]
+    }
+
+    private func confirmedServiceChanged(_ connection: UInt16, hash: [UInt8]?) {
+        guard bearers[connection] != nil,
+              state.confirmedServiceChanged(connection: connection, hash: hash, singleBearer: enhanced[connection]?.isEmpty ?? true) else { return }
         emit(.clientRecordChanged(connection: connection))
     }
 
@@ -488,10 +493,10 @@ public actor GATTServer: LoopIsolated {
     /// them), its Client Supported Features, and whether it is change-aware. When the
     /// Database Hash it was aware of is not ours now, the database changed while it was
     /// away: with robust caching it is change-unaware (§2.5.2.1), and with Service
-    /// Changed indications on it is told so at once (§7.1), for 0x0001–0xFFFF (what
-    /// changed while it was away is not kept), and is change-aware again once it
-    /// confirms. A record from before hashes were kept (`awareOfHash` nil) is taken
-    /// as aware.
+    /// Changed indications on it is told so at once (§7.1), for the handles changed
+    /// since that database (`GATTServerState.changes(since:)`; 0x0001–0xFFFF when this
+    /// server does not know it), and has taken the change in once it confirms. A record
+    /// from before hashes were kept (`awareOfHash` nil) is taken as aware.
     public func restoreClient(_ record: GATTServerState.ClientRecord, connection handle: UInt16) {
         guard let bearer = bearers[handle] else { return }
         report(state.restoreClientConfigurations(record.configurations, connection: handle), response: nil, connection: handle)
@@ -503,13 +508,13 @@ public actor GATTServer: LoopIsolated {
             }
             return
         }
-        state.changedWhileAway(connection: handle)
+        let range = state.changedWhileAway(connection: handle, known: known)
         guard let sc = self.handle(of: GATTCharacteristicType.serviceChanged), state.configuration(valueHandle: sc, connection: handle).indicate else {
             logger.debug("database changed while a bonded client was away; it has no Service Changed indications",
                          metadata: ["ble.handle": "\(handle)", "gatt.change_aware": "\(state.isChangeAware(handle))"])
             return
         }
-        let value: [UInt8] = [0x01, 0x00, 0xFF, 0xFF]
+        let value = Self.serviceChangedValue(range)
         // Queued now when the bearer shares the server's loop (it does on a host), so it
         // goes out before anything the server answers next.
         let queued = bearer.loop.inEventLoop ? bearer.onLoop { $0.startIndication(handle: sc, value: value) } : nil
@@ -519,7 +524,7 @@ public actor GATTServer: LoopIsolated {
             do {
                 let confirmation = if let queued { queued } else { await bearer.startIndication(handle: sc, value: value) }
                 try await confirmation()
-                await self?.awareAgain(handle)
+                await self?.confirmedServiceChanged(handle, hash: current)
             } catch {
                 logger.debug("Service Changed at reconnection not confirmed", metadata: ["ble.handle": "\(handle)", "error": "\(error)"])
             }

@@ -71,8 +71,10 @@ public struct GATTServerState: Sendable {
     public struct ClientRecord: Hashable, Sendable {
         public var configurations: [UInt16: UInt16]
         public var supportedFeatures: UInt8
-        /// The current Database Hash while the client is change-aware; nil while it is
-        /// not (a bond then keeps the hash it knew), or when the database has no hash.
+        /// The Database Hash of the database as the client last knew it: the current
+        /// one while it is change-aware, the one before a change it has not taken in
+        /// (not confirmed Service Changed for, not read the hash since); nil when the
+        /// database has no hash.
         public var awareOfHash: [UInt8]?
 
         public init(configurations: [UInt16: UInt16] = [:], supportedFeatures: UInt8 = 0, awareOfHash: [UInt8]? = nil) {
@@ -98,6 +100,16 @@ public struct GATTServerState: Sendable {
     /// Hash, since they became change-unaware (their next request may make them aware).
     private var outOfSyncSent: Set<UInt16> = []
     private var hashRead: Set<UInt16> = []
+    /// The Database Hash each connection's client last knew, while that is not the
+    /// current one (it has not taken in a change yet, whether or not it caches robustly).
+    private var behind: [UInt16: [UInt8]] = [:]
+    /// The latest changes of the database, oldest first: the hash before each and the
+    /// handles it touched, so a client back from a known hash is told only what
+    /// changed since (`changes(since:)`).
+    private var changeLog: [(before: [UInt8], range: ClosedRange<UInt16>)] = []
+    /// How many changes `changeLog` keeps; a client that knew an older database is
+    /// told of 0x0001–0xFFFF.
+    public static let changesKept = 64
     /// The signing key of each connection whose client is bonded with one.
     private var signing: [UInt16: SigningKey] = [:]
 
@@ -153,7 +165,7 @@ public struct GATTServerState: Sendable {
     /// What a bond keeps of `connection` (`ClientRecord`).
     public func clientRecord(connection: UInt16) -> ClientRecord {
         ClientRecord(configurations: clientConfigurations(connection: connection), supportedFeatures: clientFeatures[connection] ?? 0,
-                     awareOfHash: changeUnaware.contains(connection) ? nil : databaseHashValue)
+                     awareOfHash: behind[connection] ?? databaseHashValue)
     }
 
     /// The Database Hash characteristic's value (§7.3), nil when the database has none.
@@ -167,11 +179,30 @@ public struct GATTServerState: Sendable {
         clientFeatures[connection, default: 0] |= bits & ClientSupportedFeatures.all
     }
 
-    /// The database changed while `connection`'s bonded client was away: with robust
-    /// caching it is change-unaware until it confirms Service Changed or reads the
-    /// Database Hash (§2.5.2.1).
-    public mutating func changedWhileAway(connection: UInt16) {
+    /// The database changed while `connection`'s bonded client was away (it knew the
+    /// database whose hash was `known`): with robust caching it is change-unaware until
+    /// it confirms Service Changed or reads the Database Hash (§2.5.2.1). Returns the
+    /// handles to tell it of in Service Changed: those changed since `known`
+    /// (`changes(since:)`), or 0x0001–0xFFFF when that database is not among the
+    /// changes kept (this server never served it, or it is older).
+    @discardableResult
+    public mutating func changedWhileAway(connection: UInt16, known: [UInt8]) -> ClosedRange<UInt16> {
+        if known != databaseHashValue { behind[connection] = known }
         if (clientFeatures[connection] ?? 0) & ClientSupportedFeatures.robustCaching != 0 { becameChangeUnaware(connection) }
+        return changes(since: known) ?? 0x0001...0xFFFF
+    }
+
+    /// The handles the changes since the database whose hash is `hash` touched, as one
+    /// range (Service Changed carries one); nil when that database is the current one
+    /// or not among the last `changesKept` changes. A hash the database had more than
+    /// once counts from its latest time (the layout was the same).
+    public func changes(since hash: [UInt8]) -> ClosedRange<UInt16>? {
+        var covered: ClosedRange<UInt16>?
+        for change in changeLog.reversed() {
+            covered = covered.map { Swift.min($0.lowerBound, change.range.lowerBound)...Swift.max($0.upperBound, change.range.upperBound) } ?? change.range
+            if change.before == hash { return covered }
+        }
+        return nil
     }
 
     private mutating func becameChangeUnaware(_ connection: UInt16) {
@@ -197,9 +228,40 @@ public struct GATTServerState: Sendable {
 
     public func signingKey(connection: UInt16) -> SigningKey? { signing[connection] }
 
-    /// The database changed: every connection with robust caching becomes change-unaware.
-    public mutating func databaseChanged() {
+    /// The database changed over `range` (already applied to `database`): the Database
+    /// Hash is computed again, the change is logged, each of `connections` not yet
+    /// behind now knows an older database, and every connection with robust caching
+    /// becomes change-unaware.
+    public mutating func databaseChanged(_ range: ClosedRange<UInt16>, connections: [UInt16]) {
+        let before = databaseHashValue
+        if let h = database.attributes.first(where: { $0.type == GATTCharacteristicType.databaseHash })?.handle {
+            try? database.refreshDatabaseHash(at: h)
+        }
+        if let before, before != databaseHashValue {
+            changeLog.append((before, range))
+            if changeLog.count > Self.changesKept { changeLog.removeFirst(changeLog.count - Self.changesKept) }
+            for c in connections where behind[c] == nil { behind[c] = before }
+        }
         for (c, f) in clientFeatures where f & ClientSupportedFeatures.robustCaching != 0 { becameChangeUnaware(c) }
+    }
+
+    /// `connection` confirmed a Service Changed indication sent while the Database Hash
+    /// was `hash`: it has taken in the changes up to that database. When that is the
+    /// current one, a client on one ATT bearer is change-aware again; one with enhanced
+    /// bearers (`singleBearer` false) that caches robustly stays change-unaware until
+    /// it reads the Database Hash (§2.5.2.1), and its record keeps the older hash.
+    /// Returns whether the client's record changed.
+    public mutating func confirmedServiceChanged(connection: UInt16, hash: [UInt8]?, singleBearer: Bool) -> Bool {
+        guard let hash, hash != databaseHashValue else {
+            guard singleBearer || !changeUnaware.contains(connection) else { return false }
+            let changed = behind[connection] != nil || changeUnaware.contains(connection)
+            becameChangeAware(connection)
+            return changed
+        }
+        // A later change went out after it: it knows the database of `hash` so far.
+        guard behind[connection] != nil, behind[connection] != hash, singleBearer || !changeUnaware.contains(connection) else { return false }
+        behind[connection] = hash
+        return true
     }
 
     /// The client confirmed Service Changed, or read the Database Hash: it is change-aware again.
@@ -207,6 +269,7 @@ public struct GATTServerState: Sendable {
         changeUnaware.remove(connection)
         outOfSyncSent.remove(connection)
         hashRead.remove(connection)
+        behind[connection] = nil
     }
 
     public func isChangeAware(_ connection: UInt16) -> Bool { !changeUnaware.contains(connection) }
@@ -257,7 +320,13 @@ public struct GATTServerState: Sendable {
     /// every such request of a client with enhanced bearers gets it.
     public mutating func handle(_ pdu: ATTPDU, connection: UInt16, mtu: Int, security: LinkSecurity = LinkSecurity(),
                                 supplied: SuppliedValues = [:], singleBearer: Bool = true) -> (response: ATTPDU?, effects: [Effect]) {
-        guard changeUnaware.contains(connection) else { return answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied) }
+        guard changeUnaware.contains(connection) else {
+            let (response, effects) = answer(pdu, connection: connection, mtu: mtu, security: security, supplied: supplied)
+            // A client behind a change that reads the Database Hash knows the database now.
+            guard !behind.isEmpty, behind[connection] != nil, readsDatabaseHash(pdu), response?.opcode != .errorResponse else { return (response, effects) }
+            behind[connection] = nil
+            return (response, effects + [.clientRecordChanged(connection: connection)])
+        }
         switch pdu.opcode.kind {
         case .command: return (nil, [])
         case .request: break

@@ -281,7 +281,8 @@ struct MultipleNotificationTests {
     /// What a bond keeps of a client (`ClientRecord`): its Client Supported Features,
     /// reported when they change, and the Database Hash it is aware of. Back after the
     /// database changed, a robust-caching client is change-unaware: Database Out Of
-    /// Sync, its record keeps no hash, until it reads the hash, which is reported.
+    /// Sync, its record keeps the hash it knew, until it reads the hash, which is
+    /// reported.
     @Test func aClientRecordKeepsFeaturesAndTheHashItIsAwareOf() throws {
         var db = AttributeDatabase()
         let m = try db.addMandatoryServices(deviceName: "x")
@@ -302,17 +303,97 @@ struct MultipleNotificationTests {
         s.database = changed
         #expect(s.databaseHashValue != known)
         s.restoreClientFeatures(record.supportedFeatures, connection: 2)
-        s.changedWhileAway(connection: 2)
+        // This state did not see the change happen: it tells of the whole range.
+        #expect(s.changedWhileAway(connection: 2, known: known) == 0x0001...0xFFFF)
         #expect(s.handle(.readRequest(handle: level), connection: 2, mtu: 23).response
                 == .errorResponse(request: .readRequest, handle: 0, error: .databaseOutOfSync))
-        #expect(s.clientRecord(connection: 2).awareOfHash == nil)
+        #expect(s.clientRecord(connection: 2).awareOfHash == known)
         let (hash, effects) = s.handle(.readRequest(handle: m.databaseHash), connection: 2, mtu: 23)
         #expect(hash == .readResponse(value: s.databaseHashValue ?? []) && effects == [.clientRecordChanged(connection: 2)])
         #expect(s.clientRecord(connection: 2).awareOfHash == s.databaseHashValue)
         #expect(s.handle(.readRequest(handle: level), connection: 2, mtu: 23).response == .readResponse(value: [80]))
         // Without robust caching a client is never change-unaware.
-        s.changedWhileAway(connection: 3)
+        s.changedWhileAway(connection: 3, known: known)
         #expect(s.handle(.readRequest(handle: level), connection: 3, mtu: 23).response == .readResponse(value: [80]))
+    }
+
+    /// A client back from a database this server had is told of the handles changed
+    /// since (§7.1: one range covering them), not of 0x0001–0xFFFF; a database older
+    /// than the changes kept, or one this server never had, gets the whole range.
+    @Test func aClientBackFromAKnownDatabaseIsToldWhatChangedSince() throws {
+        var db = AttributeDatabase()
+        _ = try db.addMandatoryServices(deviceName: "x")
+        var s = GATTServerState(database: db)
+        func add(_ uuid: UInt16) throws -> ClosedRange<UInt16> {
+            let h = try s.database.add(GATTService(uuid: BluetoothUUID(uuid), characteristics: [
+                GATTCharacteristic(uuid: BluetoothUUID(uuid + 1), properties: [.read], value: [1]),
+            ]))
+            s.databaseChanged(h.start...h.end, connections: [])
+            return h.start...h.end
+        }
+        let h0 = try #require(s.databaseHashValue)
+        let a = try add(0xFFE0)
+        let h1 = try #require(s.databaseHashValue)
+        let b = try add(0xFFF0)
+        #expect(h1 != h0 && s.databaseHashValue != h1)
+        #expect(s.changes(since: h1) == b && s.changes(since: h0) == a.lowerBound...b.upperBound)
+        #expect(s.changes(since: try #require(s.databaseHashValue)) == nil)
+        let since = s.changedWhileAway(connection: 1, known: h0)
+        #expect(since == a.lowerBound...b.upperBound)
+        #expect(s.clientRecord(connection: 1).awareOfHash == h0)
+        let unknown = s.changedWhileAway(connection: 2, known: [UInt8](repeating: 7, count: 16))
+        #expect(unknown == 0x0001...0xFFFF)
+        // Removing B is a change too, back to h1's layout.
+        s.databaseChanged(try s.database.removeService(at: b.lowerBound), connections: [])
+        #expect(s.databaseHashValue == h1 && s.changes(since: h0) == a.lowerBound...b.upperBound)
+        // Past `changesKept` changes, h0 is forgotten; h1 (seen again since) is not.
+        for _ in 0..<GATTServerState.changesKept / 2 {
+            let c = try add(0xFFF0)
+            s.databaseChanged(try s.database.removeService(at: c.lowerBound), connections: [])
+        }
+        #expect(s.changes(since: h0) == nil)
+        let whole = s.changedWhileAway(connection: 3, known: h0)
+        #expect(whole == 0x0001...0xFFFF)
+        let c = try add(0xFFF0)
+        #expect(s.changes(since: h1) == c)
+    }
+
+    /// A connected client behind a change keeps, in its record, the hash it last knew,
+    /// until it takes the change in: it confirms Service Changed (for the changes up
+    /// to when it was sent), or reads the Database Hash. A client that caches robustly
+    /// on enhanced bearers stays change-unaware after a confirmation (§2.5.2.1: on
+    /// more than one bearer only reading the hash makes it aware).
+    @Test func aConnectedClientTakesAChangeInWhenItConfirmsOrReadsTheHash() throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "x")
+        var s = GATTServerState(database: db)
+        // 1: one bearer; 2: robust caching, enhanced bearers; 3: enhanced bearers;
+        // 4: reads the hash; 5: robust caching, one bearer.
+        for c: UInt16 in [2, 5] { _ = s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x01]), connection: c, mtu: 23) }
+        let h0 = try #require(s.databaseHashValue)
+        func add(_ uuid: UInt16) throws -> [UInt8] {
+            let h = try s.database.add(GATTService(uuid: BluetoothUUID(uuid)))
+            s.databaseChanged(h.start...h.end, connections: [1, 2, 3, 4, 5])
+            return try #require(s.databaseHashValue)
+        }
+        let h1 = try add(0xFFE0)
+        #expect([UInt16](1...5).allSatisfy { s.clientRecord(connection: $0).awareOfHash == h0 })
+        let h2 = try add(0xFFF0)
+        func confirm(_ c: UInt16, _ hash: [UInt8], singleBearer: Bool = true) -> Bool {
+            s.confirmedServiceChanged(connection: c, hash: hash, singleBearer: singleBearer)
+        }
+        // The first change's indication confirmed, then the second's.
+        #expect(confirm(1, h1) && s.clientRecord(connection: 1).awareOfHash == h1)
+        #expect(confirm(1, h2) && s.clientRecord(connection: 1).awareOfHash == h2)
+        #expect(!confirm(1, h2))
+        #expect(!confirm(2, h2, singleBearer: false))
+        #expect(!s.isChangeAware(2) && s.clientRecord(connection: 2).awareOfHash == h0)
+        #expect(confirm(3, h2, singleBearer: false) && s.clientRecord(connection: 3).awareOfHash == h2)
+        let (hash, effects) = s.handle(.readRequest(handle: m.databaseHash), connection: 4, mtu: 23)
+        #expect(hash == .readResponse(value: h2) && effects == [.clientRecordChanged(connection: 4)])
+        #expect(s.clientRecord(connection: 4).awareOfHash == h2)
+        #expect(confirm(5, h2) && s.isChangeAware(5))
+        #expect(s.clientRecord(connection: 5).awareOfHash == h2)
     }
 
     /// §2.5.2.1, as the Core Specification words it: a change-unaware client's
@@ -330,7 +411,7 @@ struct MultipleNotificationTests {
         var s = GATTServerState(database: db)
         for c: UInt16 in [1, 2] {
             _ = s.handle(.writeRequest(handle: m.clientSupportedFeatures, value: [0x01]), connection: c, mtu: 23)
-            s.changedWhileAway(connection: c)
+            s.changedWhileAway(connection: c, known: [UInt8](repeating: 7, count: 16))
         }
         let outOfSync = { (op: ATTOpcode) in ATTPDU.errorResponse(request: op, handle: 0, error: .databaseOutOfSync) }
         // Discovery over ranges is answered.

@@ -101,6 +101,28 @@ struct MandatoryServicesTests {
         #expect(await server.clientRecord(connection: 1).awareOfHash == known)
     }
 
+    /// A bonded client back from a database this server had is told, at reconnection,
+    /// of the handles changed since (§7.1), not of 0x0001–0xFFFF.
+    @Test func aRestoredClientIsToldOnlyWhatChangedSinceTheDatabaseItKnew() async throws {
+        var db = AttributeDatabase()
+        let m = try db.addMandatoryServices(deviceName: "swift")
+        let server = GATTServer(database: db, logger: Self.logger)
+        let known = try #require(await server.database.attribute(m.databaseHash)?.value)
+        // Changed with no one connected.
+        let added = try await server.addService(GATTService(uuid: BluetoothUUID(0xFFE0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFE1), properties: [.read], value: [1]),
+        ]))
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: Self.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: Self.logger))
+        await client.start()
+        await server.restoreClient(GATTServerState.ClientRecord(configurations: [m.serviceChangedConfiguration: 0x0002], awareOfHash: known), connection: 1)
+        _ = try await client.read(m.deviceName)
+        let sc = [UInt8(m.serviceChanged & 0xFF), UInt8(m.serviceChanged >> 8)]
+        let range = [UInt8(added.start & 0xFF), UInt8(added.start >> 8), UInt8(added.end & 0xFF), UInt8(added.end >> 8)]
+        #expect(serverEnd.sent.withLock { $0.filter { $0.first == 0x1D } } == [[0x1D] + sc + range])
+    }
+
     @Test func addingAServiceIndicatesServiceChangedToSubscribers() async throws {
         var db = AttributeDatabase()
         let m = try db.addMandatoryServices(deviceName: "swift")

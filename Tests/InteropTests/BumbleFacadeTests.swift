@@ -152,15 +152,17 @@ import Transports
     /// A bonded client is told what changed while it was away. Bumble's central pairs
     /// with bonding, subscribes to Service Changed and leaves; we add a service; it
     /// comes back and only encrypts from its stored keys: the Database Hash it knew is
-    /// not ours any more, so our server indicates Service Changed for 0x0001–0xFFFF at
-    /// once (Vol 3, Part G, §7.1; what changed while it was away is not kept). Before,
-    /// nothing came, and a client caching the layout used stale handles.
+    /// not ours any more, so our server indicates Service Changed at once (Vol 3,
+    /// Part G, §7.1), for the handles of the service added while it was away (the
+    /// server keeps its latest changes by the hash before each). Before, nothing came,
+    /// and a client caching the layout used stale handles; then 0x0001–0xFFFF came.
     @Test func aBondedBumbleCentralIsToldTheDatabaseChangedWhileItWasAway() async throws {
-        guard let bumble = try await Self.bondedCentralAfterAChange("central-service-changed", seed: 13) else { return }
+        guard let (bumble, added) = try await Self.bondedCentralAfterAChange("central-service-changed", seed: 13) else { return }
         let subscribed = BumbleSMPTests.named(bumble, "subscribed").first?["handle"] as? Int
         let indication = BumbleSMPTests.named(bumble, "indication").first
         #expect(subscribed != nil && indication?["handle"] as? Int == subscribed, "\(bumble)")
-        #expect(indication?["value"] as? String == "0100ffff", "\(bumble)")
+        let range = [added.lowerBound, added.upperBound].map { String(format: "%02x%02x", $0 & 0xFF, $0 >> 8) }.joined()
+        #expect(added.lowerBound > 1 && indication?["value"] as? String == range, "\(bumble)")
         #expect(BumbleSMPTests.named(bumble, "error").isEmpty, "\(bumble)")
     }
 
@@ -171,7 +173,7 @@ import Transports
     /// forgotten with the link and the read answered as if nothing had changed.
     @Test func aBondedRobustCachingBumbleCentralIsChangeUnawareAfterAChange() async throws {
         let level = Characteristic(uuid: BluetoothUUID(0x2A19), properties: [.read], value: [80])
-        guard let bumble = try await Self.bondedCentralAfterAChange("central-robust-caching", seed: 14, serving: [level]) else { return }
+        guard let (bumble, _) = try await Self.bondedCentralAfterAChange("central-robust-caching", seed: 14, serving: [level]) else { return }
         let reads = BumbleSMPTests.named(bumble, "read")
         #expect(reads.first { $0["what"] as? String == "before" }?["error"] as? Int == 0x12, "\(bumble)")
         #expect((BumbleSMPTests.named(bumble, "hash").first?["values"] as? [String])?.first?.count == 32, "\(bumble)")
@@ -182,8 +184,10 @@ import Transports
     /// Runs a bonded Bumble central in `mode` (bumble_smp_peer.py) against our facade
     /// peripheral serving `serving` (in a Battery service), adds a service once the
     /// first link ends (the central waits 2 s before it comes back), and returns what
-    /// the central printed; nil when Rootcanal or Bumble is not there.
-    static func bondedCentralAfterAChange(_ mode: String, seed: UInt64, serving: [Characteristic] = []) async throws -> [[String: Any]]? {
+    /// the central printed and the added service's handles; nil when Rootcanal or
+    /// Bumble is not there.
+    static func bondedCentralAfterAChange(_ mode: String, seed: UInt64, serving: [Characteristic] = []) async throws
+        -> (events: [[String: Any]], added: ClosedRange<UInt16>)? {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return nil }
         let rc = try await RootcanalProcess.launch(binary: binary)
         defer { rc.stop() }
@@ -196,12 +200,13 @@ import Transports
         defer { RootcanalProcess.kill(peer.process) }
         let ended = await firstElement(links.filter { if case .disconnected = $0 { return true } else { return false } }, within: .seconds(40))
         try #require(ended != nil)
-        try await host.peripheral.add(Service(uuid: BluetoothUUID(0xFFE0), characteristics: [
-            Characteristic(uuid: BluetoothUUID(0xFFE1), properties: [.read], value: [1]),
-        ]))
+        let added = Characteristic(uuid: BluetoothUUID(0xFFE1), properties: [.read], value: [1])
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0xFFE0), characteristics: [added]))
+        // The service's declaration, the characteristic's, its value.
+        let value = try await host.peripheral.handles(of: added).value
         let events = await peer.events()
         await host.close()
-        return events
+        return (events, (value - 2)...value)
     }
 
     /// Our SPSM asks for encryption; Bumble's central asks for a channel on an
