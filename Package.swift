@@ -75,7 +75,7 @@ let package = Package(
         // fire-alarm example run on it), not test support.
         .target(
             name: "VirtualHCI",
-            dependencies: ["HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            dependencies: ["HCI", "BLECrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .executableTarget(
             name: "FireAlarmSender",

@@ -79,7 +79,7 @@ public enum HCICommandRegistry {
         LESetDataLength.self, LEReadSuggestedDefaultDataLength.self, LEWriteSuggestedDefaultDataLength.self, LEReadMaximumDataLength.self, LESetPHY.self, LESetDefaultPHY.self, LEReadPHY.self,
         LEReadFilterAcceptListSize.self, LEAddDeviceToFilterAcceptList.self,
         LERemoveDeviceFromFilterAcceptList.self, LEClearFilterAcceptList.self,
-        LELongTermKeyRequestReply.self, LELongTermKeyRequestNegativeReply.self, LEEnableEncryption.self,
+        LEEncrypt.self, LERand.self, LELongTermKeyRequestReply.self, LELongTermKeyRequestNegativeReply.self, LEEnableEncryption.self,
         LEAddDeviceToResolvingList.self, LERemoveDeviceFromResolvingList.self, LEClearResolvingList.self,
         LEReadResolvingListSize.self, LESetAddressResolutionEnable.self, LESetPrivacyMode.self,
         LESetAdvertisingSetRandomAddress.self, LESetExtendedAdvertisingParameters.self,

@@ -285,6 +285,29 @@ extension LEEnableEncryption: FieldListing {
     }
 }
 
+extension LEEncrypt.ReturnParameters: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.bytes("encryptedData", encryptedData)
+    }
+}
+
+extension LEEncrypt: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.bytes("key", key)
+        v.bytes("plaintextData", plaintextData)
+    }
+}
+
+extension LERand.ReturnParameters: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {
+        v.field("randomNumber", randomNumber)
+    }
+}
+
+extension LERand: FieldListing {
+    public func listFields<V: FieldVisitor>(into v: inout V) {}
+}
+
 extension LELongTermKeyRequestReply: FieldListing {
     public func listFields<V: FieldVisitor>(into v: inout V) {
         v.field("connectionHandle", connectionHandle)

@@ -462,6 +462,45 @@ public struct LEEnableEncryption: HCICommand {
     }
 }
 
+/// LE Encrypt (§7.8.22): the controller's AES-128 of one block. Key and plaintext go
+/// as every HCI parameter goes, least significant octet first: the reverse of the
+/// FIPS-197 notation (key[0] there is the last octet here); so does the result.
+public struct LEEncrypt: HCICommand {
+    public static let opcode = HCIOpcode.leEncrypt
+    public var key: [UInt8]
+    public var plaintextData: [UInt8]
+    public init(key: [UInt8], plaintextData: [UInt8]) {
+        self.key = key
+        self.plaintextData = plaintextData
+    }
+    public func encodeParameters(into w: inout ByteWriter) {
+        w.write(contentsOf: (key + [UInt8](repeating: 0, count: 16)).prefix(16))
+        w.write(contentsOf: (plaintextData + [UInt8](repeating: 0, count: 16)).prefix(16))
+    }
+    public init(parameters r: inout ByteReader) throws {
+        key = try r.readBytes(16, "Key")
+        plaintextData = try r.readBytes(16, "Plaintext_Data")
+    }
+    public struct ReturnParameters: HCIReturnParameters {
+        public var encryptedData: [UInt8]
+        public init(encryptedData: [UInt8]) { self.encryptedData = encryptedData }
+        public init(returnParameters r: inout ByteReader) throws { encryptedData = try r.readBytes(16, "Encrypted_Data") }
+        public func encode(into w: inout ByteWriter) { w.write(contentsOf: (encryptedData + [UInt8](repeating: 0, count: 16)).prefix(16)) }
+    }
+}
+
+/// LE Rand (§7.8.23): 8 octets from the controller's random number generator.
+public struct LERand: HCIParameterlessCommand {
+    public static let opcode = HCIOpcode.leRand
+    public init() {}
+    public struct ReturnParameters: HCIReturnParameters {
+        public var randomNumber: UInt64
+        public init(randomNumber: UInt64) { self.randomNumber = randomNumber }
+        public init(returnParameters r: inout ByteReader) throws { randomNumber = try r.readUInt64("Random_Number") }
+        public func encode(into w: inout ByteWriter) { w.write(randomNumber) }
+    }
+}
+
 /// LE Long Term Key Request Reply (§7.8.25).
 public struct LELongTermKeyRequestReply: HCICommand {
     public typealias ReturnParameters = HCIConnectionHandleReturn

@@ -13,20 +13,32 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// The specification's name, or nil for an opcode this stack does not know.
     public var name: String? { Self.names[rawValue] }
 
-    /// The opcode a command line names: `0x2018` (hex), or the specification's name as
-    /// `name` spells it, case and spacing aside (`"LE Rand"`, `le-rand`).
+    /// The opcode a command line names: `0x2018` (hex), `0x08:0x0018` (OGF:OCF in hex,
+    /// as hcitool takes them), or the specification's name as `name` spells it, case,
+    /// spacing and an `HCI_` prefix aside (`"LE Rand"`, `le-rand`, `HCI_LE_Rand`).
     public init?(parsing text: String) {
         // Letters and digits only, lower-cased: "LE Rand", "le-rand" and "LERand" agree.
         func key(_ s: some StringProtocol) -> String {
             String(String.UnicodeScalarView(s.lowercased().unicodeScalars.filter { ("a"..."z").contains($0) || ("0"..."9").contains($0) }))
         }
+        func hex<T: FixedWidthInteger>(_ s: Substring, max: T) -> T? {
+            let digits = s.hasPrefix("0x") ? s.dropFirst(2) : s
+            guard !digits.isEmpty, let v = T(digits, radix: 16), v <= max else { return nil }
+            return v
+        }
         let t = text.lowercased().drop { $0 == " " }
+        if t.contains(":") {
+            let parts = t.split(separator: ":", omittingEmptySubsequences: false)
+            guard parts.count == 2, let ogf = hex(parts[0], max: UInt8(0x3F)), let ocf = hex(parts[1], max: UInt16(0x3FF)) else { return nil }
+            self.init(ogf: ogf, ocf: ocf)
+            return
+        }
         if t.hasPrefix("0x") {
             guard let v = UInt16(t.dropFirst(2).prefix { $0 != " " }, radix: 16) else { return nil }
             self.init(rawValue: v)
             return
         }
-        let wanted = key(t)
+        let wanted = key(t.hasPrefix("hci_") ? t.dropFirst(4) : t)
         guard !wanted.isEmpty, let (raw, _) = Self.names.first(where: { key($0.value) == wanted }) else { return nil }
         self.init(rawValue: raw)
     }

@@ -13,6 +13,7 @@
 // Reset (Vol 4, Part E, §3.1.1): the second kind is refused with Command Disallowed.
 // Periodic advertising and synchronisation to it: VirtualPeriodicSync.swift.
 
+import BLECrypto
 import HCI
 import NIOCore
 import Synchronization
@@ -117,6 +118,19 @@ public actor VirtualController: HCITransport, LoopIsolated {
     var suggestedDataLength: (octets: UInt16, time: UInt16) = (27, 328)
 
 
+    /// LE Rand's generator (SplitMix64), seeded with the address: the same controller
+    /// gives the same numbers in every run, as the radio's replays need.
+    private var randomState: UInt64 = 0
+
+    private func nextRandom() -> UInt64 {
+        if randomState == 0 { randomState = address.value ^ 0x9E37_79B9_7F4A_7C15 }
+        randomState &+= 0x9E37_79B9_7F4A_7C15
+        var z = randomState
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
 
@@ -163,7 +177,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
         .leReadRemoteFeatures, .readRemoteVersionInformation, .leSetDataLength, .leReadSuggestedDefaultDataLength,
         .leWriteSuggestedDefaultDataLength, .leReadMaximumDataLength, .leReadFilterAcceptListSize,
         .leClearFilterAcceptList, .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList,
-        .leEnableEncryption, .leLongTermKeyRequestReply, .leLongTermKeyRequestNegativeReply,
+        .leEnableEncryption, .leLongTermKeyRequestReply, .leLongTermKeyRequestNegativeReply, .leEncrypt, .leRand,
     ]
 
     static func mask(of opcodes: [HCIOpcode]) -> [UInt8] {
@@ -312,6 +326,13 @@ public actor VirtualController: HCITransport, LoopIsolated {
             complete(op, HCIMask64Return(mask: leFeatures))
         case .leReadSupportedStates:
             complete(op, HCIMask64Return(mask: 0x3FF_FFFF_FFFF))
+        case .leEncrypt:
+            // Wire order is least significant octet first; AES-128 takes FIPS-197's order.
+            let c = try LEEncrypt.decode(p)
+            let encrypted = try BLECrypto.e(key: c.key.reversed(), c.plaintextData.reversed())
+            complete(op, LEEncrypt.ReturnParameters(encryptedData: encrypted.reversed()))
+        case .leRand:
+            complete(op, LERand.ReturnParameters(randomNumber: nextRandom()))
         case .setEventMaskPage2:
             encryptionChangeV2 = try SetEventMaskPage2.decode(p).eventMaskPage2 & SetEventMaskPage2.encryptionChangeV2 != 0
             complete(op)

@@ -13,7 +13,12 @@ struct CodecTests {
         #expect(HCIOpcode(parsing: " reset") == .reset)
         #expect(HCIOpcode(parsing: "Read Local Version Information") == .readLocalVersionInformation)
         #expect(HCIOpcode(parsing: "0xFC01")?.rawValue == 0xFC01, "an opcode this stack does not name")
-        for bad in ["", "0x", "0xZZ", "0x12345", "LE Frobnicate", "---"] { #expect(HCIOpcode(parsing: bad) == nil, "\(bad)") }
+        #expect(HCIOpcode(parsing: "HCI_LE_Rand") == .leRand)
+        #expect(HCIOpcode(parsing: "0x08:0x0018") == .leRand && HCIOpcode(parsing: "8:18") == .leRand)
+        #expect(HCIOpcode(parsing: "0x3f:0x001")?.rawValue == 0xFC01)
+        for bad in ["", "0x", "0xZZ", "0x12345", "LE Frobnicate", "---", "0x40:0x0001", "0x08:0x0400", "0x08:", ":0x01", "1:2:3", "hci_"] {
+            #expect(HCIOpcode(parsing: bad) == nil, "\(bad)")
+        }
     }
 
     @Test func byteReaderReadsLittleEndianAndReportsTruncation() throws {

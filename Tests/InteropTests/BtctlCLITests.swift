@@ -394,4 +394,51 @@ import Testing
             #expect(r.status == 1 && r.out.contains(message), "\(r.out)")
         }
     }
+
+    /// `btctl hci`: one command as given, every packet decoded as `trace show` decodes
+    /// it; the answer's status decides the exit status; `--events` shows what follows.
+    @Test func hciSendsOneCommandAndShowsTheAnswer() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let buffer = try await Self.run(["hci", "-t", "virtual", "LE Read Buffer Size"])
+        #expect(buffer.status == 0 && buffer.out.contains("Command Complete: LE Read Buffer Size status=Success (0x00)"), "\(buffer.out)")
+        #expect(buffer.out.contains("leACLDataPacketLength: 251"), "\(buffer.out)")
+        // --reset first; OGF:OCF; one JSON object per frame.
+        let json = try await Self.run(["hci", "-t", "virtual", "--json", "--reset", "0x08:0x0018"])
+        let frames = json.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(json.status == 0 && frames.map { $0["name"] as? String } == ["Reset", "Command Complete", "LE Rand", "Command Complete"], "\(json.out)")
+        #expect(frames.last?["command"] as? String == "LE Rand" && frames.last?["status"] as? Int == 0, "\(json.out)")
+        // A status other than Success: exit status 1, the status named.
+        let vendor = try await Self.run(["hci", "-t", "virtual", "0x3f:0x001", "01"])
+        #expect(vendor.status == 1 && vendor.out.contains("unknown 0xfc01: Unknown HCI Command (0x01)"), "\(vendor.out)")
+        // LE Create Connection to the radio's sender: Command Status, then (--events) the link.
+        let connect = try await Self.run(["hci", "-t", "virtual", "--events", "1", "LE Create Connection",
+                                          "1000", "1000", "00", "00", "010000eeffc0", "00", "1800", "2800", "0000", "f401", "0000", "0000"])
+        #expect(connect.status == 0 && connect.out.contains("Command Status: LE Create Connection status=Success (0x00)"), "\(connect.out)")
+        #expect(connect.out.contains("LE Meta: LE Connection Complete") && connect.out.contains("peerAddress: C0:FF:EE:00:00:01"), "\(connect.out)")
+        for (args, says) in [(["LE Frobnicate"], "COMMAND takes an opcode"), (["reset", "0"], "two digits each"),
+                             (["lerand", String(repeating: "00", count: 256)], "at most 255 parameter bytes"),
+                             (["0x40:0x0001"], "COMMAND takes"), (["lerand", "--events", "0"], "--events must be between 0.1 and 86400")] {
+            let bad = try await Self.run(["hci", "-t", "virtual"] + args)
+            #expect(bad.status == 64 && bad.out.contains(says) && bad.out.contains("Usage: btctl hci"), "\(bad.out)")
+        }
+    }
+
+    /// LE Encrypt of FIPS-197's example (Appendix C.1: key 000102…0F, plaintext
+    /// 00112233…FF, ciphertext 69C4E0D8…C55A), its octets in HCI's order (least
+    /// significant first): Rootcanal's controller and the virtual radio's give the
+    /// example's ciphertext. Rootcanal's Read BD_ADDR after --reset is its address.
+    @Test func hciOnRootcanalAndTheVirtualRadioAgree() async throws {
+        guard BtctlGATTTests.isBuilt(), let binary = try Interop.rootcanal() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let key = "0f0e0d0c0b0a09080706050403020100", plaintext = "ffeeddccbbaa99887766554433221100"
+        for transport in [rc.transportSpec, "virtual"] {
+            let r = try await Self.run(["hci", "-t", transport, "LE Encrypt", key, plaintext])
+            #expect(r.status == 0 && r.out.contains("encryptedData: 5ac5b47080b7cdd830047b6ad8e0c469"), "\(transport): \(r.out)")
+        }
+        let address = try await Self.run(["hci", "-t", rc.transportSpec, "--reset", "Read BD_ADDR"])
+        #expect(address.status == 0 && address.out.contains("Command Complete: Reset status=Success"), "\(address.out)")
+        let read = address.out.split(separator: "\n").first { $0.contains("address: ") }.flatMap { BluetoothAddress(String($0.split(separator: " ").last ?? "")) }
+        #expect(read != nil && read != .zero, "\(address.out)")
+    }
 }
