@@ -68,10 +68,16 @@ struct AdvertisingConfiguration: Sendable, Equatable {
     /// The set's periodic advertising (PeriodicAdvertising.swift): its PDUs are then extended ones.
     var periodic: PeriodicConfiguration? = nil
     var phys = AdvertisingPHYs.le1M
+    /// The one device it is for (directed advertising), nil: everyone.
+    var directed: DirectedTarget? = nil
 
     /// Whether it goes out as extended PDUs whatever its length: with periodic
-    /// advertising, or off LE 1M.
-    var needsExtendedPDUs: Bool { periodic != nil || phys != .le1M }
+    /// advertising, off LE 1M, or directed with data (ADV_DIRECT_IND carries none).
+    var needsExtendedPDUs: Bool { periodic != nil || phys != .le1M || (directed != nil && !data.bytes.isEmpty) }
+
+    /// The longest a high duty cycle directed advertisement lasts (§7.8.56: Duration
+    /// 1 to 128 units of 10 ms; a legacy controller ends it itself after 1.28 s).
+    static let highDutyCycleLimit = Duration.milliseconds(1_280)
     /// The PHYs as LE Set Extended Advertising Parameters takes them.
     var phyValues: (primary: UInt8, secondary: UInt8) { (phys.primary.rawValue, phys.secondary.rawValue) }
 
@@ -91,12 +97,40 @@ struct AdvertisingConfiguration: Sendable, Equatable {
         if let d = duration, d < .milliseconds(10) || d > Self.longestDuration {
             throw BLEError.invalidArgument("an advertising duration is 10 ms to 655.35 s, not \(d)")
         }
+        if let d = directed { try validate(directed: d, extendedCommands: extendedCommands) }
         if let m = maximumEvents {
             guard (1...255).contains(m) else { throw BLEError.invalidArgument("maximumEvents is 1 to 255, not \(m)") }
             guard extendedCommands else {
                 throw BLEError.notSupported("a maximum number of advertising events needs a controller driven with the extended commands (usesExtendedCommands)")
             }
         }
+    }
+}
+
+extension AdvertisingConfiguration {
+    /// Directed advertising is connectable, for one device, with no scan response;
+    /// without data it goes out as ADV_DIRECT_IND, with data (extended commands only)
+    /// as extended PDUs; high duty cycle only as ADV_DIRECT_IND, for 1.28 s at most.
+    func validate(directed d: DirectedTarget, extendedCommands: Bool) throws {
+        guard connectable else { throw BLEError.invalidArgument("directed advertising is connectable: it asks one device to connect") }
+        guard scanResponse == nil else { throw BLEError.invalidArgument("directed advertising takes no scan response") }
+        if d.highDutyCycle {
+            guard data.bytes.isEmpty, phys == .le1M, periodic == nil else {
+                throw BLEError.invalidArgument("high duty cycle directed advertising goes out as ADV_DIRECT_IND on LE 1M, which carries no data")
+            }
+            if let duration, duration > Self.highDutyCycleLimit {
+                throw BLEError.invalidArgument("high duty cycle directed advertising lasts 1.28 s at most, not \(duration)")
+            }
+        } else if !data.bytes.isEmpty, !extendedCommands {
+            throw BLEError.notSupported("directed advertising with data needs a controller driven with the extended commands (usesExtendedCommands): ADV_DIRECT_IND carries none")
+        }
+    }
+}
+
+extension DirectedTarget {
+    /// Directed advertising to `peer` (its address as a scan or a bond gives it).
+    public init(_ peer: DeviceAddress, highDutyCycle: Bool = false) {
+        self.init(address: peer.address, addressType: AddressType(rawValue: peer.type.rawValue & 1), highDutyCycle: highDutyCycle)
     }
 }
 
@@ -149,13 +183,24 @@ extension PeripheralManager {
     /// extended PDUs, heard only by extended scanners on its primary PHY, and a
     /// connectable one takes the scan response into the advertisement. A controller
     /// without the PHY refuses it (Unsupported Feature or Parameter Value).
+    ///
+    /// `directedTo` advertises to one device alone (connectable directed advertising,
+    /// as Bumble's `target` and NimBLE's `direct_addr` give it): only that device hears
+    /// it and only it may connect, e.g. a bonded central the peripheral wants back.
+    /// Without data it goes out as ADV_DIRECT_IND, which carries none, to every
+    /// scanner type; with data (the extended commands only) as extended PDUs. High duty
+    /// cycle (`DirectedTarget.highDutyCycle`, for the fastest reconnection) lasts
+    /// 1.28 s at most and carries no data: when no connection comes, `events()`
+    /// delivers `.advertisingEnded(_, .durationElapsed)`. No scan response, and
+    /// `connectable` stays true (`BLEError.invalidArgument` otherwise).
     public func startAdvertising(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                  connectable: Bool = true, intervalMilliseconds: Double = 100,
                                  duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = [],
-                                 phys: AdvertisingPHYs = .le1M) async throws {
+                                 phys: AdvertisingPHYs = .le1M, directedTo: DirectedTarget? = nil) async throws {
         try await host.setAdvertising(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
                                                                intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly,
-                                                               duration: duration, maximumEvents: maximumEvents, phys: phys), set: 0)
+                                                               duration: duration, maximumEvents: maximumEvents, phys: phys,
+                                                               directed: directedTo), set: 0)
     }
 
     public func stopAdvertising() async throws { try await host.setAdvertising(nil, set: 0) }
@@ -180,15 +225,17 @@ extension PeripheralManager {
     /// `AdvertisingDataError.tooLong` as `startAdvertising` does. `duration` and
     /// `maximumEvents` limit the set as they limit `startAdvertising`'s; a set they
     /// ended keeps its handle until removed, and `updateAdvertisingSet` starts it again.
-    /// `acceptListOnly` and `phys` as `startAdvertising` takes them (a long-range set
-    /// beside an LE 1M advertisement reaches both kinds of scanner).
+    /// `acceptListOnly`, `phys` and `directedTo` as `startAdvertising` takes them (a
+    /// long-range set beside an LE 1M advertisement reaches both kinds of scanner; a
+    /// directed set is connectable, so give `connectable: true`).
     public func addAdvertisingSet(_ data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                   connectable: Bool = false, intervalMilliseconds: Double = 100,
                                   duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = [],
-                                  phys: AdvertisingPHYs = .le1M) async throws -> AdvertisingSet {
+                                  phys: AdvertisingPHYs = .le1M, directedTo: DirectedTarget? = nil) async throws -> AdvertisingSet {
         try await host.addAdvertisingSet(AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
                                                                   intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly,
-                                                                  duration: duration, maximumEvents: maximumEvents, phys: phys))
+                                                                  duration: duration, maximumEvents: maximumEvents, phys: phys,
+                                                                  directed: directedTo))
     }
 
     /// Replaces what a set advertises (the set restarts with it, keeping its address,
@@ -197,11 +244,11 @@ extension PeripheralManager {
     public func updateAdvertisingSet(_ set: AdvertisingSet, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = false, intervalMilliseconds: Double = 100,
                                      duration: Duration? = nil, maximumEvents: Int? = nil, acceptListOnly: AdvertisingFilter = [],
-                                     phys: AdvertisingPHYs = .le1M) async throws {
+                                     phys: AdvertisingPHYs = .le1M, directedTo: DirectedTarget? = nil) async throws {
         try await host.requireAdvertisingSet(set)
         var a = AdvertisingConfiguration(data: data, scanResponse: scanResponse, connectable: connectable,
                                          intervalMilliseconds: intervalMilliseconds, filter: acceptListOnly, duration: duration, maximumEvents: maximumEvents,
-                                         phys: phys)
+                                         phys: phys, directed: directedTo)
         // Its periodic advertising goes on, and needs a set neither connectable nor scannable.
         a.periodic = await host.peripheralState.advertising[set.handle]?.periodic
         if a.periodic != nil, connectable || scanResponse != nil {
@@ -244,7 +291,8 @@ extension BluetoothHost {
                 // connects to it again); the data is checked now.
                 guard usesExtendedCommands, peripheralState.advertisingLinks[set] != nil else { return try await startAdvertisingNow(a, set: set) }
                 _ = try Advertiser.extendedPDUs(data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
-                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31, extended: a.needsExtendedPDUs)
+                                                maximumLength: info?.maximumAdvertisingDataLength ?? 31, extended: a.needsExtendedPDUs,
+                                                directed: a.directed)
             }
         } catch {
             peripheralState.advertising[set] = previous.0
@@ -264,6 +312,8 @@ extension BluetoothHost {
             guard units >= 1 else { return nil }
             e.duration = UInt16(min(units, Double(UInt16.max)))
         }
+        // High duty cycle directed advertising takes a Duration of 1.28 s at most (§7.8.56).
+        if a.directed?.highDutyCycle == true, e.duration == 0 || e.duration > 128 { e.duration = 128 }
         return e
     }
 
@@ -331,6 +381,15 @@ extension BluetoothHost {
             reason = .controller(t.status)
         }
         advertisingEnded(t.advertisingHandle, reason)
+    }
+
+    /// An LE Connection Complete with Advertising Timeout: high duty cycle directed
+    /// advertising made no link in its 1.28 s (§7.8.9). With the legacy commands that
+    /// is the end of set 0's advertisement; with the extended ones the set's LE
+    /// Advertising Set Terminated says so, and this event adds nothing.
+    func directedAdvertisingTimedOut() {
+        guard !usesExtendedCommands, peripheralState.advertising[0]?.directed?.highDutyCycle == true else { return }
+        advertisingEnded(0, .durationElapsed)
     }
 
     /// The host's timer for a legacy controller's advertising duration went off.
@@ -420,7 +479,8 @@ extension BluetoothHost {
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
                                                randomAddress: address, handle: set,
                                                duration: enable.duration, maximumEvents: enable.maxExtendedAdvertisingEvents,
-                                               extended: a.needsExtendedPDUs, filterPolicy: a.filter.rawValue, phys: a.phyValues)
+                                               extended: a.needsExtendedPDUs, filterPolicy: a.filter.rawValue, phys: a.phyValues,
+                                               directed: a.directed)
             try await applyPeriodic(a.periodic, set: set)
             if let address { advertisingSetAddressSet(address, set: set) }
             // An end handled while these commands were under way may be the previous
@@ -431,7 +491,7 @@ extension BluetoothHost {
             let generation = own.generation, address = legacyAdvertisingAddress()
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                        intervalMilliseconds: a.intervalMilliseconds, ownAddressType: ownAddressType, randomAddress: address,
-                                       filterPolicy: a.filter.rawValue)
+                                       filterPolicy: a.filter.rawValue, directed: a.directed)
             if let address { controllerAddressSet(address, generation: generation) }
             // The controller keeps no duration for legacy advertising: the host does.
             peripheralState.cancelLegacyAdvertisingTimer()
@@ -451,7 +511,7 @@ extension BluetoothHost {
         try await Advertiser.configureExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
                                                randomAddress: address, handle: set, extended: a.needsExtendedPDUs, filterPolicy: a.filter.rawValue,
-                                               phys: a.phyValues)
+                                               phys: a.phyValues, directed: a.directed)
         if let address { advertisingSetAddressSet(address, set: set) }
     }
 

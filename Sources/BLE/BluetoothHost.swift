@@ -593,6 +593,11 @@ public actor BluetoothHost: LoopIsolated {
             periodicReport(r)
         case let .le(.periodicAdvertisingSyncLost(l)):
             syncLost(l.syncHandle)
+        // Advertising Timeout ends directed advertising, never a connection attempt.
+        case let .le(.connectionComplete(c)) where c.status == .advertisingTimeout:
+            directedAdvertisingTimedOut()
+        case let .le(.enhancedConnectionComplete(c)) where c.status == .advertisingTimeout:
+            directedAdvertisingTimedOut()
         case let .le(.connectionComplete(c)) where !c.status.isSuccess:
             connectFailed(c.peerAddress, c.status)
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:

@@ -8,6 +8,7 @@
 @_exported import struct HCI.ControllerInfo
 @_exported import struct HCI.LEFeatures
 @_exported import struct HCI.LEConnectionParameters
+@_exported import struct GAP.DirectedTarget
 @_exported import class HCI.DropCounter
 @_exported import struct HCI.BufferedStream
 @_exported import protocol HCI.HCITransport

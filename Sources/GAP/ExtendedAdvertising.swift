@@ -36,15 +36,16 @@ extension Advertiser {
     /// requests only from the Filter Accept List's devices). `phys`: the primary and
     /// secondary advertising PHYs (1 LE 1M, 2 LE 2M, 3 LE Coded); a set whose primary
     /// PHY is not LE 1M goes out as extended PDUs whatever its length (legacy PDUs are
-    /// LE 1M's alone, §7.8.53).
+    /// LE 1M's alone, §7.8.53). `directed`: connectable directed advertising to that
+    /// device alone (`extendedPDUs` says which PDUs).
     public static func startExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                      connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                      randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0,
                                      duration: UInt16 = 0, maximumEvents: UInt8 = 0, extended: Bool = false, filterPolicy: UInt8 = 0,
-                                     phys: (primary: UInt8, secondary: UInt8) = (1, 1)) async throws {
+                                     phys: (primary: UInt8, secondary: UInt8) = (1, 1), directed: DirectedTarget? = nil) async throws {
         try await configureExtended(controller, data: data, scanResponse: scanResponse, connectable: connectable,
                                     intervalMilliseconds: intervalMilliseconds, maximumLength: maximumLength, randomAddress: randomAddress,
-                                    handle: handle, extended: extended, filterPolicy: filterPolicy, phys: phys)
+                                    handle: handle, extended: extended, filterPolicy: filterPolicy, phys: phys, directed: directed)
         try await controller.send(LESetExtendedAdvertisingEnable(enable: true, sets: [
             .init(advertisingHandle: handle, duration: duration, maxExtendedAdvertisingEvents: maximumEvents)]))
     }
@@ -55,21 +56,34 @@ extension Advertiser {
     public static func configureExtended(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                                          connectable: Bool = true, intervalMilliseconds: Double = 100, maximumLength: Int,
                                          randomAddress: BluetoothAddress? = nil, handle: UInt8 = 0, extended: Bool = false,
-                                         filterPolicy: UInt8 = 0, phys: (primary: UInt8, secondary: UInt8) = (1, 1)) async throws {
+                                         filterPolicy: UInt8 = 0, phys: (primary: UInt8, secondary: UInt8) = (1, 1),
+                                         directed: DirectedTarget? = nil) async throws {
         let (adv, rsp, properties) = try extendedPDUs(data: data, scanResponse: scanResponse, connectable: connectable,
-                                                      maximumLength: maximumLength, extended: extended || phys.primary != 1)
+                                                      maximumLength: maximumLength, extended: extended || phys.primary != 1, directed: directed)
         let legacy = properties & 0x10 != 0
+        // ADV_DIRECT_IND carries neither data nor a scan response: none is set (§7.8.54).
+        let directedLegacy = legacy && properties & 0x04 != 0
         let units = UInt32(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
         _ = try? await controller.send(LESetExtendedAdvertisingEnable(enable: false, sets: [.init(advertisingHandle: handle)]))
+        if directed != nil {
+            // A set holding data or a scan response refuses parameters that cannot carry
+            // them (Rootcanal, by §7.8.53): emptied first. A set not created yet, or one
+            // that takes no scan response, refuses this harmlessly.
+            for c in fragments([], LESetExtendedAdvertisingData.self, handle: handle) { _ = try? await controller.send(c) }
+            for c in fragments([], LESetExtendedScanResponseData.self, handle: handle) { _ = try? await controller.send(c) }
+        }
         try await controller.send(LESetExtendedAdvertisingParameters(
             advertisingHandle: handle, advertisingEventProperties: properties, primaryAdvertisingIntervalMin: units,
-            primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random, advertisingFilterPolicy: filterPolicy,
+            primaryAdvertisingIntervalMax: units, ownAddressType: randomAddress == nil ? .public : .random,
+            peerAddressType: directed?.addressType ?? .public, peerAddress: directed?.address ?? .zero, advertisingFilterPolicy: filterPolicy,
             primaryAdvertisingPHY: legacy ? 1 : phys.primary, secondaryAdvertisingPHY: legacy ? 1 : phys.secondary, advertisingSID: handle & 0x0F))
         if let randomAddress {
             try await controller.send(LESetAdvertisingSetRandomAddress(advertisingHandle: handle, randomAddress: randomAddress))
         }
-        for c in fragments(adv, LESetExtendedAdvertisingData.self, handle: handle) { try await controller.send(c) }
-        if legacy, properties != 0x10 {
+        if !directedLegacy {
+            for c in fragments(adv, LESetExtendedAdvertisingData.self, handle: handle) { try await controller.send(c) }
+        }
+        if legacy, properties != 0x10, !directedLegacy {
             for c in fragments(rsp, LESetExtendedScanResponseData.self, handle: handle) { try await controller.send(c) }
         }
     }
@@ -78,9 +92,23 @@ extension Advertiser {
     /// Advertising_Event_Properties. Throws `AdvertisingDataError.tooLong` as it does,
     /// so a host can check data it will send later. `extended`: extended PDUs even for
     /// data that fits legacy ones (a set with periodic advertising, §7.8.61).
+    /// `directed`: ADV_DIRECT_IND (legacy, high or low duty cycle) when there is no data
+    /// and no need of extended PDUs; else connectable directed extended PDUs (low duty
+    /// cycle only: §7.8.53 has no high duty cycle for them), whose AUX_ADV_IND carries
+    /// the data (and the scan response's, as for any connectable extended set).
     public static func extendedPDUs(data: AdvertisingData, scanResponse: AdvertisingData?, connectable: Bool,
-                                    maximumLength: Int, extended: Bool = false) throws -> (data: [UInt8], scanResponse: [UInt8], properties: UInt16) {
+                                    maximumLength: Int, extended: Bool = false,
+                                    directed: DirectedTarget? = nil) throws -> (data: [UInt8], scanResponse: [UInt8], properties: UInt16) {
         let adv = data.bytes, rsp = scanResponse?.bytes ?? []
+        if let directed {
+            // Legacy ADV_DIRECT_IND: 0b10101 low duty, 0b11101 high duty.
+            if adv.isEmpty, rsp.isEmpty, !extended { return ([], [], directed.highDutyCycle ? 0x1D : 0x15) }
+            let limit = directed.highDutyCycle ? 0 : Swift.min(maximumLength, LESetExtendedAdvertisingParameters.maximumDataLength(properties: 0x05))
+            guard adv.count + rsp.count <= limit, !directed.highDutyCycle || !extended else {
+                throw AdvertisingDataError.tooLong(length: adv.count + rsp.count, limit: limit)
+            }
+            return (adv + rsp, [], 0x05)
+        }
         if adv.count <= 31 && rsp.count <= 31 && !extended {
             // Legacy PDUs: ADV_IND 0b10011, ADV_SCAN_IND 0b10010, ADV_NONCONN_IND 0b10000.
             return (adv, rsp, connectable ? 0x13 : (rsp.isEmpty ? 0x10 : 0x12))

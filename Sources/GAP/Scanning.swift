@@ -45,6 +45,9 @@ public struct Advertisement: Hashable, Sendable {
 
     public var isScanResponse: Bool { eventType == 4 }
     public var isConnectable: Bool { eventType == 0 || eventType == 1 }
+    /// Directed advertising (ADV_DIRECT_IND, or an extended PDU with TargetA): for this
+    /// scanner alone, which may connect to it.
+    public var isDirected: Bool { eventType == 1 }
 
     /// Distance from the advertised TX Power Level or an iBeacon's measured power, if either is present.
     public var estimatedMetres: Double? {
@@ -117,6 +120,22 @@ public enum Scanner {
     }
 }
 
+/// The one device directed advertising is for (Peer_Address of §7.8.5 and §7.8.53):
+/// only it hears the advertisement, and only it may connect.
+public struct DirectedTarget: Hashable, Sendable {
+    public var address: BluetoothAddress
+    /// Public or random (the device's identity type, or random for its private address).
+    public var addressType: AddressType
+    /// High duty cycle: as often as every 3.75 ms, for 1.28 s at most (for a fast
+    /// reconnection); low duty cycle: at the advertising interval, until stopped.
+    public var highDutyCycle: Bool
+    public init(address: BluetoothAddress, addressType: AddressType = .public, highDutyCycle: Bool = false) {
+        self.address = address
+        self.addressType = addressType
+        self.highDutyCycle = highDutyCycle
+    }
+}
+
 public enum Advertiser {
     /// Starts legacy advertising. Throws `AdvertisingDataError.tooLong` (saying how much
     /// fits) before touching the controller when either payload exceeds 31 bytes.
@@ -124,19 +143,26 @@ public enum Advertiser {
     /// address; `randomAddress`, when given, is set first (LE Set Random Address, which
     /// the controller refuses while it scans or initiates: the caller knows when).
     /// `filterPolicy`: Advertising_Filter_Policy (bit 0 scan requests, bit 1 connection
-    /// requests only from the Filter Accept List's devices).
+    /// requests only from the Filter Accept List's devices). `directed`: connectable
+    /// directed advertising (ADV_DIRECT_IND) to that device alone, which carries no
+    /// data (the caller gives none); high duty cycle lasts 1.28 s at most (the
+    /// controller then ends it with an LE Connection Complete of status Advertising
+    /// Timeout), low duty cycle until stopped.
     public static func start(_ controller: HCIController, data: AdvertisingData, scanResponse: AdvertisingData? = nil,
                              connectable: Bool = true, intervalMilliseconds: Double = 100,
-                             ownAddressType: AddressType = .public, randomAddress: BluetoothAddress? = nil, filterPolicy: UInt8 = 0) async throws {
+                             ownAddressType: AddressType = .public, randomAddress: BluetoothAddress? = nil, filterPolicy: UInt8 = 0,
+                             directed: DirectedTarget? = nil) async throws {
         let adv = try data.encoded()
         let rsp = try scanResponse?.encoded() ?? []
         let units = UInt16(Swift.max(32, Swift.min(16384, intervalMilliseconds / 0.625)))
-        // ADV_IND when connectable; ADV_SCAN_IND when there is a scan response to give; else ADV_NONCONN_IND.
-        let type: UInt8 = connectable ? 0 : (rsp.isEmpty ? 3 : 2)
+        // ADV_DIRECT_IND (1 high duty, 4 low duty) when directed; ADV_IND when connectable;
+        // ADV_SCAN_IND when there is a scan response to give; else ADV_NONCONN_IND.
+        let type: UInt8 = directed.map { $0.highDutyCycle ? 1 : 4 } ?? (connectable ? 0 : (rsp.isEmpty ? 3 : 2))
         _ = try? await controller.send(LESetAdvertisingEnable(advertisingEnable: false))
         if let randomAddress { try await controller.send(LESetRandomAddress(randomAddress: randomAddress)) }
         try await controller.send(LESetAdvertisingParameters(advertisingIntervalMin: units, advertisingIntervalMax: units, advertisingType: type,
-                                                             ownAddressType: ownAddressType, advertisingFilterPolicy: filterPolicy))
+                                                             ownAddressType: ownAddressType, peerAddressType: directed?.addressType ?? .public,
+                                                             peerAddress: directed?.address ?? .zero, advertisingFilterPolicy: filterPolicy))
         try await controller.send(LESetAdvertisingData(data: adv))
         try await controller.send(LESetScanResponseData(data: rsp))
         try await controller.send(LESetAdvertisingEnable(advertisingEnable: true))

@@ -58,6 +58,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
     /// The legacy commands' Advertising_Type, as event properties.
     private var legacyProperties: UInt16 = 0x13
     private var legacyPeerAddress: BluetoothAddress = .zero
+    /// Which legacy enabling this is: a high duty cycle timer ends only the one that armed it.
+    private var legacyRuns: UInt64 = 0
     private var ownAddressType: AddressType = .public
     /// The legacy advertising's Advertising_Filter_Policy (§7.8.5).
     var legacyFilterPolicy: UInt8 = 0
@@ -371,6 +373,14 @@ public actor VirtualController: HCITransport, LoopIsolated {
             let starting = on && !isAdvertising
             isAdvertising = on
             complete(op)
+            if starting, legacyProperties == 0x1D {
+                // High duty cycle directed advertising: 1.28 s at most (§7.8.9).
+                legacyRuns += 1
+                let run = legacyRuns
+                _ = LoopTimer(after: .milliseconds(1_280), on: loop) { [weak self] in
+                    self?.onLoop { $0.highDutyCycleElapsed(run: run) }
+                }
+            }
             if starting { await radio?.advertisingStarted(self) }
         case .leSetScanParameters:
             let c = try LESetScanParameters.decode(p)
@@ -611,9 +621,28 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     /// A set's Duration elapsed: it ends with Advertising Timeout.
     private func durationElapsed(_ handle: UInt8, run: UInt64) {
+        let highDuty = sets.sets[handle].map { $0.properties & 0x0D == 0x0D } ?? false
         guard let n = sets.durationElapsed(handle, run: run) else { return }
+        // As Rootcanal: high duty cycle directed advertising that made no link also ends
+        // with an LE Connection Complete of Advertising Timeout (§7.8.56 allows both).
+        if highDuty { advertisingTimeout() }
         setTerminated(LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: handle, connectionHandle: 0,
                                                  numCompletedExtendedAdvertisingEvents: UInt8(clamping: n)))
+    }
+
+    /// Legacy high duty cycle directed advertising (enabling `run`) made no link in
+    /// 1.28 s: it stops, with an LE Connection Complete of Advertising Timeout (§7.8.9).
+    private func highDutyCycleElapsed(run: UInt64) {
+        guard isAdvertising, legacyRuns == run, legacyProperties == 0x1D else { return }
+        isAdvertising = false
+        advertisingTimeout()
+    }
+
+    /// The LE (Enhanced) Connection Complete that ends directed advertising: Advertising
+    /// Timeout, no handle, role central and a zero address, as Rootcanal sends it.
+    private func advertisingTimeout() {
+        emitConnectionComplete(LEEnhancedConnectionComplete(status: .advertisingTimeout, connectionHandle: 0, role: .central, peerAddressType: .public,
+                                                            peerAddress: .zero, connectionInterval: 0, peripheralLatency: 0, supervisionTimeout: 0))
     }
 
     /// LE Advertising Set Terminated, when the host unmasked it (LE event mask bit 17).

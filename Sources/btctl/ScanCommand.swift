@@ -141,7 +141,7 @@ struct Scan: AsyncParsableCommand {
     static func json(_ a: Advertisement) -> JSONValue { .object(fields(a)) }
 
     static func text(_ a: Advertisement) -> String {
-        var parts = ["\(a.address)\(a.addressType == .random ? "/random" : "")", "\(a.rssi) dBm", a.isScanResponse ? "scan-rsp" : (a.isConnectable ? "connectable" : "non-connectable")]
+        var parts = ["\(a.address)\(a.addressType == .random ? "/random" : "")", "\(a.rssi) dBm", a.isScanResponse ? "scan-rsp" : a.isDirected ? "directed" : (a.isConnectable ? "connectable" : "non-connectable")]
         if a.primaryPHY == PHY.leCoded.rawValue { parts.append("LE Coded") }
         parts += dataText(a.data, distance: a.estimatedMetres)
         if let i = a.periodicAdvertisingInterval { parts.append("periodic every \(Double(i) * 1.25) ms (SID \(a.advertisingSID ?? 0))") }
@@ -237,6 +237,10 @@ struct Advertise: AsyncParsableCommand {
     @Flag(help: "With --accept: only those devices get the scan response too.") var acceptScans = false
     @Option(help: ArgumentHelp("The advertisement's PHYs: 1m (default), coded (long range: LE Coded for the advertisement and its data), or 2m (its data on LE 2M); other than 1m needs a controller with extended advertising, and only extended scanners hear it.",
                                valueName: "PHY")) var phy: PHYName = .le1m
+    @Option(help: ArgumentHelp("Directed advertising to this device alone (XX:XX:XX:XX:XX:XX[/random]): only it hears the advertisement, and only it may connect. ADV_DIRECT_IND carries no data, so with nothing to advertise it goes out as that; what is given to advertise needs a controller with extended advertising (extended PDUs, no flags, no scan response).",
+                               valueName: "ADDRESS")) var directed: DeviceAddress?
+    @Flag(help: "With --directed: high duty cycle, for the fastest reconnection; it lasts 1.28 s at most (then 'stopped advertising: its duration elapsed') and carries no data.")
+    var highDuty = false
 
     /// What `--accept` and `--accept-scans` make each advertisement answer alone.
     var filter: AdvertisingFilter { accept.isEmpty ? [] : acceptScans ? [.connections, .scanRequests] : .connections }
@@ -245,17 +249,21 @@ struct Advertise: AsyncParsableCommand {
         guard duration.isFinite, (0.1...86_400).contains(duration) else { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(duration)") }
         if acceptScans, accept.isEmpty { throw ValidationError("--accept-scans needs the devices: --accept ADDRESS") }
         if let t = txPower, !(-127...20).contains(t) { throw ValidationError("--tx-power must be between -127 and 20 dBm, not \(t)") }
+        if highDuty, directed == nil { throw ValidationError("--high-duty is for directed advertising: give --directed ADDRESS") }
+        if directed != nil, nonConnectable { throw ValidationError("--directed advertising is connectable: it asks one device to connect") }
+        if highDuty, try !payloads().0.bytes.isEmpty { throw ValidationError("--high-duty advertising carries no data: give nothing to advertise") }
         _ = try payloads()
         for s in sets { _ = try AdvertisingSetSpec(parsing: s) }
     }
 
     /// Packs the pieces greedily: beacons and flags into the advertisement, then
     /// services, TX power and the name wherever they fit (advertisement first, then the
-    /// scan response); a name that fits neither is sent shortened.
+    /// scan response); a name that fits neither is sent shortened. Directed: everything
+    /// in the advertisement (extended PDUs hold it), no flags, nothing when nothing is given.
     func payloads() throws -> (AdvertisingData, AdvertisingData?) {
         var d = AdvertisingData()
         var rsp = AdvertisingData()
-        d.flags = 0x06
+        d.flags = directed == nil ? 0x06 : nil
         if let m = manufacturer {
             guard let md = AdvertisingSetSpec.manufacturerData(m) else { throw ValidationError("--manufacturer must be COMPANY:HEX") }
             d.manufacturerData.append(md)
@@ -265,7 +273,7 @@ struct Advertise: AsyncParsableCommand {
             guard p.count == 4, let u = BluetoothUUID(String(p[0])), let ma = UInt16(p[1]), let mi = UInt16(p[2]), let pw = Int8(p[3]) else {
                 throw ValidationError("--ibeacon must be UUID:MAJOR:MINOR:POWER")
             }
-            d.flags = 0x04
+            d.flags = directed == nil ? 0x04 : nil
             d.manufacturerData.append(IBeacon(uuid: u, major: ma, minor: mi, measuredPower: pw).manufacturerData)
         }
         if let u = eddystoneUrl {
@@ -279,7 +287,7 @@ struct Advertise: AsyncParsableCommand {
         func place(_ change: (inout AdvertisingData) -> Void) -> Bool {
             var t = d
             change(&t)
-            if t.bytes.count <= 31 { d = t; return true }
+            if t.bytes.count <= (directed == nil ? 31 : LESetExtendedAdvertisingParameters.maximumDataLength(properties: 0x05)) { d = t; return true }
             var r = rsp
             change(&r)
             if r.bytes.count <= 31 { rsp = r; return true }
@@ -322,20 +330,24 @@ struct Advertise: AsyncParsableCommand {
             }
             defer { endReporter.cancel() }
             if !accept.isEmpty { try await host.setAcceptList(accept) }
-            try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable, acceptListOnly: filter, phys: phy.advertising)
+            try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable, acceptListOnly: filter, phys: phy.advertising,
+                                                       directedTo: directed.map { DirectedTarget($0, highDutyCycle: highDuty) })
             func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool,
                         periodic: (data: AdvertisingData, intervalMilliseconds: Double)? = nil, phys: AdvertisingPHYs) {
                 if options.json {
-                    emit(.object([("event", .string("advertising")), ("set", .int(Int(set))), ("connectable", .bool(connectable)),
-                                  ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]
-                                 + (periodic.map { [("periodic", .string($0.data.bytes.hexString)), ("periodic_interval_ms", .double($0.intervalMilliseconds))] } ?? [])
-                                 + (accept.isEmpty ? [] : [("accept_list", .array(accept.map { .string($0.description) })), ("accept_scans", .bool(acceptScans))])
-                                 + (phys == .le1M ? [] : [("primary_phy", .string(phys.primary.description)), ("secondary_phy", .string(phys.secondary.description))])))
+                    var fields: [(String, JSONValue)] = [("event", .string("advertising")), ("set", .int(Int(set))), ("connectable", .bool(connectable)),
+                                                         ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]
+                    if let periodic { fields += [("periodic", .string(periodic.data.bytes.hexString)), ("periodic_interval_ms", .double(periodic.intervalMilliseconds))] }
+                    if !accept.isEmpty { fields += [("accept_list", .array(accept.map { .string($0.description) })), ("accept_scans", .bool(acceptScans))] }
+                    if phys != .le1M { fields += [("primary_phy", .string(phys.primary.description)), ("secondary_phy", .string(phys.secondary.description))] }
+                    if set == 0, let directed { fields += [("directed", .string(directed.description)), ("high_duty", .bool(highDuty))] }
+                    emit(.object(fields))
                 } else {
                     print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "")"
                           + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable")\(phys == .le1M ? "" : ", on \(phys)")"
                           + "\(periodic.map { ", with \($0.data.bytes.count) bytes of periodic advertising every \($0.intervalMilliseconds) ms" } ?? "")"
-                          + "\(accept.isEmpty ? "" : ", to \(accept.map(\.description).joined(separator: ", ")) alone\(acceptScans ? " (scan response too)" : "")") for \(duration) s")
+                          + "\(accept.isEmpty ? "" : ", to \(accept.map(\.description).joined(separator: ", ")) alone\(acceptScans ? " (scan response too)" : "")")"
+                          + "\(set != 0 ? "" : directed.map { ", directed to \($0)\(highDuty ? " (high duty cycle)" : "")" } ?? "") for \(duration) s")
                 }
             }
             report(set: 0, d, rsp, connectable: !nonConnectable, phys: phy.advertising)

@@ -261,6 +261,29 @@ import Testing
         #expect(lines.last?["event"] as? String == "stopped", "\(adv.out)")
     }
 
+    /// `--directed`: the advertisement is for one device; `--high-duty` ends by itself
+    /// after 1.28 s (nobody at that address connects), reported as its duration's end.
+    /// Data with ADV_DIRECT_IND (the legacy commands) is refused, as are --high-duty
+    /// without --directed and with data.
+    @Test func advertiseDirected() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let adv = try await Self.run(["advertise", "-t", "virtual", "--json", "--duration", "3", "--directed", "C0:FF:EE:00:00:02/random", "--high-duty"])
+        #expect(adv.status == 0, "\(adv.out)")
+        let lines = try JSONSchemaTests.check(adv.out, against: "advertise")
+        let first = lines.first { $0["event"] as? String == "advertising" }
+        #expect(first?["directed"] as? String == "C0:FF:EE:00:00:02/random" && first?["high_duty"] as? Bool == true && first?["data"] as? String == "", "\(adv.out)")
+        #expect(lines.contains { $0["event"] as? String == "advertising_ended" && $0["reason"] as? String == "duration" }, "\(adv.out)")
+        let named = try await Self.run(["advertise", "-t", "virtual", "--duration", "0.5", "--directed", "C0:FF:EE:00:00:02", "--name", "x"])
+        #expect(named.status == 1 && named.out.contains("ADV_DIRECT_IND carries none"), "\(named.out)")
+        let extended = try await Self.run(["advertise", "-t", "virtual5", "--duration", "0.5", "--directed", "C0:FF:EE:00:00:02", "--name", "x"])
+        #expect(extended.status == 0 && extended.out.contains("directed to C0:FF:EE:00:00:02"), "\(extended.out)")
+        for (args, says) in [(["--high-duty"], "--high-duty is for directed advertising"), (["--directed", "C0:FF:EE:00:00:02", "--high-duty", "--name", "x"], "carries no data"),
+                             (["--directed", "C0:FF:EE:00:00:02", "--non-connectable"], "is connectable")] {
+            let bad = try await Self.run(["advertise", "-t", "virtual"] + args)
+            #expect(bad.status == 64 && bad.out.contains(says), "\(bad.out)")
+        }
+    }
+
     /// `btctl sync` on `virtual5`: the fire-alarm sender's periodic train, found by
     /// address or name, followed for the duration; the scan shows the pointer to it.
     /// On `virtual` (legacy controllers) there is none to find.
