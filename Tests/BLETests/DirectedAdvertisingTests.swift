@@ -94,8 +94,8 @@ import Testing
         #expect(try await Self.heard(from: room.addresses[0], by: room.central).isEmpty)
     }
 
-    /// On Rootcanal: our peripheral directs its advertisement to our central host's
-    /// address; the central hears it as directed (ADV_DIRECT_IND with the legacy PDUs
+    /// On Rootcanal: our peripheral, advertising a name until then, directs its
+    /// advertisement to our central host's address; the central hears it as directed (ADV_DIRECT_IND with the legacy PDUs
     /// Rootcanal's controller sends) and connects. Then high duty cycle to an absent
     /// device ends by itself (Rootcanal sends LE Connection Complete with Advertising
     /// Timeout and LE Advertising Set Terminated).
@@ -105,6 +105,10 @@ import Testing
         let (p, c) = (rc.hosts[0], rc.hosts[1])
         let (pAddress, cAddress) = (rc.addresses[0], rc.addresses[1])
         let events = p.peripheral.events()
+        // Set 0 holds a name first: Rootcanal refuses directed parameters for a set with data.
+        var named = AdvertisingData()
+        named.localName = "undirected"
+        try await p.peripheral.startAdvertising(named)
         try await p.peripheral.startAdvertising(AdvertisingData(), directedTo: DirectedTarget(address: cAddress))
         let heard = try await Self.heard(from: pAddress, by: c)
         #expect(!heard.isEmpty && heard.allSatisfy { $0.isDirected && $0.isConnectable }, "\(heard)")
