@@ -11,6 +11,8 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
     /// PIN or Key Missing: the peripheral's host has no key for this link (LTK negative reply).
     public static let pinOrKeyMissing = HCIStatus(rawValue: 0x06)
     public static let memoryCapacityExceeded = HCIStatus(rawValue: 0x07)
+    /// Connection Timeout: the link's supervision timeout ran out (the peer fell silent).
+    public static let connectionTimeout = HCIStatus(rawValue: 0x08)
     /// Connection Already Exists: also a Create Sync for a train already synchronised to (§7.8.67).
     public static let connectionAlreadyExists = HCIStatus(rawValue: 0x0B)
     public static let commandDisallowed = HCIStatus(rawValue: 0x0C)

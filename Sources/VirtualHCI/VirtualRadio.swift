@@ -76,6 +76,23 @@ public actor VirtualRadio: LoopIsolated {
         return c
     }
 
+    /// Takes `c` off the radio, as a device that vanished (its host went away): its
+    /// links end for their peers with Connection Timeout (0x08, what a peer's
+    /// controller reports when the other side falls silent), what it advertised or
+    /// broadcast periodically is no longer heard, and it is closed.
+    public func remove(_ c: VirtualController) async {
+        guard controllers.contains(where: { $0 === c }) else { return }
+        controllers.removeAll { $0 === c }
+        let ended = links.filter { $0.central === c || $0.peripheral === c }
+        links.removeAll { $0.central === c || $0.peripheral === c }
+        for l in ended {
+            let (peer, handle) = l.central === c ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
+            await peer.disconnected(handle: handle, reason: .connectionTimeout)
+        }
+        await periodicTrainsEnded(c)
+        await c.close()
+    }
+
     public func setDistance(_ metres: Double, between a: BluetoothAddress, and b: BluetoothAddress) {
         distances[Pair(a, b)] = Swift.max(0.1, metres)
     }

@@ -22,15 +22,29 @@ enum VirtualPeer {
     static func controller(logger: Logger, extendedAdvertising: Bool = false) async throws -> VirtualController {
         let radio = VirtualRadio()
         await radio.setDistance(3.5, between: peerAddress, and: ownAddress)
-        let peerHost = BluetoothHost(transport: await radio.makeController(address: peerAddress, extendedAdvertising: extendedAdvertising),
-                                     logger: Logger(label: "virtual-peer") { _ in SwiftLogNoOpLogHandler() }, deviceName: "FireAlarm-B3")
-        // The radio has no timers: advertising is heard as time passes, here every 50 ms.
+        tick(radio, every: .milliseconds(50))
+        try await addFireAlarmSender(to: radio, extendedAdvertising: extendedAdvertising)
+        return await radio.makeController(address: ownAddress, extendedAdvertising: extendedAdvertising)
+    }
+
+    /// The radio has no timers: advertising is heard as time passes, here every `interval`
+    /// (one advertising event of every set), until btctl exits.
+    static func tick(_ radio: VirtualRadio, every interval: Duration) {
         let ticker = Task {
             while !Task.isCancelled {
                 await radio.tick()
-                try? await Task.sleep(for: .milliseconds(50))
+                try? await Task.sleep(for: interval)
             }
         }
+        world.withLock { $0 += [radio, ticker] }
+    }
+
+    /// The fire-alarm sender ("FireAlarm-B3" at `peerAddress`) on `radio`, advertising
+    /// and serving its database until btctl exits; with `extendedAdvertising`, also
+    /// its periodic train.
+    static func addFireAlarmSender(to radio: VirtualRadio, extendedAdvertising: Bool) async throws {
+        let peerHost = BluetoothHost(transport: await radio.makeController(address: peerAddress, extendedAdvertising: extendedAdvertising),
+                                     logger: Logger(label: "virtual-peer") { _ in SwiftLogNoOpLogHandler() }, deviceName: "FireAlarm-B3")
         try await peerHost.start()
         let sender = FireAlarmSender(host: peerHost, name: "FireAlarm-B3", log: { _ in })
         try await sender.start()
@@ -44,7 +58,6 @@ enum VirtualPeer {
             state.manufacturerData = [.init(companyIdentifier: 0xFFFF, data: Array("FA ok".utf8))]
             try await peerHost.peripheral.startPeriodicAdvertising(on: set, data: state, intervalMilliseconds: 100)
         }
-        world.withLock { $0 += [radio, peerHost, sender, ticker] }
-        return await radio.makeController(address: ownAddress, extendedAdvertising: extendedAdvertising)
+        world.withLock { $0 += [peerHost, sender] }
     }
 }

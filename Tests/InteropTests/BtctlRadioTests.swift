@@ -1,0 +1,58 @@
+// `btctl radio`: the virtual radio's controllers served on TCP ports, as Rootcanal
+// serves its own. Bumble's host (an independent stack) drives one controller as a GATT
+// peripheral, our btctl drives the other as a central and reads Bumble's value: the
+// virtual controller's advertising, connection and data path, tried by a host we did
+// not write. A host that leaves takes its controller off the radio; the port takes
+// the next host.
+
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BtctlRadioTests {
+    /// The ports `radio --json` printed, by controller index.
+    static func ports(_ output: String) -> [Int: String] {
+        var out: [Int: String] = [:]
+        for line in output.split(separator: "\n") where line.hasPrefix("{") {
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], o["event"] as? String == "controller",
+                  let i = o["index"] as? Int, let t = o["transport"] as? String else { continue }
+            out[i] = t
+        }
+        return out
+    }
+
+    @Test func bumbleAndBtctlMeetOnTheRadio() async throws {
+        guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
+        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"])
+        #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
+        let ports = Self.ports(radio.output)
+        let (one, two) = (try #require(ports[1]), try #require(ports[2]))
+        // Bumble, as a GATT peripheral, on controller 1 (tcp-client:HOST:PORT).
+        let port = try #require(one.split(separator: ":").last.map(String.init))
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", port, "--forever"])
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(radio.output)\n\(bumble.output)")
+        let read = try await BtctlGATTTests.run(["gatt", "read", "F1:F2:F3:F4:F5:F6/random", "--uuid", "FFF1", "-t", two])
+        #expect(read.status == 0 && read.out.contains("\"bumble\""), "\(read.out)\n\(bumble.output)")
+        #expect(bumble.output.contains("\"peer\": \"C0:FF:EE:00:01:02/P\""), "Bumble saw controller 2's address: \(bumble.output)")
+        // Bumble leaves: its controller leaves the radio, and nobody is heard on it any more.
+        _ = await bumble.stop()
+        #expect(await radio.waitForOutput { $0.contains(#"{"event":"host_disconnected","index":1}"#) }, "\(radio.output)")
+        let scan = try await BtctlGATTTests.run(["scan", "-t", two, "--duration", "0.5", "--json"])
+        #expect(scan.status == 0 && !scan.out.contains("F1:F2:F3:F4:F5:F6"), "\(scan.out)")
+        // The port takes the next host.
+        let info = try await BtctlGATTTests.run(["info", "-t", one, "--json"])
+        #expect(info.status == 0 && info.out.contains("\"address\":\"C0:FF:EE:00:01:01\""), "\(info.out)")
+        kill(radio.process.processIdentifier, SIGINT)
+        let status = await Interop.exit(of: radio.process, timeout: 20)
+        #expect(status == 130, "\(radio.output)")
+        #expect(try JSONSchemaTests.check(radio.output, against: "radio").last?["event"] as? String == "stopped", "\(radio.output)")
+    }
+
+    @Test func argumentsAreChecked() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        for (args, says) in [(["--controllers", "0"], "--controllers must be 1 to 16"), (["--tick", "0"], "--tick must be between 1 and 10000"),
+                             (["--port", "65535", "--controllers", "2"], "leaves no room for 2 ports")] {
+            let bad = try await BtctlCLITests.run(["radio"] + args)
+            #expect(bad.status == 64 && bad.out.contains(says) && bad.out.contains("Usage: btctl radio"), "\(bad.out)")
+        }
+    }
+}
