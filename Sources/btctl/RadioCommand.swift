@@ -55,6 +55,12 @@ struct Radio: AsyncParsableCommand {
     @Flag(help: "One JSON object per line on stdout.")
     var json = false
 
+    @Option(help: ArgumentHelp("Record every host's traffic to a btsnoop file in the Linux monitor format: controller N is adapter hci(N-1), with a New Index record when a host connects and a Delete Index when it leaves (btctl trace show, Wireshark).", valueName: "FILE"))
+    var btsnoop: String?
+
+    @Option(help: ArgumentHelp("The same as pcap (link type 254, Linux monitor).", valueName: "FILE"))
+    var pcap: String?
+
     @Flag(name: .shortAndLong, help: "Log each host's connection to stderr.")
     var verbose = false
 
@@ -62,6 +68,7 @@ struct Radio: AsyncParsableCommand {
         guard (1...16).contains(controllers) else { throw ValidationError("--controllers must be 1 to 16, not \(controllers)") }
         guard tick.isFinite, (1...10_000).contains(tick) else { throw ValidationError("--tick must be between 1 and 10000 ms, not \(tick)") }
         if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
+        if btsnoop != nil, pcap != nil { throw ValidationError("give --btsnoop or --pcap, not both") }
         if port != 0, Int(port) + controllers - 1 > Int(UInt16.max) {
             throw ValidationError("--port \(port) leaves no room for \(controllers) ports below 65536")
         }
@@ -73,7 +80,15 @@ struct Radio: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let server = RadioServer(json: json, bluetooth5: bluetooth5)
+        var writer: TraceFileWriter?
+        if let path = btsnoop ?? pcap {
+            let output: TraceEncoder.Output = pcap != nil ? .pcap(linkType: TraceFormat.linkTypeMonitor) : .btsnoop(datalink: TraceFormat.btsnoopMonitor)
+            do { writer = try TraceFileWriter(path: path, output: output) } catch { throw CLIError("cannot record to \(path): \(error)") }
+            let w = writer
+            Interrupt.atExit { w?.close() }
+        }
+        defer { writer?.close() }
+        let server = RadioServer(json: json, bluetooth5: bluetooth5, writer: writer)
         func say(_ fields: [(String, JSONValue)], _ text: String) { server.say(fields, text) }
         var logger = Logger(label: "btctl") { StreamLogHandler.standardError(label: $0) }
         logger.logLevel = verbose ? .debug : .warning
@@ -116,6 +131,19 @@ struct Radio: AsyncParsableCommand {
 struct RadioServer: Sendable {
     let json: Bool
     let bluetooth5: Bool
+    /// --btsnoop/--pcap: every packet, by adapter index (controller N is N-1).
+    let writer: TraceFileWriter?
+
+    /// Records `content` for controller `index` (nothing without a recording).
+    func record(_ content: TraceRecord.Content, _ direction: TraceRecord.Direction, index: Int) {
+        _ = writer?.write(TraceRecord(timestampMicros: RecordingTransport.wallClockMicros(), direction: direction, content: content,
+                                      adapterIndex: UInt16(index - 1)))
+    }
+
+    /// The monitor's New Index record (type primary, bus virtual, the address, the name "radioN").
+    static func newIndex(_ index: Int) -> [UInt8] {
+        [0x00, 0x00] + Radio.address(index).bytes + Array("radio\(index)".utf8.prefix(7)) + [UInt8](repeating: 0, count: 8 - min(7, "radio\(index)".utf8.count))
+    }
 
     func say(_ fields: [(String, JSONValue)], _ text: String) {
         if json { emit(.object(fields)); fflush(nil) } else { note(text) }
@@ -130,17 +158,29 @@ struct RadioServer: Sendable {
             hosts.add(host)
             let controller = await radio.makeController(address: Radio.address(index), extendedAdvertising: bluetooth5)
             say([("event", .string("host_connected")), ("index", .int(index))], "controller \(index): a host connected")
+            record(.monitor(opcode: 0, data: Self.newIndex(index)), .unknown, index: index)
             // One task per direction; `send` waits, so a slow host slows its controller's
             // packets to it (the controller keeps its newest 65,536 and counts the rest).
             let down = Task {
-                do { for try await p in controller.inbound { try await host.send(p) } } catch {}
+                do {
+                    for try await p in controller.inbound {
+                        record(.packet(p), .controllerToHost, index: index)
+                        try await host.send(p)
+                    }
+                } catch {}
                 await host.close()
             }
-            do { for try await p in host.inbound { try await controller.send(p) } } catch {}
+            do {
+                for try await p in host.inbound {
+                    record(.packet(p), .hostToController, index: index)
+                    try await controller.send(p)
+                }
+            } catch {}
             await radio.remove(controller)
             await host.close()
             await down.value
             hosts.remove(host)
+            record(.monitor(opcode: 1, data: []), .unknown, index: index)
             say([("event", .string("host_disconnected")), ("index", .int(index))], "controller \(index): the host left; its controller left the radio")
         }
     }

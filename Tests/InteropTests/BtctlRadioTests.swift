@@ -22,7 +22,8 @@ import Testing
 
     @Test func bumbleAndBtctlMeetOnTheRadio() async throws {
         guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
-        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"])
+        let file = BtctlCLITests.temporary("radio.btsnoop")
+        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json", "--btsnoop", file])
         #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
         let ports = Self.ports(radio.output)
         let (one, two) = (try #require(ports[1]), try #require(ports[2]))
@@ -45,6 +46,22 @@ import Testing
         let status = await Interop.exit(of: radio.process, timeout: 20)
         #expect(status == 130, "\(radio.output)")
         #expect(try JSONSchemaTests.check(radio.output, against: "radio").last?["event"] as? String == "stopped", "\(radio.output)")
+        // The recording: controller N is adapter N-1; Bumble's Read Response goes to
+        // controller 1, btctl's Read Request to controller 2; each host's arrival and
+        // departure is a New Index and a Delete Index.
+        let shown = try await BtctlGATTTests.run(["trace", "show", file, "--json"])
+        let frames = try JSONSchemaTests.check(shown.out, against: "trace-show")
+        func on(_ index: Int, _ dir: String, _ att: String) -> Bool {
+            frames.contains { $0["index"] as? Int == index && $0["dir"] as? String == dir && $0["att_name"] as? String == att }
+        }
+        #expect(on(0, "tx", "Read Response") && on(1, "tx", "Read Request"), "\(shown.out.prefix(2000))")
+        let indexes = frames.filter { $0["type"] as? String == "monitor" }.compactMap { f in (f["name"] as? String).map { "\($0) \(f["index"] ?? "?")" } }
+        #expect(indexes.filter { $0.hasPrefix("New Index") }.sorted() == ["New Index 0", "New Index 0", "New Index 1", "New Index 1"], "\(indexes)")
+        #expect(indexes.filter { $0.hasPrefix("Delete Index") }.count == 4, "\(indexes)")
+        if let tshark = try Interop.tshark() {
+            let malformed = try await Interop.run(tshark, ["-r", file, "-Y", "_ws.malformed || _ws.expert.severity == error"])
+            #expect(malformed.isEmpty, "\(malformed)")
+        }
     }
 
     @Test func argumentsAreChecked() async throws {
