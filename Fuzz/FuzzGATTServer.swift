@@ -5,8 +5,8 @@
 // and are skipped). The control byte picks the connection (bit 0), the link's
 // encryption, authentication and authorization (bits 1–3; authentication without
 // encryption: unencrypted, with a stored key for the peer), its key size (bits 4–5:
-// 16, 7, 6, 16) and whether the database changed (bit 6) or the connection ended
-// (bit 7) before the PDU. Battery Level stands for a value the application answers
+// 16, 7, 6, 16) and whether the database changed (bit 6, heeded on every eighth
+// record) or the connection ended (bit 7) before the PDU. Battery Level stands for a value the application answers
 // itself: by turns the stored one, one the application supplies and its refusal
 // (application error 0x80), as `GATTServer` passes them for a manual value.
 //
@@ -42,7 +42,9 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         default: [:]
         }
         let connection: UInt16 = control & 1 == 0 ? 0x0040 : 0x0041
-        if control & 0x40 != 0 { server.databaseChanged() }
+        // A change recomputes the Database Hash (AES-CMAC over the database): on a
+        // record in eight, so the target keeps its pace.
+        if control & 0x40 != 0, record % 8 == 0 { server.databaseChanged(0x0001...0xFFFF, connections: [0x0040, 0x0041]) }
         if control & 0x80 != 0 { server.disconnected(connection) }
         // Authenticated without encryption stands for an unencrypted link whose peer has
         // a stored key (`keyAvailable`).
