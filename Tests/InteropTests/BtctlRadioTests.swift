@@ -20,10 +20,12 @@ import Testing
         return out
     }
 
-    @Test func bumbleAndBtctlMeetOnTheRadio() async throws {
+    /// With `--bluetooth5` Bumble advertises with the extended commands (and btctl
+    /// connects with LE Extended Create Connection); without, with the legacy ones.
+    @Test(arguments: [false, true]) func bumbleAndBtctlMeetOnTheRadio(bluetooth5: Bool) async throws {
         guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
-        let file = BtctlCLITests.temporary("radio.btsnoop")
-        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json", "--btsnoop", file])
+        let file = BtctlCLITests.temporary("radio-\(bluetooth5).btsnoop")
+        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json", "--btsnoop", file] + (bluetooth5 ? ["--bluetooth5"] : []))
         #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
         let ports = Self.ports(radio.output)
         let (one, two) = (try #require(ports[1]), try #require(ports[2]))
@@ -55,6 +57,8 @@ import Testing
             frames.contains { $0["index"] as? Int == index && $0["dir"] as? String == dir && $0["att_name"] as? String == att }
         }
         #expect(on(0, "tx", "Read Response") && on(1, "tx", "Read Request"), "\(shown.out.prefix(2000))")
+        let enable = bluetooth5 ? "LE Set Extended Advertising Enable" : "LE Set Advertising Enable"
+        #expect(frames.contains { $0["index"] as? Int == 0 && $0["dir"] as? String == "tx" && $0["name"] as? String == enable }, "Bumble's \(enable)")
         let indexes = frames.filter { $0["type"] as? String == "monitor" }.compactMap { f in (f["name"] as? String).map { "\($0) \(f["index"] ?? "?")" } }
         #expect(indexes.filter { $0.hasPrefix("New Index") }.sorted() == ["New Index 0", "New Index 0", "New Index 1", "New Index 1"], "\(indexes)")
         #expect(indexes.filter { $0.hasPrefix("Delete Index") }.count == 4, "\(indexes)")
