@@ -68,6 +68,30 @@ import Testing
         }
     }
 
+    /// Pairing across the radio: Bumble's Security Manager as peripheral on controller
+    /// 1, `btctl pair` on controller 2. LE Secure Connections, then the link encrypted
+    /// through the virtual controllers (LE Enable Encryption, Bumble's host answering
+    /// the LE Long Term Key Request): both sides say so.
+    @Test func bumblePairsWithBtctlOverTheRadio() async throws {
+        guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
+        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"])
+        #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
+        let ports = Self.ports(radio.output)
+        let (one, two) = (try #require(ports[1]), try #require(ports[2]))
+        let port = try #require(one.split(separator: ":").last.map(String.init))
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_smp_peer.py", port, "peripheral", "1", "0", "none", "0"])
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
+        let pair = try await BtctlGATTTests.run(["pair", "F1:F2:F3:F4:F5:F6/random", "-t", two, "--json"])
+        let paired = pair.out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            .first { $0["event"] as? String == "paired" }
+        #expect(pair.status == 0 && paired?["secure_connections"] as? Bool == true && paired?["key_size"] as? Int == 16, "\(pair.out)")
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"encryption\", \"encrypted\": true") }, "\(bumble.output)")
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"paired\", \"ltk\": true") }, "\(bumble.output)")
+        _ = await bumble.stop()
+        kill(radio.process.processIdentifier, SIGTERM)
+        #expect(await Interop.exit(of: radio.process, timeout: 20) == 143, "\(radio.output)")
+    }
+
     @Test func argumentsAreChecked() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
         for (args, says) in [(["--controllers", "0"], "--controllers must be 1 to 16"), (["--tick", "0"], "--tick must be between 1 and 10000"),
