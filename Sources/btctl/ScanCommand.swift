@@ -228,7 +228,7 @@ struct Advertise: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "TX Power Level to advertise (dBm, -127 to 20), e.g. --tx-power -8.") var txPower: Int?
     @Flag(help: "Non-connectable advertising.") var nonConnectable = false
     @Option(name: .customLong("set"), help: ArgumentHelp(
-        "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable, duration=MS (10 to 655350: the set ends then), events=N (1 to 255: the set ends after N advertising events), periodic=COMPANY:HEX (also a periodic advertising train carrying this manufacturer data; not with connectable), periodic-interval=MS (7.5 to 81918.75, default 100).",
+        "Also advertise this in an advertising set of its own (repeatable; needs a controller with extended advertising): comma-separated name=TEXT, service=UUID (repeatable), manufacturer=COMPANY:HEX, interval=MS (20 to 10240), connectable, duration=MS (10 to 655350: the set ends then), events=N (1 to 255: the set ends after N advertising events), periodic=COMPANY:HEX (also a periodic advertising train carrying this manufacturer data; not with connectable), periodic-interval=MS (7.5 to 81918.75, default 100), phy=1m|2m|coded, directed=ADDRESS (for that device alone, connectable; its data in extended PDUs).",
         valueName: "SPEC")) var sets: [String] = []
     @Option(parsing: .unconditional, help: "Seconds to advertise (0.1 to 86400).") var duration: Double = 30
     @Option(name: .customLong("accept"), help: ArgumentHelp(
@@ -333,34 +333,35 @@ struct Advertise: AsyncParsableCommand {
             try await host.peripheral.startAdvertising(d, scanResponse: rsp, connectable: !nonConnectable, acceptListOnly: filter, phys: phy.advertising,
                                                        directedTo: directed.map { DirectedTarget($0, highDutyCycle: highDuty) })
             func report(set: UInt8, _ d: AdvertisingData, _ rsp: AdvertisingData?, connectable: Bool,
-                        periodic: (data: AdvertisingData, intervalMilliseconds: Double)? = nil, phys: AdvertisingPHYs) {
+                        periodic: (data: AdvertisingData, intervalMilliseconds: Double)? = nil, phys: AdvertisingPHYs,
+                        directed: DeviceAddress? = nil, highDuty: Bool = false) {
                 if options.json {
                     var fields: [(String, JSONValue)] = [("event", .string("advertising")), ("set", .int(Int(set))), ("connectable", .bool(connectable)),
                                                          ("data", .string(d.bytes.hexString)), ("scan_response", .string(rsp?.bytes.hexString ?? ""))]
                     if let periodic { fields += [("periodic", .string(periodic.data.bytes.hexString)), ("periodic_interval_ms", .double(periodic.intervalMilliseconds))] }
                     if !accept.isEmpty { fields += [("accept_list", .array(accept.map { .string($0.description) })), ("accept_scans", .bool(acceptScans))] }
                     if phys != .le1M { fields += [("primary_phy", .string(phys.primary.description)), ("secondary_phy", .string(phys.secondary.description))] }
-                    if set == 0, let directed { fields += [("directed", .string(directed.description)), ("high_duty", .bool(highDuty))] }
+                    if let directed { fields += [("directed", .string(directed.description)), ("high_duty", .bool(highDuty))] }
                     emit(.object(fields))
                 } else {
                     print("advertising \(d.bytes.count) bytes\(rsp.map { " + \($0.bytes.count) bytes scan response" } ?? "")"
                           + "\(set == 0 ? "" : " in set \(set)")\(connectable ? "" : ", not connectable")\(phys == .le1M ? "" : ", on \(phys)")"
                           + "\(periodic.map { ", with \($0.data.bytes.count) bytes of periodic advertising every \($0.intervalMilliseconds) ms" } ?? "")"
                           + "\(accept.isEmpty ? "" : ", to \(accept.map(\.description).joined(separator: ", ")) alone\(acceptScans ? " (scan response too)" : "")")"
-                          + "\(set != 0 ? "" : directed.map { ", directed to \($0)\(highDuty ? " (high duty cycle)" : "")" } ?? "") for \(duration) s")
+                          + "\(directed.map { ", directed to \($0)\(highDuty ? " (high duty cycle)" : "")" } ?? "") for \(duration) s")
                 }
             }
-            report(set: 0, d, rsp, connectable: !nonConnectable, phys: phy.advertising)
+            report(set: 0, d, rsp, connectable: !nonConnectable, phys: phy.advertising, directed: directed, highDuty: highDuty)
             for s in sets {
                 let spec = try AdvertisingSetSpec(parsing: s)
                 let set = try await host.peripheral.addAdvertisingSet(spec.data, connectable: spec.connectable, intervalMilliseconds: spec.intervalMilliseconds,
                                                                       duration: spec.duration, maximumEvents: spec.maximumEvents, acceptListOnly: filter,
-                                                                      phys: spec.phys)
+                                                                      phys: spec.phys, directedTo: spec.directed.map { DirectedTarget($0) })
                 if let p = spec.periodic {
                     try await host.peripheral.startPeriodicAdvertising(on: set, data: p, intervalMilliseconds: spec.periodicIntervalMilliseconds)
                 }
                 report(set: set.handle, spec.data, nil, connectable: spec.connectable,
-                       periodic: spec.periodic.map { ($0, spec.periodicIntervalMilliseconds) }, phys: spec.phys)
+                       periodic: spec.periodic.map { ($0, spec.periodicIntervalMilliseconds) }, phys: spec.phys, directed: spec.directed)
             }
             fflush(nil)
             await Interrupt.sleep(for: cliDuration(seconds: duration))
@@ -419,6 +420,8 @@ struct AdvertisingSetSpec {
     var periodic: AdvertisingData?
     var periodicIntervalMilliseconds = 100.0
     var phys = AdvertisingPHYs.le1M
+    /// Directed advertising to this device alone (its data in extended PDUs).
+    var directed: DeviceAddress?
 
     init(parsing spec: String) throws {
         data.flags = 0x06
@@ -461,12 +464,16 @@ struct AdvertisingSetSpec {
             case let ("phy", v?):
                 guard let p = PHYName(rawValue: v) else { throw ValidationError("--set: phy must be 1m, 2m or coded, not '\(v)'") }
                 phys = p.advertising
+            case let ("directed", v?):
+                guard let a = DeviceAddress(argument: v) else { throw ValidationError("--set: directed must be XX:XX:XX:XX:XX:XX[/random], not '\(v)'") }
+                directed = a
+                connectable = true
             default:
-                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N, periodic=COMPANY:HEX, periodic-interval=MS, phy=1m|2m|coded")
+                throw ValidationError("--set: '\(item)' is not one of name=TEXT, service=UUID, manufacturer=COMPANY:HEX, interval=MS, connectable, duration=MS, events=N, periodic=COMPANY:HEX, periodic-interval=MS, phy=1m|2m|coded, directed=ADDRESS")
             }
         }
         if periodic != nil, connectable {
-            throw ValidationError("--set '\(spec)': periodic advertising needs a set that is not connectable")
+            throw ValidationError("--set '\(spec)': periodic advertising needs a set that is not connectable\(directed != nil ? " (directed is)" : "")")
         }
         guard data.localName != nil || !data.serviceUUIDs.isEmpty || !data.manufacturerData.isEmpty else {
             throw ValidationError("--set '\(spec)' advertises nothing: give it a name, a service or manufacturer data")

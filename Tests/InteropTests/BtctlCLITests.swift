@@ -277,6 +277,10 @@ import Testing
         #expect(named.status == 1 && named.out.contains("ADV_DIRECT_IND carries none"), "\(named.out)")
         let extended = try await Self.run(["advertise", "-t", "virtual5", "--duration", "0.5", "--directed", "C0:FF:EE:00:00:02", "--name", "x"])
         #expect(extended.status == 0 && extended.out.contains("directed to C0:FF:EE:00:00:02"), "\(extended.out)")
+        // A set of its own, directed, beside an undirected advertisement.
+        let set = try await Self.run(["advertise", "-t", "virtual5", "--json", "--duration", "0.5", "--name", "main", "--set", "name=door,directed=C0:FF:EE:00:00:02"])
+        let sets = try JSONSchemaTests.check(set.out, against: "advertise").filter { $0["event"] as? String == "advertising" }
+        #expect(sets.map { $0["directed"] as? String } == [nil, "C0:FF:EE:00:00:02"] && sets.last?["connectable"] as? Bool == true, "\(set.out)")
         for (args, says) in [(["--high-duty"], "--high-duty is for directed advertising"), (["--directed", "C0:FF:EE:00:00:02", "--high-duty", "--name", "x"], "carries no data"),
                              (["--directed", "C0:FF:EE:00:00:02", "--non-connectable"], "is connectable")] {
             let bad = try await Self.run(["advertise", "-t", "virtual"] + args)
