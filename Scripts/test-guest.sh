@@ -12,6 +12,13 @@ $xctest --testing-library swift-testing --filter KernelTests
 BLE_GUEST_UNPRIVILEGED=1 setpriv --reuid=65534 --regid=65534 --clear-groups $xctest --testing-library swift-testing --filter KernelTests
 echo '== btctl list'; .build/debug/btctl list
 echo '== btctl info --transport hci0'; .build/debug/btctl info --transport hci0
+# One raw command on the kernel's HCI user channel: BlueZ's emulated controller
+# (btdev) answers LE Encrypt of FIPS-197's example as Rootcanal and our radio do.
+echo '== btctl hci --transport hci0'
+.build/debug/btctl hci --transport hci0 --reset 'Read BD_ADDR'
+.build/debug/btctl hci --transport hci0 'LE Encrypt' 0f0e0d0c0b0a09080706050403020100 ffeeddccbbaa99887766554433221100 | tee /dev/shm/hci.out
+grep -q 'encryptedData: 5ac5b47080b7cdd830047b6ad8e0c469' /dev/shm/hci.out
+echo '== btctl hci on the kernel: ok'
 echo '== the fire-alarm example on the kernel: FireAlarmSender on hci1, FireAlarmReceiver on hci0 (HCI user channel)'
 # btctl monitor reads the kernel's HCI monitor channel (like btmon) while the session runs.
 .build/debug/btctl monitor --json --btsnoop /dev/shm/monitor.btsnoop >/dev/shm/monitor.out 2>/dev/shm/monitor.err &

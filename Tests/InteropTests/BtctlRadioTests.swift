@@ -92,6 +92,31 @@ import Testing
         #expect(await Interop.exit(of: radio.process, timeout: 20) == 143, "\(radio.output)")
     }
 
+    /// Directed advertising with Bumble as its target: `btctl advertise --directed`
+    /// Bumble's random static address on controller 1; Bumble's central on controller 2
+    /// connects to it, pairs, leaves, and connects again to the advertisement resumed
+    /// after the link (still directed) to encrypt from its keys. btctl reports each
+    /// link as made by set 0.
+    @Test func bumbleConnectsToADirectedAdvertisementForIt() async throws {
+        guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
+        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"])
+        #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
+        let ports = Self.ports(radio.output)
+        let (one, two) = (try #require(ports[1]), try #require(ports[2]))
+        let advertise = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "-t", one, "--directed", "F1:F2:F3:F4:F5:F6/random", "--duration", "30", "--json"])
+        #expect(await advertise.waitForOutput { $0.contains("\"directed\":\"F1:F2:F3:F4:F5:F6/random\"") }, "\(advertise.output)")
+        let port = try #require(two.split(separator: ":").last.map(String.init))
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_smp_peer.py", port, "central", "1", "0", "none", "0", "C0:FF:EE:00:01:01"])
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"done\"") }, "\(bumble.output)\n\(advertise.output)")
+        #expect(bumble.output.contains("\"event\": \"secured\", \"round\": 1, \"encrypted\": true"), "\(bumble.output)")
+        let links = advertise.output.split(separator: "\n").filter { $0.contains("\"event\":\"connected\"") }
+        #expect(links.count == 2 && links.allSatisfy { $0.contains("\"peer\":\"F1:F2:F3:F4:F5:F6\"") }, "\(advertise.output)")
+        _ = await bumble.stop()
+        _ = await advertise.stop()
+        kill(radio.process.processIdentifier, SIGTERM)
+        _ = await Interop.exit(of: radio.process, timeout: 20)
+    }
+
     @Test func argumentsAreChecked() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
         for (args, says) in [(["--controllers", "0"], "--controllers must be 1 to 16"), (["--tick", "0"], "--tick must be between 1 and 10000"),
