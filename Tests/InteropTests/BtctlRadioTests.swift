@@ -96,7 +96,8 @@ import Testing
     /// Bumble's random static address on controller 1; Bumble's central on controller 2
     /// connects to it, pairs, leaves, and connects again to the advertisement resumed
     /// after the link (still directed) to encrypt from its keys. btctl reports each
-    /// link as made by set 0.
+    /// link as made by set 0. Then a btctl scan on the target's controller shows another
+    /// btctl's advertisement directed to it as `directed`.
     @Test func bumbleConnectsToADirectedAdvertisementForIt() async throws {
         guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
         let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"])
@@ -113,6 +114,13 @@ import Testing
         #expect(links.count == 2 && links.allSatisfy { $0.contains("\"peer\":\"F1:F2:F3:F4:F5:F6\"") }, "\(advertise.output)")
         _ = await bumble.stop()
         _ = await advertise.stop()
+        // Two btctl processes: one directs its advertisement to the other's controller,
+        // whose scan shows it as directed.
+        let aimed = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "-t", one, "--directed", "C0:FF:EE:00:01:02", "--duration", "30"])
+        #expect(await aimed.waitForOutput { $0.contains("directed to C0:FF:EE:00:01:02") }, "\(aimed.output)")
+        let scan = try await BtctlGATTTests.run(["scan", "-t", two, "--duration", "1"])
+        #expect(scan.out.split(separator: "\n").contains { $0.hasPrefix("C0:FF:EE:00:01:01") && $0.contains("directed") }, "\(scan.out)")
+        _ = await aimed.stop()
         kill(radio.process.processIdentifier, SIGTERM)
         _ = await Interop.exit(of: radio.process, timeout: 20)
     }
