@@ -126,7 +126,6 @@ struct Radio: AsyncParsableCommand {
     }
 }
 
-
 /// What serves the radio's ports, apart from the command's arguments.
 struct RadioServer: Sendable {
     let json: Bool
@@ -181,7 +180,10 @@ struct RadioServer: Sendable {
             await down.value
             hosts.remove(host)
             record(.monitor(opcode: 1, data: []), .unknown, index: index)
-            say([("event", .string("host_disconnected")), ("index", .int(index))], "controller \(index): the host left; its controller left the radio")
+            // What the controller could not hand its host (a host that fell 65,536 packets behind).
+            let dropped = controller.droppedInbound.count
+            say([("event", .string("host_disconnected")), ("index", .int(index)), ("dropped", .int(dropped))],
+                "controller \(index): the host left; its controller left the radio\(dropped == 0 ? "" : " (\(dropped) packets it fell behind on were dropped)")")
         }
     }
 }

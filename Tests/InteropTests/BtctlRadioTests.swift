@@ -38,7 +38,7 @@ import Testing
         #expect(bumble.output.contains("\"peer\": \"C0:FF:EE:00:01:02/P\""), "Bumble saw controller 2's address: \(bumble.output)")
         // Bumble leaves: its controller leaves the radio, and nobody is heard on it any more.
         _ = await bumble.stop()
-        #expect(await radio.waitForOutput { $0.contains(#"{"event":"host_disconnected","index":1}"#) }, "\(radio.output)")
+        #expect(await radio.waitForOutput { $0.contains(#"{"event":"host_disconnected","index":1,"dropped":0}"#) }, "\(radio.output)")
         let scan = try await BtctlGATTTests.run(["scan", "-t", two, "--duration", "0.5", "--json"])
         #expect(scan.status == 0 && !scan.out.contains("F1:F2:F3:F4:F5:F6"), "\(scan.out)")
         // The port takes the next host.
