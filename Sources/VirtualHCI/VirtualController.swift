@@ -122,10 +122,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     /// LE Rand's generator (SplitMix64), seeded with the address: the same controller
     /// gives the same numbers in every run, as the radio's replays need.
-    private var randomState: UInt64 = 0
+    private lazy var randomState: UInt64 = address.value ^ 0x9E37_79B9_7F4A_7C15
 
     private func nextRandom() -> UInt64 {
-        if randomState == 0 { randomState = address.value ^ 0x9E37_79B9_7F4A_7C15 }
         randomState &+= 0x9E37_79B9_7F4A_7C15
         var z = randomState
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

@@ -47,6 +47,25 @@ struct VirtualRadioTests {
         }
     }
 
+    /// LE Rand: numbers that differ call to call, and the same sequence from the same
+    /// controller in every run (seeded with its address), as a replay needs. LE Encrypt:
+    /// FIPS-197's example (Appendix C.1), its octets in HCI's order.
+    @Test func leRandRepeatsAcrossRunsAndLEEncryptIsAES() async throws {
+        func numbers() async throws -> [UInt64] {
+            let (ha, hb, _, _) = try await Self.setUp(VirtualRadio())
+            var out: [UInt64] = []
+            for _ in 0..<3 { out.append(try await ha.send(LERand()).randomNumber) }
+            out.append(try await hb.send(LERand()).randomNumber)
+            return out
+        }
+        let first = try await numbers(), second = try await numbers()
+        #expect(first == second && Set(first).count == 4, "\(first) \(second)")
+        let (ha, _, _, _) = try await Self.setUp(VirtualRadio())
+        let key = [UInt8](0...15), plaintext: [UInt8] = [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE, 0xFF]
+        let e = try await ha.send(LEEncrypt(key: key.reversed(), plaintextData: plaintext.reversed()))
+        #expect(Array(e.encryptedData.reversed()) == [UInt8](hex: "69c4e0d86a7b0430d8cdb78070b4c55a"))
+    }
+
     /// A 251-byte HCI buffer, 27-octet air PDUs until LE Set Data Length: the peer's
     /// host gets one ACL packet per air PDU, first then continuing fragments. The
     /// length is the sender's: the peer's host hears that it now receives 251 and
