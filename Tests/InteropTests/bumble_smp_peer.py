@@ -529,13 +529,17 @@ async def central_private(device, name):
         disconnected = asyncio.Event()
         # The address may change between the scan and the connection (the peer's
         # period ends): then the attempt times out and we look again, as a phone would.
-        for attempt in range(5):
-            address = await find(device, name, other=first)
+        # A timed-out attempt may leave the controller busy a moment (a scan or a new
+        # connection refused with an HCI error): a short pause, then look again.
+        for attempt in range(8):
+            address = None
             try:
+                address = await find(device, name, other=first)
                 connection = await device.connect(address, timeout=5)
                 break
             except Exception as e:
-                emit(event="retry", round=round, address=address.to_string(False), error=type(e).__name__)
+                emit(event="retry", round=round, address=address.to_string(False) if address else None, error=type(e).__name__)
+                await asyncio.sleep(0.5)
         resolver = device.address_resolver
         emit(event="found", round=round, address=address.to_string(False), resolvable=address.is_resolvable,
              resolved=str(resolver.resolve(address).to_string(False)) if resolver and resolver.resolve(address) else None)
