@@ -20,17 +20,25 @@ import Testing
         return out
     }
 
+    /// A `btctl radio --json` with two controllers (`extra` arguments added), once it
+    /// has printed both: the process, each controller's transport (`tcp:HOST:PORT`) and
+    /// its port alone (what Bumble's scripts take).
+    static func radio(_ extra: [String] = []) async throws -> (process: LiveProcess, transports: [String], ports: [String]) {
+        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"] + extra)
+        #expect(await radio.waitForOutput { ports($0).count == 2 }, "\(radio.output)")
+        let found = ports(radio.output)
+        let transports = [try #require(found[1]), try #require(found[2])]
+        return (radio, transports, try transports.map { try #require($0.split(separator: ":").last.map(String.init)) })
+    }
+
     /// With `--bluetooth5` Bumble advertises with the extended commands (and btctl
     /// connects with LE Extended Create Connection); without, with the legacy ones.
     @Test(arguments: [false, true]) func bumbleAndBtctlMeetOnTheRadio(bluetooth5: Bool) async throws {
         guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
         let file = BtctlCLITests.temporary("radio-\(bluetooth5).btsnoop")
-        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json", "--btsnoop", file] + (bluetooth5 ? ["--bluetooth5"] : []))
-        #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
-        let ports = Self.ports(radio.output)
-        let (one, two) = (try #require(ports[1]), try #require(ports[2]))
+        let (radio, transports, ports) = try await Self.radio(["--btsnoop", file] + (bluetooth5 ? ["--bluetooth5"] : []))
+        let (one, two, port) = (transports[0], transports[1], ports[0])
         // Bumble, as a GATT peripheral, on controller 1 (tcp-client:HOST:PORT).
-        let port = try #require(one.split(separator: ":").last.map(String.init))
         let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", port, "--forever"])
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(radio.output)\n\(bumble.output)")
         let read = try await BtctlGATTTests.run(["gatt", "read", "F1:F2:F3:F4:F5:F6/random", "--uuid", "FFF1", "-t", two])
@@ -74,11 +82,8 @@ import Testing
     /// the LE Long Term Key Request): both sides say so.
     @Test func bumblePairsWithBtctlOverTheRadio() async throws {
         guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
-        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"])
-        #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
-        let ports = Self.ports(radio.output)
-        let (one, two) = (try #require(ports[1]), try #require(ports[2]))
-        let port = try #require(one.split(separator: ":").last.map(String.init))
+        let (radio, transports, ports) = try await Self.radio()
+        let (two, port) = (transports[1], ports[0])
         let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_smp_peer.py", port, "peripheral", "1", "0", "none", "0"])
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
         let pair = try await BtctlGATTTests.run(["pair", "F1:F2:F3:F4:F5:F6/random", "-t", two, "--json"])
@@ -100,14 +105,11 @@ import Testing
     /// btctl's advertisement directed to it as `directed`.
     @Test func bumbleConnectsToADirectedAdvertisementForIt() async throws {
         guard BtctlGATTTests.isBuilt(), let python = try BumbleGATTTests.python() else { return }
-        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json"])
-        #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
-        let ports = Self.ports(radio.output)
-        let (one, two) = (try #require(ports[1]), try #require(ports[2]))
+        let (radio, transports, ports) = try await Self.radio()
+        let (one, two) = (transports[0], transports[1])
         let advertise = try LiveProcess(BtctlGATTTests.btctl, ["advertise", "-t", one, "--directed", "F1:F2:F3:F4:F5:F6/random", "--duration", "30", "--json"])
         #expect(await advertise.waitForOutput { $0.contains("\"directed\":\"F1:F2:F3:F4:F5:F6/random\"") }, "\(advertise.output)")
-        let port = try #require(two.split(separator: ":").last.map(String.init))
-        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_smp_peer.py", port, "central", "1", "0", "none", "0", "C0:FF:EE:00:01:01"])
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_smp_peer.py", ports[1], "central", "1", "0", "none", "0", "C0:FF:EE:00:01:01"])
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"done\"") }, "\(bumble.output)\n\(advertise.output)")
         #expect(bumble.output.contains("\"event\": \"secured\", \"round\": 1, \"encrypted\": true"), "\(bumble.output)")
         let links = advertise.output.split(separator: "\n").filter { $0.contains("\"event\":\"connected\"") }
