@@ -313,7 +313,8 @@ extension BluetoothHost {
             e.duration = UInt16(min(units, Double(UInt16.max)))
         }
         // High duty cycle directed advertising takes a Duration of 1.28 s at most (§7.8.56).
-        if a.directed?.highDutyCycle == true, e.duration == 0 || e.duration > 128 { e.duration = 128 }
+        let highDutyCycleUnits = UInt16(AdvertisingConfiguration.highDutyCycleLimit / .milliseconds(10))
+        if a.directed?.highDutyCycle == true, e.duration == 0 || e.duration > highDutyCycleUnits { e.duration = highDutyCycleUnits }
         return e
     }
 

@@ -141,7 +141,8 @@ struct RadioServer: Sendable {
 
     /// The monitor's New Index record (type primary, bus virtual, the address, the name "radioN").
     static func newIndex(_ index: Int) -> [UInt8] {
-        [0x00, 0x00] + Radio.address(index).bytes + Array("radio\(index)".utf8.prefix(7)) + [UInt8](repeating: 0, count: 8 - min(7, "radio\(index)".utf8.count))
+        let name = Array("radio\(index)".utf8.prefix(7))  // NUL-terminated in 8 octets
+        return [0x00, 0x00] + Radio.address(index).bytes + name + [UInt8](repeating: 0, count: 8 - name.count)
     }
 
     func say(_ fields: [(String, JSONValue)], _ text: String) {
