@@ -11,15 +11,16 @@ import BLETesting
 import Foundation
 import GAP
 import HCI
+import NIOEmbedded
 import Testing
 
 @Suite struct AdvertisingLimitsTests {
-    /// The first `.advertisingEnded` on `events` within 10 s.
-    static func ended(_ events: BufferedStream<PeripheralEvent>) async -> (AdvertisingSet, AdvertisingEndReason)? {
+    /// The first `.advertisingEnded` on `events` within `limit` of wall-clock time.
+    static func ended(_ events: BufferedStream<PeripheralEvent>, within limit: Duration = .seconds(10)) async -> (AdvertisingSet, AdvertisingEndReason)? {
         await firstElement(events.compactMap { e -> (AdvertisingSet, AdvertisingEndReason)? in
             if case let .advertisingEnded(s, reason) = e { return (s, reason) }
             return nil
-        }, within: .seconds(10))
+        }, within: limit)
     }
 
     static func names(heardBy host: BluetoothHost) async throws -> Set<String> {
@@ -54,37 +55,43 @@ import Testing
 
     /// A set with a duration ends with Advertising Timeout when it elapses.
     @Test func aDurationEndsASet() async throws {
-        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        let loop = NIOAsyncTestingEventLoop()
+        let room = try await Room(peripherals: 1, radio: VirtualRadio(loop: loop), extendedAdvertising: true)
         defer { Task { await room.close() } }
         let p = room.peripherals[0].peripheral
-        let events = p.events()
+        let events = p.events(), early = p.events()
         try await p.startAdvertising(AdvertisingSetsTests.named("main"))
         let short = try await p.addAdvertisingSet(AdvertisingSetsTests.named("short"), duration: .milliseconds(1_500))
-        #expect(try await Self.names(heardBy: room.central) == ["main", "short"])
+        try await Self.endsAfter(.milliseconds(1_500), of: loop, early: early) { () async throws in
+            #expect(try await Self.names(heardBy: room.central, on: loop) == ["main", "short"])
+        }
         let end = try #require(await Self.ended(events))
         #expect(end.0 == short && end.1 == .durationElapsed)
-        #expect(try await Self.names(heardBy: room.central) == ["main"])
+        #expect(try await Self.names(heardBy: room.central, on: loop) == ["main"])
     }
 
     /// A controller driven with the legacy commands keeps no duration: the host's timer
     /// stops the advertisement. It counts no events: a limit is refused.
     @Test func onLegacyCommandsTheHostKeepsTheDuration() async throws {
-        let room = try await Room(peripherals: 1)
+        let loop = NIOAsyncTestingEventLoop()
+        let room = try await Room(peripherals: 1, radio: VirtualRadio(loop: loop))
         defer { Task { await room.close() } }
         let p = room.peripherals[0].peripheral
-        let events = p.events()
+        let events = p.events(), early = p.events()
         await #expect { try await p.startAdvertising(AdvertisingSetsTests.named("legacy"), maximumEvents: 5) } throws: { error in
             guard case let BLEError.notSupported(why) = error else { return false }
             return why.contains("extended commands")
         }
         try await p.startAdvertising(AdvertisingSetsTests.named("legacy"), duration: .milliseconds(1_500))
-        #expect(try await Self.names(heardBy: room.central) == ["legacy"])
+        try await Self.endsAfter(.milliseconds(1_500), of: loop, early: early) { () async throws in
+            #expect(try await Self.names(heardBy: room.central, on: loop) == ["legacy"])
+        }
         let end = try #require(await Self.ended(events))
         #expect(end.0.handle == 0 && end.1 == .durationElapsed)
-        #expect(try await Self.names(heardBy: room.central).isEmpty)
+        #expect(try await Self.names(heardBy: room.central, on: loop).isEmpty)
         // Started again, it advertises again.
         try await p.startAdvertising(AdvertisingSetsTests.named("legacy-2"))
-        #expect(try await Self.names(heardBy: room.central) == ["legacy-2"])
+        #expect(try await Self.names(heardBy: room.central, on: loop) == ["legacy-2"])
     }
 
     @Test func limitsOutsideTheirRangesAreRefused() async throws {
@@ -108,19 +115,19 @@ import Testing
     /// A connectable set with a duration stops for a link it made; the link outlives
     /// the duration, so when it ends the set does not resume: it ends, reported once.
     @Test func aSetWhoseDurationRanOutDuringItsLinkEnds() async throws {
-        let room = try await Room(peripherals: 1, extendedAdvertising: true)
+        let loop = NIOAsyncTestingEventLoop()
+        let room = try await Room(peripherals: 1, radio: VirtualRadio(loop: loop), extendedAdvertising: true)
         defer { Task { await room.close() } }
         let host = room.peripherals[0]
         let events = host.peripheral.events()
         let links = host.connectionEvents()
-        let started = ContinuousClock.now
         let door = try await host.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true, duration: .seconds(3))
         let remote = try await room.central.central.connect(to: room.addresses[0], within: .seconds(5))
-        try await Task.sleep(until: started + .milliseconds(3_300))
+        await loop.advanceTime(by: .milliseconds(3_010))
         try await remote.disconnect()
         for await e in links { if case .disconnected = e { break } }
         // Heard at once if it resumed (with its whole duration, it would go on for 3 s).
-        #expect(try await Self.names(heardBy: room.central).isEmpty)
+        #expect(try await Self.names(heardBy: room.central, on: loop).isEmpty)
         let end = try #require(await Self.ended(events))
         #expect(end.0 == door && end.1 == .durationElapsed)
         #expect(await host.peripheral.advertisingSets == [door])

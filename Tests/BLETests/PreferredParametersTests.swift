@@ -7,6 +7,7 @@ import BLE
 import BLETesting
 import GATT
 import HCI
+import NIOEmbedded
 import Testing
 
 @Suite struct PreferredParametersTests {
@@ -38,7 +39,9 @@ import Testing
     /// TGAP(conn_pause_peripheral) (5 s) after the link came up, unless the link meets
     /// them already; our central takes the request (LE Connection Update).
     @Test func aPeripheralAsksForItsPreferredParametersAfterFiveSeconds() async throws {
-        let radio = VirtualRadio()
+        // The loop's time is the test's: 5 s pass when the test says so.
+        let loop = NIOAsyncTestingEventLoop()
+        let radio = VirtualRadio(loop: loop)
         let central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0C:31")!), logger: Bench.logger)
         let asking = BluetoothAddress("C0:00:00:00:0C:32")!, content = BluetoothAddress("C0:00:00:00:0C:33")!
         let none = PreferredConnectionParameters.noPreference
@@ -53,21 +56,30 @@ import Testing
         defer { Task { for h in [central, p1, p2] { await h.close() } } }
         try await p1.peripheral.startAdvertising(AdvertisingSetsTests.named("asking"))
         try await p2.peripheral.startAdvertising(AdvertisingSetsTests.named("content"))
-        let events = central.connectionEvents()
-        let start = ContinuousClock.now
         let r1 = try await central.central.connect(to: asking, within: .seconds(5))
         let r2 = try await central.central.connect(to: content, within: .seconds(5))
-        let secondUp = ContinuousClock.now
-        let updated = await firstElement(events.compactMap { e -> (Connection, UInt16, UInt16, UInt16)? in
-            if case let .parametersUpdated(c, i, l, t) = e { return (c, i, l, t) } else { return nil }
-        }, within: .seconds(10))
-        #expect(ContinuousClock.now - start >= .milliseconds(4_500))
+        let initial = ConnectionParameters(interval: 40, latency: 0, supervisionTimeout: 500)
+        let early = Self.updates(central), updates = Self.updates(central), later = Self.updates(central)
+        // Just short of TGAP(conn_pause_peripheral): nobody asks (nothing comes in
+        // 300 ms of wall-clock time; a request would come in a few).
+        await loop.advanceTime(by: .milliseconds(4_999))
+        #expect(await firstElement(early, within: .milliseconds(300)) == nil)
+        #expect(try await r1.parameters() == initial)
+        await loop.advanceTime(by: .milliseconds(1))
+        let updated = await firstElement(updates, within: .seconds(10))
         #expect(updated?.0 == r1.connection && updated?.1 == 24 && updated?.2 == 0 && updated?.3 == 500)
         #expect(try await r1.parameters() == ConnectionParameters(interval: 24, latency: 0, supervisionTimeout: 500))
-        // The link that met its peripheral's preference was left alone (past its 5 s).
-        try await Task.sleep(until: secondUp + .milliseconds(5_500))
-        #expect(try await r2.parameters() == ConnectionParameters(interval: 40, latency: 0, supervisionTimeout: 500))
+        // The link that met its peripheral's preference is left alone.
+        #expect(await firstElement(later.filter { $0.0 == r2.connection }, within: .milliseconds(300)) == nil)
+        #expect(try await r2.parameters() == initial)
         withExtendedLifetime(radio) {}
+    }
+
+    /// `host`'s connection parameter updates as they come.
+    static func updates(_ host: BluetoothHost) -> some AsyncSequence<(Connection, UInt16, UInt16, UInt16), Never> & Sendable {
+        host.connectionEvents().compactMap { e -> (Connection, UInt16, UInt16, UInt16)? in
+            if case let .parametersUpdated(c, i, l, t) = e { return (c, i, l, t) } else { return nil }
+        }
     }
 
     @Test func valuesOutsideTheSpecsRangesAreRefusedAtStart() async throws {
