@@ -24,7 +24,7 @@ struct BTCtl: AsyncParsableCommand {
         disconnected, the trace closed). A second signal exits at once.
         """,
         version: btctlVersion,
-        subcommands: [Demo.self, Info.self, LEInfo.self, List.self, Scan.self, Sync.self, Advertise.self, Monitor.self, HCICommandLine.self, Radio.self, Trace.self, Gatt.self, L2CAP_.self, Pair.self, Bonds.self])
+        subcommands: [Demo.self, Info.self, LEInfo.self, List.self, Scan.self, Sync.self, Advertise.self, Monitor.self, HCICommandLine.self, Radio.self, Trace.self, Gatt.self, Shell.self, L2CAP_.self, Pair.self, Bonds.self])
 
     /// Parses, runs, and exits with the documented status. A validation error a command
     /// finds while running is reported with that command's usage, like a parse error.

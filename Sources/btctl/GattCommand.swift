@@ -51,69 +51,8 @@ struct Gatt: AsyncParsableCommand {
                 throw CLIError("discovery failed: \(error)")
             }
             await session.close()
-            // Secondary services (reached through includes) take their place in handle order.
-            var all = primary
-            for inc in includes where !all.contains(inc.service) { all.append(inc.service) }
-            all.sort { $0.startHandle < $1.startHandle }
-            for s in all { list(s, includes: includes.filter { (s.startHandle...s.endHandle).contains($0.handle) }, read: read) }
+            listServices(primary, includes: includes, read: read, json: options.json)
         }
-
-        /// JSON fields for what reading `handle` gave: the value (hex, text, formatted) or the error.
-        private func readFields(_ outcome: Result<[UInt8], BLEError>?, uuid: BluetoothUUID) -> [(String, JSONValue)] {
-            switch outcome {
-            case nil: return []
-            case let .success(v): return valueFields(v, uuid: uuid)
-            case let .failure(e): return [("error", .string("\(e)"))]
-            }
-        }
-
-        /// The line under an attribute for what reading it gave.
-        private func readLine(_ outcome: Result<[UInt8], BLEError>?, _ handle: UInt16, uuid: BluetoothUUID, indent: String) {
-            switch outcome {
-            case nil: break
-            case let .success(v): print(indent + valueLine(handle, v, uuid: uuid))
-            case let .failure(e): print(indent + "0x\(String(handle, radix: 16)): \(e)")
-            }
-        }
-
-        private func list(_ s: RemoteService, includes: [RemoteInclude], read: [UInt16: Result<[UInt8], BLEError>]) {
-            if options.json {
-                emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("primary", .bool(s.isPrimary)),
-                              ("start", .int(Int(s.startHandle))), ("end", .int(Int(s.endHandle)))] + nameField(s.uuid)))
-            } else {
-                print("\(s.isPrimary ? "" : "secondary ")service \(named(s.uuid))  handles \(hexRange(s.startHandle, s.endHandle))")
-            }
-            for i in includes {
-                if options.json {
-                    emit(.object([("event", .string("include")), ("service", .string(s.uuid.description)), ("handle", .int(Int(i.handle))),
-                                  ("uuid", .string(i.service.uuid.description)), ("start", .int(Int(i.service.startHandle))),
-                                  ("end", .int(Int(i.service.endHandle)))] + nameField(i.service.uuid)))
-                } else {
-                    print("  include \(named(i.service.uuid))  handles \(hexRange(i.service.startHandle, i.service.endHandle))  at 0x\(String(i.handle, radix: 16))")
-                }
-            }
-            for c in s.characteristics {
-                if options.json {
-                    emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
-                                  ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))]
-                             + nameField(c.uuid) + readFields(read[c.valueHandle], uuid: c.uuid)))
-                } else {
-                    print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
-                    readLine(read[c.valueHandle], c.valueHandle, uuid: c.uuid, indent: "      ")
-                }
-                for d in c.descriptors {
-                    if options.json {
-                        emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)),
-                                      ("handle", .int(Int(d.handle)))] + nameField(d.uuid) + readFields(read[d.handle], uuid: d.uuid)))
-                    } else {
-                        print("    descriptor \(named(d.uuid))  0x\(String(d.handle, radix: 16))")
-                        readLine(read[d.handle], d.handle, uuid: d.uuid, indent: "        ")
-                    }
-                }
-            }
-        }
-
-        private func hexRange(_ a: UInt16, _ b: UInt16) -> String { "0x\(String(a, radix: 16))–0x\(String(b, radix: 16))" }
     }
 
     struct Read: AsyncParsableCommand {
@@ -306,3 +245,73 @@ struct Gatt: AsyncParsableCommand {
         }
     }
 }
+
+/// The primary services as `gatt discover` (and `shell`'s `discover`) lists them, in
+/// handle order (secondary services, reached through `includes`, in their place), each with its
+/// include declarations, characteristics and descriptors, and what reading each gave
+/// (`read`, by handle) under it.
+func listServices(_ primary: [RemoteService], includes: [RemoteInclude], read: [UInt16: Result<[UInt8], BLEError>] = [:], json: Bool) {
+    var all = primary
+    for inc in includes where !all.contains(inc.service) { all.append(inc.service) }
+    all.sort { $0.startHandle < $1.startHandle }
+    for s in all {
+        list(s, includes: includes.filter { (s.startHandle...s.endHandle).contains($0.handle) }, read: read, json: json)
+    }
+}
+
+/// JSON fields for what reading `handle` gave: the value (hex, text, formatted) or the error.
+private func readFields(_ outcome: Result<[UInt8], BLEError>?, uuid: BluetoothUUID) -> [(String, JSONValue)] {
+    switch outcome {
+    case nil: return []
+    case let .success(v): return valueFields(v, uuid: uuid)
+    case let .failure(e): return [("error", .string("\(e)"))]
+    }
+}
+
+/// The line under an attribute for what reading it gave.
+private func readLine(_ outcome: Result<[UInt8], BLEError>?, _ handle: UInt16, uuid: BluetoothUUID, indent: String) {
+    switch outcome {
+    case nil: break
+    case let .success(v): print(indent + valueLine(handle, v, uuid: uuid))
+    case let .failure(e): print(indent + "0x\(String(handle, radix: 16)): \(e)")
+    }
+}
+
+private func list(_ s: RemoteService, includes: [RemoteInclude], read: [UInt16: Result<[UInt8], BLEError>], json: Bool) {
+    if json {
+        emit(.object([("event", .string("service")), ("uuid", .string(s.uuid.description)), ("primary", .bool(s.isPrimary)),
+                      ("start", .int(Int(s.startHandle))), ("end", .int(Int(s.endHandle)))] + nameField(s.uuid)))
+    } else {
+        print("\(s.isPrimary ? "" : "secondary ")service \(named(s.uuid))  handles \(hexRange(s.startHandle, s.endHandle))")
+    }
+    for i in includes {
+        if json {
+            emit(.object([("event", .string("include")), ("service", .string(s.uuid.description)), ("handle", .int(Int(i.handle))),
+                          ("uuid", .string(i.service.uuid.description)), ("start", .int(Int(i.service.startHandle))),
+                          ("end", .int(Int(i.service.endHandle)))] + nameField(i.service.uuid)))
+        } else {
+            print("  include \(named(i.service.uuid))  handles \(hexRange(i.service.startHandle, i.service.endHandle))  at 0x\(String(i.handle, radix: 16))")
+        }
+    }
+    for c in s.characteristics {
+        if json {
+            emit(.object([("event", .string("characteristic")), ("service", .string(s.uuid.description)), ("uuid", .string(c.uuid.description)),
+                          ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))]
+                     + nameField(c.uuid) + readFields(read[c.valueHandle], uuid: c.uuid)))
+        } else {
+            print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
+            readLine(read[c.valueHandle], c.valueHandle, uuid: c.uuid, indent: "      ")
+        }
+        for d in c.descriptors {
+            if json {
+                emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)),
+                              ("handle", .int(Int(d.handle)))] + nameField(d.uuid) + readFields(read[d.handle], uuid: d.uuid)))
+            } else {
+                print("    descriptor \(named(d.uuid))  0x\(String(d.handle, radix: 16))")
+                readLine(read[d.handle], d.handle, uuid: d.uuid, indent: "        ")
+            }
+        }
+    }
+}
+
+private func hexRange(_ a: UInt16, _ b: UInt16) -> String { "0x\(String(a, radix: 16))–0x\(String(b, radix: 16))" }

@@ -123,7 +123,7 @@ struct JSONSchema {
         let files = try FileManager.default.contentsOfDirectory(atPath: Self.schemas).filter { $0.hasSuffix(".schema.json") }.sorted()
         for f in files { _ = try JSONSchema(path: Self.schemas + f) }
         let expected = ["advertise", "bonds", "demo", "gatt-discover", "gatt-read", "gatt-serve", "gatt-subscribe", "gatt-write",
-                        "info", "l2cap", "leinfo", "list", "pair", "radio", "scan", "sync", "trace-replay", "trace-show"]
+                        "info", "l2cap", "leinfo", "list", "pair", "radio", "scan", "shell", "sync", "trace-replay", "trace-show"]
         #expect(files.map { String($0.dropLast(".schema.json".count)) } == expected)
         // The validator rejects what it must (a test that cannot fail proves nothing).
         let scan = try JSONSchema(path: Self.schemas + "scan.schema.json")

@@ -1,0 +1,131 @@
+// `btctl shell`, a central's session typed line by line: against Bumble's GATT server
+// on Rootcanal (one link through scan, connect, reads, a write Bumble hears, a long
+// read, a notification and an indication, an unsubscription Bumble hears, and refused
+// commands that leave the session going), and on the virtual radio (discovery, a
+// floor plan notified in pieces, pairing answered on the console, two links and which
+// is current). Every line is checked against docs/schemas/shell.schema.json.
+
+import BLETesting
+import Foundation
+import Testing
+
+@Suite(.serialized) struct BtctlShellTests {
+    /// The JSON events printed so far.
+    static func events(_ p: LiveProcess) -> [[String: Any]] { BtctlServeTests.events(p.output) }
+
+    /// Waits for the `n`th event (1-based) named `event`, optionally matching `where`.
+    static func waitFor(_ p: LiveProcess, _ event: String, count n: Int = 1, within limit: Duration = .seconds(30),
+                        where match: @escaping @Sendable ([String: Any]) -> Bool = { _ in true }) async -> Bool {
+        await p.waitForOutput(within: limit) { out in
+            BtctlServeTests.events(out).filter { $0["event"] as? String == event && match($0) }.count >= n
+        }
+    }
+
+    @Test func aSessionAgainstBumblesServerKeepsOneLink() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort)])
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
+        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rc.transportSpec, "--json", "--bonds", bonds])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
+        shell.send("scan 1")
+        #expect(await Self.waitFor(shell, "device") { $0["address"] as? String == "F1:F2:F3:F4:F5:F6/random" }, "\(shell.output)")
+        shell.send("connect F1:F2:F3:F4:F5:F6/random")
+        #expect(await Self.waitFor(shell, "connected"), "\(shell.output)")
+        for line in ["read FFF1", "write FFF1 \"shell\"", "read FFF1", "read FFF4", "frobnicate", "read FFF9", "subscribe FFF2", "subscribe FFF3 indicate"] {
+            shell.send(line)
+        }
+        #expect(await Self.waitFor(shell, "indication"), "\(shell.output)")
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"indication-confirmed\"") }, "\(bumble.output)")
+        shell.send("unsubscribe FFF2")
+        #expect(await Self.waitFor(shell, "unsubscribed"), "\(shell.output)")
+        shell.send("info")
+        #expect(await Self.waitFor(shell, "info"), "\(shell.output)")
+        // The end of input disconnects: Bumble's script ends with its link.
+        shell.closeInput()
+        #expect(await Interop.exit(of: shell.process, timeout: 20) == 1, "a command failed: exit status 1")
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"done\"") }, "\(bumble.output)")
+        _ = await bumble.stop()
+
+        let lines = try JSONSchemaTests.check(shell.output, against: "shell")
+        let names = lines.compactMap { $0["event"] as? String }
+        #expect(names.filter { $0 == "connected" }.count == 1 && names.last == "disconnected", "\(names)")
+        let values = lines.filter { $0["event"] as? String == "value" }
+        #expect(values.compactMap { $0["text"] as? String }.prefix(2) == ["bumble", "shell"], "\(values)")
+        #expect((values.last?["value"] as? String) == (0..<200).map { String(format: "%02x", $0) }.joined(), "the long read: all 200 bytes")
+        #expect(lines.contains { $0["event"] as? String == "written" && $0["length"] as? Int == 5 })
+        #expect(lines.contains { $0["event"] as? String == "notification" && $0["value"] as? String == "42" && $0["uuid"] as? String == "FFF2" })
+        #expect(lines.contains { $0["event"] as? String == "indication" && $0["value"] as? String == "4343" })
+        let errors = lines.filter { $0["event"] as? String == "error" }.compactMap { $0["command"] as? String }
+        #expect(errors == ["frobnicate", "read FFF9"], "\(errors)")
+        let info = try #require(lines.first { $0["event"] as? String == "info" })
+        #expect(info["mtu"] as? Int == 517 && info["encrypted"] as? Bool == false, "\(info)")
+        // Bumble heard the write and the subscriptions coming and going.
+        #expect(bumble.output.contains("\"value\": \"7368656c6c\""), "\(bumble.output)")
+        #expect(bumble.output.contains("\"uuid\": \"FFF2\", \"notify\": false, \"indicate\": false"), "\(bumble.output)")
+    }
+
+    /// On the virtual radio (`-t virtual`: the fire-alarm sender): discovery, the floor
+    /// plan notified in pieces, pairing (Just Works, bonding), the link's info after, and
+    /// links and select with one link; `quit` ends the session with the link
+    /// disconnected, and a session without errors exits 0.
+    @Test func aSessionOnTheVirtualRadio() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
+        for line in ["# a comment, then a blank line", "", "connect FireAlarm-B3", "discover", "subscribe F1DE0003-2C4B-4D5E-8F60-7A8B9CADBEEF"] {
+            shell.send(line)
+        }
+        // The floor plan's notifications: three pieces at ATT_MTU 517.
+        #expect(await Self.waitFor(shell, "notification", count: 3), "\(shell.output)")
+        shell.send("pair")
+        #expect(await Self.waitFor(shell, "paired") { $0["method"] as? String == "Just Works" && $0["bonded"] as? Bool == true }, "\(shell.output)")
+        for line in ["info", "links", "select C0:FF:EE:00:00:01", "quit", "read 2A00"] { shell.send(line) }
+        #expect(await Interop.exit(of: shell.process, timeout: 20) == 0, "\(shell.output)")
+        let lines = try JSONSchemaTests.check(shell.output, against: "shell")
+        let names = lines.compactMap { $0["event"] as? String }
+        #expect(!names.contains("error") && !names.contains("value"), "quit ends the session before the read: \(names)")
+        #expect(lines.contains { $0["event"] as? String == "characteristic" && $0["uuid"] as? String == "F1DE0001-2C4B-4D5E-8F60-7A8B9CADBEEF" })
+        let plan = lines.filter { $0["event"] as? String == "notification" }.compactMap { $0["value"] as? String }.joined()
+        #expect(plan.hasPrefix("3c737667") && plan.hasSuffix("3c2f7376673e"), "the SVG floor plan, <svg ... </svg>")
+        let info = try #require(lines.first { $0["event"] as? String == "info" })
+        #expect(info["encrypted"] as? Bool == true && info["bonded"] as? Bool == true, "\(info)")
+        #expect(lines.contains { $0["event"] as? String == "link" && $0["current"] as? Bool == true && $0["peer"] as? String == "C0:FF:EE:00:00:01" })
+        #expect(names.suffix(2) == ["selected", "disconnected"], "\(names)")
+        // The bond went to the file named.
+        #expect(FileManager.default.contents(atPath: bonds).map { String(decoding: $0, as: UTF8.self).contains("C0:FF:EE:00:00:01") } == true)
+    }
+
+    /// Pairing's question answered on the console: Bumble displays 123456 (MITM, Secure
+    /// Connections); `pair` asks for it as an `enter_passkey` event, the next line typed
+    /// answers it, and the link is authenticated.
+    @Test func aPasskeyIsTypedOnTheConsole() async throws {
+        guard let rig = try await BtctlPairTests.rig("shell") else { return }
+        defer { rig.end() }
+        let peer = try rig.bumble(["peripheral", "1", "1", "display", "123456"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rig.rc.transportSpec, "--json", "--bonds", rig.file,
+                                                           "--io-capability", "keyboard-only", "--mitm"])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
+        shell.send("connect F1:F2:F3:F4:F5:F6/random")
+        shell.send("pair")
+        #expect(await Self.waitFor(shell, "enter_passkey", within: .seconds(45)), "\(shell.output)")
+        shell.send("123456")
+        #expect(await Self.waitFor(shell, "paired", within: .seconds(45)), "\(shell.output)")
+        shell.send("info")
+        #expect(await Self.waitFor(shell, "info"), "\(shell.output)")
+        shell.send("quit")
+        #expect(await Interop.exit(of: shell.process, timeout: 20) == 0, "\(shell.output)")
+        let lines = try JSONSchemaTests.check(shell.output, against: "shell")
+        #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "enter_passkey", "paired", "info", "disconnected"], "\(lines)")
+        let paired = try #require(lines.first { $0["event"] as? String == "paired" })
+        #expect(paired["method"] as? String == "Passkey Entry" && paired["level"] as? String == "secure-connections", "\(paired)")
+        #expect(lines.first { $0["event"] as? String == "info" }?["level"] as? String == "secure-connections")
+    }
+}
