@@ -1,9 +1,10 @@
 // `btctl shell`, a central's session typed line by line: against Bumble's GATT server
 // on Rootcanal (one link through scan, connect, reads, a write Bumble hears, a long
 // read, a notification and an indication, an unsubscription Bumble hears, and refused
-// commands that leave the session going), and on the virtual radio (discovery, a
-// floor plan notified in pieces, pairing answered on the console, two links and which
-// is current). Every line is checked against docs/schemas/shell.schema.json.
+// commands that leave the session going), on the virtual radio (discovery, a floor
+// plan notified in pieces, pairing, links and which is current), a passkey typed on the
+// console for Bumble's Security Manager, and a link Bumble's side ends. Every line is
+// checked against docs/schemas/shell.schema.json.
 
 import BLETesting
 import Foundation
@@ -127,5 +128,34 @@ import Testing
         let paired = try #require(lines.first { $0["event"] as? String == "paired" })
         #expect(paired["method"] as? String == "Passkey Entry" && paired["level"] as? String == "secure-connections", "\(paired)")
         #expect(lines.first { $0["event"] as? String == "info" }?["level"] as? String == "secure-connections")
+    }
+
+    /// A link the peer's side ends (Bumble's process goes: Rootcanal says Power Off) is
+    /// reported as it happens, with no command waiting; the session goes on without it.
+    @Test func aLinkThePeerEndsIsReportedAsItEnds() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort)])
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
+        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rc.transportSpec, "--json", "--bonds", bonds])
+        shell.send("connect F1:F2:F3:F4:F5:F6/random")
+        shell.send("subscribe FFF2")
+        #expect(await Self.waitFor(shell, "notification"), "\(shell.output)")
+        _ = await bumble.stop()
+        #expect(await Self.waitFor(shell, "disconnected"), "\(shell.output)")
+        shell.send("links")
+        shell.send("read FFF1")
+        #expect(await Self.waitFor(shell, "error"), "\(shell.output)")
+        shell.send("quit")
+        #expect(await Interop.exit(of: shell.process, timeout: 20) == 1, "\(shell.output)")
+        let lines = try JSONSchemaTests.check(shell.output, against: "shell")
+        #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "subscribed", "notification", "disconnected", "error"], "\(lines)")
+        let ended = try #require(lines.first { $0["event"] as? String == "disconnected" })
+        #expect((ended["reason"] as? String)?.contains("0x15") == true && ended["peer"] as? String == "F1:F2:F3:F4:F5:F6/random", "\(ended)")
+        #expect((lines.last?["message"] as? String)?.contains("no link") == true, "\(lines.last ?? [:])")
     }
 }
