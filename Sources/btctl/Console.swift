@@ -4,6 +4,7 @@
 
 import Foundation
 import HCI
+import Snoop
 import Synchronization
 
 /// Lines from standard input, one at a time: the reading thread waits until the
@@ -47,6 +48,19 @@ enum StandardInputLines {
         }
         return (lines, { taken.signal() })
     }
+}
+
+/// A console command's event, said at once: a JSON line with --json; otherwise the
+/// text on standard output, or on standard error for an `error` event.
+func consoleReport(json: Bool, _ o: [(String, JSONValue)], _ text: String) {
+    if json {
+        emit(.object(o))
+    } else if o.first?.1 == .string("error") {
+        FileHandle.standardError.write(Data("\(text)\n".utf8))
+    } else {
+        print(text)
+    }
+    fflush(nil)
 }
 
 /// A console on standard input (`gatt serve`, `shell`): commands one per line, run one

@@ -315,14 +315,7 @@ extension Gatt {
                 /// (a console error's on standard error).
                 @Sendable func report(_ o: [(String, JSONValue)], _ text: String) {
                     tally.count(o)
-                    if json {
-                        emit(.object(o))
-                    } else if o.first?.1 == .string("error") {
-                        FileHandle.standardError.write(Data("\(text)\n".utf8))
-                    } else {
-                        print(text)
-                    }
-                    fflush(nil)
+                    consoleReport(json: json, o, text)
                 }
                 let shown = adv.serviceUUIDs.map(\.description)
                 report([("event", .string("advertising")), ("name", .string(name)), ("address", .string(address.description)),

@@ -219,17 +219,7 @@ actor ShellSession {
         self.pairingLevel = pairingLevel
     }
 
-    /// An event: a JSON line, or the text (on standard error for an error).
-    nonisolated func report(_ o: [(String, JSONValue)], _ text: String) {
-        if json {
-            emit(.object(o))
-        } else if o.first?.1 == .string("error") {
-            FileHandle.standardError.write(Data("\(text)\n".utf8))
-        } else {
-            print(text)
-        }
-        fflush(nil)
-    }
+    nonisolated func report(_ o: [(String, JSONValue)], _ text: String) { consoleReport(json: json, o, text) }
 
     /// Runs one line; true for `quit`. A command that fails is an `error` event.
     func run(_ line: String) async -> Bool {
@@ -364,20 +354,33 @@ actor ShellSession {
         let values = try await s.reportingSecurity { try await s.peripheral.subscribe(to: c, indications: indications) }
         let indicated = indications ?? !c.properties.contains(.notify)
         let key = SubscriptionKey(link: s.peripheral.connection.id, handle: c.valueHandle)
+        report([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicated))]
+                   + nameField(c.uuid),
+               "subscribed to \(named(c.uuid)) (value 0x\(String(c.valueHandle, radix: 16))) for \(indicated ? "indications" : "notifications")")
+        // Its values, buffered meanwhile, are shown after the line that says it is on.
         // A new subscription to the same characteristic ended the old one's values.
+        // The subscription keeps its newest 256 values while the output is behind; any
+        // older ones lost are counted in a `dropped` event, before the next value shown.
         subscriptions[key] = Task { [weak self] in
             let event = indicated ? "indication" : "notification"
+            var lost = 0
+            func tellDrops() {
+                let now = values.dropped.count
+                guard now > lost else { return }
+                lost = now
+                self?.report([("event", .string("dropped")), ("handle", .int(Int(c.valueHandle))), ("count", .int(now))],
+                             "\(now) \(event)s of 0x\(String(c.valueHandle, radix: 16)) dropped so far: the output fell behind")
+            }
             do {
                 for try await v in values {
+                    tellDrops()
                     self?.report([("event", .string(event))] + valueJSON(c.valueHandle, v, uuid: c.uuid), "\(event) " + valueLine(c.valueHandle, v, uuid: c.uuid))
                 }
             } catch {
                 // The link ended: `linkEnded` says so.
             }
+            tellDrops()
         }
-        report([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicated))]
-                   + nameField(c.uuid),
-               "subscribed to \(named(c.uuid)) (value 0x\(String(c.valueHandle, radix: 16))) for \(indicated ? "indications" : "notifications")")
     }
 
     /// A link ended (the peer, the controller, a supervision timeout): reported unless

@@ -22,16 +22,47 @@ import Testing
         }
     }
 
+    /// Rootcanal, Bumble's GATT server on it (advertising), and `btctl shell --json` on
+    /// another of its controllers, with a bond file of its own.
+    struct BumbleRig {
+        let rc: RootcanalProcess
+        let bumble: LiveProcess
+        let shell: LiveProcess
+        let bonds: String
+
+        static func start() async throws -> BumbleRig? {
+            guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python(), BtctlGATTTests.isBuilt() else { return nil }
+            let rc = try await RootcanalProcess.launch(binary: binary)
+            let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort)])
+            #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
+            let bonds = BtctlShellTests.bondFile()
+            return BumbleRig(rc: rc, bumble: bumble, shell: try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rc.transportSpec, "--json", "--bonds", bonds]),
+                             bonds: bonds)
+        }
+
+        func end() {
+            rc.stop()
+            try? FileManager.default.removeItem(atPath: bonds)
+        }
+    }
+
+    /// Sends `quit`, expects the exit `status`, and returns the lines printed, each checked
+    /// against the schema.
+    static func quit(_ shell: LiveProcess, status: Int32, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [[String: Any]] {
+        shell.send("quit")
+        #expect(await Interop.exit(of: shell.process, timeout: 20) == status, "\(shell.output)", sourceLocation: sourceLocation)
+        return try JSONSchemaTests.check(shell.output, against: "shell", sourceLocation: sourceLocation)
+    }
+
+    /// A bond file's path of the test's own (the test removes it).
+    static func bondFile() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
+    }
+
     @Test func aSessionAgainstBumblesServerKeepsOneLink() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort)])
-        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
-        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
-        defer { try? FileManager.default.removeItem(atPath: bonds) }
-        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rc.transportSpec, "--json", "--bonds", bonds])
+        guard let rig = try await BumbleRig.start() else { return }
+        defer { rig.end() }
+        let (bumble, shell) = (rig.bumble, rig.shell)
         #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
         shell.send("scan 1")
         #expect(await Self.waitFor(shell, "device") { $0["address"] as? String == "F1:F2:F3:F4:F5:F6/random" }, "\(shell.output)")
@@ -76,7 +107,7 @@ import Testing
     /// disconnected, and a session without errors exits 0.
     @Test func aSessionOnTheVirtualRadio() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
-        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
+        let bonds = Self.bondFile()
         defer { try? FileManager.default.removeItem(atPath: bonds) }
         let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
         #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
@@ -121,9 +152,7 @@ import Testing
         #expect(await Self.waitFor(shell, "paired", within: .seconds(45)), "\(shell.output)")
         shell.send("info")
         #expect(await Self.waitFor(shell, "info"), "\(shell.output)")
-        shell.send("quit")
-        #expect(await Interop.exit(of: shell.process, timeout: 20) == 0, "\(shell.output)")
-        let lines = try JSONSchemaTests.check(shell.output, against: "shell")
+        let lines = try await Self.quit(shell, status: 0)
         #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "enter_passkey", "paired", "info", "disconnected"], "\(lines)")
         let paired = try #require(lines.first { $0["event"] as? String == "paired" })
         #expect(paired["method"] as? String == "Passkey Entry" && paired["level"] as? String == "secure-connections", "\(paired)")
@@ -133,15 +162,9 @@ import Testing
     /// A link the peer's side ends (Bumble's process goes: Rootcanal says Power Off) is
     /// reported as it happens, with no command waiting; the session goes on without it.
     @Test func aLinkThePeerEndsIsReportedAsItEnds() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort)])
-        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
-        let bonds = FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
-        defer { try? FileManager.default.removeItem(atPath: bonds) }
-        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rc.transportSpec, "--json", "--bonds", bonds])
+        guard let rig = try await BumbleRig.start() else { return }
+        defer { rig.end() }
+        let (bumble, shell) = (rig.bumble, rig.shell)
         shell.send("connect F1:F2:F3:F4:F5:F6/random")
         shell.send("subscribe FFF2")
         #expect(await Self.waitFor(shell, "notification"), "\(shell.output)")
@@ -150,9 +173,7 @@ import Testing
         shell.send("links")
         shell.send("read FFF1")
         #expect(await Self.waitFor(shell, "error"), "\(shell.output)")
-        shell.send("quit")
-        #expect(await Interop.exit(of: shell.process, timeout: 20) == 1, "\(shell.output)")
-        let lines = try JSONSchemaTests.check(shell.output, against: "shell")
+        let lines = try await Self.quit(shell, status: 1)
         #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "subscribed", "notification", "disconnected", "error"], "\(lines)")
         let ended = try #require(lines.first { $0["event"] as? String == "disconnected" })
         #expect((ended["reason"] as? String)?.contains("0x15") == true && ended["peer"] as? String == "F1:F2:F3:F4:F5:F6/random", "\(ended)")
