@@ -31,6 +31,10 @@ enum ShellCommand: Equatable {
     case unsubscribe(ServeCommand.Target)
     case pair
     case info
+    case phy(Set<PHY>)
+    case dataLength(Int)
+    case parameters(LEConnectionParameters)
+    case rssi
     case help
     case quit
 
@@ -51,6 +55,12 @@ enum ShellCommand: Equatable {
           unsubscribe ATTR           end a subscription
           pair                       pair with the current peer (bonding unless --no-bond)
           info                       the current link: parameters, PHY, data length, ATT_MTU, security
+          phy 1m|2m|coded...         ask for these PHYs both ways (LE Set PHY); says what the link uses after
+          data-length OCTETS         send PDUs of up to OCTETS, 27 to 251 (LE Set Data Length)
+          parameters MIN:MAX:LATENCY:TIMEOUT
+                                     ask for a connection update (intervals in 1.25 ms units,
+                                     timeout in 10 ms units), as --connection-parameters takes them
+          rssi                       the current link's RSSI (Read RSSI)
           help                       this text
           quit                       disconnect every link and stop (as at the end of input)
         ATTR is a characteristic UUID (2A19, or 128-bit; the first one with it) or a handle
@@ -85,6 +95,25 @@ enum ShellCommand: Equatable {
         case "discover": try only(1); return .discover
         case "pair": try only(1); return .pair
         case "info": try only(1); return .info
+        case "rssi": try only(1); return .rssi
+        case "phy":
+            guard words.count >= 2 else { throw CLIError("phy needs one or more of 1m, 2m and coded") }
+            var phys: Set<PHY> = []
+            for w in words.dropFirst().joined(separator: " ").split(separator: " ") {
+                do { phys.insert(try parsePHY(String(w))) } catch { throw CLIError("bad PHY '\(w)': 1m, 2m or coded") }
+            }
+            return .phy(phys)
+        case "data-length":
+            try only(2)
+            let w = try argument("the octets to send per PDU, 27 to 251")
+            guard let n = Int(w), (27...251).contains(n) else { throw CLIError("data-length takes 27 to 251 octets, not '\(w)'") }
+            return .dataLength(n)
+        case "parameters":
+            try only(2)
+            let text = try argument("MIN:MAX:LATENCY:TIMEOUT")
+            do { return .parameters(try parseConnectionParameters(text)) } catch {
+                throw CLIError("\(error)".replacingOccurrences(of: "--connection-parameters", with: "parameters"))
+            }
         case "scan":
             try only(2)
             guard words.count == 2 else { return .scan(seconds: 5) }
@@ -283,6 +312,37 @@ actor ShellSession {
             let p = try current()
             let result = try await host.security.pair(handle: p.connection.handle, level: pairingLevel)
             report(result.event(peer: Self.peer(p.connection)), result.text(peer: Self.peer(p.connection)))
+        case let .phy(phys):
+            let p = try current(), handle: (String, JSONValue) = ("handle", .int(Int(p.connection.handle)))
+            if let now = try await p.updatePHY(tx: phys, rx: phys) {
+                report([("event", .string("phy")), handle, ("tx", .string(now.tx.description)), ("rx", .string(now.rx.description))], "PHY \(now)")
+            } else {
+                let why = "the controller or the peer does not update the PHY"
+                report([("event", .string("phy")), handle, ("error", .string(why))], "the PHY stays: \(why)")
+            }
+        case let .dataLength(octets):
+            let p = try current(), handle: (String, JSONValue) = ("handle", .int(Int(p.connection.handle)))
+            // The time allowed is the most the spec does (17040 µs), as --data-length.
+            if let d = try await p.updateDataLength(txOctets: octets, txTime: 17040) {
+                report([("event", .string("data_length")), handle, ("tx_octets", .int(d.maxTxOctets)), ("tx_time", .int(d.maxTxTimeMicroseconds)),
+                        ("rx_octets", .int(d.maxRxOctets)), ("rx_time", .int(d.maxRxTimeMicroseconds))], "data length \(d)")
+            } else {
+                let why = "the controller does not set a link's data length"
+                report([("event", .string("data_length")), handle, ("error", .string(why))], "the data length stays: \(why)")
+            }
+        case let .parameters(wanted):
+            let p = try current(), handle: (String, JSONValue) = ("handle", .int(Int(p.connection.handle)))
+            // nil: the update ended with the parameters unchanged (the peer refused).
+            let got = try await p.updateParameters(intervalMin: wanted.connectionIntervalMin, intervalMax: wanted.connectionIntervalMax,
+                                                   latency: wanted.maxLatency, supervisionTimeout: wanted.supervisionTimeout)
+            let now = try await p.parameters()
+            report([("event", .string("parameters")), handle, ("interval", .int(Int(now.interval))), ("latency", .int(Int(now.latency))),
+                    ("supervision_timeout", .int(Int(now.supervisionTimeout))), ("updated", .bool(got != nil))],
+                   got != nil ? "connection \(now)" : "the connection stays: \(now)")
+        case .rssi:
+            let p = try current()
+            let rssi = try await p.readRSSI()
+            report([("event", .string("rssi")), ("handle", .int(Int(p.connection.handle))), ("rssi", .int(Int(rssi)))], "RSSI \(rssi) dBm")
         case .info:
             let p = try current(), c = p.connection
             let parameters = try await p.parameters(), length = try await p.dataLength(), mtu = await p.mtu, security = await p.security

@@ -75,6 +75,7 @@ import Testing
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"indication-confirmed\"") }, "\(bumble.output)")
         shell.send("unsubscribe FFF2")
         #expect(await Self.waitFor(shell, "unsubscribed"), "\(shell.output)")
+        shell.send("phy 2m")
         shell.send("info")
         #expect(await Self.waitFor(shell, "info"), "\(shell.output)")
         // The end of input disconnects: Bumble's script ends with its link.
@@ -95,7 +96,8 @@ import Testing
         let errors = lines.filter { $0["event"] as? String == "error" }.compactMap { $0["command"] as? String }
         #expect(errors == ["frobnicate", "read FFF9"], "\(errors)")
         let info = try #require(lines.first { $0["event"] as? String == "info" })
-        #expect(info["mtu"] as? Int == 517 && info["encrypted"] as? Bool == false, "\(info)")
+        #expect(info["mtu"] as? Int == 517 && info["encrypted"] as? Bool == false && info["phy_tx"] as? String == "LE 2M", "\(info)")
+        #expect(lines.contains { $0["event"] as? String == "phy" && $0["tx"] as? String == "LE 2M" && $0["rx"] as? String == "LE 2M" }, "\(lines)")
         // Bumble heard the write and the subscriptions coming and going.
         #expect(bumble.output.contains("\"value\": \"7368656c6c\""), "\(bumble.output)")
         #expect(bumble.output.contains("\"uuid\": \"FFF2\", \"notify\": false, \"indicate\": false"), "\(bumble.output)")
@@ -111,7 +113,8 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: bonds) }
         let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
         #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
-        for line in ["# a comment, then a blank line", "", "connect FireAlarm-B3", "discover", "subscribe F1DE0003-2C4B-4D5E-8F60-7A8B9CADBEEF"] {
+        for line in ["# a comment, then a blank line", "", "connect FireAlarm-B3", "data-length 100", "parameters 24:24:0:400", "rssi",
+                     "discover", "subscribe F1DE0003-2C4B-4D5E-8F60-7A8B9CADBEEF"] {
             shell.send(line)
         }
         // The floor plan's notifications: three pieces at ATT_MTU 517.
@@ -130,6 +133,9 @@ import Testing
         #expect(info["encrypted"] as? Bool == true && info["bonded"] as? Bool == true, "\(info)")
         #expect(lines.contains { $0["event"] as? String == "link" && $0["current"] as? Bool == true && $0["peer"] as? String == "C0:FF:EE:00:00:01" })
         #expect(names.suffix(2) == ["selected", "disconnected"], "\(names)")
+        #expect(lines.contains { $0["event"] as? String == "data_length" && $0["tx_octets"] as? Int == 100 }, "\(lines)")
+        #expect(lines.contains { $0["event"] as? String == "parameters" && $0["interval"] as? Int == 24 && $0["updated"] as? Bool == true }, "\(lines)")
+        #expect(lines.contains { $0["event"] as? String == "rssi" && $0["rssi"] as? Int == -52 }, "the fire alarm at 3.5 m: \(lines)")
         // The bond went to the file named.
         #expect(FileManager.default.contents(atPath: bonds).map { String(decoding: $0, as: UTF8.self).contains("C0:FF:EE:00:00:01") } == true)
     }
