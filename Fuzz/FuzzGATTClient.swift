@@ -26,6 +26,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     run(DescriptorDiscovery(characteristics: chars, mtu: 23), answers)
     run(ReadLongProcedure(handle: 3, mtu: 23), answers)
     run(ReadByUUIDProcedure(uuid: BluetoothUUID(0x2A19), range: 1...0x20, mtu: 23), answers)
+    run(ReadByUUIDProcedure(uuid: BluetoothUUID(0x2A19), range: 1...0x20, mtu: 23, all: true), answers)
     run(PreparedWriteProcedure(writes: [(handle: 3, value: Array(repeating: 7, count: 40)), (handle: 8, value: [])], mtu: 23), answers)
     run(ReadValuesProcedure(handles: [3, 5, 8, 3], mtu: 23), answers)
     return 0

@@ -425,6 +425,35 @@ public actor RemotePeripheral {
         try await run { try await client.readValues(handles) }
     }
 
+    /// Reads every characteristic value of type `uuid` in `range` without discovery,
+    /// with Read Using Characteristic UUID (Vol 3, Part G, §4.8.2: Read By Type
+    /// Requests, as BlueZ's `char-read-uuid` and Bumble's `read_characteristics_by_uuid`):
+    /// (handle, value) of each, in handle order, values whole (one the response cut is
+    /// completed with Read Blob). None is an empty result. A server's refusal (Read Not
+    /// Permitted, Insufficient Authentication, ...) ends it with its error, as `read`
+    /// does; security refusals are met as `GATTSecurityPolicy` says.
+    public func read(uuid: BluetoothUUID, in range: ClosedRange<UInt16> = 0x0001...0xFFFF) async throws -> [(handle: UInt16, value: [UInt8])] {
+        guard range.lowerBound > 0 else { throw BLEError.invalidArgument("handle 0x0000 is not an attribute's: a range starts at 0x0001") }
+        return try await run { try await client.read(uuid: uuid, in: range, all: true) }.map { ($0.handle, $0.value) }
+    }
+
+    /// Writes several values, by handle, as one Reliable Write (Vol 3, Part G, §4.9.5): each is
+    /// queued with Prepare Write Requests (long values in pieces), every Prepare Write
+    /// Response is checked to echo what was sent, and one Execute Write Request then
+    /// writes them all together; the server writes none of them when one fails. A
+    /// response that does not echo its request cancels the queue
+    /// (`GATTClientError.preparedWriteMismatch`); a piece the server refuses cancels what
+    /// was queued and throws its error. All of it goes on one ATT bearer.
+    public func writeReliably(handles writes: [(handle: UInt16, value: [UInt8])]) async throws {
+        guard !writes.isEmpty else { throw BLEError.invalidArgument("a reliable write needs at least one value") }
+        try await run { try await client.reliableWrite(writes.map { ($0.handle, $0.value) }) }
+    }
+
+    /// `writeReliably(handles:)` for characteristics found by discovery.
+    public func writeReliably(_ writes: [(RemoteCharacteristic, [UInt8])]) async throws {
+        try await writeReliably(handles: writes.map { (handle: $0.0.valueHandle, value: $0.1) })
+    }
+
     /// Writes a value: with response (long values as a prepared write), or as Write
     /// Command, which returns once the controller has buffer room for it (backpressure,
     /// never a silent drop).

@@ -361,9 +361,10 @@ public actor GATTClient: LoopIsolated {
     }
 
     /// Read Using Characteristic UUID (§4.8.2): (handle, value) of each match in the
-    /// server's response, checked as `ReadByUUIDProcedure` says.
-    public func read(uuid: BluetoothUUID, in range: ClosedRange<UInt16> = 1...0xFFFF) async throws -> [ATTPDU.HandleValue] {
-        try await using { b in try await run(on: b) { ReadByUUIDProcedure(uuid: uuid, range: range, mtu: $0) } }
+    /// server's response, checked as `ReadByUUIDProcedure` says; with `all`, of every
+    /// match in `range` (more requests after the first response), values whole.
+    public func read(uuid: BluetoothUUID, in range: ClosedRange<UInt16> = 1...0xFFFF, all: Bool = false) async throws -> [ATTPDU.HandleValue] {
+        try await using { b in try await run(on: b) { ReadByUUIDProcedure(uuid: uuid, range: range, mtu: $0, all: all) } }
     }
 
     /// Read Multiple Characteristic Values (§4.8.4): the values concatenated (the

@@ -399,19 +399,38 @@ public struct DescriptorDiscovery: GATTClientProcedure {
 
 // MARK: §4.8.2 Read using characteristic UUID
 
-/// Read Using Characteristic UUID: one Read By Type Request over `range`; the (handle,
+/// Read Using Characteristic UUID: a Read By Type Request over `range`; the (handle,
 /// value) pairs of its response, each handle inside the range and above the one
 /// before, the response no longer than ATT_MTU. Attribute Not Found is no match (an
 /// empty result); any other Error Response ends it with that error.
+///
+/// With `all` (what an application asking for every value of a type wants, as BlueZ's
+/// `char-read-uuid` and Bumble's `read_characteristics_by_uuid` do) it goes on: the next
+/// Read By Type Request starts after the last handle returned, until Attribute Not
+/// Found or the end of the range, handles increasing across responses too; and a
+/// value the response may have cut (§3.4.4.2: a value longer than ATT_MTU − 4 or 253
+/// octets comes as its first that many) is completed with Read Blob Requests, as
+/// `ReadLongProcedure` reads (Attribute Not Long or Invalid Offset at its length: it
+/// was whole).
 public struct ReadByUUIDProcedure: GATTClientProcedure {
     public let uuid: BluetoothUUID
     public let range: ClosedRange<UInt16>
+    public let all: Bool
     private let mtu: Int
+    private var found: [ATTPDU.HandleValue] = []
+    private var handles: HandleCursor
+    /// Entries of `found` whose values may go on, by index, the first being read.
+    private var cut: [Int] = []
+    /// Where the last Read By Type Request started.
+    private var from: UInt16
 
-    public init(uuid: BluetoothUUID, range: ClosedRange<UInt16>, mtu: Int) {
+    public init(uuid: BluetoothUUID, range: ClosedRange<UInt16>, mtu: Int, all: Bool = false) {
         self.uuid = uuid
         self.range = range
         self.mtu = mtu
+        self.all = all
+        self.from = range.lowerBound
+        self.handles = HandleCursor(.readByTypeResponse, range: range)
     }
 
     public mutating func start() -> GATTProcedureStep<[ATTPDU.HandleValue]> {
@@ -419,12 +438,48 @@ public struct ReadByUUIDProcedure: GATTClientProcedure {
     }
 
     public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[ATTPDU.HandleValue]> {
-        if try isAttributeNotFound(answer, mtu: mtu) { return .finished([]) }
+        if let i = cut.first { return try blob(answer, into: i) }
+        if try isAttributeNotFound(answer, mtu: mtu) { return .finished(found) }
         guard case let .readByTypeResponse(list) = answer else { throw .unexpectedResponse(answer.opcode) }
         guard !list.isEmpty else { throw .emptyResponse(answer.opcode) }
-        var handles = HandleCursor(answer.opcode, range: range)
-        for entry in list { try handles.accept(entry.handle, from: range.lowerBound) }
-        return .finished(list)
+        for entry in list { try handles.accept(entry.handle, from: from) }
+        guard all else { return .finished(list) }
+        let longest = Swift.min(mtu - 4, 253)
+        for entry in list {
+            if entry.value.count == longest { cut.append(found.count) }
+            found.append(entry)
+        }
+        return next()
+    }
+
+    /// The next request: the rest of a cut value, else the rest of the range.
+    private mutating func next() -> GATTProcedureStep<[ATTPDU.HandleValue]> {
+        if let i = cut.first {
+            return .request(.readBlobRequest(handle: found[i].handle, offset: UInt16(found[i].value.count)))
+        }
+        guard let last = handles.last, let after = handles.next(after: last) else { return .finished(found) }
+        from = after
+        return .request(.readByTypeRequest(start: after, end: range.upperBound, type: uuid))
+    }
+
+    /// A Read Blob answer for entry `i`.
+    private mutating func blob(_ answer: ATTPDU, into i: Int) throws(GATTClientError) -> GATTProcedureStep<[ATTPDU.HandleValue]> {
+        let length = answer.encodedCount
+        guard length <= mtu else { throw .responseExceedsMTU(answer.opcode, length: length, mtu: mtu) }
+        switch answer {
+        case let .readBlobResponse(piece):
+            found[i].value += piece
+            // A full piece may be followed by more, up to the longest value (512).
+            if piece.count == mtu - 1, found[i].value.count < 512 { return next() }
+        case let .errorResponse(.readBlobRequest, _, code) where code == .attributeNotLong || code == .invalidOffset:
+            break
+        case let .errorResponse(req, h, code):
+            throw .att(.errorResponse(request: req, handle: h, error: code))
+        default:
+            throw .unexpectedResponse(answer.opcode)
+        }
+        cut.removeFirst()
+        return next()
     }
 }
 

@@ -62,17 +62,28 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
         @OptionGroup(title: "ATT and the link") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
+        @Flag(help: "Read every value of --uuid's type with Read Using Characteristic UUID (Read By Type Requests), without discovery, as gatttool's char-read-uuid; one line per value, none when the peer has none.")
+        var byUUID = false
 
-        func validate() throws { try attribute.requireOne(severalHandles: true) }
+        func validate() throws {
+            try attribute.requireOne(severalHandles: true)
+            if byUUID, attribute.uuid == nil { throw ValidationError("--by-uuid reads by --uuid, not by --handle") }
+        }
 
         func run() async throws {
             let (session, writer) = try await PeerSession.open(options, peer, pairing, gatt: gatt)
             defer { writer?.close() }
             do {
-                // Several handles: read together (Read Multiple Variable Length where the peer has it).
-                let handles = attribute.handles.count > 1 ? attribute.handles : [try await session.valueHandle(attribute)]
-                let values = try await session.reportingSecurity {
-                    handles.count > 1 ? try await session.peripheral.read(handles: handles) : [try await session.peripheral.read(handle: handles[0])]
+                let handles: [UInt16], values: [[UInt8]]
+                if byUUID, let uuid = attribute.uuid {
+                    let found = try await session.reportingSecurity { try await session.peripheral.read(uuid: uuid) }
+                    (handles, values) = (found.map(\.handle), found.map(\.value))
+                } else {
+                    // Several handles: read together (Read Multiple Variable Length where the peer has it).
+                    handles = attribute.handles.count > 1 ? attribute.handles : [try await session.valueHandle(attribute)]
+                    values = try await session.reportingSecurity {
+                        handles.count > 1 ? try await session.peripheral.read(handles: handles) : [try await session.peripheral.read(handle: handles[0])]
+                    }
                 }
                 await session.close()
                 for (handle, value) in zip(handles, values) {
@@ -92,23 +103,43 @@ struct Gatt: AsyncParsableCommand {
         @OptionGroup(title: "Pairing on demand") var pairing: PairingOptions
         @OptionGroup(title: "ATT and the link") var gatt: GATTClientOptions
         @OptionGroup var attribute: AttributeOptions
-        @Option(help: "The value as hex bytes (\"01ff\", \"01:ff\").") var value: String?
+        @Option(help: "The value as hex bytes (\"01ff\", \"01:ff\"); with --reliable, one per --handle, in order.") var value: [String] = []
         @Option(help: "The value as UTF-8 text.") var text: String?
         @Flag(help: "Write Without Response (Write Command).") var withoutResponse = false
         @Flag(help: "Signed Write Without Response, with the CSRK we gave the bonded peer (pair with --signing-keys).") var signed = false
+        @Flag(help: "A Reliable Write: every --handle with its --value queued with Prepare Write Requests, each echo checked, then written together by one Execute Write Request (the peer writes all or none).")
+        var reliable = false
 
         func validate() throws {
-            try attribute.requireOne()
-            if (value == nil) == (text == nil) { throw ValidationError("give either --value HEX or --text TEXT") }
+            if reliable {
+                if withoutResponse || signed { throw ValidationError("--reliable writes with responses: neither --without-response nor --signed") }
+                if attribute.uuid != nil || text != nil || attribute.handles.isEmpty || attribute.handles.count != value.count {
+                    throw ValidationError("--reliable takes --handle H --value HEX pairs, as many of each")
+                }
+            } else {
+                try attribute.requireOne()
+                if value.count > 1 { throw ValidationError("give one --value (several only with --reliable)") }
+                if value.isEmpty == (text == nil) { throw ValidationError("give either --value HEX or --text TEXT") }
+            }
             if withoutResponse && signed { throw ValidationError("--without-response and --signed exclude each other") }
-            if let value, [UInt8](hex: value) == nil { throw ValidationError("--value must be hex bytes") }
+            if value.contains(where: { [UInt8](hex: $0) == nil }) { throw ValidationError("--value must be hex bytes") }
         }
 
         func run() async throws {
-            let bytes = text.map { Array($0.utf8) } ?? value.flatMap { [UInt8](hex: $0) } ?? []
+            let values = value.compactMap { [UInt8](hex: $0) }
+            let bytes = text.map { Array($0.utf8) } ?? values.first ?? []
             let (session, writer) = try await PeerSession.open(options, peer, pairing, gatt: gatt)
             defer { writer?.close() }
             do {
+                if reliable {
+                    let writes = zip(attribute.handles, values).map { (handle: $0, value: $1) }
+                    try await session.reportingSecurity { try await session.peripheral.writeReliably(handles: writes) }
+                    await session.close()
+                    for w in writes {
+                        if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(w.handle))), ("length", .int(w.value.count))])) } else { print("wrote \(w.value.count) bytes to 0x\(String(w.handle, radix: 16)) (reliable write)") }
+                    }
+                    return
+                }
                 let handle = try await session.valueHandle(attribute)
                 if signed {
                     try await session.peripheral.writeSigned(bytes, handle: handle)

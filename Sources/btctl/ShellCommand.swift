@@ -26,6 +26,7 @@ enum ShellCommand: Equatable {
     case select(DeviceAddress)
     case discover
     case read(ServeCommand.Target)
+    case readByUUID(BluetoothUUID)
     case write(ServeCommand.Target, [UInt8], withResponse: Bool)
     case subscribe(ServeCommand.Target, indications: Bool?)
     case unsubscribe(ServeCommand.Target)
@@ -49,6 +50,7 @@ enum ShellCommand: Equatable {
           discover                   list the current peer's services, includes, characteristics
                                      and descriptors
           read ATTR                  read (long values included)
+          read-uuid UUID             read every value of that type without discovery (Read By Type)
           write ATTR VALUE           write, with a response (prepared writes when it is long)
           write-cmd ATTR VALUE       Write Without Response
           subscribe ATTR [indicate]  subscribe; each value is shown as it comes
@@ -132,6 +134,11 @@ enum ShellCommand: Equatable {
         case "read":
             try only(2)
             return .read(try Console.target(argument("an attribute: a UUID such as 2A19, or a handle such as 0x0012")))
+        case "read-uuid":
+            try only(2)
+            let w = try argument("a characteristic UUID, such as 2A19")
+            guard let u = BluetoothUUID(w) else { throw CLIError("'\(w)' is not a UUID (2A19, or 128-bit)") }
+            return .readByUUID(u)
         case "unsubscribe":
             try only(2)
             return .unsubscribe(try Console.target(argument("a characteristic: a UUID such as 2A19, or a value handle such as 0x0012")))
@@ -291,6 +298,13 @@ actor ShellSession {
             let (handle, uuid) = try await attribute(target, in: s)
             let v = try await s.reportingSecurity { try await s.peripheral.read(handle: handle) }
             report([("event", .string("value"))] + valueJSON(handle, v, uuid: uuid), valueLine(handle, v, uuid: uuid))
+        case let .readByUUID(uuid):
+            let s = try session()
+            let found = try await s.reportingSecurity { try await s.peripheral.read(uuid: uuid) }
+            if found.isEmpty, !json { print("no \(named(uuid)) value") }
+            for (handle, v) in found {
+                report([("event", .string("value"))] + valueJSON(handle, v, uuid: uuid), valueLine(handle, v, uuid: uuid))
+            }
         case let .write(target, value, withResponse):
             let s = try session()
             let (handle, _) = try await attribute(target, in: s)
@@ -398,10 +412,18 @@ actor ShellSession {
                "connected to \(Self.peer(c)) (handle 0x\(String(c.handle, radix: 16)))")
     }
 
+    /// Ends link `p`: its subscriptions are written off the peer's CCCDs first (the
+    /// printers let go of their values, which queues the writes; the disconnection
+    /// waits for what was queued), as `gatt subscribe` leaves a peer.
     private func disconnect(_ p: RemotePeripheral) async throws {
         let c = p.connection
         leaving.insert(c.id)
         defer { leaving.remove(c.id) }
+        for (key, printer) in subscriptions where key.link == c.id {
+            printer.cancel()
+            await printer.value
+            subscriptions[key] = nil
+        }
         let reason = try await p.disconnect()
         forget(c)
         report([("event", .string("disconnected")), ("handle", .int(Int(c.handle))), ("peer", .string(Self.peer(c))), ("reason", .string(reason.description))],
@@ -452,7 +474,7 @@ actor ShellSession {
                "link to \(Self.peer(c)) ended: \(reason)")
     }
 
-    /// Ends every link (`quit`, end of input).
+    /// Ends every link (`quit`, end of input), each subscription written off first.
     func close() async {
         for p in links { try? await disconnect(p) }
     }

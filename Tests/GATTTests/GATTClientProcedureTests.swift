@@ -277,4 +277,41 @@ struct GATTClientProcedureTests {
         #expect(hostile(ask, [.errorResponse(request: .readByTypeRequest, handle: 5, error: .readNotPermitted)]).error
                 == .att(.errorResponse(request: .readByTypeRequest, handle: 5, error: .readNotPermitted)))
     }
+
+    /// Read Using Characteristic UUID for every match (`all`): Read By Type Requests
+    /// after the last handle until Attribute Not Found, values of ATT_MTU − 4 octets
+    /// (maybe cut) completed with Read Blob; a hostile server's handle repeated across
+    /// responses, or a wrong answer to the Read Blob, ends it with the error.
+    @Test func readByUUIDForEveryMatchReadsThemWhole() throws {
+        var db = AttributeDatabase()
+        let long = (0..<40).map { UInt8($0) }, edge = [UInt8](repeating: 7, count: 19)
+        try db.add(GATTService(uuid: BluetoothUUID(0xAAAA), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF9), properties: [.read], value: [1]),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF9), properties: [.read], value: long),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF9), properties: [.read], value: edge),
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF8), properties: [.read], value: [2]),
+        ]))
+        var server = GATTServerState(database: db)
+        let (found, requests) = try drive(ReadByUUIDProcedure(uuid: BluetoothUUID(0xFFF9), range: 1...0xFFFF, mtu: 23, all: true), &server, mtu: 23)
+        #expect(found.map(\.handle) == [3, 5, 7] && found.map(\.value) == [[1], long, edge], "\(found)")
+        // Four Read By Type (the last answered Attribute Not Found), a Read Blob for each 19-octet value.
+        #expect(requests == 6)
+        // Without `all`: the first response alone, as before.
+        let (first, one) = try drive(ReadByUUIDProcedure(uuid: BluetoothUUID(0xFFF9), range: 1...0xFFFF, mtu: 23), &server, mtu: 23)
+        #expect(first.map(\.handle) == [3] && one == 1)
+
+        let all = ReadByUUIDProcedure(uuid: BluetoothUUID(0xFFF9), range: 1...0xFFFF, mtu: 23, all: true)
+        var r = hostile(all, [.readByTypeResponse([.init(handle: 3, value: [1])]), .readByTypeResponse([.init(handle: 3, value: [1])])])
+        #expect(r.requests.last == .readByTypeRequest(start: 4, end: 0xFFFF, type: BluetoothUUID(0xFFF9))
+                && r.error == .handleOutOfRange(.readByTypeResponse, handle: 3, range: 4...0xFFFF))
+        r = hostile(all, [.readByTypeResponse([.init(handle: 5, value: Array(long[..<19]))]), .readByTypeResponse([.init(handle: 5, value: [1])])])
+        #expect(r.requests.last == .readBlobRequest(handle: 5, offset: 19) && r.error == .unexpectedResponse(.readByTypeResponse))
+        r = hostile(all, [.readByTypeResponse([.init(handle: 5, value: Array(long[..<19]))]),
+                          .errorResponse(request: .readBlobRequest, handle: 5, error: .insufficientAuthentication)])
+        #expect(r.error == .att(.errorResponse(request: .readBlobRequest, handle: 5, error: .insufficientAuthentication)))
+        // The range's last handle returned: done, without another request.
+        let tail = ReadByUUIDProcedure(uuid: BluetoothUUID(0xFFF9), range: 1...3, mtu: 23, all: true)
+        r = hostile(tail, [.readByTypeResponse([.init(handle: 3, value: [1])])])
+        #expect(r.requests.count == 1 && r.error == nil)
+    }
 }

@@ -70,6 +70,16 @@ import Testing
     }
 
     /// The discover events of one service, by UUID.
+    /// Rootcanal, and Bumble's GATT server (bumble_gatt_peripheral.py with `arguments`)
+    /// advertising on it; nil when either, or btctl, is not here.
+    static func bumbleServer(_ arguments: [String]) async throws -> (RootcanalProcess, LiveProcess)? {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python(), isBuilt() else { return nil }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort)] + arguments)
+        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
+        return (rc, bumble)
+    }
+
     static func events(_ lines: [[String: Any]], _ event: String, uuid: String) -> [[String: Any]] {
         lines.filter { $0["event"] as? String == event && ($0["uuid"] as? String)?.uppercased() == uuid }
     }
@@ -80,12 +90,8 @@ import Testing
     /// `--values` every readable value and descriptor is read, long ones whole; the
     /// one Bumble refuses shows its error and the listing goes on.
     @Test func discoverListsBumblesIncludes() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard Self.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
+        guard let (rc, bumble) = try await Self.bumbleServer(["--forever", "--includes"]) else { return }
         defer { rc.stop() }
-        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever", "--includes"])
-        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
         let json = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--json", "--values"])
         let text = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec])
         let textValues = try await Self.run(["gatt", "discover", "F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--values"])
@@ -174,12 +180,8 @@ import Testing
     /// indication, FFF5's burst of 200) until --count, then each written off the peer's
     /// CCCD before the link goes.
     @Test func subscribeAllTakesEveryCharacteristicThatNotifies() async throws {
-        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
-        guard Self.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
+        guard let (rc, bumble) = try await Self.bumbleServer(["--forever"]) else { return }
         defer { rc.stop() }
-        let bumble = try LiveProcess(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_peripheral.py", String(rc.hciPort), "--forever"])
-        #expect(await bumble.waitForOutput { $0.contains("\"event\": \"advertising\"") }, "\(bumble.output)")
         let run = try await Self.run(["gatt", "subscribe", "F1:F2:F3:F4:F5:F6/random", "--all", "--count", "202", "-t", rc.transportSpec, "--json"])
         // Bumble hears the CCCDs written off (its subscription events with both flags false).
         let off = await bumble.waitForOutput(within: .seconds(10)) { $0.contains("\"uuid\": \"FFF3\", \"notify\": false, \"indicate\": false") }
@@ -199,5 +201,42 @@ import Testing
         #expect(off, "\(bumble.output.split(separator: "\n").filter { !$0.contains("\"written\"") })")
         let bad = try await Self.run(["gatt", "subscribe", "F1:F2:F3:F4:F5:F6/random", "--all", "--uuid", "FFF2", "-t", rc.transportSpec])
         #expect(bad.status == 64 && bad.out.contains("--all takes neither --handle nor --uuid"), "\(bad.out)")
+    }
+
+    /// `gatt read --by-uuid` (Read Using Characteristic UUID, no discovery) and `gatt
+    /// write --reliable` (Prepare Write Requests for two characteristics, then one
+    /// Execute Write Request) against Bumble's server: the 200-byte FFF4 read back whole
+    /// (Read By Type cuts it, Read Blob completes it), both values written together
+    /// (Bumble reports each write when the queue executes), and a piece refused at its
+    /// Prepare Write Request leaves the other value as it was.
+    @Test func readByUUIDAndAReliableWriteAgainstBumble() async throws {
+        guard let (rc, bumble) = try await Self.bumbleServer(["--forever"]) else { return }
+        defer { rc.stop() }
+        let peer = ["F1:F2:F3:F4:F5:F6/random", "-t", rc.transportSpec, "--json"]
+        func byUUID(_ uuid: String) async throws -> [[String: Any]] {
+            let r = try await Self.run(["gatt", "read", "--uuid", uuid, "--by-uuid"] + peer)
+            #expect(r.status == 0, "\(r.out)")
+            return try JSONSchemaTests.check(r.out, against: "gatt-read").filter { $0["event"] as? String == "value" }
+        }
+        let fff4 = try await byUUID("FFF4"), fff1 = try await byUUID("FFF1")
+        #expect(fff4.count == 1 && fff4.first?["value"] as? String == (0..<200).map { UInt8($0) }.hexString, "\(fff4)")
+        let h1 = try #require(fff1.first?["handle"] as? Int), h4 = try #require(fff4.first?["handle"] as? Int)
+        let written = try await Self.run(["gatt", "write", "--reliable", "--handle", "\(h1)", "--value", "0102", "--handle", "\(h4)", "--value",
+                                          String(repeating: "ab", count: 60)] + peer)
+        #expect(written.status == 0, "\(written.out)")
+        #expect(try JSONSchemaTests.check(written.out, against: "gatt-write").filter { $0["event"] as? String == "written" }.compactMap { $0["handle"] as? Int } == [h1, h4])
+        #expect(try await byUUID("FFF1").first?["value"] as? String == "0102")
+        #expect(try await byUUID("FFF4").first?["value"] as? String == String(repeating: "ab", count: 60))
+        // Bumble refuses the second piece (no attribute 0x00FE: Invalid Handle); the
+        // queue is cancelled and nothing is written.
+        let refused = try await Self.run(["gatt", "write", "--reliable", "--handle", "\(h1)", "--value", "ff", "--handle", "0xfe", "--value", "ff"] + peer)
+        #expect(refused.status == 1, "\(refused.out)")
+        #expect(try await byUUID("FFF1").first?["value"] as? String == "0102")
+        #expect(try await byUUID("2BFF").isEmpty, "no such value: no line, exit 0")
+        let bad = try await Self.run(["gatt", "write", "--reliable", "--handle", "\(h1)", "--value", "01", "--handle", "\(h4)"] + peer)
+        #expect(bad.status == 64, "\(bad.out)")
+        _ = await bumble.stop()
+        // Bumble saw the two values of the reliable write, and never the refused one's.
+        #expect(bumble.output.contains("\"uuid\": \"FFF1\", \"value\": \"0102\"") && !bumble.output.contains("\"value\": \"ff\""), "\(bumble.output)")
     }
 }
