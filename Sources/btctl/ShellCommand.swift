@@ -316,10 +316,11 @@ actor ShellSession {
             let s = try session()
             let c = try await characteristic(target, in: s)
             let key = SubscriptionKey(link: s.peripheral.connection.id, handle: c.valueHandle)
-            guard let printer = subscriptions.removeValue(forKey: key) else { throw CLIError("not subscribed to \(named(c.uuid))") }
+            guard let printer = subscriptions[key] else { throw CLIError("not subscribed to \(named(c.uuid))") }
             try await s.reportingSecurity { try await s.peripheral.unsubscribe(from: c) }
             // The values end with the subscription: what came before is shown first.
             await printer.value
+            subscriptions[key] = nil
             report([("event", .string("unsubscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description))] + nameField(c.uuid),
                    "unsubscribed from \(named(c.uuid))")
         case .pair:
