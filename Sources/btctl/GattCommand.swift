@@ -218,10 +218,11 @@ struct Gatt: AsyncParsableCommand {
                 // The subscriptions' values in one sequence, in the order they came. Each
                 // keeps its own newest 256; this one holds as many per subscription.
                 let (merged, feed) = BufferedThrowingStream<Tagged>.makeStream(capacity: 256 * targets.count)
+                let streams = subscriptions
                 let forwarders = Task {
                     do {
                         try await withThrowingTaskGroup(of: Void.self) { g in
-                            for (i, values) in subscriptions.enumerated() {
+                            for (i, values) in streams.enumerated() {
                                 g.addTask { for try await v in values { _ = feed.yield(Tagged(index: i, value: v)) } }
                             }
                             try await g.waitForAll()
@@ -259,11 +260,14 @@ struct Gatt: AsyncParsableCommand {
                 live.clear()
                 let seconds = tenthsOfSecondsSince(started)
                 await session.close()
+                // Values lost while the output fell behind: each subscription keeps its
+                // newest 256, the merged sequence as many per subscription.
+                let dropped = streams.reduce(merged.dropped.count) { $0 + $1.dropped.count }
                 // The closing summary: how many values came in how long (after an interrupt too).
                 if options.json {
-                    emit(.object([("event", .string("summary")), ("values", .int(n)), ("seconds", .double(seconds))]))
+                    emit(.object([("event", .string("summary")), ("values", .int(n)), ("seconds", .double(seconds))] + (dropped > 0 ? [("dropped", .int(dropped))] : [])))
                 } else {
-                    note("\(n) \(single)\(n == 1 ? "" : "s") in \(seconds) s")
+                    note("\(n) \(single)\(n == 1 ? "" : "s") in \(seconds) s" + (dropped > 0 ? "; \(dropped) dropped while the output fell behind" : ""))
                 }
                 if let count, n < count { throw CLIError("the link ended after \(n) of \(count) values") }
             } catch let e as CLIError {
