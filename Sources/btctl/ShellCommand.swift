@@ -36,6 +36,7 @@ enum ShellCommand: Equatable {
     case dataLength(Int)
     case parameters(LEConnectionParameters)
     case rssi
+    case sleep(seconds: Double)
     case help
     case quit
 
@@ -63,6 +64,8 @@ enum ShellCommand: Equatable {
                                      ask for a connection update (intervals in 1.25 ms units,
                                      timeout in 10 ms units), as --connection-parameters takes them
           rssi                       the current link's RSSI (Read RSSI)
+          sleep SECONDS              wait (at most 3600 s), values and link ends still shown: a
+                                     script's pause before its next command or its end
           help                       this text
           quit                       disconnect every link and stop (as at the end of input)
         ATTR is a characteristic UUID (2A19, or 128-bit; the first one with it) or a handle
@@ -98,6 +101,11 @@ enum ShellCommand: Equatable {
         case "pair": try only(1); return .pair
         case "info": try only(1); return .info
         case "rssi": try only(1); return .rssi
+        case "sleep":
+            try only(2)
+            let w = try argument("seconds")
+            guard let t = Double(w), t.isFinite, t > 0, t <= 3600 else { throw CLIError("sleep takes seconds, more than 0 and at most 3600, not '\(w)'") }
+            return .sleep(seconds: t)
         case "phy":
             guard words.count >= 2 else { throw CLIError("phy needs one or more of 1m, 2m and coded") }
             var phys: Set<PHY> = []
@@ -354,6 +362,8 @@ actor ShellSession {
             report([("event", .string("parameters")), handle, ("interval", .int(Int(now.interval))), ("latency", .int(Int(now.latency))),
                     ("supervision_timeout", .int(Int(now.supervisionTimeout))), ("updated", .bool(got != nil))],
                    got != nil ? "connection \(now)" : "the connection stays: \(now)")
+        case let .sleep(seconds):
+            await Interrupt.sleep(for: cliDuration(seconds: seconds))
         case .rssi:
             let p = try current()
             let rssi = try await p.readRSSI()

@@ -105,8 +105,8 @@ import Testing
 
     /// On the virtual radio (`-t virtual`: the fire-alarm sender): discovery, the floor
     /// plan notified in pieces, pairing (Just Works, bonding), the link's info after, and
-    /// links and select with one link; `quit` ends the session with the link
-    /// disconnected, and a session without errors exits 0.
+    /// links and select with one link, a pause; `quit` ends the session with the link
+    /// disconnected, and a session with a refused command exits 1.
     @Test func aSessionOnTheVirtualRadio() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
         let bonds = Self.bondFile()
@@ -121,18 +121,18 @@ import Testing
         #expect(await Self.waitFor(shell, "notification", count: 3), "\(shell.output)")
         shell.send("pair")
         #expect(await Self.waitFor(shell, "paired") { $0["method"] as? String == "Just Works" && $0["bonded"] as? Bool == true }, "\(shell.output)")
-        for line in ["info", "links", "select C0:FF:EE:00:00:01", "quit", "read 2A00"] { shell.send(line) }
-        #expect(await Interop.exit(of: shell.process, timeout: 20) == 0, "\(shell.output)")
+        for line in ["info", "links", "select C0:FF:EE:00:00:01", "sleep 0.2", "sleep 0", "quit", "read 2A00"] { shell.send(line) }
+        #expect(await Interop.exit(of: shell.process, timeout: 20) == 1, "\(shell.output)")
         let lines = try JSONSchemaTests.check(shell.output, against: "shell")
         let names = lines.compactMap { $0["event"] as? String }
-        #expect(!names.contains("error") && !names.contains("value"), "quit ends the session before the read: \(names)")
+        #expect(names.filter { $0 == "error" }.count == 1 && !names.contains("value"), "'sleep 0' refused; quit ends the session before the read: \(names)")
         #expect(lines.contains { $0["event"] as? String == "characteristic" && $0["uuid"] as? String == "F1DE0001-2C4B-4D5E-8F60-7A8B9CADBEEF" })
         let plan = lines.filter { $0["event"] as? String == "notification" }.compactMap { $0["value"] as? String }.joined()
         #expect(plan.hasPrefix("3c737667") && plan.hasSuffix("3c2f7376673e"), "the SVG floor plan, <svg ... </svg>")
         let info = try #require(lines.first { $0["event"] as? String == "info" })
         #expect(info["encrypted"] as? Bool == true && info["bonded"] as? Bool == true, "\(info)")
         #expect(lines.contains { $0["event"] as? String == "link" && $0["current"] as? Bool == true && $0["peer"] as? String == "C0:FF:EE:00:00:01" })
-        #expect(names.suffix(2) == ["selected", "disconnected"], "\(names)")
+        #expect(names.suffix(3) == ["selected", "error", "disconnected"], "\(names)")
         #expect(lines.contains { $0["event"] as? String == "data_length" && $0["tx_octets"] as? Int == 100 }, "\(lines)")
         #expect(lines.contains { $0["event"] as? String == "parameters" && $0["interval"] as? Int == 24 && $0["updated"] as? Bool == true }, "\(lines)")
         #expect(lines.contains { $0["event"] as? String == "rssi" && $0["rssi"] as? Int == -52 }, "the fire alarm at 3.5 m: \(lines)")
