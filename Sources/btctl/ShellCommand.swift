@@ -151,7 +151,8 @@ enum ShellCommand: Equatable {
             try only(2)
             return .unsubscribe(try Console.target(argument("a characteristic: a UUID such as 2A19, or a value handle such as 0x0012")))
         case "subscribe":
-            let target = try Console.target(words.count >= 2 ? words[1] : argument("a characteristic: a UUID such as 2A19, or a value handle such as 0x0012"))
+            guard words.count >= 2 else { throw CLIError("subscribe needs a characteristic: a UUID such as 2A19, or a value handle such as 0x0012") }
+            let target = try Console.target(words[1])
             guard words.count == 3 else { return .subscribe(target, indications: nil) }
             switch words[2].lowercased() {
             case "indicate", "indications": return .subscribe(target, indications: true)
