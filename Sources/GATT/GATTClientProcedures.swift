@@ -409,8 +409,8 @@ public struct DescriptorDiscovery: GATTClientProcedure {
 /// Read By Type Request starts after the last handle returned, until Attribute Not
 /// Found or the end of the range, handles increasing across responses too; and a
 /// value the response may have cut (§3.4.4.2: a value longer than ATT_MTU − 4 or 253
-/// octets comes as its first that many) is completed with Read Blob Requests, as
-/// `ReadLongProcedure` reads (Attribute Not Long or Invalid Offset at its length: it
+/// octets comes as its first that many) is completed by a `ReadLongProcedure` from its
+/// end on (Read Blob Requests; Attribute Not Long or Invalid Offset at its length: it
 /// was whole).
 public struct ReadByUUIDProcedure: GATTClientProcedure {
     public let uuid: BluetoothUUID
@@ -421,6 +421,8 @@ public struct ReadByUUIDProcedure: GATTClientProcedure {
     private var handles: HandleCursor
     /// Entries of `found` whose values may go on, by index, the first being read.
     private var cut: [Int] = []
+    /// The read of the rest of `found[cut[0]]`, while one is under way.
+    private var rest: ReadLongProcedure?
     /// Where the last Read By Type Request started.
     private var from: UInt16
 
@@ -438,7 +440,18 @@ public struct ReadByUUIDProcedure: GATTClientProcedure {
     }
 
     public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[ATTPDU.HandleValue]> {
-        if let i = cut.first { return try blob(answer, into: i) }
+        if let i = cut.first, var r = rest {
+            switch try r.receive(answer) {
+            case let .request(pdu):
+                rest = r
+                return .request(pdu)
+            case let .finished(value):
+                found[i].value = value
+                cut.removeFirst()
+                rest = nil
+                return next()
+            }
+        }
         if try isAttributeNotFound(answer, mtu: mtu) { return .finished(found) }
         guard case let .readByTypeResponse(list) = answer else { throw .unexpectedResponse(answer.opcode) }
         guard !list.isEmpty else { throw .emptyResponse(answer.opcode) }
@@ -452,34 +465,19 @@ public struct ReadByUUIDProcedure: GATTClientProcedure {
         return next()
     }
 
-    /// The next request: the rest of a cut value, else the rest of the range.
+    /// The next request: the rest of a cut value (`ReadLongProcedure` from its end on),
+    /// else the rest of the range.
     private mutating func next() -> GATTProcedureStep<[ATTPDU.HandleValue]> {
         if let i = cut.first {
-            return .request(.readBlobRequest(handle: found[i].handle, offset: UInt16(found[i].value.count)))
+            var r = ReadLongProcedure(handle: found[i].handle, mtu: mtu, after: found[i].value)
+            // A read always starts with a request.
+            guard case let .request(pdu) = r.start() else { return .finished(found) }
+            rest = r
+            return .request(pdu)
         }
         guard let last = handles.last, let after = handles.next(after: last) else { return .finished(found) }
         from = after
         return .request(.readByTypeRequest(start: after, end: range.upperBound, type: uuid))
-    }
-
-    /// A Read Blob answer for entry `i`.
-    private mutating func blob(_ answer: ATTPDU, into i: Int) throws(GATTClientError) -> GATTProcedureStep<[ATTPDU.HandleValue]> {
-        let length = answer.encodedCount
-        guard length <= mtu else { throw .responseExceedsMTU(answer.opcode, length: length, mtu: mtu) }
-        switch answer {
-        case let .readBlobResponse(piece):
-            found[i].value += piece
-            // A full piece may be followed by more, up to the longest value (512).
-            if piece.count == mtu - 1, found[i].value.count < 512 { return next() }
-        case let .errorResponse(.readBlobRequest, _, code) where code == .attributeNotLong || code == .invalidOffset:
-            break
-        case let .errorResponse(req, h, code):
-            throw .att(.errorResponse(request: req, handle: h, error: code))
-        default:
-            throw .unexpectedResponse(answer.opcode)
-        }
-        cut.removeFirst()
-        return next()
     }
 }
 
@@ -581,7 +579,16 @@ public struct ReadLongProcedure: GATTClientProcedure {
         self.mtu = mtu
     }
 
-    public mutating func start() -> GATTProcedureStep<[UInt8]> { .request(.readRequest(handle: handle)) }
+    /// Reads the rest of a value whose first octets, `known`, came another way (a Read
+    /// By Type Response that may have cut it): Read Blob from the end of `known` on.
+    public init(handle: UInt16, mtu: Int, after known: [UInt8]) {
+        self.init(handle: handle, mtu: mtu)
+        value = known
+    }
+
+    public mutating func start() -> GATTProcedureStep<[UInt8]> {
+        value.isEmpty ? .request(.readRequest(handle: handle)) : .request(.readBlobRequest(handle: handle, offset: UInt16(value.count)))
+    }
 
     public mutating func receive(_ answer: ATTPDU) throws(GATTClientError) -> GATTProcedureStep<[UInt8]> {
         let length = answer.encodedCount
