@@ -222,15 +222,16 @@ struct PeerSession {
     }
 
     /// Asks for `phys` both ways (`--phy`) and says what the link uses after.
-    func updatePHY(_ phys: Set<PHY>) async throws {
+    /// `report` says it (by default an event with --json, else a note on standard error).
+    func updatePHY(_ phys: Set<PHY>, report: ((_ o: [(String, JSONValue)], _ text: String) -> Void)? = nil) async throws {
+        let say = report ?? { announce(json: json, $0, "btctl: " + $1) }
         let link: (String, JSONValue) = ("handle", .int(Int(peripheral.connection.handle)))
         do {
             if let p = try await peripheral.updatePHY(tx: phys, rx: phys) {
-                announce(json: json, [("event", .string("phy")), link, ("tx", .string(p.tx.description)), ("rx", .string(p.rx.description))],
-                         "btctl: PHY \(p)")
+                say([("event", .string("phy")), link, ("tx", .string(p.tx.description)), ("rx", .string(p.rx.description))], "PHY \(p)")
             } else {
                 let why = "the controller or the peer does not update the PHY"
-                announce(json: json, [("event", .string("phy")), link, ("error", .string(why))], "btctl: the PHY stays: \(why)")
+                say([("event", .string("phy")), link, ("error", .string(why))], "the PHY stays: \(why)")
             }
         } catch {
             throw CLIError("cannot update the PHY: \(error)")
@@ -240,16 +241,18 @@ struct PeerSession {
     /// Asks to send PDUs of up to `octets` (`--data-length`) and says the lengths in
     /// force after. The time allowed is the most the spec does (17040 µs): the octets
     /// take what they take on the link's PHY.
-    func updateDataLength(_ octets: Int) async throws {
+    /// `report` says it, as for `updatePHY`.
+    func updateDataLength(_ octets: Int, report: ((_ o: [(String, JSONValue)], _ text: String) -> Void)? = nil) async throws {
+        let say = report ?? { announce(json: json, $0, "btctl: " + $1) }
         let link: (String, JSONValue) = ("handle", .int(Int(peripheral.connection.handle)))
         do {
             if let d = try await peripheral.updateDataLength(txOctets: octets, txTime: 17040) {
-                announce(json: json, [("event", .string("data_length")), link, ("tx_octets", .int(d.maxTxOctets)), ("tx_time", .int(d.maxTxTimeMicroseconds)),
-                                      ("rx_octets", .int(d.maxRxOctets)), ("rx_time", .int(d.maxRxTimeMicroseconds))],
-                         "btctl: data length \(d)")
+                say([("event", .string("data_length")), link, ("tx_octets", .int(d.maxTxOctets)), ("tx_time", .int(d.maxTxTimeMicroseconds)),
+                     ("rx_octets", .int(d.maxRxOctets)), ("rx_time", .int(d.maxRxTimeMicroseconds))],
+                    "data length \(d)")
             } else {
                 let why = "the controller does not set a link's data length"
-                announce(json: json, [("event", .string("data_length")), link, ("error", .string(why))], "btctl: the data length stays: \(why)")
+                say([("event", .string("data_length")), link, ("error", .string(why))], "the data length stays: \(why)")
             }
         } catch {
             throw CLIError("cannot update the data length: \(error)")

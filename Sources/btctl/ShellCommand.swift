@@ -337,23 +337,9 @@ actor ShellSession {
             let result = try await host.security.pair(handle: p.connection.handle, level: pairingLevel)
             report(result.event(peer: Self.peer(p.connection)), result.text(peer: Self.peer(p.connection)))
         case let .phy(phys):
-            let p = try current(), handle: (String, JSONValue) = ("handle", .int(Int(p.connection.handle)))
-            if let now = try await p.updatePHY(tx: phys, rx: phys) {
-                report([("event", .string("phy")), handle, ("tx", .string(now.tx.description)), ("rx", .string(now.rx.description))], "PHY \(now)")
-            } else {
-                let why = "the controller or the peer does not update the PHY"
-                report([("event", .string("phy")), handle, ("error", .string(why))], "the PHY stays: \(why)")
-            }
+            try await session().updatePHY(phys, report: report)
         case let .dataLength(octets):
-            let p = try current(), handle: (String, JSONValue) = ("handle", .int(Int(p.connection.handle)))
-            // The time allowed is the most the spec does (17040 µs), as --data-length.
-            if let d = try await p.updateDataLength(txOctets: octets, txTime: 17040) {
-                report([("event", .string("data_length")), handle, ("tx_octets", .int(d.maxTxOctets)), ("tx_time", .int(d.maxTxTimeMicroseconds)),
-                        ("rx_octets", .int(d.maxRxOctets)), ("rx_time", .int(d.maxRxTimeMicroseconds))], "data length \(d)")
-            } else {
-                let why = "the controller does not set a link's data length"
-                report([("event", .string("data_length")), handle, ("error", .string(why))], "the data length stays: \(why)")
-            }
+            try await session().updateDataLength(octets, report: report)
         case let .parameters(wanted):
             let p = try current(), handle: (String, JSONValue) = ("handle", .int(Int(p.connection.handle)))
             // nil: the update ended with the parameters unchanged (the peer refused).
