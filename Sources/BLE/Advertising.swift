@@ -283,6 +283,15 @@ extension BluetoothHost {
         peripheralState.advertising[set] = a
         peripheralState.advertisingDeadlines[set] = a?.duration.map { now + $0 }
         peripheralState.advertisingEnded.remove(set)
+        // An end of the advertisement on air now, which the event follower may reach
+        // during this change, is the replaced advertisement's.
+        let replacing = usesExtendedCommands && a != nil
+        if replacing {
+            peripheralState.replacing[set] = (peripheralState.enablings[set] ?? 0, (peripheralState.replacing[set]?.changes ?? 0) + 1)
+        }
+        defer {
+            if replacing, let r = peripheralState.replacing[set] { peripheralState.replacing[set] = r.changes > 1 ? (r.enabling, r.changes - 1) : nil }
+        }
         do {
             try await withAdvertisingLock {
                 guard let a else { return try await stopAdvertisingNow(set: set) }
@@ -364,6 +373,46 @@ extension BluetoothHost {
                 logger.warning("\(what)", metadata: ["error": "\(error)", "ble.advertisingSet": "\(s)"])
             }
         }
+    }
+
+    /// Keeps `PeripheralState.enablings` and `terminatedEnablings` on the loop, as the
+    /// controller's answers and events arrive: which enabling of its set each LE
+    /// Advertising Set Terminated ended, whenever the event follower comes to it. (The
+    /// follower may reach an end after the command that enabled the set again has
+    /// returned, or before; the controller's order says which advertisement ended.)
+    func followEnablings() async {
+        await controller.addAnswerObserver { [weak self] command, outcome in
+            guard command.opcode == .leSetExtendedAdvertisingEnable, case let .complete(r) = outcome, r.first == 0,
+                  let host = self, host.loop.inEventLoop else { return }
+            var reader = ByteReader(command.parameters, context: "LE Set Extended Advertising Enable")
+            guard let enable = try? LESetExtendedAdvertisingEnable(parameters: &reader), enable.enable else { return }
+            host.onLoop { h in
+                for s in enable.sets { h.peripheralState.enablings[s.advertisingHandle, default: 0] += 1 }
+            }
+        }
+        await l2cap.addEventObserver { [weak self] e in
+            guard case let .le(.advertisingSetTerminated(t)) = e, let host = self, host.loop.inEventLoop else { return }
+            host.onLoop { h in
+                let set = t.advertisingHandle
+                h.peripheralState.terminatedEnablings[set, default: []].append(h.peripheralState.enablings[set] ?? 0)
+            }
+        }
+    }
+
+    /// The enabling the LE Advertising Set Terminated for `set` the follower has come to
+    /// ended (`followEnablings`).
+    func terminatedEnabling(_ set: UInt8) -> Int {
+        let current = peripheralState.enablings[set] ?? 0
+        guard var ends = peripheralState.terminatedEnablings[set], let first = ends.popFirst() else { return current }
+        peripheralState.terminatedEnablings[set] = ends.isEmpty ? nil : ends
+        return first
+    }
+
+    /// Whether an end of `set`'s enabling `enabling` is of an advertisement the host has
+    /// replaced: the controller has enabled the set again since, or the application's
+    /// change of it began while that enabling was the set's.
+    func endsReplacedEnabling(_ set: UInt8, _ enabling: Int) -> Bool {
+        enabling < peripheralState.enablings[set] ?? 0 || peripheralState.replacing[set].map { enabling <= $0.enabling } == true
     }
 
     /// LE Advertising Set Terminated without a connection, for a set the host advertises.
@@ -484,10 +533,6 @@ extension BluetoothHost {
                                                directed: a.directed)
             try await applyPeriodic(a.periodic, set: set)
             if let address { advertisingSetAddressSet(address, set: set) }
-            // An end handled while these commands were under way may be the previous
-            // enabling's or this one's (the host's tasks do not tell): the host and the
-            // controller agree that the set is off air either way.
-            if peripheralState.advertisingEnded.contains(set) { try await Advertiser.stopExtended(controller, handles: [set]) }
         } else {
             let generation = own.generation, address = legacyAdvertisingAddress()
             try await Advertiser.start(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,

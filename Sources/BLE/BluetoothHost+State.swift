@@ -5,6 +5,7 @@
 // Privacy.swift). Each room is plain data; the code that changes it lives with its
 // role (BluetoothHost+Links.swift, BluetoothHost+Central.swift, PeripheralManager.swift).
 
+import DequeModule
 import GATT
 import GAP
 import HCI
@@ -234,6 +235,17 @@ extension BluetoothHost {
         /// Sets a duration or event limit ended: configured, off air until the
         /// application starts them again.
         var advertisingEnded: Set<UInt8> = []
+        /// How many times the controller has enabled each set (an LE Set Extended
+        /// Advertising Enable naming it answered with success), counted as the answers
+        /// arrive: the set's enabling, in the controller's order.
+        var enablings: [UInt8: Int] = [:]
+        /// For each LE Advertising Set Terminated the event follower has yet to handle,
+        /// by set, the enabling it ended (`enablings` when it arrived).
+        var terminatedEnablings: [UInt8: Deque<Int>] = [:]
+        /// The sets the application is changing (`setAdvertising`): the enabling each had
+        /// when the latest change began, and how many changes are under way. An end of
+        /// that enabling or an earlier one is the replaced advertisement's.
+        var replacing: [UInt8: (enabling: Int, changes: Int)] = [:]
         /// The host's timer for a duration on a controller driven with the legacy commands.
         var legacyAdvertisingTimer: LoopTimer?
         /// The periodic advertising each set has on the controller (parameters, data, enabled).

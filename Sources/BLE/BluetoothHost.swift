@@ -358,6 +358,7 @@ public actor BluetoothHost: LoopIsolated {
             await controller.start()
             let events = await controller.events(capacity: 4096, answers: true)
             let links = await l2cap.linkEvents()
+            await followEnablings()
             await l2cap.start()
             await security.start()
             // A bond's new link puts the client's record back in the server at once, before
@@ -602,11 +603,20 @@ public actor BluetoothHost: LoopIsolated {
             connectFailed(c.peerAddress, c.status)
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
             connectFailed(c.peerAddress, c.status)
-        case let .le(.advertisingSetTerminated(t)) where t.status.isSuccess && usesExtendedCommands:
-            await advertisingSetConnected(t)
-        case let .le(.advertisingSetTerminated(t)) where usesExtendedCommands:
-            // Its duration or event limit ended it.
-            advertisingSetTerminated(t)
+        case let .le(.advertisingSetTerminated(t)):
+            let enabling = terminatedEnabling(t.advertisingHandle)
+            guard usesExtendedCommands else { break }
+            if t.status.isSuccess {
+                await advertisingSetConnected(t)
+            } else if endsReplacedEnabling(t.advertisingHandle, enabling) {
+                // Its duration or event limit ended an advertisement the host has
+                // replaced since (the application's change, a resumption): the set's
+                // new enabling is on air.
+                logger.debug("advertising set's earlier enabling ended", metadata: ["ble.advertisingSet": "\(t.advertisingHandle)"])
+            } else {
+                // Its duration or event limit ended it.
+                advertisingSetTerminated(t)
+            }
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
         case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:

@@ -91,6 +91,8 @@ public actor HCIController: LoopIsolated {
     /// The subscribers that also get Command Complete and Command Status.
     private var answerSubscribers: Set<UInt64> = []
     private var sink: HCIInboundSink?
+    /// `addAnswerObserver`'s observers.
+    private var answerObservers: [@Sendable (CommandFlow.Entry, CommandFlow.Outcome) -> Void] = []
     private var creditListener: (@Sendable () -> Void)?
     private var nextSubscriber: UInt64 = 1
     @exclusivity(unchecked) private var timers: [UInt64: LoopTimer] = [:]
@@ -402,6 +404,16 @@ public actor HCIController: LoopIsolated {
         start()
     }
 
+    /// Calls `observer` on the loop with each command the controller answered (Command
+    /// Complete, or the Command Status that ends it) and that answer, as the answer
+    /// arrives: in the controller's order among the events the L2CAP host's observers
+    /// get, before the command's caller resumes. A layer that must know whether an
+    /// event came before or after a command took effect (an advertising set's end
+    /// against its re-enabling) keeps that account here.
+    public func addAnswerObserver(_ observer: @escaping @Sendable (CommandFlow.Entry, CommandFlow.Outcome) -> Void) {
+        answerObservers.append(observer)
+    }
+
     private func removeEventSubscriber(_ id: UInt64) {
         eventSubscribers[id] = nil
         answerSubscribers.remove(id)
@@ -434,13 +446,13 @@ public actor HCIController: LoopIsolated {
         case let .commandComplete(cc):
             yieldAnswer(event)
             let (finished, toSend) = flow.commandComplete(cc)
-            if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
+            if let (e, outcome) = finished { answered(e, outcome) }
             put(toSend)
             return false
         case let .commandStatus(cs):
             yieldAnswer(event)
             let (finished, toSend) = flow.commandStatus(cs)
-            if let (e, outcome) = finished { finish(e.id, .success(outcome)) }
+            if let (e, outcome) = finished { answered(e, outcome) }
             put(toSend)
             return false
         case let .numberOfCompletedPackets(nocp):
@@ -460,6 +472,11 @@ public actor HCIController: LoopIsolated {
         }
         for (_, c) in eventSubscribers { c.yield(event) }
         return true
+    }
+
+    private func answered(_ e: CommandFlow.Entry, _ outcome: CommandFlow.Outcome) {
+        for o in answerObservers { o(e, outcome) }
+        finish(e.id, .success(outcome))
     }
 
     private func yieldAnswer(_ event: HCIEvent) {

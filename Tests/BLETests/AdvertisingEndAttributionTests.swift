@@ -1,0 +1,165 @@
+// Which advertisement an LE Advertising Set Terminated ended. The controller's order
+// says: an end that came before the controller answered the command that enabled
+// the set again is the earlier advertisement's, one that came after is the new
+// one's. The host's event follower may reach either before or after the task that
+// sent the command resumes, so the host keeps that account as the answers and events
+// arrive (`BluetoothHost.followEnablings`), not by which of its tasks ran first.
+
+@testable import BLE
+import BLETesting
+import GAP
+import HCI
+import NIOCore
+import Synchronization
+import Testing
+import VirtualHCI
+
+/// A controller that reports an advertising set's end just before it takes a command,
+/// or just after it answered one: once `arm`ed with a set, the first LE Set Extended
+/// Advertising Enable naming that set that the host sends (the first that enables it,
+/// `after`) is preceded (followed, `after`), on the way back, by an LE Advertising Set
+/// Terminated for it (Advertising Timeout). It records every enable it passes on.
+final class EndBeforeCommand: HCITransport {
+    let base: any HCITransport
+    private struct State {
+        var armed: UInt8?
+        var after = false
+        var receive: (@Sendable (TransportInput) -> Void)?
+        var loop: (any EventLoop)?
+        var enables: [[UInt8]] = []
+    }
+    private let state = Mutex(State())
+
+    init(_ base: any HCITransport) { self.base = base }
+
+    func arm(_ set: UInt8, after: Bool = false) {
+        state.withLock {
+            $0.armed = set
+            $0.after = after
+        }
+    }
+    var armed: Bool { state.withLock { $0.armed != nil } }
+    /// The parameters of every LE Set Extended Advertising Enable passed on.
+    var enables: [[UInt8]] { state.withLock { $0.enables } }
+
+    /// Delivers `event` to the host as the controller's next.
+    func inject(_ event: HCIEvent) async throws {
+        let (receive, loop) = state.withLock { ($0.receive, $0.loop) }
+        guard let receive, let loop else { throw TransportError.closed }
+        try await loop.submit { receive(.packets([event.packet])) }.get()
+    }
+
+    var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
+    var preferredLoop: (any EventLoop)? { base.preferredLoop }
+    func close() async { await base.close() }
+
+    func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
+        state.withLock {
+            $0.receive = receive
+            $0.loop = loop
+        }
+        base.deliver(on: loop, receive)
+    }
+
+    func send(_ packet: HCIPacket) async throws {
+        if case let .command(op, p) = packet, op == .leSetExtendedAdvertisingEnable {
+            // Enable, Num_Sets, then each set's Advertising_Handle, Duration (2), Max_Extended_Advertising_Events.
+            let names = stride(from: 2, to: p.count, by: 4).map { p[$0] }
+            let end = state.withLock { s -> (set: UInt8, after: Bool)? in
+                s.enables.append(p)
+                guard let set = s.armed, names.contains(set), !s.after || p.first == 1 else { return nil }
+                s.armed = nil
+                return (set, s.after)
+            }
+            if let end {
+                let terminated = HCIEvent.le(.advertisingSetTerminated(
+                    LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: end.set, connectionHandle: 0)))
+                if !end.after { try await inject(terminated) }
+                try await base.send(packet)
+                // The controller's answer is on its way to the loop already: the end follows it.
+                if end.after { try await inject(terminated) }
+                return
+            }
+        }
+        try await base.send(packet)
+    }
+}
+
+@Suite struct AdvertisingEndAttributionTests {
+    /// A peripheral host whose controller is wrapped in `EndBeforeCommand`, and a
+    /// central host that listens.
+    struct Rig {
+        let radio = VirtualRadio()
+        let transport: EndBeforeCommand
+        let peripheral: BluetoothHost
+        let central: BluetoothHost
+
+        init() async throws {
+            transport = EndBeforeCommand(await radio.makeController(address: BluetoothAddress("C0:00:00:00:02:01")!, extendedAdvertising: true))
+            peripheral = BluetoothHost(transport: transport, logger: Bench.logger)
+            try await peripheral.start()
+            central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:02:02")!, extendedAdvertising: true),
+                                    logger: Bench.logger)
+            try await central.start()
+        }
+
+        func close() async {
+            await peripheral.close()
+            await central.close()
+        }
+
+        func ends(_ events: BufferedStream<PeripheralEvent>, within limit: Duration) async -> PeripheralEvent? {
+            await firstElement(events.filter {
+                if case .advertisingEnded = $0 { return true } else { return false }
+            }, within: limit)
+        }
+    }
+
+    @Test func anEndBeforeTheChangeIsTheReplacedAdvertisements() async throws {
+        let rig = try await Rig()
+        defer { Task { await rig.close() } }
+        let me = BluetoothAddress("C0:00:00:00:02:01")!
+        let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), duration: .seconds(60))
+        let events = rig.peripheral.peripheral.events()
+        // The set's first enabling ends (its duration, as the controller says) just
+        // before the controller takes the change's first command.
+        rig.transport.arm(door.handle)
+        try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), duration: .seconds(60))
+        #expect(!rig.transport.armed, "the end was not reported")
+        // That end was the replaced advertisement's: the new one stays on air, and
+        // the application hears of no end.
+        #expect(try await AdvertisingSetsTests.heard(by: rig.central)[me] == ["door 2"])
+        #expect(await rig.ends(events, within: .milliseconds(100)) == nil)
+        // Enable = 1, one set, this one: the change's enable is the last command.
+        #expect(rig.transport.enables.last?.prefix(3) == [0x01, 0x01, door.handle], "\(rig.transport.enables)")
+        // An end of the new advertisement is reported. (A stream of its own: the wait
+        // above goes on reading the first.)
+        let later = rig.peripheral.peripheral.events()
+        let end = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: door.handle, connectionHandle: 0)))
+        try await rig.transport.inject(end)
+        guard case let .advertisingEnded(set, reason)? = await rig.ends(later, within: .seconds(5)) else {
+            Issue.record("the new advertisement's end was not reported")
+            return
+        }
+        #expect(set == door && reason == .durationElapsed)
+    }
+
+    @Test func anEndAfterTheChangesEnableIsTheNewAdvertisements() async throws {
+        let rig = try await Rig()
+        defer { Task { await rig.close() } }
+        let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), duration: .seconds(60))
+        let events = rig.peripheral.peripheral.events()
+        // The new advertisement ends as soon as the controller has enabled it, while
+        // the change may still be under way in the host.
+        rig.transport.arm(door.handle, after: true)
+        try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), duration: .seconds(60))
+        #expect(!rig.transport.armed, "the end was not reported")
+        guard case let .advertisingEnded(set, reason)? = await rig.ends(events, within: .seconds(5)) else {
+            Issue.record("the new advertisement's end was not reported")
+            return
+        }
+        #expect(set == door && reason == .durationElapsed)
+        // The host sends nothing more: the controller has the set off air already.
+        #expect(rig.transport.enables.last?.prefix(3) == [0x01, 0x01, door.handle], "\(rig.transport.enables)")
+    }
+}
