@@ -224,8 +224,10 @@ struct Shell: AsyncParsableCommand {
             group.cancelAll()
         }
         answers.close()
-        // Every link ends (on a signal the signal's own shutdown has done it).
-        if !Interrupt.requested { await session.close() }
+        // Every link ends: `quit` and the end of input write the subscriptions off first;
+        // on a signal the host's own shutdown disconnects them, and its end comes first
+        // so that the links it ends are reported (`linkEnded`) before the host closes.
+        if Interrupt.requested { await Interrupt.finishCleanups() } else { await session.close() }
         await host.close()
         await waitFor([follower], within: .seconds(2))
         follower.cancel()

@@ -167,6 +167,25 @@ import Testing
 
     /// A link the peer's side ends (Bumble's process goes: Rootcanal says Power Off) is
     /// reported as it happens, with no command waiting; the session goes on without it.
+    /// SIGINT ends the session as the other btctl commands end: the host's shutdown
+    /// disconnects every link, and each is reported before btctl exits with 130.
+    @Test func anInterruptEndsTheLinksAndSaysSo() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let bonds = Self.bondFile()
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
+        shell.send("connect FireAlarm-B3")
+        #expect(await Self.waitFor(shell, "connected"), "\(shell.output)")
+        // The console stays open: the signal alone ends the session.
+        kill(shell.process.processIdentifier, SIGINT)
+        #expect(await Interop.exit(of: shell.process, timeout: 20) == 130, "\(shell.output)")
+        let lines = try JSONSchemaTests.check(shell.output, against: "shell")
+        #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "disconnected"], "\(lines)")
+        let ended = try #require(lines.last)
+        #expect((ended["reason"] as? String)?.contains("0x16") == true && ended["peer"] as? String == "C0:FF:EE:00:00:01", "\(ended)")
+    }
+
     @Test func aLinkThePeerEndsIsReportedAsItEnds() async throws {
         guard let rig = try await BumbleRig.start() else { return }
         defer { rig.end() }
