@@ -20,8 +20,17 @@ public enum BLECrypto {
     }
 
     /// AES-CMAC (RFC 4493) of `message` under the 16-byte `key`, most significant byte first.
+    /// (The key is made once; swift-crypto's block function still expands it for each
+    /// block, as its CBC mode does: it offers no expanded key to keep.)
     public static func cmac(key: [UInt8], _ message: [UInt8]) throws -> [UInt8] {
-        let l = try e(key: key, [UInt8](repeating: 0, count: 16))
+        guard key.count == 16 else { throw BLECryptoError.wrongLength(key: key.count, block: 16) }
+        let k = SymmetricKey(data: key)
+        func e(_ block: [UInt8]) throws -> [UInt8] {
+            var b = block
+            try AES.permute(&b, key: k)
+            return b
+        }
+        let l = try e([UInt8](repeating: 0, count: 16))
         let k1 = shiftXor(l), k2 = shiftXor(k1)
         let n = Swift.max(1, (message.count + 15) / 16)
         let complete = !message.isEmpty && message.count % 16 == 0
@@ -35,9 +44,9 @@ public enum BLECrypto {
         }
         var x = [UInt8](repeating: 0, count: 16)
         for i in 0..<(n - 1) {
-            x = try e(key: key, zip(x, message[(i * 16)..<(i * 16 + 16)]).map { $0 ^ $1 })
+            x = try e(zip(x, message[(i * 16)..<(i * 16 + 16)]).map { $0 ^ $1 })
         }
-        return try e(key: key, zip(x, last).map { $0 ^ $1 })
+        return try e(zip(x, last).map { $0 ^ $1 })
     }
 
     /// Subkey step: shift left one bit, xor 0x87 into the last byte if a bit fell off.
