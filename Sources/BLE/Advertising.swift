@@ -394,18 +394,22 @@ extension BluetoothHost {
             guard case let .le(.advertisingSetTerminated(t)) = e, let host = self, host.loop.inEventLoop else { return }
             host.onLoop { h in
                 let set = t.advertisingHandle
-                h.peripheralState.terminatedEnablings[set, default: []].append(h.peripheralState.enablings[set] ?? 0)
+                h.peripheralState.terminatedEnablings[set, default: []].append((t, h.peripheralState.enablings[set] ?? 0))
             }
         }
     }
 
-    /// The enabling the LE Advertising Set Terminated for `set` the follower has come to
-    /// ended (`followEnablings`).
-    func terminatedEnabling(_ set: UInt8) -> Int {
-        let current = peripheralState.enablings[set] ?? 0
-        guard var ends = peripheralState.terminatedEnablings[set], let first = ends.popFirst() else { return current }
+    /// The enabling `t`, which the follower has come to, ended (`followEnablings`). Ends
+    /// the follower never got (its stream keeps the newest 4096 events) are passed over.
+    func terminatedEnabling(_ t: LEAdvertisingSetTerminated) -> Int {
+        let set = t.advertisingHandle
+        guard var ends = peripheralState.terminatedEnablings[set], let i = ends.firstIndex(where: { $0.event == t }) else {
+            return peripheralState.enablings[set] ?? 0
+        }
+        let enabling = ends[i].enabling
+        ends.removeFirst(i + 1)
         peripheralState.terminatedEnablings[set] = ends.isEmpty ? nil : ends
-        return first
+        return enabling
     }
 
     /// Whether an end of `set`'s enabling `enabling` is of an advertisement the host has

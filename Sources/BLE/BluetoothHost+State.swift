@@ -239,9 +239,9 @@ extension BluetoothHost {
         /// Advertising Enable naming it answered with success), counted as the answers
         /// arrive: the set's enabling, in the controller's order.
         var enablings: [UInt8: Int] = [:]
-        /// For each LE Advertising Set Terminated the event follower has yet to handle,
-        /// by set, the enabling it ended (`enablings` when it arrived).
-        var terminatedEnablings: [UInt8: Deque<Int>] = [:]
+        /// Each LE Advertising Set Terminated the event follower has yet to handle, by
+        /// set, with the enabling it ended (`enablings` when it arrived).
+        var terminatedEnablings: [UInt8: Deque<(event: LEAdvertisingSetTerminated, enabling: Int)>] = [:]
         /// The sets the application is changing (`setAdvertising`): the enabling each had
         /// when the latest change began, and how many changes are under way. An end of
         /// that enabling or an earlier one is the replaced advertisement's.

@@ -604,7 +604,7 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
             connectFailed(c.peerAddress, c.status)
         case let .le(.advertisingSetTerminated(t)):
-            let enabling = terminatedEnabling(t.advertisingHandle)
+            let enabling = terminatedEnabling(t)
             guard usesExtendedCommands else { break }
             if t.status.isSuccess {
                 await advertisingSetConnected(t)

@@ -7,6 +7,7 @@
 
 @testable import BLE
 import BLETesting
+import DequeModule
 import GAP
 import HCI
 import NIOCore
@@ -85,6 +86,17 @@ final class EndBeforeCommand: HCITransport {
     }
 }
 
+extension BluetoothHost {
+    /// `terminatedEnabling` of each of `events` in turn, set 1's stamps being `stamps`
+    /// and its enablings 3; and how many stamps are left.
+    func terminatedEnablingsForTest(_ stamps: [(LEAdvertisingSetTerminated, Int)], taking events: [LEAdvertisingSetTerminated]) -> ([Int], Int) {
+        peripheralState.enablings[1] = 3
+        peripheralState.terminatedEnablings[1] = Deque(stamps.map { (event: $0.0, enabling: $0.1) })
+        let got = events.map { terminatedEnabling($0) }
+        return (got, peripheralState.terminatedEnablings[1]?.count ?? 0)
+    }
+}
+
 @Suite struct AdvertisingEndAttributionTests {
     /// A peripheral host whose controller is wrapped in `EndBeforeCommand`, and a
     /// central host that listens.
@@ -142,6 +154,19 @@ final class EndBeforeCommand: HCITransport {
             return
         }
         #expect(set == door && reason == .durationElapsed)
+    }
+
+    /// The follower's stream keeps the newest 4096 events: the stamp of an end it never
+    /// got is passed over, and an end with no stamp (none arrived for it) counts as the
+    /// current enabling's, leaving the others' stamps in place.
+    @Test func endsTheFollowerNeverGotArePassedOver() async throws {
+        let rig = try await Rig()
+        defer { Task { await rig.close() } }
+        let limit = LEAdvertisingSetTerminated(status: .limitReached, advertisingHandle: 1, connectionHandle: 0, numCompletedExtendedAdvertisingEvents: 5)
+        let timeout = LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: 1, connectionHandle: 0)
+        let unknown = LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: 1, connectionHandle: 7)
+        let (got, left) = await rig.peripheral.terminatedEnablingsForTest([(limit, 1), (timeout, 2)], taking: [unknown, timeout, limit])
+        #expect(got == [3, 2, 3] && left == 0, "\(got), \(left) left")
     }
 
     @Test func anEndAfterTheChangesEnableIsTheNewAdvertisements() async throws {
