@@ -13,7 +13,6 @@ import HCI
 import NIOCore
 import Synchronization
 import Testing
-import VirtualHCI
 
 /// A controller that reports an advertising set's end just before it takes a command,
 /// or just after it answered one: once `arm`ed with a set, the first LE Set Extended
