@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import Snoop
+import Synchronization
 import Testing
 @testable import HCI
 
@@ -51,6 +52,35 @@ struct ControllerTests {
         try await t.expect(ReadBDADDR().packet)
         t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .readBDADDR, returnParameters: [0, 1, 2, 3, 4, 5, 6])))
         _ = try await next.value
+    }
+
+    /// `addAnswerObserver` sees each command the controller answered, with its
+    /// parameters and its answer (a failing status too), on the loop before the caller
+    /// resumes; answers to commands nobody sent are not shown to it.
+    @Test func answerObserversSeeEachAnsweredCommand() async throws {
+        let (c, t, loop) = make()
+        let seen = Mutex<[(HCIOpcode, [UInt8], CommandFlow.Outcome)]>([])
+        await c.addAnswerObserver { e, outcome in
+            precondition(loop.inEventLoop)
+            seen.withLock { $0.append((e.opcode, e.parameters, outcome)) }
+        }
+        let enable = LESetExtendedAdvertisingEnable(enable: true, sets: [.init(advertisingHandle: 2, duration: 100)])
+        let r = Task {
+            try await c.send(enable)
+            return seen.withLock { $0.count }
+        }
+        try await t.expect(enable.packet)
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])))
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .leSetExtendedAdvertisingEnable, returnParameters: [0])))
+        #expect(try await r.value == 1, "seen before the caller resumed")
+        let refused = Task { try await c.send(LESetScanEnable(scanEnable: true)) }
+        _ = await t.nextSent()
+        t.inject(HCIEvent.commandComplete(CommandComplete(commandOpcode: .leSetScanEnable, returnParameters: [0x0C])))
+        await #expect(throws: HCIError.self) { try await refused.value }
+        let all = seen.withLock { $0 }
+        #expect(all.map { $0.0 } == [HCIOpcode.leSetExtendedAdvertisingEnable, .leSetScanEnable])
+        #expect(all.first?.1 == enable.parameters && all.first?.2 == .complete([0]))
+        #expect(all.last?.2 == .complete([0x0C]))
     }
 
     @Test func nonZeroStatusIsATypedError() async throws {
