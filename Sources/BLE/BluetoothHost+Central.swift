@@ -295,6 +295,25 @@ extension BluetoothHost {
         centralState.scanning = want
     }
 
+    /// The bonds changed while the controller scans through the accept list: a new
+    /// bond's device may advertise from private addresses the controller cannot tell
+    /// yet, so the scan starts again, through the resolving list once it holds the
+    /// bond (`reconcileScan` brings the list in line before a scan starts), else with
+    /// the host's filter. (Linux's kernel pauses scanning for a resolving list update
+    /// too.)
+    func rescanForNewBonds() async {
+        do {
+            try await withScanLock {
+                guard state == .ready, centralState.scanning?.acceptListOnly == true, !controllerKnowsAcceptList else { return }
+                try await stopScanning()
+                centralState.scanning = nil
+                try await reconcileScan(strict: false)
+            }
+        } catch {
+            logger.warning("the scan through the accept list did not start again for a new bond", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// Whether the controller tells every device on the accept list by itself: a
     /// bonded device with an IRK may advertise from resolvable private addresses,
     /// which the controller matches to the list's identity address only through its

@@ -259,11 +259,16 @@ extension BluetoothHost {
     }
 
     /// Bonds changed: forget resolutions (a new IRK may resolve an address seen before);
-    /// the resolving list follows when the controller next allows it.
+    /// the resolving list follows when the controller next allows it, and a scan
+    /// through the accept list starts again if the controller can no longer tell its
+    /// devices alone.
     func bondsChanged() {
         own.resolved.removeAll()
         own.resolvingList?.stale = true
-        Task { await self.syncResolvingList() }
+        Task {
+            await self.syncResolvingList()
+            await self.rescanForNewBonds()
+        }
     }
 
     /// Brings the controller's resolving list in line with the bonds: address

@@ -7,11 +7,17 @@
 // meanwhile (the controller refuses, §7.8.15–§7.8.17). On the virtual radio, with both
 // command sets, and on Rootcanal.
 
-import BLE
+@testable import BLE
 import BLETesting
 import HCI
 import Snoop
 import Testing
+
+extension BluetoothHost {
+    /// Whether the controller scans through the accept list (Scanning_Filter_Policy 1);
+    /// nil when it does not scan.
+    func controllerScansThroughAcceptList() -> Bool? { centralState.scanning?.acceptListOnly }
+}
 
 @Suite(.serialized) struct AcceptListTests {
     static let a = BluetoothAddress("C0:00:00:00:0A:11")!, b = BluetoothAddress("C0:00:00:00:0A:12")!
@@ -240,6 +246,43 @@ import Testing
         withExtendedLifetime(radio) {}
     }
 
+    /// The same device bonded while a scan through the accept list runs: the scan
+    /// began with the controller filtering by the list (the device was not bonded, so
+    /// nothing could tell its private addresses then), and the new bond makes it
+    /// start again with the host's filter (the virtual controller resolves nothing),
+    /// so the device is heard from its next private address. (Before, the controller
+    /// went on filtering by the identity until the scan ended.)
+    @Test func aDeviceBondedDuringAScanThroughTheListIsFound() async throws {
+        let radio = VirtualRadio()
+        let policies = ScanCommandLog()
+        let c = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: Self.s)) { policies.record($0) },
+                              logger: Bench.logger, security: SecurityOptions(random: .seeded(65)))
+        let p = BluetoothHost(transport: await radio.makeController(address: Self.p), logger: Bench.logger,
+                              security: SecurityOptions(random: .seeded(66), privacy: PrivacyOptions()))
+        let other = BluetoothHost(transport: await radio.makeController(address: Self.a), logger: Bench.logger)
+        for h in [c, p, other] { try await h.start() }
+        defer { Task { await c.close(); await p.close(); await other.close(); _ = radio } }
+        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("private"))
+        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("other"))
+        let first = try #require(try await PrivacyTests.find(c, "private"))
+        let identity = try #require(await p.identity)
+        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+        let held = ScanReader(try await c.central.scan(acceptListOnly: true))
+        #expect(await held.take(after: .milliseconds(200), on: c).isEmpty, "not bonded yet: nothing tells its private address")
+        #expect(policies.parameters.map(\.filterPolicy).last == 1)
+        let remote = try await c.central.connect(to: first, within: .seconds(5))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.disconnect()
+        await p.rotatePrivateAddress()
+        _ = await held.take(after: .milliseconds(100), on: c)
+        await radio.tick()
+        let heard = await held.take(after: .milliseconds(300), on: c)
+        #expect(Set(heard.compactMap(\.name)) == ["private"], "\(heard.map(\.address))")
+        #expect(heard.allSatisfy { $0.address != identity.address && $0.address != first.address && $0.device.identity == identity.address })
+        #expect(policies.parameters.map(\.filterPolicy).last == 0)
+        withExtendedLifetime(held) {}
+    }
+
     /// On Rootcanal, whose controller resolves private addresses through the resolving
     /// list: a central under privacy bonds with a private peripheral, puts its identity
     /// on the accept list, and the controller itself reports it alone (the list is held
@@ -263,6 +306,34 @@ import Testing
         await #expect { try await c.setAcceptList([DeviceAddress(rc.addresses[2])]) } throws: { Self.inUse($0) }
         let heard = await held.take(after: .seconds(1), on: c)
         #expect(Set(heard.compactMap(\.name)) == ["rc-private"], "\(heard.map(\.address))")
+        withExtendedLifetime(held) {}
+    }
+
+    /// On Rootcanal, the same bond made while the scan through the list runs: the scan
+    /// stops, the resolving list takes the bond, and the scan starts again through the
+    /// list, now that the controller can tell the device's private addresses itself.
+    @Test func onRootcanalADeviceBondedDuringAScanThroughTheListIsFound() async throws {
+        guard let rc = try await Bench.rootcanalHosts(3, security: {
+            [SecurityOptions(random: .seeded(67), privacy: PrivacyOptions()), SecurityOptions(random: .seeded(68), privacy: PrivacyOptions()),
+             SecurityOptions()][$0]
+        }) else { return }
+        defer { rc.stop() }
+        let (c, p, other) = (rc.hosts[0], rc.hosts[1], rc.hosts[2])
+        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-private"))
+        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-other"))
+        let first = try #require(try await PrivacyTests.find(c, "rc-private", within: .seconds(10)))
+        let identity = try #require(await p.identity)
+        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+        let held = ScanReader(try await c.central.scan(acceptListOnly: true))
+        #expect(await held.take(after: .milliseconds(500), on: c).isEmpty, "not bonded yet: nothing tells its private address")
+        let remote = try await c.central.connect(to: first, within: .seconds(10))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.disconnect()
+        _ = await held.take(after: .milliseconds(100), on: c)
+        let heard = await held.take(after: .seconds(1), on: c)
+        #expect(Set(heard.compactMap(\.name)) == ["rc-private"], "\(heard.map(\.address))")
+        // The controller itself told it: it scans through the list (Scanning_Filter_Policy 1).
+        #expect(await c.controllerScansThroughAcceptList() == true)
         withExtendedLifetime(held) {}
     }
 }
