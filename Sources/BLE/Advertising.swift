@@ -340,16 +340,20 @@ extension BluetoothHost {
     /// LE Advertising Set Terminated with success: a central connected to the set, and
     /// the controller stopped it until the link ends. The link's connection reaches the
     /// host on its own stream: if it has not yet, the set is announced when it does.
-    func advertisingSetConnected(_ t: LEAdvertisingSetTerminated) async {
+    /// `enabling`: the set's enabling the link was made to; when the controller has
+    /// enabled the set again since (`followEnablings`), the set is on air and the link
+    /// does not hold it.
+    func advertisingSetConnected(_ t: LEAdvertisingSetTerminated, enabling: Int) async {
         let set = t.advertisingHandle, handle = t.connectionHandle
         guard peripheralState.advertising[set] != nil else { return }
+        let holds = enabling >= peripheralState.enablings[set] ?? 0
         if let conn = links.active[handle] {
-            peripheralState.advertisingLinks[set] = handle
+            if holds { peripheralState.advertisingLinks[set] = handle }
             peripheralBroadcast.yield(.advertisingConnected(AdvertisingSet(handle: set), central: conn))
         } else if l2cap.loop.inEventLoop, l2cap.onLoop({ $0.hasLink(handle: handle) }) {
-            peripheralState.advertisingLinks[set] = handle
+            if holds { peripheralState.advertisingLinks[set] = handle }
             peripheralState.linksAwaitingSet[handle] = set
-        } else {
+        } else if holds {
             // The link came and went before this event was handled: nothing holds the set
             // off air any more, so it starts again.
             logger.debug("advertising set's link already ended", metadata: ["ble.advertisingSet": "\(set)", "ble.handle": "\(handle)"])
@@ -387,7 +391,11 @@ extension BluetoothHost {
             var reader = ByteReader(command.parameters, context: "LE Set Extended Advertising Enable")
             guard let enable = try? LESetExtendedAdvertisingEnable(parameters: &reader), enable.enable else { return }
             host.onLoop { h in
-                for s in enable.sets { h.peripheralState.enablings[s.advertisingHandle, default: 0] += 1 }
+                for s in enable.sets {
+                    h.peripheralState.enablings[s.advertisingHandle, default: 0] += 1
+                    // On air again: a link made to its earlier enabling holds it no more.
+                    h.peripheralState.advertisingLinks[s.advertisingHandle] = nil
+                }
             }
         }
         await l2cap.addEventObserver { [weak self] e in
@@ -524,11 +532,10 @@ extension BluetoothHost {
         }
         if usesExtendedCommands {
             let address = advertisingSetAddress(set)
-            // Before the commands: a central may connect as soon as the controller has
-            // enabled the set, and the LE Advertising Set Terminated that says so may be
-            // handled before this task resumes. Cleared after, the new link would be
-            // forgotten and the set never resume when it ends.
-            peripheralState.advertisingLinks[set] = nil
+            // (A link that held the set holds it no more once the controller has answered
+            // the enable: `followEnablings` clears it then, in the controller's order, so
+            // a central that connects to the new advertisement before this task resumes
+            // still holds it.)
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,
                                                intervalMilliseconds: a.intervalMilliseconds, maximumLength: info?.maximumAdvertisingDataLength ?? 31,
                                                randomAddress: address, handle: set,

@@ -607,7 +607,7 @@ public actor BluetoothHost: LoopIsolated {
             let enabling = terminatedEnabling(t)
             guard usesExtendedCommands else { break }
             if t.status.isSuccess {
-                await advertisingSetConnected(t)
+                await advertisingSetConnected(t, enabling: enabling)
             } else if endsReplacedEnabling(t.advertisingHandle, enabling) {
                 // Its duration or event limit ended an advertisement the host has
                 // replaced since (the application's change, a resumption): the set's

@@ -14,16 +14,17 @@ import NIOCore
 import Synchronization
 import Testing
 
-/// A controller that reports an advertising set's end just before it takes a command,
-/// or just after it answered one: once `arm`ed with a set, the first LE Set Extended
-/// Advertising Enable naming that set that the host sends (the first that enables it,
-/// `after`) is preceded (followed, `after`), on the way back, by an LE Advertising Set
-/// Terminated for it (Advertising Timeout). It records every enable it passes on.
+/// A controller that reports something about an advertising set just before it takes
+/// a command, or just after it answered one: once `arm`ed with a set, the first LE Set
+/// Extended Advertising Enable naming that set that the host sends (`.beforeEnable`,
+/// `.afterEnable`: the first that enables it) is preceded (followed, `.afterEnable`),
+/// on the way back, by `events` (by default an LE Advertising Set Terminated for the
+/// set, Advertising Timeout). It records every enable it passes on.
 final class EndBeforeCommand: HCITransport {
+    enum Moment { case beforeFirst, beforeEnable, afterEnable }
     let base: any HCITransport
     private struct State {
-        var armed: UInt8?
-        var after = false
+        var armed: (set: UInt8, moment: Moment, events: [HCIEvent])?
         var receive: (@Sendable (TransportInput) -> Void)?
         var loop: (any EventLoop)?
         var enables: [[UInt8]] = []
@@ -32,21 +33,19 @@ final class EndBeforeCommand: HCITransport {
 
     init(_ base: any HCITransport) { self.base = base }
 
-    func arm(_ set: UInt8, after: Bool = false) {
-        state.withLock {
-            $0.armed = set
-            $0.after = after
-        }
+    func arm(_ set: UInt8, _ moment: Moment = .beforeFirst, events: [HCIEvent]? = nil) {
+        let end = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: set, connectionHandle: 0)))
+        state.withLock { $0.armed = (set, moment, events ?? [end]) }
     }
     var armed: Bool { state.withLock { $0.armed != nil } }
     /// The parameters of every LE Set Extended Advertising Enable passed on.
     var enables: [[UInt8]] { state.withLock { $0.enables } }
 
-    /// Delivers `event` to the host as the controller's next.
-    func inject(_ event: HCIEvent) async throws {
+    /// Delivers `events` to the host as the controller's next.
+    func inject(_ events: [HCIEvent]) async throws {
         let (receive, loop) = state.withLock { ($0.receive, $0.loop) }
         guard let receive, let loop else { throw TransportError.closed }
-        try await loop.submit { receive(.packets([event.packet])) }.get()
+        try await loop.submit { receive(.packets(events.map(\.packet))) }.get()
     }
 
     var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
@@ -65,19 +64,17 @@ final class EndBeforeCommand: HCITransport {
         if case let .command(op, p) = packet, op == .leSetExtendedAdvertisingEnable {
             // Enable, Num_Sets, then each set's Advertising_Handle, Duration (2), Max_Extended_Advertising_Events.
             let names = stride(from: 2, to: p.count, by: 4).map { p[$0] }
-            let end = state.withLock { s -> (set: UInt8, after: Bool)? in
+            let due = state.withLock { s -> (moment: Moment, events: [HCIEvent])? in
                 s.enables.append(p)
-                guard let set = s.armed, names.contains(set), !s.after || p.first == 1 else { return nil }
+                guard let a = s.armed, names.contains(a.set), a.moment == .beforeFirst || p.first == 1 else { return nil }
                 s.armed = nil
-                return (set, s.after)
+                return (a.moment, a.events)
             }
-            if let end {
-                let terminated = HCIEvent.le(.advertisingSetTerminated(
-                    LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: end.set, connectionHandle: 0)))
-                if !end.after { try await inject(terminated) }
+            if let due {
+                if due.moment != .afterEnable { try await inject(due.events) }
                 try await base.send(packet)
-                // The controller's answer is on its way to the loop already: the end follows it.
-                if end.after { try await inject(terminated) }
+                // The controller's answer is on its way to the loop already: the events follow it.
+                if due.moment == .afterEnable { try await inject(due.events) }
                 return
             }
         }
@@ -147,7 +144,7 @@ extension BluetoothHost {
         // above goes on reading the first.)
         let later = rig.peripheral.peripheral.events()
         let end = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: door.handle, connectionHandle: 0)))
-        try await rig.transport.inject(end)
+        try await rig.transport.inject([end])
         guard case let .advertisingEnded(set, reason)? = await rig.ends(later, within: .seconds(5)) else {
             Issue.record("the new advertisement's end was not reported")
             return
@@ -175,7 +172,7 @@ extension BluetoothHost {
         let events = rig.peripheral.peripheral.events()
         // The new advertisement ends as soon as the controller has enabled it, while
         // the change may still be under way in the host.
-        rig.transport.arm(door.handle, after: true)
+        rig.transport.arm(door.handle, .afterEnable)
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), duration: .seconds(60))
         #expect(!rig.transport.armed, "the end was not reported")
         guard case let .advertisingEnded(set, reason)? = await rig.ends(events, within: .seconds(5)) else {
@@ -185,5 +182,55 @@ extension BluetoothHost {
         #expect(set == door && reason == .durationElapsed)
         // The host sends nothing more: the controller has the set off air already.
         #expect(rig.transport.enables.last?.prefix(3) == [0x01, 0x01, door.handle], "\(rig.transport.enables)")
+    }
+
+    /// A central connected to the set's earlier advertisement just before the controller
+    /// took the change's enable: the controller advertises the set again after that
+    /// link, so the link does not hold it off air. A later change goes to the
+    /// controller at once (held, it would wait for that link's end).
+    @Test func aLinkToTheReplacedAdvertisementDoesNotHoldTheNewOne() async throws {
+        let rig = try await Rig()
+        defer { Task { await rig.close() } }
+        let me = BluetoothAddress("C0:00:00:00:02:01")!
+        let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true)
+        let events = rig.peripheral.peripheral.events()
+        let link = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
+                                                                        peerAddress: BluetoothAddress("C0:00:00:00:02:09")!)))
+        let made = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: door.handle, connectionHandle: 0x0777)))
+        rig.transport.arm(door.handle, .beforeEnable, events: [link, made])
+        try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), connectable: true)
+        #expect(!rig.transport.armed, "the link was not reported")
+        let connected = await firstElement(events.filter {
+            if case .advertisingConnected = $0 { return true } else { return false }
+        }, within: .seconds(5))
+        guard case let .advertisingConnected(set, central)? = connected else {
+            Issue.record("the link was not announced")
+            return
+        }
+        #expect(set == door && central.handle == 0x0777)
+        #expect(await rig.peripheral.advertisingLinkForTest(door.handle) == nil)
+        try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 3"), connectable: true)
+        #expect(try await AdvertisingSetsTests.heard(by: rig.central)[me] == ["door 3"])
+    }
+
+    /// The same link made just after the change's enable was answered: it was made to
+    /// the new advertisement, which the controller stopped for it, so it holds the set
+    /// until it ends.
+    @Test func aLinkToTheNewAdvertisementHoldsIt() async throws {
+        let rig = try await Rig()
+        defer { Task { await rig.close() } }
+        let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true)
+        let events = rig.peripheral.peripheral.events()
+        let link = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
+                                                                        peerAddress: BluetoothAddress("C0:00:00:00:02:09")!)))
+        let made = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: door.handle, connectionHandle: 0x0777)))
+        rig.transport.arm(door.handle, .afterEnable, events: [link, made])
+        try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), connectable: true)
+        #expect(!rig.transport.armed, "the link was not reported")
+        let connected = await firstElement(events.filter {
+            if case .advertisingConnected = $0 { return true } else { return false }
+        }, within: .seconds(5))
+        #expect(connected != nil, "the link was not announced")
+        #expect(await rig.peripheral.advertisingLinkForTest(door.handle) == 0x0777)
     }
 }
