@@ -356,7 +356,7 @@ public actor BluetoothHost: LoopIsolated {
         }
         if tasks.isEmpty {
             await controller.start()
-            let events = await controller.events(capacity: 4096, answers: true)
+            let events = await controller.events(capacity: 4096, answers: true, completedPackets: false)
             let links = await l2cap.linkEvents()
             await followEnablings()
             await l2cap.start()

@@ -64,7 +64,18 @@ extension BluetoothHost {
 
 extension BluetoothHost {
     // The layers' events, each stream followed on the loop (isolated to the host).
-    func follow(_ s: HCIEventStream) async { for await e in s { await handle(e) } }
+    func follow(_ s: HCIEventStream) async {
+        // Its buffer keeps the newest 4096 events: what it lost is said, not passed over.
+        var lost = 0
+        for await e in s {
+            let dropped = s.dropped.count
+            if dropped > lost {
+                logger.warning("controller events dropped: the host fell behind them", metadata: ["ble.dropped": "\(dropped - lost)", "ble.droppedTotal": "\(dropped)"])
+                lost = dropped
+            }
+            await handle(e)
+        }
+    }
     func follow(_ s: BufferedStream<L2CAPHost.LinkEvent>) async {
         for await e in s {
             // A link's start or end may resume advertising: `close()` lets that finish.
