@@ -30,7 +30,9 @@ extension BluetoothHost {
         }
         let targets = peers.withoutDuplicates
         guard !targets.isEmpty else { throw BLEError.invalidArgument("connecting needs at least one peer") }
-        func linked(_ t: DeviceAddress) -> Connection? { links.active.values.first { $0.peer == t.address && $0.role == .central } }
+        func linked(_ t: DeviceAddress) -> Connection? {
+            links.active.values.first { $0.peer == t.address && $0.role == .central && !centralState.unclaimed.contains($0.id) }
+        }
         if targets.count == 1, let c = linked(targets[0]) { return c }
         await acquireConnectSlot()
         defer { releaseConnectSlot() }
@@ -61,7 +63,7 @@ extension BluetoothHost {
             try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
                 // Fires on the loop, the host's executor: the connect ends there and then.
                 let timer = LoopTimer(after: limit, on: loop) { [weak self] in
-                    self?.onLoop { $0.abandonConnect(timeout) }
+                    self?.onLoop { $0.connectTimeRanOut(timeout) }
                 }
                 centralState.connectWaiter = ConnectWaiter(peers: looking, continuation: k, timer: timer)
                 let extended = usesExtendedCommands
@@ -196,6 +198,33 @@ extension BluetoothHost {
         Task {
             do { _ = try await self.controller.send(LECreateConnectionCancel()) } catch { self.cancelAnswered() }
         }
+    }
+
+    /// The connect's time ran out. Given up (`abandonConnect`), unless the link it waits
+    /// for came first in the controller's order (the L2CAP host has it; the link
+    /// follower, behind, has not handed it over yet): then it is the connect's, and
+    /// the follower hands it over, with one second more as the bound.
+    func connectTimeRanOut(_ timeout: any Error) {
+        guard let w = centralState.connectWaiter else { return }
+        let known = Set(links.active.keys)
+        if !w.overtime, l2cap.loop.inEventLoop,
+           l2cap.onLoop({ $0.links }).contains(where: { $0.role == .central && !known.contains($0.handle) && isTarget($0.peer, of: w) }) {
+            centralState.connectWaiter?.overtime = true
+            w.timer.cancel()
+            centralState.connectWaiter?.timer = LoopTimer(after: .seconds(1), on: loop) { [weak self] in
+                self?.onLoop { $0.connectTimeRanOut(timeout) }
+            }
+            return
+        }
+        abandonConnect(timeout)
+    }
+
+    /// Whether connect `w` waits for a link to `peer`: one of its targets, or the
+    /// identity one of them resolves to with a bond's IRK (a controller that resolved
+    /// the target's private address through its resolving list names the peer by its
+    /// identity in LE Enhanced Connection Complete, §7.7.65.10).
+    func isTarget(_ peer: BluetoothAddress, of w: ConnectWaiter) -> Bool {
+        w.peers.contains { $0.address == peer || identity(of: $0.address, type: $0.type)?.address == peer }
     }
 
     private func cancelAnswered() { centralState.cancelsOwed = max(0, centralState.cancelsOwed - 1) }

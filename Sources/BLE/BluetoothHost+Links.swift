@@ -59,10 +59,18 @@ extension BluetoothHost {
                         try await withAdvertisingLock { if let a = peripheralState.advertising[0], state == .ready { try await startAdvertisingNow(a, set: 0) } }
                     } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
                 }
-            } else if let w = centralState.connectWaiter, w.peers.contains(where: { $0.address == c.peer }) {
+            } else if let w = centralState.connectWaiter, isTarget(c.peer, of: w) {
                 centralState.connectWaiter = nil
                 w.timer.cancel()
                 w.continuation.resume(returning: conn)
+            } else {
+                // No connect waits for it: the attempt that made it was given up (its time
+                // ran out, its caller was cancelled) as the controller made it, LE Create
+                // Connection Cancel too late. Nobody holds it, so it ends, as Linux and
+                // Android end a link no one holds; connect never hands it out meanwhile.
+                logger.info("a link no connect waits for is ended", metadata: ["ble.handle": "\(c.handle)", "ble.peer": "\(c.peer)"])
+                centralState.unclaimed.insert(conn.id)
+                Task { _ = try? await self.disconnect(conn) }
             }
         case let .linkLayer(c, event):
             // The L2CAP host names the link that had the handle when the controller
@@ -73,6 +81,7 @@ extension BluetoothHost {
         case let .disconnected(c, reason):
             guard let conn = links.remove(c.handle) else { return }
             peripheralState.linksAwaitingSet[c.handle] = nil
+            centralState.unclaimed.remove(conn.id)
             registry.disconnected(handle: c.handle)
             links.securityRequested.remove(c.handle)
             // The reason first (operations failing on the dead bearer ask for it at once),

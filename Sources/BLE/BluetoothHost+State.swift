@@ -104,6 +104,9 @@ extension BluetoothHost {
         var continuation: CheckedContinuation<Connection, any Error>
         /// The connect timeout, on the loop's time.
         var timer: LoopTimer
+        /// Its time ran out after the link came (the L2CAP host had it, the follower had
+        /// not reached it): the follower hands the link over, within a second more.
+        var overtime = false
     }
 
     /// How the controller scans: what LE Set Scan Parameters and LE Set Scan Enable (or
@@ -201,6 +204,9 @@ extension BluetoothHost {
         /// LE Create Connection Cancels whose LE Connection Complete (Unknown Connection
         /// Identifier) has not come yet.
         var cancelsOwed = 0
+        /// Links made as central that no connect waited for (its attempt was given up as
+        /// the controller made them), by link id: being ended, never handed out.
+        var unclaimed: Set<UInt64> = []
         var connectBusy = false
         var scans: [UInt64: ScanSubscriber] = [:]
         /// How the controller scans now (nil: it does not), as its last answered scan enable left it.

@@ -478,6 +478,7 @@ public actor BluetoothHost: LoopIsolated {
             centralState.controllerAcceptList = nil
             centralState.scanning = nil
             centralState.cancelsOwed = 0
+            centralState.unclaimed.removeAll()
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
             // Advertising and scanning through the accept list come back with it (here,

@@ -14,72 +14,38 @@ import NIOCore
 import Synchronization
 import Testing
 
-/// A controller that reports something about an advertising set just before it takes
-/// a command, or just after it answered one: once `arm`ed with a set, the first LE Set
-/// Extended Advertising Enable naming that set that the host sends (`.beforeEnable`,
-/// `.afterEnable`: the first that enables it) is preceded (followed, `.afterEnable`),
-/// on the way back, by `events` (by default an LE Advertising Set Terminated for the
-/// set, Advertising Timeout). It records every enable it passes on.
-final class EndBeforeCommand: HCITransport {
+extension Interposer {
     enum Moment { case beforeFirst, beforeEnable, afterEnable }
-    let base: any HCITransport
-    private struct State {
-        var armed: (set: UInt8, moment: Moment, events: [HCIEvent])?
-        var receive: (@Sendable (TransportInput) -> Void)?
-        var loop: (any EventLoop)?
-        var enables: [[UInt8]] = []
+
+    /// Whether something armed is still to come.
+    final class Pending: Sendable {
+        private let value = Mutex(true)
+        var armed: Bool { value.withLock { $0 } }
+        /// True the first time only.
+        func take() -> Bool { value.withLock { v in defer { v = false }; return v } }
     }
-    private let state = Mutex(State())
 
-    init(_ base: any HCITransport) { self.base = base }
-
-    func arm(_ set: UInt8, _ moment: Moment = .beforeFirst, events: [HCIEvent]? = nil) {
+    /// The first LE Set Extended Advertising Enable naming `set` that the host sends
+    /// (`.beforeEnable`, `.afterEnable`: the first that enables it) is preceded (followed,
+    /// `.afterEnable`), on the way back, by `events` (by default an LE Advertising Set
+    /// Terminated for the set, Advertising Timeout).
+    @discardableResult
+    func arm(_ set: UInt8, _ moment: Moment = .beforeFirst, events: [HCIEvent]? = nil) -> Pending {
         let end = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: set, connectionHandle: 0)))
-        state.withLock { $0.armed = (set, moment, events ?? [end]) }
-    }
-    var armed: Bool { state.withLock { $0.armed != nil } }
-    /// The parameters of every LE Set Extended Advertising Enable passed on.
-    var enables: [[UInt8]] { state.withLock { $0.enables } }
-
-    /// Delivers `events` to the host as the controller's next.
-    func inject(_ events: [HCIEvent]) async throws {
-        let (receive, loop) = state.withLock { ($0.receive, $0.loop) }
-        guard let receive, let loop else { throw TransportError.closed }
-        try await loop.submit { receive(.packets(events.map(\.packet))) }.get()
-    }
-
-    var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
-    var preferredLoop: (any EventLoop)? { base.preferredLoop }
-    func close() async { await base.close() }
-
-    func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
-        state.withLock {
-            $0.receive = receive
-            $0.loop = loop
-        }
-        base.deliver(on: loop, receive)
-    }
-
-    func send(_ packet: HCIPacket) async throws {
-        if case let .command(op, p) = packet, op == .leSetExtendedAdvertisingEnable {
+        let pending = Pending()
+        let events = events ?? [end]
+        intercept { packet in
+            guard case let .command(op, p) = packet, op == .leSetExtendedAdvertisingEnable else { return nil }
             // Enable, Num_Sets, then each set's Advertising_Handle, Duration (2), Max_Extended_Advertising_Events.
             let names = stride(from: 2, to: p.count, by: 4).map { p[$0] }
-            let due = state.withLock { s -> (moment: Moment, events: [HCIEvent])? in
-                s.enables.append(p)
-                guard let a = s.armed, names.contains(a.set), a.moment == .beforeFirst || p.first == 1 else { return nil }
-                s.armed = nil
-                return (a.moment, a.events)
-            }
-            if let due {
-                if due.moment != .afterEnable { try await inject(due.events) }
-                try await base.send(packet)
-                // The controller's answer is on its way to the loop already: the events follow it.
-                if due.moment == .afterEnable { try await inject(due.events) }
-                return
-            }
+            guard names.contains(set), moment == .beforeFirst || p.first == 1, pending.take() else { return nil }
+            return moment == .afterEnable ? Interception(after: events) : Interception(before: events)
         }
-        try await base.send(packet)
+        return pending
     }
+
+    /// The parameters of every LE Set Extended Advertising Enable passed on.
+    var enables: [[UInt8]] { commands.filter { $0.0 == .leSetExtendedAdvertisingEnable }.map(\.1) }
 }
 
 extension BluetoothHost {
@@ -94,16 +60,16 @@ extension BluetoothHost {
 }
 
 @Suite struct AdvertisingEndAttributionTests {
-    /// A peripheral host whose controller is wrapped in `EndBeforeCommand`, and a
+    /// A peripheral host whose controller is wrapped in an `Interposer`, and a
     /// central host that listens.
     struct Rig {
         let radio = VirtualRadio()
-        let transport: EndBeforeCommand
+        let transport: Interposer
         let peripheral: BluetoothHost
         let central: BluetoothHost
 
         init() async throws {
-            transport = EndBeforeCommand(await radio.makeController(address: BluetoothAddress("C0:00:00:00:02:01")!, extendedAdvertising: true))
+            transport = Interposer(await radio.makeController(address: BluetoothAddress("C0:00:00:00:02:01")!, extendedAdvertising: true))
             peripheral = BluetoothHost(transport: transport, logger: Bench.logger)
             try await peripheral.start()
             central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:02:02")!, extendedAdvertising: true),
@@ -131,9 +97,9 @@ extension BluetoothHost {
         let events = rig.peripheral.peripheral.events()
         // The set's first enabling ends (its duration, as the controller says) just
         // before the controller takes the change's first command.
-        rig.transport.arm(door.handle)
+        let pending = rig.transport.arm(door.handle)
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), duration: .seconds(60))
-        #expect(!rig.transport.armed, "the end was not reported")
+        #expect(!pending.armed, "the end was not reported")
         // That end was the replaced advertisement's: the new one stays on air, and
         // the application hears of no end.
         #expect(try await AdvertisingSetsTests.heard(by: rig.central)[me] == ["door 2"])
@@ -172,9 +138,9 @@ extension BluetoothHost {
         let events = rig.peripheral.peripheral.events()
         // The new advertisement ends as soon as the controller has enabled it, while
         // the change may still be under way in the host.
-        rig.transport.arm(door.handle, .afterEnable)
+        let pending = rig.transport.arm(door.handle, .afterEnable)
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), duration: .seconds(60))
-        #expect(!rig.transport.armed, "the end was not reported")
+        #expect(!pending.armed, "the end was not reported")
         guard case let .advertisingEnded(set, reason)? = await rig.ends(events, within: .seconds(5)) else {
             Issue.record("the new advertisement's end was not reported")
             return
@@ -197,9 +163,9 @@ extension BluetoothHost {
         let link = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
                                                                         peerAddress: BluetoothAddress("C0:00:00:00:02:09")!)))
         let made = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: door.handle, connectionHandle: 0x0777)))
-        rig.transport.arm(door.handle, .beforeEnable, events: [link, made])
+        let pending = rig.transport.arm(door.handle, .beforeEnable, events: [link, made])
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), connectable: true)
-        #expect(!rig.transport.armed, "the link was not reported")
+        #expect(!pending.armed, "the link was not reported")
         let connected = await firstElement(events.filter {
             if case .advertisingConnected = $0 { return true } else { return false }
         }, within: .seconds(5))
@@ -224,9 +190,9 @@ extension BluetoothHost {
         let link = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
                                                                         peerAddress: BluetoothAddress("C0:00:00:00:02:09")!)))
         let made = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: door.handle, connectionHandle: 0x0777)))
-        rig.transport.arm(door.handle, .afterEnable, events: [link, made])
+        let pending = rig.transport.arm(door.handle, .afterEnable, events: [link, made])
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), connectable: true)
-        #expect(!rig.transport.armed, "the link was not reported")
+        #expect(!pending.armed, "the link was not reported")
         let connected = await firstElement(events.filter {
             if case .advertisingConnected = $0 { return true } else { return false }
         }, within: .seconds(5))
