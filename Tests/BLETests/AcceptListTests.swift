@@ -214,6 +214,34 @@ extension BluetoothHost {
         withExtendedLifetime(held) {}
     }
 
+    /// A central recording its scan commands, a private peripheral advertising
+    /// "private", and another device advertising "other", on the virtual radio.
+    struct PrivateRig {
+        let radio = VirtualRadio()
+        let policies = ScanCommandLog()
+        let central: BluetoothHost
+        let peripheral: BluetoothHost
+        let other: BluetoothHost
+
+        init(seeds: (central: UInt64, peripheral: UInt64)) async throws {
+            let policies = self.policies
+            central = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: AcceptListTests.s)) { policies.record($0) },
+                                    logger: Bench.logger, security: SecurityOptions(random: .seeded(seeds.central)))
+            peripheral = BluetoothHost(transport: await radio.makeController(address: AcceptListTests.p), logger: Bench.logger,
+                                       security: SecurityOptions(random: .seeded(seeds.peripheral), privacy: PrivacyOptions()))
+            other = BluetoothHost(transport: await radio.makeController(address: AcceptListTests.a), logger: Bench.logger)
+            for h in [central, peripheral, other] { try await h.start() }
+            try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("private"))
+            try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("other"))
+        }
+
+        func close() async {
+            await central.close()
+            await peripheral.close()
+            await other.close()
+        }
+    }
+
     /// A bonded device that advertises from resolvable private addresses, on the
     /// accept list by its identity: a controller that does not resolve them for the
     /// host (no resolving list: the virtual one, or a host without privacy) could not
@@ -221,17 +249,9 @@ extension BluetoothHost {
     /// falls back) and the host picks the device out with the bond's IRK. (Before, the
     /// controller filtered by the identity and the device was never heard.)
     @Test func aPrivateDeviceIsFoundByTheHostWhenTheControllerCannotResolveIt() async throws {
-        let radio = VirtualRadio()
-        let policies = ScanCommandLog()
-        let c = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: Self.s)) { policies.record($0) },
-                              logger: Bench.logger, security: SecurityOptions(random: .seeded(61)))
-        let p = BluetoothHost(transport: await radio.makeController(address: Self.p), logger: Bench.logger,
-                              security: SecurityOptions(random: .seeded(62), privacy: PrivacyOptions()))
-        let other = BluetoothHost(transport: await radio.makeController(address: Self.a), logger: Bench.logger)
-        for h in [c, p, other] { try await h.start() }
-        defer { Task { await c.close(); await p.close(); await other.close(); _ = radio } }
-        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("private"))
-        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("other"))
+        let rig = try await PrivateRig(seeds: (61, 62))
+        defer { Task { await rig.close() } }
+        let (radio, policies, c, p) = (rig.radio, rig.policies, rig.central, rig.peripheral)
         let first = try #require(try await PrivacyTests.find(c, "private"))
         let remote = try await c.central.connect(to: first, within: .seconds(5))
         #expect(try await remote.secure().bonded)
@@ -253,17 +273,9 @@ extension BluetoothHost {
     /// so the device is heard from its next private address. (Before, the controller
     /// went on filtering by the identity until the scan ended.)
     @Test func aDeviceBondedDuringAScanThroughTheListIsFound() async throws {
-        let radio = VirtualRadio()
-        let policies = ScanCommandLog()
-        let c = BluetoothHost(transport: RecordingTransport(wrapping: await radio.makeController(address: Self.s)) { policies.record($0) },
-                              logger: Bench.logger, security: SecurityOptions(random: .seeded(65)))
-        let p = BluetoothHost(transport: await radio.makeController(address: Self.p), logger: Bench.logger,
-                              security: SecurityOptions(random: .seeded(66), privacy: PrivacyOptions()))
-        let other = BluetoothHost(transport: await radio.makeController(address: Self.a), logger: Bench.logger)
-        for h in [c, p, other] { try await h.start() }
-        defer { Task { await c.close(); await p.close(); await other.close(); _ = radio } }
-        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("private"))
-        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("other"))
+        let rig = try await PrivateRig(seeds: (65, 66))
+        defer { Task { await rig.close() } }
+        let (radio, policies, c, p) = (rig.radio, rig.policies, rig.central, rig.peripheral)
         let first = try #require(try await PrivacyTests.find(c, "private"))
         let identity = try #require(await p.identity)
         try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
