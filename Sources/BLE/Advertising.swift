@@ -347,6 +347,7 @@ extension BluetoothHost {
         let set = t.advertisingHandle, handle = t.connectionHandle
         guard peripheralState.advertising[set] != nil else { return }
         let holds = enabling >= peripheralState.enablings[set] ?? 0
+        if !holds { peripheralState.linksHoldingNothing.insert(handle) }
         if let conn = links.active[handle] {
             if holds { peripheralState.advertisingLinks[set] = handle }
             peripheralBroadcast.yield(.advertisingConnected(AdvertisingSet(handle: set), central: conn))
@@ -394,7 +395,9 @@ extension BluetoothHost {
                 for s in enable.sets {
                     h.peripheralState.enablings[s.advertisingHandle, default: 0] += 1
                     // On air again: a link made to its earlier enabling holds it no more.
-                    h.peripheralState.advertisingLinks[s.advertisingHandle] = nil
+                    if let link = h.peripheralState.advertisingLinks.removeValue(forKey: s.advertisingHandle) {
+                        h.peripheralState.linksHoldingNothing.insert(link)
+                    }
                 }
             }
         }

@@ -81,6 +81,7 @@ extension BluetoothHost {
         case let .disconnected(c, reason):
             guard let conn = links.remove(c.handle) else { return }
             peripheralState.linksAwaitingSet[c.handle] = nil
+            let heldNothing = peripheralState.linksHoldingNothing.remove(c.handle) != nil
             centralState.unclaimed.remove(conn.id)
             registry.disconnected(handle: c.handle)
             links.securityRequested.remove(c.handle)
@@ -93,8 +94,9 @@ extension BluetoothHost {
             linkOutcomes.yield(.ended(conn.id, reason))
             await server.detach(connection: c.handle)
             // Advertising stops when a central connects; resume it as asked: the set that
-            // made this link (LE Advertising Set Terminated said which), else set 0.
-            if conn.role == .peripheral, state == .ready {
+            // made this link (LE Advertising Set Terminated said which), else set 0; none
+            // for a link made to an advertisement the controller has replaced since.
+            if conn.role == .peripheral, state == .ready, !heldNothing {
                 let made = peripheralState.advertisingLinks.filter { $0.value == c.handle }.keys.sorted()
                 for s in made { peripheralState.advertisingLinks[s] = nil }
                 await restartAdvertising(made.isEmpty ? [0] : made, "advertising did not resume")

@@ -236,6 +236,9 @@ extension BluetoothHost {
         /// Sets LE Advertising Set Terminated said made a link whose connection has not
         /// reached the host yet, by the link's handle: announced when it does.
         var linksAwaitingSet: [UInt16: UInt8] = [:]
+        /// Links a set made to an enabling the controller has replaced since, by handle:
+        /// they hold no set, and their end starts none again.
+        var linksHoldingNothing: Set<UInt16> = []
         /// When each set given a duration ends, in the host's `now`.
         var advertisingDeadlines: [UInt8: Duration] = [:]
         /// Sets a duration or event limit ended: configured, off air until the

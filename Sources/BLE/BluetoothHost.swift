@@ -481,6 +481,7 @@ public actor BluetoothHost: LoopIsolated {
             centralState.unclaimed.removeAll()
             peripheralState.advertisingLinks.removeAll()
             peripheralState.linksAwaitingSet.removeAll()
+            peripheralState.linksHoldingNothing.removeAll()
             // Advertising and scanning through the accept list come back with it (here,
             // as the reset holds the connect slot `holdAcceptList` would want).
             if peripheralState.advertising.values.contains(where: { !$0.filter.isEmpty }) || centralState.scans.values.contains(where: \.settings.acceptListOnly) {

@@ -153,11 +153,13 @@ extension BluetoothHost {
     /// A central connected to the set's earlier advertisement just before the controller
     /// took the change's enable: the controller advertises the set again after that
     /// link, so the link does not hold it off air. A later change goes to the
-    /// controller at once (held, it would wait for that link's end).
+    /// controller at once (held, it would wait for that link's end), and the link's
+    /// end starts no advertising again (set 0's, which a link no set names would).
     @Test func aLinkToTheReplacedAdvertisementDoesNotHoldTheNewOne() async throws {
         let rig = try await Rig()
         defer { Task { await rig.close() } }
         let me = BluetoothAddress("C0:00:00:00:02:01")!
+        try await rig.peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("main"))
         let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true)
         let events = rig.peripheral.peripheral.events()
         let link = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
@@ -176,7 +178,15 @@ extension BluetoothHost {
         #expect(set == door && central.handle == 0x0777)
         #expect(await rig.peripheral.advertisingLinkForTest(door.handle) == nil)
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 3"), connectable: true)
-        #expect(try await AdvertisingSetsTests.heard(by: rig.central)[me] == ["door 3"])
+        #expect(try await AdvertisingSetsTests.heard(by: rig.central)[me] == ["main", "door 3"])
+        let before = rig.transport.enables.count
+        let links = rig.peripheral.connectionEvents()
+        try await rig.transport.inject([.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x0777, reason: .remoteUserTerminatedConnection))])
+        #expect(await firstElement(links.filter {
+            if case .disconnected = $0 { return true } else { return false }
+        }, within: .seconds(5)) != nil)
+        await rig.peripheral.quiesce()
+        #expect(rig.transport.enables.count == before, "\(rig.transport.enables.suffix(from: before))")
     }
 
     /// The same link made just after the change's enable was answered: it was made to
