@@ -68,16 +68,24 @@ extension BluetoothHost {
         // Its buffer keeps the newest 4096 events: what it lost is said, not passed over.
         var lost = 0
         for await e in s {
-            let dropped = s.dropped.count
-            if dropped > lost {
-                logger.warning("controller events dropped: the host fell behind them", metadata: ["ble.dropped": "\(dropped - lost)", "ble.droppedTotal": "\(dropped)"])
-                lost = dropped
-            }
+            sayDropped(s.dropped, "controller events", &lost)
             await handle(e)
         }
     }
+
+    /// Warns of what a follower's stream dropped since `lost` (then updated).
+    func sayDropped(_ counter: DropCounter, _ what: String, _ lost: inout Int) {
+        let dropped = counter.count
+        guard dropped > lost else { return }
+        logger.warning("\(what) dropped: the host fell behind them", metadata: ["ble.dropped": "\(dropped - lost)", "ble.droppedTotal": "\(dropped)"])
+        lost = dropped
+    }
+
     func follow(_ s: BufferedStream<L2CAPHost.LinkEvent>) async {
+        // The newest 1024 (a controller reports far fewer links' events at once).
+        var lost = 0
         for await e in s {
+            sayDropped(s.dropped, "link events", &lost)
             // A link's start or end may resume advertising: `close()` lets that finish.
             reacting += 1
             await handle(e)
@@ -90,9 +98,27 @@ extension BluetoothHost {
         }
     }
 
-    func follow(_ s: BufferedStream<SecurityEvent>) async { for await e in s { await handle(e) } }
-    func follow(_ s: BufferedStream<GATTServer.Event>) async { for await e in s { await handle(e) } }
-    func follow(_ s: BufferedStream<GATTServer.Request>) async { for await r in s { await handle(r) } }
+    func follow(_ s: BufferedStream<SecurityEvent>) async {
+        var lost = 0
+        for await e in s {
+            sayDropped(s.dropped, "security events", &lost)
+            await handle(e)
+        }
+    }
+    func follow(_ s: BufferedStream<GATTServer.Event>) async {
+        var lost = 0
+        for await e in s {
+            sayDropped(s.dropped, "GATT server events", &lost)
+            await handle(e)
+        }
+    }
+    func follow(_ s: BufferedStream<GATTServer.Request>) async {
+        var lost = 0
+        for await r in s {
+            sayDropped(s.dropped, "GATT server requests", &lost)
+            await handle(r)
+        }
+    }
 
     /// Waits until the host has finished reacting to the links' events it has received.
     func quiesce() async {
