@@ -340,26 +340,25 @@ extension BluetoothHost {
     /// LE Advertising Set Terminated with success: a central connected to the set, and
     /// the controller stopped it until the link ends. The link's connection reaches the
     /// host on its own stream: if it has not yet, the set is announced when it does.
-    /// `enabling`: the set's enabling the link was made to; when the controller has
-    /// enabled the set again since (`followEnablings`), the set is on air and the link
-    /// does not hold it.
-    func advertisingSetConnected(_ t: LEAdvertisingSetTerminated, enabling: Int) async {
+    /// Taken as it arrives, so the link holds the set's enabling on air now (an enable
+    /// answered after it clears the hold: `advertisingEnableAnswered`). Returns the
+    /// set's restart when its link is gone already.
+    func advertisingSetConnected(_ t: LEAdvertisingSetTerminated) -> (@Sendable () async -> Void)? {
         let set = t.advertisingHandle, handle = t.connectionHandle
-        guard peripheralState.advertising[set] != nil else { return }
-        let holds = enabling >= peripheralState.enablings[set] ?? 0
-        if !holds { peripheralState.linksHoldingNothing.insert(handle) }
+        guard peripheralState.advertising[set] != nil else { return nil }
         if let conn = links.active[handle] {
-            if holds { peripheralState.advertisingLinks[set] = handle }
+            peripheralState.advertisingLinks[set] = handle
             peripheralBroadcast.yield(.advertisingConnected(AdvertisingSet(handle: set), central: conn))
         } else if l2cap.loop.inEventLoop, l2cap.onLoop({ $0.hasLink(handle: handle) }) {
-            if holds { peripheralState.advertisingLinks[set] = handle }
+            peripheralState.advertisingLinks[set] = handle
             peripheralState.linksAwaitingSet[handle] = set
-        } else if holds {
-            // The link came and went before this event was handled: nothing holds the set
-            // off air any more, so it starts again.
+        } else {
+            // The link came and went before this event came: nothing holds the set off
+            // air any more, so it starts again.
             logger.debug("advertising set's link already ended", metadata: ["ble.advertisingSet": "\(set)", "ble.handle": "\(handle)"])
-            await restartAdvertising([set], "advertising did not resume")
+            return { [weak self] in await self?.restartAdvertising([set], "advertising did not resume") }
         }
+        return nil
     }
 
     /// Starts each of `sets` again, one change at a time (`withAdvertisingLock`), with
@@ -380,54 +379,26 @@ extension BluetoothHost {
         }
     }
 
-    /// Keeps `PeripheralState.enablings` and `terminatedEnablings` on the loop, as the
-    /// controller's answers and events arrive: which enabling of its set each LE
-    /// Advertising Set Terminated ended, whenever the event follower comes to it. (The
-    /// follower may reach an end after the command that enabled the set again has
-    /// returned, or before; the controller's order says which advertisement ended.)
-    func followEnablings() async {
-        await controller.addAnswerObserver { [weak self] command, outcome in
-            guard command.opcode == .leSetExtendedAdvertisingEnable, case let .complete(r) = outcome, r.first == 0,
-                  let host = self, host.loop.inEventLoop else { return }
-            var reader = ByteReader(command.parameters, context: "LE Set Extended Advertising Enable")
-            guard let enable = try? LESetExtendedAdvertisingEnable(parameters: &reader), enable.enable else { return }
-            host.onLoop { h in
-                for s in enable.sets {
-                    h.peripheralState.enablings[s.advertisingHandle, default: 0] += 1
-                    // On air again: a link made to its earlier enabling holds it no more.
-                    if let link = h.peripheralState.advertisingLinks.removeValue(forKey: s.advertisingHandle) {
-                        h.peripheralState.linksHoldingNothing.insert(link)
-                    }
-                }
-            }
-        }
-        await l2cap.addEventObserver { [weak self] e in
-            guard case let .le(.advertisingSetTerminated(t)) = e, let host = self, host.loop.inEventLoop else { return }
-            host.onLoop { h in
-                let set = t.advertisingHandle
-                h.peripheralState.terminatedEnablings[set, default: []].append((t, h.peripheralState.enablings[set] ?? 0))
+    /// An LE Set Extended Advertising Enable of the host's answered (`answered`, as the
+    /// answer arrives): each set it enabled has a new enabling, and a link made to the
+    /// set's earlier one holds it no more (its end starts nothing again).
+    func advertisingEnableAnswered(_ command: CommandFlow.Entry, _ outcome: CommandFlow.Outcome) {
+        guard case let .complete(r) = outcome, r.first == 0 else { return }
+        var reader = ByteReader(command.parameters, context: "LE Set Extended Advertising Enable")
+        guard let enable = try? LESetExtendedAdvertisingEnable(parameters: &reader), enable.enable else { return }
+        for s in enable.sets {
+            peripheralState.enablings[s.advertisingHandle, default: 0] += 1
+            if let link = peripheralState.advertisingLinks.removeValue(forKey: s.advertisingHandle) {
+                peripheralState.linksHoldingNothing.insert(link)
             }
         }
     }
 
-    /// The enabling `t`, which the follower has come to, ended (`followEnablings`). Ends
-    /// the follower never got (its stream keeps the newest 4096 events) are passed over.
-    func terminatedEnabling(_ t: LEAdvertisingSetTerminated) -> Int {
-        let set = t.advertisingHandle
-        guard var ends = peripheralState.terminatedEnablings[set], let i = ends.firstIndex(where: { $0.event == t }) else {
-            return peripheralState.enablings[set] ?? 0
-        }
-        let enabling = ends[i].enabling
-        ends.removeFirst(i + 1)
-        peripheralState.terminatedEnablings[set] = ends.isEmpty ? nil : ends
-        return enabling
-    }
-
-    /// Whether an end of `set`'s enabling `enabling` is of an advertisement the host has
-    /// replaced: the controller has enabled the set again since, or the application's
-    /// change of it began while that enabling was the set's.
-    func endsReplacedEnabling(_ set: UInt8, _ enabling: Int) -> Bool {
-        enabling < peripheralState.enablings[set] ?? 0 || peripheralState.replacing[set].map { enabling <= $0.enabling } == true
+    /// Whether an end of `set`'s enabling, arriving now, is of an advertisement the
+    /// application has replaced: its change of the set began while this enabling was
+    /// the set's, and the change's enable has not been answered yet.
+    func endsReplacedEnabling(_ set: UInt8) -> Bool {
+        peripheralState.replacing[set].map { peripheralState.enablings[set] ?? 0 <= $0.enabling } == true
     }
 
     /// LE Advertising Set Terminated without a connection, for a set the host advertises.
@@ -536,7 +507,7 @@ extension BluetoothHost {
         if usesExtendedCommands {
             let address = advertisingSetAddress(set)
             // (A link that held the set holds it no more once the controller has answered
-            // the enable: `followEnablings` clears it then, in the controller's order, so
+            // the enable: `advertisingEnableAnswered` clears it then, in the controller's order, so
             // a central that connects to the new advertisement before this task resumes
             // still holds it.)
             try await Advertiser.startExtended(controller, data: a.data, scanResponse: a.scanResponse, connectable: a.connectable,

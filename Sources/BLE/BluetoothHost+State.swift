@@ -5,7 +5,6 @@
 // Privacy.swift). Each room is plain data; the code that changes it lives with its
 // role (BluetoothHost+Links.swift, BluetoothHost+Central.swift, PeripheralManager.swift).
 
-import DequeModule
 import GATT
 import GAP
 import HCI
@@ -236,8 +235,8 @@ extension BluetoothHost {
         /// Sets LE Advertising Set Terminated said made a link whose connection has not
         /// reached the host yet, by the link's handle: announced when it does.
         var linksAwaitingSet: [UInt16: UInt8] = [:]
-        /// Links a set made to an enabling the controller has replaced since, by handle:
-        /// they hold no set, and their end starts none again.
+        /// Links that held a set the controller has enabled again since, by handle: they
+        /// hold nothing, and their end starts no set again.
         var linksHoldingNothing: Set<UInt16> = []
         /// When each set given a duration ends, in the host's `now`.
         var advertisingDeadlines: [UInt8: Duration] = [:]
@@ -248,9 +247,6 @@ extension BluetoothHost {
         /// Advertising Enable naming it answered with success), counted as the answers
         /// arrive: the set's enabling, in the controller's order.
         var enablings: [UInt8: Int] = [:]
-        /// Each LE Advertising Set Terminated the event follower has yet to handle, by
-        /// set, with the enabling it ended (`enablings` when it arrived).
-        var terminatedEnablings: [UInt8: Deque<(event: LEAdvertisingSetTerminated, enabling: Int)>] = [:]
         /// The sets the application is changing (`setAdvertising`): the enabling each had
         /// when the latest change began, and how many changes are under way. An end of
         /// that enabling or an earlier one is the replaced advertisement's.

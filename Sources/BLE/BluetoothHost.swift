@@ -356,9 +356,8 @@ public actor BluetoothHost: LoopIsolated {
         }
         if tasks.isEmpty {
             await controller.start()
-            let events = await controller.events(capacity: 4096, answers: true, completedPackets: false)
             let links = await l2cap.linkEvents()
-            await followEnablings()
+            await followController()
             await l2cap.start()
             await security.start()
             // A bond's new link puts the client's record back in the server at once, before
@@ -414,10 +413,6 @@ public actor BluetoothHost: LoopIsolated {
             // Each stream is followed by a task isolated to the host: its events are handled
             // on the loop in the order they were produced.
             tasks.append(Task { await self.follow(securityEvents) })
-            tasks.append(Task {
-                await self.follow(events)
-                await self.transportEnded()
-            })
             tasks.append(Task { await self.follow(links) })
             tasks.append(Task { await self.follow(serverEvents) })
             tasks.append(Task { await self.follow(requests) })
@@ -584,7 +579,50 @@ public actor BluetoothHost: LoopIsolated {
     /// The loop's time since `epoch`.
     var now: Duration { Duration(loop.now - epoch) }
 
+    /// Takes the controller's events and answers as they arrive, on the loop, in the
+    /// controller's order (no stream between: nothing to fall behind or drop): the
+    /// L2CAP host's event observer hands over every event after it handled it (a new
+    /// link is known there first), the controller's answer observer the answers to the
+    /// scan commands (`finishDrained`) and the advertising enables (`advertisingEnableAnswered`).
+    /// The transport's end reaches the host through the L2CAP host's close observer.
+    func followController() async {
+        await l2cap.addEventObserver { [weak self] e in
+            guard let host = self, host.loop.inEventLoop, let rest = host.onLoop({ $0.take(e) }) else { return }
+            Task { await rest() }
+        }
+        await controller.addAnswerObserver { [weak self] command, outcome in
+            guard let host = self, host.loop.inEventLoop else { return }
+            host.onLoop { $0.answered(command, outcome) }
+        }
+        await l2cap.addCloseObserver { [weak self] in
+            guard let host = self else { return }
+            Task { await host.transportEnded() }
+        }
+    }
+
+    /// A controller event, and what it leaves to do after (awaited: the test's way in).
     func handle(_ event: HCIEvent) async {
+        if let rest = take(event) { await rest() }
+    }
+
+    /// The answer to a command of the host's: the scan enables' are counted (a windowed
+    /// scan that ended takes the reports that came before its stop's answer), the
+    /// advertising enables' counted per set.
+    func answered(_ command: CommandFlow.Entry, _ outcome: CommandFlow.Outcome) {
+        switch command.opcode {
+        case .leSetScanEnable, .leSetExtendedScanEnable:
+            centralState.scanAnswersSeen += 1
+            finishDrained()
+        case .leSetExtendedAdvertisingEnable:
+            advertisingEnableAnswered(command, outcome)
+        default:
+            break
+        }
+    }
+
+    /// A controller event, taken as it arrives; returns what is left to do that waits
+    /// (a set to start again), for a task of its own.
+    func take(_ event: HCIEvent) -> (@Sendable () async -> Void)? {
         switch event {
         case let .le(.advertisingReport(r)):
             for rp in r.reports { received(Advertisement(rp)) }
@@ -606,11 +644,10 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
             connectFailed(c.peerAddress, c.status)
         case let .le(.advertisingSetTerminated(t)):
-            let enabling = terminatedEnabling(t)
             guard usesExtendedCommands else { break }
             if t.status.isSuccess {
-                await advertisingSetConnected(t, enabling: enabling)
-            } else if endsReplacedEnabling(t.advertisingHandle, enabling) {
+                return advertisingSetConnected(t)
+            } else if endsReplacedEnabling(t.advertisingHandle) {
                 // Its duration or event limit ended an advertisement the host has
                 // replaced since (the application's change, a resumption): the set's
                 // new enabling is on air.
@@ -621,12 +658,10 @@ public actor BluetoothHost: LoopIsolated {
             }
         case let .hardwareError(h):
             setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
-        case let .commandComplete(cc) where cc.commandOpcode == .leSetScanEnable || cc.commandOpcode == .leSetExtendedScanEnable:
-            centralState.scanAnswersSeen += 1
-            finishDrained()
         default:
             break
         }
+        return nil
     }
 
     /// One advertising PDU: into the registry, and to every scan whose filter the device's merged view matches.

@@ -64,15 +64,6 @@ extension BluetoothHost {
 
 extension BluetoothHost {
     // The layers' events, each stream followed on the loop (isolated to the host).
-    func follow(_ s: HCIEventStream) async {
-        // Its buffer keeps the newest 4096 events: what it lost is said, not passed over.
-        var lost = 0
-        for await e in s {
-            sayDropped(s.dropped, "controller events", &lost)
-            await handle(e)
-        }
-    }
-
     /// Warns of what a follower's stream dropped since `lost` (then updated).
     func sayDropped(_ counter: DropCounter, _ what: String, _ lost: inout Int) {
         let dropped = counter.count

@@ -1,13 +1,12 @@
 // Which advertisement an LE Advertising Set Terminated ended. The controller's order
 // says: an end that came before the controller answered the command that enabled
 // the set again is the earlier advertisement's, one that came after is the new
-// one's. The host's event follower may reach either before or after the task that
-// sent the command resumes, so the host keeps that account as the answers and events
-// arrive (`BluetoothHost.followEnablings`), not by which of its tasks ran first.
+// one's. The task that sent the command may resume before or after either, so the
+// host takes the events and answers as they arrive (`BluetoothHost.followController`),
+// not by which of its tasks ran first.
 
 @testable import BLE
 import BLETesting
-import DequeModule
 import GAP
 import HCI
 import NIOCore
@@ -46,17 +45,6 @@ extension Interposer {
 
     /// The parameters of every LE Set Extended Advertising Enable passed on.
     var enables: [[UInt8]] { commands.filter { $0.0 == .leSetExtendedAdvertisingEnable }.map(\.1) }
-}
-
-extension BluetoothHost {
-    /// `terminatedEnabling` of each of `events` in turn, set 1's stamps being `stamps`
-    /// and its enablings 3; and how many stamps are left.
-    func terminatedEnablingsForTest(_ stamps: [(LEAdvertisingSetTerminated, Int)], taking events: [LEAdvertisingSetTerminated]) -> ([Int], Int) {
-        peripheralState.enablings[1] = 3
-        peripheralState.terminatedEnablings[1] = Deque(stamps.map { (event: $0.0, enabling: $0.1) })
-        let got = events.map { terminatedEnabling($0) }
-        return (got, peripheralState.terminatedEnablings[1]?.count ?? 0)
-    }
 }
 
 @Suite struct AdvertisingEndAttributionTests {
@@ -116,19 +104,6 @@ extension BluetoothHost {
             return
         }
         #expect(set == door && reason == .durationElapsed)
-    }
-
-    /// The follower's stream keeps the newest 4096 events: the stamp of an end it never
-    /// got is passed over, and an end with no stamp (none arrived for it) counts as the
-    /// current enabling's, leaving the others' stamps in place.
-    @Test func endsTheFollowerNeverGotArePassedOver() async throws {
-        let rig = try await Rig()
-        defer { Task { await rig.close() } }
-        let limit = LEAdvertisingSetTerminated(status: .limitReached, advertisingHandle: 1, connectionHandle: 0, numCompletedExtendedAdvertisingEvents: 5)
-        let timeout = LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: 1, connectionHandle: 0)
-        let unknown = LEAdvertisingSetTerminated(status: .advertisingTimeout, advertisingHandle: 1, connectionHandle: 7)
-        let (got, left) = await rig.peripheral.terminatedEnablingsForTest([(limit, 1), (timeout, 2)], taking: [unknown, timeout, limit])
-        #expect(got == [3, 2, 3] && left == 0, "\(got), \(left) left")
     }
 
     @Test func anEndAfterTheChangesEnableIsTheNewAdvertisements() async throws {
