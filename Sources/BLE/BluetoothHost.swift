@@ -357,7 +357,7 @@ public actor BluetoothHost: LoopIsolated {
         if tasks.isEmpty {
             await controller.start()
             let links = await l2cap.linkEvents()
-            await followController()
+            let transportEnd = await followController()
             await l2cap.start()
             await security.start()
             // A bond's new link puts the client's record back in the server at once, before
@@ -413,6 +413,10 @@ public actor BluetoothHost: LoopIsolated {
             // Each stream is followed by a task isolated to the host: its events are handled
             // on the loop in the order they were produced.
             tasks.append(Task { await self.follow(securityEvents) })
+            tasks.append(Task {
+                for await _ in transportEnd {}
+                await self.transportEnded()
+            })
             tasks.append(Task { await self.follow(links) })
             tasks.append(Task { await self.follow(serverEvents) })
             tasks.append(Task { await self.follow(requests) })
@@ -505,9 +509,10 @@ public actor BluetoothHost: LoopIsolated {
         await controller.close()
         await transportEnded()
         // The tasks that followed the layers' streams have ended (`transportEnded`
-        // cancelled them, here or, if it got there first, in the events' follower, which
-        // this waits for too): nothing holds the host, and none reaches its loop after
-        // this (the loop's owner may shut it down once `close` returns).
+        // cancelled them, here or, if it got there first, in the task that waits for the
+        // transport's end, which this waits for too): nothing holds the host, and none
+        // reaches its loop after this (the loop's owner may shut it down once `close`
+        // returns).
         for t in tasks { await t.value }
     }
 
@@ -584,8 +589,11 @@ public actor BluetoothHost: LoopIsolated {
     /// L2CAP host's event observer hands over every event after it handled it (a new
     /// link is known there first), the controller's answer observer the answers to the
     /// scan commands (`finishDrained`) and the advertising enables (`advertisingEnableAnswered`).
-    /// The transport's end reaches the host through the L2CAP host's close observer.
-    func followController() async {
+    /// Returns a stream that finishes when the transport has ended (the L2CAP host's
+    /// close observer), for the task that ends the host then (one of `tasks`, which
+    /// `close()` waits for).
+    func followController() async -> BufferedStream<Never> {
+        let (ended, end) = BufferedStream<Never>.makeStream(capacity: 1)
         await l2cap.addEventObserver { [weak self] e in
             guard let host = self, host.loop.inEventLoop, let rest = host.onLoop({ $0.take(e) }) else { return }
             Task { await rest() }
@@ -594,10 +602,8 @@ public actor BluetoothHost: LoopIsolated {
             guard let host = self, host.loop.inEventLoop else { return }
             host.onLoop { $0.answered(command, outcome) }
         }
-        await l2cap.addCloseObserver { [weak self] in
-            guard let host = self else { return }
-            Task { await host.transportEnded() }
-        }
+        await l2cap.addCloseObserver { end.finish() }
+        return ended
     }
 
     /// A controller event, and what it leaves to do after (awaited: the test's way in).
