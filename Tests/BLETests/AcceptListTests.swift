@@ -295,20 +295,32 @@ extension BluetoothHost {
         withExtendedLifetime(held) {}
     }
 
+    /// Rootcanal with a central and a peripheral under privacy, the peripheral
+    /// advertising "rc-private", and a third host advertising "rc-other"; with the
+    /// peripheral's private address as the central's scan found it. Nil without Rootcanal.
+    static func rootcanalPrivateRig(seeds: (central: UInt64, peripheral: UInt64)) async throws -> (RootcanalHosts, ScanResult)? {
+        guard let rc = try await Bench.rootcanalHosts(3, security: {
+            [SecurityOptions(random: .seeded(seeds.central), privacy: PrivacyOptions()),
+             SecurityOptions(random: .seeded(seeds.peripheral), privacy: PrivacyOptions()), SecurityOptions()][$0]
+        }) else { return nil }
+        do {
+            try await rc.hosts[1].peripheral.startAdvertising(AdvertisingSetsTests.named("rc-private"))
+            try await rc.hosts[2].peripheral.startAdvertising(AdvertisingSetsTests.named("rc-other"))
+            return (rc, try #require(try await PrivacyTests.find(rc.hosts[0], "rc-private", within: .seconds(10))))
+        } catch {
+            rc.stop()
+            throw error
+        }
+    }
+
     /// On Rootcanal, whose controller resolves private addresses through the resolving
     /// list: a central under privacy bonds with a private peripheral, puts its identity
     /// on the accept list, and the controller itself reports it alone (the list is held
     /// meanwhile, which it is only while the controller scans through it).
     @Test func onRootcanalTheControllerFindsAPrivateDeviceThroughItsResolvingList() async throws {
-        guard let rc = try await Bench.rootcanalHosts(3, security: {
-            [SecurityOptions(random: .seeded(63), privacy: PrivacyOptions()), SecurityOptions(random: .seeded(64), privacy: PrivacyOptions()),
-             SecurityOptions()][$0]
-        }) else { return }
+        guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (63, 64)) else { return }
         defer { rc.stop() }
-        let (c, p, other) = (rc.hosts[0], rc.hosts[1], rc.hosts[2])
-        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-private"))
-        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-other"))
-        let first = try #require(try await PrivacyTests.find(c, "rc-private", within: .seconds(10)))
+        let (c, p) = (rc.hosts[0], rc.hosts[1])
         let remote = try await c.central.connect(to: first, within: .seconds(10))
         #expect(try await remote.secure().bonded)
         _ = try await remote.disconnect()
@@ -325,15 +337,9 @@ extension BluetoothHost {
     /// stops, the resolving list takes the bond, and the scan starts again through the
     /// list, now that the controller can tell the device's private addresses itself.
     @Test func onRootcanalADeviceBondedDuringAScanThroughTheListIsFound() async throws {
-        guard let rc = try await Bench.rootcanalHosts(3, security: {
-            [SecurityOptions(random: .seeded(67), privacy: PrivacyOptions()), SecurityOptions(random: .seeded(68), privacy: PrivacyOptions()),
-             SecurityOptions()][$0]
-        }) else { return }
+        guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (67, 68)) else { return }
         defer { rc.stop() }
-        let (c, p, other) = (rc.hosts[0], rc.hosts[1], rc.hosts[2])
-        try await p.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-private"))
-        try await other.peripheral.startAdvertising(AdvertisingSetsTests.named("rc-other"))
-        let first = try #require(try await PrivacyTests.find(c, "rc-private", within: .seconds(10)))
+        let (c, p) = (rc.hosts[0], rc.hosts[1])
         let identity = try #require(await p.identity)
         try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
         let held = ScanReader(try await c.central.scan(acceptListOnly: true))
