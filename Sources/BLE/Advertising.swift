@@ -283,15 +283,10 @@ extension BluetoothHost {
         peripheralState.advertising[set] = a
         peripheralState.advertisingDeadlines[set] = a?.duration.map { now + $0 }
         peripheralState.advertisingEnded.remove(set)
-        // An end of the advertisement on air now, which the event follower may reach
-        // during this change, is the replaced advertisement's.
-        let replacing = usesExtendedCommands && a != nil
-        if replacing {
-            peripheralState.replacing[set] = (peripheralState.enablings[set] ?? 0, (peripheralState.replacing[set]?.changes ?? 0) + 1)
-        }
-        defer {
-            if replacing, let r = peripheralState.replacing[set] { peripheralState.replacing[set] = r.changes > 1 ? (r.enabling, r.changes - 1) : nil }
-        }
+        // An end of the advertisement on air now, arriving during this change (before its
+        // enable is answered), is the replaced advertisement's.
+        let marks = usesExtendedCommands && a != nil ? beginReplacing(set) : nil
+        defer { endReplacing(marks) }
         do {
             try await withAdvertisingLock {
                 guard let a else { return try await stopAdvertisingNow(set: set) }
@@ -394,11 +389,26 @@ extension BluetoothHost {
         }
     }
 
-    /// Whether an end of `set`'s enabling, arriving now, is of an advertisement the
-    /// application has replaced: its change of the set began while this enabling was
-    /// the set's, and the change's enable has not been answered yet.
+    /// Marks a change of `set` as under way (`PeripheralState.replacing`); undone by
+    /// `endReplacing` with what this returns.
+    func beginReplacing(_ set: UInt8) -> (set: UInt8, enabling: Int) {
+        let enabling = peripheralState.enablings[set] ?? 0
+        peripheralState.replacing[set, default: []].append(enabling)
+        return (set, enabling)
+    }
+
+    func endReplacing(_ mark: (set: UInt8, enabling: Int)?) {
+        guard let mark, var marks = peripheralState.replacing[mark.set], let i = marks.firstIndex(of: mark.enabling) else { return }
+        marks.remove(at: i)
+        peripheralState.replacing[mark.set] = marks.isEmpty ? nil : marks
+    }
+
+    /// Whether an end of `set`'s enabling, arriving now, is of an advertisement being
+    /// replaced: a change of the set began while this enabling was the set's, and no
+    /// enable of the set has been answered since.
     func endsReplacedEnabling(_ set: UInt8) -> Bool {
-        peripheralState.replacing[set].map { peripheralState.enablings[set] ?? 0 <= $0.enabling } == true
+        guard let latest = peripheralState.replacing[set]?.max() else { return false }
+        return peripheralState.enablings[set] ?? 0 <= latest
     }
 
     /// LE Advertising Set Terminated without a connection, for a set the host advertises.
@@ -505,6 +515,11 @@ extension BluetoothHost {
             }
         }
         if usesExtendedCommands {
+            // An end of the enabling this replaces (a rotation's, a restart's), arriving
+            // before the new one's enable is answered, changes nothing: the set goes on
+            // with what is left of its duration.
+            let mark = beginReplacing(set)
+            defer { endReplacing(mark) }
             let address = advertisingSetAddress(set)
             // (A link that held the set holds it no more once the controller has answered
             // the enable: `advertisingEnableAnswered` clears it then, in the controller's order, so

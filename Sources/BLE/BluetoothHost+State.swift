@@ -247,10 +247,11 @@ extension BluetoothHost {
         /// Advertising Enable naming it answered with success), counted as the answers
         /// arrive: the set's enabling, in the controller's order.
         var enablings: [UInt8: Int] = [:]
-        /// The sets the application is changing (`setAdvertising`): the enabling each had
-        /// when the latest change began, and how many changes are under way. An end of
-        /// that enabling or an earlier one is the replaced advertisement's.
-        var replacing: [UInt8: (enabling: Int, changes: Int)] = [:]
+        /// The sets being changed (the application's `setAdvertising`, and every
+        /// (re)enabling the host makes, `startAdvertisingNow`): for each change under
+        /// way, the enabling the set had when it began (`beginReplacing`). An end of that
+        /// enabling or an earlier one is the replaced advertisement's.
+        var replacing: [UInt8: [Int]] = [:]
         /// The host's timer for a duration on a controller driven with the legacy commands.
         var legacyAdvertisingTimer: LoopTimer?
         /// The periodic advertising each set has on the controller (parameters, data, enabled).

@@ -654,9 +654,9 @@ public actor BluetoothHost: LoopIsolated {
             if t.status.isSuccess {
                 return advertisingSetConnected(t)
             } else if endsReplacedEnabling(t.advertisingHandle) {
-                // Its duration or event limit ended an advertisement the host has
-                // replaced since (the application's change, a resumption): the set's
-                // new enabling is on air.
+                // Its duration or event limit ended an advertisement being replaced
+                // (the application's change, a new private address, a restart): the
+                // set's new enabling goes on air.
                 logger.debug("advertising set's earlier enabling ended", metadata: ["ble.advertisingSet": "\(t.advertisingHandle)"])
             } else {
                 // Its duration or event limit ended it.

@@ -56,9 +56,11 @@ extension Interposer {
         let peripheral: BluetoothHost
         let central: BluetoothHost
 
-        init() async throws {
+        /// `privacy`: the peripheral advertises from private addresses.
+        init(privacy: Bool = false) async throws {
             transport = Interposer(await radio.makeController(address: BluetoothAddress("C0:00:00:00:02:01")!, extendedAdvertising: true))
-            peripheral = BluetoothHost(transport: transport, logger: Bench.logger)
+            peripheral = BluetoothHost(transport: transport, logger: Bench.logger,
+                                       security: privacy ? SecurityOptions(random: .seeded(73), privacy: PrivacyOptions()) : SecurityOptions())
             try await peripheral.start()
             central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:02:02")!, extendedAdvertising: true),
                                     logger: Bench.logger)
@@ -104,6 +106,23 @@ extension Interposer {
             return
         }
         #expect(set == door && reason == .durationElapsed)
+    }
+
+    /// The same end, just before the host re-enables the set from its next private
+    /// address: the set goes on, from the new address, with what is left of its duration.
+    @Test func anEndDuringANewPrivateAddressIsTheReplacedAdvertisements() async throws {
+        let rig = try await Rig(privacy: true)
+        defer { Task { await rig.close() } }
+        let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), duration: .seconds(60))
+        let events = rig.peripheral.peripheral.events()
+        let heardBefore = try await AdvertisingSetsTests.heard(by: rig.central)
+        let pending = rig.transport.arm(door.handle)
+        await rig.peripheral.rotatePrivateAddress()
+        #expect(!pending.armed, "the end was not reported")
+        #expect(await rig.ends(events, within: .milliseconds(100)) == nil)
+        #expect(rig.transport.enables.last?.prefix(3) == [0x01, 0x01, door.handle], "\(rig.transport.enables)")
+        let heardAfter = try await AdvertisingSetsTests.heard(by: rig.central)
+        #expect(heardAfter.values.contains(["door"]) && Set(heardAfter.keys).isDisjoint(with: heardBefore.keys), "\(heardBefore) then \(heardAfter)")
     }
 
     @Test func anEndAfterTheChangesEnableIsTheNewAdvertisements() async throws {
