@@ -77,6 +77,21 @@ extension Interposer {
                 if case .advertisingEnded = $0 { return true } else { return false }
             }, within: limit)
         }
+
+        /// The first `.advertisingConnected` on `events`, within 5 s.
+        func announced(_ events: BufferedStream<PeripheralEvent>) async -> PeripheralEvent? {
+            await firstElement(events.filter {
+                if case .advertisingConnected = $0 { return true } else { return false }
+            }, within: .seconds(5))
+        }
+
+        /// A central's link 0x0777 made by `set`, as the controller reports it: LE
+        /// Connection Complete, then LE Advertising Set Terminated.
+        static func link(madeBy set: AdvertisingSet) -> [HCIEvent] {
+            [.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
+                                                          peerAddress: BluetoothAddress("C0:00:00:00:02:09")!))),
+             .le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: set.handle, connectionHandle: 0x0777)))]
+        }
     }
 
     @Test func anEndBeforeTheChangeIsTheReplacedAdvertisements() async throws {
@@ -156,15 +171,10 @@ extension Interposer {
         try await rig.peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("main"))
         let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true)
         let events = rig.peripheral.peripheral.events()
-        let link = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
-                                                                        peerAddress: BluetoothAddress("C0:00:00:00:02:09")!)))
-        let made = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: door.handle, connectionHandle: 0x0777)))
-        let pending = rig.transport.arm(door.handle, .beforeEnable, events: [link, made])
+        let pending = rig.transport.arm(door.handle, .beforeEnable, events: Rig.link(madeBy: door))
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), connectable: true)
         #expect(!pending.armed, "the link was not reported")
-        let connected = await firstElement(events.filter {
-            if case .advertisingConnected = $0 { return true } else { return false }
-        }, within: .seconds(5))
+        let connected = await rig.announced(events)
         guard case let .advertisingConnected(set, central)? = connected else {
             Issue.record("the link was not announced")
             return
@@ -191,15 +201,10 @@ extension Interposer {
         defer { Task { await rig.close() } }
         let door = try await rig.peripheral.peripheral.addAdvertisingSet(AdvertisingSetsTests.named("door"), connectable: true)
         let events = rig.peripheral.peripheral.events()
-        let link = HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x0777, role: .peripheral, peerAddressType: .public,
-                                                                        peerAddress: BluetoothAddress("C0:00:00:00:02:09")!)))
-        let made = HCIEvent.le(.advertisingSetTerminated(LEAdvertisingSetTerminated(advertisingHandle: door.handle, connectionHandle: 0x0777)))
-        let pending = rig.transport.arm(door.handle, .afterEnable, events: [link, made])
+        let pending = rig.transport.arm(door.handle, .afterEnable, events: Rig.link(madeBy: door))
         try await rig.peripheral.peripheral.updateAdvertisingSet(door, data: AdvertisingSetsTests.named("door 2"), connectable: true)
         #expect(!pending.armed, "the link was not reported")
-        let connected = await firstElement(events.filter {
-            if case .advertisingConnected = $0 { return true } else { return false }
-        }, within: .seconds(5))
+        let connected = await rig.announced(events)
         #expect(connected != nil, "the link was not announced")
         #expect(await rig.peripheral.advertisingLinkForTest(door.handle) == 0x0777)
     }
