@@ -90,8 +90,6 @@ public actor HCIController: LoopIsolated {
     var eventSubscriberCount: Int { eventSubscribers.count }
     /// The subscribers that also get Command Complete and Command Status.
     private var answerSubscribers: Set<UInt64> = []
-    /// The subscribers that do not get Number Of Completed Packets.
-    private var withoutCompletedPackets: Set<UInt64> = []
     private var sink: HCIInboundSink?
     /// `addAnswerObserver`'s observers.
     private var answerObservers: [@Sendable (CommandFlow.Entry, CommandFlow.Outcome) -> Void] = []
@@ -370,12 +368,8 @@ public actor HCIController: LoopIsolated {
     /// A stream of events; see `HCIEventStream` for its buffer policy. With `answers`,
     /// Command Complete and Command Status come too, each in its place among the other
     /// events and before the command it answers returns: a follower can tell which
-    /// events the controller sent before it answered a command. Without
-    /// `completedPackets`, Number Of Completed Packets is left out: the controller
-    /// sends one every few ACL packets (this controller keeps the buffer accounting),
-    /// and a follower with no use for them would be woken for each, and in a burst
-    /// find the events it wants pushed out of its buffer by them.
-    public func events(capacity: Int = 1024, answers: Bool = false, completedPackets: Bool = true) -> HCIEventStream {
+    /// events the controller sent before it answered a command.
+    public func events(capacity: Int = 1024, answers: Bool = false) -> HCIEventStream {
         let (stream, continuation) = BufferedStream<HCIEvent>.makeStream(capacity: capacity)
         if closedReason != nil {
             continuation.finish()
@@ -384,7 +378,6 @@ public actor HCIController: LoopIsolated {
             nextSubscriber += 1
             eventSubscribers[id] = continuation
             if answers { answerSubscribers.insert(id) }
-            if !completedPackets { withoutCompletedPackets.insert(id) }
             // The consumer let go. (Finished is by `close`, which removed every subscriber
             // already: no task then, which would reach the loop after its owner may have
             // shut it down.)
@@ -424,7 +417,6 @@ public actor HCIController: LoopIsolated {
     private func removeEventSubscriber(_ id: UInt64) {
         eventSubscribers[id] = nil
         answerSubscribers.remove(id)
-        withoutCompletedPackets.remove(id)
     }
 
     // MARK: Inbound
@@ -467,8 +459,6 @@ public actor HCIController: LoopIsolated {
             acl.completed(nocp)
             grantACLCredits()
             resumeCompletionWaiters()
-            for (id, c) in eventSubscribers where !withoutCompletedPackets.contains(id) { c.yield(event) }
-            return true
         case let .disconnectionComplete(dc) where dc.status.isSuccess:
             acl.disconnected(handle: dc.connectionHandle)
             failACLWaiters(handle: dc.connectionHandle)
@@ -516,7 +506,6 @@ public actor HCIController: LoopIsolated {
         for (_, c) in eventSubscribers { c.finish() }
         eventSubscribers.removeAll()
         answerSubscribers.removeAll()
-        withoutCompletedPackets.removeAll()
         if let sink {
             self.sink = nil
             sink(.closed(reason))

@@ -83,22 +83,6 @@ struct ControllerTests {
         #expect(all.last?.2 == .complete([0x0C]))
     }
 
-    /// A subscriber that leaves Number Of Completed Packets out gets the events after
-    /// them; one that does not gets them too.
-    @Test func completedPacketsCanBeLeftOut() async throws {
-        let (c, t, _) = make()
-        let without = await c.events(completedPackets: false)
-        let with = await c.events()
-        let nocp = HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 0x40, numCompletedPackets: 1)]))
-        let hw = HCIEvent.hardwareError(HardwareError(hardwareCode: 7))
-        t.inject(nocp)
-        t.inject(hw)
-        var a = without.makeAsyncIterator(), b = with.makeAsyncIterator()
-        #expect(await a.next() == hw)
-        #expect(await b.next() == nocp)
-        #expect(await b.next() == hw)
-    }
-
     @Test func nonZeroStatusIsATypedError() async throws {
         let (c, t, _) = make()
         let r = Task { try await c.send(LESetAdvertisingEnable(advertisingEnable: true)) }
