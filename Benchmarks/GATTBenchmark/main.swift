@@ -78,8 +78,8 @@ func gattPair(_ characteristic: GATTCharacteristic, mtu: UInt16) async throws
         try await hb.send(LESetDataLength(connectionHandle: link.handle, txOctets: 251, txTime: 2120))
         try await ha.send(LESetDataLength(connectionHandle: pc.handle, txOctets: 251, txTime: 2120))
     }
-    await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: la, handle: pc.handle), localRxMTU: mtu, logger: logger), connection: pc.handle)
-    let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: lb, handle: link.handle), localRxMTU: mtu, logger: logger))
+    await server.attach(ATTBearer(channel: L2CAPATTChannel(host: la, handle: pc.handle), localRxMTU: mtu, logger: logger), connection: pc.handle)
+    let client = GATTClient(bearer: ATTBearer(channel: L2CAPATTChannel(host: lb, handle: link.handle), localRxMTU: mtu, logger: logger))
     await client.start()
     try await client.exchangeMTU()
     return (radio, ha, hb, server, svc, client)

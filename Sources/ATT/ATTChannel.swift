@@ -31,7 +31,7 @@ public struct L2CAPATTChannel: ATTChannel {
     public let handle: UInt16
 
     /// Frames that arrive before the bearer opens the channel wait in the host.
-    public init(host: L2CAPHost, handle: UInt16) async {
+    public init(host: L2CAPHost, handle: UInt16) {
         self.host = host
         self.handle = handle
     }

@@ -62,8 +62,10 @@ extension BluetoothHost {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (k: CheckedContinuation<Connection, any Error>) in
                 // Fires on the loop, the host's executor: the connect ends there and then.
+                // A link the controller reported before is the connect's already (the host
+                // takes each link as the controller's event arrives, on this loop).
                 let timer = LoopTimer(after: limit, on: loop) { [weak self] in
-                    self?.onLoop { $0.connectTimeRanOut(timeout) }
+                    self?.onLoop { $0.abandonConnect(timeout) }
                 }
                 centralState.connectWaiter = ConnectWaiter(peers: looking, continuation: k, timer: timer)
                 let extended = usesExtendedCommands
@@ -198,25 +200,6 @@ extension BluetoothHost {
         Task {
             do { _ = try await self.controller.send(LECreateConnectionCancel()) } catch { self.cancelAnswered() }
         }
-    }
-
-    /// The connect's time ran out. Given up (`abandonConnect`), unless the link it waits
-    /// for came first in the controller's order (the L2CAP host has it; the link
-    /// follower, behind, has not handed it over yet): then it is the connect's, and
-    /// the follower hands it over, with one second more as the bound.
-    func connectTimeRanOut(_ timeout: any Error) {
-        guard let w = centralState.connectWaiter else { return }
-        let known = Set(links.active.keys)
-        if !w.overtime, l2cap.loop.inEventLoop,
-           l2cap.onLoop({ $0.links }).contains(where: { $0.role == .central && !known.contains($0.handle) && isTarget($0.peer, of: w) }) {
-            centralState.connectWaiter?.overtime = true
-            w.timer.cancel()
-            centralState.connectWaiter?.timer = LoopTimer(after: .seconds(1), on: loop) { [weak self] in
-                self?.onLoop { $0.connectTimeRanOut(timeout) }
-            }
-            return
-        }
-        abandonConnect(timeout)
     }
 
     /// Whether connect `w` waits for a link to `peer`: one of its targets, or the

@@ -22,7 +22,11 @@ extension BluetoothHost {
     /// Every link now up, in both roles.
     public var connections: [Connection] { links.active.values.sorted { $0.handle < $1.handle } }
 
-    func handle(_ event: L2CAPHost.LinkEvent) async {
+    /// A link event, taken as the L2CAP host reports it (on the loop, in the controller's
+    /// order, before the transport's next packet is read: nothing buffered, nothing to
+    /// drop); returns what is left to do that waits (advertising to resume, a link
+    /// nobody holds to end), for a task of its own (`react`).
+    func take(_ event: L2CAPHost.LinkEvent) -> (@Sendable () async -> Void)? {
         switch event {
         case let .connected(c, interval, latency, timeout):
             let conn = Connection(handle: c.handle, role: c.role, peer: c.peer, peerType: c.peerType, id: links.newLinkID())
@@ -35,12 +39,14 @@ extension BluetoothHost {
             // One ATT bearer per link carries both GATT roles: the local server answers the
             // peer's requests (the client reading the bearer hands them over), and the client
             // reaches the peer's server, whichever side of the link we are.
-            let bearer = ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: c.handle), localRxMTU: attMTU, logger: logger)
+            // All set up before the transport's next packet is read: the peer's first PDU
+            // finds the bearer open and the server serving the link.
+            let bearer = ATTBearer(channel: L2CAPATTChannel(host: l2cap, handle: c.handle), localRxMTU: attMTU, logger: logger)
             let server = self.server, handle = c.handle
-            await server.attach(bearer, connection: handle, readsBearer: false)
-            await applySigningKey(handle)
+            server.onLoop { $0.attachShared(bearer, connection: handle) }
+            applySigningKey(handle)
             let client = GATTClient(bearer: bearer, server: server.handler(connection: handle))
-            await client.start()
+            client.onLoop { $0.startOnLoop() }
             links.clients[conn.id] = client
             if c.role == .peripheral {
                 if let set = peripheralState.linksAwaitingSet.removeValue(forKey: c.handle) {
@@ -55,9 +61,7 @@ extension BluetoothHost {
                 // connects to the set again once this link ends (seen in ST03), so an extended
                 // set resumes at the disconnection only.
                 if peripheralState.advertising[0] != nil, state == .ready, !usesExtendedCommands {
-                    do {
-                        try await withAdvertisingLock { if let a = peripheralState.advertising[0], state == .ready { try await startAdvertisingNow(a, set: 0) } }
-                    } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
+                    return { [weak self] in await self?.advertiseWhileConnected() }
                 }
             } else if let w = centralState.connectWaiter, isTarget(c.peer, of: w) {
                 centralState.connectWaiter = nil
@@ -70,16 +74,16 @@ extension BluetoothHost {
                 // Android end a link no one holds; connect never hands it out meanwhile.
                 logger.info("a link no connect waits for is ended", metadata: ["ble.handle": "\(c.handle)", "ble.peer": "\(c.peer)"])
                 centralState.unclaimed.insert(conn.id)
-                Task { _ = try? await self.disconnect(conn) }
+                return { [weak self] in _ = try? await self?.disconnect(conn) }
             }
         case let .linkLayer(c, event):
             // The L2CAP host names the link that had the handle when the controller
             // reported the event, in order with connections and disconnections.
-            guard let conn = links.active[c.handle] else { return }
+            guard let conn = links.active[c.handle] else { return nil }
             linkOutcomes.yield(.event(conn.id, event))
             linkChanged(conn, event)
         case let .disconnected(c, reason):
-            guard let conn = links.remove(c.handle) else { return }
+            guard let conn = links.remove(c.handle) else { return nil }
             peripheralState.linksAwaitingSet[c.handle] = nil
             let heldNothing = peripheralState.linksHoldingNothing.remove(c.handle) != nil
             centralState.unclaimed.remove(conn.id)
@@ -89,19 +93,28 @@ extension BluetoothHost {
             // then the server forgets the link before the next link event is handled: the
             // controller may give the handle to a new link.
             linkEnded(conn, .disconnected(reason))
-            await endSubscriptions(of: conn)
+            endSubscriptions(of: conn)
             connectionBroadcast.yield(.disconnected(conn, reason: reason))
             linkOutcomes.yield(.ended(conn.id, reason))
-            await server.detach(connection: c.handle)
+            server.onLoop(c.handle) { $0.detach(connection: $1) }
             // Advertising stops when a central connects; resume it as asked: the set that
             // made this link (LE Advertising Set Terminated said which), else set 0; none
             // for a link made to an advertisement the controller has replaced since.
             if conn.role == .peripheral, state == .ready, !heldNothing {
                 let made = peripheralState.advertisingLinks.filter { $0.value == c.handle }.keys.sorted()
                 for s in made { peripheralState.advertisingLinks[s] = nil }
-                await restartAdvertising(made.isEmpty ? [0] : made, "advertising did not resume")
+                return { [weak self] in await self?.restartAdvertising(made.isEmpty ? [0] : made, "advertising did not resume") }
             }
         }
+        return nil
+    }
+
+    /// The legacy set goes on advertising once a central connected, for more centrals
+    /// (a controller that cannot refuses, and the set resumes at the disconnection).
+    func advertiseWhileConnected() async {
+        do {
+            try await withAdvertisingLock { if let a = peripheralState.advertising[0], state == .ready { try await startAdvertisingNow(a, set: 0) } }
+        } catch { logger.debug("advertising while connected refused", metadata: ["error": "\(error)"]) }
     }
 
     /// A link-layer event of link `conn` (its procedures' waiters have it already): a
@@ -163,7 +176,7 @@ extension BluetoothHost {
             // (Subscriptions made before the pairing are stored with the new bond by the
             // Security Manager, the peer's GATT layout by `storeLayout`.) The CSRK it
             // distributed verifies its signed writes from now on.
-            await applySigningKey(handle)
+            applySigningKey(handle)
         case .bonded:
             bondsChanged()
         default:
@@ -173,12 +186,12 @@ extension BluetoothHost {
 
     /// Gives the local server the CSRK and last SignCounter of `handle`'s bonded peer,
     /// so its Signed Write Commands verify (none: they are ignored).
-    func applySigningKey(_ handle: UInt16) async {
-        let key = await security.peerSigningKey(handle: handle).map {
+    func applySigningKey(_ handle: UInt16) {
+        let key = security.onLoop(handle) { $0.peerSigningKey(handle: $1) }.map {
             SigningKey(csrk: $0.csrk, counter: $0.counter,
                        security: LinkSecurity(encrypted: true, authenticated: $0.security.authenticated, keySize: $0.security.keySize))
         }
-        await server.setSigningKey(key, connection: handle)
+        server.onLoop((key, handle)) { $0.setSigningKey($1.0, connection: $1.1) }
     }
 
     /// A bonded client is who it says once the link is encrypted with the bond's key:

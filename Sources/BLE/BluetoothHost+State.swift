@@ -103,9 +103,6 @@ extension BluetoothHost {
         var continuation: CheckedContinuation<Connection, any Error>
         /// The connect timeout, on the loop's time.
         var timer: LoopTimer
-        /// Its time ran out after the link came (the L2CAP host had it, the follower had
-        /// not reached it): the follower hands the link over, within a second more.
-        var overtime = false
     }
 
     /// How the controller scans: what LE Set Scan Parameters and LE Set Scan Enable (or

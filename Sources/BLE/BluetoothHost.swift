@@ -356,7 +356,6 @@ public actor BluetoothHost: LoopIsolated {
         }
         if tasks.isEmpty {
             await controller.start()
-            let links = await l2cap.linkEvents()
             let transportEnd = await followController()
             await l2cap.start()
             await security.start()
@@ -417,7 +416,6 @@ public actor BluetoothHost: LoopIsolated {
                 for await _ in transportEnd {}
                 await self.transportEnded()
             })
-            tasks.append(Task { await self.follow(links) })
             tasks.append(Task { await self.follow(serverEvents) })
             tasks.append(Task { await self.follow(requests) })
             if enhancedATT {
@@ -555,8 +553,8 @@ public actor BluetoothHost: LoopIsolated {
         links.active.removeAll()
         for c in gone { linkEnded(c, .transportClosed(reason)) }
         for c in gone {
-            await endSubscriptions(of: c)
-            await server.detach(connection: c.handle)
+            endSubscriptions(of: c)
+            server.onLoop(c.handle) { $0.detach(connection: $1) }
         }
         if let w = centralState.connectWaiter {
             centralState.connectWaiter = nil
@@ -595,8 +593,12 @@ public actor BluetoothHost: LoopIsolated {
     func followController() async -> BufferedStream<Never> {
         let (ended, end) = BufferedStream<Never>.makeStream(capacity: 1)
         await l2cap.addEventObserver { [weak self] e in
-            guard let host = self, host.loop.inEventLoop, let rest = host.onLoop({ $0.take(e) }) else { return }
-            Task { await rest() }
+            guard let host = self, host.loop.inEventLoop else { return }
+            host.onLoop { h in if let rest = h.take(e) { h.react(rest) } }
+        }
+        await l2cap.addLinkObserver { [weak self] e in
+            guard let host = self, host.loop.inEventLoop else { return }
+            host.onLoop { h in if let rest = h.take(e) { h.react(rest) } }
         }
         await controller.addAnswerObserver { [weak self] command, outcome in
             guard let host = self, host.loop.inEventLoop else { return }
@@ -609,6 +611,24 @@ public actor BluetoothHost: LoopIsolated {
     /// A controller event, and what it leaves to do after (awaited: the test's way in).
     func handle(_ event: HCIEvent) async {
         if let rest = take(event) { await rest() }
+    }
+
+    /// Runs what a controller's or link's event left to do that waits, in a task of
+    /// its own; `close()` waits for it (`quiesce`).
+    func react(_ rest: @escaping @Sendable () async -> Void) {
+        reacting += 1
+        Task {
+            await rest()
+            reacted()
+        }
+    }
+
+    private func reacted() {
+        reacting -= 1
+        guard reacting == 0 else { return }
+        let waiters = quietWaiters
+        quietWaiters.removeAll()
+        for w in waiters { w.resume() }
     }
 
     /// The answer to a command of the host's: the scan enables' are counted (a windowed

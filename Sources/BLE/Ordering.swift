@@ -72,23 +72,6 @@ extension BluetoothHost {
         lost = dropped
     }
 
-    func follow(_ s: BufferedStream<L2CAPHost.LinkEvent>) async {
-        // The newest 1024 (a controller reports far fewer links' events at once).
-        var lost = 0
-        for await e in s {
-            sayDropped(s.dropped, "link events", &lost)
-            // A link's start or end may resume advertising: `close()` lets that finish.
-            reacting += 1
-            await handle(e)
-            reacting -= 1
-            if reacting == 0 {
-                let waiters = quietWaiters
-                quietWaiters.removeAll()
-                for w in waiters { w.resume() }
-            }
-        }
-    }
-
     func follow(_ s: BufferedStream<SecurityEvent>) async {
         var lost = 0
         for await e in s {
@@ -111,7 +94,8 @@ extension BluetoothHost {
         }
     }
 
-    /// Waits until the host has finished reacting to the links' events it has received.
+    /// Waits until the host has finished what the controller's and the links' events it
+    /// has taken left to do (`react`: advertising to resume, a link to end).
     func quiesce() async {
         guard reacting > 0 else { return }
         await withCheckedContinuation { quietWaiters.append($0) }

@@ -492,8 +492,8 @@ extension BluetoothHost {
     /// `didUnsubscribeFrom` is. Called before the server forgets the link; nothing is
     /// stored, so a bond keeps what the central set (it comes back with a later link's
     /// encryption).
-    func endSubscriptions(of central: Connection) async {
-        for s in await server.subscriptions(connection: central.handle) {
+    func endSubscriptions(of central: Connection) {
+        for s in server.onLoop(central.handle, { $0.subscriptions(connection: $1) }) {
             if let c = lookup(s.valueHandle) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: false, indicate: false)) }
         }
     }

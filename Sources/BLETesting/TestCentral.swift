@@ -46,7 +46,7 @@ public enum TestCentral {
 
     /// A started GATT client on `connection`, with the MTU exchanged.
     public static func gattClient(on connection: L2CAPHost.Connection, host: L2CAPHost, localRxMTU: UInt16 = 517) async throws -> GATTClient {
-        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: connection.handle), localRxMTU: localRxMTU, logger: host.logger))
+        let client = GATTClient(bearer: ATTBearer(channel: L2CAPATTChannel(host: host, handle: connection.handle), localRxMTU: localRxMTU, logger: host.logger))
         await client.start()
         try await client.exchangeMTU()
         return client

@@ -298,9 +298,7 @@ public actor GATTServer: LoopIsolated {
     /// same link) and hands requests and commands to `serve(_:connection:)`, and
     /// `detach(connection:)` ends the connection here.
     public func attach(_ bearer: ATTBearer, connection handle: UInt16, security: LinkSecurity = LinkSecurity(), readsBearer: Bool = true) async {
-        bearers[handle] = bearer
-        self.security[handle] = security
-        emit(.connected(handle))
+        attachShared(bearer, connection: handle, security: security)
         guard readsBearer else { return }
         if bearer.loop === loop {
             // The usual case: the bearer shares this server's loop, requests are served
@@ -317,6 +315,16 @@ public actor GATTServer: LoopIsolated {
             for await item in incoming { await self.serve(item, connection: handle) }
             self.detach(handle)
         }
+    }
+
+    /// Serves the database on `bearer` (connection `handle`), which someone else reads
+    /// (a `GATTClient` on the same link hands requests and commands to
+    /// `handler(connection:)`), until `detach(connection:)`: `attach` with
+    /// `readsBearer: false`, synchronously (on the loop, as a link comes up).
+    public func attachShared(_ bearer: ATTBearer, connection handle: UInt16, security: LinkSecurity = LinkSecurity()) {
+        bearers[handle] = bearer
+        self.security[handle] = security
+        emit(.connected(handle))
     }
 
     /// Serves the database on an enhanced bearer (EATT) of `connection` as well, until

@@ -117,9 +117,6 @@ extension L2CAPHost {
     /// Whether link `handle` is up, as the events handled so far say.
     public func hasLink(handle: UInt16) -> Bool { connections[handle] != nil }
 
-    /// The links up, as the events handled so far say.
-    public var links: [Connection] { connections.values.map(\.info) }
-
     /// Opens an LE credit-based channel (§4.22) to the peer's `spsm` on link `handle`.
     public func connectChannel(spsm: UInt16, handle: UInt16, parameters: CreditBasedParameters = CreditBasedParameters()) async throws -> L2CAPChannel {
         guard connections[handle] != nil else { throw L2CAPChannelError.linkClosed(handle: handle) }

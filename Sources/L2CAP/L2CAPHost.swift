@@ -99,6 +99,9 @@ public actor L2CAPHost: LoopIsolated {
     /// Layers that follow the controller's events synchronously (the Security
     /// Manager), called on the loop after this host has handled each event.
     private var eventObservers: [@Sendable (HCIEvent) -> Void] = []
+    /// Layers that follow the links synchronously (the facade), called on the loop
+    /// after the event observers have seen the event that made each link event.
+    private var linkObservers: [@Sendable (LinkEvent) -> Void] = []
     private var closeObservers: [@Sendable () -> Void] = []
     /// The transport has ended (`finishAll` ran): a stream asked for now is finished
     /// at once, and a close observer is called at once.
@@ -158,8 +161,9 @@ public actor L2CAPHost: LoopIsolated {
     private func deliver(_ item: HCIInbound) {
         switch item {
         case let .event(e):
-            handle(e)
+            let link = handle(e)
             for o in eventObservers { o(e) }
+            if let link { for o in linkObservers { o(link) } }
         case let .acl(p): receive(p)
         case .closed: finishAll()
         }
@@ -209,6 +213,16 @@ public actor L2CAPHost: LoopIsolated {
     /// host handled it (a new connection is known here first, a closed one is gone).
     public func addEventObserver(_ observer: @escaping @Sendable (HCIEvent) -> Void) {
         eventObservers.append(observer)
+    }
+
+    /// Calls `observer` with every link event (`linkEvents()`'s), on the loop, in order,
+    /// as the controller's event that made it arrives, after the event observers have
+    /// seen that event (the Security Manager knows a new link's peer, a link's frames
+    /// have reached their receivers and the receivers `.closed`). Nothing is buffered:
+    /// a new link is known before the transport's next packet is read, so a receiver
+    /// set for it now gets the link's first frame.
+    public func addLinkObserver(_ observer: @escaping @Sendable (LinkEvent) -> Void) {
+        linkObservers.append(observer)
     }
 
     /// Calls `observer` on the loop once the transport has ended, after every link's
@@ -475,29 +489,30 @@ public actor L2CAPHost: LoopIsolated {
         }
     }
 
-    private func handle(_ event: HCIEvent) {
+    /// Handles a controller event; returns the link event it made, if any (the streams
+    /// have it already; the link observers get it after the event observers saw `event`).
+    private func handle(_ event: HCIEvent) -> LinkEvent? {
         switch event {
         case let .le(.connectionComplete(c)) where c.status.isSuccess:
-            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
+            return connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
                       interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout)
         case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess:
-            connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
+            return connected(Connection(handle: c.connectionHandle, role: c.role, peer: c.peerAddress, peerType: c.peerAddressType),
                       interval: c.connectionInterval, latency: c.peripheralLatency, supervisionTimeout: c.supervisionTimeout)
         case let .le(.connectionUpdateComplete(u)):
-            linkLayer(u.connectionHandle, .parametersUpdated(u))
+            return linkLayer(u.connectionHandle, .parametersUpdated(u))
         case let .le(.phyUpdateComplete(u)):
-            linkLayer(u.connectionHandle, .phyUpdated(u))
+            return linkLayer(u.connectionHandle, .phyUpdated(u))
         case let .le(.dataLengthChange(d)):
-            linkLayer(d.connectionHandle, .dataLengthChanged(d))
+            return linkLayer(d.connectionHandle, .dataLengthChanged(d))
         case let .le(.readRemoteFeaturesComplete(f)):
-            linkLayer(f.connectionHandle, .remoteFeatures(f))
+            return linkLayer(f.connectionHandle, .remoteFeatures(f))
         case let .readRemoteVersionInformationComplete(v):
-            linkLayer(v.connectionHandle, .remoteVersion(v))
+            return linkLayer(v.connectionHandle, .remoteVersion(v))
         case let .disconnectionComplete(d) where d.status.isSuccess:
             channelsLinkLost(handle: d.connectionHandle, reason: d.reason)
-            if let info = connections[d.connectionHandle]?.info {
-                for (_, k) in linkContinuations { k.yield(.disconnected(info, reason: d.reason)) }
-            }
+            let ended = connections[d.connectionHandle].map { LinkEvent.disconnected($0.info, reason: d.reason) }
+            if let ended { for (_, k) in linkContinuations { k.yield(ended) } }
             connections[d.connectionHandle] = nil
             reassembler.disconnected(handle: d.connectionHandle)
             early = early.filter { $0.key.handle != d.connectionHandle }
@@ -511,34 +526,39 @@ public actor L2CAPHost: LoopIsolated {
             }
             drop(handle: d.connectionHandle)
             overflowed.remove(d.connectionHandle)
+            return ended
         default:
-            break
+            return nil
         }
     }
 
     /// A link-layer event of a link this host knows (one it does not is dropped: no
     /// link to name).
-    private func linkLayer(_ handle: UInt16, _ event: LinkLayerEvent) {
-        guard let info = connections[handle]?.info else { return }
-        for (_, k) in linkContinuations { k.yield(.linkLayer(info, event)) }
+    private func linkLayer(_ handle: UInt16, _ event: LinkLayerEvent) -> LinkEvent? {
+        guard let info = connections[handle]?.info else { return nil }
+        let e = LinkEvent.linkLayer(info, event)
+        for (_, k) in linkContinuations { k.yield(e) }
+        return e
     }
 
     /// A new link, with the parameters it starts with; a report of one already up is ignored.
-    private func connected(_ c: Connection, interval: UInt16, latency: UInt16, supervisionTimeout: UInt16) {
+    private func connected(_ c: Connection, interval: UInt16, latency: UInt16, supervisionTimeout: UInt16) -> LinkEvent? {
         // A controller that reports a connection already up (a firmware bug; the
         // handle is never reused before its Disconnection Complete) would otherwise
         // reset the link's channels and bearers under its users. Ignored, as Linux does.
         guard connections[c.handle] == nil else {
             logger.warning("connection complete for a connection already up ignored",
                            metadata: ["ble.handle": "\(c.handle)", "ble.peer": "\(c.peer)"])
-            return
+            return nil
         }
         var signaling = LESignalingChannel(role: c.role)
         for (spsm, l) in listening { signaling.channels.listen(spsm: spsm, l.parameters, security: l.security) }
         connections[c.handle] = (c, signaling)
         for (_, k) in connectionContinuations { k.yield(c) }
-        for (_, k) in linkContinuations { k.yield(.connected(c, interval: interval, latency: latency, supervisionTimeout: supervisionTimeout)) }
+        let e = LinkEvent.connected(c, interval: interval, latency: latency, supervisionTimeout: supervisionTimeout)
+        for (_, k) in linkContinuations { k.yield(e) }
         logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
+        return e
     }
 
     private func finishAll() {
@@ -563,6 +583,7 @@ public actor L2CAPHost: LoopIsolated {
         let observers = closeObservers
         closeObservers.removeAll()
         eventObservers.removeAll()
+        linkObservers.removeAll()
         for o in observers { o() }
     }
 }

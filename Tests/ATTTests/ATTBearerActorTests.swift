@@ -24,7 +24,7 @@ struct ATTBearerActorTests {
         var links = await host.linkEvents().makeAsyncIterator()
         t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .central, peerAddressType: .public, peerAddress: BluetoothAddress("11:22:33:44:55:66")!))))
         _ = await links.next()  // the connection is known to L2CAP before this event
-        let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), highWaterMark: highWaterMark, logger: Self.logger)
+        let bearer = ATTBearer(channel: L2CAPATTChannel(host: host, handle: 0x40), highWaterMark: highWaterMark, logger: Self.logger)
         await bearer.start()
         return (bearer, t, loop)
     }

@@ -1,6 +1,7 @@
 // A connect whose time runs out as the controller makes the link. Which came first is
 // the controller's order: a link the controller reported before the time ran out is
-// the connect's, even when the host's link follower has not handed it over yet; one
+// the connect's (the host takes it as the event arrives, on the loop the timer fires
+// on); one
 // it reported after (LE Create Connection Cancel too late, refused with Command
 // Disallowed) belongs to nobody, and the host ends it rather than leave a link up that
 // no one holds, as Linux and Android do.
@@ -75,10 +76,10 @@ import Testing
         }
         #expect(await firstElement(sent, within: .seconds(5)) != nil, "LE Create Connection was not sent")
         // In one turn of the loop: the controller reports the link (the L2CAP host has
-        // it), and the connect's time runs out before the link follower has come to it.
+        // it), and the connect's time runs out right after, before any task has run.
         try await host.loop.submit {
             t.injectNow([Self.link])
-            host.onLoop { $0.connectTimeRanOut(BLEError.connectionTimeout(Self.nobody, within: .seconds(30))) }
+            host.onLoop { $0.abandonConnect(BLEError.connectionTimeout(Self.nobody, within: .seconds(30))) }
         }.get()
         let c = try await connecting.value
         #expect(c.handle == 0x0777 && c.role == .central)

@@ -57,7 +57,7 @@ struct HostileClientTests {
             while let e = await links.next() {
                 if case let .connected(c, _, _, _) = e, c.handle == h { break }
             }
-            await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: h), logger: Self.logger), connection: h)
+            await server.attach(ATTBearer(channel: L2CAPATTChannel(host: host, handle: h), logger: Self.logger), connection: h)
         }
         return Pipeline(transport: t, host: host, server: server, indicateHandle: s.characteristicValues[0], cccd: try #require(s.clientConfigurations[0]))
     }

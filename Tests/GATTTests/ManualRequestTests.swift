@@ -155,7 +155,7 @@ struct ManualRequestTests {
         let h = s.characteristicValues[0]
         let server = GATTServer(database: db, loop: loop, logger: logger)
         await server.setManual([h])
-        await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: 0x40), logger: logger), connection: 0x40)
+        await server.attach(ATTBearer(channel: L2CAPATTChannel(host: host, handle: 0x40), logger: logger), connection: 0x40)
         func acl(_ pdu: [UInt8], _ boundary: ACLPacketBoundary) -> HCIPacket {
             .acl(ACLDataPacket(handle: 0x40, boundary: boundary, data: BasicFrame(channel: .att, payload: pdu).bytes))
         }

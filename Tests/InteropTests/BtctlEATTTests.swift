@@ -54,7 +54,7 @@ import Testing
         #expect(!lines.contains { $0["event"] as? String == "secured" }, "\(run.out)")
         #expect(lines.last?["text"] as? String == "hello from btctl", "\(run.out)")
         server.send("quit")
-        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        #expect(await server.exit(timeout: 20) == 0)
     }
 
     /// `btctl gatt serve --eatt` under Bumble's EATT client: Server Supported Features
@@ -82,7 +82,7 @@ import Testing
         let address = try #require(advertising?["address"] as? String)
         try await BumbleFacadeTests.runBumblesEATTCentral(python, port: rc.hciPort, against: address)
         server.send("quit")
-        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        #expect(await server.exit(timeout: 20) == 0)
         let served = try JSONSchemaTests.check(server.output, against: "gatt-serve")
         // Each bearer Bumble opened is reported, after the pairing that allowed it.
         let bearers = served.filter { $0["event"] as? String == "eatt" }

@@ -71,7 +71,7 @@ import Testing
         #expect(await bumble.waitForOutput(within: .seconds(45)) { $0.contains("\"event\": \"channel-closed\"") }, "\(bumble.output)")
         // What Bumble got back is what was typed (its own pattern differs, so `same` is false).
         #expect(bumble.output.contains("\"event\": \"echoed\", \"bytes\": 3000"), "\(bumble.output)")
-        #expect(await Interop.exit(of: listener.process, timeout: 30) == 0, "\(listener.output)")
+        #expect(await listener.exit(timeout: 30) == 0, "\(listener.output)")
         let events = BtctlServeTests.events(listener.output)
         let received = events.filter { $0["event"] as? String == "sdu" }.compactMap { $0["length"] as? Int }.reduce(0, +)
         #expect(received == 3000, "\(listener.output)")

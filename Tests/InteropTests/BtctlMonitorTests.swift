@@ -30,7 +30,7 @@ import Testing
         #expect(read.status == 0 && read.out.contains("\"bumble\""), "\(read.out)")
         #expect(await monitor.waitForOutput { $0.contains("\"att_name\":\"Read Response\"") }, "\(monitor.output)")
         kill(monitor.process.processIdentifier, SIGINT)
-        let status = await Interop.exit(of: monitor.process, timeout: 20)
+        let status = await monitor.exit(timeout: 20)
         #expect(status == 130, "\(monitor.output.split(separator: "\n").filter { !$0.hasPrefix("{") })")
         _ = await bumble.stop()
 

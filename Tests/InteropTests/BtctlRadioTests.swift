@@ -53,7 +53,7 @@ import Testing
         let info = try await BtctlGATTTests.run(["info", "-t", one, "--json"])
         #expect(info.status == 0 && info.out.contains("\"address\":\"C0:FF:EE:00:01:01\""), "\(info.out)")
         kill(radio.process.processIdentifier, SIGINT)
-        let status = await Interop.exit(of: radio.process, timeout: 20)
+        let status = await radio.exit(timeout: 20)
         #expect(status == 130, "\(radio.output)")
         #expect(try JSONSchemaTests.check(radio.output, against: "radio").last?["event"] as? String == "stopped", "\(radio.output)")
         // The recording: controller N is adapter N-1; Bumble's Read Response goes to
@@ -94,7 +94,7 @@ import Testing
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"paired\", \"ltk\": true") }, "\(bumble.output)")
         _ = await bumble.stop()
         kill(radio.process.processIdentifier, SIGTERM)
-        #expect(await Interop.exit(of: radio.process, timeout: 20) == 143, "\(radio.output)")
+        #expect(await radio.exit(timeout: 20) == 143, "\(radio.output)")
     }
 
     /// Directed advertising with Bumble as its target: `btctl advertise --directed`
@@ -124,7 +124,7 @@ import Testing
         #expect(scan.out.split(separator: "\n").contains { $0.hasPrefix("C0:FF:EE:00:01:01") && $0.contains("directed") }, "\(scan.out)")
         _ = await aimed.stop()
         kill(radio.process.processIdentifier, SIGTERM)
-        _ = await Interop.exit(of: radio.process, timeout: 20)
+        _ = await radio.exit(timeout: 20)
     }
 
     @Test func argumentsAreChecked() async throws {

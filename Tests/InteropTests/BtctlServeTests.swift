@@ -35,7 +35,7 @@ import Testing
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"done\"") }, "\(bumble.output)")
         #expect(await server.waitForOutput { $0.contains("\"event\":\"disconnected\"") }, "\(server.output)")
         server.send("quit")  // ends serving as --duration would: exit status 0
-        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        #expect(await server.exit(timeout: 20) == 0)
         _ = await bumble.stop()
 
         let b = Self.events(bumble.output)
@@ -75,7 +75,7 @@ import Testing
         #expect(await server.waitForOutput { $0.contains("type 'help' for commands") }, "\(server.output)")
         server.send("notify 2A00")  // not a notifying characteristic
         server.send("quit")
-        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        #expect(await server.exit(timeout: 20) == 0)
         #expect(server.output.contains("btctl: ") && server.output.contains("cannot notify"), "\(server.output)")
         #expect(server.output.contains("sent, 1 console error\n"), "\(server.output)")
     }
@@ -87,7 +87,7 @@ import Testing
         let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", "virtual", "--json"])
         #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
         server.send((0..<40).map { String(format: "set 2A19 %02x", $0) }.joined(separator: "\n") + "\nquit")
-        #expect(await Interop.exit(of: server.process, timeout: 20) == 0, "\(server.output)")
+        #expect(await server.exit(timeout: 20) == 0, "\(server.output)")
         let values = Self.events(server.output).filter { $0["event"] as? String == "set" }.compactMap { $0["value"] as? String }
         #expect(values == (0..<40).map { String(format: "%02x", $0) }, "\(server.output)")
     }
@@ -111,7 +111,7 @@ import Testing
         let bumble = try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort),
                                                         "name:btctl-battery", "--no-subscribe"], timeout: 60)
         server.send("quit")
-        #expect(await Interop.exit(of: server.process, timeout: 20) == 0)
+        #expect(await server.exit(timeout: 20) == 0)
         let reads = Self.events(bumble.out).filter { $0["event"] as? String == "read" }
         let ppcp = reads.first { ($0["uuid"] as? String)?.uppercased().contains("2A04") == true }
         #expect(ppcp?["value"] as? String == "180028000000ffff", "\(bumble.out)")

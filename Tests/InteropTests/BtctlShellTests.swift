@@ -47,7 +47,7 @@ import Testing
     /// against the schema.
     static func quit(_ shell: LiveProcess, status: Int32, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [[String: Any]] {
         shell.send("quit")
-        #expect(await Interop.exit(of: shell.process, timeout: 20) == status, "\(shell.output)", sourceLocation: sourceLocation)
+        #expect(await shell.exit(timeout: 20) == status, "\(shell.output)", sourceLocation: sourceLocation)
         return try JSONSchemaTests.check(shell.output, against: "shell", sourceLocation: sourceLocation)
     }
 
@@ -78,7 +78,7 @@ import Testing
         // The end of input writes FFF3's subscription off and disconnects: Bumble's
         // script ends with its link.
         shell.closeInput()
-        #expect(await Interop.exit(of: shell.process, timeout: 20) == 1, "a command failed: exit status 1")
+        #expect(await shell.exit(timeout: 20) == 1, "a command failed: exit status 1")
         #expect(await bumble.waitForOutput { $0.contains("\"event\": \"done\"") }, "\(bumble.output)")
         _ = await bumble.stop()
 
@@ -122,7 +122,7 @@ import Testing
         shell.send("pair")
         #expect(await Self.waitFor(shell, "paired") { $0["method"] as? String == "Just Works" && $0["bonded"] as? Bool == true }, "\(shell.output)")
         for line in ["info", "links", "select C0:FF:EE:00:00:01", "sleep 0.2", "sleep 0", "quit", "read 2A00"] { shell.send(line) }
-        #expect(await Interop.exit(of: shell.process, timeout: 20) == 1, "\(shell.output)")
+        #expect(await shell.exit(timeout: 20) == 1, "\(shell.output)")
         let lines = try JSONSchemaTests.check(shell.output, against: "shell")
         let names = lines.compactMap { $0["event"] as? String }
         #expect(names.filter { $0 == "error" }.count == 1 && !names.contains("value"), "'sleep 0' refused; quit ends the session before the read: \(names)")
@@ -179,7 +179,7 @@ import Testing
         #expect(await Self.waitFor(shell, "connected"), "\(shell.output)")
         // The console stays open: the signal alone ends the session.
         kill(shell.process.processIdentifier, SIGINT)
-        #expect(await Interop.exit(of: shell.process, timeout: 20) == 130, "\(shell.output)")
+        #expect(await shell.exit(timeout: 20) == 130, "\(shell.output)")
         let lines = try JSONSchemaTests.check(shell.output, against: "shell")
         #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "disconnected"], "\(lines)")
         let ended = try #require(lines.last)

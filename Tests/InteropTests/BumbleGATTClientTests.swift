@@ -52,7 +52,7 @@ import Transports
         let connection = try #require(await it.next())
         #expect(connection.role == .central && connection.peer == Self.bumble)
 
-        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: connection.handle), logger: logger))
+        let client = GATTClient(bearer: ATTBearer(channel: L2CAPATTChannel(host: host, handle: connection.handle), logger: logger))
         await client.start()
         let services = try await client.discoverPrimaryServices()
         let service = try #require(services.first { $0.uuid == BluetoothUUID(0xFFF0) }, "services: \(services.map(\.uuid))")

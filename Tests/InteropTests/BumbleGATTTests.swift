@@ -50,7 +50,7 @@ import Transports
         // Accept connections: a bearer per connection, served by the server.
         let acceptor = Task {
             for await c in connections {
-                let bearer = ATTBearer(channel: await L2CAPATTChannel(host: host, handle: c.handle), logger: logger)
+                let bearer = ATTBearer(channel: L2CAPATTChannel(host: host, handle: c.handle), logger: logger)
                 await server.attach(bearer, connection: c.handle)
             }
         }

@@ -68,7 +68,7 @@ import Transports
         defer { RootcanalProcess.kill(peer.process) }
 
         let link = try await TestCentral.connect(to: Self.bumble, type: .random, host: l2cap, within: .seconds(20))
-        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: link.handle), logger: Interop.logger))
+        let client = GATTClient(bearer: ATTBearer(channel: L2CAPATTChannel(host: l2cap, handle: link.handle), logger: Interop.logger))
         await client.start()
         let chars = try await client.discoverAll().flatMap(\.1).map(\.0)
         let protected = try #require(chars.first { $0.uuid == BluetoothUUID("3f3e0002-0000-1000-8000-00805f9b34fb") })
@@ -324,7 +324,7 @@ extension BumbleSMPTests {
         #expect(result.method == .outOfBand && result.security.authenticated && result.security.secureConnections == sc)
         let prompts = await collect(events.filter { if case .prompt = $0 { return true }; return false }, count: 1, within: .milliseconds(100))
         #expect(prompts.isEmpty)
-        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: l2cap, handle: link.handle), logger: Interop.logger))
+        let client = GATTClient(bearer: ATTBearer(channel: L2CAPATTChannel(host: l2cap, handle: link.handle), logger: Interop.logger))
         await client.start()
         let chars = try await client.discoverAll().flatMap(\.1).map(\.0)
         let protected = try #require(chars.first { $0.uuid == BluetoothUUID("3f3e0002-0000-1000-8000-00805f9b34fb") })

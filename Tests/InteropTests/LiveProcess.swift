@@ -104,6 +104,15 @@ final class LiveProcess: Sendable {
         }
     }
 
+    /// Waits (off the pool, SIGKILL after `timeout` seconds) for the program's exit
+    /// status, then for the end of its output: what it printed last is in `output`
+    /// (the reading thread may not have read it yet as the process exits).
+    func exit(timeout: TimeInterval = 60) async -> Int32 {
+        let status = await Interop.exit(of: process, timeout: timeout)
+        _ = await waitForOutput(within: .seconds(10)) { _ in false }
+        return status
+    }
+
     /// Closes standard input, sends `signal` unless the program already ended, and waits
     /// (off the pool, SIGKILL after `timeout` seconds) for its exit status. SIGKILL by
     /// default: a child started from a test's worker thread inherits a signal mask in
@@ -111,7 +120,7 @@ final class LiveProcess: Sendable {
     func stop(signal: Int32 = SIGKILL, timeout: TimeInterval = 20) async -> Int32 {
         try? input.close()
         if process.isRunning { kill(process.processIdentifier, signal) }
-        return await Interop.exit(of: process, timeout: timeout)
+        return await exit(timeout: timeout)
     }
 
     deinit {

@@ -68,7 +68,7 @@ struct ReplayTests {
 
     /// The replay's closing event, after it exits.
     static func end(of replay: LiveProcess) async throws -> (status: Int32, event: [String: Any]) {
-        let status = await Interop.exit(of: replay.process, timeout: 30)
+        let status = await replay.exit(timeout: 30)
         _ = try JSONSchemaTests.check(replay.output.split(separator: "\n").filter { $0.hasPrefix("{") }.joined(separator: "\n"), against: "trace-replay")
         let line = try #require(replay.output.split(separator: "\n").last { $0.contains("\"event\":\"matched\"") || $0.contains("\"event\":\"mismatch\"") },
                                 "\(replay.output)")
@@ -154,7 +154,7 @@ struct ReplayTests {
         let serve = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", "tcp:127.0.0.1:\(port)",
                                                            "--duration", "6", "--json"])
         serve.closeInput()
-        #expect(await Interop.exit(of: serve.process, timeout: 30) == 0, "\(serve.output)")
+        #expect(await serve.exit(timeout: 30) == 0, "\(serve.output)")
         let events = BtctlServeTests.events(serve.output)
         #expect(events.contains { $0["event"] as? String == "connected" && $0["peer"] as? String == "F0:F1:F2:F3:F4:F5" }, "\(serve.output)")
         #expect(events.contains { $0["event"] as? String == "written" && $0["handle"] as? Int == 21 && $0["value"] as? String == Array("from-bumble".utf8).hexString })

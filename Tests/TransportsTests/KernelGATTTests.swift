@@ -81,7 +81,7 @@ extension KernelTests {
         let link = try #require(await it.next())
         let channel = try await accepted.value
         await server.attach(ATTBearer(channel: channel, logger: Self.logger), connection: 1)
-        let client = GATTClient(bearer: ATTBearer(channel: await L2CAPATTChannel(host: host, handle: link.handle), logger: Self.logger))
+        let client = GATTClient(bearer: ATTBearer(channel: L2CAPATTChannel(host: host, handle: link.handle), logger: Self.logger))
         try await Self.exercise(client, server: server, handles: handles, indications: true)
         // End the link and wait for it: a link left up on the kernel's side would be
         // reused, dead, by the next test's connect.
@@ -99,7 +99,7 @@ extension KernelTests {
         let connections = await host.newConnections()
         let acceptor = Task { () -> UInt16? in
             for await c in connections {
-                await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: c.handle), logger: Self.logger), connection: c.handle)
+                await server.attach(ATTBearer(channel: L2CAPATTChannel(host: host, handle: c.handle), logger: Self.logger), connection: c.handle)
                 return c.handle
             }
             return nil

@@ -153,7 +153,7 @@ extension KernelTests {
         let connections = await host.newConnections()
         let acceptor = Task {
             for await c in connections {
-                await server.attach(ATTBearer(channel: await L2CAPATTChannel(host: host, handle: c.handle), logger: Self.logger), connection: c.handle)
+                await server.attach(ATTBearer(channel: L2CAPATTChannel(host: host, handle: c.handle), logger: Self.logger), connection: c.handle)
             }
         }
         defer { acceptor.cancel() }
