@@ -512,6 +512,8 @@ public actor BluetoothHost: LoopIsolated {
         // reaches its loop after this (the loop's owner may shut it down once `close`
         // returns).
         for t in tasks { await t.value }
+        // And what an event taken meanwhile left to do (its commands fail at once now).
+        await quiesce()
     }
 
     /// Ends the session the way a person quitting expects, then closes: every scan
