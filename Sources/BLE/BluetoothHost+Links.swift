@@ -160,7 +160,8 @@ extension BluetoothHost {
 
     // MARK: Security
 
-    func handle(_ e: SecurityEvent) async {
+    /// A Security Manager's event, as it is emitted (on the loop).
+    func take(_ e: SecurityEvent) {
         switch e {
         case let .securityChanged(handle, state):
             guard let conn = links.active[handle] else { return }
@@ -172,12 +173,12 @@ extension BluetoothHost {
             connectionBroadcast.yield(.securityChanged(conn, state))
             // (A layout discovered before the link was encrypted with the bond's key is
             // stored now: `storeLayout`, owed as the Security Manager emitted this.)
-        case let .paired(handle, _, result) where result.bonding:
-            // (Subscriptions made before the pairing are stored with the new bond by the
-            // Security Manager, the peer's GATT layout by `storeLayout`.) The CSRK it
-            // distributed verifies its signed writes from now on.
-            applySigningKey(handle)
         case .bonded:
+            // (Subscriptions made before the pairing are stored with the new bond by the
+            // Security Manager, the peer's GATT layout by `storeLayout`.) The CSRK the
+            // peer distributed verifies its signed writes from now on: the bond is stored
+            // now (`paired` comes before it is).
+            for handle in links.active.keys { applySigningKey(handle) }
             bondsChanged()
         default:
             break

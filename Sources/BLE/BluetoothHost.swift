@@ -375,6 +375,8 @@ public actor BluetoothHost: LoopIsolated {
                 default:
                     break
                 }
+                // The rest of what the host does with it, as it is emitted too.
+                if host.loop.inEventLoop { host.onLoop { $0.take(e) } }
             }
             // The server judges each request by the security the Security Manager has
             // just given the link (it sets it in L2CAP synchronously, on this loop).
@@ -407,17 +409,20 @@ public actor BluetoothHost: LoopIsolated {
             }
             // And a new bond takes what the client set before the pairing, as it is stored.
             await security.setClientRecordSource(clientRecord)
-            let securityEvents = await security.events()
-            let serverEvents = server.events, requests = server.requests
-            // Each stream is followed by a task isolated to the host: its events are handled
-            // on the loop in the order they were produced.
-            tasks.append(Task { await self.follow(securityEvents) })
+            // The server's events and the requests the application answers, as the server
+            // takes the PDUs that make them (after the observer above stored a record).
+            await server.addEventObserver { [weak self] e in
+                guard let host = self, host.loop.inEventLoop else { return }
+                host.onLoop { $0.take(e) }
+            }
+            await server.setRequestHandler { [weak self] r in
+                guard let host = self, host.loop.inEventLoop else { return }
+                host.onLoop { $0.take(r) }
+            }
             tasks.append(Task {
                 for await _ in transportEnd {}
                 await self.transportEnded()
             })
-            tasks.append(Task { await self.follow(serverEvents) })
-            tasks.append(Task { await self.follow(requests) })
             if enhancedATT {
                 // EATT bearers: MTU = our ATT MTU, MPS one LE data PDU's worth; only on an
                 // encrypted link (Vol 3, Part G, §5.3.2, as BlueZ listens with
@@ -506,9 +511,9 @@ public actor BluetoothHost: LoopIsolated {
         await quiesce()
         await controller.close()
         await transportEnded()
-        // The tasks that followed the layers' streams have ended (`transportEnded`
-        // cancelled them, here or, if it got there first, in the task that waits for the
-        // transport's end, which this waits for too): nothing holds the host, and none
+        // The host's tasks have ended (`transportEnded` cancelled them, here or, if it
+        // got there first, in the task that waits for the transport's end, which this
+        // waits for too): nothing holds the host, and none
         // reaches its loop after this (the loop's owner may shut it down once `close`
         // returns).
         for t in tasks { await t.value }
@@ -573,9 +578,10 @@ public actor BluetoothHost: LoopIsolated {
         connectionBroadcast.finish()
         peripheralBroadcast.finish()
         linkOutcomes.finish()
-        // The tasks that follow the GATT server's and the Security Manager's streams
-        // (which outlive a transport) would wait for what can no longer come, holding
-        // this host and through it the whole stack: they end here.
+        // The host's own tasks (the one waiting for the transport's end, the one taking
+        // EATT channels) would wait for what can no longer come, holding this host and
+        // through it the whole stack: they end here. (The layers' events reach the host
+        // through observers: no task follows them.)
         for t in tasks { t.cancel() }
     }
 

@@ -64,37 +64,6 @@ extension BluetoothHost {
 }
 
 extension BluetoothHost {
-    // The layers' events, each stream followed on the loop (isolated to the host).
-    /// Warns of what a follower's stream dropped since `lost` (then updated).
-    func sayDropped(_ counter: DropCounter, _ what: String, _ lost: inout Int) {
-        let dropped = counter.count
-        guard dropped > lost else { return }
-        logger.warning("\(what) dropped: the host fell behind them", metadata: ["ble.dropped": "\(dropped - lost)", "ble.droppedTotal": "\(dropped)"])
-        lost = dropped
-    }
-
-    func follow(_ s: BufferedStream<SecurityEvent>) async {
-        var lost = 0
-        for await e in s {
-            sayDropped(s.dropped, "security events", &lost)
-            await handle(e)
-        }
-    }
-    func follow(_ s: BufferedStream<GATTServer.Event>) async {
-        var lost = 0
-        for await e in s {
-            sayDropped(s.dropped, "GATT server events", &lost)
-            await handle(e)
-        }
-    }
-    func follow(_ s: BufferedStream<GATTServer.Request>) async {
-        var lost = 0
-        for await r in s {
-            sayDropped(s.dropped, "GATT server requests", &lost)
-            await handle(r)
-        }
-    }
-
     /// Waits until the host has finished what the controller's and the links' events it
     /// has taken left to do (`react`: advertising to resume, a link to end).
     func quiesce() async {

@@ -421,25 +421,25 @@ extension BluetoothHost {
             if consumerGone && $1.0 == generation { $0.0.append($1.1) } else { $0.1.append($1) }
         }
         peripheralState.handedRequests = kept
-        for r in ended where await server.isPending(r.id) { await answerFromStoredValue(r) }
+        for r in ended where server.onLoop(r.id, { $0.isPending($1) }) { answerFromStoredValue(r) }
     }
 
     /// Remembers a request handed to the consumer of `requests()` until it is answered
     /// (checked when the list grows, so it holds the unanswered ones and a few more).
-    private func handed(_ r: GATTServer.Request) async {
+    private func handed(_ r: GATTServer.Request) {
         peripheralState.handedRequests.append((peripheralState.requestGeneration, r))
         guard peripheralState.handedRequests.count > 64 else { return }
-        var kept: [(UInt64, GATTServer.Request)] = []
-        for h in peripheralState.handedRequests where await server.isPending(h.1.id) { kept.append(h) }
-        peripheralState.handedRequests = kept
+        peripheralState.handedRequests = server.onLoop(peripheralState.handedRequests) { s, handed in handed.filter { s.isPending($0.1.id) } }
     }
 
-    private func answerFromStoredValue(_ r: GATTServer.Request) async {
-        switch r.kind {
-        case .read: await server.respond(to: r.id, with: .success(await server.database.attribute(r.handle)?.value ?? []))
-        case let .write(v, _):
-            await server.setValue(v, at: r.handle)
-            await server.respond(to: r.id, with: .success([]))
+    private func answerFromStoredValue(_ r: GATTServer.Request) {
+        server.onLoop(r) { s, r in
+            switch r.kind {
+            case .read: s.respond(to: r.id, with: .success(s.database.attribute(r.handle)?.value ?? []))
+            case let .write(v, _):
+                s.setValue(v, at: r.handle)
+                s.respond(to: r.id, with: .success([]))
+            }
         }
     }
 
@@ -459,7 +459,8 @@ extension BluetoothHost {
         return nil
     }
 
-    func handle(_ e: GATTServer.Event) async {
+    /// A local server's event, as the server takes the PDU that made it (on the loop).
+    func take(_ e: GATTServer.Event) {
         switch e {
         case let .written(h, v, conn):
             guard let central = links.serverLink(conn) else { return }
@@ -479,7 +480,7 @@ extension BluetoothHost {
         case let .securityNeeded(conn, level):
             securityNeeded(connection: conn, level: level)
         case let .signCounter(conn, counter):
-            await security.savePeerSignCounter(counter, handle: conn)
+            security.onLoop((counter, conn)) { $0.savePeerSignCounter($1.0, handle: $1.1) }
         case let .disconnected(conn):
             links.serverForgot(conn)
         case .connected:
@@ -498,9 +499,10 @@ extension BluetoothHost {
         }
     }
 
-    func handle(_ r: GATTServer.Request) async {
+    /// A request the application answers, as the server takes it (on the loop).
+    func take(_ r: GATTServer.Request) {
         guard let c = lookup(r.handle), let central = links.active[r.connection] else {
-            await server.respond(to: r.id, with: .failure(.unlikelyError))
+            server.onLoop(r.id) { $0.respond(to: $1, with: .failure(.unlikelyError)) }
             return
         }
         let kind: ReadWriteRequest.Kind
@@ -512,10 +514,10 @@ extension BluetoothHost {
         if let k = peripheralState.requestContinuation, case .enqueued = k.yield(request) {
             // A Write Command has no answer to wait for.
             if case .write(_, withResponse: false) = r.kind { return }
-            return await handed(r)
+            return handed(r)
         }
         // Nobody answers: the stored value does.
-        await answerFromStoredValue(r)
+        answerFromStoredValue(r)
     }
 }
 

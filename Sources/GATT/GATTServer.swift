@@ -83,7 +83,20 @@ public actor GATTServer: LoopIsolated {
     /// allows one request in flight per connection, so it holds at most one per
     /// connection plus Write Commands); drops counted; a dropped request is answered
     /// Unlikely Error after `manualTimeout`. Never ends. Answer each with `respond(to:with:)`.
+    /// Empty once a request handler is set (`setRequestHandler`).
     public nonisolated let requests: BufferedStream<Request>
+    /// Where requests go instead of `requests` (`setRequestHandler`).
+    private var requestHandler: (@Sendable (Request) -> Void)?
+
+    /// Hands each request for a manual handle to `handler`, synchronously on the loop as
+    /// the server takes it, instead of to `requests` (nothing buffered, nothing
+    /// dropped): for a layer on the same loop (the facade). The handler may answer at
+    /// once (`respond(to:with:)`).
+    public func setRequestHandler(_ handler: @escaping @Sendable (Request) -> Void) { requestHandler = handler }
+
+    private func hand(_ r: Request) {
+        if let requestHandler { requestHandler(r) } else { requestContinuation.yield(r) }
+    }
     private var manual: Set<UInt16> = []
     private var pending: [UInt64: CheckedContinuation<Result<[UInt8], ATTErrorCode>, Never>] = [:]
     private var nextRequest: UInt64 = 1
@@ -133,7 +146,7 @@ public actor GATTServer: LoopIsolated {
         defer { timer.cancel() }
         return await withCheckedContinuation { c in
             pending[id] = c
-            requestContinuation.yield(Request(id: id, connection: connection, handle: handle, kind: kind))
+            hand(Request(id: id, connection: connection, handle: handle, kind: kind))
         }
     }
 
@@ -233,7 +246,7 @@ public actor GATTServer: LoopIsolated {
     private func handOver(_ value: [UInt8], at handle: UInt16, connection: UInt16) {
         let id = nextRequest
         nextRequest += 1
-        requestContinuation.yield(Request(id: id, connection: connection, handle: handle, kind: .write(value: value, withResponse: false)))
+        hand(Request(id: id, connection: connection, handle: handle, kind: .write(value: value, withResponse: false)))
     }
 
     public var database: AttributeDatabase { state.database }
