@@ -212,7 +212,9 @@ public actor BluetoothHost: LoopIsolated {
     /// after each wait inside the stack instead of on Swift's global pool.
     public nonisolated var taskExecutor: LoopTaskExecutor { controller.taskExecutor }
     public nonisolated let l2cap: L2CAPHost
-    /// The local GATT server (FA06–FA09 go through `peripheral`).
+    /// The local GATT server (FA06–FA09 go through `peripheral`). The host takes its
+    /// events and requests as they happen: its `events` stream is finished and its
+    /// `requests` stream empty (`peripheral.events()` and `requests()` have them).
     public nonisolated let server: GATTServer
     /// Where the GAP and GATT services' characteristics are in `server`.
     public nonisolated let mandatory: MandatoryHandles
@@ -312,7 +314,7 @@ public actor BluetoothHost: LoopIsolated {
                                                        serverFeatures: enhancedATT ? ServerSupportedFeatures.eatt : nil,
                                                        preferredConnectionParameters: preferredConnectionParameters))
             ?? .none
-        self.server = GATTServer(database: db, loop: controller.loop, logger: logger)
+        self.server = GATTServer(database: db, loop: controller.loop, streamsEvents: false, logger: logger)
         self.securityOptions = security
         self.security = SecurityManager(l2cap: l2cap, configuration: security.pairing, store: security.store, delegate: security.delegate,
                                         random: security.random, logger: logger)

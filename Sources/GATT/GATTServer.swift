@@ -51,8 +51,10 @@ public actor GATTServer: LoopIsolated {
     /// Called with each event as it happens, on the loop (`addEventObserver`).
     private var observers: [@Sendable (Event) -> Void] = []
     /// Writes, subscriptions and connection changes. Buffer: the newest 4096, drops
-    /// counted in `events.dropped`; never ends.
+    /// counted in `events.dropped`; never ends. Finished at once, and never fed, for a
+    /// server made with `streamsEvents: false` (its user takes them by observer).
     public nonisolated let events: BufferedStream<Event>
+    private let streamsEvents: Bool
 
     /// Calls `observer` with each event as it happens, synchronously on the loop, before
     /// the server handles the link's next PDU: for what must keep pace with the peer (a
@@ -62,7 +64,7 @@ public actor GATTServer: LoopIsolated {
 
     private func emit(_ e: Event) {
         for o in observers { o(e) }
-        continuation.yield(e)
+        if streamsEvents { continuation.yield(e) }
     }
 
     /// A read or write of a value the application answers itself (`setManual(_:)`).
@@ -105,14 +107,18 @@ public actor GATTServer: LoopIsolated {
     public var manualTimeout: Duration = .seconds(20)
 
     /// `loop`: the controller's (`HCIController.loop`) so the server and its links share
-    /// one executor; by default one of NIO's shared loops.
-    public init(database: AttributeDatabase, prepareQueueLimit: Int = 64, loop: (any EventLoop)? = nil, logger: Logger) {
+    /// one executor; by default one of NIO's shared loops. `streamsEvents: false` for a
+    /// user that takes the events by observer (`addEventObserver`): `events` is then
+    /// finished at once, and holds nothing nobody reads.
+    public init(database: AttributeDatabase, prepareQueueLimit: Int = 64, loop: (any EventLoop)? = nil, streamsEvents: Bool = true, logger: Logger) {
         self.loop = loop ?? MultiThreadedEventLoopGroup.singleton.next()
         self.loopExecutor = LoopExecutor.of(self.loop)
         self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
         self.state = GATTServerState(database: database, prepareQueueLimit: prepareQueueLimit)
         self.logger = logger
         (events, continuation) = BufferedStream<Event>.makeStream(capacity: 4096)
+        self.streamsEvents = streamsEvents
+        if !streamsEvents { continuation.finish() }
         (requests, requestContinuation) = BufferedStream<Request>.makeStream(capacity: 1024)
     }
 

@@ -3,6 +3,7 @@ import BLECrypto
 import HCI
 import Logging
 import Testing
+import Synchronization
 @testable import GATT
 
 struct CMACTests {
@@ -223,5 +224,30 @@ struct RobustCachingTests {
     @Test func readMultipleConcatenatesValues() async throws {
         let (client, _, _, battery) = try await setUp()
         #expect(try await client.readMultiple(battery.characteristicValues) == [50, 1, 2])
+    }
+}
+
+/// A server whose user takes its events by observer (the facade) buffers none: its
+/// `events` stream is over at once, and what happens reaches the observer alone.
+struct ObservedServerTests {
+    @Test func aServerWithoutAnEventStreamHandsEveryEventToItsObservers() async throws {
+        var db = AttributeDatabase()
+        let h = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .write], value: [0]),
+        ])).characteristicValues[0]
+        let server = GATTServer(database: db, streamsEvents: false, logger: MandatoryServicesTests.logger)
+        let seen = Mutex<[GATTServer.Event]>([])
+        await server.addEventObserver { e in seen.withLock { $0.append(e) } }
+        let (clientEnd, serverEnd) = ChannelEnd.pair()
+        await server.attach(ATTBearer(channel: serverEnd, logger: MandatoryServicesTests.logger), connection: 1)
+        let client = GATTClient(bearer: ATTBearer(channel: clientEnd, logger: MandatoryServicesTests.logger))
+        await client.start()
+        try await client.write(h, value: [7])
+        // A round trip: the server has finished with the write (it reports it after its answer).
+        #expect(try await client.read(h) == [7])
+        #expect(seen.withLock { $0 } == [.connected(1), .written(handle: h, value: [7], connection: 1)])
+        var events = server.events.makeAsyncIterator()
+        #expect(await events.next() == nil)
+        #expect(server.events.dropped.count == 0)
     }
 }
