@@ -379,7 +379,7 @@ extension BluetoothHost {
                 // The others may all scan through the accept list now.
                 return try await reconcileScan(strict: false)
             }
-            // Draining from before the stop goes out: the follower may reach reports the
+            // Draining from before the stop goes out: the host takes reports the
             // controller sends meanwhile while this task still awaits the answer.
             let before = centralState.scanAnswersOwed
             centralState.draining.append((s, before + 1))
@@ -388,7 +388,7 @@ extension BluetoothHost {
                 centralState.scanning = nil
                 finishDrained()
             } catch {
-                // An answer with an error status is still an answer the follower comes to;
+                // An answer with an error status is still an answer the host takes;
                 // without one (timed out, transport gone) nothing is left to wait for.
                 if centralState.scanAnswersOwed == before { flushDraining() } else { finishDrained() }
             }

@@ -444,7 +444,7 @@ public actor BluetoothHost: LoopIsolated {
             return i
         } catch {
             // A closed transport ends the host as it would after start (its waiters fail,
-            // its followers end); the state says why.
+            // its tasks end); the state says why.
             if await controller.closedReason != nil { await transportEnded() } else { setState(.failed("\(error)")) }
             throw error
         }

@@ -164,12 +164,12 @@ public struct Central: Sendable {
             g.addTask { [host] in
                 try? await host.loop.sleep(for: window)
                 await host.finishScan(id)
-                // The answer's Command Complete reaches the follower at once; should it
-                // have been lost (the event buffer overran), end the wait anyway.
+                // The host takes the answer's Command Complete as it arrives; should none
+                // come (a controller that never answers), end the wait anyway.
                 try? await host.loop.sleep(for: .seconds(2))
                 if !Task.isCancelled { await host.flushDraining() }
             }
-            // Ends when the follower reaches the stop's answer (or on cancellation).
+            // Ends when the host takes the stop's answer (or on cancellation).
             for await r in stream { results.append(r) }
             g.cancelAll()
         }
