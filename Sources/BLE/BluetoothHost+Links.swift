@@ -46,7 +46,7 @@ extension BluetoothHost {
             server.onLoop { $0.attachShared(bearer, connection: handle) }
             applySigningKey(handle)
             let client = GATTClient(bearer: bearer, server: server.handler(connection: handle))
-            client.onLoop { $0.startOnLoop() }
+            client.onLoop { $0.start() }
             links.clients[conn.id] = client
             if c.role == .peripheral {
                 if let set = peripheralState.linksAwaitingSet.removeValue(forKey: c.handle) {

@@ -378,7 +378,7 @@ public actor BluetoothHost: LoopIsolated {
                     break
                 }
                 // The rest of what the host does with it, as it is emitted too.
-                if host.loop.inEventLoop { host.onLoop { $0.take(e) } }
+                host.taking { $0.take(e) }
             }
             // The server judges each request by the security the Security Manager has
             // just given the link (it sets it in L2CAP synchronously, on this loop).
@@ -413,14 +413,8 @@ public actor BluetoothHost: LoopIsolated {
             await security.setClientRecordSource(clientRecord)
             // The server's events and the requests the application answers, as the server
             // takes the PDUs that make them (after the observer above stored a record).
-            await server.addEventObserver { [weak self] e in
-                guard let host = self, host.loop.inEventLoop else { return }
-                host.onLoop { $0.take(e) }
-            }
-            await server.setRequestHandler { [weak self] r in
-                guard let host = self, host.loop.inEventLoop else { return }
-                host.onLoop { $0.take(r) }
-            }
+            await server.addEventObserver { [weak self] e in self?.taking { $0.take(e) } }
+            await server.setRequestHandler { [weak self] r in self?.taking { $0.take(r) } }
             tasks.append(Task {
                 for await _ in transportEnd {}
                 await self.transportEnded()
@@ -602,20 +596,18 @@ public actor BluetoothHost: LoopIsolated {
     /// `close()` waits for).
     func followController() async -> BufferedStream<Never> {
         let (ended, end) = BufferedStream<Never>.makeStream(capacity: 1)
-        await l2cap.addEventObserver { [weak self] e in
-            guard let host = self, host.loop.inEventLoop else { return }
-            host.onLoop { h in if let rest = h.take(e) { h.react(rest) } }
-        }
-        await l2cap.addLinkObserver { [weak self] e in
-            guard let host = self, host.loop.inEventLoop else { return }
-            host.onLoop { h in if let rest = h.take(e) { h.react(rest) } }
-        }
-        await controller.addAnswerObserver { [weak self] command, outcome in
-            guard let host = self, host.loop.inEventLoop else { return }
-            host.onLoop { $0.answered(command, outcome) }
-        }
+        await l2cap.addEventObserver { [weak self] e in self?.taking { h in if let rest = h.take(e) { h.react(rest) } } }
+        await l2cap.addLinkObserver { [weak self] e in self?.taking { h in if let rest = h.take(e) { h.react(rest) } } }
+        await controller.addAnswerObserver { [weak self] command, outcome in self?.taking { $0.answered(command, outcome) } }
         await l2cap.addCloseObserver { end.finish() }
         return ended
+    }
+
+    /// Runs `body` on the host, from a layer's observer: synchronously, on the loop the
+    /// layers share with the host (every layer emits there; a call off it does nothing).
+    nonisolated func taking(_ body: (isolated BluetoothHost) -> Void) {
+        guard loop.inEventLoop else { return }
+        onLoop(body)
     }
 
     /// A controller event, and what it leaves to do after (awaited: the test's way in).

@@ -3,10 +3,9 @@
 //
 // 1. The facade runs on the controller's event loop, as the layers below it do:
 //    `BluetoothHost` and `RemotePeripheral` are actors whose executor is that loop.
-//    The host takes the controller's and the links' events as they arrive (observers
-//    called on the loop) and follows the other layers' streams in tasks isolated to
-//    it, so events are handled in the order the loop produced them, never in the
-//    order a thread pool happened to pick them up.
+//    The host takes every layer's events as they are emitted (observers called on
+//    the loop), so events are handled in the order the loop produced them, never in
+//    the order a thread pool happened to pick them up, and none waits in a buffer.
 // 2. What ends synchronously in the application's task (it leaves a `for await` over
 //    a scan or a subscription, or the task iterating is cancelled) owes the
 //    controller traffic: a scan stop, a CCCD write. That work is queued, in order,

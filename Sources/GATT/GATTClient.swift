@@ -46,33 +46,19 @@ public actor GATTClient: LoopIsolated {
 
     /// Starts routing notifications and indications (confirmed automatically).
     /// What the peer sends is routed synchronously on the loop this client shares with
-    /// its bearer.
-    public func start() async {
+    /// its bearer. Synchronous on that loop: called there (the facade, as a link comes
+    /// up), the bearer is open before the transport's next packet is read.
+    public func start() {
         guard !started else { return }
-        if bearer.loop.inEventLoop { return startOnLoop() }
         started = true
         let bearer = self.bearer
-        await bearer.setHandler(routing(bearer), closed: finishing)
-        await bearer.start()
-    }
-
-    /// `start()`, synchronously, from code on the loop (the facade, as a link comes up,
-    /// before the transport's next packet is read).
-    public func startOnLoop() {
-        guard !started else { return }
-        started = true
-        let bearer = self.bearer, routing = routing(bearer), finishing = finishing
         bearer.onLoop {
-            $0.setHandler(routing, closed: finishing)
+            // Held strongly (no side table, no slow retains): the bearer lets go of both when it closes.
+            $0.setHandler({ item in self.onLoop((item, bearer)) { $0.route($1.0, on: $1.1, server: $0.serverHandler) } },
+                          closed: { self.onLoop { $0.finishSubscriptions() } })
             $0.start()
         }
     }
-
-    // Held strongly (no side table, no slow retains): the bearer lets go of both when it closes.
-    private nonisolated func routing(_ bearer: ATTBearer) -> @Sendable (ATTBearer.Incoming) -> Void {
-        { item in self.onLoop((item, bearer)) { $0.route($1.0, on: $1.1, server: $0.serverHandler) } }
-    }
-    private nonisolated var finishing: @Sendable () -> Void { { self.onLoop { $0.finishSubscriptions() } } }
 
     /// Adds an enhanced bearer (EATT) of the same link, on the same loop: from now on
     /// each operation (a procedure, a read, a write and its prepared writes) takes a

@@ -163,7 +163,7 @@ public actor L2CAPHost: LoopIsolated {
         case let .event(e):
             let link = handle(e)
             for o in eventObservers { o(e) }
-            if let link { for o in linkObservers { o(link) } }
+            if let link { emit(link) }
         case let .acl(p): receive(p)
         case .closed: finishAll()
         }
@@ -489,8 +489,14 @@ public actor L2CAPHost: LoopIsolated {
         }
     }
 
-    /// Handles a controller event; returns the link event it made, if any (the streams
-    /// have it already; the link observers get it after the event observers saw `event`).
+    /// A link event, to the streams and the link observers.
+    private func emit(_ e: LinkEvent) {
+        for (_, k) in linkContinuations { k.yield(e) }
+        for o in linkObservers { o(e) }
+    }
+
+    /// Handles a controller event; returns the link event it made, if any (`emit`ted
+    /// after the event observers saw `event`).
     private func handle(_ event: HCIEvent) -> LinkEvent? {
         switch event {
         case let .le(.connectionComplete(c)) where c.status.isSuccess:
@@ -512,7 +518,6 @@ public actor L2CAPHost: LoopIsolated {
         case let .disconnectionComplete(d) where d.status.isSuccess:
             channelsLinkLost(handle: d.connectionHandle, reason: d.reason)
             let ended = connections[d.connectionHandle].map { LinkEvent.disconnected($0.info, reason: d.reason) }
-            if let ended { for (_, k) in linkContinuations { k.yield(ended) } }
             connections[d.connectionHandle] = nil
             reassembler.disconnected(handle: d.connectionHandle)
             early = early.filter { $0.key.handle != d.connectionHandle }
@@ -535,10 +540,7 @@ public actor L2CAPHost: LoopIsolated {
     /// A link-layer event of a link this host knows (one it does not is dropped: no
     /// link to name).
     private func linkLayer(_ handle: UInt16, _ event: LinkLayerEvent) -> LinkEvent? {
-        guard let info = connections[handle]?.info else { return nil }
-        let e = LinkEvent.linkLayer(info, event)
-        for (_, k) in linkContinuations { k.yield(e) }
-        return e
+        connections[handle].map { .linkLayer($0.info, event) }
     }
 
     /// A new link, with the parameters it starts with; a report of one already up is ignored.
@@ -555,10 +557,8 @@ public actor L2CAPHost: LoopIsolated {
         for (spsm, l) in listening { signaling.channels.listen(spsm: spsm, l.parameters, security: l.security) }
         connections[c.handle] = (c, signaling)
         for (_, k) in connectionContinuations { k.yield(c) }
-        let e = LinkEvent.connected(c, interval: interval, latency: latency, supervisionTimeout: supervisionTimeout)
-        for (_, k) in linkContinuations { k.yield(e) }
         logger.debug("connected", metadata: ["ble.handle": "\(c.handle)", "ble.role": "\(c.role)"])
-        return e
+        return .connected(c, interval: interval, latency: latency, supervisionTimeout: supervisionTimeout)
     }
 
     private func finishAll() {
