@@ -41,9 +41,12 @@ struct NotifyPacingTests {
         func open(_ deliver: @escaping @Sendable (ATTChannelInput) -> Void) {}
 
         func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool {
+            // Held before the test can see the write: a `release()` the test makes as soon
+            // as it sees it must find it (else it stays held, and a wait for room never ends).
+            if holds { held.withLock { $0.append(done ?? { _ in }) } }
             shared.entries.withLock { $0.append("\(name) \(pdu)") }
             shared.written.continuation.yield("\(name) \(pdu)")
-            if holds { held.withLock { $0.append(done ?? { _ in }) } } else { done?(true) }
+            if !holds { done?(true) }
             return true
         }
 
