@@ -17,12 +17,6 @@ extension BluetoothHost {
     struct LinkState {
         /// Connected links by handle.
         var active: [UInt16: Connection] = [:]
-        /// Links that ended, by handle, until the GATT server's stream says it forgot
-        /// them: what the server took from such a link just before its end (a write, a
-        /// subscription) is on that stream ahead of that, and may be handled after the
-        /// link's end (another stream). The server forgets a link before a new one
-        /// takes its handle, so an entry here names the link that event came from.
-        var departing: [UInt16: Connection] = [:]
         /// How each link ended, by link id; the oldest are forgotten first (`endedOrder`).
         var ended: [UInt64: LinkEnd] = [:]
         var endedOrder: [UInt64] = []
@@ -55,19 +49,11 @@ extension BluetoothHost {
         /// How many ended links `ended` remembers.
         static let endsRemembered = 256
 
-        /// Link `handle` ended: it leaves `active` and waits in `departing` for the
-        /// server's last events from it.
-        mutating func remove(_ handle: UInt16) -> Connection? {
-            guard let c = active.removeValue(forKey: handle) else { return nil }
-            departing[handle] = c
-            return c
-        }
-
-        /// The link a GATT server event from connection `handle` came from.
-        func serverLink(_ handle: UInt16) -> Connection? { departing[handle] ?? active[handle] }
-
-        /// The server's stream said it forgot connection `handle`: nothing more comes from that link.
-        mutating func serverForgot(_ handle: UInt16) { departing[handle] = nil }
+        /// Link `handle` ended: it leaves `active`. The GATT server's events come to the
+        /// host as the server takes each PDU, on the loop, and the server forgets the
+        /// link in the same turn as this, so no later server event can name the link
+        /// (a new link may take its handle): `LinkEndOrderTests`.
+        mutating func remove(_ handle: UInt16) -> Connection? { active.removeValue(forKey: handle) }
 
         mutating func newLinkID() -> UInt64 {
             defer { nextLinkID += 1 }

@@ -463,7 +463,7 @@ extension BluetoothHost {
     func take(_ e: GATTServer.Event) {
         switch e {
         case let .written(h, v, conn):
-            guard let central = links.serverLink(conn) else { return }
+            guard let central = links.active[conn] else { return }
             if let c = lookup(h) {
                 peripheralBroadcast.yield(.written(c, value: v, central: central))
             } else if let d = lookupDescriptor(h) {
@@ -471,7 +471,7 @@ extension BluetoothHost {
             }
         case let .subscription(h, conn, n, i):
             // A link that has ended reported its subscriptions as ended already.
-            guard links.departing[conn] == nil, let central = links.active[conn] else { return }
+            guard let central = links.active[conn] else { return }
             // A bonded client's subscriptions persist across connections: its bond has
             // this already (stored as the server took the write, by the host's observer).
             if let c = lookup(h) { peripheralBroadcast.yield(.subscriptionChanged(c, central: central, notify: n, indicate: i)) }
@@ -481,9 +481,7 @@ extension BluetoothHost {
             securityNeeded(connection: conn, level: level)
         case let .signCounter(conn, counter):
             security.onLoop((counter, conn)) { $0.savePeerSignCounter($1.0, handle: $1.1) }
-        case let .disconnected(conn):
-            links.serverForgot(conn)
-        case .connected:
+        case .disconnected, .connected:
             break
         }
     }

@@ -48,11 +48,14 @@ final class Interposer: HCITransport {
 
     /// `inject` from code already on the host's loop: the host has handled `events`
     /// (its layers below the facade) when this returns.
-    func injectNow(_ events: [HCIEvent]) {
+    func injectNow(_ events: [HCIEvent]) { injectNow(packets: events.map(\.packet)) }
+
+    /// `injectNow` with any packets (ACL data among the events), as one read.
+    func injectNow(packets: [HCIPacket]) {
         let (receive, loop) = state.withLock { ($0.receive, $0.loop) }
         guard let receive, let loop else { return }
         precondition(loop.inEventLoop)
-        receive(.packets(events.map(\.packet)))
+        receive(.packets(packets))
     }
 
     var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }

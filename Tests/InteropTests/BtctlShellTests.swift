@@ -3,8 +3,9 @@
 // read, a notification and an indication, an unsubscription Bumble hears, and refused
 // commands that leave the session going), on the virtual radio (discovery, a floor
 // plan notified in pieces, pairing, links and which is current), a passkey typed on the
-// console for Bumble's Security Manager, and a link Bumble's side ends. Every line is
-// checked against docs/schemas/shell.schema.json.
+// console for Bumble's Security Manager, a link Bumble's side ends, and notifications
+// that outrun a console nobody reads. Every line is checked against
+// docs/schemas/shell.schema.json.
 
 import BLETesting
 import Foundation
@@ -30,8 +31,8 @@ import Testing
         let shell: LiveProcess
         let bonds: String
 
-        static func start() async throws -> BumbleRig? {
-            guard let (rc, bumble) = try await BtctlGATTTests.bumbleServer([]) else { return nil }
+        static func start(_ arguments: [String] = []) async throws -> BumbleRig? {
+            guard let (rc, bumble) = try await BtctlGATTTests.bumbleServer(arguments) else { return nil }
             let bonds = BtctlShellTests.bondFile()
             return BumbleRig(rc: rc, bumble: bumble, shell: try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rc.transportSpec, "--json", "--bonds", bonds]),
                              bonds: bonds)
@@ -203,5 +204,38 @@ import Testing
         let ended = try #require(lines.first { $0["event"] as? String == "disconnected" })
         #expect((ended["reason"] as? String)?.contains("0x15") == true && ended["peer"] as? String == "F1:F2:F3:F4:F5:F6/random", "\(ended)")
         #expect((lines.last?["message"] as? String)?.contains("no link") == true, "\(lines.last ?? [:])")
+    }
+
+    /// A subscription whose values come faster than the console takes them keeps its
+    /// newest 256 and says how many it dropped before the next value shown: nothing is
+    /// lost without a word. Bumble notifies FFF5 1,000 times (200 bytes each, ~450 bytes
+    /// a line) while nobody reads the shell's output, so its writes block once the pipe
+    /// is full; every notification is then either shown or counted.
+    @Test func notificationsThatOutrunTheConsoleAreCountedAsDropped() async throws {
+        let burst = 1000
+        guard let rig = try await BumbleRig.start(["--burst", String(burst)]) else { return }
+        defer { rig.end() }
+        let (bumble, shell) = (rig.bumble, rig.shell)
+        shell.send("connect F1:F2:F3:F4:F5:F6/random")
+        #expect(await Self.waitFor(shell, "connected"), "\(shell.output)")
+        shell.pauseReading()
+        shell.send("subscribe FFF5")
+        #expect(await bumble.waitForOutput(within: .seconds(60)) { $0.contains("\"event\": \"burst-sent\"") }, "\(bumble.output)")
+        shell.resumeReading()
+        @Sendable func accounted(_ out: String) -> (shown: Int, dropped: Int) {
+            let lines = BtctlServeTests.events(out)
+            return (lines.filter { $0["event"] as? String == "notification" }.count,
+                    lines.compactMap { $0["event"] as? String == "dropped" ? $0["count"] as? Int : nil }.max() ?? 0)
+        }
+        #expect(await shell.waitForOutput(within: .seconds(30)) { let a = accounted($0); return a.shown + a.dropped >= burst },
+                "\(accounted(shell.output))")
+        let lines = try await Self.quit(shell, status: 0)
+        let (shown, dropped) = accounted(shell.output)
+        #expect(shown + dropped == burst && dropped > 0, "shown \(shown), dropped \(dropped)")
+        // The counts only grow, each said before a value, and the last value shown is the last sent.
+        let counts = lines.compactMap { $0["event"] as? String == "dropped" ? $0["count"] as? Int : nil }
+        #expect(counts == counts.sorted() && Set(counts).count == counts.count, "\(counts)")
+        let values = lines.filter { $0["event"] as? String == "notification" }.compactMap { $0["value"] as? String }
+        #expect(values.last == String(repeating: String(format: "%02x", (burst - 1) & 0xFF), count: 200), "\(values.last ?? "")")
     }
 }

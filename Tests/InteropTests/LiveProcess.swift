@@ -14,6 +14,8 @@ final class LiveProcess: Sendable {
     private struct State {
         var output = ""
         var ended = false
+        /// Whether the reading thread is to stop reading (`pauseReading`).
+        var paused = false
         var waiters: [UInt64: Waiter] = [:]
         var next: UInt64 = 0
     }
@@ -43,6 +45,9 @@ final class LiveProcess: Sendable {
         let reader = stdout.fileHandleForReading
         Thread.detachNewThread { [shared] in
             while true {
+                // Paused: the program's writes fill the pipe and then block, as they
+                // would on a terminal nobody reads. Checked every 10 ms.
+                while shared.state.withLock({ $0.paused }) { usleep(10_000) }
                 let d = reader.availableData
                 let ready = shared.state.withLock { s -> [(CheckedContinuation<Bool, Never>, Bool)] in
                     if d.isEmpty { s.ended = true } else { s.output += String(decoding: d, as: UTF8.self) }
@@ -60,6 +65,13 @@ final class LiveProcess: Sendable {
             }
         }
     }
+
+    /// Stops reading the program's output (after the read under way, if any) until
+    /// `resumeReading`: a program that prints more than the pipe holds then blocks in
+    /// its write.
+    func pauseReading() { shared.state.withLock { $0.paused = true } }
+
+    func resumeReading() { shared.state.withLock { $0.paused = false } }
 
     /// Everything printed so far.
     var output: String { shared.state.withLock { $0.output } }

@@ -1,13 +1,15 @@
 """Bumble as a GATT server (peripheral) for our GATT client, for InteropTests.
 
-Usage: bumble_gatt_peripheral.py HCI_PORT [--forever] [--includes] [--discover-central]
+Usage: bumble_gatt_peripheral.py HCI_PORT [--forever] [--includes] [--discover-central] [--burst N]
 Advertises as F1:F2:F3:F4:F5:F6 (random static) on Rootcanal (tcp-client:127.0.0.1:HCI_PORT)
 with service FFF0: FFF1 read/write, FFF2 read/notify, FFF3 indicate, FFF4 read/write
 (200 bytes, for long reads and long writes). Notifies FFF2 / indicates FFF3 as soon
 as a client subscribes. Prints one JSON object per line; exits after the client
 disconnects (or after 60 s). With --forever (benchmarks) it re-advertises after each
-disconnection and runs for 300 s; FFF5 then sends 200 notifications of 200 bytes to
-each client that subscribes. With --includes a primary service FFE0 (FFE1 read, FFE2
+disconnection and runs for 300 s. FFF5 sends 200 notifications of 200 bytes to each
+client that subscribes (N with --burst N); with --burst it then reads the central's
+Device Name, whose answer comes after the central took every notification sent before
+the request (ATT on one link is in order), and prints a "burst-sent" event. With --includes a primary service FFE0 (FFE1 read, FFE2
 read refused: Insufficient Authorization) includes a secondary service FFE8 (FFE9
 read), FFF0, and a primary service with a 128-bit UUID (FFEA read). With --discover-central
 Bumble discovers the central's services once connected.
@@ -66,11 +68,16 @@ async def main(port: str) -> None:
                                        included_services=[secondary, primary, wide]))
         forever = "--forever" in sys.argv
 
+        bursts = int(sys.argv[sys.argv.index("--burst") + 1]) if "--burst" in sys.argv else 200
+
         def on_burst_subscription(bearer, notify_enabled, indicate_enabled):
             if notify_enabled:
                 async def send():
-                    for i in range(200):
+                    for i in range(bursts):
                         await device.notify_subscribers(burst, bytes([i & 0xFF]) * 200)
+                    if "--burst" in sys.argv:
+                        await Peer(links[-1]).read_characteristics_by_uuid(UUID.from_16_bits(0x2A00))
+                        emit(event="burst-sent", count=bursts)
                 asyncio.ensure_future(send())
 
         burst.on("subscription", on_burst_subscription)
@@ -91,8 +98,10 @@ async def main(port: str) -> None:
         notify.on("subscription", on_notify_subscription)
         indicate.on("subscription", on_indicate_subscription)
         disconnected = asyncio.Event()
+        links = []
 
         def on_connection(connection):
+            links.append(connection)
             emit(event="connected", peer=str(connection.peer_address))
             connection.on("disconnection", lambda reason: disconnected.set())
             if "--discover-central" in sys.argv:
