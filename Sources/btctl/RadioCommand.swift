@@ -27,7 +27,9 @@ struct Radio: AsyncParsableCommand {
             once per --tick (each a advertising event of every set). --fire-alarm adds the \
             fire-alarm sender as a device on the radio (FireAlarm-B3, C0:FF:EE:00:00:01). \
             --bluetooth5 gives the controllers the extended advertising, scanning and \
-            connection commands. Status lines go to stderr (with --json, one object per \
+            connection commands. Devices are 1 m apart unless --distance says otherwise \
+            (A,B,METRES: A and B are controller numbers or fire-alarm; repeatable): \
+            what a scanner hears as RSSI follows the radio's path-loss model. Status lines go to stderr (with --json, one object per \
             line on stdout, docs/schemas/radio.schema.json). Ends on SIGINT/SIGTERM or --duration.
             """)
 
@@ -45,6 +47,9 @@ struct Radio: AsyncParsableCommand {
 
     @Flag(help: "Also a fire-alarm sender on the radio (FireAlarm-B3 at C0:FF:EE:00:00:01), advertising and serving its database.")
     var fireAlarm = false
+
+    @Option(parsing: .unconditionalSingleValue, help: ArgumentHelp("How far apart two devices are: A,B,METRES, each of A and B a controller number (1 to N) or fire-alarm, METRES 0.1 to 10000 (default 1 m). Repeatable.", valueName: "A,B,METRES"))
+    var distance: [String] = []
 
     @Option(parsing: .unconditional, help: ArgumentHelp("Milliseconds between two advertising events, 1 to 10000.", valueName: "MS"))
     var tick: Double = 50
@@ -69,8 +74,33 @@ struct Radio: AsyncParsableCommand {
         guard tick.isFinite, (1...10_000).contains(tick) else { throw ValidationError("--tick must be between 1 and 10000 ms, not \(tick)") }
         if let d = duration, !(d.isFinite && (0.1...86_400).contains(d)) { throw ValidationError("--duration must be between 0.1 and 86400 seconds, not \(d)") }
         if btsnoop != nil, pcap != nil { throw ValidationError("give --btsnoop or --pcap, not both") }
+        _ = try distances()
         if port != 0, Int(port) + controllers - 1 > Int(UInt16.max) {
             throw ValidationError("--port \(port) leaves no room for \(controllers) ports below 65536")
+        }
+    }
+
+    /// --distance's pairs: the two devices' addresses and the metres between them.
+    func distances() throws -> [(BluetoothAddress, BluetoothAddress, Double)] {
+        try distance.map { spec in
+            let parts = spec.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard parts.count == 3 else { throw ValidationError("--distance takes A,B,METRES, not \(spec)") }
+            func device(_ s: String) throws -> BluetoothAddress {
+                if s == "fire-alarm" {
+                    guard fireAlarm else { throw ValidationError("--distance \(spec): fire-alarm needs --fire-alarm") }
+                    return VirtualPeer.peerAddress
+                }
+                guard let i = Int(s), (1...controllers).contains(i) else {
+                    throw ValidationError("--distance \(spec): \(s) is neither a controller (1 to \(controllers)) nor fire-alarm")
+                }
+                return Self.address(i)
+            }
+            let (a, b) = (try device(parts[0]), try device(parts[1]))
+            guard a != b else { throw ValidationError("--distance \(spec) names one device twice") }
+            guard let metres = Double(parts[2]), metres.isFinite, (0.1...10_000).contains(metres) else {
+                throw ValidationError("--distance \(spec): the metres must be 0.1 to 10000")
+            }
+            return (a, b, metres)
         }
     }
 
@@ -93,6 +123,7 @@ struct Radio: AsyncParsableCommand {
         var logger = Logger(label: "btctl") { StreamLogHandler.standardError(label: $0) }
         logger.logLevel = verbose ? .debug : .warning
         let radio = VirtualRadio()
+        for (a, b, metres) in try distances() { await radio.setDistance(metres, between: a, and: b) }
         VirtualPeer.tick(radio, every: .microseconds(Int64(tick * 1000)))
         if fireAlarm {
             do { try await VirtualPeer.addFireAlarmSender(to: radio, extendedAdvertising: bluetooth5) } catch {

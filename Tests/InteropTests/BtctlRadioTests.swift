@@ -127,10 +127,35 @@ import Testing
         _ = await radio.exit(timeout: 20)
     }
 
+    /// `--distance`: the fire-alarm sender 10 m from controller 1 and, by default, 1 m
+    /// from controller 2. A btctl scan on each hears it 20 dB apart (the radio's
+    /// path-loss exponent is 2: 20 log10(10)), and estimates those distances from the
+    /// TX Power it advertises.
+    @Test func distancesSetTheRSSIScannersHear() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let radio = try LiveProcess(BtctlGATTTests.btctl, ["radio", "--controllers", "2", "--json", "--fire-alarm", "--distance", "1,fire-alarm,10"])
+        #expect(await radio.waitForOutput { Self.ports($0).count == 2 }, "\(radio.output)")
+        let found = Self.ports(radio.output)
+        func heard(on transport: String?) async throws -> [String: Any]? {
+            let scan = try await BtctlGATTTests.run(["scan", "-t", try #require(transport), "--duration", "0.5", "--json"])
+            #expect(scan.status == 0, "\(scan.out)")
+            return try JSONSchemaTests.check(scan.out, against: "scan").first { $0["event"] as? String == "advertisement" && $0["name"] as? String == "FireAlarm-B3" }
+        }
+        let far = try #require(try await heard(on: found[1])), near = try #require(try await heard(on: found[2]))
+        kill(radio.process.processIdentifier, SIGTERM)
+        #expect(await radio.exit(timeout: 20) == 143, "\(radio.output)")
+        let (farRSSI, nearRSSI) = (try #require(far["rssi"] as? Int), try #require(near["rssi"] as? Int))
+        #expect(nearRSSI - farRSSI == 20, "\(near) \(far)")
+        #expect(far["distance_m"] as? Double == 10 && near["distance_m"] as? Double == 1, "\(far) \(near)")
+    }
+
     @Test func argumentsAreChecked() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
         for (args, says) in [(["--controllers", "0"], "--controllers must be 1 to 16"), (["--tick", "0"], "--tick must be between 1 and 10000"),
-                             (["--port", "65535", "--controllers", "2"], "leaves no room for 2 ports")] {
+                             (["--port", "65535", "--controllers", "2"], "leaves no room for 2 ports"),
+                             (["--distance", "1,2"], "takes A,B,METRES"), (["--distance", "1,3,2"], "3 is neither a controller (1 to 2)"),
+                             (["--distance", "1,fire-alarm,2"], "fire-alarm needs --fire-alarm"), (["--distance", "2,2,5"], "names one device twice"),
+                             (["--distance", "1,2,0"], "the metres must be 0.1 to 10000"), (["--distance", "1,2,nan"], "the metres must be")] {
             let bad = try await BtctlCLITests.run(["radio"] + args)
             #expect(bad.status == 64 && bad.out.contains(says) && bad.out.contains("Usage: btctl radio"), "\(bad.out)")
         }
