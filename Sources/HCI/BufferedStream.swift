@@ -68,6 +68,12 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
 
     public func makeAsyncIterator() -> Iterator { Iterator(consumer: consumer) }
 
+    /// What is buffered now, taken without waiting. For tests: what a call made the
+    /// stack emit, checked as the call returns (the layers emit on the loop as they take
+    /// each packet), where waiting a while for nothing would pass on a slow machine
+    /// whatever came later.
+    func takeBuffered() -> [Element] { consumer.storage.takeBuffered() }
+
     public struct Iterator: AsyncIteratorProtocol {
         let consumer: Consumer
 
@@ -177,6 +183,13 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
                 return nil
             }
             if let late { handler?(late) }
+        }
+
+        func takeBuffered() -> [Element] {
+            state.withLock { s in
+                defer { s.buffer.removeAll() }
+                return Array(s.buffer)
+            }
         }
 
         /// After `next()` returned nil: the producer's error, once.

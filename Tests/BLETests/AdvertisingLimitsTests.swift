@@ -23,6 +23,14 @@ import Testing
         }, within: limit)
     }
 
+    /// The ends among `events` (taken from a stream's buffer, `takeBuffered`).
+    static func ends(_ events: [PeripheralEvent]) -> [(AdvertisingSet, AdvertisingEndReason)] {
+        events.compactMap { e in
+            if case let .advertisingEnded(s, reason) = e { return (s, reason) }
+            return nil
+        }
+    }
+
     static func names(heardBy host: BluetoothHost) async throws -> Set<String> {
         Set(try await AdvertisingSetsTests.heard(by: host).values.flatMap { $0 })
     }
