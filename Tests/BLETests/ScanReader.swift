@@ -1,39 +1,33 @@
-// Reading a scan in a test without holding up the test: the results gathered in the
-// background, handed over on request.
+// Reading a scan in a test without holding up the test: the results the host has
+// handed the scan's stream, taken on request.
 
 import BLE
-import HCI
+@testable import HCI
 import Snoop
 import Synchronization
 
-/// Reads a scan's stream in the background (letting go of the stream would stop the
-/// scan) and hands over what it reported since the last look.
+/// Holds a scan's stream (letting go of it would stop the scan) and hands over what
+/// the host reported on it since the last look.
 final class ScanReader: Sendable {
-    private final class Gathered: Sendable {
-        private let results = Mutex<[ScanResult]>([])
-        func append(_ r: ScanResult) { results.withLock { $0.append(r) } }
-        func take() -> [ScanResult] { results.withLock { r in defer { r.removeAll() }; return r } }
-    }
-    private let gathered = Gathered()
-    private let task: Task<Void, Never>
+    private let stream: BufferedStream<ScanResult>
 
-    init(_ stream: BufferedStream<ScanResult>) {
-        let gathered = self.gathered
-        task = Task { for await r in stream { gathered.append(r) } }
-    }
+    init(_ stream: BufferedStream<ScanResult>) { self.stream = stream }
 
-    /// What was reported since the last call, after `settling` on `host`'s loop.
-    func take(after settling: Duration = .milliseconds(100), on host: BluetoothHost) async -> [ScanResult] {
-        try? await host.loop.sleep(for: settling)
-        return gathered.take()
+    /// What was reported since the last call. Without `settling`, what the controller
+    /// reported before now: the loop runs what it has queued (the controller's reports
+    /// on the way to the host), and the host hands each report to the stream as it
+    /// takes it. With `settling`, after that much of `host`'s loop's time too (for
+    /// what comes on a timer: a private address's rotation).
+    func take(after settling: Duration? = nil, on host: BluetoothHost) async -> [ScanResult] {
+        if let settling { try? await host.loop.sleep(for: settling) }
+        try? await host.loop.submit {}.get()
+        return stream.takeBuffered()
     }
 
     /// The addresses reported since the last call.
-    func addresses(after settling: Duration = .milliseconds(100), on host: BluetoothHost) async -> Set<BluetoothAddress> {
+    func addresses(after settling: Duration? = nil, on host: BluetoothHost) async -> Set<BluetoothAddress> {
         Set(await take(after: settling, on: host).map(\.address))
     }
-
-    deinit { task.cancel() }
 }
 
 /// The scan commands a host sent, in order, read from its trace (`RecordingTransport`
