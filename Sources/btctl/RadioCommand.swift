@@ -29,8 +29,9 @@ struct Radio: AsyncParsableCommand {
             --bluetooth5 gives the controllers the extended advertising, scanning and \
             connection commands. Devices are 1 m apart unless --distance says otherwise \
             (A,B,METRES: A and B are controller numbers or fire-alarm; repeatable): \
-            what a scanner hears as RSSI follows the radio's path-loss model. Status lines go to stderr (with --json, one object per \
-            line on stdout, docs/schemas/radio.schema.json). Ends on SIGINT/SIGTERM or --duration.
+            what a scanner hears as RSSI follows the radio's path-loss model. Status \
+            lines go to stderr (with --json, one object per line on stdout, \
+            docs/schemas/radio.schema.json). Ends on SIGINT/SIGTERM or --duration.
             """)
 
     @Option(help: ArgumentHelp("How many controllers to serve, 1 to 16.", valueName: "N"))
