@@ -82,6 +82,8 @@ public final class RootcanalProcess: @unchecked Sendable {
         try self.init(starting: binary, logPath: logPath)
         let deadline = ContinuousClock.now + readyTimeout
         while try !isReady(deadline: deadline, readyTimeout) { usleep(20_000) }
+        let probe = try ResetProbe(port: hciPort, owner: self)
+        while try !probe.answered(deadline: deadline, readyTimeout) { usleep(20_000) }
     }
 
     /// Starts Rootcanal and waits (up to `readyTimeout`) until its HCI port accepts
@@ -96,6 +98,8 @@ public final class RootcanalProcess: @unchecked Sendable {
             let deadline = ContinuousClock.now + readyTimeout
             do {
                 while try !rc.isReady(deadline: deadline, readyTimeout) { try await Task.sleep(for: .milliseconds(20)) }
+                let probe = try ResetProbe(port: rc.hciPort, owner: rc)
+                while try !probe.answered(deadline: deadline, readyTimeout) { try await Task.sleep(for: .milliseconds(20)) }
                 return rc
             } catch LaunchError.portTaken where attempt < 5 {
                 rc.stop()
@@ -121,6 +125,60 @@ public final class RootcanalProcess: @unchecked Sendable {
         }
         do { try p.run() } catch { throw LaunchError.didNotStart("\(error)") }
         self.process = p
+    }
+
+    /// An HCI Reset on a connection of its own to a Rootcanal that has just started
+    /// listening, until its Command Complete comes. Rootcanal gives each connection a
+    /// controller of its own, gone when it closes (the next ones get the same address),
+    /// so the probe leaves nothing behind. Right after it starts, on a loaded machine,
+    /// Rootcanal can take seconds to answer its first command: CI once saw a host's
+    /// Reset time out after 5 s on a Rootcanal that had taken 5 s to listen. A
+    /// Rootcanal handed to a test has answered one already.
+    private final class ResetProbe {
+        let fd: Int32
+        let owner: RootcanalProcess
+        var received: [UInt8] = []
+
+        init(port: UInt16, owner: RootcanalProcess) throws {
+            guard let fd = connectToLoopback(port: port) else { throw LaunchError.didNotStart("HCI port \(port) refused the probe") }
+            self.fd = fd
+            self.owner = owner
+            let reset: [UInt8] = [0x01, 0x03, 0x0C, 0x00]  // H4 command: HCI Reset, no parameters
+            let sent = reset.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard sent == reset.count else {
+                close(fd)
+                throw LaunchError.didNotStart("HCI port \(port): the probe's Reset not sent (errno \(errno))")
+            }
+        }
+
+        deinit { close(fd) }
+
+        /// Whether Reset's Command Complete has come (other events before it are
+        /// skipped); throws when the connection ends, Rootcanal dies or `deadline` passes.
+        func answered(deadline: ContinuousClock.Instant, _ readyTimeout: Duration) throws -> Bool {
+            var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            if poll(&p, 1, 0) > 0 {
+                var buffer = [UInt8](repeating: 0, count: 512)
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                guard n > 0 else { throw LaunchError.didNotStart("HCI port \(owner.hciPort) closed the probe's connection") }
+                received += buffer[0..<n]
+                // H4 events: 0x04, event code, parameter length, parameters.
+                while received.count >= 3 {
+                    guard received[0] == 0x04 else { throw LaunchError.didNotStart("HCI port \(owner.hciPort): not an H4 event (\(received[0]))") }
+                    let length = 3 + Int(received[2])
+                    guard received.count >= length else { break }
+                    // Command Complete (0x0E): credits, then the opcode, 0x0C03 little-endian.
+                    if received[1] == 0x0E, length >= 6, received[4] == 0x03, received[5] == 0x0C { return true }
+                    received.removeFirst(length)
+                }
+            }
+            guard owner.process.isRunning else { throw LaunchError.didNotStart("exited with status \(owner.process.terminationStatus)") }
+            guard ContinuousClock.now < deadline else {
+                owner.stop()
+                throw LaunchError.didNotStart("no answer to HCI Reset on port \(owner.hciPort) within \(readyTimeout)")
+            }
+            return false
+        }
     }
 
     /// Whether the HCI port accepts connections, on this Rootcanal's listener; throws
