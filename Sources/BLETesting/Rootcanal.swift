@@ -13,6 +13,7 @@
 // again on fresh ports.
 
 import Foundation
+import HCI
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -137,13 +138,13 @@ public final class RootcanalProcess: @unchecked Sendable {
     private final class ResetProbe {
         let fd: Int32
         let owner: RootcanalProcess
-        var received: [UInt8] = []
+        var framer = H4Framer()
 
         init(port: UInt16, owner: RootcanalProcess) throws {
             guard let fd = connectToLoopback(port: port) else { throw LaunchError.didNotStart("HCI port \(port) refused the probe") }
             self.fd = fd
             self.owner = owner
-            let reset: [UInt8] = [0x01, 0x03, 0x0C, 0x00]  // H4 command: HCI Reset, no parameters
+            let reset = HCIPacket.command(opcode: .reset, parameters: []).h4Bytes
             let sent = reset.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == reset.count else {
                 close(fd)
@@ -153,7 +154,7 @@ public final class RootcanalProcess: @unchecked Sendable {
 
         deinit { close(fd) }
 
-        /// Whether Reset's Command Complete has come (other events before it are
+        /// Whether Reset's Command Complete has come (other packets before it are
         /// skipped); throws when the connection ends, Rootcanal dies or `deadline` passes.
         func answered(deadline: ContinuousClock.Instant, _ readyTimeout: Duration) throws -> Bool {
             var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
@@ -161,15 +162,13 @@ public final class RootcanalProcess: @unchecked Sendable {
                 var buffer = [UInt8](repeating: 0, count: 512)
                 let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 guard n > 0 else { throw LaunchError.didNotStart("HCI port \(owner.hciPort) closed the probe's connection") }
-                received += buffer[0..<n]
-                // H4 events: 0x04, event code, parameter length, parameters.
-                while received.count >= 3 {
-                    guard received[0] == 0x04 else { throw LaunchError.didNotStart("HCI port \(owner.hciPort): not an H4 event (\(received[0]))") }
-                    let length = 3 + Int(received[2])
-                    guard received.count >= length else { break }
-                    // Command Complete (0x0E): credits, then the opcode, 0x0C03 little-endian.
-                    if received[1] == 0x0E, length >= 6, received[4] == 0x03, received[5] == 0x0C { return true }
-                    received.removeFirst(length)
+                framer.append(buffer[0..<n])
+                do {
+                    while let packet = try framer.nextPacket() {
+                        if case let .commandComplete(c)? = try? HCIEvent(packet), c.commandOpcode == .reset { return true }
+                    }
+                } catch {
+                    throw LaunchError.didNotStart("HCI port \(owner.hciPort) sent no H4: \(error)")
                 }
             }
             guard owner.process.isRunning else { throw LaunchError.didNotStart("exited with status \(owner.process.terminationStatus)") }
