@@ -104,7 +104,7 @@ let package = Package(
         .target(name: "BenchmarkSupport", path: "Benchmarks/BenchmarkSupport", swiftSettings: strict),
         .executableTarget(
             name: "GATTBenchmark",
-            dependencies: ["BenchmarkSupport", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
+            dependencies: ["BenchmarkSupport", "BLE", "HCI", "Snoop", "L2CAP", "ATT", "GATT", "GAP", "Transports", "BLETesting", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio")],
             path: "Benchmarks/GATTBenchmark", swiftSettings: strict),
         .executableTarget(

@@ -1,5 +1,6 @@
 // GATT benchmarks (a program that prints figures; docs/benchmarks.md):
 //  1. notifications per second end to end over the virtual radio (MTU 23 and 247);
+//     1a. the same through the BLE facade, as an application sends and takes them;
 //     1b. an L2CAP credit-based channel over the virtual radio; 1c. reads over the
 //     virtual radio, back to back and 45 ms apart (what a read costs the stack warm
 //     and cold, with no transport's system calls);
@@ -14,6 +15,7 @@
 
 import ATT
 import BenchmarkSupport
+import BLE
 import BLETesting
 import Foundation
 import GAP
@@ -119,6 +121,45 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
     say(label("virtual radio, MTU \(mtu), \(payload) B") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d in %.2f s, cpu %.2f s)",
           Double(got) / wall, Double(got * payload) / 1024 / wall, got, wall, used))
     await ha.close(); await hb.close()
+}
+
+/// Notifications through the `BLE` facade, as an application sends and takes them:
+/// two `BluetoothHost`s on one virtual radio, `PeripheralManager.notify` called `n`
+/// times back to back (each returns once its notification is in the controller's
+/// buffers), the central's values handed to a callback on its loop
+/// (`RemotePeripheral.subscribe(to:onValue:)`). `onLoop`: the sending task prefers
+/// the host's task executor (TheRuntime.md); else it is a plain task on the
+/// cooperative pool.
+func facadeNotifications(payload: Int, n: Int, onLoop: Bool) async throws {
+    let radio = VirtualRadio()
+    let a = BluetoothAddress("00:00:00:00:00:0A")!
+    let server = BluetoothHost(transport: await radio.makeController(address: a), logger: logger)
+    let central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!), logger: logger)
+    try await server.start(); try await central.start()
+    let c = Characteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify], value: [0])
+    try await server.peripheral.add(Service(uuid: BluetoothUUID(0xFFF0), characteristics: [c]))
+    try await server.peripheral.startAdvertising(AdvertisingData())
+    let remote = try await central.central.connect(to: a, within: .seconds(5))
+    let rc = try await remote.characteristic(BluetoothUUID(0xFFF5), in: BluetoothUUID(0xFFF0))
+    let received = Mutex(0)
+    let done = AsyncStream<Void>.makeStream()
+    try await remote.subscribe(to: rc, onValue: { _ in
+        if received.withLock({ $0 += 1; return $0 }) == n { done.continuation.finish() }
+    }, ended: { _ in done.continuation.finish() })
+    let value = [UInt8](repeating: 0x5A, count: payload)
+    guard let link = await server.connections.first else { return }
+    let mtu = await server.peripheral.maximumUpdateLength(for: link) + 3
+    let t0 = ContinuousClock.now, c0 = cpu()
+    let peripheral = server.peripheral
+    let send: @Sendable () async throws -> Void = { for _ in 0..<n { try await peripheral.notify(c, value: value) } }
+    if onLoop { try await withTaskExecutorPreference(server.taskExecutor, operation: send) } else { try await send() }
+    for await _ in done.stream {}
+    let got = received.withLock { $0 }
+    let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
+    say(label("facade, \(onLoop ? "sender prefers the loop" : "sender a plain task"), \(payload) B") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d in %.2f s, cpu %.2f s, ATT MTU %d)",
+          Double(got) / wall, Double(got * payload) / 1024 / wall, got, wall, used, mtu))
+    await central.close(); await server.close()
+    withExtendedLifetime(radio) {}
 }
 
 /// An L2CAP credit-based channel over the virtual radio: `total` bytes in SDUs of
@@ -427,6 +468,13 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads 
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
     try await virtualRadioNotifications(mtu: 23, payload: 20, n: 200_000 * scale)
     try await virtualRadioNotifications(mtu: 247, payload: 244, n: 500_000 * scale)
+}
+
+say("== 1a. notifications through the BLE facade over the virtual radio (PeripheralManager.notify to a callback subscription)")
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
+    let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
+    try await facadeNotifications(payload: 20, n: 100_000 * scale, onLoop: false)
+    try await facadeNotifications(payload: 20, n: 100_000 * scale, onLoop: true)
 }
 
 say("== 1b. an L2CAP credit-based channel over the virtual radio (sender on the loop, receiver a task)")

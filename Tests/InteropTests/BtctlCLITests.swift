@@ -9,7 +9,7 @@ import HCI
 import Snoop
 import Testing
 
-@Suite(.serialized) struct BtctlCLITests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlCLITests {
     static func run(_ args: [String], interrupt: (signal: Int32, whenOutputContains: String)? = nil) async throws -> (status: Int32, out: String) {
         try await Interop.execute(BtctlGATTTests.btctl, args, timeout: 60, mergeStderr: true, interrupt: interrupt)
     }

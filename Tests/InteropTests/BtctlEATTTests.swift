@@ -9,7 +9,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BtctlEATTTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlEATTTests {
     /// Bumble's EATT server: btctl pairs (the channel shall be encrypted, and Bumble's
     /// server does not ask), opens two enhanced bearers, subscribes, and prints the
     /// notification Bumble sends on each of them.

@@ -7,7 +7,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BtctlGATTTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlGATTTests {
     /// btctl, run with a state directory of this test run's own (`Interop.stateHome`):
     /// a default bond file never lands in the user's home, nor carries over from an
     /// earlier run.

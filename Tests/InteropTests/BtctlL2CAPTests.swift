@@ -8,7 +8,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BtctlL2CAPTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlL2CAPTests {
     /// Both modes; in enhanced mode with credits enough for the whole echo (Bumble
     /// 0.0.236 does not see credits given back on enhanced channels it accepted, see
     /// BumbleL2CAPTests).

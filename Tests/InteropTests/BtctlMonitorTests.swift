@@ -10,7 +10,7 @@ import Foundation
 import Snoop
 import Testing
 
-@Suite(.serialized) struct BtctlMonitorTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlMonitorTests {
     @Test func tapBetweenBumbleAndRootcanal() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python(), let tshark = try Interop.tshark() else { return }
         guard BtctlGATTTests.isBuilt() else { return }

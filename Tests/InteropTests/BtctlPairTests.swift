@@ -9,7 +9,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BtctlPairTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlPairTests {
     /// btctl with `args`, `input` on its standard input (then its end).
     static func run(_ args: [String], input: [UInt8] = []) async throws -> (status: Int32, out: String, err: String) {
         let p = Process()

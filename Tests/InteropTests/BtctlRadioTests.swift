@@ -8,7 +8,7 @@
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BtctlRadioTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlRadioTests {
     /// The ports `radio --json` printed, by controller index.
     static func ports(_ output: String) -> [Int: String] {
         var out: [Int: String] = [:]

@@ -9,7 +9,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BtctlServeTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlServeTests {
     static func events(_ text: String) -> [[String: Any]] {
         text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
     }

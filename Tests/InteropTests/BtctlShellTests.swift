@@ -11,7 +11,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BtctlShellTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlShellTests {
     /// The JSON events printed so far.
     static func events(_ p: LiveProcess) -> [[String: Any]] { BtctlServeTests.events(p.output) }
 

@@ -11,7 +11,7 @@ import Foundation
 import Testing
 import Transports
 
-@Suite(.serialized) struct BumbleFacadeTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleFacadeTests {
     @Test func bumbleReceiverAgainstOurFireAlarmSender() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)

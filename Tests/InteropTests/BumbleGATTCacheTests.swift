@@ -12,7 +12,7 @@ import Synchronization
 import Testing
 import Transports
 
-@Suite(.serialized) struct BumbleGATTCacheTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleGATTCacheTests {
     @Test func bumblesLayoutComesFromTheBondWhileItsHashHolds() async throws {
         guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
         let rc = try await RootcanalProcess.launch(binary: binary)

@@ -14,7 +14,7 @@ import Logging
 import Testing
 import Transports
 
-@Suite(.serialized) struct BumbleGATTClientTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleGATTClientTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F6")!
 
     @Test func ourCentralUsesBumblesGATTServer() async throws {

@@ -12,7 +12,7 @@ import Logging
 import Testing
 import Transports
 
-@Suite(.serialized) struct BumbleGATTTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleGATTTests {
     static let custom = BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!
     static let longValue = (0..<300).map { UInt8($0 & 0xFF) }
 

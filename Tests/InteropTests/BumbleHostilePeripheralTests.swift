@@ -19,7 +19,7 @@ import Foundation
 import Testing
 import Transports
 
-@Suite(.serialized) struct BumbleHostilePeripheralTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleHostilePeripheralTests {
     static let discover = ["gatt", "discover"]
     /// 40 octets at ATT_MTU 23: three Prepare Write Requests of 18, 18 and 4.
     static let longWrite = ["gatt", "write", "--handle", "3", "--text", String(repeating: "w", count: 40)]

@@ -13,7 +13,7 @@ import Logging
 import Testing
 import Transports
 
-@Suite(.serialized) struct BumbleL2CAPTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleL2CAPTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F6")!
     /// Bytes each way (`BLE_L2CAP_BYTES`, default 16 KiB); Rootcanal's connection events
     /// pace the transfer, a few K-frames per 45 ms event.

@@ -10,7 +10,7 @@ import HCI
 import Transports
 import Testing
 
-@Suite(.serialized) struct BumbleLinkTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleLinkTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F8")!
 
     /// Runs `body` with Bumble advertising as a peripheral (bumble_phy_peer.py with

@@ -11,7 +11,7 @@ import Foundation
 import HCI
 import Testing
 
-@Suite(.serialized) struct BumbleLongRangeTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleLongRangeTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F8")!
 
     @Test func weHearAndReachBumblesLongRangeAdvertising() async throws {

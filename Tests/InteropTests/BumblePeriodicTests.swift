@@ -10,7 +10,7 @@ import GAP
 import HCI
 import Testing
 
-@Suite(.serialized) struct BumblePeriodicTests {
+@Suite(.serialized, .liveTimeLimit) struct BumblePeriodicTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F7")!
     /// What bumble_periodic_peer.py's train carries.
     static let bumbleData: [UInt8] = [203, 0xFF, 0xFF, 0xFF] + (0..<200).map { UInt8($0) }

@@ -11,7 +11,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct BumblePrivacyTests {
+@Suite(.serialized, .liveTimeLimit) struct BumblePrivacyTests {
     static func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
 
     @Test func bumbleRecognisesOurPrivatePeripheralAfterItsAddressChanges() async throws {

@@ -18,7 +18,7 @@ import Snoop
 import Testing
 import Transports
 
-@Suite(.serialized) struct BumbleSMPTests {
+@Suite(.serialized, .liveTimeLimit) struct BumbleSMPTests {
     static let bumble = BluetoothAddress("F1:F2:F3:F4:F5:F6")!
 
     struct Peer {
@@ -215,7 +215,7 @@ import Transports
 /// tshark's: with Bumble (recorded from the sessions above) and with the Linux
 /// kernel's SMP, BlueZ's (recorded in the QEMU guest by KernelSMPTests). All are
 /// committed under Fixtures/.
-@Suite struct SMPTraceTests {
+@Suite(.liveTimeLimit) struct SMPTraceTests {
     static func compareWithTshark(_ path: String) async throws {
         guard let tshark = try Interop.tshark() else { return }
         let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: path))))

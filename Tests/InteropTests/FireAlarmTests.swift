@@ -5,7 +5,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite(.serialized) struct FireAlarmTests {
+@Suite(.serialized, .liveTimeLimit) struct FireAlarmTests {
     static func binary(_ name: String) -> String? {
         let path = Interop.root + "/.build/debug/" + name
         if FileManager.default.isExecutableFile(atPath: path) { return path }

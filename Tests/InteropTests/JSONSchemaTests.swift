@@ -96,7 +96,7 @@ struct JSONSchema {
     }
 }
 
-@Suite(.serialized) struct JSONSchemaTests {
+@Suite(.serialized, .liveTimeLimit) struct JSONSchemaTests {
     static let schemas = Interop.root + "/docs/schemas/"
 
     /// Validates every line of `out` against `schema`; returns the lines.

@@ -54,7 +54,7 @@ struct ReplayTests {
 /// `btctl trace replay`: the same recording served over H4 to `btctl gatt read` as a
 /// separate process, which cannot tell it from Rootcanal; what a host that leaves the
 /// recording is told; and a server's session with Bumble replayed to `btctl gatt serve`.
-@Suite(.serialized) struct BtctlReplayTests {
+@Suite(.serialized, .liveTimeLimit) struct BtctlReplayTests {
     /// Starts the replay of the fixture; returns it and the port it listens on.
     static func serve(fixture: String = ReplayTests.fixture, _ extra: [String] = [], frames: (host: Int, controller: Int) = (30, 49)) async throws -> (LiveProcess, UInt16) {
         let replay = try LiveProcess(BtctlGATTTests.btctl, ["trace", "replay", fixture, "--listen", "127.0.0.1:0", "--json"] + extra, mergeStderr: true)

@@ -13,6 +13,14 @@ import Snoop
 import Testing
 import Transports
 
+extension Trait where Self == TimeLimitTrait {
+    /// Every test here (their longest take ~40 s in a full run): one that waits on a
+    /// process or a peer for longer is recorded as a failure under its own name, and
+    /// ends if what it waits on can be cancelled; Scripts/run-tests.sh reports and
+    /// kills a run that still has not ended.
+    static var liveTimeLimit: Self { .timeLimit(.minutes(3)) }
+}
+
 enum Interop {
     static let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
     static let required = ProcessInfo.processInfo.environment["BLE_REQUIRE_INTEROP"] == "1"
@@ -54,18 +62,33 @@ enum Interop {
         return await offPool { handle.readDataToEndOfFile() }
     }
 
-    /// Waits off the pool for `process` to exit; SIGKILLs it after `timeout` seconds.
+    /// Waits off the pool for `process` to exit; SIGKILLs it (once) after `timeout`
+    /// seconds. -1 when Foundation still has it running `unnoticedExit` after that:
+    /// Foundation learns of an exit when the child's end of a socket pair closes, and a
+    /// child another test spawns at that moment can inherit that end (Foundation's spawn
+    /// closes descriptors up to the highest one open when it began, not one opened on
+    /// another thread meanwhile), so the exit shows only when that child ends. The wait then ends, and the caller's check fails.
     static func exit(of process: Process, timeout: TimeInterval = 60) async -> Int32 {
         let pid = process.processIdentifier
         return await offPool {
             let deadline = Date().addingTimeInterval(timeout)
+            var killed: Date?
             while process.isRunning {
-                if Date() >= deadline { kill(pid, SIGKILL) }
+                if let killed {
+                    if Date().timeIntervalSince(killed) > unnoticedExit { return -1 }
+                } else if Date() >= deadline {
+                    // Once: after the exit the PID can go to another process.
+                    kill(pid, SIGKILL)
+                    killed = Date()
+                }
                 usleep(10_000)
             }
             return process.terminationStatus
         }
     }
+
+    /// How long after a SIGKILL a wait still waits for Foundation to notice the exit.
+    static let unnoticedExit: TimeInterval = 10
 
     /// Starts the Bumble peer `script` (in Tests/InteropTests) on Rootcanal's HCI `port`
     /// with `args`; its JSON lines come on the pipe, its log on our stderr with
@@ -89,7 +112,7 @@ enum Interop {
     /// the output contains the text (a person's Ctrl-C once the command is under way).
     static func execute(_ path: String, _ args: [String], timeout: TimeInterval = 60, mergeStderr: Bool = false,
                         interrupt: (signal: Int32, whenOutputContains: String)? = nil) async throws -> (status: Int32, out: String) {
-        enum Happening { case output, outputEnded, exited, timedOut }
+        enum Happening { case output, outputEnded, exited, timedOut, unnoticed }
         // A handful of events per run: nothing is dropped.
         let (happenings, happened) = AsyncStream.makeStream(of: Happening.self, bufferingPolicy: .unbounded)
         let p = Process()
@@ -111,11 +134,11 @@ enum Interop {
             }
             happened.yield(.outputEnded)
         }
-        let timer = MultiThreadedEventLoopGroup.singleton.next().scheduleTask(in: .milliseconds(Int64(timeout * 1000))) {
-            happened.yield(.timedOut)
-        }
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let timer = loop.scheduleTask(in: .milliseconds(Int64(timeout * 1000))) { happened.yield(.timedOut) }
+        var unnoticed: Scheduled<Void>?
         var exited = false, outputEnded = false, interrupted = false
-        for await h in happenings {
+        waiting: for await h in happenings {
             switch h {
             case .output:
                 if let (sig, marker) = interrupt, !interrupted, collected.withLock({ String(decoding: $0, as: UTF8.self).contains(marker) }) {
@@ -126,18 +149,25 @@ enum Interop {
             case .exited: exited = true
             // SIGKILL: a child of the test process may have SIGTERM ignored (the
             // disposition is inherited through exec), and then terminate() did nothing.
-            case .timedOut: if !exited { kill(p.processIdentifier, SIGKILL) }
+            case .timedOut:
+                guard !exited else { break }
+                kill(p.processIdentifier, SIGKILL)
+                unnoticed = loop.scheduleTask(in: .milliseconds(Int64(unnoticedExit * 1000))) { happened.yield(.unnoticed) }
+            // Killed, and its exit or the end of its output still unseen: a child another
+            // test spawned holds its pipe or Foundation's exit socket (see `exit(of:)`).
+            case .unnoticed: break waiting
             }
             if exited && outputEnded { break }
         }
         timer.cancel()
-        return (p.terminationStatus, String(decoding: collected.withLock { $0 }, as: UTF8.self))
+        unnoticed?.cancel()
+        return (exited ? p.terminationStatus : -1, String(decoding: collected.withLock { $0 }, as: UTF8.self))
     }
 
     static func run(_ path: String, _ args: [String]) async throws -> String { try await execute(path, args).out }
 }
 
-@Suite(.serialized) struct RootcanalTests {
+@Suite(.serialized, .liveTimeLimit) struct RootcanalTests {
     /// A socket listening on 127.0.0.1, on a port the system picked.
     static func listener() throws -> (fd: Int32, port: UInt16) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

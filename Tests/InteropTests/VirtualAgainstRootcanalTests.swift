@@ -7,7 +7,7 @@ import HCI
 import Testing
 import Transports
 
-@Suite(.serialized) struct VirtualAgainstRootcanalTests {
+@Suite(.serialized, .liveTimeLimit) struct VirtualAgainstRootcanalTests {
     /// One command of the script: its name (for the failure message) and how to send it.
     struct Step: Sendable {
         var name: String
