@@ -127,10 +127,12 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
 /// two `BluetoothHost`s on one virtual radio, `PeripheralManager.notify` called `n`
 /// times back to back (each returns once its notification is in the controller's
 /// buffers), the central's values handed to a callback on its loop
-/// (`RemotePeripheral.subscribe(to:onValue:)`). `onLoop`: the sending task prefers
-/// the host's task executor (TheRuntime.md); else it is a plain task on the
-/// cooperative pool.
-func facadeNotifications(payload: Int, n: Int, onLoop: Bool) async throws {
+/// (`RemotePeripheral.subscribe(to:onValue:)`). The sender is a plain task on the
+/// cooperative pool calling `notify`, or one preferring the host's task executor
+/// (TheRuntime.md), or a plain task sending through a `NotificationWriter`.
+enum FacadeSender: String { case plainTask = "notify from a plain task", onLoop = "notify, sender prefers the loop", writer = "NotificationWriter from a plain task" }
+
+func facadeNotifications(payload: Int, n: Int, sender: FacadeSender) async throws {
     let radio = VirtualRadio()
     let a = BluetoothAddress("00:00:00:00:00:0A")!
     let server = BluetoothHost(transport: await radio.makeController(address: a), logger: logger)
@@ -151,13 +153,19 @@ func facadeNotifications(payload: Int, n: Int, onLoop: Bool) async throws {
     let mtu = await server.peripheral.maximumUpdateLength(for: link) + 3
     let t0 = ContinuousClock.now, c0 = cpu()
     let peripheral = server.peripheral
-    let send: @Sendable () async throws -> Void = { for _ in 0..<n { try await peripheral.notify(c, value: value) } }
-    if onLoop { try await withTaskExecutorPreference(server.taskExecutor, operation: send) } else { try await send() }
+    switch sender {
+    case .plainTask: for _ in 0..<n { try await peripheral.notify(c, value: value) }
+    case .onLoop: try await withTaskExecutorPreference(server.taskExecutor) { for _ in 0..<n { try await peripheral.notify(c, value: value) } }
+    case .writer:
+        let writer = try await peripheral.notificationWriter(for: c)
+        for _ in 0..<n { try await writer.send(value) }
+        try await writer.flush()
+    }
     for await _ in done.stream {}
     let got = received.withLock { $0 }
     let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
-    say(label("facade, \(onLoop ? "sender prefers the loop" : "sender a plain task"), \(payload) B") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d in %.2f s, cpu %.2f s, ATT MTU %d)",
-          Double(got) / wall, Double(got * payload) / 1024 / wall, got, wall, used, mtu))
+    say(label("facade, \(sender.rawValue)") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d of %d B in %.2f s, cpu %.2f s, ATT MTU %d)",
+          Double(got) / wall, Double(got * payload) / 1024 / wall, got, payload, wall, used, mtu))
     await central.close(); await server.close()
     withExtendedLifetime(radio) {}
 }
@@ -473,8 +481,9 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads 
 say("== 1a. notifications through the BLE facade over the virtual radio (PeripheralManager.notify to a callback subscription)")
 if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
-    try await facadeNotifications(payload: 20, n: 100_000 * scale, onLoop: false)
-    try await facadeNotifications(payload: 20, n: 100_000 * scale, onLoop: true)
+    try await facadeNotifications(payload: 20, n: 20_000 * scale, sender: .plainTask)
+    try await facadeNotifications(payload: 20, n: 100_000 * scale, sender: .onLoop)
+    try await facadeNotifications(payload: 20, n: 100_000 * scale, sender: .writer)
 }
 
 say("== 1b. an L2CAP credit-based channel over the virtual radio (sender on the loop, receiver a task)")

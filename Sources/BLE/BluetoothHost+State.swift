@@ -209,6 +209,9 @@ extension BluetoothHost {
     /// the stream of read and write requests.
     struct PeripheralState {
         var published: [ObjectIdentifier: PublishedService] = [:]
+        /// The notification writers handed out and still alive: each fails when the
+        /// transport ends (`NotificationWriter`).
+        var writers: [ObjectIdentifier: WeakWriter] = [:]
         /// What each advertising set advertises, by Advertising_Handle: 0 is
         /// `startAdvertising`'s, the others `addAdvertisingSet`'s (extended commands only).
         var advertising: [UInt8: AdvertisingConfiguration] = [:]
@@ -277,4 +280,10 @@ struct Turnstile {
         busy = false
         if !waiting.isEmpty { waiting.removeFirst().resume() }
     }
+}
+
+/// A notification writer the host fails when its transport ends, held weakly: the
+/// application's reference keeps it.
+struct WeakWriter {
+    weak var writer: NotificationWriter?
 }

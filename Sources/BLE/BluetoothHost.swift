@@ -570,6 +570,8 @@ public actor BluetoothHost: LoopIsolated {
         flushDraining()
         endSyncs(closed: reason)
         peripheralState.requestContinuation?.finish()
+        for w in peripheralState.writers.values { w.writer?.fail(.transportClosed(reason), alsoDropped: 0) }
+        peripheralState.writers.removeAll()
         stateBroadcast.finish()
         connectionBroadcast.finish()
         peripheralBroadcast.finish()

@@ -220,10 +220,25 @@ public struct PeripheralManager: Sendable {
     @discardableResult
     public func notify(_ c: Characteristic, value: [UInt8], to centrals: [Connection]? = nil, storeValue: Bool = true) async throws -> [Connection] {
         try await onLoop {
-            let h = try await host.handles(of: c).value
             let only = centrals.map { Set($0.map(\.handle)) }
-            return await host.connections(await host.server.notify(h, value: value, waitUntilSent: true, only: only, store: storeValue))
+            return await host.connections(try await host.notify(c, value: value, only: only, store: storeValue))
         }
+    }
+
+    /// A writer for `c`'s notifications from a task off the host's loop (a plain task
+    /// on the cooperative pool): `send` queues each value and returns, suspending only
+    /// while `capacity` values wait, and a task on the loop notifies them in order as
+    /// `notify` does. Here each `notify` from such a task goes to the loop and back, two
+    /// thread wake-ups a value; with the writer the two threads wake once per batch
+    /// (docs/benchmarks.md, part 1a). It does not say who got each value: use `notify`
+    /// for that. `to` and `storeValue` as for `notify`. Throws `BLEError.notPublished`
+    /// when `c` is not published, `invalidArgument` for a capacity below 1.
+    public func notificationWriter(for c: Characteristic, to centrals: [Connection]? = nil, capacity: Int = 64,
+                                   storeValue: Bool = true) async throws -> NotificationWriter {
+        guard capacity >= 1 else { throw BLEError.invalidArgument("capacity must be at least 1, not \(capacity)") }
+        let writer = NotificationWriter(host: host, characteristic: c, only: centrals.map { Set($0.map(\.handle)) }, capacity: capacity, store: storeValue)
+        try await host.adopt(writer)
+        return writer
     }
 
     /// Stores several values and notifies each central subscribed to any of them; a
@@ -327,6 +342,32 @@ extension BluetoothHost {
     }
 
     func connections(_ handles: [UInt16]) -> [Connection] { handles.compactMap { links.active[$0] } }
+
+    /// Checks that `writer`'s characteristic is published and that the transport is
+    /// open, and keeps the writer (weakly) to fail it when the transport ends.
+    func adopt(_ writer: NotificationWriter) throws {
+        _ = try handles(of: writer.characteristic)
+        if case let .transportClosed(why) = state { throw BLEError.transportClosed(why) }
+        peripheralState.writers = peripheralState.writers.filter { $0.value.writer != nil }
+        peripheralState.writers[ObjectIdentifier(writer)] = WeakWriter(writer: writer)
+    }
+
+    /// Stores `value` in `c` (unless `store` is false) and notifies the centrals
+    /// subscribed to it (those in `only`), returning once each notification is in the
+    /// controller's buffers, with the links notified: `PeripheralManager.notify` and a
+    /// `NotificationWriter`'s task. `failWithTheHost`: throws when the host failed or
+    /// its transport closed (a writer ends then; `notify` notifies nobody).
+    func notify(_ c: Characteristic, value: [UInt8], only: Set<UInt16>?, store: Bool, failWithTheHost: Bool = false) async throws -> [UInt16] {
+        if failWithTheHost {
+            switch state {
+            case let .transportClosed(why): throw BLEError.transportClosed(why)
+            case .failed: throw BLEError.notReady(state)
+            default: break
+            }
+        }
+        let h = try handles(of: c).value
+        return await server.notify(h, value: value, waitUntilSent: true, only: only, store: store)
+    }
 
     private func definition(_ e: PublishedService) throws -> GATTService {
         let includes = try e.service.includedServices.map { try entry($0).handles.start }

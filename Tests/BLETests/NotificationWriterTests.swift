@@ -1,0 +1,174 @@
+// PeripheralManager.notificationWriter: values sent from a plain task reach the
+// subscribed central in order, every one; `send` suspends while the queue is full
+// and goes on once the loop has taken it down; a writer whose characteristic went, or
+// whose host's transport ended, fails with that error, counting what it dropped.
+
+@testable import BLE
+import BLETesting
+import Foundation
+import GATT
+import NIOPosix
+import Synchronization
+import Testing
+
+@Suite struct NotificationWriterTests {
+    /// What a callback subscription received, in order (on the central's loop).
+    final class Received: Sendable {
+        let values = Mutex<[[UInt8]]>([])
+        func take(_ v: [UInt8]) { values.withLock { $0.append(v) } }
+        /// Returns once `n` values came, or false after `limit`.
+        func wait(for n: Int, within limit: Duration = .seconds(10)) async -> Bool {
+            let deadline = ContinuousClock.now + limit
+            while values.withLock({ $0.count }) < n {
+                guard ContinuousClock.now < deadline else { return false }
+                try? await Task.sleep(for: .milliseconds(5))
+            }
+            return true
+        }
+    }
+
+    /// A count shared with a task (and a flag: 0 or 1).
+    final class Count: Sendable {
+        private let n = Mutex(0)
+        var value: Int { n.withLock { $0 } }
+        func add() { n.withLock { $0 += 1 } }
+    }
+
+    /// Waits until `condition` holds, at most `limit`.
+    static func until(within limit: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while !condition() {
+            guard ContinuousClock.now < deadline else { return false }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return true
+    }
+
+    static func subscribed(_ pair: Pair, _ c: Characteristic) async throws -> Received {
+        let rc = try await pair.remote.characteristic(uuidC, in: uuidA)
+        let received = Received()
+        try await pair.remote.subscribe(to: rc, onValue: { received.take($0) })
+        return received
+    }
+
+    @Test func everyValueFromAPlainTaskArrivesInOrder() async throws {
+        let pair = try await Pair()
+        let c = Characteristic(uuid: uuidC, properties: [.read, .notify], value: [0, 0])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let received = try await Self.subscribed(pair, c)
+        let writer = try await pair.server.peripheral.notificationWriter(for: c, capacity: 8)
+        let values = (0..<600).map { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }
+        // Off the loop, from the cooperative pool, as an application's task.
+        let done = Count()
+        let sender = Task.detached {
+            for v in values { try await writer.send(v) }
+            done.add()
+        }
+        #expect(await Self.until { done.value == 1 })
+        sender.cancel()
+        try await writer.flush()
+        #expect(writer.sent == values.count && writer.dropped == 0)
+        #expect(await received.wait(for: values.count))
+        #expect(received.values.withLock { $0 } == values)
+        // Each value was stored, as `notify` stores it: reads return the last.
+        #expect(try await pair.server.peripheral.value(of: c) == values.last)
+        await pair.room.close()
+    }
+
+    @Test func aFullQueueHoldsTheSenderUntilTheLoopTakesItDown() async throws {
+        // A loop of its own, held busy while the writer fills: nothing is taken.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let pair = try await Pair(radio: VirtualRadio(loop: group.next()))
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let received = try await Self.subscribed(pair, c)
+        let writer = try await pair.server.peripheral.notificationWriter(for: c, capacity: 4)
+        let release = Count()
+        pair.server.loop.execute { while release.value == 0 { usleep(1000) } }
+        let returned = Count(), done = Count()
+        let sender = Task.detached {
+            for i in 0..<10 {
+                try await writer.send([UInt8(i)])
+                returned.add()
+            }
+            done.add()
+        }
+        // The fourth value fills the queue: its send waits for room.
+        let deadline = ContinuousClock.now + .seconds(10)
+        while writer.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(writer.waitingSenders == 1)
+        #expect(writer.queued == 4 && returned.value == 3)
+        release.add()
+        // Bounded: a sender never given room would wait for ever (cancelling ends it).
+        #expect(await Self.until { done.value == 1 })
+        sender.cancel()
+        try await writer.flush()
+        #expect(await received.wait(for: 10))
+        #expect(received.values.withLock { $0 } == (0..<10).map { [UInt8($0)] })
+        #expect(writer.queued == 0 && writer.waitingSenders == 0)
+        await pair.room.close()
+        try await group.shutdownGracefully()
+    }
+
+    @Test func aWriterWhoseCharacteristicWentFails() async throws {
+        let pair = try await Pair()
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        let service = Service(uuid: uuidA, characteristics: [c])
+        try await pair.server.peripheral.add(service)
+        let writer = try await pair.server.peripheral.notificationWriter(for: c)
+        try await writer.send([1])
+        try await writer.flush()
+        try await pair.server.peripheral.remove(service)
+        try await writer.send([2])
+        await #expect(throws: BLEError.notPublished("characteristic \(uuidC)")) { try await writer.flush() }
+        await #expect(throws: BLEError.notPublished("characteristic \(uuidC)")) { try await writer.send([3]) }
+        #expect(writer.sent == 1 && writer.dropped == 1)
+        // Not published: no writer.
+        await #expect(throws: BLEError.notPublished("characteristic \(uuidC)")) {
+            _ = try await pair.server.peripheral.notificationWriter(for: c)
+        }
+        await pair.room.close()
+    }
+
+    @Test func theTransportsEndFailsTheWriterAndItsWaitingSender() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let pair = try await Pair(radio: VirtualRadio(loop: group.next()))
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        let writer = try await pair.server.peripheral.notificationWriter(for: c, capacity: 2)
+        // The loop busy: the second value fills the queue and its sender waits.
+        let release = Count()
+        pair.server.loop.execute { while release.value == 0 { usleep(1000) } }
+        let ended = Count()
+        let sender = Task.detached {
+            defer { ended.add() }
+            try await writer.send([1])
+            try await writer.send([2])
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while writer.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(writer.waitingSenders == 1)
+        release.add()
+        // The close may come before the loop takes the queue, or after: either way the
+        // sender and later calls end, and every value was sent or counted as dropped.
+        await pair.server.close()
+        #expect(await Self.until { ended.value == 1 })
+        sender.cancel()
+        await #expect(throws: BLEError.self) { try await writer.send([3]) }
+        await #expect(throws: BLEError.self) { try await writer.flush() }
+        #expect(writer.sent + writer.dropped == 2)
+        await #expect(throws: BLEError.self) { _ = try await pair.server.peripheral.notificationWriter(for: c) }
+        await pair.room.central.close()
+        try await group.shutdownGracefully()
+    }
+
+    @Test func aCapacityBelowOneIsRefused() async throws {
+        let pair = try await Pair()
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        await #expect(throws: BLEError.invalidArgument("capacity must be at least 1, not 0")) {
+            _ = try await pair.server.peripheral.notificationWriter(for: c, capacity: 0)
+        }
+        await pair.room.close()
+    }
+}
