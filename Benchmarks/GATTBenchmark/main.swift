@@ -1,6 +1,7 @@
 // GATT benchmarks (a program that prints figures; docs/benchmarks.md):
 //  1. notifications per second end to end over the virtual radio (MTU 23 and 247);
-//     1a. the same through the BLE facade, as an application sends and takes them;
+//     1a. the same through the BLE facade, as an application sends and takes them,
+//     and Write Commands through it;
 //     1b. an L2CAP credit-based channel over the virtual radio; 1c. reads over the
 //     virtual radio, back to back and 45 ms apart (what a read costs the stack warm
 //     and cold, with no transport's system calls);
@@ -166,6 +167,41 @@ func facadeNotifications(payload: Int, n: Int, sender: FacadeSender) async throw
     let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
     say(label("facade, \(sender.rawValue)") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d of %d B in %.2f s, cpu %.2f s, ATT MTU %d)",
           Double(got) / wall, Double(got * payload) / 1024 / wall, got, payload, wall, used, mtu))
+    await central.close(); await server.close()
+    withExtendedLifetime(radio) {}
+}
+
+/// Write Commands through the facade: the central writes `n` values of `payload` bytes
+/// to a characteristic of the peripheral's, by `RemotePeripheral.write(_:to:withResponse:
+/// false)` from a plain task, or by a `WriteWithoutResponseWriter` from a plain task;
+/// the time runs until the peripheral's server has stored the last value (they are
+/// taken in order).
+func facadeWriteCommands(payload: Int, n: Int, writer useWriter: Bool) async throws {
+    let radio = VirtualRadio()
+    let a = BluetoothAddress("00:00:00:00:00:0A")!
+    let server = BluetoothHost(transport: await radio.makeController(address: a), logger: logger)
+    let central = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!), logger: logger)
+    try await server.start(); try await central.start()
+    let c = Characteristic(uuid: BluetoothUUID(0xFFF6), properties: [.writeWithoutResponse], permissions: [.write], value: [0])
+    try await server.peripheral.add(Service(uuid: BluetoothUUID(0xFFF0), characteristics: [c]))
+    try await server.peripheral.startAdvertising(AdvertisingData())
+    let remote = try await central.central.connect(to: a, within: .seconds(5))
+    let rc = try await remote.characteristic(BluetoothUUID(0xFFF6), in: BluetoothUUID(0xFFF0))
+    let value = [UInt8](repeating: 0x5A, count: payload), last = [UInt8](repeating: 0xA5, count: payload)
+    let t0 = ContinuousClock.now, c0 = cpu()
+    if useWriter {
+        let w = try await remote.writeWithoutResponseWriter(for: rc)
+        for i in 0..<n { try await w.send(i == n - 1 ? last : value) }
+        try await w.flush()
+    } else {
+        for i in 0..<n { try await remote.write(i == n - 1 ? last : value, to: rc, withResponse: false) }
+    }
+    let peripheral = server.peripheral
+    while try await peripheral.value(of: c) != last { try await Task.sleep(for: .microseconds(200)) }
+    let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
+    say(label("facade, " + (useWriter ? "WriteWithoutResponseWriter, plain task" : "write(withResponse: false), plain task"))
+        + String(format: "%9.0f writes/s         %8.1f KiB/s  (%d of %d B in %.2f s, cpu %.2f s)",
+                 Double(n) / wall, Double(n * payload) / 1024 / wall, n, payload, wall, used))
     await central.close(); await server.close()
     withExtendedLifetime(radio) {}
 }
@@ -478,12 +514,14 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads 
     try await virtualRadioNotifications(mtu: 247, payload: 244, n: 500_000 * scale)
 }
 
-say("== 1a. notifications through the BLE facade over the virtual radio (PeripheralManager.notify to a callback subscription)")
+say("== 1a. the BLE facade over the virtual radio: notifications (to a callback subscription) and Write Commands")
 if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
     try await facadeNotifications(payload: 20, n: 20_000 * scale, sender: .plainTask)
     try await facadeNotifications(payload: 20, n: 100_000 * scale, sender: .onLoop)
     try await facadeNotifications(payload: 20, n: 100_000 * scale, sender: .writer)
+    try await facadeWriteCommands(payload: 20, n: 20_000 * scale, writer: false)
+    try await facadeWriteCommands(payload: 20, n: 100_000 * scale, writer: true)
 }
 
 say("== 1b. an L2CAP credit-based channel over the virtual radio (sender on the loop, receiver a task)")

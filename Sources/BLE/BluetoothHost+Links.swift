@@ -289,17 +289,20 @@ extension BluetoothHost {
 
     /// How link `id` ended: waits for it (at most `limit`), nil if it is still up then.
     func end(of id: UInt64, within limit: Duration) async -> LinkEnd? {
-        if let e = links.ended[id] { return e }
-        if !links.active.values.contains(where: { $0.id == id }) {
-            // Unknown: older than the ended-links memory, or never seen.
-            return .disconnected(.unknownConnectionIdentifier)
-        }
+        if let e = ended(id) { return e }
         let token = links.newWaiterToken()
         let timer = LoopTimer(after: limit, on: loop) { [weak self] in
             self?.onLoop { $0.stopWaiting(id, token) }
         }
         defer { timer.cancel() }
         return await withCheckedContinuation { links.endWaiters[id, default: [:]][token] = $0 }
+    }
+
+    /// How link `id` ended, without waiting: nil while it is up.
+    func ended(_ id: UInt64) -> LinkEnd? {
+        if let e = links.ended[id] { return e }
+        // Unknown: older than the ended-links memory, or never seen.
+        return links.active.values.contains(where: { $0.id == id }) ? nil : .disconnected(.unknownConnectionIdentifier)
     }
 
     func stopWaiting(_ id: UInt64, _ token: UInt64) {

@@ -570,7 +570,7 @@ public actor BluetoothHost: LoopIsolated {
         flushDraining()
         endSyncs(closed: reason)
         peripheralState.requestContinuation?.finish()
-        for w in peripheralState.writers.values { w.writer?.fail(.transportClosed(reason), alsoDropped: 0) }
+        for w in peripheralState.writers.values { w.writer?.queue.fail(BLEError.transportClosed(reason), alsoDropped: 0) }
         peripheralState.writers.removeAll()
         stateBroadcast.finish()
         connectionBroadcast.finish()

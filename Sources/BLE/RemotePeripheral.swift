@@ -476,6 +476,37 @@ public actor RemotePeripheral {
         }
     }
 
+    /// A writer for Write Commands to `c` from a task off the host's loop (a plain task
+    /// on the cooperative pool): `send` checks and queues each value and returns,
+    /// suspending only while `capacity` values wait, and a task on the loop hands them
+    /// to the link in order as `write(_:to:withResponse: false)` does. Here each such
+    /// `write` from a plain task goes to the loop and back, two thread wake-ups a value;
+    /// with the writer the two threads wake once per batch. Throws
+    /// `BLEError.notSupported` when `c` does not take Write Commands (its properties lack
+    /// Write Without Response), `invalidArgument` for a capacity below 1, and the link's
+    /// end when it has ended.
+    public func writeWithoutResponseWriter(for c: RemoteCharacteristic, capacity: Int = 64) async throws -> WriteWithoutResponseWriter {
+        guard capacity >= 1 else { throw BLEError.invalidArgument("capacity must be at least 1, not \(capacity)") }
+        guard c.properties.contains(.writeWithoutResponse) else {
+            throw BLEError.notSupported("\(c.uuid) does not take Write Commands (its properties: \(c.properties.names.joined(separator: ",")))")
+        }
+        let host = self.host, connection = self.connection, client = self.client, handle = c.valueHandle
+        let limit = try await run {
+            if let end = await host.ended(connection.id) { throw end.error }
+            return await client.bearer.mtu - 3
+        }
+        return WriteWithoutResponseWriter(
+            characteristic: c, maximumLength: limit, capacity: capacity, executor: host.taskExecutor,
+            deliver: { [self] value in
+                do { try await client.writeWithoutResponse(handle, value: value) } catch { throw await translate(error) }
+            },
+            settle: {
+                // In the controller's buffers, as `write(_:to:withResponse: false)` returns.
+                await client.bearer.drain()
+                if let end = await host.ended(connection.id) { throw end.error }
+            })
+    }
+
     /// Writes a value as a Signed Write Command (Vol 3, Part G, §4.9.2), for a
     /// characteristic with the Authenticated Signed Writes property on a bonded peer
     /// that took our CSRK (pair with `KeyDistribution.signingKey`). Each write uses the

@@ -95,9 +95,9 @@ import Testing
         }
         // The fourth value fills the queue: its send waits for room.
         let deadline = ContinuousClock.now + .seconds(10)
-        while writer.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-        #expect(writer.waitingSenders == 1)
-        #expect(writer.queued == 4 && returned.value == 3)
+        while writer.queue.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(writer.queue.waitingSenders == 1)
+        #expect(writer.queue.queued == 4 && returned.value == 3)
         release.add()
         // Bounded: a sender never given room would wait for ever (cancelling ends it).
         #expect(await Self.until { done.value == 1 })
@@ -105,7 +105,7 @@ import Testing
         try await writer.flush()
         #expect(await received.wait(for: 10))
         #expect(received.values.withLock { $0 } == (0..<10).map { [UInt8($0)] })
-        #expect(writer.queued == 0 && writer.waitingSenders == 0)
+        #expect(writer.queue.queued == 0 && writer.queue.waitingSenders == 0)
         await pair.room.close()
         try await group.shutdownGracefully()
     }
@@ -146,8 +146,8 @@ import Testing
             try await writer.send([2])
         }
         let deadline = ContinuousClock.now + .seconds(10)
-        while writer.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-        #expect(writer.waitingSenders == 1)
+        while writer.queue.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(writer.queue.waitingSenders == 1)
         release.add()
         // The close may come before the loop takes the queue, or after: either way the
         // sender and later calls end, and every value was sent or counted as dropped.
@@ -168,6 +168,75 @@ import Testing
         try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
         await #expect(throws: BLEError.invalidArgument("capacity must be at least 1, not 0")) {
             _ = try await pair.server.peripheral.notificationWriter(for: c, capacity: 0)
+        }
+        await pair.room.close()
+    }
+}
+
+@Suite struct WriteWithoutResponseWriterTests {
+    static func published(_ pair: Pair, properties: CharacteristicProperties = [.writeWithoutResponse]) async throws -> (Characteristic, RemoteCharacteristic) {
+        let c = Characteristic(uuid: uuidC, properties: properties, permissions: [.write], value: [0])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        return (c, try await pair.remote.characteristic(uuidC, in: uuidA))
+    }
+
+    @Test func everyValueFromAPlainTaskIsWrittenInOrder() async throws {
+        let pair = try await Pair()
+        let (c, rc) = try await Self.published(pair)
+        let events = pair.server.peripheral.events()
+        let writer = try await pair.remote.writeWithoutResponseWriter(for: rc, capacity: 8)
+        #expect(writer.maximumLength == 514)  // ATT_MTU 517, both hosts' default
+        let values = (0..<200).map { [UInt8($0), 0xA5] }
+        let done = NotificationWriterTests.Count()
+        let sender = Task.detached {
+            for v in values { try await writer.send(v) }
+            done.add()
+        }
+        #expect(await NotificationWriterTests.until { done.value == 1 })
+        sender.cancel()
+        try await writer.flush()
+        #expect(writer.sent == values.count && writer.dropped == 0)
+        let written = await collect(events, count: values.count, within: .seconds(10)).compactMap { e -> [UInt8]? in
+            if case let .written(w, value, _) = e, w === c { return value }
+            return nil
+        }
+        #expect(written == values)
+        await pair.room.close()
+    }
+
+    @Test func whatAWriteCommandCannotCarryIsRefused() async throws {
+        let pair = try await Pair()
+        let (_, rc) = try await Self.published(pair)
+        let writer = try await pair.remote.writeWithoutResponseWriter(for: rc)
+        await #expect(throws: BLEError.invalidArgument("a Write Command carries at most 514 bytes (ATT_MTU - 3), not 515")) {
+            try await writer.send([UInt8](repeating: 1, count: 515))
+        }
+        try await writer.flush()
+        #expect(writer.sent == 0 && writer.dropped == 0)
+        let readOnly = RemoteCharacteristic(uuid: uuidC, properties: [.read], declarationHandle: rc.declarationHandle,
+                                            valueHandle: rc.valueHandle, endHandle: rc.endHandle)
+        await #expect(throws: BLEError.notSupported("\(uuidC) does not take Write Commands (its properties: read)")) {
+            _ = try await pair.remote.writeWithoutResponseWriter(for: readOnly)
+        }
+        await #expect(throws: BLEError.invalidArgument("capacity must be at least 1, not 0")) {
+            _ = try await pair.remote.writeWithoutResponseWriter(for: rc, capacity: 0)
+        }
+        await pair.room.close()
+    }
+
+    @Test func aWriterWhoseLinkEndedFailsWithTheLinksEnd() async throws {
+        let pair = try await Pair()
+        let (_, rc) = try await Self.published(pair)
+        let writer = try await pair.remote.writeWithoutResponseWriter(for: rc)
+        try await writer.send([1])
+        try await writer.flush()
+        _ = try await pair.remote.disconnect()
+        try await writer.send([2])
+        await #expect(throws: BLEError.disconnected(reason: .connectionTerminatedByLocalHost)) { try await writer.flush() }
+        await #expect(throws: BLEError.disconnected(reason: .connectionTerminatedByLocalHost)) { try await writer.send([3]) }
+        #expect(writer.sent == 1 && writer.dropped == 1)
+        await #expect(throws: BLEError.disconnected(reason: .connectionTerminatedByLocalHost)) {
+            _ = try await pair.remote.writeWithoutResponseWriter(for: rc)
         }
         await pair.room.close()
     }
