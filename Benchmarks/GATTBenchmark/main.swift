@@ -199,7 +199,7 @@ func facadeWriteCommands(payload: Int, n: Int, writer useWriter: Bool) async thr
     let peripheral = server.peripheral
     while try await peripheral.value(of: c) != last { try await Task.sleep(for: .microseconds(200)) }
     let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
-    say(label("facade, " + (useWriter ? "WriteWithoutResponseWriter, plain task" : "write(withResponse: false), plain task"))
+    say(label("facade, " + (useWriter ? "WriteWithoutResponseWriter" : "write(withResponse: false)"))
         + String(format: "%9.0f writes/s         %8.1f KiB/s  (%d of %d B in %.2f s, cpu %.2f s)",
                  Double(n) / wall, Double(n * payload) / 1024 / wall, n, payload, wall, used))
     await central.close(); await server.close()
@@ -514,7 +514,7 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads 
     try await virtualRadioNotifications(mtu: 247, payload: 244, n: 500_000 * scale)
 }
 
-say("== 1a. the BLE facade over the virtual radio: notifications (to a callback subscription) and Write Commands")
+say("== 1a. the BLE facade over the virtual radio: notifications (to a callback subscription) and Write Commands (from a plain task)")
 if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
     try await facadeNotifications(payload: 20, n: 20_000 * scale, sender: .plainTask)
