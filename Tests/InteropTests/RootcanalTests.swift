@@ -56,10 +56,28 @@ enum Interop {
         await withCheckedContinuation { c in Thread.detachNewThread { c.resume(returning: body()) } }
     }
 
-    /// Everything a child wrote to `pipe` until it closed it, read off the pool.
-    static func readAll(_ pipe: Pipe) async -> Data {
-        let handle = pipe.fileHandleForReading
-        return await offPool { handle.readDataToEndOfFile() }
+    /// Everything a child wrote to `pipe` until it closed it, read off the pool; what
+    /// came within `limit` seconds if it never closes (a child another test spawned can
+    /// hold the pipe's write end: see `exit(of:)`), so the caller's checks fail instead
+    /// of waiting for ever.
+    static func readAll(_ pipe: Pipe, limit: TimeInterval = 120) async -> Data {
+        let fd = pipe.fileHandleForReading.fileDescriptor
+        return await offPool {
+            let deadline = Date().addingTimeInterval(limit)
+            var data = Data()
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while Date() < deadline {
+                var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                let ready = poll(&p, 1, 100)
+                if ready < 0, errno == EINTR { continue }
+                guard ready > 0 else { continue }
+                let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if n < 0, errno == EINTR || errno == EAGAIN { continue }
+                guard n > 0 else { break }  // end of file (or an error: the end either way)
+                data.append(contentsOf: chunk[..<n])
+            }
+            return data
+        }
     }
 
     /// Waits off the pool for `process` to exit; SIGKILLs it (once) after `timeout`
@@ -150,11 +168,11 @@ enum Interop {
             // SIGKILL: a child of the test process may have SIGTERM ignored (the
             // disposition is inherited through exec), and then terminate() did nothing.
             case .timedOut:
-                guard !exited else { break }
-                kill(p.processIdentifier, SIGKILL)
+                if !exited { kill(p.processIdentifier, SIGKILL) }
                 unnoticed = loop.scheduleTask(in: .milliseconds(Int64(unnoticedExit * 1000))) { happened.yield(.unnoticed) }
-            // Killed, and its exit or the end of its output still unseen: a child another
-            // test spawned holds its pipe or Foundation's exit socket (see `exit(of:)`).
+            // Killed (or exited), and its exit or the end of its output still unseen: a
+            // child another test spawned holds its pipe or Foundation's exit socket (see
+            // `exit(of:)`).
             case .unnoticed: break waiting
             }
             if exited && outputEnded { break }
