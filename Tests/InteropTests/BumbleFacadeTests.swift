@@ -328,3 +328,71 @@ import Transports
         await host.close()
     }
 }
+
+/// The writers against Bumble: our peripheral streams notifications through a
+/// `NotificationWriter` to Bumble's central, and our central streams Write Commands
+/// through a `WriteWithoutResponseWriter` to Bumble's peripheral; Bumble reports every
+/// value, in the order it took them.
+@Suite(.serialized, .liveTimeLimit) struct BumbleWriterTests {
+    static let values = (0..<300).map { [UInt8($0 & 0xFF), UInt8($0 >> 8), 0x5A] }
+
+    @Test func ourNotificationWriterToABumbleCentral() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        let c = Characteristic(uuid: BluetoothUUID(0xFFE1), properties: [.notify], value: [0])
+        try await host.peripheral.add(Service(uuid: BluetoothUUID(0xFFE0), characteristics: [c]))
+        let events = host.peripheral.events()
+        var ad = AdvertisingData()
+        ad.localName = "writer"
+        try await host.peripheral.startAdvertising(ad)
+        let bumble = Task {
+            try await Interop.execute(python, [Interop.root + "/Tests/InteropTests/bumble_gatt_central.py", String(rc.hciPort), "name:writer",
+                                               "--collect", String(Self.values.count)], timeout: 90)
+        }
+        // Once Bumble subscribed, from a plain task.
+        let subscribed = await firstElement(events.filter { e in
+            if case let .subscriptionChanged(s, _, notify, _) = e { return s === c && notify }
+            return false
+        }, within: .seconds(30))
+        try #require(subscribed != nil, "Bumble did not subscribe")
+        let writer = try await host.peripheral.notificationWriter(for: c, capacity: 16)
+        for v in Self.values { try await writer.send(v) }
+        try await writer.flush()
+        #expect(writer.sent == Self.values.count && writer.dropped == 0)
+        let (status, out) = try await bumble.value
+        await host.close()
+        let lines = out.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let got = lines.first { $0["event"] as? String == "values" }?["values"] as? [String]
+        #expect(got == Self.values.map(\.hexString), "\(lines.suffix(3))")
+        #expect(status == 0 && lines.contains { $0["event"] as? String == "done" }, "\(out.suffix(500))")
+    }
+
+    @Test func ourWriteCommandWriterToABumblePeripheral() async throws {
+        guard let binary = try Interop.rootcanal(), let python = try BumbleGATTTests.python() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let (peripheral, out) = try Interop.launchBumble(python, "bumble_gatt_peripheral.py", port: rc.hciPort, ["--write-commands"])
+        defer { RootcanalProcess.kill(peripheral) }
+        let host = try BluetoothHost.open(rc.transportSpec, logger: Interop.logger)
+        try await host.start()
+        let found = try #require(await host.central.first(matching: ScanFilter(addresses: [BumbleGATTClientTests.bumble]), within: .seconds(20)))
+        let p = try await host.central.connect(to: found, within: .seconds(10))
+        let target = try await p.characteristic(BluetoothUUID(0xFFF6), in: BluetoothUUID(0xFFF0))
+        let writer = try await p.writeWithoutResponseWriter(for: target, capacity: 16)
+        for v in Self.values { try await writer.send(v) }
+        try await writer.flush()
+        #expect(writer.sent == Self.values.count && writer.dropped == 0)
+        // A read answered on the same bearer comes after Bumble took every command before it.
+        _ = try await p.read(try await p.characteristic(BluetoothUUID(0xFFF1), in: BluetoothUUID(0xFFF0)))
+        _ = try await p.disconnect()
+        await host.close()
+        _ = await Interop.exit(of: peripheral, timeout: 10)
+        let lines = String(decoding: await Interop.readAll(out), as: UTF8.self)
+            .split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let written = lines.filter { $0["event"] as? String == "write-command" }.compactMap { $0["value"] as? String }
+        #expect(written == Self.values.map(\.hexString), "\(written.count) of \(Self.values.count)")
+    }
+}

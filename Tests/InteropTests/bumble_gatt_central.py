@@ -1,6 +1,6 @@
 """Bumble as a GATT client (central) against our GATT server, for InteropTests.
 
-Usage: bumble_gatt_central.py HCI_PORT TARGET [--no-subscribe]
+Usage: bumble_gatt_central.py HCI_PORT TARGET [--no-subscribe] [--collect N]
 Connects over Rootcanal (tcp-client:127.0.0.1:HCI_PORT) to TARGET: a public address, or
 name:NAME to scan (actively) for the device advertising that local name first and report
 what its advertising and scan response data carry (an "advertisement" event). Then it
@@ -9,7 +9,9 @@ writes every writable one outside the GAP and GATT services, subscribes to every
 waits for one value on each, reads the device name once more (so the server has
 every confirmation), disconnects. Prints one JSON object per line on stdout. With
 --no-subscribe it subscribes to nothing (a session whose server sends nothing
-unasked, for a recording that replays).
+unasked, for a recording that replays). With --collect N it waits for N values on each
+characteristic it subscribed to (instead of one) and prints them all, in the order
+they came, in one "values" event.
 """
 import asyncio
 import json
@@ -28,6 +30,7 @@ def emit(**kw):
 
 
 async def main(port: str, target: str) -> None:
+    collect = int(sys.argv[sys.argv.index("--collect") + 1]) if "--collect" in sys.argv else 1
     async with await open_transport(f"tcp-client:127.0.0.1:{port}") as (source, sink):
         device = Device.with_hci("bumble-central", Address("F0:F1:F2:F3:F4:F5"), source, sink)
         await device.power_on()
@@ -79,9 +82,12 @@ async def main(port: str, target: str) -> None:
                     future = asyncio.get_running_loop().create_future()
                     uuid = str(c.uuid)
 
-                    def on_value(value, uuid=uuid, future=future):
-                        if not future.done():
-                            future.set_result(bytes(value).hex())
+                    values = []
+
+                    def on_value(value, uuid=uuid, future=future, values=values):
+                        values.append(bytes(value).hex())
+                        if not future.done() and len(values) >= collect:
+                            future.set_result(values[0] if collect == 1 else list(values))
 
                     await peer.subscribe(c, on_value, prefer_notify=bool(c.properties & 0x10))
                     emit(event="subscribed", uuid=uuid)
@@ -89,8 +95,11 @@ async def main(port: str, target: str) -> None:
                     if c.uuid != GATT_SERVICE_CHANGED_CHARACTERISTIC:
                         waiters.append((uuid, future))
         for uuid, future in waiters:
-            value = await asyncio.wait_for(future, 10)
-            emit(event="value", uuid=uuid, value=value)
+            value = await asyncio.wait_for(future, 10 if collect == 1 else 30)
+            if collect == 1:
+                emit(event="value", uuid=uuid, value=value)
+            else:
+                emit(event="values", uuid=uuid, values=value)
         # Bumble confirms an indication after handing its value over; a disconnection
         # right away can overtake that confirmation in the controller (seen under load:
         # the server's indication ended unconfirmed). One more request on the same bearer

@@ -1,6 +1,6 @@
 """Bumble as a GATT server (peripheral) for our GATT client, for InteropTests.
 
-Usage: bumble_gatt_peripheral.py HCI_PORT [--forever] [--includes] [--discover-central] [--burst N]
+Usage: bumble_gatt_peripheral.py HCI_PORT [--forever] [--includes] [--discover-central] [--burst N] [--write-commands]
 Advertises as F1:F2:F3:F4:F5:F6 (random static) on Rootcanal (tcp-client:127.0.0.1:HCI_PORT)
 with service FFF0: FFF1 read/write, FFF2 read/notify, FFF3 indicate, FFF4 read/write
 (200 bytes, for long reads and long writes). Notifies FFF2 / indicates FFF3 as soon
@@ -12,7 +12,9 @@ Device Name, whose answer comes after the central took every notification sent b
 the request (ATT on one link is in order), and prints a "burst-sent" event. With --includes a primary service FFE0 (FFE1 read, FFE2
 read refused: Insufficient Authorization) includes a secondary service FFE8 (FFE9
 read), FFF0, and a primary service with a 128-bit UUID (FFEA read). With --discover-central
-Bumble discovers the central's services once connected.
+Bumble discovers the central's services once connected. With --write-commands FFF0 also
+has FFF6 (Write Without Response only), and each value written to it is printed as a
+"write-command" event, in the order Bumble took them.
 """
 import asyncio
 import json
@@ -52,7 +54,13 @@ async def main(port: str) -> None:
         long = Characteristic("FFF4", P.READ | P.WRITE, Characteristic.READABLE | Characteristic.WRITEABLE,
                               CharacteristicValue(read=reader("FFF4"), write=writer("FFF4")))
         burst = Characteristic("FFF5", P.NOTIFY, Characteristic.READABLE, bytes(200))
-        primary = Service("FFF0", [rw, notify, indicate, long, burst])
+        characteristics = [rw, notify, indicate, long, burst]
+        if "--write-commands" in sys.argv:
+            def on_write_command(connection, value):
+                emit(event="write-command", value=bytes(value).hex())
+            characteristics.append(Characteristic("FFF6", P.WRITE_WITHOUT_RESPONSE, Characteristic.WRITEABLE,
+                                                  CharacteristicValue(write=on_write_command)))
+        primary = Service("FFF0", characteristics)
         device.add_service(primary)
         if "--includes" in sys.argv:
             # Added first: Bumble would otherwise put a service it has not seen inside
