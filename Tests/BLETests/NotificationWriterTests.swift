@@ -14,30 +14,59 @@ import Testing
 @Suite struct NotificationWriterTests {
     /// What a callback subscription received, in order (on the central's loop).
     final class Received: Sendable {
-        let values = Mutex<[[UInt8]]>([])
-        func take(_ v: [UInt8]) { values.withLock { $0.append(v) } }
+        private struct State {
+            var values: [[UInt8]] = []
+            /// `wait(for:)`'s count and who to tell when it is reached.
+            var waiting: (count: Int, reached: AsyncStream<Void>.Continuation)?
+        }
+        private let state = Mutex(State())
+        var values: [[UInt8]] { state.withLock { $0.values } }
+
+        func take(_ v: [UInt8]) {
+            let reached = state.withLock { s -> AsyncStream<Void>.Continuation? in
+                s.values.append(v)
+                guard let w = s.waiting, s.values.count >= w.count else { return nil }
+                s.waiting = nil
+                return w.reached
+            }
+            reached?.yield()
+        }
+
         /// Returns once `n` values came, or false after `limit`.
         func wait(for n: Int, within limit: Duration = .seconds(10)) async -> Bool {
-            let deadline = ContinuousClock.now + limit
-            while values.withLock({ $0.count }) < n {
-                guard ContinuousClock.now < deadline else { return false }
-                try? await Task.sleep(for: .milliseconds(5))
+            let (reached, tell) = AsyncStream<Void>.makeStream()
+            let now = state.withLock { s -> Bool in
+                guard s.values.count < n else { return true }
+                s.waiting = (n, tell)
+                return false
             }
-            return true
+            if now { return true }
+            return await firstElement(reached, within: limit) != nil
         }
     }
 
-    /// A count shared with a task (and a flag: 0 or 1).
+    /// A count shared with a task (a flag: 0 or 1).
     final class Count: Sendable {
         private let n = Mutex(0)
         var value: Int { n.withLock { $0 } }
         func add() { n.withLock { $0 += 1 } }
     }
 
-    /// Waits until `condition` holds, at most `limit`.
-    static func until(within limit: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while !condition() {
+    /// Whether `task` ends within `limit` (the caller cancels it when it did not).
+    static func ends(_ task: Task<Void, any Error>, within limit: Duration = .seconds(10)) async -> Bool {
+        let (ended, tell) = AsyncStream<Void>.makeStream()
+        Task {
+            _ = await task.result
+            tell.yield()
+        }
+        return await firstElement(ended, within: limit) != nil
+    }
+
+    /// Returns once a sender waits for room in `writer`'s queue, or after 10 s. Polled:
+    /// the queue tells no one that a sender suspended.
+    static func aSenderWaits(_ writer: NotificationWriter) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while writer.queue.waitingSenders == 0 {
             guard ContinuousClock.now < deadline else { return false }
             try? await Task.sleep(for: .milliseconds(5))
         }
@@ -59,17 +88,14 @@ import Testing
         let writer = try await pair.server.peripheral.notificationWriter(for: c, capacity: 8)
         let values = (0..<600).map { [UInt8($0 & 0xFF), UInt8($0 >> 8)] }
         // Off the loop, from the cooperative pool, as an application's task.
-        let done = Count()
-        let sender = Task.detached {
-            for v in values { try await writer.send(v) }
-            done.add()
-        }
-        #expect(await Self.until { done.value == 1 })
+        let sender = Task.detached { for v in values { try await writer.send(v) } }
+        // Bounded: a sender never given room would wait for ever (cancelling ends it).
+        #expect(await Self.ends(sender))
         sender.cancel()
         try await writer.flush()
         #expect(writer.sent == values.count && writer.dropped == 0)
         #expect(await received.wait(for: values.count))
-        #expect(received.values.withLock { $0 } == values)
+        #expect(received.values == values)
         // Each value was stored, as `notify` stores it: reads return the last.
         #expect(try await pair.server.peripheral.value(of: c) == values.last)
         await pair.room.close()
@@ -85,26 +111,23 @@ import Testing
         let writer = try await pair.server.peripheral.notificationWriter(for: c, capacity: 4)
         let release = Count()
         pair.server.loop.execute { while release.value == 0 { usleep(1000) } }
-        let returned = Count(), done = Count()
+        let returned = Count()
         let sender = Task.detached {
             for i in 0..<10 {
                 try await writer.send([UInt8(i)])
                 returned.add()
             }
-            done.add()
         }
         // The fourth value fills the queue: its send waits for room.
-        let deadline = ContinuousClock.now + .seconds(10)
-        while writer.queue.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(await Self.aSenderWaits(writer))
         #expect(writer.queue.waitingSenders == 1)
         #expect(writer.queue.queued == 4 && returned.value == 3)
         release.add()
-        // Bounded: a sender never given room would wait for ever (cancelling ends it).
-        #expect(await Self.until { done.value == 1 })
+        #expect(await Self.ends(sender))
         sender.cancel()
         try await writer.flush()
         #expect(await received.wait(for: 10))
-        #expect(received.values.withLock { $0 } == (0..<10).map { [UInt8($0)] })
+        #expect(received.values == (0..<10).map { [UInt8($0)] })
         #expect(writer.queue.queued == 0 && writer.queue.waitingSenders == 0)
         await pair.room.close()
         try await group.shutdownGracefully()
@@ -139,20 +162,17 @@ import Testing
         // The loop busy: the second value fills the queue and its sender waits.
         let release = Count()
         pair.server.loop.execute { while release.value == 0 { usleep(1000) } }
-        let ended = Count()
         let sender = Task.detached {
-            defer { ended.add() }
             try await writer.send([1])
             try await writer.send([2])
         }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while writer.queue.waitingSenders == 0, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(await Self.aSenderWaits(writer))
         #expect(writer.queue.waitingSenders == 1)
         release.add()
         // The close may come before the loop takes the queue, or after: either way the
         // sender and later calls end, and every value was sent or counted as dropped.
         await pair.server.close()
-        #expect(await Self.until { ended.value == 1 })
+        #expect(await Self.ends(sender))
         sender.cancel()
         await #expect(throws: BLEError.self) { try await writer.send([3]) }
         await #expect(throws: BLEError.self) { try await writer.flush() }
@@ -187,12 +207,8 @@ import Testing
         let writer = try await pair.remote.writeWithoutResponseWriter(for: rc, capacity: 8)
         #expect(writer.maximumLength == 514)  // ATT_MTU 517, both hosts' default
         let values = (0..<200).map { [UInt8($0), 0xA5] }
-        let done = NotificationWriterTests.Count()
-        let sender = Task.detached {
-            for v in values { try await writer.send(v) }
-            done.add()
-        }
-        #expect(await NotificationWriterTests.until { done.value == 1 })
+        let sender = Task.detached { for v in values { try await writer.send(v) } }
+        #expect(await NotificationWriterTests.ends(sender))
         sender.cancel()
         try await writer.flush()
         #expect(writer.sent == values.count && writer.dropped == 0)
