@@ -232,7 +232,8 @@ public struct PeripheralManager: Sendable {
     /// thread wake-ups a value; with the writer the two threads wake once per batch
     /// (docs/benchmarks.md, part 1a). It does not say who got each value: use `notify`
     /// for that. `to` and `storeValue` as for `notify`. Throws `BLEError.notPublished`
-    /// when `c` is not published, `invalidArgument` for a capacity below 1.
+    /// when `c` is not published, `invalidArgument` for a capacity below 1, and
+    /// `transportClosed` once the transport has ended.
     public func notificationWriter(for c: Characteristic, to centrals: [Connection]? = nil, capacity: Int = 64,
                                    storeValue: Bool = true) async throws -> NotificationWriter {
         guard capacity >= 1 else { throw BLEError.invalidArgument("capacity must be at least 1, not \(capacity)") }
