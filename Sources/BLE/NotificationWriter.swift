@@ -29,9 +29,9 @@ public final class NotificationWriter: Sendable {
     public let characteristic: Characteristic
     let queue: LoopWriterQueue<[UInt8]>
 
-    init(host: BluetoothHost, characteristic: Characteristic, only: Set<UInt16>?, capacity: Int, store: Bool) {
+    init(host: BluetoothHost, characteristic: Characteristic, only: Set<UInt16>?, capacity: Int, store: Bool) throws(BLEError) {
         self.characteristic = characteristic
-        queue = LoopWriterQueue(capacity: capacity, executor: host.taskExecutor) { value in
+        queue = try LoopWriterQueue(capacity: capacity, executor: host.taskExecutor) { value in
             _ = try await host.notify(characteristic, value: value, only: only, store: store, failWithTheHost: true)
         }
     }
@@ -75,10 +75,10 @@ public final class WriteWithoutResponseWriter: Sendable {
     let queue: LoopWriterQueue<[UInt8]>
 
     init(characteristic: RemoteCharacteristic, maximumLength: Int, capacity: Int, executor: LoopTaskExecutor,
-         deliver: @escaping @Sendable ([UInt8]) async throws -> Void, settle: @escaping @Sendable () async throws -> Void) {
+         deliver: @escaping @Sendable ([UInt8]) async throws -> Void, settle: @escaping @Sendable () async throws -> Void) throws(BLEError) {
         self.characteristic = characteristic
         self.maximumLength = maximumLength
-        queue = LoopWriterQueue(capacity: capacity, executor: executor, deliver: deliver, settle: settle)
+        queue = try LoopWriterQueue(capacity: capacity, executor: executor, deliver: deliver, settle: settle)
     }
 
     /// The most values that wait before `send` suspends.
@@ -128,8 +128,10 @@ final class LoopWriterQueue<Value: Sendable>: Sendable {
     }
     private let state = Mutex(State())
 
+    /// Throws `BLEError.invalidArgument` for a capacity below 1.
     init(capacity: Int, executor: LoopTaskExecutor, deliver: @escaping @Sendable (Value) async throws -> Void,
-         settle: (@Sendable () async throws -> Void)? = nil) {
+         settle: (@Sendable () async throws -> Void)? = nil) throws(BLEError) {
+        guard capacity >= 1 else { throw BLEError.invalidArgument("capacity must be at least 1, not \(capacity)") }
         self.capacity = capacity
         self.executor = executor
         self.deliver = deliver

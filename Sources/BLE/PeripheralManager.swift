@@ -236,8 +236,7 @@ public struct PeripheralManager: Sendable {
     /// `transportClosed` once the transport has ended.
     public func notificationWriter(for c: Characteristic, to centrals: [Connection]? = nil, capacity: Int = 64,
                                    storeValue: Bool = true) async throws -> NotificationWriter {
-        guard capacity >= 1 else { throw BLEError.invalidArgument("capacity must be at least 1, not \(capacity)") }
-        let writer = NotificationWriter(host: host, characteristic: c, only: centrals.map { Set($0.map(\.handle)) }, capacity: capacity, store: storeValue)
+        let writer = try NotificationWriter(host: host, characteristic: c, only: centrals.map { Set($0.map(\.handle)) }, capacity: capacity, store: storeValue)
         try await host.adopt(writer)
         return writer
     }

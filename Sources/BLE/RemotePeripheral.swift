@@ -470,10 +470,17 @@ public actor RemotePeripheral {
                 let limit = await client.bearer.mtu - 3
                 guard value.count <= limit else { throw BLEError.notSupported("a Write Command carries at most \(limit) bytes (ATT_MTU - 3)") }
                 try await client.writeWithoutResponse(handle, value: value)
-                await client.bearer.drain()
-                if !(await host.isActive(connection.id)) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+                try await writeCommandsSettled()
             }
         }
+    }
+
+    /// Returns once what the bearer holds is in the controller's buffers, as a Write
+    /// Command returns; throws the link's end (`BLEError.disconnected` with its reason)
+    /// when the link ended before.
+    func writeCommandsSettled() async throws {
+        await client.bearer.drain()
+        if let end = await host.ended(connection.id) { throw end.error }
     }
 
     /// A writer for Write Commands to `c` from a task off the host's loop (a plain task
@@ -486,7 +493,6 @@ public actor RemotePeripheral {
     /// Write Without Response), `invalidArgument` for a capacity below 1, and the link's
     /// end when it has ended.
     public func writeWithoutResponseWriter(for c: RemoteCharacteristic, capacity: Int = 64) async throws -> WriteWithoutResponseWriter {
-        guard capacity >= 1 else { throw BLEError.invalidArgument("capacity must be at least 1, not \(capacity)") }
         guard c.properties.contains(.writeWithoutResponse) else {
             throw BLEError.notSupported("\(c.uuid) does not take Write Commands (its properties: \(c.properties.names.joined(separator: ",")))")
         }
@@ -495,16 +501,12 @@ public actor RemotePeripheral {
             if let end = await host.ended(connection.id) { throw end.error }
             return await client.bearer.mtu - 3
         }
-        return WriteWithoutResponseWriter(
+        return try WriteWithoutResponseWriter(
             characteristic: c, maximumLength: limit, capacity: capacity, executor: host.taskExecutor,
             deliver: { [self] value in
                 do { try await client.writeWithoutResponse(handle, value: value) } catch { throw await translate(error) }
             },
-            settle: {
-                // In the controller's buffers, as `write(_:to:withResponse: false)` returns.
-                await client.bearer.drain()
-                if let end = await host.ended(connection.id) { throw end.error }
-            })
+            settle: { [self] in try await writeCommandsSettled() })
     }
 
     /// Writes a value as a Signed Write Command (Vol 3, Part G, §4.9.2), for a
@@ -530,8 +532,7 @@ public actor RemotePeripheral {
             guard value.count <= limit else { throw BLEError.notSupported("a Signed Write Command carries at most \(limit) bytes (ATT_MTU - 15)") }
             let key = try await security.nextSignature(handle: handle)
             try await client.writeSigned(attribute, value: value, csrk: key.csrk, counter: key.counter)
-            await client.bearer.drain()
-            if !(await host.isActive(connection.id)) { throw BLEError.disconnected(reason: .unknownConnectionIdentifier) }
+            try await writeCommandsSettled()
         }
     }
 

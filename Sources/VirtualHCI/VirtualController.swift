@@ -2,7 +2,8 @@
 // `HCITransport`. It answers the LE host's working set (the commands its
 // Supported_Commands mask lists) and "Unknown HCI Command" for the rest, like a
 // real controller. Buffers: 8 LE ACL packets of 251 bytes, returned with Number Of
-// Completed Packets as soon as the radio has relayed them; on air a link carries 27
+// Completed Packets as soon as the radio has relayed them (a test can hold them
+// back: `holdACL`); on air a link carries 27
 // octets per PDU until LE Set Data Length raises it (up to 251).
 //
 // A controller made with extended advertising also has the Bluetooth 5 commands:
@@ -573,9 +574,33 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     // MARK: ACL
 
+    /// ACL data the host sent while `holdACL` is on, in order: in this controller's
+    /// buffers, not yet on air, so no Number Of Completed Packets for it yet.
+    private var heldACL: [ACLDataPacket] = []
+    private var holdingACL = false
+
+    /// Keeps the ACL data the host sends in this controller's buffers (a link whose
+    /// peer has stopped acknowledging, as a controller sees it) until `releaseACL`:
+    /// the host's ACL credits run out and its senders wait. A link that ends meanwhile
+    /// takes its held packets with it, as a controller flushes a link's buffers when
+    /// it reports Disconnection Complete.
+    public func holdACL() { holdingACL = true }
+
+    /// Relays the held ACL data, in order, and stops holding.
+    public func releaseACL() {
+        holdingACL = false
+        let held = heldACL
+        heldACL = []
+        for p in held { aclNow(p) }
+    }
+
     /// Relays ACL data through the radio (on this loop, synchronously) and returns the buffer.
     private func aclNow(_ p: ACLDataPacket) {
         guard connections[p.handle] != nil, p.data.count <= Int(Self.aclLength), let radio else { return }
+        if holdingACL {
+            heldACL.append(p)
+            return
+        }
         if radio.onLoop((p, self), { $0.relay($1.0, from: $1.1) }) {
             // Number Of Completed Packets, one handle, one packet (encoded here: the
             // typed event would build its entry array and then its bytes).
@@ -701,6 +726,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     func disconnected(handle: UInt16, reason: HCIStatus) {
         connections[handle] = nil
+        heldACL.removeAll { $0.handle == handle }
         emit(.disconnectionComplete(DisconnectionComplete(connectionHandle: handle, reason: reason)))
     }
 

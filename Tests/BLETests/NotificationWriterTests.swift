@@ -7,6 +7,7 @@
 import BLETesting
 import Foundation
 import GATT
+import L2CAP
 import NIOPosix
 import Synchronization
 import Testing
@@ -255,5 +256,40 @@ import Testing
             _ = try await pair.remote.writeWithoutResponseWriter(for: rc)
         }
         await pair.room.close()
+    }
+    /// Write Commands waiting for the controller's buffers when their link ends throw
+    /// the link's end, from `write(_:to:withResponse: false)` and from a writer's
+    /// `flush` alike. The central's controller holds what its host sends, so its 8
+    /// buffers fill and the next Write Commands wait in L2CAP's queue; then the
+    /// peripheral's controller leaves the radio, and the central's reports Connection
+    /// Timeout (0x08).
+    @Test func writeCommandsWaitingForBuffersThrowTheLinksEnd() async throws {
+        let pair = try await Pair()
+        let (_, rc) = try await Self.published(pair)
+        let writer = try await pair.remote.writeWithoutResponseWriter(for: rc)
+        let l2cap = pair.room.central.l2cap, handle = pair.remote.connection.handle
+        await pair.room.centralController.holdACL()
+        let writes = Task { for i in 0..<9 { try await pair.remote.write([UInt8(i)], to: rc, withResponse: false) } }
+        // Polled: nothing tells when a packet waits for buffers.
+        #expect(await Self.queued(l2cap, handle, moreThan: 0))
+        let one = await l2cap.queuedOctets(handle: handle)
+        try await writer.send([9])
+        let flushed = Task { try await writer.flush() }
+        #expect(await Self.queued(l2cap, handle, moreThan: one))
+        await pair.room.radio.remove(pair.room.peripheralControllers[0])
+        await #expect(throws: BLEError.disconnected(reason: .connectionTimeout)) { try await writes.value }
+        await #expect(throws: BLEError.disconnected(reason: .connectionTimeout)) { try await flushed.value }
+        #expect(writer.dropped == 0)
+        await pair.room.close()
+    }
+
+    /// Whether more than `octets` wait in `handle`'s L2CAP queue within 10 s (polled).
+    static func queued(_ l2cap: L2CAPHost, _ handle: UInt16, moreThan octets: Int) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while await l2cap.queuedOctets(handle: handle) <= octets {
+            guard ContinuousClock.now < deadline else { return false }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return true
     }
 }

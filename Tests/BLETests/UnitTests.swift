@@ -17,6 +17,9 @@ struct Room {
     let central: BluetoothHost
     let peripherals: [BluetoothHost]
     let addresses: [BluetoothAddress]
+    /// The central's controller, and each peripheral's, in `peripherals`' order.
+    let centralController: VirtualController
+    let peripheralControllers: [VirtualController]
 
     /// `radio`: by default one on NIO's shared loops. `watchCentral` sees each packet
     /// between the central's host and its controller, in order per direction.
@@ -24,21 +27,23 @@ struct Room {
     init(peripherals count: Int, enhancedATT: Bool = false, radio: VirtualRadio = VirtualRadio(), extendedAdvertising: Bool = false,
          watchCentral: (@Sendable (TraceRecord) -> Void)? = nil) async throws {
         self.radio = radio
-        let controller: any HCITransport = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!,
-                                                                      extendedAdvertising: extendedAdvertising)
+        let controller = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!, extendedAdvertising: extendedAdvertising)
+        centralController = controller
         central = BluetoothHost(transport: watchCentral.map { RecordingTransport(wrapping: controller, sink: $0) } ?? controller, logger: Bench.logger)
         try await central.start()
-        var ps: [BluetoothHost] = [], addrs: [BluetoothAddress] = []
+        var ps: [BluetoothHost] = [], addrs: [BluetoothAddress] = [], controllers: [VirtualController] = []
         for i in 0..<count {
             let a = BluetoothAddress("C0:00:00:00:01:0\(i)")!
-            let h = BluetoothHost(transport: await radio.makeController(address: a, extendedAdvertising: extendedAdvertising),
-                                  logger: Bench.logger, enhancedATT: enhancedATT)
+            let c = await radio.makeController(address: a, extendedAdvertising: extendedAdvertising)
+            let h = BluetoothHost(transport: c, logger: Bench.logger, enhancedATT: enhancedATT)
             try await h.start()
             ps.append(h)
             addrs.append(a)
+            controllers.append(c)
         }
         peripherals = ps
         addresses = addrs
+        peripheralControllers = controllers
     }
 
     func close() async {
