@@ -283,6 +283,28 @@ import Testing
         await pair.room.close()
     }
 
+    /// Back-pressure, not loss: while the central's controller holds its 8 buffers, the
+    /// Write Commands after them wait in L2CAP's queue and `write` does not return;
+    /// once the controller lets go, every one reaches the peripheral, in order.
+    @Test func writeCommandsWaitForTheControllersBuffersAndAllArrive() async throws {
+        let pair = try await Pair()
+        let (c, rc) = try await Self.published(pair)
+        let events = pair.server.peripheral.events()
+        let l2cap = pair.room.central.l2cap, handle = pair.remote.connection.handle
+        await pair.room.centralController.holdACL()
+        let values = (0..<20).map { [UInt8($0)] }
+        let writes = Task { for v in values { try await pair.remote.write(v, to: rc, withResponse: false) } }
+        #expect(await Self.queued(l2cap, handle, moreThan: 0))
+        await pair.room.centralController.releaseACL()
+        try await writes.value
+        let written = await collect(events, count: values.count, within: .seconds(10)).compactMap { e -> [UInt8]? in
+            if case let .written(w, value, _) = e, w === c { return value }
+            return nil
+        }
+        #expect(written == values)
+        await pair.room.close()
+    }
+
     /// Whether more than `octets` wait in `handle`'s L2CAP queue within 10 s (polled).
     static func queued(_ l2cap: L2CAPHost, _ handle: UInt16, moreThan octets: Int) async -> Bool {
         let deadline = ContinuousClock.now + .seconds(10)
