@@ -514,6 +514,9 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads 
     try await virtualRadioNotifications(mtu: 247, payload: 244, n: 500_000 * scale)
 }
 
+// BENCH_ONLY_NOTIFY=1: part 1 alone (for a profile of it).
+if ProcessInfo.processInfo.environment["BENCH_ONLY_NOTIFY"] != nil { exit(0) }
+
 say("== 1a. the BLE facade over the virtual radio: notifications (to a callback subscription) and Write Commands (from a plain task)")
 if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
