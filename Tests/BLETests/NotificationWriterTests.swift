@@ -183,6 +183,30 @@ import Testing
         try await group.shutdownGracefully()
     }
 
+    /// A notification waiting for the controller's buffers ends when its link does:
+    /// `notify` returns without that central. The peripheral's controller holds its 8
+    /// buffers, so the 9th notification waits in L2CAP's queue; then the central's
+    /// controller leaves the radio.
+    @Test func aNotificationWaitingForBuffersEndsWithItsLink() async throws {
+        let pair = try await Pair()
+        let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
+        try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))
+        _ = try await Self.subscribed(pair, c)
+        let peripheral = pair.server.peripheral
+        let link = try #require(await pair.server.connections.first)
+        await pair.room.peripheralControllers[0].holdACL()
+        for i in 0..<8 { #expect(try await peripheral.notify(c, value: [UInt8(i)]) == [link]) }
+        let ninth = Task { try await peripheral.notify(c, value: [8]) }
+        #expect(await WriteWithoutResponseWriterTests.queued(pair.server.l2cap, link.handle, moreThan: 0))
+        await pair.room.radio.remove(pair.room.centralController)
+        let checked = Task<Void, any Error> {
+            let notified = try await ninth.value
+            #expect(notified == [])
+        }
+        #expect(await Self.ends(checked), "notify still waits after its link ended")
+        await pair.room.close()
+    }
+
     @Test func aCapacityBelowOneIsRefused() async throws {
         let pair = try await Pair()
         let c = Characteristic(uuid: uuidC, properties: [.notify], value: [0])
