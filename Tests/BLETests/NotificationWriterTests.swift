@@ -63,15 +63,20 @@ import Testing
         return await firstElement(ended, within: limit) != nil
     }
 
-    /// Returns once a sender waits for room in `writer`'s queue, or after 10 s. Polled:
-    /// the queue tells no one that a sender suspended.
-    static func aSenderWaits(_ writer: NotificationWriter) async -> Bool {
+    /// Whether `condition` holds within 10 s, checked every 5 ms: for what no one tells
+    /// (a sender suspending in a queue, a packet waiting for controller buffers).
+    static func polled(_ condition: () async -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + .seconds(10)
-        while writer.queue.waitingSenders == 0 {
+        while !(await condition()) {
             guard ContinuousClock.now < deadline else { return false }
             try? await Task.sleep(for: .milliseconds(5))
         }
         return true
+    }
+
+    /// Returns once a sender waits for room in `writer`'s queue, or after 10 s.
+    static func aSenderWaits(_ writer: NotificationWriter) async -> Bool {
+        await polled { writer.queue.waitingSenders > 0 }
     }
 
     static func subscribed(_ pair: Pair, _ c: Characteristic) async throws -> Received {
@@ -329,13 +334,8 @@ import Testing
         await pair.room.close()
     }
 
-    /// Whether more than `octets` wait in `handle`'s L2CAP queue within 10 s (polled).
+    /// Whether more than `octets` wait in `handle`'s L2CAP queue within 10 s.
     static func queued(_ l2cap: L2CAPHost, _ handle: UInt16, moreThan octets: Int) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while await l2cap.queuedOctets(handle: handle) <= octets {
-            guard ContinuousClock.now < deadline else { return false }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return true
+        await NotificationWriterTests.polled { await l2cap.queuedOctets(handle: handle) > octets }
     }
 }
