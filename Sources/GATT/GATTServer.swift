@@ -81,11 +81,14 @@ public actor GATTServer: LoopIsolated {
         public var kind: Kind
     }
     private let requestContinuation: BufferedStream<Request>.Continuation
-    /// Requests for manual handles, in arrival order. Buffer: the newest 1024 (ATT
+    /// Requests for manual handles, in arrival order. Buffer: the oldest 1024 (ATT
     /// allows one request in flight per connection, so it holds at most one per
-    /// connection plus Write Commands); drops counted; a dropped request is answered
-    /// Unlikely Error after `manualTimeout`. Never ends. Answer each with `respond(to:with:)`.
-    /// Empty once a request handler is set (`setRequestHandler`).
+    /// connection plus Write Commands); a request that finds it full is refused, counted
+    /// in `dropped`, and answered at once with Insufficient Resources (a Write Command
+    /// has no answer). Never ends by itself; once its consumer's task is cancelled, each
+    /// request is answered Unlikely Error at once instead of after `manualTimeout`.
+    /// Answer each with `respond(to:with:)`. Empty once a request handler is set
+    /// (`setRequestHandler`).
     public nonisolated let requests: BufferedStream<Request>
     /// Where requests go instead of `requests` (`setRequestHandler`).
     private var requestHandler: (@Sendable (Request) -> Void)?
@@ -96,8 +99,19 @@ public actor GATTServer: LoopIsolated {
     /// once (`respond(to:with:)`).
     public func setRequestHandler(_ handler: @escaping @Sendable (Request) -> Void) { requestHandler = handler }
 
-    private func hand(_ r: Request) {
-        if let requestHandler { requestHandler(r) } else { requestContinuation.yield(r) }
+    /// Hands `r` to the handler or the stream; the error to answer it with at once when
+    /// the stream refused it (full, or its consumer gone), nil when it was taken.
+    @discardableResult
+    private func hand(_ r: Request) -> ATTErrorCode? {
+        if let requestHandler {
+            requestHandler(r)
+            return nil
+        }
+        switch requestContinuation.yield(r) {
+        case .enqueued: return nil
+        case .dropped: return .insufficientResources
+        case .terminated: return .unlikelyError
+        }
     }
     private var manual: Set<UInt16> = []
     private var pending: [UInt64: CheckedContinuation<Result<[UInt8], ATTErrorCode>, Never>] = [:]
@@ -119,7 +133,7 @@ public actor GATTServer: LoopIsolated {
         (events, continuation) = BufferedStream<Event>.makeStream(capacity: 4096)
         self.streamsEvents = streamsEvents
         if !streamsEvents { continuation.finish() }
-        (requests, requestContinuation) = BufferedStream<Request>.makeStream(capacity: 1024)
+        (requests, requestContinuation) = BufferedStream<Request>.makeStream(capacity: 1024, keeping: .oldest)
     }
 
     /// Value handles whose reads and writes go to `requests` instead of the database:
@@ -152,7 +166,9 @@ public actor GATTServer: LoopIsolated {
         defer { timer.cancel() }
         return await withCheckedContinuation { c in
             pending[id] = c
-            hand(Request(id: id, connection: connection, handle: handle, kind: kind))
+            if let refused = hand(Request(id: id, connection: connection, handle: handle, kind: kind)) {
+                respond(to: id, with: .failure(refused))
+            }
         }
     }
 

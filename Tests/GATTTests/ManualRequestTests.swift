@@ -133,39 +133,80 @@ struct ManualRequestTests {
         #expect(try await client.read(level) == [100])
     }
 
+    /// A server with one manual value (readable, written by Write Command) on a testing
+    /// loop, serving connection 0x40 of a scripted transport: time passes only when the
+    /// test advances the loop.
+    private struct LoopRig {
+        let t = ScriptedTransport()
+        let loop = NIOAsyncTestingEventLoop()
+        let server: GATTServer
+        let handle: UInt16
+
+        init() async throws {
+            let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
+            let c = HCIController(transport: t, loop: loop, logger: logger)
+            await c.setACLBufferCount(8)
+            let host = L2CAPHost(controller: c, logger: logger)
+            await host.start()
+            var links = await host.linkEvents().makeAsyncIterator()
+            t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .peripheral, peerAddressType: .public,
+                                                                          peerAddress: BluetoothAddress("11:22:33:44:55:66")!))))
+            _ = await links.next()
+            var db = AttributeDatabase()
+            let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
+                GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read, .writeWithoutResponse], value: [7]),
+            ]))
+            handle = s.characteristicValues[0]
+            server = GATTServer(database: db, loop: loop, logger: logger)
+            await server.setManual([handle])
+            await server.attach(ATTBearer(channel: L2CAPATTChannel(host: host, handle: 0x40), logger: logger), connection: 0x40)
+        }
+
+        func acl(_ pdu: [UInt8], _ boundary: ACLPacketBoundary) -> HCIPacket {
+            .acl(ACLDataPacket(handle: 0x40, boundary: boundary, data: BasicFrame(channel: .att, payload: pdu).bytes))
+        }
+        var readRequest: HCIPacket { acl([0x0A, UInt8(handle & 0xFF), UInt8(handle >> 8)], .firstFlushable) }
+        func errorResponse(_ code: ATTErrorCode) -> HCIPacket {
+            acl([0x01, 0x0A, UInt8(handle & 0xFF), UInt8(handle >> 8), code.rawValue], .firstNonFlushable)
+        }
+    }
+
     /// The wait for the application's answer is the loop's time: on a testing loop, a
     /// Read Request nobody answers gets Unlikely Error when the loop's clock passes the
     /// 20 s default, not before, and with no wall-clock wait.
     @Test func anUnansweredRequestTimesOutOnTheLoopsClock() async throws {
-        let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
-        let t = ScriptedTransport()
-        let loop = NIOAsyncTestingEventLoop()
-        let c = HCIController(transport: t, loop: loop, logger: logger)
-        await c.setACLBufferCount(8)
-        let host = L2CAPHost(controller: c, logger: logger)
-        await host.start()
-        var links = await host.linkEvents().makeAsyncIterator()
-        t.inject(HCIEvent.le(.connectionComplete(LEConnectionComplete(connectionHandle: 0x40, role: .peripheral, peerAddressType: .public,
-                                                                      peerAddress: BluetoothAddress("11:22:33:44:55:66")!))))
-        _ = await links.next()
-        var db = AttributeDatabase()
-        let s = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [
-            GATTCharacteristic(uuid: BluetoothUUID(0xFFF1), properties: [.read], value: [7]),
-        ]))
-        let h = s.characteristicValues[0]
-        let server = GATTServer(database: db, loop: loop, logger: logger)
-        await server.setManual([h])
-        await server.attach(ATTBearer(channel: L2CAPATTChannel(host: host, handle: 0x40), logger: logger), connection: 0x40)
-        func acl(_ pdu: [UInt8], _ boundary: ACLPacketBoundary) -> HCIPacket {
-            .acl(ACLDataPacket(handle: 0x40, boundary: boundary, data: BasicFrame(channel: .att, payload: pdu).bytes))
-        }
-        var requests = server.requests.makeAsyncIterator()
-        t.inject(acl([0x0A, UInt8(h & 0xFF), UInt8(h >> 8)], .firstFlushable))
+        let rig = try await LoopRig()
+        var requests = rig.server.requests.makeAsyncIterator()
+        rig.t.inject(rig.readRequest)
         #expect(await requests.next()?.kind == .read(offset: 0))
-        await loop.advanceTime(by: .seconds(19))
-        #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
-        await loop.advanceTime(by: .seconds(1))
-        #expect(await t.nextSent() == acl([0x01, 0x0A, UInt8(h & 0xFF), UInt8(h >> 8), ATTErrorCode.unlikelyError.rawValue], .firstNonFlushable))
+        await rig.loop.advanceTime(by: .seconds(19))
+        #expect(await rig.t.nextSent(timeout: .milliseconds(50)) == nil)
+        await rig.loop.advanceTime(by: .seconds(1))
+        #expect(await rig.t.nextSent() == rig.errorResponse(.unlikelyError))
+    }
+
+    /// A request that finds `requests` full (1024 Write Commands nobody took) is
+    /// refused, counted, and answered Insufficient Resources at once, with no time
+    /// passing on the loop; the requests already buffered stay, oldest first.
+    @Test func aRequestThatFindsTheQueueFullIsAnsweredAtOnce() async throws {
+        let rig = try await LoopRig()
+        for i in 0..<1024 { rig.t.inject(rig.acl([0x52, UInt8(rig.handle & 0xFF), UInt8(rig.handle >> 8), UInt8(i & 0xFF)], .firstFlushable)) }
+        rig.t.inject(rig.readRequest)
+        #expect(await rig.t.nextSent() == rig.errorResponse(.insufficientResources))
+        #expect(rig.server.requests.dropped.count == 1)
+        var requests = rig.server.requests.makeAsyncIterator()
+        #expect(await requests.next()?.kind == .write(value: [0], withResponse: false))
+    }
+
+    /// Once the consumer of `requests` is gone (its task cancelled), nobody can answer:
+    /// a request is answered Unlikely Error at once, not after `manualTimeout`.
+    @Test func aRequestWithNoConsumerLeftIsAnsweredAtOnce() async throws {
+        let rig = try await LoopRig()
+        let consumer = Task { [server = rig.server] in for await _ in server.requests {} }
+        consumer.cancel()
+        await consumer.value
+        rig.t.inject(rig.readRequest)
+        #expect(await rig.t.nextSent() == rig.errorResponse(.unlikelyError))
     }
 }
 
