@@ -174,9 +174,57 @@ public final class InMemoryBondStore: BondStore {
     }
 }
 
-public enum BondStoreError: Error, Equatable, Sendable {
+public enum BondStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The file could not be read or written (the system's error number).
     case io(path: String, errno: Int32)
+    /// The file is not a bond file this version reads: `reason` says what and where.
     case corrupt(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case let .io(path, e):
+            return "\(path): \(String(cString: strerror(e))) (errno \(e))"
+        case let .corrupt(path, reason):
+            return "\(path) is not a bond file this version reads: \(reason); move it aside to start with no bonds"
+        }
+    }
+
+    /// What a decoding error says, for a person: the field it is about (as a path
+    /// such as `bonds[0].address`) and what was wrong there.
+    static func reason(_ error: any Error) -> String {
+        guard let e = error as? DecodingError else { return "\(error)" }
+        func at(_ path: [any CodingKey]) -> String {
+            let p = path.reduce("") { s, k in k.intValue.map { s + "[\($0)]" } ?? (s.isEmpty ? k.stringValue : s + "." + k.stringValue) }
+            return p.isEmpty ? "" : " at \(p)"
+        }
+        switch e {
+        case let .dataCorrupted(c) where c.codingPath.isEmpty:
+            return "not valid JSON" + ((c.underlyingError as NSError?).flatMap { $0.userInfo[NSDebugDescriptionErrorKey] as? String }.map { " (\($0))" } ?? "")
+        case let .dataCorrupted(c):
+            return c.debugDescription + at(c.codingPath)
+        case let .keyNotFound(k, c):
+            return "'\(k.stringValue)' is missing" + at(c.codingPath)
+        case let .typeMismatch(t, c):
+            return "expected \(Self.name(of: t))" + at(c.codingPath)
+        case let .valueNotFound(t, c):
+            return "expected \(Self.name(of: t)), found null" + at(c.codingPath)
+        @unknown default:
+            return "\(e)"
+        }
+    }
+
+    private static func name(of type: Any.Type) -> String {
+        switch type {
+        case is String.Type: return "a string"
+        case is Bool.Type: return "true or false"
+        case is Int.Type, is Int32.Type, is UInt8.Type, is UInt16.Type, is UInt32.Type, is UInt64.Type: return "a number"
+        default:
+            let n = "\(type)"
+            if n.hasPrefix("Array") { return "an array" }
+            if n.hasPrefix("Dictionary") { return "an object" }
+            return n
+        }
+    }
 }
 
 /// Bonds in one JSON file per adapter (by default
@@ -257,7 +305,7 @@ public final class FileBondStore: BondStore {
         do {
             return try JSONDecoder().decode(File.self, from: data)
         } catch {
-            throw BondStoreError.corrupt(path: path, reason: "\(error)")
+            throw BondStoreError.corrupt(path: path, reason: BondStoreError.reason(error))
         }
     }
 

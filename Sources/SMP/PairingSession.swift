@@ -74,6 +74,10 @@ public struct PairingResult: Hashable, Sendable {
     public var keys: PairingKeys
     /// Both sides asked to bond: the keys are to be stored.
     public var bonding: Bool
+    /// Why the bond could not be stored (the bond store's error), when both sides asked
+    /// to bond and the store refused it: the link is paired and encrypted, but the
+    /// bond will not outlive the link (`security.bonded` is false then). Nil otherwise.
+    public var bondNotStored: String? = nil
 }
 
 /// What a pairing session asks its runtime to do.

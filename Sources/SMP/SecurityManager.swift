@@ -652,9 +652,24 @@ public actor SecurityManager: LoopIsolated {
 
     func completed(_ result: PairingResult, handle: UInt16) {
         guard var link = links[handle] else { return }
+        var result = result
+        // The bond is stored before anyone hears of the pairing: a store that refuses
+        // it (a file that cannot be written or read) is part of the result, so a caller
+        // is not told 'bonded' of keys that will not outlive the link.
+        var stored: Bond?
+        if result.bonding {
+            let bond = self.bond(from: result, link: link, handle: handle)
+            do {
+                try store.save(bond)
+                stored = bond
+            } catch {
+                logger.error("bond not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
+                result.bondNotStored = "\(error)"
+                result.security.bonded = false
+            }
+        }
         link.session = nil
         link.security = result.security
-        link.security.bonded = result.bonding
         links[handle] = link
         backoff[link.connection.peer] = nil
         logger.info("paired", metadata: ["ble.handle": "\(handle)", "smp.method": "\(result.method)", "smp.security": "\(result.security)"])
@@ -662,34 +677,36 @@ public actor SecurityManager: LoopIsolated {
         let pairWaiters = link.pairWaiters
         links[handle]?.pairWaiters = []
         for w in pairWaiters { w.resume(returning: result) }
-        if result.bonding {
-            let identity = result.keys.peerIdentity
-            let peer = link.connection.peer, peerType = link.connection.peerType
-            var bond = Bond(address: identity?.address ?? peer, addressType: identity?.addressType ?? peerType, keys: result.keys)
-            // The link address is kept too unless it is the identity or a private one the IRK resolves.
-            if !bond.matches(peer, type: peerType) && !ResolvablePrivateAddress.isResolvable(peer) {
-                bond.linkAddresses.append(Bond.LinkAddress(address: peer, type: peerType))
-            }
-            if let old = store.bond(for: bond.address, type: bond.addressType) {
-                bond.clientConfigurations = old.clientConfigurations
-                bond.clientSupportedFeatures = old.clientSupportedFeatures
-                bond.serverDatabaseHash = old.serverDatabaseHash
-                bond.database = old.database
-                for a in old.linkAddresses where !bond.linkAddresses.contains(a) { bond.linkAddresses.append(a) }
-            }
-            // What the client set on this link before the pairing (its subscriptions) is
-            // the new bond's from the start: stored with it, not after, when the link may
-            // have ended.
-            if let record = clientRecordSource?(handle) { bond.take(record) }
-            do {
-                try store.save(bond)
-                setKeyStored(true, handle: handle)
-                emit(.bonded(bond))
-            } catch {
-                logger.error("bond not stored", metadata: ["ble.peer": "\(bond.address)", "error": "\(error)"])
-            }
+        if let stored {
+            setKeyStored(true, handle: handle)
+            emit(.bonded(stored))
         }
         resolveWaiters(handle: handle)
+    }
+
+    /// The bond a pairing that bonded makes: the peer's identity (else the link's
+    /// address), its keys, and what an earlier bond with it kept (the client's record,
+    /// the GATT layout, other link addresses).
+    private func bond(from result: PairingResult, link: Link, handle: UInt16) -> Bond {
+        let identity = result.keys.peerIdentity
+        let peer = link.connection.peer, peerType = link.connection.peerType
+        var bond = Bond(address: identity?.address ?? peer, addressType: identity?.addressType ?? peerType, keys: result.keys)
+        // The link address is kept too unless it is the identity or a private one the IRK resolves.
+        if !bond.matches(peer, type: peerType) && !ResolvablePrivateAddress.isResolvable(peer) {
+            bond.linkAddresses.append(Bond.LinkAddress(address: peer, type: peerType))
+        }
+        if let old = store.bond(for: bond.address, type: bond.addressType) {
+            bond.clientConfigurations = old.clientConfigurations
+            bond.clientSupportedFeatures = old.clientSupportedFeatures
+            bond.serverDatabaseHash = old.serverDatabaseHash
+            bond.database = old.database
+            for a in old.linkAddresses where !bond.linkAddresses.contains(a) { bond.linkAddresses.append(a) }
+        }
+        // What the client set on this link before the pairing (its subscriptions) is
+        // the new bond's from the start: stored with it, not after, when the link may
+        // have ended.
+        if let record = clientRecordSource?(handle) { bond.take(record) }
+        return bond
     }
 
     func failed(_ error: PairingError, handle: UInt16) {

@@ -131,11 +131,13 @@ extension PairingResult {
     func event(peer: String) -> [(String, JSONValue)] {
         [("event", .string("paired")), ("peer", .string(peer)), ("method", .string(method.description)),
          ("level", .string(security.level.description)), ("key_size", .int(security.keySize)), ("secure_connections", .bool(security.secureConnections)),
-         ("bonded", .bool(bonding)), ("identity", keys.peerIdentity.map { .string($0.address.description) } ?? .null)]
+         ("bonded", .bool(security.bonded)), ("identity", keys.peerIdentity.map { .string($0.address.description) } ?? .null)]
+            + (bondNotStored.map { [("bond_not_stored", .string($0))] } ?? [])
     }
 
     func text(peer: String) -> String {
         "paired with \(peer): \(method), \(security)" + (keys.peerIdentity.map { ", identity \($0.address)" } ?? "")
+            + (bondNotStored.map { "; the bond was not stored: \($0)" } ?? "")
     }
 }
 
@@ -315,7 +317,7 @@ struct Bonds: AsyncParsableCommand {
         func run() async throws {
             let store = try await Bonds.store(options, bonds)
             let list: [Bond]
-            do { list = try store.bonds() } catch { throw CLIError("\(store.path): \(error)") }
+            do { list = try store.bonds() } catch { throw CLIError("\(error)") }
             for b in list {
                 if options.json {
                     emit(.object([("event", .string("bond")), ("address", .string(b.address.description)), ("address_type", .string(b.addressType.description)),
@@ -340,7 +342,7 @@ struct Bonds: AsyncParsableCommand {
         func run() async throws {
             let store = try await Bonds.store(options, bonds)
             let removed: Bool
-            do { removed = try store.remove(address: peer.address, type: peer.type) } catch { throw CLIError("\(store.path): \(error)") }
+            do { removed = try store.remove(address: peer.address, type: peer.type) } catch { throw CLIError("\(error)") }
             guard removed else { throw CLIError("no bond with \(peer.description) in \(store.path)") }
             if options.json { emit(.object([("event", .string("removed")), ("peer", .string(peer.description))])) } else { print("removed \(peer.description)") }
         }

@@ -3,9 +3,9 @@
 // read, a notification and an indication, an unsubscription Bumble hears, and refused
 // commands that leave the session going), on the virtual radio (discovery, a floor
 // plan notified in pieces, pairing, links and which is current), a passkey typed on the
-// console for Bumble's Security Manager, a link Bumble's side ends, and notifications
-// that outrun a console nobody reads. Every line is checked against
-// docs/schemas/shell.schema.json.
+// console for Bumble's Security Manager, a link Bumble's side ends, notifications that
+// outrun a console nobody reads, and a bond file that is not one. Every line is checked
+// against docs/schemas/shell.schema.json.
 
 import BLETesting
 import Foundation
@@ -185,6 +185,30 @@ import Testing
         #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "disconnected"], "\(lines)")
         let ended = try #require(lines.last)
         #expect((ended["reason"] as? String)?.contains("0x16") == true && ended["peer"] as? String == "C0:FF:EE:00:00:01", "\(ended)")
+    }
+
+    /// A bond file that is not one (a truncated write, a hand edit): the shell still
+    /// pairs, and its `paired` line says the link is not bonded and why
+    /// (`bond_not_stored`, naming the file); `btctl bonds` on the same file exits 1 with
+    /// what is wrong and how to go on, not the decoder's dump.
+    @Test func aBondFileThatIsNotOneIsReported() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let bonds = Self.bondFile()
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        try Data("{".utf8).write(to: URL(fileURLWithPath: bonds))
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
+        shell.send("connect FireAlarm-B3")
+        shell.send("pair")
+        #expect(await Self.waitFor(shell, "paired"), "\(shell.output)")
+        let lines = try await Self.quit(shell, status: 0)
+        let paired = try #require(lines.first { $0["event"] as? String == "paired" })
+        #expect(paired["bonded"] as? Bool == false && paired["level"] as? String == "encrypted", "\(paired)")
+        #expect(paired["bond_not_stored"] as? String == "\(bonds) is not a bond file this version reads: not valid JSON; move it aside to start with no bonds",
+                "\(paired)")
+        let listed = try await BtctlPairTests.run(["bonds", "-t", "virtual", "--bonds", bonds])
+        #expect(listed.status == 1 && listed.out.isEmpty, "\(listed)")
+        #expect(listed.err.contains("\(bonds) is not a bond file this version reads: not valid JSON") && !listed.err.contains("DecodingError"), "\(listed.err)")
     }
 
     @Test func aLinkThePeerEndsIsReportedAsItEnds() async throws {

@@ -45,6 +45,26 @@ import Testing
         #expect(throws: BondStoreError.self) { try FileBondStore(path: path).bonds() }
     }
 
+    /// A file that is not a bond file is a typed error whose text says, for a person,
+    /// what is wrong and where (the field's path), names the file once, and says how to
+    /// go on; never the decoder's debug dump.
+    @Test(arguments: [
+        ("{ not json", "not valid JSON"),
+        ("[]", "expected an object"),
+        (#"{"bonds": []}"#, "'version' is missing"),
+        (#"{"version": "one", "bonds": []}"#, "expected a number at version"),
+        (#"{"version": 1, "bonds": [{"address": "zz"}]}"#, "not a Bluetooth address: zz at bonds[0].address"),
+        (#"{"version": 1, "bonds": [{}]}"#, "'address' is missing at bonds[0]"),
+    ])
+    func aCorruptFileSaysWhatAndWhere(content: String, reason: String) throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-corrupt-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data(content.utf8).write(to: URL(fileURLWithPath: path))
+        let error = try #require(throws: BondStoreError.self) { try FileBondStore(path: path).bonds() }
+        #expect(error == .corrupt(path: path, reason: reason))
+        #expect("\(error)" == "\(path) is not a bond file this version reads: \(reason); move it aside to start with no bonds")
+    }
+
     @Test func aBondRecognisesItsPeersPrivateAddresses() throws {
         // ah's example (Vol 3, Part H, D.7): IRK ec0234a3..., prand 708194 → hash 0dfbaa,
         // so the RPA is 70:81:94:0D:FB:AA. IRKs are kept least significant octet first.

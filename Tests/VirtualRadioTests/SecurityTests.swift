@@ -2,6 +2,7 @@ import BLETesting
 import HCI
 import L2CAP
 import SMP
+import Synchronization
 import Testing
 
 /// The Security Manager runtime between two of our hosts on the virtual radio:
@@ -97,6 +98,39 @@ struct SecurityTests {
         #expect(again.encrypted && again.bonded && again.secureConnections)
         #expect(await a.security.security(handle: ah).encrypted)
         _ = smp  // (frames on CID 6 go to the Security Manager's receiver, not this stream)
+    }
+
+    /// A bond store that refuses every bond, as a bond file that cannot be written does.
+    final class RefusingBondStore: BondStore {
+        struct Refused: Error, CustomStringConvertible { var description: String { "the disk is full" } }
+        func bonds() -> [Bond] { [] }
+        func save(_ bond: Bond) throws { throw Refused() }
+        func remove(address: BluetoothAddress, type: AddressType) -> Bool { false }
+        func localIdentity() -> IdentityKey? { nil }
+        func saveLocalIdentity(_ identity: IdentityKey) throws { throw Refused() }
+    }
+
+    /// Both sides bond, but the central's store refuses the bond: its pairing result
+    /// says so (`bondNotStored`, with the store's error) and the link is encrypted but
+    /// not bonded, in the result, the `paired` event and the link's security; no
+    /// `bonded` event comes. The peripheral, whose store took the bond, is bonded.
+    @Test func aBondTheStoreRefusesIsReportedNotBonded() async throws {
+        let radio = VirtualRadio()
+        let aStore = InMemoryBondStore()
+        let (a, b) = try await Self.link(radio, aStore: aStore, bStore: RefusingBondStore())
+        // Every event, as the Security Manager emits it (on the loop, before the caller resumes).
+        let seen = Mutex<[SecurityEvent]>([])
+        await b.security.addEventObserver { e in seen.withLock { $0.append(e) } }
+        let result = try await b.security.pair(handle: b.handle)
+        #expect(result.bonding && result.bondNotStored == "the disk is full")
+        #expect(result.security.encrypted && !result.security.bonded)
+        let state = await b.security.security(handle: b.handle)
+        #expect(state.encrypted && !state.bonded)
+        #expect(aStore.bonds().map(\.address) == [VirtualRadioTests.b])
+        #expect(await a.security.security(handle: a.handle).bonded)
+        let events = seen.withLock { $0 }
+        #expect(events.contains(.paired(handle: b.handle, peer: VirtualRadioTests.a, result)), "\(events)")
+        #expect(!events.contains { if case .bonded = $0 { true } else { false } }, "\(events)")
     }
 
     @Test func passkeyEntryAuthenticatesTheLink() async throws {
