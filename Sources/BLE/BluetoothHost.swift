@@ -372,7 +372,7 @@ public actor BluetoothHost: LoopIsolated {
                 case let .securityChanged(handle, state) where state.encrypted && state.bonded:
                     host.restoreBondedClient(handle)
                     host.owe { [weak host] in await host?.storeLayout(handle) }
-                case let .paired(handle, _, result) where result.bonding && result.bondNotStored == nil:
+                case let .paired(handle, _, result) where result.security.bonded:
                     host.owe { [weak host] in await host?.storeLayout(handle) }
                 default:
                     break
