@@ -127,7 +127,7 @@ let package = Package(
                                                       .product(name: "NIOEmbedded", package: "swift-nio")], swiftSettings: strict),
         .testTarget(name: "GAPTests", dependencies: ["GAP", "HCI", "BLETesting", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .testTarget(
-            name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "L2CAP", "BLETesting", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            name: "BLETests", dependencies: ["BLE", "GAP", "GATT", "HCI", "L2CAP", "BLETesting", "VirtualHCI", "Transports", "Snoop", "FireAlarm", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .testTarget(name: "GATTTests", dependencies: ["GATT", "ATT", "L2CAP", "HCI", "BLETesting", "BLECrypto", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"), .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .testTarget(name: "SnoopTests", dependencies: ["Snoop", "HCI", "BLETesting"], swiftSettings: strict),

@@ -427,7 +427,7 @@ public actor HCIController: LoopIsolated {
         case let .event(code, parameters):
             let event: HCIEvent
             do {
-                event = try HCIEvent(code: code, parameters: parameters)
+                event = Self.addressable(try HCIEvent(code: code, parameters: parameters), logger: logger)
             } catch {
                 logger.warning("malformed event ignored", metadata: ["hci.event": "\(code)", "error": "\(error)"])
                 return
@@ -437,6 +437,34 @@ public actor HCIController: LoopIsolated {
             sink?(.acl(p))
         default:
             logger.trace("packet ignored", metadata: ["hci.type": "\(packet.type)"])
+        }
+    }
+
+    /// `event`, or, for an LE (Enhanced) Connection Complete that reports success with
+    /// a handle above 0x0EFF (a controller's fault: no ACL packet can name it,
+    /// Vol 4, Part E, §5.4.2), the same event failed with Invalid HCI Command
+    /// Parameters, as Linux takes it: the connection attempt ends at once with that
+    /// status, instead of a link that could never carry data waiting out the ATT
+    /// timeout.
+    static func addressable(_ event: HCIEvent, logger: Logger) -> HCIEvent {
+        let handle: UInt16
+        switch event {
+        case let .le(.connectionComplete(c)) where c.status.isSuccess: handle = c.connectionHandle
+        case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess: handle = c.connectionHandle
+        default: return event
+        }
+        guard handle > ACLDataPacket.maximumConnectionHandle else { return event }
+        logger.error("connection complete with a handle above 0x0EFF taken as failed",
+                     metadata: ["ble.handle": "0x\(hex4(handle))", "hci.status": "\(HCIStatus.invalidCommandParameters)"])
+        switch event {
+        case var .le(.connectionComplete(c)):
+            c.status = .invalidCommandParameters
+            return .le(.connectionComplete(c))
+        case var .le(.enhancedConnectionComplete(c)):
+            c.status = .invalidCommandParameters
+            return .le(.enhancedConnectionComplete(c))
+        default:
+            return event
         }
     }
 

@@ -51,6 +51,11 @@ public struct ACLDataPacket: Hashable, Sendable {
         self.broadcast = broadcast & 0x3
         self.data = data
     }
+
+    /// The highest Connection_Handle a controller may give a link (Vol 4, Part E,
+    /// §5.4.2: 0x0000–0x0EFF; an ACL header carries 12 bits of it, and the values
+    /// above are reserved).
+    public static let maximumConnectionHandle: UInt16 = 0x0EFF
 }
 
 /// A packet between host and controller, without its H4 indicator.

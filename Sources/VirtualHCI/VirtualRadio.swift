@@ -29,7 +29,8 @@ public actor VirtualRadio: LoopIsolated {
     /// RSSI = txPower − 41 dB (at 1 m) − 10·n·log10(d), n = `pathLossExponent`.
     public var pathLossExponent = 2.0
     private var controllers: [VirtualController] = []
-    private var nextHandle: UInt16 = 0x0040
+    /// Where the search for a new link's handles starts (`linkHandles()`).
+    var nextHandle: UInt16 = 0x0040
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) var links: [Link] = []
@@ -179,8 +180,7 @@ public actor VirtualRadio: LoopIsolated {
     }
 
     private func connect(central: VirtualController, peripheral: VirtualController, via b: AirAdvertisement) async {
-        let ch = nextHandle, ph = nextHandle + 1
-        nextHandle += 2
+        guard let (ch, ph) = linkHandles() else { return }  // every handle held: no link is made
         // Each side starts with what its host suggested (LE Write Suggested Default Data Length).
         let (c, p) = (await central.suggestedDataLength, await peripheral.suggestedDataLength)
         var link = Link(central: central, centralHandle: ch, peripheral: peripheral, peripheralHandle: ph,
@@ -195,6 +195,29 @@ public actor VirtualRadio: LoopIsolated {
         await central.connected(handle: ch, role: .central, peer: (b.address, b.addressType), parameters: parameters)
         // Above 27 octets either way: the controllers run the data length update at once.
         if link.centralTx != .initial || link.peripheralTx != .initial { dataLengthChanged(link) }
+    }
+
+    /// The handles of a new link, the central's and the peripheral's: the next pair
+    /// from 0x0040 up that no link holds, back to 0x0040 after 0x0EFF (the highest a
+    /// controller may report, Vol 4, Part E, §5.4.2), so a radio that has made
+    /// thousands of links still reports handles its hosts can address; nil when every
+    /// pair is held (1,888 links). The first 1,888 links get 0x0040, 0x0042, … in turn,
+    /// the same every run.
+    func linkHandles() -> (UInt16, UInt16)? {
+        let first: UInt16 = 0x0040
+        let pairs = Int(ACLDataPacket.maximumConnectionHandle + 1 - first) / 2
+        var held = Set<UInt16>()
+        for l in links { held.insert(l.centralHandle); held.insert(l.peripheralHandle) }
+        var h = nextHandle
+        for _ in 0..<pairs {
+            if h + 1 > ACLDataPacket.maximumConnectionHandle || h < first { h = first }
+            if !held.contains(h), !held.contains(h + 1) {
+                nextHandle = h + 2
+                return (h, h + 1)
+            }
+            h += 2
+        }
+        return nil
     }
 
     /// The link `sender` knows as `handle`.
