@@ -447,21 +447,17 @@ public actor HCIController: LoopIsolated {
     /// status, instead of a link that could never carry data waiting out the ATT
     /// timeout.
     static func addressable(_ event: HCIEvent, logger: Logger) -> HCIEvent {
-        let handle: UInt16
-        switch event {
-        case let .le(.connectionComplete(c)) where c.status.isSuccess: handle = c.connectionHandle
-        case let .le(.enhancedConnectionComplete(c)) where c.status.isSuccess: handle = c.connectionHandle
-        default: return event
+        func failed(_ handle: UInt16) -> HCIStatus {
+            logger.error("connection complete with a handle above 0x0EFF taken as failed",
+                         metadata: ["ble.handle": "0x\(hex4(handle))", "hci.status": "\(HCIStatus.invalidCommandParameters)"])
+            return .invalidCommandParameters
         }
-        guard handle > ACLDataPacket.maximumConnectionHandle else { return event }
-        logger.error("connection complete with a handle above 0x0EFF taken as failed",
-                     metadata: ["ble.handle": "0x\(hex4(handle))", "hci.status": "\(HCIStatus.invalidCommandParameters)"])
         switch event {
-        case var .le(.connectionComplete(c)):
-            c.status = .invalidCommandParameters
+        case var .le(.connectionComplete(c)) where c.status.isSuccess && c.connectionHandle > ACLDataPacket.maximumConnectionHandle:
+            c.status = failed(c.connectionHandle)
             return .le(.connectionComplete(c))
-        case var .le(.enhancedConnectionComplete(c)):
-            c.status = .invalidCommandParameters
+        case var .le(.enhancedConnectionComplete(c)) where c.status.isSuccess && c.connectionHandle > ACLDataPacket.maximumConnectionHandle:
+            c.status = failed(c.connectionHandle)
             return .le(.enhancedConnectionComplete(c))
         default:
             return event

@@ -10,37 +10,16 @@ import BLE
 import BLETesting
 @testable import HCI
 import Logging
-import NIOCore
-import Synchronization
 import Testing
 @testable import VirtualHCI
 
-/// A virtual controller whose LE (Enhanced) Connection Complete events reach the host
-/// with handle 0x0F00, as a faulty controller's would; everything else as it is.
-final class HandleRaisingTransport: HCITransport {
-    let base: VirtualController
-    init(_ base: VirtualController) { self.base = base }
-
-    static func raised(_ p: HCIPacket) -> HCIPacket {
-        // Subevents 0x01, 0x0A and 0x29 put status, then the handle, first.
-        guard case .event(.leMeta, var b) = p, b.count >= 4, [0x01, 0x0A, 0x29].contains(b[0]), b[1] == 0 else { return p }
-        (b[2], b[3]) = (0x00, 0x0F)
-        return .event(code: .leMeta, parameters: b)
-    }
-
-    var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
-    func send(_ packet: HCIPacket) async throws { try await base.send(packet) }
-    func close() async { await base.close() }
-    func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
-        base.deliver(on: loop) { input in
-            guard case let .packets(packets) = input else { return receive(input) }
-            receive(.packets(packets.map(Self.raised)))
-        }
-    }
-    var preferredLoop: (any EventLoop)? { base.preferredLoop }
-    var sendsSynchronously: Bool { base.sendsSynchronously }
-    func sendNow(_ packets: [HCIPacket]) throws { try base.sendNow(packets) }
-    func sendNow(_ packet: HCIPacket) throws { try base.sendNow(packet) }
+/// What a faulty controller's LE (Enhanced) Connection Complete gives the host:
+/// handle 0x0F00; every other packet as it is.
+func raisingTheHandle(_ p: HCIPacket) -> HCIPacket {
+    // Subevents 0x01, 0x0A and 0x29 put status, then the handle, first.
+    guard case .event(.leMeta, var b) = p, b.count >= 4, [0x01, 0x0A, 0x29].contains(b[0]), b[1] == 0 else { return p }
+    (b[2], b[3]) = (0x00, 0x0F)
+    return .event(code: .leMeta, parameters: b)
 }
 
 extension VirtualRadio {
@@ -95,7 +74,7 @@ extension VirtualRadio {
     @Test func aConnectionWithAHandleNoPacketCanNameFailsAtOnce() async throws {
         let radio = VirtualRadio()
         let address = Self.peripheralAddresses[0]
-        let central = BluetoothHost(transport: HandleRaisingTransport(await radio.makeController(address: BluetoothAddress("C0:00:00:00:0D:20")!)),
+        let central = BluetoothHost(transport: InjectingTransport(await radio.makeController(address: BluetoothAddress("C0:00:00:00:0D:20")!), rewrite: raisingTheHandle),
                                     logger: Bench.logger)
         let peripheral = BluetoothHost(transport: await radio.makeController(address: address), logger: Bench.logger)
         try await central.start()

@@ -22,8 +22,11 @@ import Testing
 /// A virtual controller whose host also receives what a test injects, on the host's
 /// loop, between the controller's own packets; while `withholdsCompletedPackets`, the
 /// host gets no Number Of Completed Packets (a controller whose buffers never drain).
+/// Each packet the controller delivers reaches the host through `rewrite` (a faulty
+/// controller's changes; by default none).
 final class InjectingTransport: HCITransport {
     let base: VirtualController
+    private let rewrite: @Sendable (HCIPacket) -> HCIPacket
     private let receiver = Mutex<(@Sendable (TransportInput) -> Void)?>(nil)
     private let withholding = Mutex(false)
 
@@ -32,7 +35,10 @@ final class InjectingTransport: HCITransport {
         set { withholding.withLock { $0 = newValue } }
     }
 
-    init(_ base: VirtualController) { self.base = base }
+    init(_ base: VirtualController, rewrite: @escaping @Sendable (HCIPacket) -> HCIPacket = { $0 }) {
+        self.base = base
+        self.rewrite = rewrite
+    }
 
     var inbound: AsyncThrowingStream<HCIPacket, any Error> { base.inbound }
     func send(_ packet: HCIPacket) async throws { try await base.send(packet) }
@@ -42,10 +48,12 @@ final class InjectingTransport: HCITransport {
     }
     func deliver(on loop: any EventLoop, _ receive: @escaping @Sendable (TransportInput) -> Void) {
         receiver.withLock { $0 = receive }
+        let rewrite = self.rewrite
         base.deliver(on: loop) { [weak self] input in
-            guard case let .packets(packets) = input, self?.withholdsCompletedPackets == true else { return receive(input) }
+            guard case let .packets(packets) = input else { return receive(input) }
+            guard self?.withholdsCompletedPackets == true else { return receive(.packets(packets.map(rewrite))) }
             let kept = packets.filter { if case .event(code: .numberOfCompletedPackets, _) = $0 { false } else { true } }
-            if !kept.isEmpty { receive(.packets(kept)) }
+            if !kept.isEmpty { receive(.packets(kept.map(rewrite))) }
         }
     }
     var preferredLoop: (any EventLoop)? { base.preferredLoop }
