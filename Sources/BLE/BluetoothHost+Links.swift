@@ -180,6 +180,9 @@ extension BluetoothHost {
             // now (`paired` comes before it is).
             for handle in links.active.keys { applySigningKey(handle) }
             bondsChanged()
+        case .bondEvicted:
+            // (Its IRK leaves the resolving list; the new bond's `bonded` follows.)
+            bondsChanged()
         default:
             break
         }

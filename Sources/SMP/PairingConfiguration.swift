@@ -42,12 +42,14 @@ public struct PairingConfiguration: Hashable, Sendable {
     /// handed us over another channel. With it the OOB data flag is set and, when the
     /// spec's rules pick OOB, pairing uses it (authenticated, no prompt).
     public var oob: OOBConfiguration?
+    /// How many bonds are kept, and what a new one does once that many are stored.
+    public var bondLimit: BondLimit
 
     public init(ioCapability: IOCapability = .noInputNoOutput, bonding: Bool = true, mitm: Bool = false,
                 secureConnections: Bool = true, secureConnectionsOnly: Bool = false, maximumKeySize: UInt8 = 16,
                 minimumKeySize: UInt8 = 7, confirmJustWorks: Bool = false, keys: KeyDistribution = [.encryptionKey, .identityKey],
                 identity: IdentityKey? = nil, passkey: UInt32? = nil, deriveLinkKey: Bool = false, keypressNotifications: Bool = false,
-                oob: OOBConfiguration? = nil) {
+                oob: OOBConfiguration? = nil, bondLimit: BondLimit = BondLimit()) {
         self.ioCapability = ioCapability
         self.bonding = bonding
         self.mitm = mitm
@@ -62,6 +64,7 @@ public struct PairingConfiguration: Hashable, Sendable {
         self.deriveLinkKey = deriveLinkKey
         self.keypressNotifications = keypressNotifications
         self.oob = oob
+        self.bondLimit = bondLimit
     }
 
     /// The OOB data flag we send: for Secure Connections, whether we hold the peer's
@@ -85,5 +88,51 @@ public struct PairingConfiguration: Hashable, Sendable {
         var k = keys.intersection(.all)
         if identity == nil { k.remove(.identityKey) }
         return k
+    }
+}
+
+/// How many bonds the Security Manager keeps (Zephyr's CONFIG_BT_MAX_PAIRED, NimBLE's
+/// BLE_STORE_MAX_BONDS). Without a bound, a host that bonds with any peer (Just Works)
+/// keeps a bond for every address a peer pairs from, and a file store rewrites all of
+/// them on every change. A pairing with a peer already bonded replaces its bond and
+/// counts once.
+public struct BondLimit: Hashable, Sendable {
+    public enum WhenFull: Hashable, Sendable {
+        /// The new bond is not stored: the pairing still encrypts the link, and its
+        /// result says why the bond was not kept (`PairingResult.bondNotStored`); the
+        /// bonds stored stay (Zephyr's default).
+        case refuseNew
+        /// The bonds saved longest ago whose peers are not connected are removed to make
+        /// room (`SecurityEvent.bondEvicted`), as NimBLE's `ble_store_util_status_rr`
+        /// and Zephyr's BT_KEYS_OVERWRITE_OLDEST do. "Longest ago" is the order the
+        /// store lists its bonds in: `InMemoryBondStore` and `FileBondStore` list them
+        /// in the order they were last saved, and a bond is saved again when its
+        /// client's subscriptions, its signing counter or its GATT layout change. When
+        /// every stored bond's peer is connected, the new bond is refused.
+        case replaceOldest
+    }
+
+    /// The most bonds kept (0: none).
+    public var maximum: Int
+    public var whenFull: WhenFull
+
+    public init(maximum: Int = 1000, whenFull: WhenFull = .refuseNew) {
+        self.maximum = Swift.max(0, maximum)
+        self.whenFull = whenFull
+    }
+
+    /// The bonds to remove before `new` is stored among `stored` (empty: none), or nil
+    /// when `new` is refused. `connected` tells a bond whose peer has a link now.
+    public func room(for new: Bond, among stored: [Bond], connected: (Bond) -> Bool) -> [Bond]? {
+        if stored.contains(where: { $0.address == new.address && $0.addressType == new.addressType }) { return [] }
+        let excess = stored.count + 1 - maximum
+        guard excess > 0 else { return [] }
+        guard whenFull == .replaceOldest else { return nil }
+        var oldest: [Bond] = []
+        for b in stored where !connected(b) {
+            oldest.append(b)
+            if oldest.count == excess { return oldest }
+        }
+        return nil
     }
 }

@@ -130,6 +130,7 @@ extension SecurityManager {
         if result.bonding {
             let bond = self.bond(from: result, link: link, handle: handle)
             do {
+                try makeRoom(for: bond)
                 try store.save(bond)
                 stored = bond
             } catch {
@@ -154,6 +155,22 @@ extension SecurityManager {
         resolveWaiters(handle: handle)
     }
 
+
+    /// Within `configuration.bondLimit`: removes the bonds a new `bond` replaces, or
+    /// throws when it is refused.
+    func makeRoom(for bond: Bond) throws {
+        let limit = configuration.bondLimit
+        let stored = try store.bonds()
+        let live = links.values.map { ($0.connection.peer, $0.connection.peerType) }
+        guard let evicted = limit.room(for: bond, among: stored, connected: { b in live.contains { b.matches($0.0, type: $0.1) } }) else {
+            throw BondLimitReached(maximum: limit.maximum)
+        }
+        for old in evicted {
+            try removeBond(address: old.address, type: old.addressType)
+            logger.info("bond removed to make room", metadata: ["ble.peer": "\(old.address)", "smp.bondLimit": "\(limit.maximum)"])
+            emit(.bondEvicted(old))
+        }
+    }
 
     func failed(_ error: PairingError, handle: UInt16) {
         guard var link = links[handle] else { return }
@@ -212,4 +229,11 @@ extension SecurityManager {
         guard let b = backoff[link.connection.peer] else { return false }
         return loop.now < b.until
     }
+}
+
+/// Why a bond was not stored: the store holds `BondLimit.maximum` bonds and the limit
+/// refuses new ones (or every bond stored belongs to a connected peer).
+struct BondLimitReached: Error, CustomStringConvertible {
+    var maximum: Int
+    var description: String { "the bond store holds its limit of \(maximum) bonds (PairingConfiguration.bondLimit)" }
 }

@@ -70,6 +70,9 @@ public enum SecurityEvent: Sendable, Equatable {
     /// The link's encryption changed (pairing, a bond's key, or a refresh).
     case securityChanged(handle: UInt16, LinkSecurityState)
     case bonded(Bond)
+    /// A bond removed to make room for a new one (`BondLimit.WhenFull.replaceOldest`),
+    /// before the new one's `bonded`.
+    case bondEvicted(Bond)
     /// The peer, typing the passkey we display, pressed a key (§3.5.8).
     case keypress(handle: UInt16, KeypressType)
 }

@@ -43,6 +43,10 @@ struct PairingOptions: ParsableArguments {
     var yes = false
     @Option(help: "The smallest encryption key size accepted (7...16).")
     var minimumKeySize: UInt8 = 7
+    @Option(help: ArgumentHelp("Keep at most N bonds in the bond file (0: none). A new peer's bond beyond them is not stored unless --replace-oldest-bond.", valueName: "N"))
+    var bondLimit = BondLimit().maximum
+    @Flag(help: "When the bond file holds --bond-limit bonds, remove the one saved longest ago (of a peer not connected) to store a new one.")
+    var replaceOldestBond = false
     @Option(help: ArgumentHelp("Draw pairing's keys and nonces from a generator seeded with N instead of the system's, so the same run sends the same SMP PDUs and a recorded pairing replays (`btctl trace replay`). For tests only: the keys are predictable.", valueName: "N"))
     var randomSeed: UInt64?
 
@@ -50,6 +54,7 @@ struct PairingOptions: ParsableArguments {
         guard (7...16).contains(minimumKeySize) else { throw ValidationError("--minimum-key-size must be 7...16") }
         if let passkey, passkey > 999_999 { throw ValidationError("--passkey must be 0...999999") }
         if legacy && secureConnectionsOnly { throw ValidationError("--legacy and --secure-connections-only exclude each other") }
+        guard bondLimit >= 0 else { throw ValidationError("--bond-limit must be 0 or more") }
     }
 
     /// Refuses a `--security` level these options can never pair for: Secure
@@ -65,7 +70,8 @@ struct PairingOptions: ParsableArguments {
     /// `store`, prompts on the terminal (or as JSON events), pairing on demand.
     func securityOptions(store: AdapterBondStore, json: Bool, answers: ConsoleAnswers? = nil) -> SecurityOptions {
         var config = PairingConfiguration(ioCapability: ioCapability, bonding: bond, mitm: mitm, secureConnections: !legacy,
-                                          secureConnectionsOnly: secureConnectionsOnly, minimumKeySize: minimumKeySize)
+                                          secureConnectionsOnly: secureConnectionsOnly, minimumKeySize: minimumKeySize,
+                                          bondLimit: BondLimit(maximum: bondLimit, whenFull: replaceOldestBond ? .replaceOldest : .refuseNew))
         if signingKeys { config.keys.insert(.signingKey) }
         return SecurityOptions(pairing: config, store: store, delegate: TerminalPairingDelegate(json: json, passkey: passkey, yes: yes, answers: answers),
                                random: randomSeed.map(SecurityRandom.seeded) ?? .system)
@@ -155,6 +161,9 @@ func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text:
     case let .pairingFailed(handle, peer, error):
         return ([("event", .string("pairing_failed")), ("handle", .int(Int(handle))), ("peer", .string("\(peer)")), ("reason", .string("\(error)"))],
                 "pairing with \(peer) failed: \(error)")
+    case let .bondEvicted(b):
+        return ([("event", .string("bond_evicted")), ("address", .string(b.address.description)), ("address_type", .string(b.addressType.description))],
+                "bond with \(b.address) removed to make room for a new one (--bond-limit)")
     case let .securityChanged(handle, s) where s.encrypted:
         return ([("event", .string("secured")), ("handle", .int(Int(handle))), ("level", .string(s.level.description)),
                  ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))],

@@ -84,6 +84,14 @@ import Testing
         #expect(try await Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
         let again = try await Self.run(["bonds", "remove", identity, "--bonds", file])
         #expect(again.status != 0 && again.err.contains("no bond"), "\(again.err)")
+
+        // --bond-limit 0: the pairing encrypts, the bond is not stored and the event says why.
+        let unbonded = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
+                                           "--bond-limit", "0", "--bonds", file, "--json", "-t", rc.transportSpec])
+        #expect(unbonded.status == 0, "\(unbonded.err)")
+        #expect(unbonded.out.contains("\"bonded\":false") && unbonded.out.contains("\"bond_not_stored\":\"the bond store holds its limit of 0 bonds"), "\(unbonded.out)")
+        #expect(try await Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
+        #expect(try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--bond-limit=-1"]).err.contains("--bond-limit must be 0 or more"))
     }
 
     /// With --json the prompt is an event a program reads through a pipe and answers on

@@ -1,0 +1,88 @@
+import BLETesting
+import HCI
+import SMP
+import Synchronization
+import Testing
+
+/// `BondLimit`: a Security Manager keeps at most `maximum` bonds. A new peer's bond
+/// beyond them is refused (the pairing still encrypts, its result says why the bond was
+/// not kept) or, with `.replaceOldest`, the bonds saved longest ago whose peers are not
+/// connected make room for it.
+struct BondLimitTests {
+    static func stranger(_ n: UInt8) -> Bond {
+        Bond(address: BluetoothAddress("00:00:00:00:10:\(String(format: "%02X", n))")!, addressType: .public,
+             keys: PairingKeys(peerLTK: LongTermKey(key: Array(repeating: n, count: 16), authenticated: false, secureConnections: true)))
+    }
+
+    /// The central, whose store holds `stored` and whose limit is `limit`, pairs with a
+    /// peripheral that distributes no identity (its bond is under its link address).
+    static func pair(limit: BondLimit, stored: [Bond]) async throws -> (result: PairingResult, store: InMemoryBondStore, events: [SecurityEvent], handle: UInt16) {
+        let radio = VirtualRadio()
+        let store = InMemoryBondStore(stored)
+        let (a, b) = try await SecurityTests.link(radio, b: PairingConfiguration(bondLimit: limit), bStore: store)
+        defer { withExtendedLifetime((radio, a)) {} }
+        let seen = Mutex<[SecurityEvent]>([])
+        await b.security.addEventObserver { e in seen.withLock { $0.append(e) } }
+        let result = try await b.security.pair(handle: b.handle)
+        return (result, store, seen.withLock { $0 }, b.handle)
+    }
+
+    @Test func aNewPeersBondBeyondTheLimitIsRefusedAndTheStoredOnesStay() async throws {
+        let old = (1...3).map(Self.stranger)
+        let (result, store, events, handle) = try await Self.pair(limit: BondLimit(maximum: 3), stored: old)
+        #expect(result.bonding && result.security.encrypted && !result.security.bonded)
+        #expect(result.bondNotStored == "the bond store holds its limit of 3 bonds (PairingConfiguration.bondLimit)")
+        #expect(store.bonds() == old)
+        #expect(events.contains(.paired(handle: handle, peer: VirtualRadioTests.a, result)), "\(events)")
+        #expect(!events.contains { if case .bonded = $0 { true } else if case .bondEvicted = $0 { true } else { false } }, "\(events)")
+    }
+
+    @Test func replaceOldestRemovesTheBondSavedLongestAgoFirst() async throws {
+        let old = (1...3).map(Self.stranger)
+        let (result, store, events, _) = try await Self.pair(limit: BondLimit(maximum: 3, whenFull: .replaceOldest), stored: old)
+        #expect(result.security.bonded && result.bondNotStored == nil)
+        #expect(store.bonds().map(\.address) == [old[1].address, old[2].address, VirtualRadioTests.a])
+        let kinds = events.compactMap { e -> String? in
+            switch e {
+            case let .bondEvicted(b): return "evicted \(b.address)"
+            case let .bonded(b): return "bonded \(b.address)"
+            default: return nil
+            }
+        }
+        #expect(kinds == ["evicted \(old[0].address)", "bonded \(VirtualRadioTests.a)"])
+    }
+
+    /// A store already above the limit (the limit was lowered) comes down to it.
+    @Test func aStoreAboveALoweredLimitComesDownToIt() async throws {
+        let old = (1...4).map(Self.stranger)
+        let (result, store, _, _) = try await Self.pair(limit: BondLimit(maximum: 2, whenFull: .replaceOldest), stored: old)
+        #expect(result.security.bonded)
+        #expect(store.bonds().map(\.address) == [old[3].address, VirtualRadioTests.a])
+    }
+
+    /// The peer connected now keeps its bond (here one stored under another address,
+    /// matched by the link address it kept): with nothing else to remove, the new bond
+    /// is refused, not the live peer's taken.
+    @Test func aConnectedPeersBondIsNotRemovedToMakeRoom() async throws {
+        var live = Self.stranger(9)
+        live.linkAddresses = [Bond.LinkAddress(address: VirtualRadioTests.a, type: .public)]
+        // (The peer distributes no identity here, so its new bond is under its link address,
+        // another bond than `live`'s.)
+        let (result, store, _, _) = try await Self.pair(limit: BondLimit(maximum: 1, whenFull: .replaceOldest), stored: [live])
+        #expect(!result.security.bonded && result.bondNotStored != nil)
+        #expect(store.bonds() == [live])
+    }
+
+    @Test func aPeerAlreadyBondedIsReplacedInPlaceAndCountsOnce() {
+        let old = (1...2).map(Self.stranger)
+        let limit = BondLimit(maximum: 2)
+        var again = old[0]
+        again.keys.peerCSRK = Array(repeating: 1, count: 16)
+        #expect(limit.room(for: again, among: old, connected: { _ in false }) == [])
+        #expect(limit.room(for: Self.stranger(3), among: old, connected: { _ in false }) == nil)
+        #expect(BondLimit(maximum: 3).room(for: Self.stranger(3), among: old, connected: { _ in false }) == [])
+        #expect(BondLimit(maximum: 2, whenFull: .replaceOldest).room(for: Self.stranger(3), among: old, connected: { $0 == old[0] }) == [old[1]])
+        #expect(BondLimit(maximum: 0, whenFull: .replaceOldest).room(for: Self.stranger(3), among: [], connected: { _ in false }) == nil)
+        #expect(BondLimit(maximum: -5).maximum == 0)
+    }
+}
