@@ -112,6 +112,9 @@ let package = Package(
             dependencies: ["BenchmarkSupport", "BLE", "GAP", "HCI", "VirtualHCI", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/ScanMemoryBenchmark", swiftSettings: strict),
         .executableTarget(
+            name: "BondStoreBenchmark", dependencies: ["BenchmarkSupport", "HCI", "SMP"], path: "Benchmarks/BondStoreBenchmark",
+            swiftSettings: strict),
+        .executableTarget(
             name: "SpeedTestBenchmark",
             dependencies: ["BenchmarkSupport", "BLE", "BLETesting", .product(name: "Logging", package: "swift-log")],
             path: "Benchmarks/SpeedTestBenchmark", swiftSettings: strict),

@@ -32,6 +32,7 @@
 @_exported import struct L2CAP.LinkSecurityState
 @_exported import enum L2CAP.SecurityLevel
 @_exported import struct SMP.PairingConfiguration
+@_exported import struct SMP.BondLimit
 @_exported import struct SMP.IOCapability
 @_exported import enum SMP.PairingPrompt
 @_exported import enum SMP.PairingAnswer

@@ -231,9 +231,12 @@ public enum BondStoreError: Error, Equatable, Sendable, CustomStringConvertible 
 /// `$XDG_STATE_HOME/swift-ble/bonds-<adapter address>.json`, else
 /// `~/.local/state/swift-ble/...`), rewritten whole and atomically (a temporary file
 /// with mode 0600, fsync, rename) on every change. A missing file is an empty store.
+/// Each bond is one line of compact JSON, encoded when it is saved and kept: a change
+/// encodes the bond it changes, not every bond (with 1,000 bonds, each holding a GATT
+/// layout, encoding them all took over 100 ms on the caller's thread, the event loop).
 public final class FileBondStore: BondStore {
     public let path: String
-    private let lock = Mutex<File?>(nil)
+    private let lock = Mutex<Content?>(nil)
 
     public init(path: String) { self.path = path }
 
@@ -243,38 +246,37 @@ public final class FileBondStore: BondStore {
         return base + "/swift-ble/bonds-" + adapter.description.replacingOccurrences(of: ":", with: "") + ".json"
     }
 
-    public func bonds() throws -> [Bond] { try read().bonds }
+    public func bonds() throws -> [Bond] { try read().file.bonds }
 
-    public func localIdentity() throws -> IdentityKey? { try read().localIdentity }
+    public func localIdentity() throws -> IdentityKey? { try read().file.localIdentity }
 
     public func save(_ bond: Bond) throws {
-        try change { file in
-            file.bonds.removeAll { $0.address == bond.address && $0.addressType == bond.addressType }
-            file.bonds.append(bond)
+        try change { content in
+            _ = content.remove { $0.address == bond.address && $0.addressType == bond.addressType }
+            content.file.bonds.append(bond)
+            content.encoded.append(nil)
             return true
         }
     }
 
     public func saveLocalIdentity(_ identity: IdentityKey) throws {
-        try change { file in
-            file.localIdentity = identity
+        try change { content in
+            content.file.localIdentity = identity
             return true
         }
     }
 
     public func remove(address: BluetoothAddress, type: AddressType) throws -> Bool {
-        try change { file in
-            let before = file.bonds.count
-            file.bonds.removeAll { $0.address == address && $0.addressType.rawValue & 1 == type.rawValue & 1 }
-            return file.bonds.count != before
+        try change { content in
+            content.remove { $0.address == address && $0.addressType.rawValue & 1 == type.rawValue & 1 }
         }
     }
 
     /// The file's content (read once, then cached).
-    private func read() throws -> File {
+    private func read() throws -> Content {
         try lock.withLock { cached in
             if let cached { return cached }
-            let loaded = try load()
+            let loaded = try Content(file: load())
             cached = loaded
             return loaded
         }
@@ -282,12 +284,12 @@ public final class FileBondStore: BondStore {
 
     /// Applies `edit` to the content and rewrites the file when it says something changed.
     @discardableResult
-    private func change(_ edit: (inout File) -> Bool) throws -> Bool {
+    private func change(_ edit: (inout Content) -> Bool) throws -> Bool {
         try lock.withLock { cached in
-            var file = try cached ?? load()
-            guard edit(&file) else { return false }
-            try write(file)
-            cached = file
+            var content = try cached ?? Content(file: load())
+            guard edit(&content) else { return false }
+            try write(&content)
+            cached = content
             return true
         }
     }
@@ -297,6 +299,25 @@ public final class FileBondStore: BondStore {
         var bonds: [Bond] = []
         /// Our own IRK and identity address (absent in files from before privacy).
         var localIdentity: IdentityKey?
+    }
+
+    /// The file as decoded, with each bond's JSON as last written (nil: not encoded yet).
+    private struct Content {
+        var file: File
+        var encoded: [Data?]
+        init(file: File) {
+            self.file = file
+            self.encoded = Array(repeating: nil, count: file.bonds.count)
+        }
+
+        /// Removes the bonds `matching` picks, with their JSON; returns whether any were.
+        mutating func remove(where matching: (Bond) -> Bool) -> Bool {
+            let kept = file.bonds.indices.filter { !matching(file.bonds[$0]) }
+            guard kept.count != file.bonds.count else { return false }
+            file.bonds = kept.map { file.bonds[$0] }
+            encoded = kept.map { encoded[$0] }
+            return true
+        }
     }
 
     private func load() throws -> File {
@@ -309,10 +330,32 @@ public final class FileBondStore: BondStore {
         }
     }
 
-    private func write(_ file: File) throws {
+    /// The file's bytes: the members in key order as `JSONEncoder` sorts them, each
+    /// bond on a line of its own (encoded now if it has not been).
+    private static func bytes(_ content: inout Content) throws -> Data {
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let data = try encoder.encode(file)
+        encoder.outputFormatting = [.sortedKeys]
+        var data = Data("{\"bonds\":[".utf8)
+        for i in content.file.bonds.indices {
+            let bond: Data
+            if let e = content.encoded[i] { bond = e } else {
+                bond = try encoder.encode(content.file.bonds[i])
+                content.encoded[i] = bond
+            }
+            data.append(contentsOf: i == 0 ? [0x0A] : [0x2C, 0x0A])
+            data.append(bond)
+        }
+        data.append(contentsOf: content.file.bonds.isEmpty ? Array("]".utf8) : Array("\n]".utf8))
+        if let identity = content.file.localIdentity {
+            data.append(contentsOf: Array(",\"localIdentity\":".utf8))
+            data.append(try encoder.encode(identity))
+        }
+        data.append(contentsOf: Array(",\"version\":\(content.file.version)}\n".utf8))
+        return data
+    }
+
+    private func write(_ content: inout Content) throws {
+        let data = try Self.bytes(&content)
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
             try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

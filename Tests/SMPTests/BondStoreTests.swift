@@ -45,6 +45,37 @@ import Testing
         #expect(throws: BondStoreError.self) { try FileBondStore(path: path).bonds() }
     }
 
+    /// A file written pretty-printed (as stores before compact lines wrote it) is read;
+    /// the next change writes each bond on one line of its own, with our identity kept,
+    /// and the bond changed in place of its old line.
+    @Test func aPrettyPrintedFileIsReadAndRewrittenOneBondPerLine() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-lines-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        struct Old: Encodable { var version = 1; var bonds: [Bond]; var localIdentity: IdentityKey? }
+        let identity = IdentityKey(irk: Array(repeating: 5, count: 16), address: BluetoothAddress("00:11:22:33:44:00")!, addressType: .public)
+        let old = [Self.bond("00:11:22:33:44:55"), Self.bond("00:11:22:33:44:66", irk: Array(16..<32))]
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        try encoder.encode(Old(bonds: old, localIdentity: identity)).write(to: URL(fileURLWithPath: path))
+
+        let store = FileBondStore(path: path)
+        #expect(try store.bonds() == old && store.localIdentity() == identity)
+        var changed = old[0]
+        changed.clientConfigurations = [0x0012: 0x0001]
+        try store.save(changed)
+        try store.save(Self.bond("00:11:22:33:44:77"))
+        #expect(try store.remove(address: BluetoothAddress("00:11:22:33:44:77")!, type: .public))
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count == 4 && lines[0] == "{\"bonds\":[" && lines[3].hasPrefix("],\"localIdentity\":{") && lines[3].hasSuffix(",\"version\":1}"), "\(lines)")
+        #expect(lines[1].contains("00:11:22:33:44:66") && lines[2].contains("00:11:22:33:44:55"), "\(lines)")
+        let reopened = FileBondStore(path: path)
+        #expect(try reopened.bonds() == [old[1], changed] && reopened.localIdentity() == identity)
+        // No bonds: still a bond file.
+        for b in old { _ = try reopened.remove(address: b.address, type: .public) }
+        #expect(try FileBondStore(path: path).bonds().isEmpty && FileBondStore(path: path).localIdentity() == identity)
+        #expect(try String(contentsOfFile: path, encoding: .utf8).hasPrefix("{\"bonds\":[],"))
+    }
+
     /// A file that is not a bond file is a typed error whose text says, for a person,
     /// what is wrong and where (the field's path), names the file once, and says how to
     /// go on; never the decoder's debug dump.
