@@ -234,9 +234,13 @@ public enum BondStoreError: Error, Equatable, Sendable, CustomStringConvertible 
 /// Each bond is one line of compact JSON, encoded when it is saved and kept: a change
 /// encodes the bond it changes, not every bond (with 1,000 bonds, each holding a GATT
 /// layout, encoding them all took over 100 ms on the caller's thread, the event loop).
+/// Several processes may share the file (a daemon, and `btctl bonds remove` beside it):
+/// the content is read again whenever the file is no longer the one last read or
+/// written, and a change holds an exclusive flock(2) on the file's directory from its
+/// read to its rename, so no process's change undoes another's.
 public final class FileBondStore: BondStore {
     public let path: String
-    private let lock = Mutex<Content?>(nil)
+    private let lock = Mutex<Cached?>(nil)
 
     public init(path: String) { self.path = path }
 
@@ -272,25 +276,63 @@ public final class FileBondStore: BondStore {
         }
     }
 
-    /// The file's content (read once, then cached).
+    /// The file's content: the cached one while the file is the one it was read from or
+    /// written as, else read again (another process, `btctl bonds remove` beside a
+    /// daemon, changed or deleted it).
     private func read() throws -> Content {
         try lock.withLock { cached in
-            if let cached { return cached }
+            let now = Stamp(path)
+            if let cached, cached.stamp == now { return cached.content }
             let loaded = try Content(file: load())
-            cached = loaded
+            cached = Cached(content: loaded, stamp: now)
             return loaded
         }
     }
 
-    /// Applies `edit` to the content and rewrites the file when it says something changed.
+    /// Applies `edit` to the content and rewrites the file when it says something
+    /// changed. Holds an exclusive lock on the file's directory (flock(2)) from reading
+    /// to the rename, so two processes' changes do not undo each other.
     @discardableResult
     private func change(_ edit: (inout Content) -> Bool) throws -> Bool {
         try lock.withLock { cached in
-            var content = try cached ?? Content(file: load())
-            guard edit(&content) else { return false }
+            let directory = (path as NSString).deletingLastPathComponent
+            if !directory.isEmpty {
+                try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            }
+            let lockPath = directory.isEmpty ? "." : directory
+            let locked = open(lockPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard locked >= 0 else { throw BondStoreError.io(path: lockPath, errno: errno) }
+            defer { close(locked) }
+            while flock(locked, LOCK_EX) != 0 {
+                guard errno == EINTR else { throw BondStoreError.io(path: lockPath, errno: errno) }
+            }
+            let now = Stamp(path)
+            var content = try cached.flatMap { $0.stamp == now ? $0.content : nil } ?? Content(file: load())
+            guard edit(&content) else {
+                cached = Cached(content: content, stamp: now)
+                return false
+            }
             try write(&content)
-            cached = content
+            cached = Cached(content: content, stamp: Stamp(path))
             return true
+        }
+    }
+
+    /// What was read or written, and which file it was (nil: none).
+    private struct Cached {
+        var content: Content
+        var stamp: Stamp?
+    }
+
+    /// Which file `path` names now: a rewrite renames a new file into place, so its inode
+    /// changes with every change.
+    private struct Stamp: Equatable {
+        var device: UInt64, inode: UInt64, size: Int64, seconds: Int, nanoseconds: Int
+        init?(_ path: String) {
+            var st = stat()
+            guard stat(path, &st) == 0 else { return nil }
+            (device, inode, size) = (UInt64(st.st_dev), UInt64(st.st_ino), Int64(st.st_size))
+            (seconds, nanoseconds) = (st.st_mtim.tv_sec, st.st_mtim.tv_nsec)
         }
     }
 
@@ -354,12 +396,9 @@ public final class FileBondStore: BondStore {
         return data
     }
 
+    /// Writes `content` in place of the file (its directory made by `change`).
     private func write(_ content: inout Content) throws {
         let data = try Self.bytes(&content)
-        let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        }
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw BondStoreError.io(path: temporary, errno: errno) }

@@ -5,6 +5,7 @@
 import Foundation
 import HCI
 import SMP
+import Synchronization
 import Testing
 
 @Suite struct BondStoreTests {
@@ -74,6 +75,49 @@ import Testing
         for b in old { _ = try reopened.remove(address: b.address, type: .public) }
         #expect(try FileBondStore(path: path).bonds().isEmpty && FileBondStore(path: path).localIdentity() == identity)
         #expect(try String(contentsOfFile: path, encoding: .utf8).hasPrefix("{\"bonds\":[],"))
+    }
+
+    /// Two stores on one file, as a daemon and `btctl bonds remove` beside it are: each
+    /// reads the file again when the other has changed it, so neither's change brings
+    /// back what the other removed or drops what the other added; a file deleted under
+    /// a store is an empty store.
+    @Test func twoStoresOnOneFileSeeEachOthersChanges() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-shared-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let daemon = FileBondStore(path: path), tool = FileBondStore(path: path)
+        let x = Self.bond("00:11:22:33:44:55"), y = Self.bond("00:11:22:33:44:66"), z = Self.bond("00:11:22:33:44:77")
+        try daemon.save(x)
+        #expect(try tool.bonds() == [x])
+        #expect(try tool.remove(address: x.address, type: .public))
+        #expect(try daemon.bonds().isEmpty)
+        try daemon.save(y)
+        try tool.save(z)
+        try daemon.save(y)  // (unchanged: rewritten with z kept)
+        #expect(try FileBondStore(path: path).bonds() == [z, y])
+        #expect(try daemon.bonds() == [z, y] && tool.bonds() == [z, y])
+        try FileManager.default.removeItem(atPath: path)
+        #expect(try daemon.bonds().isEmpty)
+        try daemon.save(x)
+        #expect(try tool.bonds() == [x])
+    }
+
+    /// Two stores saving at the same time, each its own bonds: the directory lock makes
+    /// each change read what the other wrote, so every bond is in the file at the end
+    /// (without it, each rewrite dropped what the other had just added).
+    @Test func twoStoresSavingAtOnceLoseNothing() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-racing-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let stores = [FileBondStore(path: path), FileBondStore(path: path)]
+        let errors = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 2) { side in
+            for i in 0..<60 {
+                do { try stores[side].save(Self.bond(String(format: "00:11:22:33:%02X:%02X", side, i))) } catch {
+                    errors.withLock { $0.append("\(error)") }
+                }
+            }
+        }
+        #expect(errors.withLock { $0 } == [])
+        #expect(try FileBondStore(path: path).bonds().count == 120)
     }
 
     /// A file that is not a bond file is a typed error whose text says, for a person,
