@@ -98,9 +98,10 @@ public struct PairingConfiguration: Hashable, Sendable {
 /// counts once.
 public struct BondLimit: Hashable, Sendable {
     public enum WhenFull: Hashable, Sendable {
-        /// The new bond is not stored: the pairing still encrypts the link, and its
-        /// result says why the bond was not kept (`PairingResult.bondNotStored`); the
-        /// bonds stored stay (Zephyr's default).
+        /// The new bond is not stored, and a new peer's pairing asks for no bonding, so
+        /// the peer keeps no bond with us either (Vol 3, Part H, §2.3.1): the pairing
+        /// still encrypts the link, and its result says why no bond was kept
+        /// (`PairingResult.bondNotStored`); the bonds stored stay (Zephyr's default).
         case refuseNew
         /// The bonds saved longest ago whose peers are not connected are removed to make
         /// room (`SecurityEvent.bondEvicted`), as NimBLE's `ble_store_util_status_rr`

@@ -74,9 +74,11 @@ public struct PairingResult: Hashable, Sendable {
     public var keys: PairingKeys
     /// Both sides asked to bond: the keys are to be stored.
     public var bonding: Bool
-    /// Why the bond could not be stored (the bond store's error), when both sides asked
-    /// to bond and the store refused it: the link is paired and encrypted, but the
-    /// bond will not outlive the link (`security.bonded` is false then). Nil otherwise.
+    /// Why the bond could not be stored, when we wanted to bond: the bond store's error
+    /// when both sides asked to bond and the store refused it, or the bond limit's when
+    /// the store held `BondLimit.maximum` bonds and our side asked for no bonding (then
+    /// `bonding` is false, and the peer keeps no bond either). The link is paired and
+    /// encrypted, but no bond outlives it (`security.bonded` is false). Nil otherwise.
     public var bondNotStored: String? = nil
 }
 

@@ -13,13 +13,32 @@ extension SecurityManager {
 
     func beginPairing(handle: UInt16, level: SecurityLevel) {
         guard var link = links[handle], link.session == nil else { return }
-        var config = configuration
+        var config = pairingConfiguration(for: &link)
         if level >= .authenticated { config.mitm = true }
         var session = PairingSession(initiator: true, configuration: config, addresses: addresses(link), random: random)
         let actions = session.start()
         link.session = session
         links[handle] = link
         perform(actions, handle: handle)
+    }
+
+    /// What a pairing on `link` announces: `configuration`, with no bonding when the
+    /// store could not keep a new bond with this peer (`BondLimit`): both sides then
+    /// know no bond results (Vol 3, Part H, §2.3.1), instead of the peer keeping one we
+    /// do not. A peer already bonded may always pair again (its bond is replaced).
+    func pairingConfiguration(for link: inout Link) -> PairingConfiguration {
+        var config = configuration
+        link.bondingWithheld = nil
+        guard config.bonding, let stored = try? store.bonds() else { return config }
+        let peer = link.connection.peer, type = link.connection.peerType
+        guard !stored.contains(where: { $0.matches(peer, type: type) }) else { return config }
+        let live = links.values.map { ($0.connection.peer, $0.connection.peerType) }
+        let provisional = Bond(address: peer, addressType: type, keys: PairingKeys())
+        if config.bondLimit.room(for: provisional, among: stored, connected: { b in live.contains { b.matches($0.0, type: $0.1) } }) == nil {
+            config.bonding = false
+            link.bondingWithheld = "\(BondLimitReached(maximum: config.bondLimit.maximum))"
+        }
+        return config
     }
 
     /// Peripheral: asks the central to pair or encrypt (Security Request, §3.6.7),
@@ -123,6 +142,8 @@ extension SecurityManager {
     func completed(_ result: PairingResult, handle: UInt16) {
         guard var link = links[handle] else { return }
         var result = result
+        if !result.bonding, let why = link.bondingWithheld { result.bondNotStored = why }
+        link.bondingWithheld = nil
         // The bond is stored before anyone hears of the pairing: a store that refuses
         // it (a file that cannot be written or read) is part of the result, so a caller
         // is not told 'bonded' of keys that will not outlive the link.

@@ -107,6 +107,9 @@ public actor SecurityManager: LoopIsolated {
         var smpDisabled = false
         /// Central: a bond's key sent with LE Enable Encryption, until Encryption Change.
         var encryptingWith: LongTermKey?
+        /// Why the running pairing asked for no bonding though ours asks for it (the
+        /// bond store is at `BondLimit.maximum`), for its result's `bondNotStored`.
+        var bondingWithheld: String?
         var waiters: [(level: SecurityLevel, continuation: CheckedContinuation<LinkSecurityState, any Error>)] = []
         var pairWaiters: [CheckedContinuation<PairingResult, any Error>] = []
     }
@@ -329,7 +332,7 @@ public actor SecurityManager: LoopIsolated {
                 send(.pairingFailed(.repeatedAttempts), handle: handle)
                 return
             }
-            var session = PairingSession(initiator: false, configuration: configuration, addresses: addresses(link), random: random)
+            var session = PairingSession(initiator: false, configuration: pairingConfiguration(for: &link), addresses: addresses(link), random: random)
             let actions = session.receive(bytes)
             link.session = session
             links[handle] = link

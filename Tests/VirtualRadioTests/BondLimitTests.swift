@@ -16,25 +16,48 @@ struct BondLimitTests {
 
     /// The central, whose store holds `stored` and whose limit is `limit`, pairs with a
     /// peripheral that distributes no identity (its bond is under its link address).
-    static func pair(limit: BondLimit, stored: [Bond]) async throws -> (result: PairingResult, store: InMemoryBondStore, events: [SecurityEvent], handle: UInt16) {
+    /// `peerStore` is the peripheral's.
+    static func pair(limit: BondLimit, stored: [Bond], peerStore: InMemoryBondStore = InMemoryBondStore(), centralLimited: Bool = true)
+        async throws -> (result: PairingResult, store: InMemoryBondStore, events: [SecurityEvent], handle: UInt16)
+    {
         let radio = VirtualRadio()
         let store = InMemoryBondStore(stored)
-        let (a, b) = try await SecurityTests.link(radio, b: PairingConfiguration(bondLimit: limit), bStore: store)
+        let (a, b) = centralLimited
+            ? try await SecurityTests.link(radio, b: PairingConfiguration(bondLimit: limit), aStore: peerStore, bStore: store)
+            : try await SecurityTests.link(radio, a: PairingConfiguration(bondLimit: limit), aStore: store, bStore: peerStore)
         defer { withExtendedLifetime((radio, a)) {} }
+        let limited = centralLimited ? b : a
         let seen = Mutex<[SecurityEvent]>([])
-        await b.security.addEventObserver { e in seen.withLock { $0.append(e) } }
+        await limited.security.addEventObserver { e in seen.withLock { $0.append(e) } }
         let result = try await b.security.pair(handle: b.handle)
-        return (result, store, seen.withLock { $0 }, b.handle)
+        // The limited side's result (the peripheral's comes with its `paired` event).
+        let events = seen.withLock { $0 }
+        let own = centralLimited ? result : events.compactMap { e -> PairingResult? in if case let .paired(_, _, r) = e { r } else { nil } }.first ?? result
+        return (own, store, events, limited.handle)
     }
 
-    @Test func aNewPeersBondBeyondTheLimitIsRefusedAndTheStoredOnesStay() async throws {
+    /// The full side asks for no bonding in its Pairing Request (as central) or Response
+    /// (as peripheral), so the peer, which would bond, keeps no bond either.
+    @Test(arguments: [true, false]) func aNewPeersBondBeyondTheLimitIsRefusedAndTheStoredOnesStay(centralLimited: Bool) async throws {
         let old = (1...3).map(Self.stranger)
-        let (result, store, events, handle) = try await Self.pair(limit: BondLimit(maximum: 3), stored: old)
-        #expect(result.bonding && result.security.encrypted && !result.security.bonded)
+        let peerStore = InMemoryBondStore()
+        let (result, store, events, handle) = try await Self.pair(limit: BondLimit(maximum: 3), stored: old, peerStore: peerStore, centralLimited: centralLimited)
+        #expect(!result.bonding && result.security.encrypted && !result.security.bonded)
         #expect(result.bondNotStored == "the bond store holds its limit of 3 bonds (PairingConfiguration.bondLimit)")
         #expect(store.bonds() == old)
-        #expect(events.contains(.paired(handle: handle, peer: VirtualRadioTests.a, result)), "\(events)")
+        #expect(peerStore.bonds().isEmpty)
+        let peer = centralLimited ? VirtualRadioTests.a : VirtualRadioTests.b
+        #expect(events.contains(.paired(handle: handle, peer: peer, result)), "\(events)")
         #expect(!events.contains { if case .bonded = $0 { true } else if case .bondEvicted = $0 { true } else { false } }, "\(events)")
+    }
+
+    /// A peer already bonded may pair again at the limit: its bond is replaced.
+    @Test func aBondedPeerPairsAgainAtTheLimit() async throws {
+        let old = (1...2).map(Self.stranger) + [Bond(address: VirtualRadioTests.a, addressType: .public, keys: PairingKeys())]
+        let (result, store, _, _) = try await Self.pair(limit: BondLimit(maximum: 3), stored: old)
+        #expect(result.bonding && result.security.bonded && result.bondNotStored == nil)
+        #expect(store.bonds().map(\.address) == [old[0].address, old[1].address, VirtualRadioTests.a])
+        #expect(store.bonds().last?.keys.peerLTK != nil)
     }
 
     @Test func replaceOldestRemovesTheBondSavedLongestAgoFirst() async throws {
@@ -69,7 +92,9 @@ struct BondLimitTests {
         // (The peer distributes no identity here, so its new bond is under its link address,
         // another bond than `live`'s.)
         let (result, store, _, _) = try await Self.pair(limit: BondLimit(maximum: 1, whenFull: .replaceOldest), stored: [live])
-        #expect(!result.security.bonded && result.bondNotStored != nil)
+        // (The peer counts as bonded when the pairing starts, so it asks to bond; the
+        // store then refuses the new bond.)
+        #expect(result.bonding && !result.security.bonded && result.bondNotStored != nil)
         #expect(store.bonds() == [live])
     }
 
