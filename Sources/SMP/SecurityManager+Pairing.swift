@@ -32,9 +32,7 @@ extension SecurityManager {
         guard config.bonding, let stored = try? store.bonds() else { return config }
         let peer = link.connection.peer, type = link.connection.peerType
         guard !stored.contains(where: { $0.matches(peer, type: type) }) else { return config }
-        let live = links.values.map { ($0.connection.peer, $0.connection.peerType) }
-        let provisional = Bond(address: peer, addressType: type, keys: PairingKeys())
-        if config.bondLimit.room(for: provisional, among: stored, connected: { b in live.contains { b.matches($0.0, type: $0.1) } }) == nil {
+        if room(for: Bond(address: peer, addressType: type, keys: PairingKeys()), among: stored) == nil {
             config.bonding = false
             link.bondingWithheld = "\(BondLimitReached(maximum: config.bondLimit.maximum))"
         }
@@ -181,16 +179,18 @@ extension SecurityManager {
     /// throws when it is refused.
     func makeRoom(for bond: Bond) throws {
         let limit = configuration.bondLimit
-        let stored = try store.bonds()
-        let live = links.values.map { ($0.connection.peer, $0.connection.peerType) }
-        guard let evicted = limit.room(for: bond, among: stored, connected: { b in live.contains { b.matches($0.0, type: $0.1) } }) else {
-            throw BondLimitReached(maximum: limit.maximum)
-        }
+        guard let evicted = room(for: bond, among: try store.bonds()) else { throw BondLimitReached(maximum: limit.maximum) }
         for old in evicted {
             try removeBond(address: old.address, type: old.addressType)
             logger.info("bond removed to make room", metadata: ["ble.peer": "\(old.address)", "smp.bondLimit": "\(limit.maximum)"])
             emit(.bondEvicted(old))
         }
+    }
+
+    /// `BondLimit.room(for:among:connected:)` with the peers of the links up now.
+    func room(for bond: Bond, among stored: [Bond]) -> [Bond]? {
+        let live = links.values.map { ($0.connection.peer, $0.connection.peerType) }
+        return configuration.bondLimit.room(for: bond, among: stored, connected: { b in live.contains { b.matches($0.0, type: $0.1) } })
     }
 
     func failed(_ error: PairingError, handle: UInt16) {
