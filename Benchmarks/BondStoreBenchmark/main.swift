@@ -9,7 +9,8 @@
 //    loads and rewrites the whole file on every update, without fsync), with bonds
 //    holding what Bumble's hold (an LTK and an IRK).
 // Our bonds are measured twice: holding keys alone (as Bumble's), and also a GATT layout
-// of two services and two CCCD values, as a bonded client of a GATT server has.
+// of two services and two CCCD values, as a bonded client of a GATT server has. Last,
+// the time to find a bonded peer by a resolvable private address among bonds with IRKs.
 //
 //   swift build -c release --product BondStoreBenchmark
 //   .build/release/BondStoreBenchmark [--updates N]
@@ -90,6 +91,27 @@ func measure(_ name: String, n: Int, layout: Bool, save: (Bond) throws -> Void, 
     say(label("\(name), \(n) bonds") + String(format: "%8.2f ms/update  %8.2f ms cpu/update  %8d B", wall, used, size(path)))
 }
 
+/// How long finding a bonded peer by one of its resolvable private addresses takes
+/// among `n` bonds that each hold an IRK (`BondStore.bond(for:type:)`, as the Security
+/// Manager looks a peer up when its link comes, at each CCCD write it stores, at each
+/// signed write): the peer's IRK is the middle bond's, so half the IRKs are tried.
+func lookups(n: Int) throws {
+    let path = directory + "/lookups-\(n).json"
+    let store = FileBondStore(path: path)
+    for i in 0..<n {
+        var b = bond(i, layout: false)
+        b.keys.peerIdentity?.irk = (0..<16).map { UInt8(truncatingIfNeeded: i &* 31 &+ $0) }
+        try store.save(b)
+    }
+    guard let irk = try store.bonds()[n / 2].keys.peerIdentity?.irk,
+          let rpa = ResolvablePrivateAddress.generate(irk: irk, random: .seeded(1)) else { return }
+    let rounds = 200
+    let t0 = ContinuousClock.now, c0 = cpu()
+    for _ in 0..<rounds { precondition(store.bond(for: rpa, type: .random) != nil) }
+    let wall = seconds(ContinuousClock.now - t0) * 1e6 / Double(rounds), used = (cpu() - c0) * 1e6 / Double(rounds)
+    say(label("ours  : a bonded peer found by its RPA, \(n) bonds with IRKs") + String(format: "%8.1f µs/lookup  %8.1f µs cpu/lookup", wall, used))
+}
+
 for n in [100, 1000] {
     for layout in [false, true] {
         let what = layout ? "keys, GATT layout, CCCDs" : "keys"
@@ -113,4 +135,5 @@ for n in [100, 1000] {
     } else {
         say("bumble: .venv/bin/python missing (Scripts/setup.sh)")
     }
+    try lookups(n: n)
 }
