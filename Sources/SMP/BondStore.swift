@@ -179,6 +179,9 @@ public enum BondStoreError: Error, Equatable, Sendable, CustomStringConvertible 
     case io(path: String, errno: Int32)
     /// The file is not a bond file this version reads: `reason` says what and where.
     case corrupt(path: String, reason: String)
+    /// Another process kept the bond files' directory locked (`FileBondStore.lockWait`):
+    /// the change was not made.
+    case busy(path: String)
 
     public var description: String {
         switch self {
@@ -186,6 +189,8 @@ public enum BondStoreError: Error, Equatable, Sendable, CustomStringConvertible 
             return "\(path): \(String(cString: strerror(e))) (errno \(e))"
         case let .corrupt(path, reason):
             return "\(path) is not a bond file this version reads: \(reason); move it aside to start with no bonds"
+        case let .busy(path):
+            return "\(path): another process kept it locked while changing a bond file; nothing was changed"
         }
     }
 
@@ -237,12 +242,18 @@ public enum BondStoreError: Error, Equatable, Sendable, CustomStringConvertible 
 /// Several processes may share the file (a daemon, and `btctl bonds remove` beside it):
 /// the content is read again whenever the file is no longer the one last read or
 /// written, and a change holds an exclusive flock(2) on the file's directory from its
-/// read to its rename, so no process's change undoes another's.
+/// read to its rename, so no process's change undoes another's (waiting at most
+/// `lockWait` for the lock).
 public final class FileBondStore: BondStore {
     public let path: String
     private let lock = Mutex<Cached?>(nil)
 
     public init(path: String) { self.path = path }
+
+    /// The longest a change waits for another process's change to the bond files in the
+    /// same directory (each takes a few milliseconds, one fsync) before it fails with
+    /// `BondStoreError.busy`.
+    public static let lockWait: Duration = .seconds(2)
 
     /// The default file for the adapter whose public address is `adapter`.
     public static func defaultPath(adapter: BluetoothAddress, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
@@ -303,8 +314,14 @@ public final class FileBondStore: BondStore {
             let locked = open(lockPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard locked >= 0 else { throw BondStoreError.io(path: lockPath, errno: errno) }
             defer { close(locked) }
-            while flock(locked, LOCK_EX) != 0 {
-                guard errno == EINTR else { throw BondStoreError.io(path: lockPath, errno: errno) }
+            // Waited for on the caller's thread (the event loop), so for a bounded time: a
+            // process stopped while it holds the lock must not stop this one's stack.
+            var waited = Duration.zero
+            while flock(locked, LOCK_EX | LOCK_NB) != 0 {
+                guard errno == EINTR || errno == EWOULDBLOCK else { throw BondStoreError.io(path: lockPath, errno: errno) }
+                guard waited < Self.lockWait else { throw BondStoreError.busy(path: lockPath) }
+                usleep(1000)
+                waited += .milliseconds(1)
             }
             let now = Stamp(path)
             var content = try cached.flatMap { $0.stamp == now ? $0.content : nil } ?? Content(file: load())

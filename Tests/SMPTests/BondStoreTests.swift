@@ -120,6 +120,24 @@ import Testing
         #expect(try FileBondStore(path: path).bonds().count == 120)
     }
 
+    /// A process that keeps the directory locked (stopped while changing a bond file)
+    /// delays a change for `lockWait` at most: it then fails with `.busy`, changing
+    /// nothing, and the next change after the lock is let go goes through.
+    @Test func aChangeWaitsForALockedDirectoryOnlySoLong() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-locked-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = FileBondStore(path: dir + "/bonds.json")
+        try store.save(Self.bond("00:11:22:33:44:55"))
+        let holder = open(dir, O_RDONLY | O_DIRECTORY)
+        #expect(holder >= 0 && flock(holder, LOCK_EX) == 0)
+        #expect(throws: BondStoreError.busy(path: dir)) { try store.save(Self.bond("00:11:22:33:44:66")) }
+        #expect(try FileBondStore(path: dir + "/bonds.json").bonds().count == 1)
+        close(holder)
+        try store.save(Self.bond("00:11:22:33:44:66"))
+        #expect(try FileBondStore(path: dir + "/bonds.json").bonds().count == 2)
+    }
+
     /// A file that is not a bond file is a typed error whose text says, for a person,
     /// what is wrong and where (the field's path), names the file once, and says how to
     /// go on; never the decoder's debug dump.
