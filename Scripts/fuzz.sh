@@ -38,7 +38,7 @@ for f in Sources/GATT/AttributeDatabase.swift Sources/GATT/GATTServerState.swift
   sed '/^import ATT$/d' "$f" > "$out/src/$(basename "$f")"
   gattserver="$gattserver $out/src/$(basename "$f")"
 done
-smp="Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift Sources/SMP/PairingConfiguration.swift Sources/SMP/OOB.swift"
+smp="Sources/SMP/PairingMethod.swift Sources/SMP/Keys.swift Sources/SMP/PairingSession.swift Sources/SMP/PairingConfiguration.swift Sources/SMP/OOB.swift Sources/SMP/Bond.swift Sources/SMP/Privacy.swift"
 debug=$(swift build --show-bin-path 2>/dev/null || echo .build/debug)
 crypto_objects() {
   find "$debug"/{BLECrypto,Crypto,_CryptoExtras,CCryptoBoringSSL,CCryptoBoringSSLShims,CryptoBoringWrapper,SwiftASN1}.build -name '*.o' 2>/dev/null
