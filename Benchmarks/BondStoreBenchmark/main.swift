@@ -61,7 +61,7 @@ final class WholeFileStore {
     var bonds: [Bond]
     init(path: String, bonds: [Bond]) { self.path = path; self.bonds = bonds }
     func save(_ bond: Bond) throws {
-        bonds.removeAll { $0.address == bond.address && $0.addressType == bond.addressType }
+        bonds.removeAll { $0.isEntry(of: bond) }
         bonds.append(bond)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]

@@ -65,6 +65,10 @@ public struct Bond: Hashable, Sendable, Codable, CustomStringConvertible {
         return "\(address) (\(addressType)) keys: \(held.joined(separator: ", "))\(security.map { ", \($0.level)" } ?? "")"
     }
 
+    /// Whether `other` is stored in this bond's place: the same address and address
+    /// type, what a store's `save` replaces (and what `BondLimit` counts once).
+    public func isEntry(of other: Bond) -> Bool { address == other.address && addressType == other.addressType }
+
     /// Whether `address` is this bond's peer: its identity or link address, or a
     /// resolvable private address its IRK resolves.
     public func matches(_ address: BluetoothAddress, type: AddressType) -> Bool {

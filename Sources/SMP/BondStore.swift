@@ -38,7 +38,7 @@ public final class InMemoryBondStore: BondStore {
     public func bonds() -> [Bond] { state.withLock { $0 } }
     public func save(_ bond: Bond) {
         state.withLock { list in
-            list.removeAll { $0.address == bond.address && $0.addressType == bond.addressType }
+            list.removeAll { $0.isEntry(of: bond) }
             list.append(bond)
         }
     }
@@ -144,7 +144,7 @@ public final class FileBondStore: BondStore {
 
     public func save(_ bond: Bond) throws {
         try change { content in
-            _ = content.remove { $0.address == bond.address && $0.addressType == bond.addressType }
+            _ = content.remove { $0.isEntry(of: bond) }
             content.file.bonds.append(bond)
             content.encoded.append(nil)
             return true
@@ -169,12 +169,17 @@ public final class FileBondStore: BondStore {
     /// daemon, changed or deleted it).
     private func read() throws -> Content {
         try lock.withLock { cached in
-            let now = Stamp(path)
-            if let cached, cached.stamp == now { return cached.content }
-            let loaded = try Content(file: load())
-            cached = Cached(content: loaded, stamp: now)
-            return loaded
+            let now = try current(cached)
+            cached = now
+            return now.content
         }
+    }
+
+    /// `cached` while the file is still the one it came from, else the file read again.
+    private func current(_ cached: Cached?) throws -> Cached {
+        let now = Stamp(path)
+        if let cached, cached.stamp == now { return cached }
+        return Cached(content: try Content(file: load()), stamp: now)
     }
 
     /// Applies `edit` to the content and rewrites the file when it says something
@@ -200,14 +205,14 @@ public final class FileBondStore: BondStore {
                 usleep(1000)
                 waited += .milliseconds(1)
             }
-            let now = Stamp(path)
-            var content = try cached.flatMap { $0.stamp == now ? $0.content : nil } ?? Content(file: load())
-            guard edit(&content) else {
-                cached = Cached(content: content, stamp: now)
+            var now = try current(cached)
+            guard edit(&now.content) else {
+                cached = now
                 return false
             }
-            try write(&content)
-            cached = Cached(content: content, stamp: Stamp(path))
+            try write(&now.content)
+            now.stamp = Stamp(path)
+            cached = now
             return true
         }
     }

@@ -125,7 +125,7 @@ public struct BondLimit: Hashable, Sendable {
     /// The bonds to remove before `new` is stored among `stored` (empty: none), or nil
     /// when `new` is refused. `connected` tells a bond whose peer has a link now.
     public func room(for new: Bond, among stored: [Bond], connected: (Bond) -> Bool) -> [Bond]? {
-        if stored.contains(where: { $0.address == new.address && $0.addressType == new.addressType }) { return [] }
+        if stored.contains(where: { $0.isEntry(of: new) }) { return [] }
         let excess = stored.count + 1 - maximum
         guard excess > 0 else { return [] }
         guard whenFull == .replaceOldest else { return nil }
