@@ -127,29 +127,48 @@ extension SecurityManager {
         return key.security.level >= level ? key : nil
     }
 
-    /// The bond a pairing that bonded makes: the peer's identity (else the link's
-    /// address), its keys, and what an earlier bond with it kept (the client's record,
-    /// the GATT layout, other link addresses).
-    func bond(from result: PairingResult, link: Link, handle: UInt16) -> Bond {
-        let identity = result.keys.peerIdentity
+    /// The bond a pairing that bonded makes, and the peer's earlier bonds stored in
+    /// other places that it replaces (one peer, one bond). The bond is under the
+    /// peer's identity, else the place of its earlier bond, else the link's address.
+    /// A peer that distributes no identity this time keeps the one its earlier bond
+    /// held: the IRK found it on this link, and without it the bond would no longer
+    /// be found from the peer's next private address (BlueZ keeps the IRK too). The
+    /// bond also keeps what the earlier ones held (the client's record, the GATT
+    /// layout, other link addresses).
+    func bond(from result: PairingResult, link: Link, handle: UInt16) -> (bond: Bond, replacing: [Bond]) {
         let peer = link.connection.peer, peerType = link.connection.peerType
-        var bond = Bond(address: identity?.address ?? peer, addressType: identity?.addressType ?? peerType, keys: result.keys)
+        // By the address the link was made with: an identity, a link address, or a
+        // private address an earlier bond's IRK resolves.
+        let earlier = store.bond(for: peer, type: peerType)
+        var keys = result.keys
+        if keys.peerIdentity == nil { keys.peerIdentity = earlier?.keys.peerIdentity }
+        let place = keys.peerIdentity.map { ($0.address, $0.addressType) } ?? earlier.map { ($0.address, $0.addressType) } ?? (peer, peerType)
+        var bond = Bond(address: place.0, addressType: place.1, keys: keys)
         // The link address is kept too unless it is the identity or a private one the IRK resolves.
         if !bond.matches(peer, type: peerType) && !ResolvablePrivateAddress.isResolvable(peer) {
             bond.linkAddresses.append(Bond.LinkAddress(address: peer, type: peerType))
         }
-        if let old = store.bond(for: bond.address, type: bond.addressType) {
+        var olds: [Bond] = []
+        for old in [earlier, store.bond(for: bond.address, type: bond.addressType)] {
+            if let old, !olds.contains(where: { $0.isEntry(of: old) }) { olds.append(old) }
+        }
+        if let old = olds.first {
             bond.clientConfigurations = old.clientConfigurations
             bond.clientSupportedFeatures = old.clientSupportedFeatures
             bond.serverDatabaseHash = old.serverDatabaseHash
             bond.database = old.database
-            for a in old.linkAddresses where !bond.linkAddresses.contains(a) { bond.linkAddresses.append(a) }
+        }
+        for old in olds {
+            let addresses = [Bond.LinkAddress(address: old.address, type: old.addressType)] + old.linkAddresses
+            for a in addresses where !bond.matches(a.address, type: a.type) && !ResolvablePrivateAddress.isResolvable(a.address) {
+                bond.linkAddresses.append(a)
+            }
         }
         // What the client set on this link before the pairing (its subscriptions) is
         // the new bond's from the start: stored with it, not after, when the link may
         // have ended.
         if let record = clientRecordSource?(handle) { bond.take(record) }
-        return bond
+        return (bond, olds.filter { !$0.isEntry(of: bond) })
     }
 
     /// What a local GATT server holds for the client on a link, as a bond keeps it.

@@ -147,8 +147,14 @@ extension SecurityManager {
         // is not told 'bonded' of keys that will not outlive the link.
         var stored: Bond?
         if result.bonding {
-            let bond = self.bond(from: result, link: link, handle: handle)
+            let (bond, replacing) = self.bond(from: result, link: link, handle: handle)
             do {
+                // The peer's earlier bonds in other places go first (their keys are
+                // spent: the peer holds the new ones), so they make no count at the limit.
+                for old in replacing {
+                    try removeBond(address: old.address, type: old.addressType)
+                    logger.info("bond replaced", metadata: ["ble.peer": "\(old.address)", "ble.identity": "\(bond.address)"])
+                }
                 try makeRoom(for: bond)
                 try store.save(bond)
                 stored = bond

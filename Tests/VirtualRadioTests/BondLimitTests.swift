@@ -83,19 +83,19 @@ struct BondLimitTests {
         #expect(store.bonds().map(\.address) == [old[3].address, VirtualRadioTests.a])
     }
 
-    /// The peer connected now keeps its bond (here one stored under another address,
-    /// matched by the link address it kept): with nothing else to remove, the new bond
-    /// is refused, not the live peer's taken.
-    @Test func aConnectedPeersBondIsNotRemovedToMakeRoom() async throws {
+    /// A peer whose bond is stored under another address (matched by the link address
+    /// it kept) pairs again at the limit: its new bond takes that bond's place, so it
+    /// counts once and nothing is refused or removed to make room. (Before, the new bond
+    /// went under the link address, a second bond for one peer, and the limit refused it.)
+    @Test func aPeerBondedUnderAnotherAddressPairsAgainInItsPlace() async throws {
         var live = Self.stranger(9)
         live.linkAddresses = [Bond.LinkAddress(address: VirtualRadioTests.a, type: .public)]
-        // (The peer distributes no identity here, so its new bond is under its link address,
-        // another bond than `live`'s.)
-        let (result, store, _, _) = try await Self.pair(limit: BondLimit(maximum: 1, whenFull: .replaceOldest), stored: [live])
-        // (The peer counts as bonded when the pairing starts, so it asks to bond; the
-        // store then refuses the new bond.)
-        #expect(result.bonding && !result.security.bonded && result.bondNotStored != nil)
-        #expect(store.bonds() == [live])
+        let (result, store, events, _) = try await Self.pair(limit: BondLimit(maximum: 1), stored: [live])
+        #expect(result.bonding && result.security.bonded && result.bondNotStored == nil)
+        #expect(store.bonds().map(\.address) == [live.address])
+        #expect(store.bonds().first?.linkAddresses == live.linkAddresses)
+        #expect(store.bonds().first?.keys.peerLTK != live.keys.peerLTK)
+        #expect(!events.contains { if case .bondEvicted = $0 { true } else { false } }, "\(events)")
     }
 
     @Test func aPeerAlreadyBondedIsReplacedInPlaceAndCountsOnce() {

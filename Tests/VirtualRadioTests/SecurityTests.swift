@@ -178,6 +178,55 @@ struct SecurityTests {
         }
     }
 
+    /// A peer that pairs again keeps one bond. Here the peripheral bonded before with
+    /// an identity (0A is one of its link addresses) and distributes none this time:
+    /// the new keys go in its identity's place, and the identity key stays, so the
+    /// peer's private addresses still find the bond. Before, a second bond came under
+    /// the link address beside the first.
+    @Test func aPeerPairingAgainWithoutItsIdentityKeepsItsOneBond() async throws {
+        let radio = VirtualRadio()
+        let identity = IdentityKey(irk: Array(1...16), address: BluetoothAddress("00:00:00:00:00:99")!, addressType: .public)
+        let stale = LongTermKey(key: Array(repeating: 7, count: 16), authenticated: false, secureConnections: true)
+        var earlier = Bond(address: identity.address, addressType: .public, keys: PairingKeys(peerLTK: stale, peerIdentity: identity),
+                           linkAddresses: [Bond.LinkAddress(address: VirtualRadioTests.a, type: .public)])
+        earlier.serverDatabaseHash = Array(repeating: 0xAB, count: 16)
+        let bStore = InMemoryBondStore([earlier])
+        let (a, b) = try await Self.link(radio, bStore: bStore)
+        defer { withExtendedLifetime((radio, a)) {} }
+        let result = try await b.security.pair(handle: b.handle)
+        #expect(result.security.bonded && result.keys.peerIdentity == nil)
+        let bonds = bStore.bonds()
+        #expect(bonds.count == 1, "\(bonds)")
+        #expect(bonds.first?.address == identity.address && bonds.first?.keys.peerIdentity == identity)
+        #expect(bonds.first?.keys.peerLTK != nil && bonds.first?.keys.peerLTK != stale)
+        #expect(bonds.first?.linkAddresses == [Bond.LinkAddress(address: VirtualRadioTests.a, type: .public)])
+        #expect(bonds.first?.serverDatabaseHash == earlier.serverDatabaseHash)
+    }
+
+    /// The other way round: the peer bonded under its link address (no identity then)
+    /// and distributes an identity now. Its bond moves to the identity, the link address
+    /// one of its addresses; the old place is gone.
+    @Test func aPeerPairingAgainWithAnIdentityMovesItsBondThere() async throws {
+        let radio = VirtualRadio()
+        let identity = IdentityKey(irk: Array(1...16), address: BluetoothAddress("00:00:00:00:00:99")!, addressType: .public)
+        let earlier = Bond(address: VirtualRadioTests.a, addressType: .public,
+                           keys: PairingKeys(peerLTK: LongTermKey(key: Array(repeating: 7, count: 16), authenticated: false, secureConnections: true)))
+        let bStore = InMemoryBondStore([earlier])
+        let (a, b) = try await Self.link(radio, a: PairingConfiguration(identity: identity), bStore: bStore)
+        defer { withExtendedLifetime((radio, a)) {} }
+        let seen = Mutex<[SecurityEvent]>([])
+        await b.security.addEventObserver { e in seen.withLock { $0.append(e) } }
+        let result = try await b.security.pair(handle: b.handle)
+        #expect(result.security.bonded && result.keys.peerIdentity == identity)
+        let bonds = bStore.bonds()
+        #expect(bonds.map(\.address) == [identity.address], "\(bonds)")
+        #expect(bonds.first?.linkAddresses == [Bond.LinkAddress(address: VirtualRadioTests.a, type: .public)])
+        // The link knows its key is stored (the replaced bond's removal did not clear it).
+        #expect(await b.security.hasStoredKey(handle: b.handle))
+        let bonded = seen.withLock { $0 }.compactMap { e -> Bond? in if case let .bonded(bond) = e { bond } else { nil } }
+        #expect(bonded.map(\.address) == [identity.address])
+    }
+
     @Test func aForgottenBondOnThePeripheralMakesTheCentralPairAgain() async throws {
         let radio = VirtualRadio()
         let aStore = InMemoryBondStore(), bStore = InMemoryBondStore()
