@@ -670,9 +670,9 @@ public actor BluetoothHost: LoopIsolated {
         case let .le(.enhancedConnectionComplete(c)) where c.status == .advertisingTimeout:
             directedAdvertisingTimedOut()
         case let .le(.connectionComplete(c)) where !c.status.isSuccess:
-            connectFailed(c.peerAddress, c.status)
+            connectFailed(c.peerAddress, c.status, role: c.role)
         case let .le(.enhancedConnectionComplete(c)) where !c.status.isSuccess:
-            connectFailed(c.peerAddress, c.status)
+            connectFailed(c.peerAddress, c.status, role: c.role)
         case let .le(.advertisingSetTerminated(t)):
             guard usesExtendedCommands else { break }
             if t.status.isSuccess {
@@ -727,7 +727,15 @@ public actor BluetoothHost: LoopIsolated {
         for i in centralState.draining.indices { offer(&centralState.draining[i].subscriber) }
     }
 
-    func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus) {
+    func connectFailed(_ peer: BluetoothAddress, _ status: HCIStatus, role: ConnectionRole) {
+        // A link the controller failed to make as peripheral (a central's attempt to
+        // reach our advertising) is no attempt of ours. A controller that clears a failed
+        // event's fields (Zephyr's does) says central, so only a stated peripheral role
+        // is set aside.
+        guard role == .central else {
+            logger.debug("a connection as peripheral failed", metadata: ["ble.peer": "\(peer)", "hci.status": "\(status)"])
+            return
+        }
         // Unknown Connection Identifier follows our own LE Create Connection Cancel: the
         // end of an attempt abandoned before, not of the one that may be under way now.
         if status == .unknownConnectionIdentifier, centralState.cancelsOwed > 0 {

@@ -28,6 +28,9 @@ public struct HCIStatus: RawRepresentable, Hashable, Sendable, CustomStringConve
     public static let connectionTerminatedDueToMICFailure = HCIStatus(rawValue: 0x3D)
     /// Advertising Timeout: an advertising set's Duration elapsed (§7.7.65.18).
     public static let advertisingTimeout = HCIStatus(rawValue: 0x3C)
+    /// Connection Failed to be Established: the link's first packets went unanswered
+    /// (Vol 6, Part B, §4.5.2).
+    public static let connectionFailedToBeEstablished = HCIStatus(rawValue: 0x3E)
     public static let unknownAdvertisingIdentifier = HCIStatus(rawValue: 0x42)
     /// Limit Reached: an advertising set sent its Max_Extended_Advertising_Events (§7.7.65.18).
     public static let limitReached = HCIStatus(rawValue: 0x43)

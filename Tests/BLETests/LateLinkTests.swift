@@ -116,4 +116,30 @@ import Testing
                                        parameters: LEConnectionParameters())
         #expect(link.handle == 0x0777 && link.peer == identity.address)
     }
+    /// A host that connects and advertises at once: an LE Connection Complete that
+    /// failed in the peripheral role (here Connection Failed to be Established) is not
+    /// the connect's, which goes on until its own time runs out. One in the central role
+    /// ends it, naming the controller's status. (Before, any failed LE Connection
+    /// Complete ended the connect.)
+    @Test(arguments: [ConnectionRole.peripheral, .central])
+    func aFailedConnectionCompleteEndsTheConnectOnlyInTheCentralRole(role: ConnectionRole) async throws {
+        let (radio, t, host) = try await rig()
+        defer { Task { await host.close(); _ = radio } }
+        let failed = HCIEvent.le(.connectionComplete(LEConnectionComplete(status: .connectionFailedToBeEstablished, connectionHandle: 0, role: role,
+                                                                        peerAddressType: .public, peerAddress: Self.nobody)))
+        t.intercept { packet in
+            guard case let .command(op, _) = packet, op == .leCreateConnection else { return nil }
+            return .init(after: [failed])
+        }
+        do {
+            _ = try await host.central.connect(to: Self.nobody, within: .milliseconds(300))
+            Issue.record("the connect to nobody succeeded")
+        } catch let e as BLEError {
+            switch (role, e) {
+            case (.peripheral, .connectionTimeout): break
+            case (.central, .connectionFailed(Self.nobody, .connectionFailedToBeEstablished)): break
+            default: Issue.record("\(role): \(e)")
+            }
+        }
+    }
 }
