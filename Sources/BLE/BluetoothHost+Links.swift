@@ -183,6 +183,11 @@ extension BluetoothHost {
         case .bondEvicted:
             // (Its IRK leaves the resolving list; the new bond's `bonded` follows.)
             bondsChanged()
+        case .bondsChangedElsewhere:
+            // Another program removed, added or changed bonds in the shared file: the
+            // signing keys, the resolving list and the resolved addresses follow it.
+            for handle in links.active.keys { applySigningKey(handle) }
+            bondsChanged()
         default:
             break
         }

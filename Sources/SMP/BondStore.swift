@@ -19,9 +19,18 @@ public protocol BondStore: Sendable {
     /// must outlive the process as long as they do. Nil until privacy first needs one.
     func localIdentity() throws -> IdentityKey?
     func saveLocalIdentity(_ identity: IdentityKey) throws
+    /// How many times, looking now, this store found its bonds changed by someone
+    /// else (another process rewriting a shared file: `btctl bonds remove` beside a
+    /// daemon); nil for a store nobody else changes. A Security Manager asks every
+    /// `SecurityManager.storeCheckInterval` and, when the count moved, brings what it
+    /// derived from the bonds in line (`SecurityEvent.bondsChangedElsewhere`).
+    func changesByOthers() -> UInt64?
 }
 
 extension BondStore {
+    /// Nobody else changes this store.
+    public func changesByOthers() -> UInt64? { nil }
+
     /// The bond whose peer is `address` (identity, link address or resolved RPA).
     public func bond(for address: BluetoothAddress, type: AddressType) -> Bond? {
         (try? bonds())?.first { $0.matches(address, type: type) }
@@ -175,11 +184,27 @@ public final class FileBondStore: BondStore {
         }
     }
 
-    /// `cached` while the file is still the one it came from, else the file read again.
+    /// `cached` while the file is still the one it came from, else the file read again
+    /// (and, when its bonds or identity differ from the cached ones, one more change by
+    /// someone else counted).
     private func current(_ cached: Cached?) throws -> Cached {
         let now = Stamp(path)
         if let cached, cached.stamp == now { return cached }
-        return Cached(content: try Content(file: load()), stamp: now)
+        var fresh = Cached(content: try Content(file: load()), stamp: now)
+        if let cached {
+            let same = cached.content.file.bonds == fresh.content.file.bonds && cached.content.file.localIdentity == fresh.content.file.localIdentity
+            fresh.changesByOthers = cached.changesByOthers &+ (same ? 0 : 1)
+        }
+        return fresh
+    }
+
+    /// Reads the file again if another process rewrote it since (one stat(2) when not).
+    /// A file that cannot be read now counts nothing; the next look tries again.
+    public func changesByOthers() -> UInt64? {
+        lock.withLock { cached in
+            if let now = try? current(cached) { cached = now }
+            return cached?.changesByOthers ?? 0
+        }
     }
 
     /// Applies `edit` to the content and rewrites the file when it says something
@@ -221,6 +246,8 @@ public final class FileBondStore: BondStore {
     private struct Cached {
         var content: Content
         var stamp: Stamp?
+        /// Re-reads that found other bonds than the ones held (`changesByOthers`).
+        var changesByOthers: UInt64 = 0
     }
 
     /// Which file `path` names now: a rewrite renames a new file into place, so its inode

@@ -75,6 +75,9 @@ public enum SecurityEvent: Sendable, Equatable {
     case bondEvicted(Bond)
     /// The peer, typing the passkey we display, pressed a key (§3.5.8).
     case keypress(handle: UInt16, KeypressType)
+    /// Another program changed the bonds (`BondStore.changesByOthers`): each link's
+    /// "key stored" is looked up again; the facade brings its resolving list in line.
+    case bondsChangedElsewhere
 }
 
 public actor SecurityManager: LoopIsolated {
@@ -132,12 +135,18 @@ public actor SecurityManager: LoopIsolated {
     private var started = false
     /// The transport ended: every link has gone and the event streams are finished.
     private var closed = false
+    /// How often the store is asked whether another program changed it.
+    public nonisolated let storeCheckInterval: Duration
+    /// `store.changesByOthers()` when last asked.
+    private var othersChangesSeen: UInt64?
+    private var storeCheck: LoopTimer?
 
     public init(l2cap: L2CAPHost, configuration: PairingConfiguration = PairingConfiguration(), store: any BondStore = InMemoryBondStore(),
                 delegate: any PairingDelegate = AutomaticPairingDelegate(), random: SecurityRandom = .system,
-                timeout: Duration = .seconds(30), logger: Logger) {
+                timeout: Duration = .seconds(30), storeCheckInterval: Duration = .seconds(1), logger: Logger) {
         self.l2cap = l2cap
         self.timeout = timeout
+        self.storeCheckInterval = storeCheckInterval
         self.configuration = configuration
         self.store = store
         self.delegate = delegate
@@ -152,6 +161,27 @@ public actor SecurityManager: LoopIsolated {
         await l2cap.addEventObserver { [weak self] e in self?.onLoop(e) { $0.event($1) } }
         await l2cap.addCloseObserver { [weak self] in self?.onLoop { $0.transportClosed() } }
         for c in await l2cap.currentConnections { attach(c) }
+        othersChangesSeen = store.changesByOthers()
+        if othersChangesSeen != nil { scheduleStoreCheck() }
+    }
+
+    /// A store another program may change is asked every `storeCheckInterval` (one
+    /// stat(2) of a bond file) until the transport ends.
+    private func scheduleStoreCheck() {
+        storeCheck = LoopTimer(after: storeCheckInterval, on: loop) { [weak self] in self?.onLoop { $0.checkStore() } }
+    }
+
+    /// When another program changed the bonds since the last look: each link's "key
+    /// stored" follows the store again, and `bondsChangedElsewhere` is emitted.
+    func checkStore() {
+        guard !closed else { return }
+        defer { scheduleStoreCheck() }
+        let now = store.changesByOthers()
+        guard now != othersChangesSeen else { return }
+        othersChangesSeen = now
+        logger.info("bonds changed by another program")
+        for (h, link) in links { setKeyStored(bondKey(for: link, level: .encrypted) != nil, handle: h) }
+        emit(.bondsChangedElsewhere)
     }
 
     /// Security events (prompts, pairings, encryption changes, new bonds), in order.
@@ -286,6 +316,8 @@ public actor SecurityManager: LoopIsolated {
     /// detached it): the event streams finish.
     func transportClosed() {
         closed = true
+        storeCheck?.cancel()
+        storeCheck = nil
         for h in Array(links.keys) { detach(handle: h) }
         let ending = continuations
         continuations.removeAll()

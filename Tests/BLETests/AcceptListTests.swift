@@ -9,6 +9,7 @@
 
 @testable import BLE
 import BLETesting
+import Foundation
 import HCI
 import Snoop
 import Testing
@@ -298,9 +299,11 @@ extension BluetoothHost {
     /// Rootcanal with a central and a peripheral under privacy, the peripheral
     /// advertising "rc-private", and a third host advertising "rc-other"; with the
     /// peripheral's private address as the central's scan found it. Nil without Rootcanal.
-    static func rootcanalPrivateRig(seeds: (central: UInt64, peripheral: UInt64)) async throws -> (RootcanalHosts, ScanResult)? {
+    static func rootcanalPrivateRig(seeds: (central: UInt64, peripheral: UInt64), centralStore: any BondStore = InMemoryBondStore())
+        async throws -> (RootcanalHosts, ScanResult)?
+    {
         guard let rc = try await Bench.rootcanalHosts(3, security: {
-            [SecurityOptions(random: .seeded(seeds.central), privacy: PrivacyOptions()),
+            [SecurityOptions(store: centralStore, random: .seeded(seeds.central), privacy: PrivacyOptions()),
              SecurityOptions(random: .seeded(seeds.peripheral), privacy: PrivacyOptions()), SecurityOptions()][$0]
         }) else { return nil }
         do {
@@ -352,6 +355,37 @@ extension BluetoothHost {
         #expect(Set(heard.compactMap(\.name)) == ["rc-private"], "\(heard.map(\.address))")
         // The controller itself told it: it scans through the list (Scanning_Filter_Policy 1).
         #expect(await c.controllerScansThroughAcceptList() == true)
+        withExtendedLifetime(held) {}
+    }
+    /// On Rootcanal, a bond removed by another program from the central's bond file
+    /// (`btctl bonds remove` beside a daemon): the host notices within a second
+    /// (`SecurityEvent.bondsChangedElsewhere`), takes the peer's IRK off the
+    /// controller's resolving list, and a scan through an accept list naming the
+    /// peer's identity hears it no more. Before, the list kept the IRK, so the
+    /// controller went on telling the private addresses of a peer no longer bonded.
+    @Test func onRootcanalABondRemovedByAnotherProgramLeavesTheResolvingList() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-rl-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (73, 74), centralStore: FileBondStore(path: path)) else { return }
+        defer { rc.stop() }
+        let (c, p) = (rc.hosts[0], rc.hosts[1])
+        let remote = try await c.central.connect(to: first, within: .seconds(10))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.disconnect()
+        let identity = try #require(await p.identity)
+        await c.syncResolvingList()
+        #expect(await c.own.resolvingList?.entries.map(\.address) == [identity.address])
+        let events = await c.securityEvents()
+        #expect(try FileBondStore(path: path).remove(address: identity.address, type: identity.addressType))
+        let seen = await collect(events.filter { $0 == .bondsChangedElsewhere }, count: 1, within: .seconds(5))
+        #expect(seen == [.bondsChangedElsewhere])
+        // (After the host's own sync, which the event started: the turnstile orders them.)
+        await c.syncResolvingList()
+        #expect(await c.own.resolvingList?.entries.isEmpty == true)
+        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+        let held = ScanReader(try await c.central.scan(acceptListOnly: true))
+        let heard = await held.take(after: .seconds(1), on: c).map(\.address)
+        #expect(heard.isEmpty)
         withExtendedLifetime(held) {}
     }
 }

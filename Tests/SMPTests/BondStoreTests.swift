@@ -101,6 +101,36 @@ import Testing
         #expect(try tool.bonds() == [x])
     }
 
+    /// `changesByOthers` counts the changes another store (another process) made to
+    /// the file, as this one finds them, never this store's own; a store in memory has
+    /// nobody else (nil).
+    @Test func changesByOthersCountsAnotherStoresChangesOnly() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-others-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let daemon = FileBondStore(path: path), tool = FileBondStore(path: path)
+        let x = Self.bond("00:11:22:33:44:55"), y = Self.bond("00:11:22:33:44:66")
+        #expect(daemon.changesByOthers() == 0)
+        try daemon.save(x)
+        try daemon.save(y)
+        _ = try daemon.remove(address: y.address, type: .public)
+        #expect(daemon.changesByOthers() == 0)
+        #expect(tool.changesByOthers() == 0)  // its first read is no change
+        #expect(try tool.remove(address: x.address, type: .public))
+        #expect(tool.changesByOthers() == 0)
+        #expect(daemon.changesByOthers() == 1)
+        #expect(daemon.changesByOthers() == 1)  // found once
+        try tool.save(x)
+        try daemon.save(y)  // finds the tool's change as it reads before writing
+        #expect(daemon.changesByOthers() == 2)
+        #expect(tool.changesByOthers() == 1)
+        // Rewritten with the same content (a touch, a copy back): nothing changed.
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        try data.write(to: URL(fileURLWithPath: path + ".copy"))
+        _ = rename(path + ".copy", path)
+        #expect(daemon.changesByOthers() == 2 && tool.changesByOthers() == 1)
+        #expect(InMemoryBondStore().changesByOthers() == nil)
+    }
+
     /// Two stores saving at the same time, each its own bonds: the directory lock makes
     /// each change read what the other wrote, so every bond is in the file at the end
     /// (without it, each rewrite dropped what the other had just added).

@@ -1,4 +1,5 @@
 import BLETesting
+import Foundation
 import HCI
 import L2CAP
 import SMP
@@ -225,6 +226,30 @@ struct SecurityTests {
         #expect(await b.security.hasStoredKey(handle: b.handle))
         let bonded = seen.withLock { $0 }.compactMap { e -> Bond? in if case let .bonded(bond) = e { bond } else { nil } }
         #expect(bonded.map(\.address) == [identity.address])
+    }
+
+    /// A bond removed by another program (`btctl bonds remove` beside a daemon) from
+    /// the file the Security Manager's store shares: within its next look at the store
+    /// it emits `bondsChangedElsewhere` and the link no longer counts a stored key (what
+    /// the GATT server's refusals tell apart). Before, the link kept it until the
+    /// daemon's own next change to the bonds.
+    @Test func aBondRemovedByAnotherProgramIsNoticed() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-elsewhere-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let radio = VirtualRadio()
+        let (la, lb, _, bh) = try await ChannelTests.link(radio)
+        let sa = SecurityManager(l2cap: la, random: .seeded(1), logger: VirtualRadioTests.logger)
+        let sb = SecurityManager(l2cap: lb, store: FileBondStore(path: path), random: .seeded(2), storeCheckInterval: .milliseconds(20),
+                                 logger: VirtualRadioTests.logger)
+        await sa.start(); await sb.start()
+        defer { withExtendedLifetime((radio, sa)) {} }
+        _ = try await sb.pair(handle: bh)
+        #expect(await sb.hasStoredKey(handle: bh))
+        let events = await sb.events()
+        #expect(try FileBondStore(path: path).remove(address: VirtualRadioTests.a, type: .public))
+        let seen = await collect(events.filter { $0 == .bondsChangedElsewhere }, count: 1, within: .seconds(5))
+        #expect(seen == [.bondsChangedElsewhere])
+        #expect(await !sb.hasStoredKey(handle: bh))
     }
 
     @Test func aForgottenBondOnThePeripheralMakesTheCentralPairAgain() async throws {
