@@ -105,8 +105,13 @@ extension SecurityManager {
     /// Forgets a bond; returns whether one was removed.
     @discardableResult
     public func removeBond(address: BluetoothAddress, type: AddressType) throws -> Bool {
-        defer { for (h, link) in links { setKeyStored(bondKey(for: link, level: .encrypted) != nil, handle: h) } }
+        defer { refreshKeyStored() }
         return try store.remove(address: address, type: type)
+    }
+
+    /// Looks up again, for every link, whether its peer's bond holds a key for it.
+    func refreshKeyStored() {
+        for (h, link) in links { setKeyStored(bondKey(for: link, level: .encrypted) != nil, handle: h) }
     }
 
     /// Whether a long-term key for link `handle` is stored with its peer's bond, so the
@@ -144,10 +149,6 @@ extension SecurityManager {
         if keys.peerIdentity == nil { keys.peerIdentity = earlier?.keys.peerIdentity }
         let place = keys.peerIdentity.map { ($0.address, $0.addressType) } ?? earlier.map { ($0.address, $0.addressType) } ?? (peer, peerType)
         var bond = Bond(address: place.0, addressType: place.1, keys: keys)
-        // The link address is kept too unless it is the identity or a private one the IRK resolves.
-        if !bond.matches(peer, type: peerType) && !ResolvablePrivateAddress.isResolvable(peer) {
-            bond.linkAddresses.append(Bond.LinkAddress(address: peer, type: peerType))
-        }
         var olds: [Bond] = []
         for old in [earlier, store.bond(for: bond.address, type: bond.addressType)] {
             if let old, !olds.contains(where: { $0.isEntry(of: old) }) { olds.append(old) }
@@ -158,11 +159,12 @@ extension SecurityManager {
             bond.serverDatabaseHash = old.serverDatabaseHash
             bond.database = old.database
         }
-        for old in olds {
-            let addresses = [Bond.LinkAddress(address: old.address, type: old.addressType)] + old.linkAddresses
-            for a in addresses where !bond.matches(a.address, type: a.type) && !ResolvablePrivateAddress.isResolvable(a.address) {
-                bond.linkAddresses.append(a)
-            }
+        // The link's address and the earlier bonds' are kept too, unless one is the
+        // bond's own or a private one the IRK resolves.
+        let addresses = [Bond.LinkAddress(address: peer, type: peerType)]
+            + olds.flatMap { [Bond.LinkAddress(address: $0.address, type: $0.addressType)] + $0.linkAddresses }
+        for a in addresses where !bond.matches(a.address, type: a.type) && !ResolvablePrivateAddress.isResolvable(a.address) {
+            bond.linkAddresses.append(a)
         }
         // What the client set on this link before the pairing (its subscriptions) is
         // the new bond's from the start: stored with it, not after, when the link may

@@ -180,7 +180,7 @@ public actor SecurityManager: LoopIsolated {
         guard now != othersChangesSeen else { return }
         othersChangesSeen = now
         logger.info("bonds changed by another program")
-        for (h, link) in links { setKeyStored(bondKey(for: link, level: .encrypted) != nil, handle: h) }
+        refreshKeyStored()
         emit(.bondsChangedElsewhere)
     }
 

@@ -316,6 +316,15 @@ extension BluetoothHost {
         }
     }
 
+    /// The central of `rc` connects to `first` (the private peripheral), bonds and
+    /// disconnects; returns the peripheral's identity.
+    static func bondThenDisconnect(_ rc: RootcanalHosts, _ first: ScanResult) async throws -> IdentityKey {
+        let remote = try await rc.hosts[0].central.connect(to: first, within: .seconds(10))
+        #expect(try await remote.secure().bonded)
+        _ = try await remote.disconnect()
+        return try #require(await rc.hosts[1].identity)
+    }
+
     /// On Rootcanal, whose controller resolves private addresses through the resolving
     /// list: a central under privacy bonds with a private peripheral, puts its identity
     /// on the accept list, and the controller itself reports it alone (the list is held
@@ -323,11 +332,8 @@ extension BluetoothHost {
     @Test func onRootcanalTheControllerFindsAPrivateDeviceThroughItsResolvingList() async throws {
         guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (63, 64)) else { return }
         defer { rc.stop() }
-        let (c, p) = (rc.hosts[0], rc.hosts[1])
-        let remote = try await c.central.connect(to: first, within: .seconds(10))
-        #expect(try await remote.secure().bonded)
-        _ = try await remote.disconnect()
-        let identity = try #require(await p.identity)
+        let c = rc.hosts[0]
+        let identity = try await Self.bondThenDisconnect(rc, first)
         try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
         let held = ScanReader(try await c.central.scan(acceptListOnly: true))
         await #expect { try await c.setAcceptList([DeviceAddress(rc.addresses[2])]) } throws: { Self.inUse($0) }
@@ -357,6 +363,7 @@ extension BluetoothHost {
         #expect(await c.controllerScansThroughAcceptList() == true)
         withExtendedLifetime(held) {}
     }
+
     /// On Rootcanal, a bond removed by another program from the central's bond file
     /// (`btctl bonds remove` beside a daemon): the host notices within a second
     /// (`SecurityEvent.bondsChangedElsewhere`), takes the peer's IRK off the
@@ -368,11 +375,8 @@ extension BluetoothHost {
         defer { try? FileManager.default.removeItem(atPath: path) }
         guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (73, 74), centralStore: FileBondStore(path: path)) else { return }
         defer { rc.stop() }
-        let (c, p) = (rc.hosts[0], rc.hosts[1])
-        let remote = try await c.central.connect(to: first, within: .seconds(10))
-        #expect(try await remote.secure().bonded)
-        _ = try await remote.disconnect()
-        let identity = try #require(await p.identity)
+        let c = rc.hosts[0]
+        let identity = try await Self.bondThenDisconnect(rc, first)
         await c.syncResolvingList()
         #expect(await c.own.resolvingList?.entries.map(\.address) == [identity.address])
         let events = await c.securityEvents()
