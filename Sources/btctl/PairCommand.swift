@@ -101,6 +101,9 @@ final class AdapterBondStore: BondStore {
     func remove(address: BluetoothAddress, type: AddressType) throws -> Bool { try bound().remove(address: address, type: type) }
     func localIdentity() throws -> IdentityKey? { try file.withLock { $0 }?.localIdentity() }
     func saveLocalIdentity(_ identity: IdentityKey) throws { try bound().saveLocalIdentity(identity) }
+    /// The file's count once it is known; 0 before (another program may share the file
+    /// it will be, so the host keeps looking).
+    func changesByOthers() -> UInt64? { file.withLock { $0 }?.changesByOthers() ?? 0 }
 }
 
 struct Pair: AsyncParsableCommand {
@@ -147,13 +150,10 @@ extension PairingResult {
     }
 }
 
-/// Prompts on the terminal: the passkey to show, the passkey to type, a number to
-/// confirm. With --json each prompt is an event on stdout (naming the peer) and the
-/// answer a line on stdin. `gatt serve` reads its console itself and hands prompts
-/// their answers through `answers`.
 /// How a served session (`gatt serve`, `l2cap listen`) reports a security event: each
-/// pairing (`paired`, `pairing_failed` with the spec's reason) and each link encrypted
-/// (`secured`); nil for the events it does not report.
+/// pairing (`paired`, `pairing_failed` with the spec's reason), each link encrypted
+/// (`secured`), a bond removed to make room (`bond_evicted`) and the bond file changed
+/// by another program (`bonds_changed`); nil for the events it does not report.
 func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text: String)? {
     switch e {
     case let .paired(handle, peer, result):
@@ -164,6 +164,9 @@ func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text:
     case let .bondEvicted(b):
         return ([("event", .string("bond_evicted")), ("address", .string(b.address.description)), ("address_type", .string(b.addressType.description))],
                 "bond with \(b.address) removed to make room for a new one (--bond-limit)")
+    case .bondsChangedElsewhere:
+        return ([("event", .string("bonds_changed"))],
+                "another program changed the bond file: the resolving list and each link's bond follow it")
     case let .securityChanged(handle, s) where s.encrypted:
         return ([("event", .string("secured")), ("handle", .int(Int(handle))), ("level", .string(s.level.description)),
                  ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))],
@@ -173,6 +176,10 @@ func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text:
     }
 }
 
+/// Prompts on the terminal: the passkey to show, the passkey to type, a number to
+/// confirm. With --json each prompt is an event on stdout (naming the peer) and the
+/// answer a line on stdin. `gatt serve` reads its console itself and hands prompts
+/// their answers through `answers`.
 struct TerminalPairingDelegate: PairingDelegate {
     let json: Bool
     let passkey: UInt32?

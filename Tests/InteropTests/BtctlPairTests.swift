@@ -157,7 +157,8 @@ import Testing
     /// central and pairs (Secure Connections with MITM, Bumble displays the passkey);
     /// btctl's `enter_passkey` prompt is answered by a line on its console, the bond goes
     /// to the bond file, and when Bumble connects again and encrypts from its keys btctl
-    /// finds the LTK in that file. Every line matches the gatt-serve schema.
+    /// finds the LTK in that file. `bonds remove` beside it then gets a `bonds_changed`
+    /// event. Every line matches the gatt-serve schema.
     @Test func gattServeAnswersACentralsPairingOnItsConsoleAndEncryptsFromTheBond() async throws {
         guard let rig = try await Self.rig("serve") else { return }
         defer { rig.end() }
@@ -176,6 +177,14 @@ import Testing
             Self.named(out, "secured").count == 2 && Self.named(out, "disconnected").count == 2
         }
         #expect(done, "\(server.output)")
+        let listed = try await Self.run(["bonds", "list", "--bonds", file, "--json"])
+        #expect(listed.out.split(separator: "\n").count == 1, "\(listed.out)")
+        // `bonds remove` beside the running server: it sees the file changed at its next
+        // look (once a second) and says so.
+        let identity = try #require(listed.out.split(separator: "\"").drop { $0 != "address" }.dropFirst(2).first.map(String.init))
+        let removed = try await Self.run(["bonds", "remove", identity, "--bonds", file])
+        #expect(removed.status == 0, "\(removed.err)")
+        #expect(await server.waitForOutput(within: .seconds(10)) { !Self.named($0, "bonds_changed").isEmpty }, "\(server.output)")
         server.send("quit")
         #expect(await server.exit(timeout: 20) == 0)
         let bumble = await peer.events()
@@ -192,8 +201,7 @@ import Testing
         let secured = lines.filter { $0["event"] as? String == "secured" }
         #expect(secured.last?["bonded"] as? Bool == true && secured.allSatisfy { $0["level"] as? String == "secure-connections" }, "\(secured)")
         #expect(!lines.contains { $0["event"] as? String == "error" || $0["event"] as? String == "pairing_failed" }, "\(lines)")
-        let listed = try await Self.run(["bonds", "list", "--bonds", file, "--json"])
-        #expect(listed.out.split(separator: "\n").count == 1, "\(listed.out)")
+        #expect(lines.filter { $0["event"] as? String == "bonds_changed" }.count == 1, "\(lines)")
         // The summary counts the one pairing (the second link only encrypted).
         let summary = try #require(lines.last, "\(lines)")
         #expect(summary["event"] as? String == "summary" && summary["connections"] as? Int == 2 && summary["pairings"] as? Int == 1, "\(summary)")
