@@ -309,20 +309,22 @@ extension BluetoothHost {
 
     /// The bonds changed while the controller scans through the accept list: a new
     /// bond's device may advertise from private addresses the controller cannot tell
-    /// yet, so the scan starts again, through the resolving list once it holds the
-    /// bond (`reconcileScan` brings the list in line before a scan starts), else with
-    /// the host's filter. (Linux's kernel pauses scanning for a resolving list update
-    /// too.)
-    func rescanForNewBonds() async {
+    /// yet, and a removed bond's IRK would let the controller go on telling a device
+    /// no longer bonded. So the scan starts again, through the resolving list once it
+    /// is in line with the bonds (`reconcileScan` brings the list in line before a scan
+    /// starts), else with the host's filter. (Linux's kernel pauses scanning for a
+    /// resolving list update too.)
+    func rescanForChangedBonds() async {
         do {
             try await withScanLock {
-                guard state == .ready, centralState.scanning?.acceptListOnly == true, !controllerKnowsAcceptList else { return }
+                guard state == .ready, centralState.scanning?.acceptListOnly == true,
+                      own.resolvingList?.stale == true || !controllerKnowsAcceptList else { return }
                 try await stopScanning()
                 centralState.scanning = nil
                 try await reconcileScan(strict: false)
             }
         } catch {
-            logger.warning("the scan through the accept list did not start again for a new bond", metadata: ["error": "\(error)"])
+            logger.warning("the scan through the accept list did not start again for changed bonds", metadata: ["error": "\(error)"])
         }
     }
 

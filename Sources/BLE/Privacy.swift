@@ -260,14 +260,14 @@ extension BluetoothHost {
 
     /// Bonds changed: forget resolutions (a new IRK may resolve an address seen before);
     /// the resolving list follows when the controller next allows it, and a scan
-    /// through the accept list starts again if the controller can no longer tell its
-    /// devices alone.
+    /// through the accept list starts again when its resolving list fell behind or the
+    /// controller can no longer tell the list's devices alone.
     func bondsChanged() {
         own.resolved.removeAll()
         own.resolvingList?.stale = true
         Task {
             await self.syncResolvingList()
-            await self.rescanForNewBonds()
+            await self.rescanForChangedBonds()
         }
     }
 

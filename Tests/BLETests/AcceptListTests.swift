@@ -392,4 +392,32 @@ extension BluetoothHost {
         #expect(heard.isEmpty)
         withExtendedLifetime(held) {}
     }
+
+    /// On Rootcanal, that bond removed by another program while a scan through the
+    /// list hears the device: the host notices, the scan stops, the resolving list lets
+    /// the peer's IRK go, the scan starts again through the list, and the device's
+    /// private addresses are heard no more. (Before, the list kept the IRK until the
+    /// scan ended, so the controller went on telling a device no longer bonded.)
+    @Test func onRootcanalABondRemovedDuringAScanThroughTheListIsHeardNoMore() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-rl-scan-\(UUID().uuidString).json").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (75, 76), centralStore: FileBondStore(path: path)) else { return }
+        defer { rc.stop() }
+        let c = rc.hosts[0]
+        let identity = try await Self.bondThenDisconnect(rc, first)
+        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+        let held = ScanReader(try await c.central.scan(acceptListOnly: true))
+        let before = await held.take(after: .seconds(1), on: c)
+        #expect(Set(before.compactMap(\.name)) == ["rc-private"], "\(before.map(\.address))")
+        let events = await c.securityEvents()
+        #expect(try FileBondStore(path: path).remove(address: identity.address, type: identity.addressType))
+        let seen = await collect(events.filter { $0 == .bondsChangedElsewhere }, count: 1, within: .seconds(5))
+        #expect(seen == [.bondsChangedElsewhere])
+        _ = await held.take(after: .milliseconds(300), on: c)  // (what the controller sent before the scan stopped)
+        let after = await held.take(after: .seconds(1), on: c)
+        #expect(after.isEmpty, "\(after.map(\.address))")
+        #expect(await c.own.resolvingList?.entries.isEmpty == true)
+        #expect(await c.controllerScansThroughAcceptList() == true)
+        withExtendedLifetime(held) {}
+    }
 }
