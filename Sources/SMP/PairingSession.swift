@@ -80,6 +80,10 @@ public struct PairingResult: Hashable, Sendable {
     /// `bonding` is false, and the peer keeps no bond either). The link is paired and
     /// encrypted, but no bond outlives it (`security.bonded` is false). Nil otherwise.
     public var bondNotStored: String? = nil
+    /// The bonds of other peers removed to make room for this one's
+    /// (`BondLimit.WhenFull.replaceOldest`), each also told as
+    /// `SecurityEvent.bondEvicted`. Empty otherwise.
+    public var bondsEvicted: [Bond] = []
 }
 
 /// What a pairing session asks its runtime to do.

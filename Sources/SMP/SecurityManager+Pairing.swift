@@ -155,7 +155,7 @@ extension SecurityManager {
                     try removeBond(address: old.address, type: old.addressType)
                     logger.info("bond replaced", metadata: ["ble.peer": "\(old.address)", "ble.identity": "\(bond.address)"])
                 }
-                try makeRoom(for: bond)
+                try makeRoom(for: bond, removed: &result.bondsEvicted)
                 try store.save(bond)
                 stored = bond
             } catch {
@@ -181,14 +181,15 @@ extension SecurityManager {
     }
 
 
-    /// Within `configuration.bondLimit`: removes the bonds a new `bond` replaces, or
-    /// throws when it is refused.
-    func makeRoom(for bond: Bond) throws {
+    /// Within `configuration.bondLimit`: removes the bonds a new `bond` replaces, each
+    /// added to `removed` as it goes, or throws when it is refused.
+    func makeRoom(for bond: Bond, removed: inout [Bond]) throws {
         let limit = configuration.bondLimit
         guard let evicted = room(for: bond, among: try store.bonds()) else { throw BondLimitReached(maximum: limit.maximum) }
         for old in evicted {
             try removeBond(address: old.address, type: old.addressType)
             logger.info("bond removed to make room", metadata: ["ble.peer": "\(old.address)", "smp.bondLimit": "\(limit.maximum)"])
+            removed.append(old)
             emit(.bondEvicted(old))
         }
     }

@@ -136,17 +136,22 @@ struct Pair: AsyncParsableCommand {
 }
 
 extension PairingResult {
-    /// The `paired` event (`btctl pair`, `btctl gatt serve`).
+    /// The `paired` event (`btctl pair`, the shell's `pair`, and the served sessions:
+    /// `gatt serve`, `l2cap listen`).
     func event(peer: String) -> [(String, JSONValue)] {
         [("event", .string("paired")), ("peer", .string(peer)), ("method", .string(method.description)),
          ("level", .string(security.level.description)), ("key_size", .int(security.keySize)), ("secure_connections", .bool(security.secureConnections)),
          ("bonded", .bool(security.bonded)), ("identity", keys.peerIdentity.map { .string($0.address.description) } ?? .null)]
             + (bondNotStored.map { [("bond_not_stored", .string($0))] } ?? [])
+            + (bondsEvicted.isEmpty ? [] : [("bonds_evicted", .array(bondsEvicted.map {
+                .object([("address", .string($0.address.description)), ("address_type", .string($0.addressType.description))])
+            }))])
     }
 
     func text(peer: String) -> String {
         "paired with \(peer): \(method), \(security)" + (keys.peerIdentity.map { ", identity \($0.address)" } ?? "")
             + (bondNotStored.map { "; the bond was not stored: \($0)" } ?? "")
+            + (bondsEvicted.isEmpty ? "" : "; removed to make room (--bond-limit): the bond with " + bondsEvicted.map(\.address.description).joined(separator: ", "))
     }
 }
 

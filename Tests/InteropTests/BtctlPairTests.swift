@@ -7,6 +7,8 @@
 
 import BLETesting
 import Foundation
+import HCI
+import SMP
 import Testing
 
 @Suite(.serialized, .liveTimeLimit) struct BtctlPairTests {
@@ -92,6 +94,29 @@ import Testing
         #expect(unbonded.out.contains("\"bonded\":false") && unbonded.out.contains("\"bond_not_stored\":\"the bond store holds its limit of 0 bonds"), "\(unbonded.out)")
         #expect(try await Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
         #expect(try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--bond-limit=-1"]).err.contains("--bond-limit must be 0 or more"))
+    }
+
+    /// `btctl pair --bond-limit 1 --replace-oldest-bond` with another peer's bond in the
+    /// file: that bond goes to make room, and the paired event names it
+    /// (`bonds_evicted`), as the file then holds Bumble's bond alone.
+    @Test func pairAtTheBondLimitNamesTheBondItRemoved() async throws {
+        guard let rig = try await Self.rig("pair-evict") else { return }
+        defer { rig.end() }
+        let (rc, file) = (rig.rc, rig.file)
+        let peer = try rig.bumble(["peripheral", "1", "1", "display", "123456"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let other = Bond(address: BluetoothAddress("00:00:00:00:10:01")!, addressType: .public,
+                         keys: PairingKeys(peerLTK: LongTermKey(key: Array(repeating: 1, count: 16), authenticated: false, secureConnections: true)))
+        try FileBondStore(path: file).save(other)
+        let replacing = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
+                                            "--bond-limit", "1", "--replace-oldest-bond", "--bonds", file, "--json", "-t", rc.transportSpec])
+        #expect(replacing.status == 0, "\(replacing.err)")
+        let event = try #require(BtctlServeTests.events(replacing.out).first { $0["event"] as? String == "paired" }, "\(replacing.out)")
+        let evicted = event["bonds_evicted"] as? [[String: Any]]
+        #expect(evicted?.count == 1 && evicted?.first?["address"] as? String == "00:00:00:00:10:01" && event["bonded"] as? Bool == true, "\(event)")
+        _ = try JSONSchemaTests.check(replacing.out, against: "pair")
+        let left = try FileBondStore(path: file).bonds()
+        #expect(left.count == 1 && left.first?.address != other.address, "\(left)")
     }
 
     /// With --json the prompt is an event a program reads through a pipe and answers on

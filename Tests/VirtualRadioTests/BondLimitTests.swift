@@ -73,6 +73,7 @@ struct BondLimitTests {
             }
         }
         #expect(kinds == ["evicted \(old[0].address)", "bonded \(VirtualRadioTests.a)"])
+        #expect(result.bondsEvicted == [old[0]])
     }
 
     /// A store already above the limit (the limit was lowered) comes down to it.
@@ -81,6 +82,7 @@ struct BondLimitTests {
         let (result, store, _, _) = try await Self.pair(limit: BondLimit(maximum: 2, whenFull: .replaceOldest), stored: old)
         #expect(result.security.bonded)
         #expect(store.bonds().map(\.address) == [old[3].address, VirtualRadioTests.a])
+        #expect(result.bondsEvicted == Array(old.prefix(3)))
     }
 
     /// A peer whose bond is stored under another address (matched by the link address
