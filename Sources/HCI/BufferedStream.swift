@@ -200,42 +200,24 @@ public struct BufferedStream<Element: Sendable>: AsyncSequence, Sendable {
             }
         }
 
-        /// What `next()` finds without suspending. A case of its own for the end, not
-        /// `Element??`: with `SecurityEvent` as the element (a multi-payload enum with
-        /// arrays in its largest payload) the debug build read `.some(nil)` back as an
-        /// element, so a finished stream never ended (SecurityEventStreamTests).
-        private enum Ready {
-            case element(Element)
-            case end
-            case wait
-        }
-
-        private static func ready(_ s: inout State) -> Ready {
-            if let e = s.buffer.popFirst() { return .element(e) }
-            return s.ended ? .end : .wait
+        /// An element waiting, or the end (`.some(nil)`): what `next()` returns without
+        /// suspending. nil when it must wait.
+        private static func ready(_ s: inout State) -> Element?? {
+            if let e = s.buffer.popFirst() { return .some(e) }
+            return s.ended ? .some(nil) : nil
         }
 
         func next() async -> Element? {
-            switch state.withLock({ Self.ready(&$0) }) {
-            case let .element(e): return e
-            case .end: return nil
-            case .wait: break
-            }
+            if let now = state.withLock({ Self.ready(&$0) }) { return now }
             return await withTaskCancellationHandler {
                 await withUnsafeContinuation { (c: UnsafeContinuation<Element?, Never>) in
-                    let now = state.withLock { s -> Ready in
-                        let now = Self.ready(&s)
-                        if case .wait = now {
-                            precondition(s.waiter == nil, "BufferedStream: more than one consumer at a time")
-                            s.waiter = c
-                        }
-                        return now
+                    let ready = state.withLock { s -> Element?? in
+                        if let now = Self.ready(&s) { return now }
+                        precondition(s.waiter == nil, "BufferedStream: more than one consumer at a time")
+                        s.waiter = c
+                        return nil
                     }
-                    switch now {
-                    case let .element(e): c.resume(returning: e)
-                    case .end: c.resume(returning: nil)
-                    case .wait: break
-                    }
+                    if let ready { c.resume(returning: ready) }
                 }
             } onCancel: {
                 end(.cancelled)

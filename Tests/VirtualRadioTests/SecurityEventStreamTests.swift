@@ -1,9 +1,10 @@
-// A stream of `SecurityEvent`s ends. `SecurityEvent` is a multi-payload enum whose
-// largest payload (`PairingResult`) holds arrays; with `[Bond]` added to the result,
-// the stream's end (`nil` after the buffer, once the producer finished) came back from
-// `BufferedStream.next` as an element, over and over, in the debug build: a consumer's
-// `for await` never ended (FacadeSecurityTests spun at 100 % of a core). The stream
-// no longer passes its end as `Element??`.
+// A stream of `SecurityEvent`s ends: after the buffer once the producer finished,
+// and at once for a consumer already waiting. (Written when a finished stream of
+// them handed out elements forever after `PairingResult` gained `bondsEvicted`; that
+// turned out to be an incremental debug build that had not rebuilt everything the
+// new layout touched, and a full rebuild passed with the stream unchanged. Kept: a
+// bounded check that the facade's security events end, cut at 10 elements so a
+// stream that does not end fails here instead of spinning.)
 
 import HCI
 import L2CAP
