@@ -371,26 +371,20 @@ extension BluetoothHost {
     /// peer's identity hears it no more. Before, the list kept the IRK, so the
     /// controller went on telling the private addresses of a peer no longer bonded.
     @Test func onRootcanalABondRemovedByAnotherProgramLeavesTheResolvingList() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-rl-\(UUID().uuidString).json").path
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (73, 74), centralStore: FileBondStore(path: path)) else { return }
-        defer { rc.stop() }
-        let c = rc.hosts[0]
-        let identity = try await Self.bondThenDisconnect(rc, first)
-        await c.syncResolvingList()
-        #expect(await c.own.resolvingList?.entries.map(\.address) == [identity.address])
-        let events = await c.securityEvents()
-        #expect(try FileBondStore(path: path).remove(address: identity.address, type: identity.addressType))
-        let seen = await collect(events.filter { $0 == .bondsChangedElsewhere }, count: 1, within: .seconds(5))
-        #expect(seen == [.bondsChangedElsewhere])
-        // (After the host's own sync, which the event started: the turnstile orders them.)
-        await c.syncResolvingList()
-        #expect(await c.own.resolvingList?.entries.isEmpty == true)
-        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
-        let held = ScanReader(try await c.central.scan(acceptListOnly: true))
-        let heard = await held.take(after: .seconds(1), on: c).map(\.address)
-        #expect(heard.isEmpty)
-        withExtendedLifetime(held) {}
+        try await Self.bondedWithABondFile(seeds: (73, 74)) { rc, identity, path in
+            let c = rc.hosts[0]
+            await c.syncResolvingList()
+            #expect(await c.own.resolvingList?.entries.map(\.address) == [identity.address])
+            try await Self.removeElsewhere(identity, from: path, noticedBy: c)
+            // (After the host's own sync, which the event started: the turnstile orders them.)
+            await c.syncResolvingList()
+            #expect(await c.own.resolvingList?.entries.isEmpty == true)
+            try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+            let held = ScanReader(try await c.central.scan(acceptListOnly: true))
+            let heard = await held.take(after: .seconds(1), on: c).map(\.address)
+            #expect(heard.isEmpty)
+            withExtendedLifetime(held) {}
+        }
     }
 
     /// On Rootcanal, that bond removed by another program while a scan through the
@@ -399,25 +393,42 @@ extension BluetoothHost {
     /// private addresses are heard no more. (Before, the list kept the IRK until the
     /// scan ended, so the controller went on telling a device no longer bonded.)
     @Test func onRootcanalABondRemovedDuringAScanThroughTheListIsHeardNoMore() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-rl-scan-\(UUID().uuidString).json").path
+        try await Self.bondedWithABondFile(seeds: (75, 76)) { rc, identity, path in
+            let c = rc.hosts[0]
+            try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
+            let held = ScanReader(try await c.central.scan(acceptListOnly: true))
+            let before = await held.take(after: .seconds(1), on: c)
+            #expect(Set(before.compactMap(\.name)) == ["rc-private"], "\(before.map(\.address))")
+            try await Self.removeElsewhere(identity, from: path, noticedBy: c)
+            _ = await held.take(after: .milliseconds(300), on: c)  // (what the controller sent before the scan stopped)
+            let after = await held.take(after: .seconds(1), on: c)
+            #expect(after.isEmpty, "\(after.map(\.address))")
+            #expect(await c.own.resolvingList?.entries.isEmpty == true)
+            #expect(await c.controllerScansThroughAcceptList() == true)
+            withExtendedLifetime(held) {}
+        }
+    }
+
+    /// `rootcanalPrivateRig` with the central's bonds in a bond file of its own (gone
+    /// afterwards), bonded with the private peripheral (`bondThenDisconnect`): `body`
+    /// gets the rig, the peripheral's identity and the file's path. Skipped without
+    /// Rootcanal.
+    static func bondedWithABondFile(seeds: (central: UInt64, peripheral: UInt64),
+                                    _ body: (RootcanalHosts, IdentityKey, String) async throws -> Void) async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bonds-rl-\(UUID().uuidString).json").path
         defer { try? FileManager.default.removeItem(atPath: path) }
-        guard let (rc, first) = try await Self.rootcanalPrivateRig(seeds: (75, 76), centralStore: FileBondStore(path: path)) else { return }
+        guard let (rc, first) = try await rootcanalPrivateRig(seeds: seeds, centralStore: FileBondStore(path: path)) else { return }
         defer { rc.stop() }
-        let c = rc.hosts[0]
-        let identity = try await Self.bondThenDisconnect(rc, first)
-        try await c.setAcceptList([DeviceAddress(identity.address, type: identity.addressType)])
-        let held = ScanReader(try await c.central.scan(acceptListOnly: true))
-        let before = await held.take(after: .seconds(1), on: c)
-        #expect(Set(before.compactMap(\.name)) == ["rc-private"], "\(before.map(\.address))")
-        let events = await c.securityEvents()
+        try await body(rc, try await bondThenDisconnect(rc, first), path)
+    }
+
+    /// Another program (a second store on the same file, as `btctl bonds remove`)
+    /// removes `identity`'s bond; returns once `host` said it noticed
+    /// (`SecurityEvent.bondsChangedElsewhere`, within 5 s).
+    static func removeElsewhere(_ identity: IdentityKey, from path: String, noticedBy host: BluetoothHost) async throws {
+        let events = await host.securityEvents()
         #expect(try FileBondStore(path: path).remove(address: identity.address, type: identity.addressType))
         let seen = await collect(events.filter { $0 == .bondsChangedElsewhere }, count: 1, within: .seconds(5))
         #expect(seen == [.bondsChangedElsewhere])
-        _ = await held.take(after: .milliseconds(300), on: c)  // (what the controller sent before the scan stopped)
-        let after = await held.take(after: .seconds(1), on: c)
-        #expect(after.isEmpty, "\(after.map(\.address))")
-        #expect(await c.own.resolvingList?.entries.isEmpty == true)
-        #expect(await c.controllerScansThroughAcceptList() == true)
-        withExtendedLifetime(held) {}
     }
 }

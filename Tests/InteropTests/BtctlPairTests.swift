@@ -49,6 +49,17 @@ import Testing
             rc.stop()
             try? FileManager.default.removeItem(atPath: file)
         }
+        /// `btctl pair --json` with the rig's bond file to Bumble's peripheral
+        /// (F1:F2:F3:F4:F5:F6, displaying 123456), typing its passkey, with `extra`.
+        func pairTypingBumblesPasskey(_ extra: [String] = []) async throws -> (status: Int32, out: String, err: String) {
+            try await BtctlPairTests.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456"]
+                                         + extra + ["--bonds", file, "--json", "-t", rc.transportSpec])
+        }
+    }
+
+    /// The first bond's `address` in `bonds list --json` output.
+    static func firstAddress(_ listed: String) -> String? {
+        listed.split(separator: "\"").drop { $0 != "address" }.dropFirst(2).first.map(String.init)
     }
 
     static func rig(_ name: String) async throws -> Rig? {
@@ -60,12 +71,11 @@ import Testing
     @Test func pairStoresABondThatBondsListsAndRemoves() async throws {
         guard let rig = try await Self.rig("pair") else { return }
         defer { rig.end() }
-        let (rc, file) = (rig.rc, rig.file)
+        let file = rig.file
         let peer = try rig.bumble(["peripheral", "1", "1", "display", "123456"])
         defer { RootcanalProcess.kill(peer.process) }
 
-        let paired = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
-                                   "--bonds", file, "--json", "-t", rc.transportSpec])
+        let paired = try await rig.pairTypingBumblesPasskey()
         #expect(paired.status == 0, "\(paired.err)")
         #expect(paired.out.contains("\"event\":\"paired\"") && paired.out.contains("\"method\":\"Passkey Entry\"") && paired.out.contains("\"level\":\"secure-connections\""), "\(paired.out)")
         let attributes = try FileManager.default.attributesOfItem(atPath: file)
@@ -80,7 +90,7 @@ import Testing
         #expect(text.out.contains("secure-connections") && !text.out.contains("key\":"), "\(text.out)")
         #expect(stored.contains("\"key\""))  // (they are in the file, which only we can read)
 
-        let identity = try #require(listed.out.split(separator: "\"").drop { $0 != "address" }.dropFirst(2).first.map(String.init))
+        let identity = try #require(Self.firstAddress(listed.out), "\(listed.out)")
         let removed = try await Self.run(["bonds", "remove", identity, "--bonds", file])
         #expect(removed.status == 0, "\(removed.err)")
         #expect(try await Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
@@ -88,8 +98,7 @@ import Testing
         #expect(again.status != 0 && again.err.contains("no bond"), "\(again.err)")
 
         // --bond-limit 0: the pairing encrypts, the bond is not stored and the event says why.
-        let unbonded = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
-                                           "--bond-limit", "0", "--bonds", file, "--json", "-t", rc.transportSpec])
+        let unbonded = try await rig.pairTypingBumblesPasskey(["--bond-limit", "0"])
         #expect(unbonded.status == 0, "\(unbonded.err)")
         #expect(unbonded.out.contains("\"bonded\":false") && unbonded.out.contains("\"bond_not_stored\":\"the bond store holds its limit of 0 bonds"), "\(unbonded.out)")
         #expect(try await Self.run(["bonds", "list", "--bonds", file, "--json"]).out.isEmpty)
@@ -102,14 +111,13 @@ import Testing
     @Test func pairAtTheBondLimitNamesTheBondItRemoved() async throws {
         guard let rig = try await Self.rig("pair-evict") else { return }
         defer { rig.end() }
-        let (rc, file) = (rig.rc, rig.file)
+        let file = rig.file
         let peer = try rig.bumble(["peripheral", "1", "1", "display", "123456"])
         defer { RootcanalProcess.kill(peer.process) }
         let other = Bond(address: BluetoothAddress("00:00:00:00:10:01")!, addressType: .public,
                          keys: PairingKeys(peerLTK: LongTermKey(key: Array(repeating: 1, count: 16), authenticated: false, secureConnections: true)))
         try FileBondStore(path: file).save(other)
-        let replacing = try await Self.run(["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm", "--passkey", "123456",
-                                            "--bond-limit", "1", "--replace-oldest-bond", "--bonds", file, "--json", "-t", rc.transportSpec])
+        let replacing = try await rig.pairTypingBumblesPasskey(["--bond-limit", "1", "--replace-oldest-bond"])
         #expect(replacing.status == 0, "\(replacing.err)")
         let event = try #require(BtctlServeTests.events(replacing.out).first { $0["event"] as? String == "paired" }, "\(replacing.out)")
         let evicted = event["bonds_evicted"] as? [[String: Any]]
@@ -206,7 +214,7 @@ import Testing
         #expect(listed.out.split(separator: "\n").count == 1, "\(listed.out)")
         // `bonds remove` beside the running server: it sees the file changed at its next
         // look (once a second) and says so.
-        let identity = try #require(listed.out.split(separator: "\"").drop { $0 != "address" }.dropFirst(2).first.map(String.init))
+        let identity = try #require(Self.firstAddress(listed.out), "\(listed.out)")
         let removed = try await Self.run(["bonds", "remove", identity, "--bonds", file])
         #expect(removed.status == 0, "\(removed.err)")
         #expect(await server.waitForOutput(within: .seconds(10)) { !Self.named($0, "bonds_changed").isEmpty }, "\(server.output)")

@@ -1,5 +1,5 @@
-// A stream of `SecurityEvent`s ends: after the buffer once the producer finished,
-// and at once for a consumer already waiting. (Written when a finished stream of
+// A stream of `SecurityEvent`s ends once the producer finished: at once when nothing
+// is buffered, else after what is. (Written when a finished stream of
 // them handed out elements forever after `PairingResult` gained `bondsEvicted`; that
 // turned out to be an incremental debug build that had not rebuilt everything the
 // new layout touched, and a full rebuild passed with the stream unchanged. Kept: a
@@ -31,7 +31,8 @@ import Testing
     @Test func aFinishedStreamOfSecurityEventsEnds() async {
         let events: [SecurityEvent] = [.bondsChangedElsewhere, .paired(handle: 0x40, peer: BluetoothAddress("00:00:00:00:10:02")!, Self.result()),
                                        .securityChanged(handle: 0x40, LinkSecurityState())]
-        // Finished while the consumer waits, and with elements buffered.
+        // Finished with nothing buffered (before or while the consumer waits, as the
+        // scheduler has it), and with elements buffered.
         let (waiting, toWaiting) = BufferedStream<SecurityEvent>.makeStream(capacity: 8)
         let consumer = Task { await Self.take(waiting, limit: 10) }
         toWaiting.finish()
