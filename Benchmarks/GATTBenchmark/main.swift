@@ -1,5 +1,6 @@
 // GATT benchmarks (a program that prints figures; docs/benchmarks.md):
-//  1. notifications per second end to end over the virtual radio (MTU 23 and 247);
+//  1. notifications per second end to end over the virtual radio (MTU 23 and 247),
+//     with both hosts on the radio's loop and with a host per core;
 //     1a. the same through the BLE facade, as an application sends and takes them,
 //     and Write Commands through it;
 //     1b. an L2CAP credit-based channel over the virtual radio; 1c. reads over the
@@ -25,6 +26,7 @@ import HCI
 import L2CAP
 import Logging
 import NIOCore
+import NIOPosix
 import Snoop
 import Synchronization
 import Transports
@@ -48,13 +50,29 @@ func label(_ s: String) -> String { s + String(repeating: " ", count: max(1, 44 
 
 // MARK: 1. Virtual radio
 
+/// Where the hosts of part 1 run.
+enum Placement: String {
+    /// The radio, both controllers and both hosts on one loop (the radio's default).
+    case oneLoop = "one loop"
+    /// Each host on a loop of its own, one per core of this machine (two here): the
+    /// first (the sender of part 1) alone, the radio and its controllers with the
+    /// second. (On a third loop of their own, the three threads share two cores, and
+    /// part 1 ran at less than half the rate; with the sender, at four fifths.)
+    case hostPerCore = "host per core"
+
+    /// The loops a host per core runs on.
+    static let hostLoops = Array(MultiThreadedEventLoopGroup(numberOfThreads: 2).makeIterator())
+}
+
 /// Two initialized L2CAP hosts on one virtual radio; `a` is the first one's address.
 /// Keep `radio` alive while they talk (its controllers hold it weakly).
-func twoHosts() async throws -> (radio: VirtualRadio, a: BluetoothAddress, ha: HCIController, hb: HCIController, la: L2CAPHost, lb: L2CAPHost) {
-    let radio = VirtualRadio()
+func twoHosts(_ placement: Placement = .oneLoop) async throws -> (radio: VirtualRadio, a: BluetoothAddress, ha: HCIController, hb: HCIController, la: L2CAPHost, lb: L2CAPHost) {
+    let radio = placement == .hostPerCore ? VirtualRadio(loop: Placement.hostLoops[1]) : VirtualRadio()
     let a = BluetoothAddress("00:00:00:00:00:0A")!
-    let ha = HCIController(transport: await radio.makeController(address: a), logger: logger)
-    let hb = HCIController(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!), logger: logger)
+    let loops: (any EventLoop, any EventLoop)? = placement == .hostPerCore
+        ? (Placement.hostLoops[0], Placement.hostLoops[1]) : nil
+    let ha = HCIController(transport: await radio.makeController(address: a, hostLoop: loops?.0), logger: logger)
+    let hb = HCIController(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!, hostLoop: loops?.1), logger: logger)
     try await ha.initialize(); try await hb.initialize()
     let la = L2CAPHost(controller: ha, logger: logger), lb = L2CAPHost(controller: hb, logger: logger)
     await la.start(); await lb.start()
@@ -64,9 +82,9 @@ func twoHosts() async throws -> (radio: VirtualRadio, a: BluetoothAddress, ha: H
 /// Two hosts on one virtual radio, connected: a GATT server on the first with one
 /// service (0xFFF0) holding `characteristic`, a started client on the second with the
 /// MTU exchanged. Keep `radio` alive while they talk.
-func gattPair(_ characteristic: GATTCharacteristic, mtu: UInt16) async throws
+func gattPair(_ characteristic: GATTCharacteristic, mtu: UInt16, _ placement: Placement = .oneLoop) async throws
     -> (radio: VirtualRadio, ha: HCIController, hb: HCIController, server: GATTServer, service: ServiceHandles, client: GATTClient)? {
-    let (radio, a, ha, hb, la, lb) = try await twoHosts()
+    let (radio, a, ha, hb, la, lb) = try await twoHosts(placement)
     var db = AttributeDatabase()
     let svc = try db.add(GATTService(uuid: BluetoothUUID(0xFFF0), characteristics: [characteristic]))
     let server = GATTServer(database: db, loop: ha.loop, logger: logger)
@@ -88,8 +106,8 @@ func gattPair(_ characteristic: GATTCharacteristic, mtu: UInt16) async throws
     return (radio, ha, hb, server, svc, client)
 }
 
-func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
-    guard let (radio, ha, hb, server, svc, client) = try await gattPair(GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify]), mtu: mtu)
+func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int, _ placement: Placement = .oneLoop) async throws {
+    guard let (radio, ha, hb, server, svc, client) = try await gattPair(GATTCharacteristic(uuid: BluetoothUUID(0xFFF5), properties: [.notify]), mtu: mtu, placement)
     else { return }
     defer { withExtendedLifetime(radio) {} }
     let c = DiscoveredCharacteristic(uuid: BluetoothUUID(0xFFF5), declarationHandle: svc.characteristicValues[0] - 1, valueHandle: svc.characteristicValues[0], properties: [.notify], end: svc.end)
@@ -119,7 +137,8 @@ func virtualRadioNotifications(mtu: UInt16, payload: Int, n: Int) async throws {
     for await _ in done.stream {}
     let got = received.withLock { $0 }
     let wall = seconds(ContinuousClock.now - t0), used = cpu() - c0
-    say(label("virtual radio, MTU \(mtu), \(payload) B") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d in %.2f s, cpu %.2f s)",
+    let name = placement == .oneLoop ? "virtual radio" : "virtual radio, \(placement.rawValue)"
+    say(label("\(name), MTU \(mtu), \(payload) B") + String(format: "%9.0f notifications/s  %8.1f KiB/s  (%d in %.2f s, cpu %.2f s)",
           Double(got) / wall, Double(got * payload) / 1024 / wall, got, wall, used))
     await ha.close(); await hb.close()
 }
@@ -510,8 +529,16 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads 
     // A third of a second or more each: 20,000 and 50,000 took 30-90 ms, a window in
     // which the cold start (first touches, caches) weighs.
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
-    try await virtualRadioNotifications(mtu: 23, payload: 20, n: 200_000 * scale)
-    try await virtualRadioNotifications(mtu: 247, payload: 244, n: 500_000 * scale)
+    // BENCH_PLACEMENT=one or =core: only the hosts on one loop, or only a host per core.
+    let placements: [Placement] = switch ProcessInfo.processInfo.environment["BENCH_PLACEMENT"] {
+    case "one": [.oneLoop]
+    case "core": [.hostPerCore]
+    default: [.oneLoop, .hostPerCore]
+    }
+    for p in placements {
+        try await virtualRadioNotifications(mtu: 23, payload: 20, n: 200_000 * scale, p)
+        try await virtualRadioNotifications(mtu: 247, payload: 244, n: 500_000 * scale, p)
+    }
 }
 
 // BENCH_ONLY_NOTIFY=1: part 1 alone (for a profile of it).

@@ -199,6 +199,22 @@ public struct AttributeDatabase: Sendable {
         return nil
     }
 
+    /// The handle of the Client Characteristic Configuration of the characteristic
+    /// whose value is at `valueHandle`: among the descriptors after the value, up to
+    /// the next characteristic or service (a look-up by handle, not a walk of the
+    /// whole database); nil when it has none.
+    public func clientConfigurationHandle(of valueHandle: UInt16) -> UInt16? {
+        guard let i = index(of: valueHandle) else { return nil }
+        for a in attributes[(i + 1)...] {
+            switch a.role {
+            case let .clientConfiguration(v, _) where v == valueHandle: return a.handle
+            case .serviceDeclaration, .characteristicDeclaration: return nil
+            default: continue
+            }
+        }
+        return nil
+    }
+
     /// Attributes with start ≤ handle ≤ end, in handle order.
     public func attributes(in range: ClosedRange<UInt16>) -> ArraySlice<Attribute> {
         let lo = attributes.firstIndex { $0.handle >= range.lowerBound } ?? attributes.count

@@ -15,7 +15,7 @@ public actor GATTClient: LoopIsolated {
     public nonisolated var unownedExecutor: UnownedSerialExecutor { bearer.unownedExecutor }
     public nonisolated var loop: any EventLoop { bearer.loop }
     /// Per value handle: where its notifications and indications go (on the loop).
-    private var subscribers: [UInt16: Subscriber] = [:]
+    private var subscribers = HandleMap<Subscriber>()
     private struct Subscriber {
         var deliver: @Sendable ([UInt8]) -> Void
         var ended: @Sendable () -> Void

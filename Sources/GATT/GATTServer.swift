@@ -434,19 +434,12 @@ public actor GATTServer: LoopIsolated {
 /// The bearers a server serves, by connection handle, with the handles kept sorted:
 /// notifying walks connections in order without sorting (or allocating) each time.
 struct BearerTable {
-    private var byHandle: [UInt16: ATTBearer] = [:]
+    private var byHandle = HandleMap<ATTBearer>()
     /// The connection handles, ascending.
-    private(set) var handles: [UInt16] = []
+    var handles: [UInt16] { byHandle.keys }
 
     subscript(handle: UInt16) -> ATTBearer? {
         get { byHandle[handle] }
-        set {
-            let old = newValue.map { byHandle.updateValue($0, forKey: handle) } ?? byHandle.removeValue(forKey: handle)
-            switch (old, newValue) {
-            case (nil, _?): handles.insert(handle, at: handles.firstIndex { $0 > handle } ?? handles.endIndex)
-            case (_?, nil): handles.removeAll { $0 == handle }
-            default: break
-            }
-        }
+        set { byHandle[handle] = newValue }
     }
 }

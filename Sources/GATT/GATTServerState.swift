@@ -90,7 +90,7 @@ public struct GATTServerState: Sendable {
     /// The smallest key size an attribute that needs encryption or authentication
     /// accepts; a smaller one gets Insufficient Encryption Key Size.
     public var minimumKeySize = 7
-    private var configurations: [UInt16: [UInt16: UInt16]] = [:]  // connection → CCCD handle → value
+    private var configurations = HandleMap<HandleMap<UInt16>>()  // connection → CCCD handle → value
     private var prepared: [UInt16: [(handle: UInt16, offset: Int, value: [UInt8])]] = [:]
     /// Client Supported Features per connection (§7.2); bit 0 = robust caching.
     private var clientFeatures: [UInt16: UInt8] = [:]
@@ -120,18 +120,15 @@ public struct GATTServerState: Sendable {
 
     /// The Client Characteristic Configuration value `connection` has set for `valueHandle`.
     public func configuration(valueHandle: UInt16, connection: UInt16) -> (notify: Bool, indicate: Bool) {
-        guard let cccd = database.attributes.first(where: {
-            if case let .clientConfiguration(v, _) = $0.role { return v == valueHandle }
-            return false
-        }) else { return (false, false) }
-        let v = configurations[connection]?[cccd.handle] ?? 0
+        guard let cccd = database.clientConfigurationHandle(of: valueHandle) else { return (false, false) }
+        let v = configurations[connection]?[cccd] ?? 0
         return (v & 1 != 0, v & 2 != 0)
     }
 
     /// The Client Characteristic Configuration values `connection` has set, by CCCD
     /// handle (zeros left out): what a bond keeps for this client.
     public func clientConfigurations(connection: UInt16) -> [UInt16: UInt16] {
-        (configurations[connection] ?? [:]).filter { $0.value != 0 }
+        (configurations[connection] ?? [:]).filter { $0.value != 0 }.dictionary
     }
 
     /// The characteristics `connection` is subscribed to, by value handle in handle
@@ -272,7 +269,7 @@ public struct GATTServerState: Sendable {
         behind[connection] = nil
     }
 
-    public func isChangeAware(_ connection: UInt16) -> Bool { !changeUnaware.contains(connection) }
+    public func isChangeAware(_ connection: UInt16) -> Bool { changeUnaware.isEmpty || !changeUnaware.contains(connection) }
 
     /// What `connection` has written to Client Supported Features (§7.2; bits only ever set).
     public func clientSupportedFeatures(connection: UInt16) -> UInt8 { clientFeatures[connection] ?? 0 }

@@ -9,7 +9,7 @@
 public struct ACLFlow: Sendable {
     public private(set) var total: Int
     public private(set) var available: Int
-    public private(set) var outstanding: [UInt16: Int] = [:]
+    public private(set) var outstanding = HandleMap<Int>()
 
     public init(total: Int) {
         self.total = total

@@ -104,6 +104,10 @@ public actor HCIController: LoopIsolated {
 
     /// What `initialize()` learned; nil before it ran.
     public private(set) var info: ControllerInfo?
+    /// The LE ACL data packet length `initialize()` learned (nil before it ran): what
+    /// L2CAP asks per frame, without a copy of the whole `info` (the getter of a
+    /// property of another module returns all of it).
+    public var leACLDataPacketLength: Int? { info?.leACLDataPacketLength }
 
     /// `loop`: the event loop the stack runs on; by default the transport's preferred
     /// loop (an in-process controller's), else one of NIO's shared loops.
@@ -359,7 +363,7 @@ public actor HCIController: LoopIsolated {
         grantACLCredits()
     }
 
-    public var aclCredits: (available: Int, total: Int, outstanding: [UInt16: Int]) {
+    public var aclCredits: (available: Int, total: Int, outstanding: HandleMap<Int>) {
         (acl.available, acl.total, acl.outstanding)
     }
 

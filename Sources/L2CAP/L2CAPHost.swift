@@ -57,16 +57,20 @@ public actor L2CAPHost: LoopIsolated {
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) private var reassembler: Reassembler
-    @exclusivity(unchecked) var connections: [UInt16: (info: Connection, signaling: LESignalingChannel)] = [:]
+    @exclusivity(unchecked) var connections = HandleMap<(info: Connection, signaling: LESignalingChannel)>()
     /// SPSMs we accept credit-based channels on (every link's `CreditBasedChannels`
     /// gets them), and the channels' runtime state (L2CAPHost+Channels.swift).
     var listening: [UInt16: CreditBasedChannels.Listener] = [:]
     var coc = ChannelRuntime()
     private var subscribers: [ChannelID: BufferedStream<ChannelFrame>.Continuation] = [:]
-    private struct Key: Hashable { var handle: UInt16; var channel: ChannelID }
+    private struct Key: Hashable, Comparable {
+        var handle: UInt16
+        var channel: ChannelID
+        static func < (a: Key, b: Key) -> Bool { (a.handle, a.channel.rawValue) < (b.handle, b.channel.rawValue) }
+    }
     private var connectionSubscribers: [Key: BufferedStream<[UInt8]>.Continuation] = [:]
     /// Synchronous receivers (the ATT bearer of a link), called on the loop.
-    private var receivers: [Key: @Sendable (ChannelInput) -> Void] = [:]
+    private var receivers = SortedMap<Key, @Sendable (ChannelInput) -> Void>()
     /// Frames for ATT or SMP that arrive before anyone subscribed to that connection's
     /// channel (a central sends Exchange MTU at once); handed over on subscription.
     @exclusivity(unchecked) private var early: [Key: [[UInt8]]] = [:]
@@ -114,11 +118,11 @@ public actor L2CAPHost: LoopIsolated {
     }
     /// Fragments waiting for a controller buffer, per connection, and the connections
     /// with fragments in round-robin order.
-    @exclusivity(unchecked) private var queues: [UInt16: Deque<Outgoing>] = [:]
+    @exclusivity(unchecked) private var queues = HandleMap<Deque<Outgoing>>()
     @exclusivity(unchecked) private var order = Deque<UInt16>()
     /// Octets of ACL data in each connection's queue, and the connections whose queue
     /// passed `outboundLimit` (their Disconnect is on its way; they take nothing more).
-    @exclusivity(unchecked) private var queuedOctets: [UInt16: Int] = [:]
+    @exclusivity(unchecked) private var queuedOctets = HandleMap<Int>()
     @exclusivity(unchecked) private var overflowed: Set<UInt16> = []
     /// The most ACL data one connection may have waiting for controller buffers, in
     /// octets. Past it the link is disconnected with Remote Device Terminated
@@ -280,8 +284,8 @@ public actor L2CAPHost: LoopIsolated {
     /// queue passed `outboundLimit`).
     @discardableResult
     public func enqueue(_ payload: [UInt8], on channel: ChannelID, handle: UInt16, done: (@Sendable (Bool) -> Void)? = nil) -> Bool {
-        guard connections[handle] != nil, !overflowed.contains(handle) else { return false }
-        let length = Swift.max(1, Int(controller.onLoop { $0.info?.leACLDataPacketLength } ?? 27))
+        guard connections.contains(handle), overflowed.isEmpty || !overflowed.contains(handle) else { return false }
+        let length = Swift.max(1, Int(controller.onLoop { $0.leACLDataPacketLength } ?? 27))
         let frame = BasicFrame(channel: channel, payload: payload)
         let dropsBefore = drops
         let only = frame.onlyFragment(handle: handle, maximumDataLength: length)

@@ -28,7 +28,7 @@ public enum ReassemblyError: Error, Hashable, Sendable, CustomStringConvertible 
 public struct Reassembler: Sendable {
     /// Largest frame payload accepted (the ATT MTU plus signaling headroom, at most 65535).
     public var maximumPayload: Int
-    private var partial: [UInt16: [UInt8]] = [:]
+    private var partial = HandleMap<[UInt8]>()
 
     public init(maximumPayload: Int = 65_535) { self.maximumPayload = maximumPayload }
 

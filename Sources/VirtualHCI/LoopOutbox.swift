@@ -1,5 +1,6 @@
-// The virtual controller's outbox: the packets it sends its host, handed to the
-// host's event loop in one batch per loop turn, in order.
+// Packets handed to another event loop in one batch per loop turn, in order: the
+// virtual controller's outbox (what it sends its host) and, for a host on a loop of
+// its own, its inbox (what that host sends it).
 
 import HCI
 import NIOCore

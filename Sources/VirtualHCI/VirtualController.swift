@@ -29,13 +29,22 @@ public actor VirtualController: HCITransport, LoopIsolated {
     private let continuation: AsyncThrowingStream<HCIPacket, any Error>.Continuation
     /// Where packets go once the host asked for loop delivery (`deliver(on:_:)`).
     private nonisolated let outbox = LoopOutbox()
+    /// Host-to-controller packets from a host on another loop (`hostLoop`), handed to
+    /// this controller's loop in order, in one batch per loop turn: the in-process
+    /// counterpart of a UART between a host's core and its controller.
+    private nonisolated let inbox = LoopOutbox()
+    /// Set by `close()`: a host on another loop learns of it without a hop.
+    private nonisolated let isClosed = Atomic<Bool>(false)
     weak var radio: VirtualRadio?
     /// The radio's loop: this controller's executor, and the loop its host prefers.
     public nonisolated let loop: any EventLoop
     /// The loop's actors' executor (held here: `unownedExecutor` does not keep it).
     public nonisolated let loopExecutor: LoopExecutor
     public nonisolated let unownedExecutor: UnownedSerialExecutor
-    public nonisolated var preferredLoop: (any EventLoop)? { loop }
+    /// The loop this controller's host should run on: the radio's (one thread, the same
+    /// order every run) unless the controller was made with a host loop of its own.
+    public nonisolated let hostLoop: any EventLoop
+    public nonisolated var preferredLoop: (any EventLoop)? { hostLoop }
     private var closed = false
 
     /// Advertising transmit power in dBm (also what LE Read Advertising Physical Channel Tx Power says).
@@ -102,7 +111,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     var scanningPHYs: UInt8 = 0x01
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
-    @exclusivity(unchecked) private var connections: [UInt16: BluetoothAddress] = [:]
+    @exclusivity(unchecked) private var connections = HandleMap<BluetoothAddress>()
     /// The Filter Accept List (§7.8.16), in the order entries were added.
     var filterAcceptList: [FilterAcceptListEntry] = []
     /// The pending connection uses the Filter Accept List (Initiator_Filter_Policy 1).
@@ -136,9 +145,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
     static let aclLength: UInt16 = 251
     static let aclCount: UInt8 = 8
 
-    init(radio: VirtualRadio, loop: any EventLoop, address: BluetoothAddress, extendedAdvertising: Bool = false) {
+    init(radio: VirtualRadio, loop: any EventLoop, hostLoop: (any EventLoop)? = nil, address: BluetoothAddress, extendedAdvertising: Bool = false) {
         self.radio = radio
         self.loop = loop
+        self.hostLoop = hostLoop ?? loop
         self.loopExecutor = LoopExecutor.of(loop)
         self.unownedExecutor = loopExecutor.asUnownedSerialExecutor()
         self.address = address
@@ -146,6 +156,15 @@ public actor VirtualController: HCITransport, LoopIsolated {
         self.implemented = Set(Self.legacyImplemented + (extendedAdvertising ? Self.extendedAdvertisingCommands : []))
         self.supportedCommands = Self.mask(of: Array(implemented))
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
+        // The batches run on this controller's loop, each packet handled as `sendNow`
+        // on the loop would (`close()` lets go of the closure, and so of this actor).
+        inbox.attach(loop: loop) { [self] input in
+            guard case let .packets(packets) = input else { return }
+            onLoop(packets) { c, packets in
+                guard !c.closed else { return }
+                for p in packets { c.accept(p) }
+            }
+        }
     }
 
     /// The opcodes this controller implements; its Supported_Commands mask lists exactly these.
@@ -206,8 +225,9 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     public nonisolated func sendNow(_ packets: [HCIPacket]) throws {
         guard loop.inEventLoop else {
-            // A host on another loop: in order, in a task.
-            Task { for p in packets { try? await self.send(p) } }
+            // A host on another loop: queued for this one, in order.
+            guard !isClosed.load(ordering: .acquiring) else { throw TransportError.closed }
+            for p in packets { _ = inbox.put(p) }
             return
         }
         try onLoop(packets) { c, packets throws(TransportError) in
@@ -217,7 +237,11 @@ public actor VirtualController: HCITransport, LoopIsolated {
     }
 
     public nonisolated func sendNow(_ packet: HCIPacket) throws {
-        guard loop.inEventLoop else { return try sendNow([packet]) }
+        guard loop.inEventLoop else {
+            guard !isClosed.load(ordering: .acquiring) else { throw TransportError.closed }
+            _ = inbox.put(packet)
+            return
+        }
         try onLoop(packet) { c, p throws(TransportError) in
             guard !c.closed else { throw TransportError.closed }
             c.accept(p)
@@ -252,6 +276,8 @@ public actor VirtualController: HCITransport, LoopIsolated {
     public func close() async {
         guard !closed else { return }
         closed = true
+        isClosed.store(true, ordering: .releasing)
+        _ = inbox.end()
         if !outbox.end() { continuation.finish() }
     }
 

@@ -71,8 +71,16 @@ public actor VirtualRadio: LoopIsolated {
     /// Adds a controller with this public address; with `extendedAdvertising`, one
     /// that also has the Bluetooth 5 extended advertising, scanning and connection
     /// commands (a host then drives it with those).
-    public func makeController(address: BluetoothAddress, extendedAdvertising: Bool = false) -> VirtualController {
-        let c = VirtualController(radio: self, loop: loop, address: address, extendedAdvertising: extendedAdvertising)
+    ///
+    /// `hostLoop`: the loop the controller's host should run on (its `preferredLoop`).
+    /// By default the radio's own, so the radio, its controllers and their hosts share
+    /// one thread and a run with the same host commands gives the same bytes every
+    /// time. A host on a loop of its own (a host per core, as devices are) runs beside
+    /// the others; packets cross between its loop and the radio's in order, in batches,
+    /// but how two such hosts' packets interleave on the radio then depends on the
+    /// threads' timing.
+    public func makeController(address: BluetoothAddress, extendedAdvertising: Bool = false, hostLoop: (any EventLoop)? = nil) -> VirtualController {
+        let c = VirtualController(radio: self, loop: loop, hostLoop: hostLoop, address: address, extendedAdvertising: extendedAdvertising)
         controllers.append(c)
         return c
     }
@@ -228,13 +236,14 @@ public actor VirtualRadio: LoopIsolated {
     /// On the loop: hands `packet` to the other end of `sender`'s link.
     func relay(_ packet: ACLDataPacket, from sender: VirtualController) -> Bool {
         guard let i = linkIndex(sender, packet.handle) else { return false }
-        let l = links[i]
-        let (to, handle) = l.central === sender ? (l.peripheral, l.peripheralHandle) : (l.central, l.centralHandle)
+        // The fields this needs, read in place (a copy of the link retains all it holds).
+        let fromCentral = links[i].central === sender
+        let (to, handle) = fromCentral ? (links[i].peripheral, links[i].peripheralHandle) : (links[i].central, links[i].centralHandle)
         // Controller to host, LE: the first fragment is "first automatically flushable".
         // Data longer than the link's air PDUs reaches the peer's host as one ACL packet
         // per air PDU, as a real peer controller delivers it.
         var boundary: ACLPacketBoundary = packet.boundary == .continuing ? .continuing : .firstFlushable
-        let step = Int(l.central === sender ? l.centralTx.octets : l.peripheralTx.octets)
+        let step = Int(fromCentral ? links[i].centralTx.octets : links[i].peripheralTx.octets)
         var offset = 0
         repeat {
             let end = Swift.min(packet.data.count, offset + step)

@@ -8,6 +8,7 @@ import BLETesting
 import GAP
 import GATT
 import HCI
+import NIOCore
 import Snoop
 import Testing
 
@@ -24,17 +25,21 @@ struct Room {
     /// `radio`: by default one on NIO's shared loops. `watchCentral` sees each packet
     /// between the central's host and its controller, in order per direction.
     /// `extendedAdvertising`: every controller has the Bluetooth 5 advertising commands.
+    /// `hostLoops`: the loops the hosts run on (the central on the first, peripheral i
+    /// on the (i + 1)th, round the list); by default the radio's.
     init(peripherals count: Int, enhancedATT: Bool = false, radio: VirtualRadio = VirtualRadio(), extendedAdvertising: Bool = false,
-         watchCentral: (@Sendable (TraceRecord) -> Void)? = nil) async throws {
+         hostLoops: [any EventLoop] = [], watchCentral: (@Sendable (TraceRecord) -> Void)? = nil) async throws {
         self.radio = radio
-        let controller = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!, extendedAdvertising: extendedAdvertising)
+        let hostLoop = { (i: Int) in hostLoops.isEmpty ? nil : hostLoops[i % hostLoops.count] }
+        let controller = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!, extendedAdvertising: extendedAdvertising,
+                                                    hostLoop: hostLoop(0))
         centralController = controller
         central = BluetoothHost(transport: watchCentral.map { RecordingTransport(wrapping: controller, sink: $0) } ?? controller, logger: Bench.logger)
         try await central.start()
         var ps: [BluetoothHost] = [], addrs: [BluetoothAddress] = [], controllers: [VirtualController] = []
         for i in 0..<count {
             let a = BluetoothAddress("C0:00:00:00:01:0\(i)")!
-            let c = await radio.makeController(address: a, extendedAdvertising: extendedAdvertising)
+            let c = await radio.makeController(address: a, extendedAdvertising: extendedAdvertising, hostLoop: hostLoop(i + 1))
             let h = BluetoothHost(transport: c, logger: Bench.logger, enhancedATT: enhancedATT)
             try await h.start()
             ps.append(h)
@@ -58,8 +63,8 @@ struct Pair {
     var server: BluetoothHost { room.peripherals[0] }
     let remote: RemotePeripheral
 
-    init(radio: VirtualRadio = VirtualRadio()) async throws {
-        room = try await Room(peripherals: 1, radio: radio)
+    init(radio: VirtualRadio = VirtualRadio(), hostLoops: [any EventLoop] = []) async throws {
+        room = try await Room(peripherals: 1, radio: radio, hostLoops: hostLoops)
         var ad = AdvertisingData()
         ad.localName = "UT"
         try await room.peripherals[0].peripheral.startAdvertising(ad)
