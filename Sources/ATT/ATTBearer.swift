@@ -198,8 +198,14 @@ public actor ATTBearer: LoopIsolated {
     /// Notifications, Write Command, Signed Write Command.
     public func sendUnacknowledged(_ pdu: ATTPDU) throws {
         if let reason = state.unusableReason { throw ATTBearerError.bearerUnusable(reason) }
-        execute(state.sendUnacknowledged(pdu))
+        execute(inPlace { $0.sendUnacknowledged(pdu) })
     }
+
+    /// `body` on the state where it is stored. A non-mutating method called on the
+    /// stored `state` itself gets a copy of all of it first (its queues retained, then
+    /// released): per notification, on the hot path.
+    @inline(__always)
+    private func inPlace<T>(_ body: (inout ATTBearerState) -> T) -> T { body(&state) }
 
     /// `sendUnacknowledged` once the bearer is writable: a sender in a loop is paced by
     /// the link instead of queueing without bound.

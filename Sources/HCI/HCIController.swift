@@ -105,9 +105,9 @@ public actor HCIController: LoopIsolated {
     /// What `initialize()` learned; nil before it ran.
     public private(set) var info: ControllerInfo?
     /// The LE ACL data packet length `initialize()` learned (nil before it ran): what
-    /// L2CAP asks per frame, without a copy of the whole `info` (the getter of a
-    /// property of another module returns all of it).
-    public var leACLDataPacketLength: Int? { info?.leACLDataPacketLength }
+    /// L2CAP asks per frame. Stored on its own: reading it through `info` copies all
+    /// of `info` (its arrays retained and released) on every frame.
+    public private(set) var leACLDataPacketLength: Int?
 
     /// `loop`: the event loop the stack runs on; by default the transport's preferred
     /// loop (an in-process controller's), else one of NIO's shared loops.
@@ -541,5 +541,8 @@ public actor HCIController: LoopIsolated {
         creditListener = nil
     }
 
-    func record(_ info: ControllerInfo) { self.info = info }
+    func record(_ info: ControllerInfo) {
+        self.info = info
+        leACLDataPacketLength = info.leACLDataPacketLength
+    }
 }
