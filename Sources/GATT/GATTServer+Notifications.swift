@@ -28,7 +28,7 @@ extension GATTServer {
         var behind: [UInt16] = []
         // §2.5.2.1: nothing is notified to a change-unaware client.
         for c in bearers.handles
-        where only?.contains(c) != false && Self.subscription(&state, valueHandle: valueHandle, connection: c).notify && state.isChangeAware(c) {
+        where only?.contains(c) != false && Self.notifies(&state, valueHandle: valueHandle, connection: c) {
             guard let bearer = bearers[c] else { continue }
             // nil: not writable now, served after the others.
             let outcome: Bool? = await with(bearer, (valueHandle, value)) { b, a in
@@ -55,13 +55,14 @@ extension GATTServer {
         return sent
     }
 
-    /// What `connection` has set for `valueHandle`, asked of `state` in place. Called on
-    /// the stored property itself (`state.configuration(…)`) the method gets a copy of
-    /// the whole state first, every table in it retained and then released: 4 % of a
-    /// notification's CPU end to end on the virtual radio.
+    /// Whether `connection` takes notifications of `valueHandle` now (subscribed, and
+    /// change-aware: §2.5.2.1), asked of `state` in place. Called on the stored property
+    /// itself (`state.configuration(…)`) a method gets a copy of the whole state first,
+    /// every table in it retained and then released: 4 % of a notification's CPU end
+    /// to end on the virtual radio.
     @inline(__always)
-    static func subscription(_ state: inout GATTServerState, valueHandle: UInt16, connection: UInt16) -> (notify: Bool, indicate: Bool) {
-        state.configuration(valueHandle: valueHandle, connection: connection)
+    static func notifies(_ state: inout GATTServerState, valueHandle: UInt16, connection: UInt16) -> Bool {
+        state.configuration(valueHandle: valueHandle, connection: connection).notify && state.isChangeAware(connection)
     }
 
     /// Whether the bearer of each of `connections` still served, on this loop, has
