@@ -22,7 +22,7 @@ public struct SortedMap<Key: Comparable, Value> {
 
     /// The keys, ascending.
     @inlinable public var keys: [Key] { keys_ }
-    /// The values, in their handles' order.
+    /// The values, in their keys' order.
     @inlinable public var values: [Value] { values_.map { $0! } }
     @inlinable public var count: Int { keys_.count }
     @inlinable public var isEmpty: Bool { keys_.isEmpty }
@@ -126,7 +126,7 @@ public struct SortedMap<Key: Comparable, Value> {
         values_.removeAll()
     }
 
-    /// The entries whose value passes `isIncluded`, in handle order.
+    /// The entries that pass `isIncluded`, in key order.
     @inlinable public func filter(_ isIncluded: (Element) throws -> Bool) rethrows -> SortedMap {
         var out = SortedMap()
         for e in self where try isIncluded(e) {
@@ -142,8 +142,6 @@ public struct SortedMap<Key: Comparable, Value> {
         out.values_ = try values_.map { try transform($0!) }
         return out
     }
-
-    /// The same entries as a `Dictionary`.
 }
 
 extension SortedMap where Key: Hashable {

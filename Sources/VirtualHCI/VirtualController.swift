@@ -156,8 +156,13 @@ public actor VirtualController: HCITransport, LoopIsolated {
         self.implemented = Set(Self.legacyImplemented + (extendedAdvertising ? Self.extendedAdvertisingCommands : []))
         self.supportedCommands = Self.mask(of: Array(implemented))
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
-        // The batches run on this controller's loop, each packet handled as `sendNow`
-        // on the loop would (`close()` lets go of the closure, and so of this actor).
+        if let hostLoop, hostLoop !== loop { attachInbox() }
+    }
+
+    /// Opens the inbox for a host on another loop: its batches run on this controller's
+    /// loop, each packet handled as `sendNow` on the loop would. The inbox holds this
+    /// controller until `close()` ends it; opened after that, it ends at once.
+    private nonisolated func attachInbox() {
         inbox.attach(loop: loop) { [self] input in
             guard case let .packets(packets) = input else { return }
             onLoop(packets) { c, packets in
@@ -165,6 +170,17 @@ public actor VirtualController: HCITransport, LoopIsolated {
                 for p in packets { c.accept(p) }
             }
         }
+        if isClosed.load(ordering: .acquiring) { _ = inbox.end() }
+    }
+
+    /// From a host on another loop: queued for this controller's loop, in order. The
+    /// inbox opens on the first such packet when the controller was not made for a
+    /// host on another loop (a host given a loop of its own by `HCIController(loop:)`).
+    private nonisolated func sendFromAnotherLoop(_ p: HCIPacket) throws(TransportError) {
+        guard !isClosed.load(ordering: .acquiring) else { throw TransportError.closed }
+        if inbox.put(p) { return }
+        attachInbox()
+        guard inbox.put(p) else { throw TransportError.closed }
     }
 
     /// The opcodes this controller implements; its Supported_Commands mask lists exactly these.
@@ -225,9 +241,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
 
     public nonisolated func sendNow(_ packets: [HCIPacket]) throws {
         guard loop.inEventLoop else {
-            // A host on another loop: queued for this one, in order.
-            guard !isClosed.load(ordering: .acquiring) else { throw TransportError.closed }
-            for p in packets { _ = inbox.put(p) }
+            for p in packets { try sendFromAnotherLoop(p) }
             return
         }
         try onLoop(packets) { c, packets throws(TransportError) in
@@ -237,11 +251,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
     }
 
     public nonisolated func sendNow(_ packet: HCIPacket) throws {
-        guard loop.inEventLoop else {
-            guard !isClosed.load(ordering: .acquiring) else { throw TransportError.closed }
-            _ = inbox.put(packet)
-            return
-        }
+        guard loop.inEventLoop else { return try sendFromAnotherLoop(packet) }
         try onLoop(packet) { c, p throws(TransportError) in
             guard !c.closed else { throw TransportError.closed }
             c.accept(p)

@@ -74,4 +74,18 @@ import VirtualHCI
         await host.close()
         try await group.shutdownGracefully()
     }
+
+    @Test func aHostGivenALoopOfItsOwnByTheControllerIsHeardToo() async throws {
+        // The controller was made for a host on the radio's loop; the host chose another.
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        let radio = VirtualRadio(loop: loops[0])
+        let controller = await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:0A")!)
+        #expect(controller.preferredLoop === loops[0])
+        let host = HCIController(transport: controller, loop: loops[1], logger: Bench.logger)
+        try await host.initialize()
+        for _ in 0..<20 { #expect(try await host.send(ReadBDADDR()).address == controller.address) }
+        await host.close()
+        try await group.shutdownGracefully()
+    }
 }
