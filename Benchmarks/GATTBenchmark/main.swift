@@ -67,12 +67,12 @@ enum Placement: String {
 /// Two initialized L2CAP hosts on one virtual radio; `a` is the first one's address.
 /// Keep `radio` alive while they talk (its controllers hold it weakly).
 func twoHosts(_ placement: Placement = .oneLoop) async throws -> (radio: VirtualRadio, a: BluetoothAddress, ha: HCIController, hb: HCIController, la: L2CAPHost, lb: L2CAPHost) {
+    // A host per core: the second host stays on the radio's loop, the first has its own.
     let radio = placement == .hostPerCore ? VirtualRadio(loop: Placement.hostLoops[1]) : VirtualRadio()
     let a = BluetoothAddress("00:00:00:00:00:0A")!
-    let loops: (any EventLoop, any EventLoop)? = placement == .hostPerCore
-        ? (Placement.hostLoops[0], Placement.hostLoops[1]) : nil
-    let ha = HCIController(transport: await radio.makeController(address: a, hostLoop: loops?.0), logger: logger)
-    let hb = HCIController(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!, hostLoop: loops?.1), logger: logger)
+    let senderLoop = placement == .hostPerCore ? Placement.hostLoops[0] : nil
+    let ha = HCIController(transport: await radio.makeController(address: a, hostLoop: senderLoop), logger: logger)
+    let hb = HCIController(transport: await radio.makeController(address: BluetoothAddress("00:00:00:00:00:0B")!), logger: logger)
     try await ha.initialize(); try await hb.initialize()
     let la = L2CAPHost(controller: ha, logger: logger), lb = L2CAPHost(controller: hb, logger: logger)
     await la.start(); await lb.start()

@@ -27,7 +27,7 @@ extension GATTServer {
         var sent: [UInt16] = []
         var behind: [UInt16] = []
         // §2.5.2.1: nothing is notified to a change-unaware client.
-        for c in bearers.handles
+        for c in bearers.keys
         where only?.contains(c) != false && Self.notifies(&state, valueHandle: valueHandle, connection: c) {
             guard let bearer = bearers[c] else { continue }
             // nil: not writable now, served after the others.
@@ -131,7 +131,7 @@ extension GATTServer {
     public func notify(multiple values: [(handle: UInt16, value: [UInt8])], waitUntilSent: Bool = false, only: Set<UInt16>? = nil) async -> [UInt16] {
         for (h, v) in values { state.database.setValue(v, at: h) }
         var sent: [UInt16] = []
-        for c in bearers.handles where only?.contains(c) != false && state.isChangeAware(c) {
+        for c in bearers.keys where only?.contains(c) != false && state.isChangeAware(c) {
             guard let bearer = bearers[c] else { continue }
             let wanted = values.filter { state.configuration(valueHandle: $0.handle, connection: c).notify }
             guard !wanted.isEmpty else { continue }
@@ -169,7 +169,7 @@ extension GATTServer {
         state.database.setValue(value, at: valueHandle)
         // §2.5.2.1: a change-unaware client is sent no indication but Service Changed.
         let serviceChanged = handle(of: GATTCharacteristicType.serviceChanged)
-        let targets = bearers.handles.filter {
+        let targets = bearers.keys.filter {
             state.configuration(valueHandle: valueHandle, connection: $0).indicate && (valueHandle == serviceChanged || state.isChangeAware($0))
         }.compactMap { c in
             bearers[c].map { (c, $0) }

@@ -39,7 +39,9 @@ public actor GATTServer: LoopIsolated {
     // `@exclusivity(unchecked)` below: state on the loop alone, and no access to it calls
     // out while under way (docs/architecture.md, "Decisions worth knowing").
     @exclusivity(unchecked) var state: GATTServerState
-    @exclusivity(unchecked) var bearers = BearerTable()
+    /// The bearer of each connection, by handle: notifying walks the connections in
+    /// handle order (`bearers.keys`) without sorting or allocating each time.
+    @exclusivity(unchecked) var bearers = HandleMap<ATTBearer>()
     /// Each connection's enhanced bearers (EATT), beside its unenhanced one.
     private var enhanced: [UInt16: [ATTBearer]] = [:]
     private var security: [UInt16: LinkSecurity] = [:]
@@ -136,13 +138,13 @@ public actor GATTServer: LoopIsolated {
     }
 
     /// The connections being served.
-    public var connections: [UInt16] { bearers.handles }
+    public var connections: [UInt16] { bearers.keys }
 
     /// The ATT_MTU of a connection being served.
     public func mtu(connection: UInt16) async -> Int? { await bearers[connection]?.mtu }
 
     private func databaseChanged(_ range: ClosedRange<UInt16>) async {
-        state.databaseChanged(range, connections: bearers.handles)
+        state.databaseChanged(range, connections: bearers.keys)
         guard let sc = handle(of: GATTCharacteristicType.serviceChanged) else { return }
         let hash = state.databaseHashValue
         // A confirmed Service Changed tells that client of the changes up to `hash`.
@@ -431,15 +433,3 @@ public actor GATTServer: LoopIsolated {
 
 }
 
-/// The bearers a server serves, by connection handle, with the handles kept sorted:
-/// notifying walks connections in order without sorting (or allocating) each time.
-struct BearerTable {
-    private var byHandle = HandleMap<ATTBearer>()
-    /// The connection handles, ascending.
-    var handles: [UInt16] { byHandle.keys }
-
-    subscript(handle: UInt16) -> ATTBearer? {
-        get { byHandle[handle] }
-        set { byHandle[handle] = newValue }
-    }
-}

@@ -89,7 +89,7 @@ public struct SortedMap<Key: Comparable, Value> {
                 values_.insert(defaultValue(), at: i)
                 found = true
             }
-            yield &values_[i]!
+            yield &values_[i]!  // safe: a stored value is never nil (inserted just above, or found)
         }
     }
 
@@ -97,7 +97,7 @@ public struct SortedMap<Key: Comparable, Value> {
     @inlinable public mutating func withValue<T>(for key: Key, _ body: (inout Value) throws -> T) rethrows -> T? {
         let (i, found) = position(of: key)
         guard found else { return nil }
-        return try body(&values_[i]!)
+        return try body(&values_[i]!)  // safe: a stored value is never nil (found above)
     }
 
     @inlinable @discardableResult
@@ -161,7 +161,7 @@ extension SortedMap: Sequence {
         @inlinable public mutating func next() -> Element? {
             guard position < map.keys_.count else { return nil }
             defer { position &+= 1 }
-            return (map.keys_[position], map.values_[position]!)
+            return (map.keys_[position], map.values_[position]!)  // safe: a stored value is never nil
         }
     }
 

@@ -156,7 +156,6 @@ public actor VirtualController: HCITransport, LoopIsolated {
         self.implemented = Set(Self.legacyImplemented + (extendedAdvertising ? Self.extendedAdvertisingCommands : []))
         self.supportedCommands = Self.mask(of: Array(implemented))
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
-        if let hostLoop, hostLoop !== loop { attachInbox() }
     }
 
     /// Opens the inbox for a host on another loop: its batches run on this controller's
@@ -173,9 +172,10 @@ public actor VirtualController: HCITransport, LoopIsolated {
         if isClosed.load(ordering: .acquiring) { _ = inbox.end() }
     }
 
-    /// From a host on another loop: queued for this controller's loop, in order. The
-    /// inbox opens on the first such packet when the controller was not made for a
-    /// host on another loop (a host given a loop of its own by `HCIController(loop:)`).
+    /// From a host on another loop (`hostLoop`, or one a host chose with
+    /// `HCIController(loop:)`): queued for this controller's loop, in order. The inbox
+    /// opens on the first such packet, so a controller whose host shares its loop never
+    /// holds itself through one.
     private nonisolated func sendFromAnotherLoop(_ p: HCIPacket) throws(TransportError) {
         guard !isClosed.load(ordering: .acquiring) else { throw TransportError.closed }
         if inbox.put(p) { return }
