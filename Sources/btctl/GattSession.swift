@@ -128,6 +128,8 @@ struct PeerSession {
     let host: BluetoothHost
     let peripheral: RemotePeripheral
     let json: Bool
+    /// The host's pairings and bond changes, shown before the `secured` a command reports.
+    let feed: SecurityFeed?
 
     /// `answers` takes the prompts' answers instead of standard input (`l2cap connect`
     /// gives a closed one: its standard input is the channel's).
@@ -137,6 +139,8 @@ struct PeerSession {
         let store = AdapterBondStore(path: pairing?.store.bonds)
         let security = pairing?.securityOptions(store: store, json: options.json, answers: answers) ?? SecurityOptions()
         let (host, writer) = try await options.openHost(security: security, attMTU: UInt16(gatt?.attMTU ?? 517))
+        let json = options.json
+        let feed = await SecurityFeed.following(host) { announce(json: json, $0, "btctl: " + $1) }
         do {
             store.bind(adapter: try await host.start().address)
             let limit = cliDuration(seconds: peer.connectTimeout)
@@ -156,7 +160,7 @@ struct PeerSession {
                 }
                 peripheral = try await host.central.connect(to: found, within: limit, parameters: peer.connectionParameters)
             }
-            let session = PeerSession(host: host, peripheral: peripheral, json: options.json)
+            let session = PeerSession(host: host, peripheral: peripheral, json: options.json, feed: feed)
             if let count = gatt?.eatt { try await session.openEnhancedBearers(count) }
             if let phys = gatt?.phy, !phys.isEmpty { try await session.updatePHY(Set(phys)) }
             if let octets = gatt?.dataLength { try await session.updateDataLength(octets) }
@@ -259,7 +263,10 @@ struct PeerSession {
         }
     }
 
+    /// Shows the pairings the operation set off (`SecurityFeed`), then `secured` with
+    /// the link's state when the operation changed it.
     private func reportSecurity(since before: LinkSecurityState, _ text: String) async {
+        feed?.show()
         let s = await peripheral.security
         guard s != before, s.encrypted else { return }
         if json {

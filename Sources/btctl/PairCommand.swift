@@ -181,6 +181,70 @@ func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text:
     }
 }
 
+/// What the security manager reported on a client session (`btctl gatt`, `l2cap
+/// connect`, `btctl shell`), kept until it is shown: a pairing a command's request set
+/// off (`paired`, `pairing_failed`, with the method, the keys and whether the bond was
+/// stored), a bond removed to make room, the bond file changed by another program. A
+/// link's encryption itself is not shown from here: the command that changed it says
+/// `secured` with the state it ended in.
+///
+/// Each event is queued on the host's loop as it is emitted, before anyone waiting for
+/// the pairing resumes (`SecurityManager.addEventObserver`), so a command that goes on
+/// after a pairing finds the pairing's events here and shows them before its own output;
+/// `rings` says when there are events to show (the shell shows them at once, between
+/// commands too). At most `limit` wait to be shown; beyond them the newest are dropped
+/// and counted, and the count is shown with the next events.
+final class SecurityFeed: Sendable {
+    static let limit = 256
+    private let queue = Mutex<(events: [SecurityEvent], dropped: Int)>(([], 0))
+    /// Held while events are shown, so they come out in the order emitted whoever shows them.
+    private let showing = Mutex(())
+    private let display: @Sendable ([(String, JSONValue)], String) -> Void
+    private let doorbell: AsyncStream<Void>.Continuation
+    /// A signal (coalesced: at most one waits) each time events are queued.
+    let rings: AsyncStream<Void>
+
+    init(display: @escaping @Sendable ([(String, JSONValue)], String) -> Void) {
+        self.display = display
+        (rings, doorbell) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+    }
+
+    /// A feed of `host`'s security events, shown by `display`.
+    static func following(_ host: BluetoothHost, display: @escaping @Sendable ([(String, JSONValue)], String) -> Void) async -> SecurityFeed {
+        let feed = SecurityFeed(display: display)
+        await host.security.addEventObserver { [weak feed] e in feed?.queued(e) }
+        return feed
+    }
+
+    /// Called on the loop: only queues (never waits for the output).
+    func queued(_ e: SecurityEvent) {
+        if case .securityChanged = e { return }
+        guard securityReport(e) != nil else { return }
+        queue.withLock { q in
+            if q.events.count < Self.limit { q.events.append(e) } else { q.dropped += 1 }
+        }
+        doorbell.yield()
+    }
+
+    /// Shows what is queued, in order.
+    func show() {
+        showing.withLock { _ in
+            let (events, dropped) = queue.withLock { q in
+                defer { q.events = []; q.dropped = 0 }
+                return (q.events, q.dropped)
+            }
+            for e in events { if let (fields, text) = securityReport(e) { display(fields, text) } }
+            if dropped > 0 {
+                display([("event", .string("dropped")), ("what", .string("security events")), ("count", .int(dropped))],
+                        "\(dropped) security events not shown: more than \(Self.limit) came while the output was behind")
+            }
+        }
+    }
+
+    /// Ends `rings`.
+    func close() { doorbell.finish() }
+}
+
 /// Prompts on the terminal: the passkey to show, the passkey to type, a number to
 /// confirm. With --json each prompt is an event on stdout (naming the peer) and the
 /// answer a line on stdin. `gatt serve` reads its console itself and hands prompts

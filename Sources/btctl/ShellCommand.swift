@@ -197,7 +197,9 @@ struct Shell: AsyncParsableCommand {
         do {
             let address = try await host.start().address
             store.bind(adapter: address)
-            session = ShellSession(host: host, json: options.json, connectTimeout: cliDuration(seconds: connectTimeout), pairingLevel: pairing.level)
+            let json = options.json
+            let feed = await SecurityFeed.following(host) { consoleReport(json: json, $0, $1) }
+            session = ShellSession(host: host, json: json, connectTimeout: cliDuration(seconds: connectTimeout), pairingLevel: pairing.level, feed: feed)
             session.report([("event", .string("ready")), ("address", .string(address.description))],
                            "btctl shell on \(address); type 'help' for commands")
         } catch {
@@ -210,6 +212,9 @@ struct Shell: AsyncParsableCommand {
                 if case let .disconnected(c, reason) = e { await session.linkEnded(c, reason: reason) }
             }
         }
+        // Pairings the peer starts (a Security Request), bonds evicted, the bond file
+        // changed elsewhere: shown as they come, between commands too.
+        let securityShower = Task { for await _ in session.feed.rings { session.feed.show() } }
         if isatty(0) != 0, !options.json { FileHandle.standardError.write(Data("> ".utf8)) }
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
@@ -231,6 +236,8 @@ struct Shell: AsyncParsableCommand {
         await host.close()
         await waitFor([follower], within: .seconds(2))
         follower.cancel()
+        session.feed.close()
+        await securityShower.value
         if let e = writer?.error { throw CLIError("the btsnoop recording failed: \(e)") }
         let failed = await session.failed
         if failed > 0, !Interrupt.requested { throw ExitCode(1) }
@@ -242,6 +249,9 @@ struct Shell: AsyncParsableCommand {
 actor ShellSession {
     nonisolated let host: BluetoothHost
     nonisolated let json: Bool
+    /// The host's security events, shown by whoever comes first: a command that paired
+    /// (before its own output), or the shell's shower between commands.
+    nonisolated let feed: SecurityFeed
     let connectTimeout: Duration
     let pairingLevel: SecurityLevel
     /// The links we made, in the order made.
@@ -259,9 +269,10 @@ actor ShellSession {
         var handle: UInt16
     }
 
-    init(host: BluetoothHost, json: Bool, connectTimeout: Duration, pairingLevel: SecurityLevel) {
+    init(host: BluetoothHost, json: Bool, connectTimeout: Duration, pairingLevel: SecurityLevel, feed: SecurityFeed) {
         self.host = host
         self.json = json
+        self.feed = feed
         self.connectTimeout = connectTimeout
         self.pairingLevel = pairingLevel
     }
@@ -335,9 +346,11 @@ actor ShellSession {
             report([("event", .string("unsubscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description))] + nameField(c.uuid),
                    "unsubscribed from \(named(c.uuid))")
         case .pair:
+            // The pairing's `paired` (or `pairing_failed`) was queued before it returned,
+            // and is shown here if the shower has not shown it yet.
             let p = try current()
-            let result = try await host.security.pair(handle: p.connection.handle, level: pairingLevel)
-            report(result.event(peer: Self.peer(p.connection)), result.text(peer: Self.peer(p.connection)))
+            defer { feed.show() }
+            _ = try await host.security.pair(handle: p.connection.handle, level: pairingLevel)
         case let .phy(phys):
             try await session().updatePHY(phys, report: report)
         case let .dataLength(octets):
@@ -500,7 +513,7 @@ actor ShellSession {
     }
 
     /// The current link as the `gatt` commands use one (security reported, discovery cached).
-    private func session() throws -> PeerSession { PeerSession(host: host, peripheral: try current(), json: json) }
+    private func session() throws -> PeerSession { PeerSession(host: host, peripheral: try current(), json: json, feed: feed) }
 
     /// A handle as given (the characteristic it is the value of, if discovery found it,
     /// formats the value); a UUID's characteristic's value handle.

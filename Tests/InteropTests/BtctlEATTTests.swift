@@ -27,8 +27,8 @@ import Testing
         #expect(run.status == 0, "\(run.out)")
         let lines = try JSONSchemaTests.check(run.out, against: "gatt-subscribe")
         func named(_ e: String) -> [[String: Any]] { lines.filter { $0["event"] as? String == e } }
-        // Encrypted first, then the bearers, then the subscription: in that order.
-        #expect(lines.compactMap { $0["event"] as? String }.prefix(3) == ["secured", "eatt", "subscribed"], "\(run.out)")
+        // Paired and encrypted first, then the bearers, then the subscription: in that order.
+        #expect(lines.compactMap { $0["event"] as? String }.prefix(4) == ["paired", "secured", "eatt", "subscribed"], "\(run.out)")
         #expect(named("eatt").first?["bearers"] as? Int == 2, "\(run.out)")
         #expect(Set(named("notification").compactMap { $0["value"] as? String }) == ["e0", "e1"], "\(run.out)")
         let events = await BumbleL2CAPTests.lines(pipe)

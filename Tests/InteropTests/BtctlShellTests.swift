@@ -166,6 +166,27 @@ import Testing
         #expect(lines.first { $0["event"] as? String == "info" }?["level"] as? String == "secure-connections")
     }
 
+    /// A pairing the peer starts (Bumble's Security Request, with no command of the
+    /// shell's waiting) is reported when it ends, between commands. Just Works is not
+    /// asked: we send the Pairing Request, as BlueZ's kernel asks only as responder.
+    @Test func aPairingThePeerAsksForIsReportedBetweenCommands() async throws {
+        guard let rig = try await BtctlPairTests.rig("shell-request") else { return }
+        defer { rig.end() }
+        let peer = try rig.bumble(["peripheral-request", "1", "0", "none", "0"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", rig.rc.transportSpec, "--json", "--bonds", rig.file])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
+        shell.send("connect F1:F2:F3:F4:F5:F6/random")
+        #expect(await Self.waitFor(shell, "paired", within: .seconds(45)), "\(shell.output)")
+        shell.send("info")
+        #expect(await Self.waitFor(shell, "info"), "\(shell.output)")
+        let lines = try await Self.quit(shell, status: 0)
+        #expect(lines.compactMap { $0["event"] as? String } == ["ready", "connected", "paired", "info", "disconnected"], "\(lines)")
+        let paired = try #require(lines.first { $0["event"] as? String == "paired" })
+        #expect(paired["method"] as? String == "Just Works" && paired["bonded"] as? Bool == true && paired["handle"] is Int, "\(paired)")
+        #expect(lines.first { $0["event"] as? String == "info" }?["bonded"] as? Bool == true)
+    }
+
     /// A link the peer's side ends (Bumble's process goes: Rootcanal says Power Off) is
     /// reported as it happens, with no command waiting; the session goes on without it.
     /// SIGINT ends the session as the other btctl commands end: the host's shutdown

@@ -10,6 +10,10 @@ Usage:
       3f3e0001-..., handle given in the "ready" event) readable only over an
       authenticated link. Keeps its keys in memory across links; re-advertises after
       the first link ends and exits when the second ends.
+  bumble_smp_peer.py HCI_PORT peripheral-request SC MITM IO PASSKEY
+      As peripheral, and asks each central that connects to pair: a Security
+      Request 1 s after the connection (connection.request_pairing()), so the
+      pairing starts on the central's side with no command of its own.
   bumble_smp_peer.py HCI_PORT peripheral-private SC MITM IO PASSKEY
       As peripheral, with Bumble's LE privacy on: advertises from a resolvable private
       address made with its IRK, and from a new one after the first link ends (the
@@ -253,7 +257,7 @@ def serve_protected_channels(device, spsm):
     device.create_l2cap_server(spec=l2cap.LeCreditBasedChannelSpec(psm=spsm, mtu=1024, mps=100, max_credits=4), handler=on_channel)
 
 
-async def peripheral(device, private=False, sign=False, rounds=2):
+async def peripheral(device, private=False, sign=False, request=False, rounds=2):
     protected = gatt.Characteristic(
         "3f3e0002-0000-1000-8000-00805f9b34fb", gatt.Characteristic.Properties.READ,
         gatt.Characteristic.READ_REQUIRES_AUTHENTICATION, bytes([0x42, 0x43]))
@@ -279,6 +283,8 @@ async def peripheral(device, private=False, sign=False, rounds=2):
             connected.set()
             if sign and round > 0:
                 asyncio.get_running_loop().create_task(send_signed_writes(connection))
+            if request:
+                asyncio.get_running_loop().call_later(1.0, connection.request_pairing)
 
         device.once("connection", on_connection)
         if private and round > 0:
@@ -585,8 +591,8 @@ async def main():
         if mode == "peripheral-channel":
             serve_protected_channels(device, 0x85)
             await peripheral(device, rounds=4)
-        elif mode in ("peripheral", "peripheral-private", "peripheral-ctkd", "peripheral-oob", "peripheral-sign"):
-            await peripheral(device, private=mode == "peripheral-private", sign=mode == "peripheral-sign")
+        elif mode in ("peripheral", "peripheral-private", "peripheral-ctkd", "peripheral-oob", "peripheral-sign", "peripheral-request"):
+            await peripheral(device, private=mode == "peripheral-private", sign=mode == "peripheral-sign", request=mode == "peripheral-request")
         elif mode == "central-private":
             await central_private(device, sys.argv[7])
         elif mode == "central-channel":
