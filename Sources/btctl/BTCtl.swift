@@ -227,7 +227,8 @@ func announce(json: Bool, _ fields: [(String, JSONValue)], _ text: String) {
 /// into a pipe or file): rewritten in place at most ten times a second, cleared before
 /// the closing summary. When standard output is the same terminal, `willPrint()` erases
 /// the line before each output line and the next `update` draws it again below, so the
-/// two never mix. Only the task that owns it writes.
+/// two never mix; `willNote()` does the same before a note on standard error. Only the
+/// task that owns it writes (or whoever holds the lock it is kept under).
 struct LiveStatus {
     let enabled: Bool
     private let sharesTerminal: Bool
@@ -253,6 +254,13 @@ struct LiveStatus {
     /// Call before writing a line to standard output.
     mutating func willPrint() {
         guard sharesTerminal, shown else { return }
+        clear()
+        erased = true
+    }
+
+    /// Call before writing a note to standard error, the line's own stream.
+    mutating func willNote() {
+        guard shown else { return }
         clear()
         erased = true
     }

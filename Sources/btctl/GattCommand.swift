@@ -6,6 +6,7 @@ import Foundation
 import GATT
 import HCI
 import Snoop
+import Synchronization
 
 struct Gatt: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -234,20 +235,23 @@ struct Gatt: AsyncParsableCommand {
                 }
                 var n = 0
                 let started = ContinuousClock.now
-                var live = LiveStatus(json: options.json)
+                let output = SubscriptionOutput(json: options.json)
                 let single = targets.count == 1 ? (targets[0].indications ? "indication" : "notification") : "value"
+                // A pairing the peer starts while the values come (its Security Request),
+                // and bond changes, are shown as they end, between value lines.
+                let shower = session.feed.map { feed in Task { for await _ in feed.rings { output.security(feed) } } }
+                defer { session.feed?.close() }
                 do {
                     for try await t in merged {
                         n += 1
                         let (c, indications) = targets[t.index]
-                        live.willPrint()
-                        if options.json {
-                            emit(.object([("event", .string(indications ? "indication" : "notification"))] + valueJSON(c.valueHandle, t.value, uuid: c.uuid)))
-                        } else {
-                            print(valueLine(c.valueHandle, t.value, uuid: c.uuid))
+                        output.value(status: "\(n) \(single)s") {
+                            if options.json {
+                                emit(.object([("event", .string(indications ? "indication" : "notification"))] + valueJSON(c.valueHandle, t.value, uuid: c.uuid)))
+                            } else {
+                                print(valueLine(c.valueHandle, t.value, uuid: c.uuid))
+                            }
                         }
-                        fflush(nil)
-                        live.update("\(n) \(single)s")
                         if let count, n >= count { break }
                     }
                 } catch BLEError.disconnected, BLEError.transportClosed {
@@ -257,7 +261,10 @@ struct Gatt: AsyncParsableCommand {
                 // before the disconnection).
                 forwarders.cancel()
                 await forwarders.value
-                live.clear()
+                session.feed?.close()
+                await shower?.value
+                output.clear()
+                session.feed?.show()
                 let seconds = tenthsOfSecondsSince(started)
                 await session.close()
                 // Values lost while the output fell behind: each subscription keeps its
@@ -279,6 +286,40 @@ struct Gatt: AsyncParsableCommand {
             }
         }
     }
+}
+
+/// What `gatt subscribe` writes while values come: each value's line with the status
+/// line under it, and the security events that come meanwhile (`SecurityFeed`), from
+/// the task taking the values and the one following the feed, one at a time, so no line
+/// is written into another or over the status line.
+private final class SubscriptionOutput: Sendable {
+    private let state: Mutex<(live: LiveStatus, status: String)>
+    init(json: Bool) { state = Mutex((LiveStatus(json: json), "")) }
+
+    /// Writes a value (`write` prints its line), then `status` on the status line.
+    func value(status: String, _ write: () -> Void) {
+        state.withLock { s in
+            s.live.willPrint()
+            write()
+            fflush(nil)
+            s.status = status
+            s.live.update(status)
+        }
+    }
+
+    /// Shows what `feed` has queued (notes on standard error, or JSON lines), then the
+    /// status line again.
+    func security(_ feed: SecurityFeed) {
+        guard feed.hasQueued else { return }
+        state.withLock { s in
+            s.live.willNote()
+            feed.show()
+            if !s.status.isEmpty { s.live.update(s.status) }
+        }
+    }
+
+    /// Erases the status line (before the summary).
+    func clear() { state.withLock { $0.live.clear() } }
 }
 
 /// The primary services as `gatt discover` (and `shell`'s `discover`) lists them, in

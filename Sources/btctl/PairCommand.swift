@@ -226,6 +226,9 @@ final class SecurityFeed: Sendable {
         doorbell.yield()
     }
 
+    /// Whether `show()` has something to show.
+    var hasQueued: Bool { queue.withLock { !$0.events.isEmpty || $0.dropped > 0 } }
+
     /// Shows what is queued, in order.
     func show() {
         showing.withLock { _ in

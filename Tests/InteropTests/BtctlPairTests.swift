@@ -176,6 +176,26 @@ import Testing
         #expect(BumbleSMPTests.named(bumble, "encryption").count == 2, "\(bumble)")
     }
 
+    /// A pairing the peer starts while `gatt subscribe` waits for values (Bumble's
+    /// Security Request, 1 s after the link, with no request of ours refused) is shown
+    /// as it ends, between the values, and goes into the bond file. Before, it was
+    /// never shown: only the security a command's own requests set off was reported.
+    @Test func gattSubscribeShowsAPairingThePeerStarts() async throws {
+        guard let rig = try await Self.rig("subscribe") else { return }
+        defer { rig.end() }
+        let peer = try rig.bumble(["peripheral-request", "1", "0", "none", "0"])
+        defer { RootcanalProcess.kill(peer.process) }
+        let subscribe = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "subscribe", "F1:F2:F3:F4:F5:F6/random", "--uuid", "2A05", "--indicate",
+                                                               "--bonds", rig.file, "--json", "-t", rig.rc.transportSpec])
+        #expect(await BtctlShellTests.waitFor(subscribe, "paired", within: .seconds(45)), "\(subscribe.output)")
+        #expect(await subscribe.stop(signal: SIGINT) == 130, "\(subscribe.output)")
+        let lines = try JSONSchemaTests.check(subscribe.output, against: "gatt-subscribe")
+        #expect(lines.compactMap { $0["event"] as? String } == ["subscribed", "paired", "summary"], "\(lines)")
+        let paired = try #require(lines.first { $0["event"] as? String == "paired" })
+        #expect(paired["method"] as? String == "Just Works" && paired["bonded"] as? Bool == true && paired["peer"] as? String == "F1:F2:F3:F4:F5:F6", "\(paired)")
+        #expect(try await Self.run(["bonds", "list", "--bonds", rig.file, "--json"]).out.split(separator: "\n").count == 1)
+    }
+
     @Test func gattWriteSignedUsesTheCSRKGivenWhenPairing() async throws {
         guard let rig = try await Self.rig("sign") else { return }
         defer { rig.end() }
