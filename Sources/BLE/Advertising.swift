@@ -359,11 +359,16 @@ extension BluetoothHost {
     /// Starts each of `sets` again, one change at a time (`withAdvertisingLock`), with
     /// what the application asks for by then: a set removed meanwhile, held by a link
     /// made meanwhile, or ended by a limit is left off air. A failure is logged with
-    /// `what`, and the next set goes on.
-    func restartAdvertising(_ sets: [UInt8], _ what: String) async {
+    /// `what`, and the next set goes on. A rotation's restart (`generation`, the period
+    /// it is for) is left to the next period's once that has begun.
+    func restartAdvertising(_ sets: [UInt8], _ what: String, forPeriod generation: Int? = nil) async {
         for s in sets where peripheralState.advertising[s] != nil {
             do {
                 try await withAdvertisingLock {
+                    // A rotation's restart that waited its turn past the next period's start
+                    // is that period's to make: made here too, it would put the new
+                    // address on air twice.
+                    if let generation, generation != own.generation { return }
                     if let a = peripheralState.advertising[s], state == .ready, peripheralState.advertisingLinks[s] == nil {
                         try await startAdvertisingNow(a, set: s)
                     }

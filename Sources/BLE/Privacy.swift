@@ -171,7 +171,7 @@ extension BluetoothHost {
         let advertising = peripheralState.setsOnAir.filter { peripheralState.advertising[$0]?.maximumEvents == nil }
         if !advertising.isEmpty, usesExtendedCommands || (centralState.scans.isEmpty && centralState.connectWaiter == nil) {
             // After any change under way, with what the application asks for then.
-            await restartAdvertising(advertising, "advertising did not restart with a new private address")
+            await restartAdvertising(advertising, "advertising did not restart with a new private address", forPeriod: own.generation)
         } else {
             await refreshControllerAddress()
         }

@@ -17,3 +17,25 @@ public func collect<S: AsyncSequence & Sendable>(_ seq: S, count: Int, within li
         return r ?? []
     }
 }
+
+/// Every element of `seq` that arrives within `limit`, in order (what arrived until
+/// then when the sequence ends or throws first): for a test that counts what came in
+/// a window, where `collect(_:count:within:)` would wait for one too many. The
+/// sequence's iterator must end when its task is cancelled, as the library's streams do.
+public func collect<S: AsyncSequence & Sendable>(_ seq: S, within limit: Duration) async -> [S.Element] where S.Element: Sendable {
+    await withTaskGroup(of: [S.Element]?.self) { g in
+        g.addTask {
+            var out: [S.Element] = []
+            var it = seq.makeAsyncIterator()
+            while let e = try? await it.next() { out.append(e) }
+            return out
+        }
+        g.addTask { try? await Task.sleep(for: limit); return nil }
+        // The sequence ended first, or time ran out: the reader, cancelled, hands over
+        // what it has.
+        let first = await g.next() ?? nil
+        g.cancelAll()
+        if let first { return first }
+        return (await g.next() ?? nil) ?? []
+    }
+}
