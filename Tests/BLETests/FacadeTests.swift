@@ -130,11 +130,14 @@ import Testing
         try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [dynamic]))
         let rc = try await pair.remote.characteristic(uuidB)
         let remote = pair.remote
-        let read = Task { try await remote.read(rc) }
+        let read: Task<[UInt8], any Error>
         do {
+            // The consumer first: a read that came before it would be answered from the
+            // stored value at once (as a loaded machine once made it, and this waited on
+            // `next()` for ever).
             let requests = await pair.server.peripheral.requests()
-            var taken = requests.makeAsyncIterator()
-            #expect(await taken.next()?.kind == .read(offset: 0))
+            read = Task { try await remote.read(rc) }
+            #expect(await firstElement(requests, within: .seconds(5))?.kind == .read(offset: 0))
         }
         let start = ContinuousClock.now
         #expect(try await read.value == Array("stored".utf8))
