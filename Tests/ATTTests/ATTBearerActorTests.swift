@@ -8,6 +8,7 @@ import Synchronization
 import Testing
 @testable import ATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct ATTBearerActorTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 

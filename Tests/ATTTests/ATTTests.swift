@@ -2,6 +2,7 @@ import HCI
 import Testing
 @testable import ATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct ATTPDUTests {
     static let battery = BluetoothUUID(0x180F)
     static let custom = BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!
@@ -95,6 +96,7 @@ struct ATTPDUTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct ATTBearerTests {
     @Test func requestsQueueBehindTheOutstandingOne() {
         var b = ATTBearerState()

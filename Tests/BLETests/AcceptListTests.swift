@@ -20,7 +20,7 @@ extension BluetoothHost {
     func controllerScansThroughAcceptList() -> Bool? { centralState.scanning?.acceptListOnly }
 }
 
-@Suite(.serialized) struct AcceptListTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct AcceptListTests {
     static let a = BluetoothAddress("C0:00:00:00:0A:11")!, b = BluetoothAddress("C0:00:00:00:0A:12")!
     static let p = BluetoothAddress("C0:00:00:00:0A:13")!
     static let s = BluetoothAddress("C0:00:00:00:0A:14")!

@@ -47,7 +47,7 @@ extension Interposer {
     var enables: [[UInt8]] { commands.filter { $0.0 == .leSetExtendedAdvertisingEnable }.map(\.1) }
 }
 
-@Suite struct AdvertisingEndAttributionTests {
+@Suite(.timeLimit(.minutes(3))) struct AdvertisingEndAttributionTests {
     /// A peripheral host whose controller is wrapped in an `Interposer`, and a
     /// central host that listens.
     struct Rig {

@@ -14,7 +14,7 @@ import HCI
 import NIOEmbedded
 import Testing
 
-@Suite struct AdvertisingLimitsTests {
+@Suite(.timeLimit(.minutes(3))) struct AdvertisingLimitsTests {
     /// The first `.advertisingEnded` on `events` within `limit` of wall-clock time.
     static func ended(_ events: BufferedStream<PeripheralEvent>, within limit: Duration = .seconds(10)) async -> (AdvertisingSet, AdvertisingEndReason)? {
         await firstElement(events.compactMap { e -> (AdvertisingSet, AdvertisingEndReason)? in

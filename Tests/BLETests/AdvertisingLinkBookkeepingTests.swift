@@ -15,7 +15,7 @@ extension BluetoothHost {
     func advertisingLinkForTest(_ set: UInt8) -> UInt16? { peripheralState.advertisingLinks[set] }
 }
 
-@Suite struct AdvertisingLinkBookkeepingTests {
+@Suite(.timeLimit(.minutes(3))) struct AdvertisingLinkBookkeepingTests {
     @Test func aSetWhoseLinkAlreadyEndedStartsAgain() async throws {
         let enables = Mutex<[[UInt8]]>([])
         let room = try await Room(peripherals: 1, extendedAdvertising: true, watchCentral: { r in

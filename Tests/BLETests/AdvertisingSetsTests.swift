@@ -12,7 +12,7 @@ import GAP
 import HCI
 import Testing
 
-@Suite struct AdvertisingSetsTests {
+@Suite(.timeLimit(.minutes(3))) struct AdvertisingSetsTests {
     static func named(_ name: String) -> AdvertisingData {
         var ad = AdvertisingData()
         ad.localName = name

@@ -11,7 +11,7 @@ import HCI
 import Synchronization
 import Testing
 
-@Suite(.serialized) struct ConnectAnyTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct ConnectAnyTests {
     static let nobody = DeviceAddress(BluetoothAddress("C0:00:00:00:0F:0F")!)
 
     @Test func aCentralConnectsToWhicheverPeerAdvertisesFirst() async throws {

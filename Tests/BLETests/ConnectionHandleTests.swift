@@ -26,7 +26,7 @@ extension VirtualRadio {
     func startHandleSearch(at handle: UInt16) { nextHandle = handle }
 }
 
-@Suite struct ConnectionHandleTests {
+@Suite(.timeLimit(.minutes(3))) struct ConnectionHandleTests {
     static let peripheralAddresses = [BluetoothAddress("C0:00:00:00:0D:21")!, BluetoothAddress("C0:00:00:00:0D:22")!]
 
     /// A radio whose handle search stands at the top of the range: the next links get

@@ -11,7 +11,7 @@ import Snoop
 import Synchronization
 import Testing
 
-@Suite(.serialized) struct ConnectionParametersTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct ConnectionParametersTests {
     /// 20 to 30 ms, 3 events of latency, 4 s of supervision timeout.
     static let asked = LEConnectionParameters(connectionIntervalMin: 16, connectionIntervalMax: 24, maxLatency: 3, supervisionTimeout: 400)
 

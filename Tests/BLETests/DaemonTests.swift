@@ -10,7 +10,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite struct DaemonTests {
+@Suite(.timeLimit(.minutes(3))) struct DaemonTests {
     @Test func usingAHostBeforeStartSaysToCallStart() async throws {
         let radio = VirtualRadio()
         let host = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:0D:01")!), logger: Bench.logger)

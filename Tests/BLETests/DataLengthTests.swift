@@ -11,7 +11,7 @@ import BLETesting
 import HCI
 import Testing
 
-@Suite(.serialized) struct DataLengthTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct DataLengthTests {
     /// The first `.dataLengthChanged` on `events` within 5 s.
     static func dataLength(_ events: BufferedStream<ConnectionEvent>) async -> (Connection, DataLength)? {
         await firstElement(events.compactMap { e -> (Connection, DataLength)? in

@@ -85,7 +85,7 @@ enum BatteryFlow {
     }
 }
 
-@Suite struct DeterminismTests {
+@Suite(.timeLimit(.minutes(3))) struct DeterminismTests {
     static let runs = 50
 
     /// The Battery Service flow of the issue on the virtual radio, both hosts recorded.

@@ -13,7 +13,7 @@ import GAP
 import NIOEmbedded
 import Testing
 
-@Suite struct DirectedAdvertisingTests {
+@Suite(.timeLimit(.minutes(3))) struct DirectedAdvertisingTests {
     /// What `host` hears from `address` in 300 ms of scanning.
     static func heard(from address: BluetoothAddress, by host: BluetoothHost) async throws -> [Advertisement] {
         try await host.central.scan(for: .milliseconds(300)).filter { $0.address == address }.map(\.advertisement)

@@ -9,7 +9,7 @@ import GAP
 import HCI
 import Testing
 
-@Suite struct ExtendedFacadeTests {
+@Suite(.timeLimit(.minutes(3))) struct ExtendedFacadeTests {
     static func manufacturer(_ n: Int) -> AdvertisingData {
         var ad = AdvertisingData()
         ad.localName = "extended"

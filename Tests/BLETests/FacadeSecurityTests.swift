@@ -9,7 +9,7 @@ import Synchronization
 import BLETesting
 import Testing
 
-@Suite struct FacadeSecurityTests {
+@Suite(.timeLimit(.minutes(3))) struct FacadeSecurityTests {
     static func room(central: SecurityOptions, peripheral: SecurityOptions) async throws -> (BluetoothHost, BluetoothHost, VirtualRadio) {
         let radio = VirtualRadio()
         let c = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:01")!), logger: Bench.logger, security: central)
@@ -315,7 +315,7 @@ extension FacadeSecurityTests {
 /// Data signing (Vol 3, Part C, §10.4): two hosts bond, each distributing its CSRK; on
 /// the next link, not encrypted, each writes the other's characteristic with Signed
 /// Write Commands, the counters kept with the bonds on both sides.
-@Suite struct SignedWriteFacadeTests {
+@Suite(.timeLimit(.minutes(3))) struct SignedWriteFacadeTests {
     @Test func bondedHostsSignWritesBothWaysOnAnUnencryptedLink() async throws {
         var pairing = PairingConfiguration()
         pairing.keys = [.encryptionKey, .identityKey, .signingKey]
@@ -378,7 +378,7 @@ extension FacadeSecurityTests {
 /// Robust caching (Vol 3, Part G, §2.5.2.1): the central keeps a bonded peripheral's
 /// GATT layout with the bond and, at the next connection, reads the peer's Database
 /// Hash instead of discovering while the hash holds.
-@Suite struct GATTCacheTests {
+@Suite(.timeLimit(.minutes(3))) struct GATTCacheTests {
     @Test func aBondedPeripheralsLayoutIsReusedWhileItsDatabaseHashHolds() async throws {
         let radio = VirtualRadio()
         let centralAddress = BluetoothAddress("C0:00:00:00:00:01")!, peripheralAddress = BluetoothAddress("C0:00:00:00:01:00")!
@@ -441,7 +441,7 @@ extension FacadeSecurityTests {
 /// once and the read ends with the link; it used to wait behind the read (and the
 /// owed request queued after it) for the peer's 20 s manual-answer timeout, which the
 /// link-churn test showed as 20 s disconnects.
-@Suite struct OwedTrafficTests {
+@Suite(.timeLimit(.minutes(3))) struct OwedTrafficTests {
     enum Owed: String, CaseIterable, Sendable { case layoutAfterPairing, unsubscribeLetGo }
 
     @Test(arguments: Owed.allCases)

@@ -12,7 +12,7 @@ import NIOPosix
 import Synchronization
 import Testing
 
-@Suite struct FacadeTests {
+@Suite(.timeLimit(.minutes(3))) struct FacadeTests {
     @Test func statesGoIdleInitializingReady() async throws {
         let radio = VirtualRadio()
         let host = BluetoothHost(transport: await radio.makeController(address: BluetoothAddress("C0:00:00:00:00:09")!), logger: Bench.logger)
@@ -183,7 +183,7 @@ import Testing
     }
 }
 
-@Suite struct LinkParameterTests {
+@Suite(.timeLimit(.minutes(3))) struct LinkParameterTests {
     @Test func bothRolesUpdateParametersAndOptionalCommandsAreTolerated() async throws {
         let pair = try await Pair()
         defer { Task { await pair.room.close() } }
@@ -206,7 +206,7 @@ import Testing
     }
 }
 
-@Suite struct BothGATTRolesTests {
+@Suite(.timeLimit(.minutes(3))) struct BothGATTRolesTests {
     @Test func thePeripheralUsesTheCentralsServerOnTheSameLink() async throws {
         let pair = try await Pair()
         defer { Task { await pair.room.close() } }
@@ -231,7 +231,7 @@ import Testing
 /// L2CAP channels through the facade: a peripheral publishes an SPSM, the central
 /// opens a channel from its RemotePeripheral, SDUs both ways, a refused SPSM, and the
 /// channel ending with the link's reason.
-@Suite struct FacadeChannelTests {
+@Suite(.timeLimit(.minutes(3))) struct FacadeChannelTests {
     @Test func publishOpenSendClose() async throws {
         let pair = try await Pair()
         defer { Task { await pair.room.close() } }
@@ -258,7 +258,7 @@ import Testing
 /// peripheral that takes them, operations run on several bearers at once, values
 /// come packed in Multiple Handle Value Notifications, and a server without EATT
 /// says so.
-@Suite struct EATTClientTests {
+@Suite(.timeLimit(.minutes(3))) struct EATTClientTests {
     @Test func operationsRunOnSeveralBearersAtOnce() async throws {
         let room = try await Room(peripherals: 1, enhancedATT: true)
         defer { Task { await room.close() } }
@@ -319,7 +319,7 @@ private actor LoopSender {
     }
 }
 
-@Suite struct LoopSenderTests {
+@Suite(.timeLimit(.minutes(3))) struct LoopSenderTests {
     @Test func anActorOnTheHostsExecutorNotifiesWithoutAJobPerCall() async throws {
         // A loop of its own: the count below is of every job on the loop.
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
@@ -361,7 +361,7 @@ private final class CountingTaskExecutor: TaskExecutor, @unchecked Sendable {
     }
 }
 
-@Suite struct CallerHopTests {
+@Suite(.timeLimit(.minutes(3))) struct CallerHopTests {
     @Test func aReadComesBackToItsCallerOnce() async throws {
         // Loops of their own: one for the stack, one for the caller.
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
@@ -419,7 +419,7 @@ private final class CountingTaskExecutor: TaskExecutor, @unchecked Sendable {
     }
 }
 
-@Suite struct CallbackSubscriptionTests {
+@Suite(.timeLimit(.minutes(3))) struct CallbackSubscriptionTests {
     /// What a subscription's callbacks saw.
     final class Seen: Sendable {
         let values: AsyncStream<[UInt8]>, ends: AsyncStream<String>

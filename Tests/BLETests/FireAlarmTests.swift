@@ -14,7 +14,7 @@ final class EventLog: Sendable {
     func count(_ role: String, _ event: String) -> Int { all.filter { $0.role == role && $0.event == event }.count }
 }
 
-@Suite struct FireAlarmSessionTests {
+@Suite(.timeLimit(.minutes(3))) struct FireAlarmSessionTests {
     @Test func demoDownloadsTheFloorPlanIntact() async throws {
         let log = EventLog()
         let outcome = try await FireAlarmDemo.run(distance: 5, log: log.log)

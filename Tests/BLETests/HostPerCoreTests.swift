@@ -10,7 +10,7 @@ import NIOPosix
 import Testing
 import VirtualHCI
 
-@Suite struct HostPerCoreTests {
+@Suite(.timeLimit(.minutes(3))) struct HostPerCoreTests {
     /// Two bytes counting `i`, for values whose order can be read back.
     static func counted(_ i: Int) -> [UInt8] { [UInt8(i & 0xFF), UInt8(i >> 8)] }
 

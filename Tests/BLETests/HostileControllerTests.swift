@@ -159,7 +159,7 @@ private struct HostileEvents {
     }
 }
 
-@Suite struct HostileControllerTests {
+@Suite(.timeLimit(.minutes(3))) struct HostileControllerTests {
     /// A controller whose buffers stop draining (no Number Of Completed Packets) does
     /// not keep the host from hanging up: what the link has queued is given 2 s, then
     /// Disconnect goes out anyway. (The facade first waited for the ATT bearer to hand

@@ -258,7 +258,7 @@ struct HostileTraffic {
     }
 }
 
-@Suite struct HostilePeerTests {
+@Suite(.timeLimit(.minutes(3))) struct HostilePeerTests {
     static let server = BluetoothAddress("C0:00:00:00:0B:01")!
     static let peerAddress = BluetoothAddress("C0:00:00:00:0B:02")!
 

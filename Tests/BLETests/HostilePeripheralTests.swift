@@ -145,7 +145,7 @@ final class ManglingTransport: HCITransport {
     }
 }
 
-@Suite struct HostilePeripheralTests {
+@Suite(.timeLimit(.minutes(3))) struct HostilePeripheralTests {
     /// A peer's broken answer is the operation's error at once: the facade waits for
     /// the link's end (to report why it went) only after errors a lost link produces.
     /// (It waited 1 s after every one, which the seeded test below showed: 20 s a seed.)

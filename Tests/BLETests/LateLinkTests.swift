@@ -11,7 +11,7 @@ import BLETesting
 import HCI
 import Testing
 
-@Suite struct LateLinkTests {
+@Suite(.timeLimit(.minutes(3))) struct LateLinkTests {
     static let me = BluetoothAddress("C0:00:00:00:03:01")!
     /// Nobody advertises there: the controller tries until it is told to stop.
     static let nobody = BluetoothAddress("C0:00:00:00:03:09")!

@@ -10,7 +10,7 @@ import HCI
 import NIOCore
 import Testing
 
-@Suite struct LinkChangeAttributionTests {
+@Suite(.timeLimit(.minutes(3))) struct LinkChangeAttributionTests {
     static func described(_ e: ConnectionEvent) -> String? {
         switch e {
         case let .connected(c): return "connected \(c.peer)"

@@ -20,7 +20,7 @@ import L2CAP
 import Synchronization
 import Testing
 
-@Suite struct LinkChurnTests {
+@Suite(.timeLimit(.minutes(3))) struct LinkChurnTests {
     /// What ended an operation: its value, or an error of the kinds a lost link gives.
     enum Ending: Sendable, Equatable { case value, linkError, unexpected(String) }
 

@@ -11,7 +11,7 @@ import BLETesting
 import HCI
 import Testing
 
-@Suite struct LinkEndOrderTests {
+@Suite(.timeLimit(.minutes(3))) struct LinkEndOrderTests {
     static let handle: UInt16 = 0x0042
     static let first = BluetoothAddress("C0:00:00:00:05:01")!, second = BluetoothAddress("C0:00:00:00:05:02")!
 

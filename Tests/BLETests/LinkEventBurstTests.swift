@@ -11,7 +11,7 @@ import BLETesting
 import HCI
 import Testing
 
-@Suite struct LinkEventBurstTests {
+@Suite(.timeLimit(.minutes(3))) struct LinkEventBurstTests {
     static let handle: UInt16 = 0x0777, second: UInt16 = 0x0778
     static let central = BluetoothAddress("C0:00:00:00:04:09")!, other = BluetoothAddress("C0:00:00:00:04:0A")!
 

@@ -10,7 +10,7 @@ import BLETesting
 import HCI
 import Testing
 
-@Suite(.serialized) struct LinkPHYTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct LinkPHYTests {
     /// The first `.phyUpdated` on `events` within 5 s.
     static func phyUpdate(_ events: BufferedStream<ConnectionEvent>) async -> (Connection, LinkPHY)? {
         await firstElement(events.compactMap { e -> (Connection, LinkPHY)? in

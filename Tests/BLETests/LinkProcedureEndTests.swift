@@ -66,7 +66,7 @@ final class DroppingTransport: HCITransport {
     func close() async { await base.close() }
 }
 
-@Suite struct LinkProcedureEndTests {
+@Suite(.timeLimit(.minutes(3))) struct LinkProcedureEndTests {
     /// A central whose controller's LE meta events with `subevent` never reach it, and a
     /// peripheral it is connected to; the peripheral's view of the link; the commands
     /// the central sends. The radio is the caller's to keep (its controllers hold it

@@ -10,7 +10,7 @@ import BLETesting
 import HCI
 import Testing
 
-@Suite(.serialized) struct LongRangeTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct LongRangeTests {
     /// The names heard in `results`, with the primary PHY each came on.
     static func names(_ results: [ScanResult]) -> Set<String> {
         Set(results.compactMap { r in r.advertisement.data.localName.map { "\($0) \(r.primaryPHY)" } })

@@ -12,7 +12,7 @@ import NIOPosix
 import Synchronization
 import Testing
 
-@Suite struct NotificationWriterTests {
+@Suite(.timeLimit(.minutes(3))) struct NotificationWriterTests {
     /// What a callback subscription received, in order (on the central's loop).
     final class Received: Sendable {
         private struct State {
@@ -223,7 +223,7 @@ import Testing
     }
 }
 
-@Suite struct WriteWithoutResponseWriterTests {
+@Suite(.timeLimit(.minutes(3))) struct WriteWithoutResponseWriterTests {
     static func published(_ pair: Pair, properties: CharacteristicProperties = [.writeWithoutResponse]) async throws -> (Characteristic, RemoteCharacteristic) {
         let c = Characteristic(uuid: uuidC, properties: properties, permissions: [.write], value: [0])
         try await pair.server.peripheral.add(Service(uuid: uuidA, characteristics: [c]))

@@ -10,7 +10,7 @@ import HCI
 import Synchronization
 import Testing
 
-@Suite(.serialized) struct PeerInfoTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct PeerInfoTests {
     @Test func aCentralLearnsWhatItsPeerHas() async throws {
         let radio = VirtualRadio()
         let commands = Mutex<[HCIOpcode]>([])

@@ -11,7 +11,7 @@ import HCI
 import Synchronization
 import Testing
 
-@Suite struct PeriodicAdvertisingTests {
+@Suite(.timeLimit(.minutes(3))) struct PeriodicAdvertisingTests {
     /// Manufacturer data of `n` octets in all (its AD structures, each at most 255).
     static func payload(_ n: Int, seed: UInt8 = 1) -> AdvertisingData {
         var ad = AdvertisingData()

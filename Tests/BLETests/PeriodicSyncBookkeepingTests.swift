@@ -15,7 +15,7 @@ extension BluetoothHost {
     var cancelsOwedForTest: Int { syncState.cancelsOwed }
 }
 
-@Suite struct PeriodicSyncBookkeepingTests {
+@Suite(.timeLimit(.minutes(3))) struct PeriodicSyncBookkeepingTests {
     static let cancelled = LEPeriodicAdvertisingSyncEstablished(status: .operationCancelledByHost, syncHandle: 0, advertisingSID: 0,
                                                                advertiserAddressType: .public, advertiserAddress: .zero, advertiserPHY: 0,
                                                                periodicAdvertisingInterval: 0)

@@ -10,7 +10,7 @@ import HCI
 import NIOEmbedded
 import Testing
 
-@Suite struct PreferredParametersTests {
+@Suite(.timeLimit(.minutes(3))) struct PreferredParametersTests {
     @Test func aCentralGivesThePeripheralTheConnectionItPrefers() async throws {
         let radio = VirtualRadio()
         let none = PreferredConnectionParameters.noPreference

@@ -9,7 +9,7 @@ import BLETesting
 import Foundation
 import Testing
 
-@Suite struct PrivacyTests {
+@Suite(.timeLimit(.minutes(3))) struct PrivacyTests {
     static let centralAddress = BluetoothAddress("C0:00:00:00:00:01")!
     static let peripheralAddress = BluetoothAddress("C0:00:00:00:01:00")!
 

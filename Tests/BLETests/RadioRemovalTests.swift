@@ -8,7 +8,7 @@ import Testing
 
 /// `VirtualRadio.remove` (what `btctl radio` does when a host leaves): the device
 /// vanishes, so its peer's link ends with Connection Timeout, and it is heard no more.
-@Suite struct RadioRemovalTests {
+@Suite(.timeLimit(.minutes(3))) struct RadioRemovalTests {
     @Test func aRemovedControllersPeerSeesItsLinkTimeOut() async throws {
         let radio = VirtualRadio()
         let (ca, pa) = (BluetoothAddress("C0:00:00:00:00:0A")!, BluetoothAddress("C0:00:00:00:00:0B")!)

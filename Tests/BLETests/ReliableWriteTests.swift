@@ -8,7 +8,7 @@ import BLETesting
 import GATT
 import Testing
 
-@Suite struct ReliableWriteTests {
+@Suite(.timeLimit(.minutes(3))) struct ReliableWriteTests {
     @Test func aReliableWriteWritesEveryValueOrNone() async throws {
         let pair = try await Pair()
         defer { Task { await pair.room.close() } }

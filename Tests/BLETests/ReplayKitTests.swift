@@ -10,7 +10,7 @@ import HCI
 import Snoop
 import Testing
 
-@Suite struct ReplayKitTests {
+@Suite(.timeLimit(.minutes(3))) struct ReplayKitTests {
     static func temporaryPath(_ name: String) -> String {
         NSTemporaryDirectory() + "replay-\(getpid())-\(UInt64.random(in: 0...UInt64.max))-\(name)"
     }
@@ -320,7 +320,7 @@ import Testing
 /// Pairing replays too, when the program's random values are part of its inputs: a
 /// host given `SecurityRandom.seeded` draws the same keys and nonces every run, so
 /// its SMP PDUs, and the peer's recorded answers to them, match.
-@Suite struct PairingReplayTests {
+@Suite(.timeLimit(.minutes(3))) struct PairingReplayTests {
     /// The central's program: connect, read a characteristic that needs encryption
     /// (pairing on demand, Just Works, bonding), disconnect.
     static func central(_ host: BluetoothHost, peer: BluetoothAddress) async throws -> [UInt8] {

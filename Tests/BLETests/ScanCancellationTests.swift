@@ -13,7 +13,7 @@ import Snoop
 import Synchronization
 import Testing
 
-@Suite struct ScanCancellationTests {
+@Suite(.timeLimit(.minutes(3))) struct ScanCancellationTests {
     @Test func aScanCancelledAsItsEnableGoesOutLeavesTheHostInStepWithTheController() async throws {
         let scanning = Mutex<Task<Void, Never>?>(nil)
         let room = try await Room(peripherals: 0, extendedAdvertising: true, watchCentral: { r in

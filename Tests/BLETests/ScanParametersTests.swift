@@ -11,7 +11,7 @@ import BLETesting
 import HCI
 import Testing
 
-@Suite(.serialized) struct ScanParametersTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct ScanParametersTests {
     /// "name" for an advertisement, "name rsp" for a scan response.
     static func described(_ results: [ScanResult]) -> Set<String> {
         Set(results.map { ($0.name ?? "?") + ($0.advertisement.isScanResponse ? " rsp" : "") })

@@ -52,7 +52,7 @@ func connect(_ b: Bench) async throws -> RemotePeripheral {
     return try await b.central.central.connect(to: b.peripheralAddress, within: .seconds(10))
 }
 
-@Suite(.serialized) struct SystemTests {
+@Suite(.serialized, .timeLimit(.minutes(3))) struct SystemTests {
     @Test("ST01 hardware state", arguments: BenchKind.allCases)
     func st01HardwareState(_ kind: BenchKind) async throws {
         guard let b = try await Bench.make(kind) else { return }

@@ -79,7 +79,7 @@ let uuidA = BluetoothUUID("0000AAAA-0000-1000-8000-00805F9B34FB")!
 let uuidB = BluetoothUUID("0000BBBB-0000-1000-8000-00805F9B34FB")!
 let uuidC = BluetoothUUID("0000CCCC-0000-1000-8000-00805F9B34FB")!
 
-@Suite struct UnitTests {
+@Suite(.timeLimit(.minutes(3))) struct UnitTests {
     @Test("UT01 manage connected peripherals") func ut01Connected() async throws {
         let room = try await Room(peripherals: 3)
         defer { Task { await room.close() } }

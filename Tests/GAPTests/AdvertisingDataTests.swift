@@ -3,6 +3,7 @@ import HCI
 import Testing
 @testable import GAP
 
+@Suite(.timeLimit(.minutes(3)))
 struct AdvertisingDataTests {
     @Test func parsesTheCommonTypes() throws {
         let bytes = [UInt8](hex: """
@@ -101,6 +102,7 @@ struct AdvertisingDataTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct DistanceTests {
     @Test func pathLossModelInvertsTheVirtualRadios() async throws {
         // The virtual radio reports -61 dBm at 10 m for a 0 dBm advertiser; the estimate gives it back.

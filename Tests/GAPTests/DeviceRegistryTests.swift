@@ -2,6 +2,7 @@ import HCI
 import Testing
 @testable import GAP
 
+@Suite(.timeLimit(.minutes(3)))
 struct DeviceRegistryTests {
     static let a = BluetoothAddress("00:00:00:00:00:0A")!
     static func adv(_ addr: BluetoothAddress, rssi: Int8, scanResponse: Bool = false, _ build: (inout AdvertisingData) -> Void) -> Advertisement {
@@ -59,6 +60,7 @@ struct DeviceRegistryTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct UnavailableRSSITests {
     @Test func rssi127MeansNotMeasuredAndIsNotAveraged() {
         var r = DeviceRegistry()

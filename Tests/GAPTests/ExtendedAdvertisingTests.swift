@@ -6,6 +6,7 @@ import GAP
 import HCI
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct ExtendedAdvertisingTests {
     func report(_ status: UInt16, _ data: [UInt8], scanResponse: Bool = false, sid: UInt8 = 1) -> LEExtendedAdvertisingReport.Report {
         LEExtendedAdvertisingReport.Report(eventType: 0x01 | (scanResponse ? 0x08 : 0) | status << 5, addressType: .random,
@@ -51,6 +52,7 @@ struct ExtendedAdvertisingTests {
 import BLETesting
 import Logging
 
+@Suite(.timeLimit(.minutes(3)))
 struct ExtendedAdvertiserTests {
     @Test func dataOver251BytesGoesInOperations() async throws {
         let t = ScriptedTransport()

@@ -4,6 +4,7 @@ import Logging
 import Testing
 @testable import GAP
 
+@Suite(.timeLimit(.minutes(3)))
 struct ScanningTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 

@@ -5,6 +5,7 @@ import GATT
 import HCI
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct AssignedNumbersTests {
     @Test func uuidNamesByRange() {
         #expect(BluetoothUUID(0x180F).name == "Battery Service")

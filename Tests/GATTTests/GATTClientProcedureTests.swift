@@ -9,6 +9,7 @@ import HCI
 import Testing
 @testable import GATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct GATTClientProcedureTests {
     /// Runs `procedure` against `server`, counting requests; stops after 100 requests.
     func drive<P: GATTClientProcedure>(_ procedure: P, _ server: inout GATTServerState, mtu: Int) throws -> (P.Output, Int) {

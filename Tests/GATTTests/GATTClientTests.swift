@@ -77,6 +77,7 @@ final class ChannelEnd: ATTChannel, @unchecked Sendable {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct GATTClientTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
     static let custom = BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!

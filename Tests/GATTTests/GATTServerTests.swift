@@ -3,6 +3,7 @@ import HCI
 import Testing
 @testable import GATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct GATTServerTests {
     static let custom = BluetoothUUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")!
 
@@ -263,6 +264,7 @@ struct GATTServerTests {
 /// Multiple Handle Value Notification (Vol 3, Part F, §3.4.7.4; Part G, §4.10.2):
 /// values packed while they fit ATT_MTU, at least two per PDU, and only for a client
 /// whose Client Supported Features asks for them.
+@Suite(.timeLimit(.minutes(3)))
 struct MultipleNotificationTests {
     @Test func valuesArePackedWhileTheyFit() {
         let long = [UInt8](repeating: 0xEE, count: 30)

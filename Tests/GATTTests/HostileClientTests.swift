@@ -12,6 +12,7 @@ import Logging
 import Testing
 @testable import GATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct HostileClientTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 

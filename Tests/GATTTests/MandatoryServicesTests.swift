@@ -6,6 +6,7 @@ import Testing
 import Synchronization
 @testable import GATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct CMACTests {
     // RFC 4493 §4, AES-128 key 2b7e1516 28aed2a6 abf71588 09cf4f3c.
     static let key = [UInt8](hex: "2b7e151628aed2a6abf7158809cf4f3c")!
@@ -26,6 +27,7 @@ struct CMACTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct MandatoryServicesTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 
@@ -146,6 +148,7 @@ struct MandatoryServicesTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct RobustCachingTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 
@@ -229,6 +232,7 @@ struct RobustCachingTests {
 
 /// A server whose user takes its events by observer (the facade) buffers none: its
 /// `events` stream is over at once, and what happens reaches the observer alone.
+@Suite(.timeLimit(.minutes(3)))
 struct ObservedServerTests {
     @Test func aServerWithoutAnEventStreamHandsEveryEventToItsObservers() async throws {
         var db = AttributeDatabase()

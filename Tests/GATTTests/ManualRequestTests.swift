@@ -14,6 +14,7 @@ import Synchronization
 import Testing
 @testable import GATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct ManualRequestTests {
     @Test func longReadsAreServedFromTheWholeValueAtEachOffset() async throws {
         let (client, server, _, _, custom) = try await GATTClientTests().setUp(mtu: 23)

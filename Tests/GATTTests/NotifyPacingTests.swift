@@ -12,6 +12,7 @@ import Synchronization
 import Testing
 @testable import GATT
 
+@Suite(.timeLimit(.minutes(3)))
 struct NotifyPacingTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 

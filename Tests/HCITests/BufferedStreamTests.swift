@@ -29,7 +29,7 @@ private final class Endings: Sendable {
     func record(_ t: BufferedStream<Int>.Termination) { seen.withLock { $0.append(t) } }
 }
 
-@Suite struct BufferedStreamTests {
+@Suite(.timeLimit(.minutes(3))) struct BufferedStreamTests {
     @Test func aFullBufferKeepsTheNewestOrTheOldestAndCountsTheRest() async {
         let (newest, toNewest) = BufferedStream<Int>.makeStream(capacity: 3)
         let (oldest, toOldest) = BufferedStream<Int>.makeStream(capacity: 3, keeping: .oldest)

@@ -3,6 +3,7 @@ import Testing
 
 /// Vectors are either written out from the Core Specification's parameter tables
 /// or taken from Fixtures/rootcanal-init.btsnoop (recorded from Rootcanal 1.10.0).
+@Suite(.timeLimit(.minutes(3)))
 struct CodecTests {
     /// Opcodes as a command line names them: hex, or the specification's name with
     /// case, spaces and hyphens aside; anything else is nil.

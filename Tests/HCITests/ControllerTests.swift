@@ -10,6 +10,7 @@ import Synchronization
 import Testing
 @testable import HCI
 
+@Suite(.timeLimit(.minutes(3)))
 struct ControllerTests {
     static let logger = Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
 

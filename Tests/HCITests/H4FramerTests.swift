@@ -1,6 +1,7 @@
 import Testing
 @testable import HCI
 
+@Suite(.timeLimit(.minutes(3)))
 struct H4FramerTests {
     static let stream: [UInt8] = Reset().packet.h4Bytes
         + HCIEvent.commandComplete(CommandComplete(commandOpcode: .reset, returnParameters: [0])).packet.h4Bytes

@@ -4,7 +4,7 @@
 import HCI
 import Testing
 
-@Suite struct HandleMapTests {
+@Suite(.timeLimit(.minutes(3))) struct HandleMapTests {
     @Test func entriesStayInHandleOrderWhateverOrderTheyCameIn() {
         var m = HandleMap<String>()
         for h: UInt16 in [0x0042, 0x0001, 0xFFFF, 0x0040, 0x0041] { m[h] = "\(h)" }

@@ -52,7 +52,7 @@ private actor Elsewhere {
     }
 }
 
-@Suite struct LoopExecutorTests {
+@Suite(.timeLimit(.minutes(3))) struct LoopExecutorTests {
     /// Jobs `executor` ran while `body` ran.
     private func jobs(on executor: LoopExecutor, _ body: () async -> Int) async throws -> (result: Int, jobs: Int) {
         let before = try await executor.loop.submit { executor.jobsRun }.get()

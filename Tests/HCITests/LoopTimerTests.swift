@@ -15,7 +15,7 @@ private final class Count: Sendable {
     var now: Int { value.withLock { $0 } }
 }
 
-@Suite struct LoopTimerTests {
+@Suite(.timeLimit(.minutes(3))) struct LoopTimerTests {
     @Test func firesAfterItsDelayOnTheEmbeddedLoop() {
         let loop = EmbeddedEventLoop()
         let fired = Count()

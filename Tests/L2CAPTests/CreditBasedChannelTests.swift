@@ -4,6 +4,7 @@ import Testing
 
 /// LE credit-based channels, sans I/O, with bytes laid out as Vol 3, Part A, §3.4.3
 /// (K-frames), §4.6/§4.7 and §4.22–§4.24 (signaling) give them.
+@Suite(.timeLimit(.minutes(3)))
 struct CreditBasedChannelTests {
     static let small = CreditBasedParameters(mtu: 100, mps: 23, initialCredits: 2)
 

@@ -8,6 +8,7 @@ import Testing
 /// Source CID × 1...5), Response (0x18: MTU, MPS, Initial Credits, Result, Destination
 /// CID per Source CID), Reconfigure Request (0x19: MTU, MPS, Destination CID × 1...5)
 /// and Response (0x1A: Result).
+@Suite(.timeLimit(.minutes(3)))
 struct EnhancedCreditBasedTests {
     static let listener = CreditBasedParameters(mtu: 1000, mps: 100, initialCredits: 4)
 

@@ -6,6 +6,7 @@ import NIOEmbedded
 import Testing
 @testable import L2CAP
 
+@Suite(.timeLimit(.minutes(3)))
 struct L2CAPHostTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
     static let peer = BluetoothAddress("C0:11:22:33:44:55")!

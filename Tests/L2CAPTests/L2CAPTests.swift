@@ -2,6 +2,7 @@ import HCI
 import Testing
 @testable import L2CAP
 
+@Suite(.timeLimit(.minutes(3)))
 struct FragmentationTests {
     @Test(arguments: [1, 4, 27, 251, 1000])
     func fragmentsReassembleToTheSameFrame(size: Int) {
@@ -71,6 +72,7 @@ struct FragmentationTests {
     }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct LESignalingTests {
     // Connection Parameter Update Request, identifier 0x07: 30–50 ms, latency 0, 4 s (§4.20).
     static let request: [UInt8] = [0x12, 0x07, 0x08, 0x00, 0x18, 0x00, 0x28, 0x00, 0x00, 0x00, 0x90, 0x01]

@@ -8,7 +8,7 @@ import SMP
 import Synchronization
 import Testing
 
-@Suite struct BondStoreTests {
+@Suite(.timeLimit(.minutes(3))) struct BondStoreTests {
     static func bond(_ text: String, irk: [UInt8]? = nil) -> Bond {
         let address = BluetoothAddress(text)!
         let ltk = LongTermKey(key: Array(0..<16), authenticated: true, secureConnections: true)

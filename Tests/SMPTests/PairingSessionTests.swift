@@ -91,7 +91,7 @@ struct PairingRun {
 let identityI = IdentityKey(irk: Array(1...16), address: BluetoothAddress("C0:00:00:00:00:01")!, addressType: .random)
 let identityR = IdentityKey(irk: Array(17...32), address: BluetoothAddress("00:11:22:33:44:55")!, addressType: .public)
 
-@Suite struct PairingSessionTests {
+@Suite(.timeLimit(.minutes(3))) struct PairingSessionTests {
     @Test(arguments: [false, true])
     func justWorksPairsAndBothSidesHoldTheSameKey(secure: Bool) throws {
         var run = PairingRun(PairingConfiguration(secureConnections: secure, identity: identityI),

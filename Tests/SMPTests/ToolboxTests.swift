@@ -17,7 +17,7 @@ func hex(_ s: String) -> [UInt8] {
     return out
 }
 
-@Suite struct ToolboxTests {
+@Suite(.timeLimit(.minutes(3))) struct ToolboxTests {
     // D.1 P-256 data set.
     let privateA = hex("3f49f6d4 a3c55f38 74c9b3e3 d2103f50 4aff607b eb40b799 5899b8a6 cd3c1abd")
     let privateB = hex("55188b3d 32f6bb9a 900afcfb eed4e72a 59cb9ac2 f19d7cfb 6b4fdd49 f47fc5fd")

@@ -8,6 +8,7 @@ import HCI
 import Testing
 @testable import Snoop
 
+@Suite(.timeLimit(.minutes(3)))
 struct FieldListingTests {
     /// SplitMix64: the same bytes every run.
     struct Seeded {

@@ -4,6 +4,7 @@ import HCI
 import Testing
 @testable import Snoop
 
+@Suite(.timeLimit(.minutes(3)))
 struct TraceFormatTests {
     static let records: [TraceRecord] = [
         TraceRecord(timestampMicros: 1_700_000_000_000_000, packet: Reset().packet, direction: .hostToController),
@@ -278,6 +279,7 @@ struct TraceFormatTests {
 
 /// SMP in captures of our pairings with Bumble (Fixtures/rootcanal-smp-*.btsnoop,
 /// recorded by BumbleSMPTests; tshark's view of the same files is checked there).
+@Suite(.timeLimit(.minutes(3)))
 struct SMPDecodeTests {
     static func frames(_ fixture: String, showKeys: Bool) throws -> [JSONValue] {
         let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."

@@ -12,6 +12,7 @@ import Testing
 import Glibc
 #endif
 
+@Suite(.timeLimit(.minutes(3)))
 struct TransportsTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
 
@@ -360,6 +361,7 @@ func bindToLoopback(_ fd: Int32) -> UInt16? {
     return bound ? UInt16(bigEndian: a.sin_port) : nil
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct KernelATTSocketTests {
     @Test func thisKernelsMissingBluetoothIsExplainedForL2CAPToo() {
         do {
@@ -383,6 +385,7 @@ struct KernelATTSocketTests {
 /// A TCP peer that writes each packet as Rootcanal does: the H4 indicator, then the
 /// rest, in two writes, with Nagle's algorithm on, so the rest leaves only once the
 /// host acknowledges the indicator.
+@Suite(.timeLimit(.minutes(3)))
 struct TwoSegmentPeerTests {
     /// What the peer saw, one value per packet it wrote (kept across its thread).
     final class Seen<Value: Sendable>: Sendable {

@@ -8,6 +8,7 @@ import Testing
 /// beyond them is refused (the pairing still encrypts, its result says why the bond was
 /// not kept) or, with `.replaceOldest`, the bonds saved longest ago whose peers are not
 /// connected make room for it.
+@Suite(.timeLimit(.minutes(3)))
 struct BondLimitTests {
     static func stranger(_ n: UInt8) -> Bond {
         Bond(address: BluetoothAddress("00:00:00:00:10:\(String(format: "%02X", n))")!, addressType: .public,

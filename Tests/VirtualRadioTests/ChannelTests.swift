@@ -6,6 +6,7 @@ import Testing
 /// LE credit-based channels between two of our hosts over the virtual radio: the
 /// runtime around the byte-level tests in L2CAPTests (Bumble's and the kernel's
 /// channels are the interop tests).
+@Suite(.timeLimit(.minutes(3)))
 struct ChannelTests {
     /// Two connected L2CAP hosts: `a` peripheral, `b` central.
     static func link(_ radio: VirtualRadio) async throws -> (a: L2CAPHost, b: L2CAPHost, aHandle: UInt16, bHandle: UInt16) {

@@ -9,6 +9,7 @@ import Logging
 import Synchronization
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct ExtendedAdvertisingRadioTests {
     static let logger = VirtualRadioTests.logger
     static let a = BluetoothAddress("00:00:00:00:0E:0A")!

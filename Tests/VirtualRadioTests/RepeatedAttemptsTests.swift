@@ -12,6 +12,7 @@ import NIOEmbedded
 import SMP
 import Testing
 
+@Suite(.timeLimit(.minutes(3)))
 struct RepeatedAttemptsTests {
     @Test func aFailedPairingIsRefusedAgainUntilTheLoopsClockSaysSo() async throws {
         let t = ScriptedTransport()

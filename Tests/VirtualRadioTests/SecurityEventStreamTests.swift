@@ -11,7 +11,7 @@ import L2CAP
 @testable import SMP
 import Testing
 
-@Suite struct SecurityEventStreamTests {
+@Suite(.timeLimit(.minutes(3))) struct SecurityEventStreamTests {
     static func result() -> PairingResult {
         PairingResult(method: .justWorks, security: LinkSecurityState(), keys: PairingKeys(), bonding: true,
                       bondsEvicted: [Bond(address: BluetoothAddress("00:00:00:00:10:01")!, addressType: .public, keys: PairingKeys())])

@@ -9,6 +9,7 @@ import Testing
 /// The Security Manager runtime between two of our hosts on the virtual radio:
 /// pairing through the controllers' encryption, bonds, re-encryption from stored
 /// keys, a key mismatch. Interop with Bumble's SMP is BumbleSMPTests.
+@Suite(.timeLimit(.minutes(3)))
 struct SecurityTests {
     struct Side {
         var l2cap: L2CAPHost

@@ -14,6 +14,7 @@ final class Recorder: Sendable {
     var all: [[UInt8]] { frames.withLock { $0 } }
 }
 
+@Suite(.timeLimit(.minutes(3)))
 struct VirtualRadioTests {
     static let logger = Logger(label: "t") { _ in SwiftLogNoOpLogHandler() }
     static let a = BluetoothAddress("00:00:00:00:00:0A")!
