@@ -118,7 +118,10 @@ final class LoopWriterQueue<Value: Sendable>: Sendable {
         /// A task on the loop is taking the queue.
         var draining = false
         /// Senders waiting for room, by ticket.
-        var senders: [UInt64: CheckedContinuation<Void, any Error>] = [:]
+        var senders: [UInt64: CheckedContinuation<Void, any Error>] = [:] {
+            didSet { waitingSenderGauge.set(senders.count) }
+        }
+        var waitingSenderGauge = Gauge()
         /// `flush` callers, waiting for the queue to empty.
         var flushers: [CheckedContinuation<Void, any Error>] = []
         var nextTicket: UInt64 = 0
@@ -142,6 +145,9 @@ final class LoopWriterQueue<Value: Sendable>: Sendable {
     var dropped: Int { state.withLock { $0.dropped } }
     /// Values waiting for the loop.
     var queued: Int { state.withLock { $0.queue.count } }
+    /// How many senders are suspended until the queue has room: now, then each change
+    /// (tests follow a sender reaching the wait). Ends when the queue fails.
+    func waitingSenderCounts() -> AsyncStream<Int> { state.withLock { $0.waitingSenderGauge.watch() } }
     /// Senders suspended until the queue has room.
     var waitingSenders: Int { state.withLock { $0.senders.count } }
 
@@ -250,6 +256,7 @@ final class LoopWriterQueue<Value: Sendable>: Sendable {
             s.draining = false
             let waiting = Array(s.senders.values) + s.flushers
             s.senders = [:]
+            s.waitingSenderGauge.finish()
             s.flushers = []
             return (waiting, failure)
         }

@@ -174,6 +174,7 @@ public actor GATTClient: LoopIsolated {
         for s in ending { s.ended() }
         for c in changeContinuations { c.finish() }
         changeContinuations.removeAll()
+        mtuWaiterGauge.finish()
     }
 
     private func request(_ pdu: ATTPDU, on b: ATTBearer) async throws -> ATTPDU {
@@ -208,7 +209,10 @@ public actor GATTClient: LoopIsolated {
 
     /// Exchanges this client sent whose answer has not come, and the operations waiting for them.
     private var mtuExchangesOutstanding = 0
-    private var mtuWaiters: [CheckedContinuation<Void, Never>] = []
+    private var mtuWaiters: [CheckedContinuation<Void, Never>] = [] {
+        didSet { mtuWaiterGauge.set(mtuWaiters.count) }
+    }
+    private var mtuWaiterGauge = Gauge()
 
     private func mtuAnswered(_ outcome: Result<ATTPDU, any Error>, _ answered: @Sendable (Result<Int, any Error>) -> Void) {
         let result: Result<Int, any Error>
@@ -229,8 +233,9 @@ public actor GATTClient: LoopIsolated {
         answered(result)
     }
 
-    /// How many operations wait for an MTU exchange's answer (for tests).
-    var operationsWaitingForMTU: Int { mtuWaiters.count }
+    /// How many operations wait for an MTU exchange's answer: now, then each change
+    /// (tests follow operations reaching the wait). Ends when the link does.
+    package func mtuWaiterCounts() -> AsyncStream<Int> { mtuWaiterGauge.watch() }
 
     /// Returns once no MTU exchange this client sent waits for its answer.
     private func mtuSettled() async {

@@ -85,9 +85,11 @@ public actor HCIController: LoopIsolated {
     /// Those waiting for a connection's ACL packets to be completed (`packetsCompleted`).
     @exclusivity(unchecked) private var completionWaiters: [UInt64: (handle: UInt16, continuation: CheckedContinuation<Void, Never>)] = [:]
     private var nextACLWaiter: UInt64 = 1
-    private var eventSubscribers: [UInt64: BufferedStream<HCIEvent>.Continuation] = [:]
-    /// How many `events()` streams are live (tests check that a follower let go).
-    var eventSubscriberCount: Int { eventSubscribers.count }
+    private var eventSubscribers: [UInt64: BufferedStream<HCIEvent>.Continuation] = [:] {
+        didSet { eventSubscriberGauge.set(eventSubscribers.count) }
+    }
+    /// How many `events()` streams are live.
+    private var eventSubscriberGauge = Gauge()
     /// The subscribers that also get Command Complete and Command Status.
     private var answerSubscribers: Set<UInt64> = []
     private var sink: HCIInboundSink?
@@ -418,6 +420,10 @@ public actor HCIController: LoopIsolated {
         answerObservers.append(observer)
     }
 
+    /// How many `events()` streams are live: now, then each change (tests follow a
+    /// follower letting go). Ends when the transport does.
+    package func eventSubscriberCounts() -> AsyncStream<Int> { eventSubscriberGauge.watch() }
+
     private func removeEventSubscriber(_ id: UInt64) {
         eventSubscribers[id] = nil
         answerSubscribers.remove(id)
@@ -533,6 +539,7 @@ public actor HCIController: LoopIsolated {
         resumeCompletionWaiters(all: true)
         for (_, c) in eventSubscribers { c.finish() }
         eventSubscribers.removeAll()
+        eventSubscriberGauge.finish()
         answerSubscribers.removeAll()
         if let sink {
             self.sink = nil

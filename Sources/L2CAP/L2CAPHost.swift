@@ -123,6 +123,9 @@ public actor L2CAPHost: LoopIsolated {
     /// Octets of ACL data in each connection's queue, and the connections whose queue
     /// passed `outboundLimit` (their Disconnect is on its way; they take nothing more).
     @exclusivity(unchecked) private var queuedOctets = HandleMap<Int>()
+    /// Followers of a connection's queued octets (`queuedOctetCounts(handle:)`), for the
+    /// connections someone follows.
+    @exclusivity(unchecked) private var queueGauges: [UInt16: Gauge] = [:]
     @exclusivity(unchecked) private var overflowed: Set<UInt16> = []
     /// The most ACL data one connection may have waiting for controller buffers, in
     /// octets. Past it the link is disconnected with Remote Device Terminated
@@ -303,6 +306,7 @@ public actor L2CAPHost: LoopIsolated {
             octets += f.data.count
         }
         queuedOctets[handle] = octets
+        queueChanged(handle)
         pump()
         if (queuedOctets[handle] ?? 0) > outboundLimit { overflow(handle) }
         return true
@@ -324,6 +328,22 @@ public actor L2CAPHost: LoopIsolated {
 
     /// Octets of ACL data waiting in `handle`'s queue for controller buffers.
     public func queuedOctets(handle: UInt16) -> Int { queuedOctets[handle] ?? 0 }
+
+    /// `queuedOctets(handle:)` now, then each change: tests and tools follow a link's
+    /// queue without polling. Ends when the link does (at once for a handle that is
+    /// not a link of this host's).
+    package func queuedOctetCounts(handle: UInt16) -> AsyncStream<Int> {
+        var gauge = queueGauges[handle] ?? Gauge(queuedOctets[handle] ?? 0)
+        let counts = gauge.watch()
+        if connections[handle] == nil { gauge.finish() } else { queueGauges[handle] = gauge }
+        return counts
+    }
+
+    /// Tells `handle`'s followers, if it has any, its queued octets.
+    private func queueChanged(_ handle: UInt16) {
+        guard !queueGauges.isEmpty else { return }
+        queueGauges[handle]?.set(queuedOctets[handle] ?? 0)
+    }
 
     /// Calls `done` once everything queued so far for `handle` is in the controller's
     /// hands (at once when nothing is queued).
@@ -412,6 +432,7 @@ public actor L2CAPHost: LoopIsolated {
                 queuedOctets[handle]? -= fragment.packet.data.count
                 order.append(handle)
             }
+            queueChanged(handle)
             fragment.done?(true)
         }
     }
@@ -419,6 +440,7 @@ public actor L2CAPHost: LoopIsolated {
     private func drop(handle: UInt16) {
         drops &+= 1
         queuedOctets[handle] = nil
+        queueChanged(handle)
         for f in queues.removeValue(forKey: handle) ?? [] { f.done?(false) }
         order.removeAll { $0 == handle }
     }
@@ -534,6 +556,7 @@ public actor L2CAPHost: LoopIsolated {
                 r(.closed)
             }
             drop(handle: d.connectionHandle)
+            if var followed = queueGauges.removeValue(forKey: d.connectionHandle) { followed.finish() }
             overflowed.remove(d.connectionHandle)
             return ended
         default:
@@ -582,6 +605,8 @@ public actor L2CAPHost: LoopIsolated {
         channelsFinishAll()
         connections.removeAll()
         for h in Array(queues.keys) { drop(handle: h) }
+        for (h, _) in queueGauges { queueGauges[h]?.finish() }
+        queueGauges.removeAll()
         order.removeAll()
         overflowed.removeAll()
         let observers = closeObservers

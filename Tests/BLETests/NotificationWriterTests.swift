@@ -63,20 +63,10 @@ import Testing
         return await firstElement(ended, within: limit) != nil
     }
 
-    /// Whether `condition` holds within 10 s, checked every 5 ms: for what no one tells
-    /// (a sender suspending in a queue, a packet waiting for controller buffers).
-    static func polled(_ condition: () async -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !(await condition()) {
-            guard ContinuousClock.now < deadline else { return false }
-            try? await Task.sleep(for: .milliseconds(5))
-        }
-        return true
-    }
-
-    /// Returns once a sender waits for room in `writer`'s queue, or after 10 s.
+    /// Whether a sender waits for room in `writer`'s queue within 10 s (the queue tells
+    /// each change of their count).
     static func aSenderWaits(_ writer: NotificationWriter) async -> Bool {
-        await polled { writer.queue.waitingSenders > 0 }
+        await firstElement(writer.queue.waitingSenderCounts().filter { $0 > 0 }, within: .seconds(10)) != nil
     }
 
     static func subscribed(_ pair: Pair, _ c: Characteristic) async throws -> Received {
@@ -336,6 +326,6 @@ import Testing
 
     /// Whether more than `octets` wait in `handle`'s L2CAP queue within 10 s.
     static func queued(_ l2cap: L2CAPHost, _ handle: UInt16, moreThan octets: Int) async -> Bool {
-        await NotificationWriterTests.polled { await l2cap.queuedOctets(handle: handle) > octets }
+        await firstElement(l2cap.queuedOctetCounts(handle: handle).filter { $0 > octets }, within: .seconds(10)) != nil
     }
 }

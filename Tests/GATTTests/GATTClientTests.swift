@@ -1,4 +1,5 @@
 import ATT
+import BLETesting
 import HCI
 import Logging
 import NIOCore
@@ -190,10 +191,8 @@ struct GATTClientTests {
         let h = custom.characteristicValues[0]
         let read = Task { try await client.read(h) }
         let written = Task { try await client.writeWithoutResponse(custom.characteristicValues[2], value: Array(repeating: 7, count: 90)) }
-        // Both wait for the answer (bounded: 5 s of the clock, not a count of yields).
-        let deadline = ContinuousClock.now + .seconds(5)
-        while await client.operationsWaitingForMTU < 2, ContinuousClock.now < deadline { await Task.yield() }
-        #expect(await client.operationsWaitingForMTU == 2)
+        // Both wait for the answer: the client tells each change of their count.
+        #expect(await firstElement(client.mtuWaiterCounts().filter { $0 >= 2 }, within: .seconds(5)) == 2)
         // Only the exchange went out: the read and the command wait for its answer.
         #expect(wire.sent.withLock { $0 } == [[0x02, 100, 0]])
         #expect(await client.bearer.mtu == 23)

@@ -123,7 +123,8 @@ import Transports
         #expect(await q.mtu == 23)
         #expect(try await q.secure(level: .encrypted).encrypted)
         let discovery = Task { try await q.discoverServices() }
-        try await Task.sleep(for: .milliseconds(300))
+        // The discovery waits behind the exchange nobody answers (the client tells).
+        #expect(await firstElement(q.client.mtuWaiterCounts().filter { $0 > 0 }, within: .seconds(5)) == 1)
         _ = try await q.disconnect()
         let ended = await firstElement(AsyncStream<String> { k in
             Task {
