@@ -1,8 +1,9 @@
 // Names from the Bluetooth SIG's assigned numbers: 16-bit UUIDs (services,
 // characteristics, descriptors, units, GATT declarations), well-known 128-bit UUIDs,
-// company identifiers and appearance values. The tables are generated
-// (AssignedNumbers+Tables.swift, by Scripts/assigned-numbers.sh from the PyPI package
-// bluetooth-numbers) and parsed once, on first use.
+// company identifiers and appearance values. The tables are generated, one file per
+// kind (AssignedNumbers+UUIDs, +Units, +Companies, +Appearance, by
+// Scripts/assigned-numbers.sh from the PyPI package bluetooth-numbers), and parsed
+// once, on first use.
 
 public enum AssignedNumbers {
     /// The table's "HEX\tname" lines as a dictionary.

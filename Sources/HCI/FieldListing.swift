@@ -1,6 +1,6 @@
 // Listing a codec value's parameters by name without reflection: every command,
 // return parameters and event parameters type hands its stored properties, in
-// declaration order, to a `FieldVisitor` (Sources/HCI/FieldListing+Generated.swift,
+// declaration order, to a `FieldVisitor` (Sources/HCI/FieldListing+<codec file>.swift,
 // written by Scripts/field-listing.py). `trace show` and `btctl monitor` print
 // parameters through it; FieldListingTests checks each listing against reflection.
 

@@ -1,4 +1,4 @@
-// The generated parameter listings (Sources/HCI/FieldListing+Generated.swift) against a
+// The generated parameter listings (Sources/HCI/FieldListing+<codec file>.swift) against a
 // reflection oracle: for every command, return parameters and event type the stack
 // decodes, values decoded from seeded random bytes must list the same fields, in the
 // same order, with the same JSON values as `Mirror` finds in them. A codec that gains a
