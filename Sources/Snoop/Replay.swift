@@ -160,7 +160,9 @@ public final class ReplayTransport: HCITransport {
         var failure: ReplayMismatch?
         var closed = false
         var progress: UInt64 = 0
-        var finishWaiters: [CheckedContinuation<Void, Never>] = []
+        /// `finished(within:)` callers, by ticket (each one's timer and cancellation wake it alone).
+        var finishWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        var nextFinishTicket: UInt64 = 0
         var watchdog: Task<Void, Never>?
         /// The host's loop and receiver (`deliver(on:_:)`), else packets go to `inbound`.
         var target: Target?
@@ -282,22 +284,32 @@ public final class ReplayTransport: HCITransport {
 
     /// Waits until every recorded frame has been played (the host sent all it should).
     /// Throws the `ReplayMismatch` that failed the replay, or one naming the packet still
-    /// expected when `limit` passes first or the transport closes before the end.
+    /// expected when `limit` passes first or the transport closes before the end;
+    /// `CancellationError` when the calling task is cancelled first.
     public func finished(within limit: Duration = .seconds(5)) async throws {
-        let waiter = Task { [weak self] in
-            try? await Task.sleep(for: limit)
-            self?.wakeFinishWaiters()
+        let ticket = state.withLock { s -> UInt64 in
+            defer { s.nextFinishTicket &+= 1 }
+            return s.nextFinishTicket
         }
-        defer { waiter.cancel() }
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let done = state.withLock { s -> Bool in
-                if s.failure != nil || s.cursor == steps.count || s.closed { return true }
-                s.finishWaiters.append(c)
-                return false
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: limit)
+            self?.wakeFinishWaiter(ticket)
+        }
+        defer { timer.cancel() }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let done = state.withLock { s -> Bool in
+                    if s.failure != nil || s.cursor == steps.count || s.closed || Task.isCancelled { return true }
+                    s.finishWaiters[ticket] = c
+                    return false
+                }
+                if done { c.resume() }
             }
-            if done { c.resume() }
+        } onCancel: {
+            wakeFinishWaiter(ticket)
         }
         let (failure, cursor) = state.withLock { ($0.failure, $0.cursor) }
+        if failure == nil, cursor < steps.count, Task.isCancelled { throw CancellationError() }
         if let failure { throw failure }
         if cursor < steps.count { throw ReplayMismatch(frame: steps[cursor].frame, expected: steps[cursor].packet, actual: nil, silence: limit) }
     }
@@ -305,9 +317,14 @@ public final class ReplayTransport: HCITransport {
     private func wakeFinishWaiters() {
         let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
             defer { s.finishWaiters.removeAll() }
-            return s.finishWaiters
+            return Array(s.finishWaiters.values)
         }
         for w in waiters { w.resume() }
+    }
+
+    /// Wakes one `finished(within:)` caller (its time ran out, or its task was cancelled).
+    private func wakeFinishWaiter(_ ticket: UInt64) {
+        state.withLock { $0.finishWaiters.removeValue(forKey: ticket) }?.resume()
     }
 
     // MARK: Playing

@@ -122,8 +122,13 @@ extension Trace {
                 g.addTask { await down.value }  // a mismatch (the host's silence included)
                 g.addTask {
                     // Every frame played: the host has `timeout` more to close or to send
-                    // something the recording lacks.
-                    while !Task.isCancelled, !replay.isComplete, replay.mismatch == nil { try? await Task.sleep(for: .milliseconds(50)) }
+                    // something the recording lacks. The replay tells when the last frame
+                    // is played (or a mismatch, or the host's close, ends it); the other
+                    // tasks' end cancels the wait.
+                    while !Task.isCancelled, !replay.isComplete, replay.mismatch == nil {
+                        do { try await replay.finished(within: .seconds(3600)) } catch is CancellationError { return } catch {}
+                        if replay.mismatch == nil, !replay.isComplete { return }  // the host closed: `up` ends
+                    }
                     if replay.mismatch == nil, !Task.isCancelled { try? await Task.sleep(for: settle) }
                 }
                 g.addTask { await Interrupt.waitForSignal() }

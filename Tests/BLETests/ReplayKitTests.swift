@@ -163,6 +163,31 @@ import Testing
 
     static let independent = ReplayOptions(independentCommands: ReplayOptions.advertisingCommands)
 
+    /// Each `finished(within:)` caller has its own bound: one whose time runs out learns
+    /// the packet due, another still waiting is not woken with it; one whose task is
+    /// cancelled throws `CancellationError` at once; and once the host sends the rest,
+    /// the caller left returns.
+    @Test func eachFinishedCallerHasItsOwnTimeAndCancellation() async throws {
+        let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
+        let reset = HCIPacket.command(opcode: .reset, parameters: [])
+        let replay = ReplayTransport(trace: Self.trace([(reset, host), (Self.complete(.reset), controller)]),
+                                     options: ReplayOptions(timeout: .seconds(60)))
+        let patient = Task { try await replay.finished(within: .seconds(60)) }
+        let cancelled = Task { try await replay.finished(within: .seconds(60)) }
+        let hasty = await #expect(throws: ReplayMismatch.self) { try await replay.finished(within: .milliseconds(100)) }
+        #expect(hasty?.expected == reset && hasty?.silence == .milliseconds(100), "\(String(describing: hasty))")
+        cancelled.cancel()
+        let ended = await firstElement(AsyncStream<String> { k in
+            Task {
+                do { try await cancelled.value; k.yield("returned") } catch is CancellationError { k.yield("cancelled") } catch { k.yield("\(error)") }
+            }
+        }, within: .seconds(5))
+        #expect(ended == "cancelled")
+        try replay.sendNow([reset])
+        #expect(try await Self.handed(replay, 1) == [Self.complete(.reset)])
+        #expect(await firstElement(AsyncStream<Bool> { k in Task { k.yield((try? await patient.value) != nil) } }, within: .seconds(5)) == true)
+    }
+
     @Test func anIndependentCommandMayGoAheadOfLinkDataOnly() async throws {
         let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
         let completed = HCIEvent.numberOfCompletedPackets(NumberOfCompletedPackets(entries: [.init(connectionHandle: 0x41, numCompletedPackets: 1)])).packet
