@@ -16,6 +16,17 @@ import Testing
 import Transports
 
 extension KernelTests {
+    /// Whether `sdus` ends, without an error and with no SDU before its end, within 60 s
+    /// of the emulator's time (a hang fails here, under the test's name).
+    static func endsNext<S: AsyncSequence & Sendable>(_ sdus: S) async -> Bool where S.Element: Sendable {
+        await firstElement(AsyncStream<Bool> { k in
+            Task {
+                var it = sdus.makeAsyncIterator()
+                do { k.yield(try await it.next() == nil) } catch { k.yield(false) }
+            }
+        }, within: .seconds(60)) == true
+    }
+
     /// Lets the kernel take enhanced credit-based mode (its `enable_ecred` parameter, root only).
     static func enableEnhancedMode() throws {
         try "1".write(toFile: "/sys/module/bluetooth/parameters/enable_ecred", atomically: false, encoding: .utf8)
@@ -63,8 +74,7 @@ extension KernelTests {
         let (central, host, _) = try await Self.userChannel(0)
         let connections = await host.newConnections()
         try await central.send(LECreateConnection(peerAddressType: .public, peerAddress: hci1))
-        var links = connections.makeAsyncIterator()
-        let link = try #require(await links.next())
+        let link = try #require(await firstElement(connections, within: .seconds(60)))
         let ours = CreditBasedParameters(mtu: 1500, mps: 100, initialCredits: 4)
 
         // LE mode.
@@ -76,8 +86,7 @@ extension KernelTests {
         try await Self.exchange(mine, theirs)
         // The kernel closes: our SDUs end in order.
         await theirs.close()
-        var rest = mine.sdus.makeAsyncIterator()
-        #expect(try await rest.next() == nil)
+        #expect(await Self.endsNext(mine.sdus))
 
         // Enhanced mode: two channels with one request.
         let acceptingTwo = Task { [try await KernelL2CAPChannel.accept(on: enhanced, spsm: 0x0082, mode: .enhanced),
@@ -92,8 +101,7 @@ extension KernelTests {
         for (i, c) in two.enumerated() {
             let sdu = Self.pattern(900, i)
             try await c.send(sdu)
-            var it = c.sdus.makeAsyncIterator()
-            #expect(try await it.next() == sdu)
+            #expect(await firstElement(c.sdus, within: .seconds(60)) == sdu)
         }
         for c in two { await c.close() }
         for k in kernelTwo { await k.close() }
@@ -121,19 +129,17 @@ extension KernelTests {
             _ = try await KernelL2CAPChannel.connect(to: hci0, type: .public, spsm: 0x0084, from: hci1)
         }
         let theirs = try await KernelL2CAPChannel.connect(to: hci0, type: .public, spsm: 0x0083, receiveMTU: 1000, from: hci1)
-        var incoming = accepted.makeAsyncIterator()
-        let mine = try #require(await incoming.next())
+        let mine = try #require(await firstElement(accepted, within: .seconds(60)))
         #expect(!mine.info.enhanced && mine.maximumSendSize == 1000 && theirs.maximumSendSize == 1500, "\(mine) / \(theirs)")
         try await Self.exchange(mine, theirs)
 
         let enhanced = try await KernelL2CAPChannel.connect(to: hci0, type: .public, spsm: 0x0083, mode: .enhanced, receiveMTU: 1000, from: hci1)
-        let mine2 = try #require(await incoming.next())
+        let mine2 = try #require(await firstElement(accepted, within: .seconds(60)))
         #expect(mine2.info.enhanced, "\(mine2)")
         try await Self.exchange(mine2, enhanced)
         // We close: the kernel's SDUs end in order.
         await mine.close()
-        var rest = theirs.sdus.makeAsyncIterator()
-        #expect(try await rest.next() == nil)
+        #expect(await Self.endsNext(theirs.sdus))
         await mine2.close()
         await enhanced.close()
         await Self.disconnect(mine.handle, controller: peripheral, host: host)

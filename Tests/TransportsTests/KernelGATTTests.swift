@@ -4,6 +4,7 @@
 // between is the real kernel's HCI and L2CAP on one side.
 
 import ATT
+import BLETesting
 import BlueZATT
 import Foundation
 import GATT
@@ -41,8 +42,7 @@ extension KernelTests {
         // The CCCD write has been answered, so the server holds the subscription: push.
         let pushed = indications ? await server.indicate(chars[1].valueHandle, value: [9, 9]) : await server.notify(chars[1].valueHandle, value: [9, 9])
         #expect(pushed.count == 1)
-        var it = values.makeAsyncIterator()
-        #expect(await it.next() == [9, 9])
+        #expect(await firstElement(values, within: .seconds(60)) == [9, 9])
         _ = try await client.exchangeMTU()
     }
 
@@ -77,8 +77,7 @@ extension KernelTests {
         let (central, host, _) = try await Self.userChannel(0)
         let connections = await host.newConnections()
         try await central.send(LECreateConnection(peerAddressType: .public, peerAddress: hci1))
-        var it = connections.makeAsyncIterator()
-        let link = try #require(await it.next())
+        let link = try #require(await firstElement(connections, within: .seconds(60)))
         let channel = try await accepted.value
         await server.attach(ATTBearer(channel: channel, logger: Self.logger), connection: 1)
         let client = GATTClient(bearer: ATTBearer(channel: L2CAPATTChannel(host: host, handle: link.handle), logger: Self.logger))

@@ -243,8 +243,7 @@ extension KernelTests {
             let accepted = Task { try await KernelATTChannel.accept(on: listener) }
             let connections = await host.newConnections()
             try await central.send(LECreateConnection(peerAddressType: .public, peerAddress: hci1))
-            var it = connections.makeAsyncIterator()
-            let link = try #require(await it.next())
+            let link = try #require(await firstElement(connections, within: .seconds(60)))
             let wanted: SecurityLevel = mitm ? .authenticated : .encrypted
             if typo != 0 {
                 await #expect(throws: SecurityError.pairing(.remote(.confirmValueFailed))) { try await security.secure(handle: link.handle, level: wanted) }
