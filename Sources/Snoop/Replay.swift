@@ -159,7 +159,8 @@ public final class ReplayTransport: HCITransport {
         var canned: [HCIOpcode: [HCIPacket]] = [:]
         var failure: ReplayMismatch?
         var closed = false
-        var progress: UInt64 = 0
+        /// When the host last sent a packet the recording expected (or the replay began).
+        var lastProgress = ContinuousClock.now
         /// `finished(within:)` callers, by ticket (each one's timer and cancellation wake it alone).
         var finishWaiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
         var nextFinishTicket: UInt64 = 0
@@ -199,10 +200,11 @@ public final class ReplayTransport: HCITransport {
         // Holds the transport only while it looks: a replay nobody closes still goes away.
         let timeout = options.timeout
         let watchdog = Task { [weak self] in
-            var seen: UInt64 = .max
+            var deadline = ContinuousClock.now + timeout
             while true {
-                do { try await Task.sleep(for: timeout) } catch { return }
-                guard let replay = self, replay.keepWatching(&seen) else { return }
+                do { try await Task.sleep(until: deadline, clock: .continuous) } catch { return }
+                guard let replay = self, let next = replay.silenceDeadline() else { return }
+                deadline = next
             }
         }
         state.withLock { $0.watchdog = watchdog }
@@ -366,7 +368,7 @@ public final class ReplayTransport: HCITransport {
         }
         guard steps[i].packet == p else { return refuse(expecting: i) }
         s.consumed[i] = true
-        s.progress &+= 1
+        s.lastProgress = ContinuousClock.now
         return (advance(&s), nil)
     }
 
@@ -391,24 +393,25 @@ public final class ReplayTransport: HCITransport {
         wakeFinishWaiters()
     }
 
-    /// After each `timeout`: fails the replay when the host made no progress while a
-    /// packet of its is due. False when there is nothing more to watch.
-    private func keepWatching(_ seen: inout UInt64) -> Bool {
-        let verdict = state.withLock { s -> ReplayMismatch?? in
-            guard s.failure == nil, !s.closed, s.cursor < steps.count else { return .some(nil) }
-            defer { seen = s.progress }
-            guard s.progress == seen else { return .none }
+    /// When the watchdog should look next: `timeout` after the host's last expected
+    /// packet. Fails the replay when that moment has passed with a packet of the host's
+    /// due; nil when there is nothing more to watch.
+    private func silenceDeadline() -> ContinuousClock.Instant? {
+        let verdict = state.withLock { s -> Result<ContinuousClock.Instant, ReplayMismatch>? in
+            guard s.failure == nil, !s.closed, s.cursor < steps.count else { return nil }
+            let deadline = s.lastProgress + options.timeout
+            guard ContinuousClock.now >= deadline else { return .success(deadline) }
             let step = steps[s.cursor]
             let m = ReplayMismatch(frame: step.frame, expected: step.packet, actual: nil, silence: options.timeout)
             s.failure = m
-            return .some(m)
+            return .failure(m)
         }
         switch verdict {
-        case .none: return true
-        case .some(nil): return false
-        case let .some(m?):
+        case nil: return nil
+        case let .success(deadline)?: return deadline
+        case let .failure(m)?:
             fail(m)
-            return false
+            return nil
         }
     }
 

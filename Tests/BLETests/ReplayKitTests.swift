@@ -163,6 +163,25 @@ import Testing
 
     static let independent = ReplayOptions(independentCommands: ReplayOptions.advertisingCommands)
 
+    /// The host's silence is timed from its last expected packet: a host that answers at
+    /// once and then goes quiet fails `timeout` later, not at the watchdog's second look
+    /// (it looked once per `timeout`, so a silence could last almost twice as long).
+    @Test func aSilenceIsTimedFromTheHostsLastPacket() async throws {
+        let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
+        let reset = HCIPacket.command(opcode: .reset, parameters: [])
+        let version = HCIPacket.command(opcode: .readLocalVersionInformation, parameters: [])
+        let replay = ReplayTransport(trace: Self.trace([(reset, host), (Self.complete(.reset), controller),
+                                                        (version, host), (Self.complete(.readLocalVersionInformation), controller)]),
+                                     options: ReplayOptions(timeout: .seconds(2)))
+        try await Task.sleep(for: .milliseconds(200))
+        try replay.sendNow([reset])
+        let sent = ContinuousClock.now
+        let m = await #expect(throws: ReplayMismatch.self) { try await replay.finished(within: .seconds(10)) }
+        let silent = ContinuousClock.now - sent
+        #expect(m?.expected == version && m?.silence == .seconds(2), "\(String(describing: m))")
+        #expect(silent >= .seconds(2) && silent < .seconds(3), "failed \(silent) after the host's last packet")
+    }
+
     /// Each `finished(within:)` caller has its own bound: one whose time runs out learns
     /// the packet due, another still waiting is not woken with it; one whose task is
     /// cancelled throws `CancellationError` at once; and once the host sends the rest,
