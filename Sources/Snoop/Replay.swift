@@ -284,6 +284,9 @@ public final class ReplayTransport: HCITransport {
     /// Whether every recorded frame has been played.
     public var isComplete: Bool { state.withLock { $0.cursor == steps.count } }
 
+    /// Whether the replay was closed (`close()`): it plays nothing more.
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
     /// Waits until every recorded frame has been played (the host sent all it should).
     /// Throws the `ReplayMismatch` that failed the replay, or one naming the packet still
     /// expected when `limit` passes first or the transport closes before the end;

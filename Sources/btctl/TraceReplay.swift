@@ -123,11 +123,11 @@ extension Trace {
                 g.addTask {
                     // Every frame played: the host has `timeout` more to close or to send
                     // something the recording lacks. The replay tells when the last frame
-                    // is played (or a mismatch, or the host's close, ends it); the other
-                    // tasks' end cancels the wait.
-                    while !Task.isCancelled, !replay.isComplete, replay.mismatch == nil {
+                    // is played or a mismatch (the host's silence included) ends it; the
+                    // other tasks' end cancels the wait. Each wait is bounded, and a
+                    // replay still going after it (a session over an hour long) waits again.
+                    while !Task.isCancelled, !replay.isComplete, replay.mismatch == nil, !replay.isClosed {
                         do { try await replay.finished(within: .seconds(3600)) } catch is CancellationError { return } catch {}
-                        if replay.mismatch == nil, !replay.isComplete { return }  // the host closed: `up` ends
                     }
                     if replay.mismatch == nil, !Task.isCancelled { try? await Task.sleep(for: settle) }
                 }

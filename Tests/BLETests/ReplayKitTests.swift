@@ -205,6 +205,9 @@ import Testing
         try replay.sendNow([reset])
         #expect(try await Self.handed(replay, 1) == [Self.complete(.reset)])
         #expect(await firstElement(AsyncStream<Bool> { k in Task { k.yield((try? await patient.value) != nil) } }, within: .seconds(5)) == true)
+        #expect(!replay.isClosed)
+        await replay.close()
+        #expect(replay.isClosed)
     }
 
     @Test func anIndependentCommandMayGoAheadOfLinkDataOnly() async throws {
