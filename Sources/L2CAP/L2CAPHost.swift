@@ -605,7 +605,7 @@ public actor L2CAPHost: LoopIsolated {
         channelsFinishAll()
         connections.removeAll()
         for h in Array(queues.keys) { drop(handle: h) }
-        for (h, _) in queueGauges { queueGauges[h]?.finish() }
+        for var followed in queueGauges.values { followed.finish() }
         queueGauges.removeAll()
         order.removeAll()
         overflowed.removeAll()
