@@ -165,7 +165,8 @@ import Testing
 
     /// The host's silence is timed from its last expected packet: a host that answers at
     /// once and then goes quiet fails `timeout` later, not at the watchdog's second look
-    /// (it looked once per `timeout`, so a silence could last almost twice as long).
+    /// (it looked once per `timeout` and failed only after a look that found no progress
+    /// since the last, so this host failed two timeouts after its packet).
     @Test func aSilenceIsTimedFromTheHostsLastPacket() async throws {
         let host = TraceRecord.Direction.hostToController, controller = TraceRecord.Direction.controllerToHost
         let reset = HCIPacket.command(opcode: .reset, parameters: [])
@@ -173,9 +174,9 @@ import Testing
         let replay = ReplayTransport(trace: Self.trace([(reset, host), (Self.complete(.reset), controller),
                                                         (version, host), (Self.complete(.readLocalVersionInformation), controller)]),
                                      options: ReplayOptions(timeout: .seconds(2)))
-        try await Task.sleep(for: .milliseconds(200))
-        try replay.sendNow([reset])
+        // Taken before the packet goes: the replay's clock starts at or after it.
         let sent = ContinuousClock.now
+        try replay.sendNow([reset])
         let m = await #expect(throws: ReplayMismatch.self) { try await replay.finished(within: .seconds(10)) }
         let silent = ContinuousClock.now - sent
         #expect(m?.expected == version && m?.silence == .seconds(2), "\(String(describing: m))")
