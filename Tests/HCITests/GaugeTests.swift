@@ -2,7 +2,6 @@
 // asked at, keeps only the newest change when its consumer lags, lets go of a
 // follower that stopped, and ends when the owner finishes it.
 
-import BLETesting
 import HCI
 import Testing
 
