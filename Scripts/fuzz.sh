@@ -68,6 +68,8 @@ for src in Fuzz/Fuzz*.swift; do
   swiftc -O -sanitize=fuzzer,address -parse-as-library -module-name HCI -package-name swiftble -suppress-warnings \
     $hci $l2cap $gatt $snoop "${extra[@]}" "$src" -o "$out/$name/$name" 2> >(grep -v "Cannot export local symbol" >&2)
   cp Fixtures/*.btsnoop "$out/$name/corpus/" 2>/dev/null || true
+  # The JSON reader starts from the documents we ship: the example database, the schemas.
+  if [ "$name" = FuzzJSON ]; then cp docs/examples/*.json docs/schemas/*.json "$out/$name/corpus/"; fi
   if [ "$name" = FuzzGATTServer ]; then
     # A first input: Battery Level (0x2A19) read by type three times and by Read
     # Multiple, so each of its three answers is met; then, on a secure link, every handle
