@@ -523,8 +523,10 @@ func perKiB(_ figure: (wall: Double, cpu: Double), bytes: Int) -> String {
 
 // BENCH_ONLY_READS=1: part 1c alone (for a profile of it).
 let onlyReads = ProcessInfo.processInfo.environment["BENCH_ONLY_READS"] != nil
+// BENCH_ONLY_VIRTUAL_CHANNEL=1: part 1b alone (for a profile of it).
+let onlyVirtualChannel = ProcessInfo.processInfo.environment["BENCH_ONLY_VIRTUAL_CHANNEL"] != nil
 say("== 1. notifications end to end over the virtual radio")
-if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads, !onlyVirtualChannel {
     // BENCH_NOTIFY_SCALE=k multiplies the counts (for a profile long enough to read).
     // A third of a second or more each: 20,000 and 50,000 took 30-90 ms, a window in
     // which the cold start (first touches, caches) weighs.
@@ -545,7 +547,7 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads 
 if ProcessInfo.processInfo.environment["BENCH_ONLY_NOTIFY"] != nil { exit(0) }
 
 say("== 1a. the BLE facade over the virtual radio: notifications (to a callback subscription) and Write Commands (from a plain task)")
-if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads {
+if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, !onlyReads, !onlyVirtualChannel {
     let scale = ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"].flatMap(Int.init) ?? 1
     try await facadeNotifications(payload: 20, n: 20_000 * scale, sender: .plainTask)
     try await facadeNotifications(payload: 20, n: 100_000 * scale, sender: .onLoop)
@@ -559,6 +561,7 @@ if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, ProcessInfo
     try await virtualRadioChannel(total: 64 * 1_048_576, sdu: 4096)
     try await virtualRadioChannel(total: 64 * 1_048_576, sdu: 65535 - 65535 % 244)
 }
+if onlyVirtualChannel { exit(0) }
 
 say("== 1c. reads over the virtual radio, the caller on the loop: warm, and cold after the loop idled as between connection events")
 if ProcessInfo.processInfo.environment["BENCH_SKIP_VIRTUAL"] == nil, ProcessInfo.processInfo.environment["BENCH_NOTIFY_SCALE"] == nil {
