@@ -121,8 +121,21 @@ struct Pair: AsyncParsableCommand {
         let target = "\(connection.peer)\(connection.peerType == .random ? "/random" : "")"
         do {
             let result = try await session.host.security.pair(handle: connection.handle, level: pairing.level)
+            // What else came meanwhile (the bond file changed by another program) goes
+            // first; this pairing, with the bonds it evicted, is the result below.
+            session.feed?.show { e in
+                switch e {
+                case let .paired(handle, _, _), let .pairingFailed(handle, _, _): return handle == connection.handle
+                case let .bondEvicted(b): return result.bondsEvicted.contains { $0.address == b.address && $0.addressType == b.addressType }
+                default: return false
+                }
+            }
             if options.json { emit(.object(result.event(peer: target))) } else { print(result.text(peer: target)) }
         } catch {
+            session.feed?.show { e in
+                if case let .pairingFailed(handle, _, _) = e { return handle == connection.handle }
+                return false
+            }
             await session.close()
             throw CLIError("pairing with \(target) failed: \(error)")
         }
@@ -131,6 +144,7 @@ struct Pair: AsyncParsableCommand {
         // to finish with them: a peer may drop a pairing whose link ends while it
         // stores the keys (Bumble cancels it).
         try? await Task.sleep(for: .milliseconds(500))
+        session.feed?.show()
         await session.close()
     }
 }
@@ -181,7 +195,7 @@ func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text:
     }
 }
 
-/// What the security manager reported on a client session (`btctl gatt`, `l2cap
+/// What the security manager reported on a client session (`btctl gatt`, `btctl pair`, `l2cap
 /// connect`, `btctl shell`), kept until it is shown: a pairing a command's request set
 /// off (`paired`, `pairing_failed`, with the method, the keys and whether the bond was
 /// stored), a bond removed to make room, the bond file changed by another program. A
@@ -229,14 +243,15 @@ final class SecurityFeed: Sendable {
     /// Whether `show()` has something to show.
     var hasQueued: Bool { queue.withLock { !$0.events.isEmpty || $0.dropped > 0 } }
 
-    /// Shows what is queued, in order.
-    func show() {
+    /// Shows what is queued, in order, but the events `reportedElsewhere` picks (a
+    /// command that reports them itself takes them off the queue unshown).
+    func show(except reportedElsewhere: (SecurityEvent) -> Bool = { _ in false }) {
         showing.withLock { _ in
             let (events, dropped) = queue.withLock { q in
                 defer { q.events = []; q.dropped = 0 }
                 return (q.events, q.dropped)
             }
-            for e in events { if let (fields, text) = securityReport(e) { display(fields, text) } }
+            for e in events where !reportedElsewhere(e) { if let (fields, text) = securityReport(e) { display(fields, text) } }
             if dropped > 0 {
                 display([("event", .string("dropped")), ("what", .string("security events")), ("count", .int(dropped))],
                         "\(dropped) security events not shown: more than \(Self.limit) came while the output was behind")

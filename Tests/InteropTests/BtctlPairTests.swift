@@ -129,19 +129,28 @@ import Testing
 
     /// With --json the prompt is an event a program reads through a pipe and answers on
     /// stdin: it must reach the pipe while btctl waits (stdout is block-buffered there).
+    /// Another program removes a bond from the file while the prompt waits: `pair`
+    /// says `bonds_changed` before its result.
     @Test func pairPromptsThroughAPipeAndTakesTheAnswerFromStdin() async throws {
         guard let rig = try await Self.rig("prompt") else { return }
         defer { rig.end() }
         let (rc, file) = (rig.rc, rig.file)
+        let other = FileBondStore(path: file), stranger = BluetoothAddress("00:00:00:00:10:01")!
+        try other.save(Bond(address: stranger, addressType: .public,
+                            keys: PairingKeys(peerLTK: LongTermKey(key: Array(repeating: 1, count: 16), authenticated: false, secureConnections: true))))
         let peer = try rig.bumble(["peripheral", "1", "1", "display", "123456"])
         defer { RootcanalProcess.kill(peer.process) }
         let pair = try LiveProcess(BtctlGATTTests.btctl, ["pair", "F1:F2:F3:F4:F5:F6/random", "--io-capability", "keyboard-only", "--mitm",
                                                           "--bonds", file, "--json", "-t", rc.transportSpec])
         #expect(await pair.waitForOutput(within: .seconds(20)) { $0.contains("\"event\":\"enter_passkey\"") }, "\(pair.output)")
+        #expect(try other.remove(address: stranger, type: .public))
+        // The host looks at the file once a second; the pairing waits for the passkey
+        // (Bumble's SMP timeout is 30 s) until it has looked.
+        try await Task.sleep(for: .milliseconds(1500))
         pair.send("123456")
         #expect(await pair.exit(timeout: 30) == 0, "\(pair.output)")
         let lines = try JSONSchemaTests.check(pair.output, against: "pair")
-        #expect(lines.map { $0["event"] as? String } == ["enter_passkey", "paired"], "\(lines)")
+        #expect(lines.map { $0["event"] as? String } == ["enter_passkey", "bonds_changed", "paired"], "\(lines)")
         #expect(lines.first?["peer"] as? String == "F1:F2:F3:F4:F5:F6" && lines.last?["method"] as? String == "Passkey Entry", "\(lines)")
     }
 
