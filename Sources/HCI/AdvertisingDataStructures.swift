@@ -24,7 +24,7 @@ public struct ADStructure: Hashable, Sendable {
         0x1B: "LE Bluetooth Device Address", 0x1C: "LE Role", 0x1F: "List of 32-bit Service Solicitation UUIDs",
         0x20: "Service Data - 32-bit UUID", 0x21: "Service Data - 128-bit UUID", 0x24: "URI",
         0x27: "LE Supported Features", 0x29: "PB-ADV", 0x2A: "Mesh Message", 0x2B: "Mesh Beacon",
-        0x30: "Broadcast Name", 0xFF: "Manufacturer Specific Data",
+        0x2F: "Advertising Interval - long", 0x30: "Broadcast Name", 0xFF: "Manufacturer Specific Data",
     ]
 
     /// Splits `bytes` into AD structures. A zero length ends the data (the rest is
