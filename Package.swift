@@ -49,7 +49,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strict),
-        .target(name: "Snoop", dependencies: ["HCI", "L2CAP", "SMP", .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
+        .target(name: "Snoop", dependencies: ["HCI", "L2CAP", "ATT", "SMP", .product(name: "NIOCore", package: "swift-nio")], swiftSettings: strict),
         .target(name: "L2CAP", dependencies: ["HCI", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "DequeModule", package: "swift-collections")], swiftSettings: strict),
         .target(name: "ATT", dependencies: ["HCI", "L2CAP", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"), .product(name: "DequeModule", package: "swift-collections")], swiftSettings: strict),
         .target(

@@ -20,11 +20,12 @@ for f in Sources/GATT/GATTTypes.swift Sources/GATT/GATTClientProcedures.swift; d
   sed '/^import ATT$/d' "$f" > "$out/src/$(basename "$f")"
   gatt="$gatt $out/src/$(basename "$f")"
 done
-snoop="Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift Sources/Snoop/JSONDocument.swift Sources/Snoop/FrameOutput.swift"
-# The frame decoder names signaling fields with L2CAP's types and decodes SMP with
-# SMP's PDU codec (which needs only HCI); its `import L2CAP`/`import SMP` are dropped too.
-for f in FrameDecoder ChannelTable; do
-  sed -e '/^import L2CAP$/d' -e '/^import SMP$/d' "Sources/Snoop/$f.swift" > "$out/src/$f.swift"
+snoop="Sources/Snoop/ACLReassembly.swift Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift Sources/Snoop/JSONDocument.swift Sources/Snoop/FrameOutput.swift"
+# The frame decoder names signaling fields with L2CAP's types and decodes ATT and SMP
+# with their PDU codecs (SMP's needs only HCI); its `import L2CAP`/`ATT`/`SMP` are
+# dropped too.
+for f in FrameDecoder FrameDecoder+ATT ChannelTable; do
+  sed -e '/^import L2CAP$/d' -e '/^import ATT$/d' -e '/^import SMP$/d' "Sources/Snoop/$f.swift" > "$out/src/$f.swift"
   snoop="$snoop $out/src/$f.swift"
 done
 snoop="$snoop Sources/SMP/SMPPDU.swift"

@@ -7,6 +7,7 @@
 // dynamic channels (EATT, ATT over BR/EDR PSM 0x001F), which the decoder recognises
 // by following the signaling that opened them: it keeps that state between frames.
 
+import ATT
 import HCI
 import L2CAP
 import SMP
@@ -34,6 +35,8 @@ public struct FrameDecoder: Sendable {
 
     /// Dynamic L2CAP channels learned from signaling, by where their frames go.
     var channels = ChannelTable()
+    /// L2CAP frames split over ACL packets, until their last fragment.
+    var reassembly = ACLReassembly()
 
     public init(showKeys: Bool = false) { self.showKeys = showKeys }
 
@@ -248,6 +251,7 @@ public struct FrameDecoder: Sendable {
             case let .disconnectionComplete(x):
                 Self.handleAndParams(x, into: &s)
                 channels.forget(handle: x.connectionHandle)
+                reassembly.forget(handle: x.connectionHandle)
             case let .numberOfCompletedPackets(x): Self.handleAndParams(x, into: &s)
             case let .encryptionChange(x): Self.handleAndParams(x, into: &s)
             case let .encryptionChangeV2(x): Self.handleAndParams(x, into: &s)
@@ -504,49 +508,84 @@ public struct FrameDecoder: Sendable {
             o.decimal(a.data.count)
             o.put(" bytes")
         }
-        guard a.boundary != .continuing, a.data.count >= 4 else { return }
-        let l2len = Int(UInt16(a.data[0]) | UInt16(a.data[1]) << 8)
-        let cid = UInt16(a.data[2]) | UInt16(a.data[3]) << 8
+        let key = ACLReassembly.Key(handle: a.handle, direction: direction)
+        if a.boundary == .continuing {
+            // The last fragment of a frame: the whole frame is decoded here.
+            guard let (frame, fragments) = reassembly.continuing(key, a.data) else { return }
+            s.field("l2cap_reassembled", int: fragments)
+            s.summary { o in o.put(" ["); o.decimal(fragments); o.put(" fragments]") }
+            l2cap(frame[...], handle: a.handle, direction: direction, into: &s)
+            return
+        }
+        guard a.data.count >= 4 else { reassembly.drop(key); return }
+        let length = 4 + Int(UInt16(a.data[0]) | UInt16(a.data[1]) << 8)
+        if a.data.count < length { reassembly.start(key, a.data, length: length) } else { reassembly.drop(key) }
+        l2cap(a.data[...], handle: a.handle, direction: direction, into: &s)
+    }
+
+    /// An L2CAP frame (Vol 3, Part A, §3.1): its basic header, then what it carries by
+    /// CID. `frame` is the whole frame, or only its first fragment: then ATT and SMP PDUs
+    /// are named and marked as fragments, and the rest waits for the last fragment.
+    mutating func l2cap<S: FrameSink>(_ frame: ArraySlice<UInt8>, handle: UInt16, direction: TraceRecord.Direction, into s: inout S) {
+        let b = frame.startIndex
+        let l2len = Int(UInt16(frame[b]) | UInt16(frame[b + 1]) << 8)
+        let cid = UInt16(frame[b + 2]) | UInt16(frame[b + 3]) << 8
         s.field("l2cap_length", int: l2len)
         s.field("cid", int: Int(cid))
-        let payload = a.data[4...]
+        let payload = frame.dropFirst(4)
         guard let op = payload.first else {
             s.summary { o in o.put(" L2CAP cid=0x"); o.hex(UInt64(cid), width: 4) }
             return
         }
+        let complete = payload.count >= l2len
+        func firstFragment(_ o: inout OutputBytes) {
+            o.put(" (first fragment: ")
+            o.decimal(payload.count)
+            o.put(" of ")
+            o.decimal(l2len)
+            o.put(" bytes)")
+        }
         switch cid {
         case 0x0004:
-            Self.att(payload, into: &s)
+            Self.att(payload, length: l2len, into: &s)
         case 0x0001, 0x0005:
-            signaling(Array(payload), handle: a.handle, direction: direction, le: cid == 0x0005, into: &s)
+            guard complete else {
+                s.field("l2cap_fragment", bool: true)
+                s.summary { o in o.put(cid == 0x0005 ? " LE signaling" : " signaling"); firstFragment(&o) }
+                return
+            }
+            signaling(Array(payload.prefix(l2len)), handle: handle, direction: direction, le: cid == 0x0005, into: &s)
         case 0x0006, 0x0007:
             s.field("smp_opcode", int: Int(op))
             // A PDU longer than this fragment (Pairing Public Key over 27-byte buffers)
-            // continues in the next ACL packets: named here, not decoded.
-            guard payload.count >= l2len else {
+            // continues in the next ACL packets: named here, decoded at its last.
+            guard complete else {
                 s.field("l2cap_fragment", bool: true)
                 let name = SMPCode(rawValue: op)?.name
                 s.summary { o in
                     o.put(" SMP ")
                     if let name { o.put(name) } else { o.put("opcode 0x"); o.hex(UInt64(op), width: 2) }
-                    o.put(" (first fragment: ")
-                    o.decimal(payload.count)
-                    o.put(" of ")
-                    o.decimal(l2len)
-                    o.put(" bytes)")
+                    firstFragment(&o)
                 }
                 return
             }
             smp(Array(payload.prefix(l2len)), into: &s)
         case 0x0040...:
-            dynamicChannel(cid, payload, handle: a.handle, direction: direction, into: &s)
+            guard complete else {
+                s.field("l2cap_fragment", bool: true)
+                s.summary { o in o.put(" L2CAP dynamic cid=0x"); o.hex(UInt64(cid), width: 4); firstFragment(&o) }
+                return
+            }
+            dynamicChannel(cid, payload.prefix(l2len), handle: handle, direction: direction, into: &s)
         default:
             s.summary { o in o.put(" L2CAP cid=0x"); o.hex(UInt64(cid), width: 4) }
         }
     }
 
-    /// An ATT PDU's opcode, its name and (for the PDUs that carry one) the handle.
-    static func att<S: FrameSink>(_ payload: ArraySlice<UInt8>, into s: inout S) {
+    /// An ATT PDU's opcode, its name and (for the PDUs that carry one) the handle; then,
+    /// when `payload` holds all `length` octets of the PDU (not only the first fragment
+    /// of it), its parameters (`attParameters`).
+    static func att<S: FrameSink>(_ payload: ArraySlice<UInt8>, length: Int, into s: inout S) {
         guard let op = payload.first else { return }
         let b = payload.startIndex
         s.field("att_opcode", int: Int(op))
@@ -572,20 +611,37 @@ public struct FrameDecoder: Sendable {
             s.field("att_handle", int: Int(h))
             s.summary { o in o.put(" handle=0x"); o.hex(UInt64(h), width: 4) }
         }
+        guard payload.count >= length else {
+            // The rest follows in continuing ACL packets (or K-frames): not decoded.
+            s.field("att_fragment", bool: true)
+            s.summary { o in o.put(" (first fragment: "); o.decimal(payload.count); o.put(" of "); o.decimal(length); o.put(" bytes)") }
+            return
+        }
+        do {
+            attParameters(try ATTPDU(bytes: payload.prefix(length)), into: &s)
+        } catch {
+            let text = "\(error)"
+            s.field("att_malformed", string: text)
+            s.detail { o in o.put("Malformed: "); o.put(text) }
+        }
     }
 
     /// A signaling command (LE: CID 0x0005; BR/EDR: CID 0x0001), its fields, and what it
     /// says about dynamic channels.
     mutating func signaling<S: FrameSink>(_ payload: [UInt8], handle: UInt16, direction: TraceRecord.Direction, le: Bool,
                                          into s: inout S) {
-        s.field("signaling_code", int: Int(payload[0]))
         let kind: StaticString = le ? "LE signaling" : "signaling"
+        guard let code = payload.first else {
+            s.summary { o in o.put(" "); o.put(kind); o.put(" (empty frame)") }
+            return
+        }
+        s.field("signaling_code", int: Int(code))
         guard let cmd = try? SignalingCommand(bytes: payload) else {
             s.summary { o in
                 o.put(" ")
                 o.put(kind)
                 o.put(" code=0x")
-                o.hex(UInt64(payload[0]), width: 2)
+                o.hex(UInt64(code), width: 2)
                 o.put(" (malformed)")
             }
             return
@@ -644,9 +700,10 @@ public struct FrameDecoder: Sendable {
         s.field("psm", int: Int(channel.psm))
         if let name = channel.psmName { s.field("psm_name", name) }
         var sdu = payload
+        var start: Int?
         if channel.creditBased {
             s.field("k_frame", bool: true)
-            let start = channels.startsSDU(handle: handle, cid: cid, direction: direction, payload: payload)
+            start = channels.startsSDU(handle: handle, cid: cid, direction: direction, payload: payload)
             if let sduLength = start {
                 s.field("sdu_length", int: sduLength)
             } else {
@@ -662,7 +719,10 @@ public struct FrameDecoder: Sendable {
             if let name = channel.psmName { o.put(" ("); o.put(name); o.put(")") }
             if channel.creditBased, sdu.isEmpty { o.put(" SDU continuation "); o.decimal(payload.count); o.put(" bytes") }
         }
-        if channel.carriesATT, !sdu.isEmpty { Self.att(sdu, into: &s) }
+        if channel.carriesATT, !sdu.isEmpty {
+            // A credit-based SDU's length came in its first K-frame; a B-frame is whole.
+            Self.att(sdu, length: channel.creditBased ? start ?? 0 : sdu.count, into: &s)
+        }
     }
 
     /// An SMP command (Vol 3, Part H, §3), field by field; key material only with `showKeys`.

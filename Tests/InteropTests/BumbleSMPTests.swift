@@ -225,13 +225,15 @@ import Transports
                       "btsmp.id_resolving_key", "btsmp.signature_key", "btsmp.ediv"]
         let out = try await Interop.run(tshark, ["-r", path, "-Y", "btsmp", "-T", "fields", "-E", "separator=|", "-E", "occurrence=f"] + fields.flatMap { ["-e", $0] })
         let rows = out.split(separator: "\n").map { $0.split(separator: "|", omittingEmptySubsequences: false).map(String.init) }
-        let smpFrames = ours.filter { $0["smp_opcode"] != nil }
+        // A PDU over several ACL packets is decoded at its last fragment; its first is only named.
+        let smpFrames = ours.filter { $0["smp_opcode"] != nil && $0["l2cap_fragment"] == nil }
         #expect(rows.count == smpFrames.count && rows.count >= 8, "tshark SMP frames \(rows.count), ours \(smpFrames.count)")
         func num(_ s: String) -> Int? { s.hasPrefix("0x") ? Int(s.dropFirst(2), radix: 16) : Int(s) }
         #expect(rows.allSatisfy { $0.count == fields.count }, "tshark printed rows of another shape")
-        // In order: tshark numbers a reassembled PDU by its last fragment, we by its first.
+        // In order, and in the same frames: tshark also shows a reassembled PDU at its last fragment.
         for (row, j) in zip(rows, smpFrames) where row.count == fields.count {
             let n = row[0]
+            #expect(j["frame"] == num(n).map(JSONValue.int), "frame \(n)")
             #expect(j["smp_opcode"] == num(row[1]).map(JSONValue.int), "frame \(n)")
             #expect(j["smp_error"] == nil, "frame \(n)")
             guard case let .object(params)? = j["params"] else { continue }
