@@ -77,14 +77,6 @@ struct ChannelTable: Sendable {
         return length
     }
 
-    private static func opposite(_ d: TraceRecord.Direction) -> TraceRecord.Direction {
-        switch d {
-        case .hostToController: return .controllerToHost
-        case .controllerToHost: return .hostToController
-        case .unknown: return .unknown
-        }
-    }
-
     private mutating func add(_ key: Key, _ c: Channel) {
         if open.count >= Self.limit { open.removeAll() }
         open[key] = c
@@ -100,7 +92,7 @@ struct ChannelTable: Sendable {
         func value(_ name: String) -> UInt16? { fields.first { $0.name == name }.map { UInt16(truncatingIfNeeded: $0.value) } }
         let cids = fields.filter { $0.name.hasPrefix("cid") && $0.name != "cid" }.map { UInt16(truncatingIfNeeded: $0.value) }
         let request = Request(handle: handle, identifier: cmd.identifier, direction: direction)
-        let answered = Request(handle: handle, identifier: cmd.identifier, direction: Self.opposite(direction))
+        let answered = Request(handle: handle, identifier: cmd.identifier, direction: direction.opposite)
         func remember(_ psm: UInt16?, creditBased: Bool, _ scids: [UInt16]) {
             guard let psm else { return }
             if pending.count >= Self.limit { pending.removeAll() }
@@ -112,7 +104,7 @@ struct ChannelTable: Sendable {
             for (scid, dcid) in zip(p.sourceCIDs, dcids) where dcid != 0 {
                 let c = Channel(psm: p.psm, creditBased: p.creditBased)
                 add(Key(handle: handle, cid: scid, direction: direction), c)  // towards the requester
-                add(Key(handle: handle, cid: dcid, direction: Self.opposite(direction)), c)  // towards the responder
+                add(Key(handle: handle, cid: dcid, direction: direction.opposite), c)  // towards the responder
             }
         }
         switch cmd.code.rawValue {
@@ -124,10 +116,21 @@ struct ChannelTable: Sendable {
         case 0x18: accept(cids)
         case 0x07:  // Disconnection Response: dcid is the responder's CID, scid the requester's
             if let d = value("dcid"), let s = value("scid") {
-                open[Key(handle: handle, cid: d, direction: Self.opposite(direction))] = nil
+                open[Key(handle: handle, cid: d, direction: direction.opposite)] = nil
                 open[Key(handle: handle, cid: s, direction: direction)] = nil
             }
         default: break
+        }
+    }
+}
+
+extension TraceRecord.Direction {
+    /// The way an answer to a packet sent this way goes.
+    var opposite: TraceRecord.Direction {
+        switch self {
+        case .hostToController: return .controllerToHost
+        case .controllerToHost: return .hostToController
+        case .unknown: return .unknown
         }
     }
 }

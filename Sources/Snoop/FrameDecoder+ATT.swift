@@ -8,7 +8,9 @@ import HCI
 
 extension FrameDecoder {
     /// The parameters of `pdu`, a whole ATT PDU (not the first fragment of one).
-    static func attParameters<S: FrameSink>(_ pdu: ATTPDU, into s: inout S) {
+    /// `declarations`: the attribute type a Read By Type Response answers, when known;
+    /// its characteristic and include declarations are then shown field by field.
+    static func attParameters<S: FrameSink>(_ pdu: ATTPDU, declarations: BluetoothUUID? = nil, into s: inout S) {
         let json = s.writesFields
         switch pdu {
         case let .errorResponse(request, _, error):
@@ -54,15 +56,32 @@ extension FrameDecoder {
             range(start, end, into: &s)
             attributeType(type, into: &s)
         case let .readByTypeResponse(entries), let .multipleHandleValueNotification(entries):
+            let decoded = entries.map { declaration($0.value, type: declarations) }
             if json {
                 s.key("att_entries")
                 s.beginArray()
-                for e in entries {
-                    s.beginObject(); s.field("handle", int: Int(e.handle)); s.field("value", hex: e.value); s.endObject()
+                for (e, d) in zip(entries, decoded) {
+                    s.beginObject()
+                    s.field("handle", int: Int(e.handle)); s.field("value", hex: e.value)
+                    if let d {
+                        for (k, v) in d.fields {
+                            s.key(k)
+                            switch v {
+                            case let .int(i): s.int(i)
+                            case let .string(t): s.string(t)
+                            }
+                        }
+                    }
+                    s.endObject()
                 }
                 s.endArray()
             }
-            for e in entries { s.detail { o in o.put("Handle "); handle(e.handle, into: &o); o.put(": "); o.hexBytes(e.value) } }
+            for (e, d) in zip(entries, decoded) {
+                s.detail { o in
+                    o.put("Handle "); handle(e.handle, into: &o); o.put(": "); o.hexBytes(e.value)
+                    if let d { o.put(" ("); o.put(d.text); o.put(")") }
+                }
+            }
         case let .readByGroupTypeResponse(groups):
             if json {
                 s.key("att_entries")
@@ -141,6 +160,41 @@ extension FrameDecoder {
             break
         }
     }
+
+    enum DeclarationField { case int(Int), string(String) }
+
+    /// A characteristic (2803) or include (2802) declaration's fields (Vol 3, Part G,
+    /// §3.3.1, §3.2), when `type` says the value is one and its length is one's.
+    static func declaration(_ value: [UInt8], type: BluetoothUUID?) -> (fields: [(StaticString, DeclarationField)], text: String)? {
+        func u16(_ i: Int) -> UInt16 { UInt16(value[i]) | UInt16(value[i + 1]) << 8 }
+        func handleText(_ h: UInt16) -> String { "0x" + hex(h, 4) }
+        switch type {
+        case GATTTypes.characteristic where value.count == 5 || value.count == 19:
+            guard let uuid = try? BluetoothUUID(littleEndian: Array(value[3...])) else { return nil }
+            let properties = value[0], valueHandle = u16(1)
+            let names = propertyNames.indices.filter { properties & (1 << $0) != 0 }.map { propertyNames[$0] }.joined(separator: ", ")
+            return ([("properties", .int(Int(properties))), ("properties_names", .string(names)), ("value_handle", .int(Int(valueHandle))),
+                     ("uuid", .string(uuid.description))],
+                    "\(uuidText(uuid)) at \(handleText(valueHandle)): \(names.isEmpty ? "no properties" : names)")
+        case GATTTypes.include where value.count == 4 || value.count == 6:
+            let start = u16(0), end = u16(2)
+            let uuid = value.count == 6 ? BluetoothUUID(u16(4)) : nil
+            return ([("included_start", .int(Int(start))), ("included_end", .int(Int(end)))] + (uuid.map { [("uuid", .string($0.description))] } ?? []),
+                    "includes \(handleText(start))-\(handleText(end))" + (uuid.map { ": " + uuidText($0) } ?? ""))
+        default:
+            return nil
+        }
+    }
+
+    /// The declaration types a Read By Type Response's entries are decoded by.
+    enum GATTTypes {
+        static let include = BluetoothUUID(0x2802)
+        static let characteristic = BluetoothUUID(0x2803)
+    }
+
+    /// A characteristic's properties by bit (Vol 3, Part G, §3.3.1.1).
+    static let propertyNames = ["Broadcast", "Read", "Write Without Response", "Write", "Notify", "Indicate",
+                                "Authenticated Signed Writes", "Extended Properties"]
 
     private static func handle(_ h: UInt16, into o: inout OutputBytes) {
         o.put("0x")

@@ -37,6 +37,9 @@ public struct FrameDecoder: Sendable {
     var channels = ChannelTable()
     /// L2CAP frames split over ACL packets, until their last fragment.
     var reassembly = ACLReassembly()
+    /// The attribute type of the last Read By Type Request on each link's LE ATT bearer,
+    /// by link and the request's direction: its response's declarations are decoded by it.
+    var attTypeRequested: [ACLReassembly.Key: BluetoothUUID] = [:]
 
     public init(showKeys: Bool = false) { self.showKeys = showKeys }
 
@@ -252,6 +255,7 @@ public struct FrameDecoder: Sendable {
                 Self.handleAndParams(x, into: &s)
                 channels.forget(handle: x.connectionHandle)
                 reassembly.forget(handle: x.connectionHandle)
+                attTypeRequested = attTypeRequested.filter { $0.key.handle != x.connectionHandle }
             case let .numberOfCompletedPackets(x): Self.handleAndParams(x, into: &s)
             case let .encryptionChange(x): Self.handleAndParams(x, into: &s)
             case let .encryptionChangeV2(x): Self.handleAndParams(x, into: &s)
@@ -547,7 +551,7 @@ public struct FrameDecoder: Sendable {
         }
         switch cid {
         case 0x0004:
-            Self.att(payload, length: l2len, into: &s)
+            att(payload, length: l2len, bearer: ACLReassembly.Key(handle: handle, direction: direction), into: &s)
         case 0x0001, 0x0005:
             guard complete else {
                 s.field("l2cap_fragment", bool: true)
@@ -585,11 +589,14 @@ public struct FrameDecoder: Sendable {
     /// An ATT PDU's opcode, its name and (for the PDUs that carry one) the handle; then,
     /// when `payload` holds all `length` octets of the PDU (not only the first fragment
     /// of it), its parameters (`attParameters`).
-    static func att<S: FrameSink>(_ payload: ArraySlice<UInt8>, length: Int, into s: inout S) {
+    /// `bearer` is the LE ATT bearer's link and direction (CID 0x0004), where the
+    /// decoder follows Read By Type Requests to show the declarations their responses
+    /// carry; nil on EATT bearers and BR/EDR.
+    mutating func att<S: FrameSink>(_ payload: ArraySlice<UInt8>, length: Int, bearer: ACLReassembly.Key?, into s: inout S) {
         guard let op = payload.first else { return }
         let b = payload.startIndex
         s.field("att_opcode", int: Int(op))
-        let name = attNameTable[Int(op)]
+        let name = Self.attNameTable[Int(op)]
         s.key("att_name")
         if let name { s.string(name) } else { s.string("ATT opcode 0x" + hex(op, 2)) }
         s.summary { o in
@@ -618,7 +625,16 @@ public struct FrameDecoder: Sendable {
             return
         }
         do {
-            attParameters(try ATTPDU(bytes: payload.prefix(length)), into: &s)
+            let pdu = try ATTPDU(bytes: payload.prefix(length))
+            var declarations: BluetoothUUID?
+            if let bearer {
+                switch pdu {
+                case let .readByTypeRequest(_, _, type): attTypeRequested[bearer] = type
+                case .readByTypeResponse: declarations = attTypeRequested[ACLReassembly.Key(handle: bearer.handle, direction: bearer.direction.opposite)]
+                default: break
+                }
+            }
+            Self.attParameters(pdu, declarations: declarations, into: &s)
         } catch {
             let text = "\(error)"
             s.field("att_malformed", string: text)
@@ -721,7 +737,7 @@ public struct FrameDecoder: Sendable {
         }
         if channel.carriesATT, !sdu.isEmpty {
             // A credit-based SDU's length came in its first K-frame; a B-frame is whole.
-            Self.att(sdu, length: channel.creditBased ? start ?? 0 : sdu.count, into: &s)
+            att(sdu, length: channel.creditBased ? start ?? 0 : sdu.count, bearer: nil, into: &s)
         }
     }
 

@@ -47,7 +47,42 @@ struct ATTDecodeTests {
         #expect(frames[split + 1].summary.hasSuffix("pb=continuing 21 bytes [2 fragments] ATT Read By Type Response"), "\(frames[split + 1].summary)")
         #expect(frames[split + 1].json["l2cap_reassembled"] == .int(2) && frames[split + 1].json["l2cap_length"] == .int(44))
         guard case let .array(entries)? = frames[split + 1].json["att_entries"] else { Issue.record("no entries"); return }
-        #expect(entries.count == 6 && entries.first == .object([("handle", .int(2)), ("value", .string("020300002a"))]), "\(entries)")
+        // They answer a Read By Type Request for 2803: each is a characteristic declaration.
+        #expect(entries.count == 6 && entries.first == .object([
+            ("handle", .int(2)), ("value", .string("020300002a")), ("properties", .int(2)), ("properties_names", .string("Read")),
+            ("value_handle", .int(3)), ("uuid", .string("2A00")),
+        ]), "\(entries)")
+        #expect(frames[split + 1].details.map { $0.trimmingCharacters(in: .whitespaces) }.last == "Handle 0x000f: 121000192a (Battery Level (2A19) at 0x0010: Read, Notify)")
+    }
+
+    /// A Read By Type Response's entries are declarations when the request on that link's
+    /// bearer, the other way, asked for 2803 or 2802; not for another type, another link,
+    /// or a response in the request's own direction.
+    @Test func declarationsAreDecodedByTheTypeTheirRequestAsked() {
+        let request: (UInt16, Bool, UInt16) -> TraceRecord = { handle, rx, type in
+            Self.acl([7, 0, 4, 0, 0x08, 0x01, 0x00, 0xFF, 0xFF, UInt8(type & 0xFF), UInt8(type >> 8)], handle: handle, rx: rx)
+        }
+        let characteristics: (UInt16, Bool) -> TraceRecord = { handle, rx in
+            Self.acl([9, 0, 4, 0, 0x09, 0x07, 0x02, 0x00, 0x3A, 0x03, 0x00, 0x19, 0x2A], handle: handle, rx: rx)
+        }
+        let frames = Self.decoded([
+            request(0x40, false, 0x2803), characteristics(0x40, true),  // answered
+            characteristics(0x41, true),  // another link asked nothing
+            request(0x40, false, 0x2A19), characteristics(0x40, true),  // a value of 2A19, not a declaration
+            request(0x40, true, 0x2803), characteristics(0x40, true),  // asked the other way
+            request(0x40, false, 0x2802),
+            Self.acl([10, 0, 4, 0, 0x09, 0x08, 0x05, 0x00, 0x10, 0x00, 0x15, 0x00, 0x0F, 0x18], handle: 0x40),
+            Self.acl([8, 0, 4, 0, 0x09, 0x06, 0x05, 0x00, 0x10, 0x00, 0x20, 0x00], handle: 0x40),
+        ])
+        func line(_ f: DecodedFrame) -> String? { f.details.first?.trimmingCharacters(in: .whitespaces) }
+        #expect(line(frames[1]) == "Handle 0x0002: 3a0300192a (Battery Level (2A19) at 0x0003: Read, Write, Notify, Indicate)")
+        #expect(line(frames[2]) == "Handle 0x0002: 3a0300192a")
+        #expect(line(frames[4]) == "Handle 0x0002: 3a0300192a")
+        #expect(line(frames[6]) == "Handle 0x0002: 3a0300192a")
+        #expect(line(frames[8]) == "Handle 0x0005: 100015000f18 (includes 0x0010-0x0015: Battery Service (180F))")
+        #expect(line(frames[9]) == "Handle 0x0005: 10002000 (includes 0x0010-0x0020)")
+        guard case let .array(e)? = frames[8].json["att_entries"] else { Issue.record("no entries"); return }
+        #expect(e.first?["included_start"] == .int(0x10) && e.first?["included_end"] == .int(0x15) && e.first?["uuid"] == .string("180F"))
     }
 
     @Test func requestsShowTheirParameters() {
