@@ -1,7 +1,8 @@
 // libFuzzer target: ACL packet decoding and the trace frame decoder's L2CAP/ATT view,
 // over a sequence of packets (a length byte, then that many bytes of ACL body; the
 // length's top bit picks the direction), so signaling can open channels that later
-// packets use; every frame's JSON must parse back.
+// packets use and frames split over packets are reassembled; every frame's JSON must
+// parse back, and the frames held for reassembly stay within their bound.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
@@ -23,6 +24,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         d.write(r, number: n, firstTimestamp: 0, style: .json, into: out)
         precondition((try? JSONValue(parsing: out.bytes)) != nil, "frame \(n) printed invalid JSON")
         out.removeAll()
+        precondition(d.reassembly.count <= ACLReassembly.limit, "\(d.reassembly.count) frames held")
     }
     return 0
 }
