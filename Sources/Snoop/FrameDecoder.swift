@@ -619,7 +619,8 @@ public struct FrameDecoder: Sendable {
             s.summary { o in o.put(" handle=0x"); o.hex(UInt64(h), width: 4) }
         }
         guard payload.count >= length else {
-            // The rest follows in continuing ACL packets (or K-frames): not decoded.
+            // The rest follows: in continuing ACL packets, and the PDU is decoded at the
+            // last of them (`ACLReassembly`); in K-frames of an EATT SDU, and it is not.
             s.field("att_fragment", bool: true)
             s.summary { o in o.put(" (first fragment: "); o.decimal(payload.count); o.put(" of "); o.decimal(length); o.put(" bytes)") }
             return
