@@ -20,7 +20,7 @@ for f in Sources/GATT/GATTTypes.swift Sources/GATT/GATTClientProcedures.swift; d
   sed '/^import ATT$/d' "$f" > "$out/src/$(basename "$f")"
   gatt="$gatt $out/src/$(basename "$f")"
 done
-snoop="Sources/Snoop/ACLReassembly.swift Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift Sources/Snoop/JSONDocument.swift Sources/Snoop/FrameOutput.swift"
+snoop="Sources/Snoop/ACLReassembly.swift Sources/Snoop/ParameterMeaning.swift Sources/Snoop/TraceRecord.swift Sources/Snoop/TraceFormat.swift Sources/Snoop/JSON.swift Sources/Snoop/JSONDocument.swift Sources/Snoop/FrameOutput.swift"
 # The frame decoder names signaling fields with L2CAP's types and decodes ATT and SMP
 # with their PDU codecs (SMP's needs only HCI); its `import L2CAP`/`ATT`/`SMP` are
 # dropped too.

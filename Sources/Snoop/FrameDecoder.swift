@@ -140,7 +140,7 @@ public struct FrameDecoder: Sendable {
             }
             do {
                 if let c = try HCICommandRegistry.decode(opcode: opcode, parameters: params) {
-                    Self.params(c, into: &s)
+                    Self.params(c, opcode: opcode.rawValue, into: &s)
                 } else if !params.isEmpty {
                     s.field("params_hex", hex: params)
                     s.detail { o in o.put("parameters: "); o.hexBytes(params) }
@@ -189,8 +189,8 @@ public struct FrameDecoder: Sendable {
 
     /// A codec value's fields as `params` (JSON) or `name: value` detail lines; nothing
     /// for a value without fields.
-    static func params<S: FrameSink>(_ value: some FieldListing, into s: inout S) {
-        s.beginParams()
+    static func params<S: FrameSink>(_ value: some FieldListing, opcode: UInt16? = nil, into s: inout S) {
+        s.beginHCIParams(opcode: opcode)
         value.listFields(into: &s)
         s.endParams()
     }
@@ -218,7 +218,7 @@ public struct FrameDecoder: Sendable {
                 s.summary { o in o.put(" status="); o.put(st.description) }
                 let rest = Array(cc.returnParameters.dropFirst())
                 if st.isSuccess, let r = try? HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: rest) {
-                    Self.params(r, into: &s)
+                    Self.params(r, opcode: cc.commandOpcode.rawValue, into: &s)
                 } else if !rest.isEmpty {
                     s.field("params_hex", hex: rest)
                     s.detail { o in o.put("return parameters: "); o.hexBytes(rest) }
@@ -301,9 +301,10 @@ public struct FrameDecoder: Sendable {
                     o.decimal(i)
                     o.put(": event_type=0x")
                     o.hex(UInt64(rp.eventType), width: 4)
+                    ParameterMeaning.extendedReportType(rp.eventType, into: &o)
                     Self.addressRSSI(rp.address, rp.addressType, rp.rssi, into: &o)
                     o.put(" tx_power=")
-                    o.decimal(Int(rp.txPower))
+                    ParameterMeaning.power(unavailable: "not available").write(Int64(rp.txPower), into: &o)
                 }
                 Self.report(address: rp.address, type: rp.addressType, rssi: rp.rssi, eventType: Int(rp.eventType), data: rp.data, into: &s)
             }

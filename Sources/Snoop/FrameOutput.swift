@@ -406,6 +406,9 @@ protocol FrameSink: FieldVisitor {
     mutating func string(_ s: StaticString)
     mutating func string(_ s: String)
     mutating func beginParams()
+    /// Parameters of an HCI command or event (`opcode`: the command's, or the one a
+    /// Command Complete answers): the text view adds what each number means.
+    mutating func beginHCIParams(opcode: UInt16?)
     mutating func endParams()
     /// Bytes as a hex string value (never redacted).
     mutating func hex(slice: ArraySlice<UInt8>)
@@ -416,6 +419,7 @@ protocol FrameSink: FieldVisitor {
 }
 
 extension FrameSink {
+    mutating func beginHCIParams(opcode: UInt16?) { beginParams() }
     mutating func field(_ k: StaticString, int v: Int) { key(k); int(v) }
     mutating func field(_ k: StaticString, _ s: StaticString) { key(k); string(s) }
     mutating func field(_ k: StaticString, string s: String) { key(k); string(s) }
@@ -555,6 +559,11 @@ struct TextFrameSink: FrameSink {
     private var inParams = false
     private var lineOpen = false
     private var redactNext = false
+    /// Inside an HCI command's or event's parameters: numbers are shown with their meaning.
+    private var hciParams = false
+    private var opcode: UInt16?
+    /// The meaning of the value the last key names.
+    private var meaning: ParameterMeaning?
     var writesFields: Bool { inParams }
 
     static let indent = 26
@@ -600,10 +609,18 @@ struct TextFrameSink: FrameSink {
         nesting = Nesting()
     }
 
+    mutating func beginHCIParams(opcode: UInt16?) {
+        beginParams()
+        hciParams = !brief
+        self.opcode = opcode
+    }
+
     mutating func endParams() {
         if lineOpen { details.put(UInt8(ascii: "\n")) }
         lineOpen = false
         inParams = false
+        hciParams = false
+        meaning = nil
     }
 
     private mutating func startKey() -> Bool {
@@ -624,6 +641,7 @@ struct TextFrameSink: FrameSink {
         details.put(name)
         details.put(nesting.depth == 0 ? ": " : "=")
         redactNext = !showKeys && isKeyParameter(name)
+        if hciParams { meaning = ParameterMeaning.of(name, opcode: opcode) }
     }
 
     mutating func key(_ name: String) {
@@ -638,8 +656,18 @@ struct TextFrameSink: FrameSink {
         return true
     }
 
-    mutating func int(_ v: Int) { if startValue() { details.decimal(v) } }
-    mutating func uint64(_ v: UInt64) { if startValue() { details.decimal(v) } }
+    mutating func int(_ v: Int) {
+        guard startValue() else { return }
+        if let m = takeMeaning() { m.write(Int64(v), into: &details) } else { details.decimal(v) }
+    }
+    mutating func uint64(_ v: UInt64) {
+        guard startValue() else { return }
+        if let m = takeMeaning() { m.write(Int64(bitPattern: v), into: &details) } else { details.decimal(v) }
+    }
+    private mutating func takeMeaning() -> ParameterMeaning? {
+        defer { meaning = nil }
+        return meaning
+    }
     mutating func bool(_ v: Bool) { if startValue() { details.put(v ? "true" : "false") } }
     mutating func null() { if startValue() { details.put("null") } }
     mutating func text(_ v: String) { if startValue() { details.put(v) } }
@@ -662,8 +690,8 @@ struct TextFrameSink: FrameSink {
         details.text(utf8: utf8)
         details.put(UInt8(ascii: "\""))
     }
-    mutating func beginObject() { if startValue() { details.put(UInt8(ascii: "{")); nesting.push() } }
+    mutating func beginObject() { meaning = nil; if startValue() { details.put(UInt8(ascii: "{")); nesting.push() } }
     mutating func endObject() { if inParams { details.put(UInt8(ascii: "}")); nesting.pop() } }
-    mutating func beginArray() { if startValue() { details.put(UInt8(ascii: "[")); nesting.push() } }
+    mutating func beginArray() { meaning = nil; if startValue() { details.put(UInt8(ascii: "[")); nesting.push() } }
     mutating func endArray() { if inParams { details.put(UInt8(ascii: "]")); nesting.pop() } }
 }

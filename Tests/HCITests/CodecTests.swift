@@ -265,7 +265,7 @@ struct CodecTests {
         let sub = HCIPacket.event(code: .leMeta, parameters: [0x22, 9, 8, 7])
         let s = try HCIEvent(sub)
         #expect(s.packet == sub)
-        #expect(HCIEventCode(rawValue: 0x57).description == "unknown 0x57")
+        #expect(HCIEventCode(rawValue: 0x37).description == "unknown 0x37")
         #expect(HCIOpcode(rawValue: 0xFC01).description == "unknown 0xfc01")
     }
 
