@@ -1,21 +1,34 @@
-// L2CAP frames a trace carries in several ACL packets (Core v5.4, Vol 3, Part A, §7.2:
-// a first fragment with the basic header, then continuing fragments), held by link
-// and direction until the frame's length is in, so the decoder shows the whole frame
-// at its last fragment, as btmon does. Bounded: at most `limit` frames at once (a
-// trace that starts more gives the oldest up), each at most its header's length.
+// Units a trace carries in pieces, held until their length is in so the decoder shows
+// each whole at its last piece, as btmon does:
+// - L2CAP frames split over ACL packets (Core v5.4, Vol 3, Part A, §7.2: a first
+//   fragment with the basic header, then continuing fragments), by link and direction
+//   (`ACLReassembly`);
+// - SDUs of a credit-based channel split over K-frames (§3.4: the first K-frame carries
+//   the SDU length), by link, CID and direction (`SDUReassembly`).
+// Bounded: at most `limit` units at once (a trace that starts more gives the oldest
+// up), each at most the length its first piece names.
 
-struct ACLReassembly: Sendable {
-    static let limit = 64
+/// A link and a direction: where an L2CAP frame's ACL fragments belong.
+struct LinkDirection: Hashable, Sendable {
+    var handle: UInt16
+    var direction: TraceRecord.Direction
+}
 
-    struct Key: Hashable, Sendable {
-        var handle: UInt16
-        var direction: TraceRecord.Direction
-    }
+typealias ACLReassembly = Reassembly<LinkDirection>
+typealias SDUReassembly = Reassembly<ChannelTable.Key>
+
+/// A key that names the link it belongs to (so a link's end forgets its units).
+protocol LinkKeyed: Hashable, Sendable { var handle: UInt16 { get } }
+extension LinkDirection: LinkKeyed {}
+extension ChannelTable.Key: LinkKeyed {}
+
+struct Reassembly<Key: LinkKeyed>: Sendable {
+    static var limit: Int { 64 }
 
     private struct Partial: Sendable {
-        /// The frame so far, basic header included.
+        /// The unit so far (an L2CAP frame: basic header included).
         var bytes: [UInt8]
-        /// The whole frame's length, basic header included.
+        /// The whole unit's length.
         var length: Int
         var fragments: Int
     }
@@ -24,8 +37,8 @@ struct ACLReassembly: Sendable {
     /// The keys of `partial`, oldest first.
     private var order: [Key] = []
 
-    /// A first fragment: `frame` (basic header and what follows it here) is shorter than
-    /// the `length` octets its header names. A frame of that link and direction not
+    /// A first fragment: `frame` (an L2CAP frame: basic header and what follows it here)
+    /// is shorter than the `length` octets its header names. A unit of that key not
     /// finished yet is given up (a new first fragment ends it, as in a receiver).
     mutating func start(_ key: Key, _ frame: [UInt8], length: Int) {
         drop(key)
@@ -34,16 +47,17 @@ struct ACLReassembly: Sendable {
         order.append(key)
     }
 
-    /// A continuing fragment: the whole frame and its number of fragments when this one
-    /// completes it; nil while more are to come, or when no frame was started (the
-    /// trace began after its first fragment, or the first fragment was dropped).
-    mutating func continuing(_ key: Key, _ data: [UInt8]) -> (frame: [UInt8], fragments: Int)? {
+    /// A continuing fragment: the whole unit (its named length) and its number of
+    /// fragments when this one completes it; nil while more are to come, or when none was started (the trace
+    /// began after its first fragment, or the first fragment was dropped).
+    mutating func continuing(_ key: Key, _ data: some Collection<UInt8>) -> (frame: [UInt8], fragments: Int)? {
         guard partial[key] != nil else { return nil }
         partial[key]?.bytes.append(contentsOf: data)
         partial[key]?.fragments += 1
         guard let p = partial[key], p.bytes.count >= p.length else { return nil }
         drop(key)
-        return (p.bytes, p.fragments)
+        // Octets past the length the first piece named are not part of the unit.
+        return (p.bytes.count > p.length ? Array(p.bytes.prefix(p.length)) : p.bytes, p.fragments)
     }
 
     /// Gives up the frame of `key`, if one is being reassembled.
@@ -52,12 +66,12 @@ struct ACLReassembly: Sendable {
         order.removeAll { $0 == key }
     }
 
-    /// Gives up a link's frames (Disconnection Complete).
+    /// Gives up a link's units (Disconnection Complete).
     mutating func forget(handle: UInt16) {
         for key in order where key.handle == handle { partial[key] = nil }
         order.removeAll { $0.handle == handle }
     }
 
-    /// Frames being reassembled.
+    /// Units being reassembled.
     var count: Int { partial.count }
 }

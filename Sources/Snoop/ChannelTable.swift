@@ -13,6 +13,8 @@ struct ChannelTable: Sendable {
     struct Channel: Sendable {
         var psm: UInt16
         var creditBased: Bool
+        /// The CID of the channel's other end: the one frames the other way use.
+        var peerCID: UInt16 = 0
         /// Bytes of the current SDU still to come on this channel (credit-based only).
         var sduRemaining = 0
 
@@ -77,6 +79,12 @@ struct ChannelTable: Sendable {
         return length
     }
 
+    private func with(_ c: Channel, peer: UInt16) -> Channel {
+        var c = c
+        c.peerCID = peer
+        return c
+    }
+
     private mutating func add(_ key: Key, _ c: Channel) {
         if open.count >= Self.limit { open.removeAll() }
         open[key] = c
@@ -103,8 +111,8 @@ struct ChannelTable: Sendable {
             guard let p = pending.removeValue(forKey: answered) else { return }
             for (scid, dcid) in zip(p.sourceCIDs, dcids) where dcid != 0 {
                 let c = Channel(psm: p.psm, creditBased: p.creditBased)
-                add(Key(handle: handle, cid: scid, direction: direction), c)  // towards the requester
-                add(Key(handle: handle, cid: dcid, direction: direction.opposite), c)  // towards the responder
+                add(Key(handle: handle, cid: scid, direction: direction), with(c, peer: dcid))  // towards the requester
+                add(Key(handle: handle, cid: dcid, direction: direction.opposite), with(c, peer: scid))  // towards the responder
             }
         }
         switch cmd.code.rawValue {

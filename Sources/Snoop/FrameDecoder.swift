@@ -37,9 +37,21 @@ public struct FrameDecoder: Sendable {
     var channels = ChannelTable()
     /// L2CAP frames split over ACL packets, until their last fragment.
     var reassembly = ACLReassembly()
-    /// The attribute type of the last Read By Type Request on each link's LE ATT bearer,
-    /// by link and the request's direction: its response's declarations are decoded by it.
-    var attTypeRequested: [ACLReassembly.Key: BluetoothUUID] = [:]
+    /// SDUs of EATT channels split over K-frames, until their last K-frame.
+    var sduReassembly = SDUReassembly()
+    /// The attribute type of the last Read By Type Request on each ATT bearer (the LE
+    /// bearer on CID 0x0004, or an EATT channel), by link, the CID and the direction the
+    /// request went: its response's declarations are decoded by it.
+    var attTypeRequested: [ChannelTable.Key: BluetoothUUID] = [:]
+
+    /// Where an ATT PDU travels: its link, CID and direction, and the CID that answers
+    /// to it come back on (0x0004 for the LE bearer; the channel's other end for EATT).
+    struct ATTBearer {
+        var key: ChannelTable.Key
+        var peerCID: UInt16
+        /// Where a request answered by a PDU on this bearer was filed.
+        var answered: ChannelTable.Key { ChannelTable.Key(handle: key.handle, cid: peerCID, direction: key.direction.opposite) }
+    }
 
     public init(showKeys: Bool = false) { self.showKeys = showKeys }
 
@@ -255,6 +267,7 @@ public struct FrameDecoder: Sendable {
                 Self.handleAndParams(x, into: &s)
                 channels.forget(handle: x.connectionHandle)
                 reassembly.forget(handle: x.connectionHandle)
+                sduReassembly.forget(handle: x.connectionHandle)
                 attTypeRequested = attTypeRequested.filter { $0.key.handle != x.connectionHandle }
             case let .numberOfCompletedPackets(x): Self.handleAndParams(x, into: &s)
             case let .encryptionChange(x): Self.handleAndParams(x, into: &s)
@@ -375,7 +388,7 @@ public struct FrameDecoder: Sendable {
             o.decimal(a.data.count)
             o.put(" bytes")
         }
-        let key = ACLReassembly.Key(handle: a.handle, direction: direction)
+        let key = LinkDirection(handle: a.handle, direction: direction)
         if a.boundary == .continuing {
             // The last fragment of a frame: the whole frame is decoded here.
             guard let (frame, fragments) = reassembly.continuing(key, a.data) else { return }
@@ -408,7 +421,8 @@ public struct FrameDecoder: Sendable {
         func firstFragment(_ o: inout OutputBytes) { Self.firstFragment(payload.count, of: l2len, into: &o) }
         switch cid {
         case 0x0004:
-            att(payload, length: l2len, bearer: ACLReassembly.Key(handle: handle, direction: direction), into: &s)
+            att(payload, length: l2len, bearer: ATTBearer(key: ChannelTable.Key(handle: handle, cid: cid, direction: direction), peerCID: cid),
+                into: &s)
         case 0x0001, 0x0005:
             guard complete else {
                 s.field("l2cap_fragment", bool: true)
@@ -455,10 +469,10 @@ public struct FrameDecoder: Sendable {
     /// An ATT PDU's opcode, its name and (for the PDUs that carry one) the handle; then,
     /// when `payload` holds all `length` octets of the PDU (not only the first fragment
     /// of it), its parameters (`attParameters`).
-    /// `bearer` is the LE ATT bearer's link and direction (CID 0x0004), where the
-    /// decoder follows Read By Type Requests to show the declarations their responses
-    /// carry; nil on EATT bearers and BR/EDR.
-    mutating func att<S: FrameSink>(_ payload: ArraySlice<UInt8>, length: Int, bearer: ACLReassembly.Key?, into s: inout S) {
+    /// `bearer` is the LE ATT bearer (CID 0x0004) or the EATT channel the PDU travels
+    /// on, where the decoder follows Read By Type Requests to show the declarations
+    /// their responses carry; nil on BR/EDR.
+    mutating func att<S: FrameSink>(_ payload: ArraySlice<UInt8>, length: Int, bearer: ATTBearer?, into s: inout S) {
         guard let op = payload.first else { return }
         let b = payload.startIndex
         s.field("att_opcode", int: Int(op))
@@ -485,8 +499,8 @@ public struct FrameDecoder: Sendable {
             s.summary { o in o.put(" handle=0x"); o.hex(UInt64(h), width: 4) }
         }
         guard payload.count >= length else {
-            // The rest follows: in continuing ACL packets, and the PDU is decoded at the
-            // last of them (`ACLReassembly`); in K-frames of an EATT SDU, and it is not.
+            // The rest follows, in continuing ACL packets or in the next K-frames of an
+            // EATT SDU: the PDU is decoded at the last of them (`Reassembly`).
             s.field("att_fragment", bool: true)
             s.summary { o in Self.firstFragment(payload.count, of: length, into: &o) }
             return
@@ -496,8 +510,10 @@ public struct FrameDecoder: Sendable {
             var declarations: BluetoothUUID?
             if let bearer {
                 switch pdu {
-                case let .readByTypeRequest(_, _, type): attTypeRequested[bearer] = type
-                case .readByTypeResponse: declarations = attTypeRequested[ACLReassembly.Key(handle: bearer.handle, direction: bearer.direction.opposite)]
+                case let .readByTypeRequest(_, _, type):
+                    if attTypeRequested.count >= ChannelTable.limit { attTypeRequested.removeAll() }
+                    attTypeRequested[bearer.key] = type
+                case .readByTypeResponse: declarations = attTypeRequested[bearer.answered]
                 default: break
                 }
             }
@@ -582,30 +598,47 @@ public struct FrameDecoder: Sendable {
         }
         s.field("psm", int: Int(channel.psm))
         if let name = channel.psmName { s.field("psm_name", name) }
-        var sdu = payload
-        var start: Int?
-        if channel.creditBased {
-            s.field("k_frame", bool: true)
-            start = channels.startsSDU(handle: handle, cid: cid, direction: direction, payload: payload)
-            if let sduLength = start {
-                s.field("sdu_length", int: sduLength)
-            } else {
-                s.field("sdu_continuation", bool: true)
+        let key = ChannelTable.Key(handle: handle, cid: cid, direction: direction)
+        let bearer = ATTBearer(key: key, peerCID: channel.peerCID)
+        func summary(_ tail: (inout OutputBytes) -> Void) {
+            s.summary { o in
+                o.put(" L2CAP cid=0x")
+                o.hex(UInt64(cid), width: 4)
+                o.put(" psm=0x")
+                o.hex(UInt64(channel.psm), width: 4)
+                if let name = channel.psmName { o.put(" ("); o.put(name); o.put(")") }
+                tail(&o)
             }
-            sdu = start == nil ? [] : payload.dropFirst(2)
         }
-        s.summary { o in
-            o.put(" L2CAP cid=0x")
-            o.hex(UInt64(cid), width: 4)
-            o.put(" psm=0x")
-            o.hex(UInt64(channel.psm), width: 4)
-            if let name = channel.psmName { o.put(" ("); o.put(name); o.put(")") }
-            if channel.creditBased, sdu.isEmpty { o.put(" SDU continuation "); o.decimal(payload.count); o.put(" bytes") }
+        guard channel.creditBased else {
+            summary { _ in }
+            // A B-frame is whole (ATT over BR/EDR).
+            if channel.carriesATT { att(payload, length: payload.count, bearer: nil, into: &s) }
+            return
         }
-        if channel.carriesATT, !sdu.isEmpty {
-            // A credit-based SDU's length came in its first K-frame; a B-frame is whole.
-            att(sdu, length: channel.creditBased ? start ?? 0 : sdu.count, bearer: nil, into: &s)
+        s.field("k_frame", bool: true)
+        guard let sduLength = channels.startsSDU(handle: handle, cid: cid, direction: direction, payload: payload) else {
+            // A continuation K-frame: an ATT SDU it completes is decoded whole here.
+            s.field("sdu_continuation", bool: true)
+            let whole = channel.carriesATT ? sduReassembly.continuing(key, payload) : nil
+            summary { o in
+                o.put(" SDU continuation ")
+                o.decimal(payload.count)
+                o.put(" bytes")
+                if let whole { o.put(" ["); o.decimal(whole.fragments); o.put(" K-frames]") }
+            }
+            if let whole {
+                s.field("sdu_reassembled", int: whole.fragments)
+                att(whole.frame[...], length: whole.frame.count, bearer: bearer, into: &s)
+            }
+            return
         }
+        s.field("sdu_length", int: sduLength)
+        summary { _ in }
+        let sdu = payload.dropFirst(2)
+        guard channel.carriesATT else { return }
+        if sdu.count < sduLength { sduReassembly.start(key, Array(sdu), length: sduLength) } else { sduReassembly.drop(key) }
+        if !sdu.isEmpty { att(sdu, length: sduLength, bearer: bearer, into: &s) }
     }
 
     /// An SMP command (Vol 3, Part H, §3), field by field; key material only with `showKeys`.

@@ -85,6 +85,71 @@ struct ATTDecodeTests {
         #expect(e.first?["included_start"] == .int(0x10) && e.first?["included_end"] == .int(0x15) && e.first?["uuid"] == .string("180F"))
     }
 
+    /// Bumble's EATT client against our server (Fixtures/bumble-eatt-serve.btsnoop): the
+    /// decoder follows the two channels its Credit Based Connection Request opened, and
+    /// each response is read as the answer to the request on its own channel.
+    @Test func bumblesEnhancedBearersReadAsBtmonWouldShowThem() throws {
+        let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
+        let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: root + "/Fixtures/bumble-eatt-serve.btsnoop"))))
+        var d = FrameDecoder()
+        let frames = trace.records.enumerated().map { d.decode($1, number: $0 + 1, firstTimestamp: 0) }
+        let eatt = frames.filter { $0.json["psm_name"] == .string("EATT") }
+        #expect(Set(eatt.compactMap { f -> Int? in if case let .int(c)? = f.json["cid"] { c } else { nil } }) == [0x40, 0x41])
+        func details(_ name: String, _ cid: Int) -> [[String]] {
+            eatt.filter { $0.json["att_name"] == .string(name) && $0.json["cid"] == .int(cid) }.map { $0.details.map { $0.trimmingCharacters(in: .whitespaces) } }
+        }
+        // EA01 read by type on both bearers at once: a value, not a declaration.
+        #expect(details("Read By Type Response", 0x40) == [["Handle 0x0012: 0e0a77"]], "\(details("Read By Type Response", 0x40))")
+        #expect(details("Read By Type Response", 0x41) == [["Handle 0x0012: 0e0a77"]])
+        #expect(details("Read By Group Type Response", 0x41).first == ["0x0001-0x0005: Generic Access (1800)", "0x0006-0x000f: Generic Attribute (1801)",
+                                                                       "0x0010-0x0012: EA00"])
+        #expect(details("Error Response", 0x40).last == ["Request: Exchange MTU Request (0x02)", "Error: Request Not Supported (0x06)"])
+    }
+
+    /// EATT (Vol 3, Part A, §4.25, §4.26; ATT over SPSM 0x0027): a response split over
+    /// K-frames of one SDU (§3.4) is decoded whole at its last K-frame, and a Read By Type
+    /// Response shows declarations when its request went the other way on the same
+    /// channel (the request on the responder's CID, the response on the requester's).
+    @Test func eattSDUsAreReassembledAndTheirDeclarationsDecoded() {
+        func frame(_ cid: UInt16, _ l2: [UInt8], rx: Bool) -> TraceRecord {
+            Self.acl([UInt8(l2.count & 0xFF), UInt8(l2.count >> 8), UInt8(cid & 0xFF), UInt8(cid >> 8)] + l2, rx: rx)
+        }
+        let request: [UInt8] = [0x08, 0x01, 0x00, 0xFF, 0xFF, 0x03, 0x28]
+        // Two declarations: 0x0002 (Read, value 0x0003, 2A00), 0x000F (Read Notify, value 0x0010, 2A19).
+        let response: [UInt8] = [0x09, 0x07, 0x02, 0x00, 0x02, 0x03, 0x00, 0x00, 0x2A, 0x0F, 0x00, 0x12, 0x10, 0x00, 0x19, 0x2A]
+        func split(_ cid: UInt16) -> [TraceRecord] {  // 16 octets: 2 + 5, 6, 5
+            [frame(cid, [16, 0] + response[0..<5], rx: true), frame(cid, Array(response[5..<11]), rx: true),
+             frame(cid, Array(response[11...]), rx: true)]
+        }
+        let frames = Self.decoded([
+            // We open 0x0040 and 0x0041; the peer answers with 0x0050 and 0x0051.
+            frame(0x0005, [0x17, 7, 12, 0, 0x27, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0x40, 0, 0x41, 0], rx: false),
+            frame(0x0005, [0x18, 7, 12, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0, 0, 0x50, 0, 0x51, 0], rx: true),
+            frame(0x0050, [UInt8(request.count), 0] + request, rx: false),
+        ] + split(0x0040) + split(0x0041))  // answered on 0x0040; nobody asked on 0x0041
+        #expect(frames[3].json["att_fragment"] == .bool(true) && frames[3].json["att_name"] == .string("Read By Type Response"))
+        #expect(frames[4].json["att_opcode"] == nil && frames[4].json["sdu_reassembled"] == nil)
+        let whole = frames[5]
+        #expect(whole.json["sdu_reassembled"] == .int(3))
+        #expect(whole.summary.hasSuffix("psm=0x0027 (EATT) SDU continuation 5 bytes [3 K-frames] ATT Read By Type Response"), "\(whole.summary)")
+        #expect(whole.details.map { $0.trimmingCharacters(in: .whitespaces) } == [
+            "Handle 0x0002: 020300002a (Device Name (2A00) at 0x0003: Read)",
+            "Handle 0x000f: 121000192a (Battery Level (2A19) at 0x0010: Read, Notify)",
+        ], "\(whole.details)")
+        let unasked = frames[8]
+        #expect(unasked.json["sdu_reassembled"] == .int(3))
+        #expect(unasked.details.map { $0.trimmingCharacters(in: .whitespaces) } == ["Handle 0x0002: 020300002a", "Handle 0x000f: 121000192a"],
+                "\(unasked.details)")
+        // The link's end forgets the SDU (and the channel): the K-frame after it is left as bytes.
+        let stray = Self.decoded([frame(0x0005, [0x17, 7, 12, 0, 0x27, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0x40, 0, 0x41, 0], rx: false),
+                                  frame(0x0005, [0x18, 7, 12, 0, 0x00, 0x02, 0xF7, 0, 10, 0, 0, 0, 0x50, 0, 0x51, 0], rx: true),
+                                  frame(0x0040, [16, 0] + response[0..<5], rx: true),
+                                  TraceRecord(timestampMicros: 0, packet: HCIEvent.disconnectionComplete(.init(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)).packet,
+                                              direction: .controllerToHost),
+                                  frame(0x0040, Array(response[5..<11]), rx: true)])
+        #expect(stray[4].json["att_opcode"] == nil && stray[4].json["sdu_reassembled"] == nil, "\(stray[4].json)")
+    }
+
     @Test func requestsShowTheirParameters() {
         #expect(Self.details([0x02, 0x05, 0x02]) == ["Client RX MTU: 517"])
         #expect(Self.one([0x03, 0x17, 0x00]).json["att_mtu"] == .int(23))

@@ -220,12 +220,17 @@ struct TraceFormatTests {
         #expect(write.json["att_handle"] == .int(0x2A))
         // Frames towards the peer use the peer's CIDs: 0x0040 from us is not EATT.
         #expect(frame(0x0040, [3, 0, 0x0B, 1, 2], .hostToController).json["psm"] == nil)
-        // An SDU of 10 bytes over two K-frames: the second is a continuation, not ATT.
+        // An SDU of 10 bytes over two K-frames: the first names the notification, the
+        // second continues the SDU and completes it, and the notification is decoded
+        // whole there (as an ATT PDU split over ACL packets is at its last fragment).
         let first = frame(0x0041, [10, 0, 0x1B, 0x2C, 0x00, 9], .controllerToHost)
         #expect(first.json["att_name"] == .string("Handle Value Notification"))
+        #expect(first.json["att_fragment"] == .bool(true) && first.json["att_value"] == nil)
         let rest = frame(0x0041, [1, 2, 3, 4, 5, 6], .controllerToHost)
         #expect(rest.json["sdu_continuation"] == .bool(true))
-        #expect(rest.json["att_opcode"] == nil)
+        #expect(rest.json["sdu_reassembled"] == .int(2))
+        #expect(rest.json["att_handle"] == .int(0x2C) && rest.json["att_value"] == .string("09010203040506"), "\(rest.json)")
+        #expect(rest.summary.hasSuffix("SDU continuation 6 bytes [2 K-frames] ATT Handle Value Notification handle=0x002c"), "\(rest.summary)")
         #expect(frame(0x0041, [3, 0, 0x1E, 0, 0], .controllerToHost).json["att_name"] == .string("Handle Value Confirmation"))
 
         // BR/EDR: Connection Request for PSM 0x001F from us (source CID 0x0045), accepted as 0x0060.
