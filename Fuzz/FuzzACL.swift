@@ -25,6 +25,7 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> Int32 {
         precondition((try? JSONValue(parsing: out.bytes)) != nil, "frame \(n) printed invalid JSON")
         out.removeAll()
         precondition(d.reassembly.count <= ACLReassembly.limit, "\(d.reassembly.count) frames held")
+        precondition(d.sduReassembly.count <= SDUReassembly.limit, "\(d.sduReassembly.count) SDUs held")
     }
     return 0
 }
