@@ -7,52 +7,67 @@ public struct SupportedCommands: Hashable, Sendable {
     public var bytes: [UInt8]
     public init(bytes: [UInt8]) { self.bytes = bytes }
 
-    /// Whether the controller claims the command; nil if this stack does not know the command's bit.
+    /// Whether the controller claims the command; nil if the command has no bit this stack knows.
     public func supports(_ opcode: HCIOpcode) -> Bool? {
-        guard let (octet, bit) = Self.bits[opcode] else { return nil }
-        guard octet < bytes.count else { return false }
-        return bytes[octet] & (1 << bit) != 0
+        guard let bit = Self.bitByOpcode[opcode.rawValue] else { return nil }
+        return claims(bit: Int(bit))
+    }
+
+    /// Whether bit `bit` (octet × 8 + bit in octet) of the mask is set.
+    public func claims(bit: Int) -> Bool {
+        bit >= 0 && bit / 8 < bytes.count && bytes[bit / 8] & (1 << UInt8(bit % 8)) != 0
     }
 
     /// Number of bits set across the whole mask.
     public var count: Int { bytes.reduce(0) { $0 + $1.nonzeroBitCount } }
 
-    /// Known commands the mask claims, by name.
+    /// The set bits (octet × 8 + bit in octet), in order.
+    public var claimedBits: [Int] { (0..<bytes.count * 8).filter(claims(bit:)) }
+
+    /// Every command the mask claims, in bit order (`claimedBits`): its name, or
+    /// "unknown command" for a set bit this stack has no command for.
+    public var claimedNames: [String] {
+        claimedBits.map { bit in
+            guard let i = Self.indexByBit[UInt16(bit)] else { return "unknown command" }
+            return HCIOpcode(rawValue: Self.assigned[i].opcode).description
+        }
+    }
+
+    /// Known commands the mask claims that this stack sends, by name.
     public var supportedNames: [String] {
         Self.bits.keys.filter { supports($0) == true }.compactMap(\.name).sorted()
     }
 
-    /// (octet, bit) of each command this stack sends, from §6.27's table.
-    public static let bits: [HCIOpcode: (Int, Int)] = [
-        .disconnect: (0, 5), .readRemoteVersionInformation: (2, 7), .readLocalName: (7, 1),
-        .setEventMask: (5, 6), .reset: (5, 7), .setEventMaskPage2: (22, 2), .writeLEHostSupport: (24, 6),
-        .readLocalVersionInformation: (14, 3), .readLocalSupportedFeatures: (14, 5), .readBufferSize: (14, 7),
-        .readBDADDR: (15, 1), .readRSSI: (15, 5),
-        .leSetEventMask: (25, 0), .leReadBufferSize: (25, 1), .leReadLocalSupportedFeatures: (25, 2),
-        .leSetRandomAddress: (25, 4), .leSetAdvertisingParameters: (25, 5),
-        .leReadAdvertisingPhysicalChannelTxPower: (25, 6), .leSetAdvertisingData: (25, 7),
-        .leSetScanResponseData: (26, 0), .leSetAdvertisingEnable: (26, 1), .leSetScanParameters: (26, 2),
-        .leSetScanEnable: (26, 3), .leCreateConnection: (26, 4), .leCreateConnectionCancel: (26, 5),
-        .leReadFilterAcceptListSize: (26, 6), .leClearFilterAcceptList: (26, 7),
-        .leAddDeviceToFilterAcceptList: (27, 0), .leRemoveDeviceFromFilterAcceptList: (27, 1),
-        .leConnectionUpdate: (27, 2), .leReadRemoteFeatures: (27, 5), .leEncrypt: (27, 6), .leRand: (27, 7),
-        .leEnableEncryption: (28, 0), .leLongTermKeyRequestReply: (28, 1),
-        .leLongTermKeyRequestNegativeReply: (28, 2), .leReadSupportedStates: (28, 3),
-        .leAddDeviceToResolvingList: (34, 3), .leRemoveDeviceFromResolvingList: (34, 4), .leClearResolvingList: (34, 5),
-        .leReadResolvingListSize: (34, 6), .leSetAddressResolutionEnable: (35, 1), .leSetPrivacyMode: (39, 2),
-        .leSetDataLength: (33, 6), .leReadSuggestedDefaultDataLength: (33, 7),
-        .leWriteSuggestedDefaultDataLength: (34, 0), .leReadMaximumDataLength: (35, 3), .leReadPHY: (35, 4),
-        .leSetDefaultPHY: (35, 5), .leSetPHY: (35, 6), .leSetAdvertisingSetRandomAddress: (36, 1),
-        .leSetExtendedAdvertisingParameters: (36, 2), .leSetExtendedAdvertisingData: (36, 3),
-        .leSetExtendedScanResponseData: (36, 4), .leSetExtendedAdvertisingEnable: (36, 5),
-        .leReadMaximumAdvertisingDataLength: (36, 6), .leReadNumberOfSupportedAdvertisingSets: (36, 7),
-        .leRemoveAdvertisingSet: (37, 0), .leClearAdvertisingSets: (37, 1), .leSetPeriodicAdvertisingParameters: (37, 2),
-        .leSetPeriodicAdvertisingData: (37, 3), .leSetPeriodicAdvertisingEnable: (37, 4), .leSetExtendedScanParameters: (37, 5),
-        .leSetExtendedScanEnable: (37, 6), .leExtendedCreateConnection: (37, 7), .lePeriodicAdvertisingCreateSync: (38, 0),
-        .lePeriodicAdvertisingCreateSyncCancel: (38, 1), .lePeriodicAdvertisingTerminateSync: (38, 2),
-        .leAddDeviceToPeriodicAdvertiserList: (38, 3), .leRemoveDeviceFromPeriodicAdvertiserList: (38, 4),
-        .leClearPeriodicAdvertiserList: (38, 5), .leReadPeriodicAdvertiserListSize: (38, 6), .leReadBufferSizeV2: (41, 5),
-    ]
+    /// The commands this stack sends (the LE host's set), with their (octet, bit).
+    public static let bits: [HCIOpcode: (Int, Int)] = {
+        let sent: [HCIOpcode] = [
+        .disconnect, .readRemoteVersionInformation, .readLocalName, .setEventMask, .reset, .setEventMaskPage2,
+        .writeLEHostSupport, .readLocalVersionInformation, .readLocalSupportedFeatures, .readBufferSize, .readBDADDR,
+        .readRSSI, .leSetEventMask, .leReadBufferSize, .leReadLocalSupportedFeatures, .leSetRandomAddress,
+        .leSetAdvertisingParameters, .leReadAdvertisingPhysicalChannelTxPower, .leSetAdvertisingData,
+        .leSetScanResponseData, .leSetAdvertisingEnable, .leSetScanParameters, .leSetScanEnable, .leCreateConnection,
+        .leCreateConnectionCancel, .leReadFilterAcceptListSize, .leClearFilterAcceptList,
+        .leAddDeviceToFilterAcceptList, .leRemoveDeviceFromFilterAcceptList, .leConnectionUpdate,
+        .leReadRemoteFeatures, .leEncrypt, .leRand, .leEnableEncryption, .leLongTermKeyRequestReply,
+        .leLongTermKeyRequestNegativeReply, .leReadSupportedStates, .leAddDeviceToResolvingList,
+        .leRemoveDeviceFromResolvingList, .leClearResolvingList, .leReadResolvingListSize,
+        .leSetAddressResolutionEnable, .leSetPrivacyMode, .leSetDataLength, .leReadSuggestedDefaultDataLength,
+        .leWriteSuggestedDefaultDataLength, .leReadMaximumDataLength, .leReadPHY, .leSetDefaultPHY, .leSetPHY,
+        .leSetAdvertisingSetRandomAddress, .leSetExtendedAdvertisingParameters, .leSetExtendedAdvertisingData,
+        .leSetExtendedScanResponseData, .leSetExtendedAdvertisingEnable, .leReadMaximumAdvertisingDataLength,
+        .leReadNumberOfSupportedAdvertisingSets, .leRemoveAdvertisingSet, .leClearAdvertisingSets,
+        .leSetPeriodicAdvertisingParameters, .leSetPeriodicAdvertisingData, .leSetPeriodicAdvertisingEnable,
+        .leSetExtendedScanParameters, .leSetExtendedScanEnable, .leExtendedCreateConnection,
+        .lePeriodicAdvertisingCreateSync, .lePeriodicAdvertisingCreateSyncCancel, .lePeriodicAdvertisingTerminateSync,
+        .leAddDeviceToPeriodicAdvertiserList, .leRemoveDeviceFromPeriodicAdvertiserList,
+        .leClearPeriodicAdvertiserList, .leReadPeriodicAdvertiserListSize, .leReadBufferSizeV2,
+        ]
+        return Dictionary(uniqueKeysWithValues: sent.compactMap { op in bitByOpcode[op.rawValue].map { (op, (Int($0 / 8), Int($0 % 8))) } })
+    }()
+
+    static let bitByOpcode: [UInt16: UInt16] = Dictionary(assigned.map { ($0.opcode, $0.bit) }, uniquingKeysWith: { a, _ in a })
+    static let indexByBit: [UInt16: Int] = Dictionary(assigned.indices.map { (assigned[$0].bit, $0) }, uniquingKeysWith: { a, _ in a })
+    static let indexByOpcode: [UInt16: Int] = Dictionary(assigned.indices.map { (assigned[$0].opcode, $0) }, uniquingKeysWith: { a, _ in a })
 }
 
 /// LE feature bits (Vol 6, Part B, §4.6).

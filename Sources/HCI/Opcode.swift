@@ -391,6 +391,8 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
             let raw = HCIOpcode(ogf: ogf, ocf: ocf).rawValue
             if n[raw] == nil { n[raw] = name }
         }
+        // Every other command with a Supported_Commands bit, by its §6.27 name.
+        for e in SupportedCommands.assigned where n[e.opcode] == nil { n[e.opcode] = e.name.description }
         return n
     }()
 }

@@ -207,6 +207,25 @@ public struct FrameDecoder: Sendable {
         s.endParams()
     }
 
+    /// The commands a Supported_Commands mask claims, one detail line each in bit order,
+    /// as btmon lists them (text view only; JSON keeps the mask's bytes).
+    static func claimed<S: FrameSink>(_ commands: SupportedCommands, into s: inout S) {
+        guard s.writesDetails else { return }
+        let names = commands.claimedNames
+        s.detail { o in o.put("Commands: "); o.decimal(names.count); o.put(" claimed") }
+        for (bit, name) in zip(commands.claimedBits, names) {
+            s.detail { o in
+                o.put("  ")
+                o.put(name)
+                o.put(" (octet ")
+                o.decimal(bit / 8)
+                o.put(" bit ")
+                o.decimal(bit % 8)
+                o.put(")")
+            }
+        }
+    }
+
     static func opcodeFields<S: FrameSink>(_ op: HCIOpcode, ncmd: UInt8, into s: inout S) {
         s.field("opcode", int: Int(op.rawValue))
         s.field("ogf", int: Int(op.ogf))
@@ -231,6 +250,7 @@ public struct FrameDecoder: Sendable {
                 let rest = Array(cc.returnParameters.dropFirst())
                 if st.isSuccess, let r = try? HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: rest) {
                     Self.params(r, opcode: cc.commandOpcode.rawValue, into: &s)
+                    if let commands = (r as? ReadLocalSupportedCommands.ReturnParameters)?.supportedCommands { Self.claimed(commands, into: &s) }
                 } else if !rest.isEmpty {
                     s.field("params_hex", hex: rest)
                     s.detail { o in o.put("return parameters: "); o.hexBytes(rest) }

@@ -400,6 +400,9 @@ protocol FrameSink: FieldVisitor {
     /// Whether fields given now are written (JSON: always; text: inside the parameters
     /// only), so a decoder can skip work whose only product is fields.
     var writesFields: Bool { get }
+    /// Whether `detail` lines are written (the text view, not brief), so a decoder can
+    /// skip work whose only product is detail lines.
+    var writesDetails: Bool { get }
     mutating func begin(number: Int, timestampMicros: Int64, relative: Int64, direction: TraceRecord.Direction, index: UInt16?)
     mutating func end()
     mutating func key(_ name: String)
@@ -438,6 +441,7 @@ struct JSONFrameSink: FrameSink {
     var out: OutputBytes
     let showKeys: Bool
     var writesFields: Bool { true }
+    var writesDetails: Bool { false }
     private var nesting = Nesting()
     private var redactNext = false
     private var paramsPending = false
@@ -565,6 +569,7 @@ struct TextFrameSink: FrameSink {
     /// The meaning of the value the last key names.
     private var meaning: ParameterMeaning?
     var writesFields: Bool { inParams }
+    var writesDetails: Bool { !brief }
 
     static let indent = 26
 

@@ -112,6 +112,46 @@ struct ParameterMeaningTests {
         #expect(version.contains("version: 13 (Bluetooth 5.4)") && version.contains("companyIdentifier: 15 (Broadcom Corporation)"), "\(version)")
     }
 
+    /// Read Local Supported Commands (§7.4.2): each command the mask claims, in bit order
+    /// with its octet and bit (§6.27), as btmon lists them.
+    @Test func supportedCommandsAreListedByName() throws {
+        let root = String(#filePath).components(separatedBy: "/Tests/").first ?? "."
+        let trace = try TraceReader.read([UInt8](try Data(contentsOf: URL(fileURLWithPath: root + "/Fixtures/rootcanal-gatt-read.btsnoop"))))
+        var d = FrameDecoder()
+        let lines = trace.records.enumerated().flatMap { d.decode($1, number: $0 + 1, firstTimestamp: 0).details }
+        // Rootcanal's mask has 213 bits set; every one is a command this stack can name.
+        #expect(lines.contains("Commands: 213 claimed"))
+        let listed = lines.filter { $0.hasSuffix(")") && $0.contains(" (octet ") }
+        #expect(listed.count == 213 && !listed.contains { $0.contains("unknown command") }, "\(listed.prefix(5))")
+        for line in ["  Inquiry (octet 0 bit 0)", "  Reset (octet 5 bit 7)", "  LE Set Extended Advertising Parameters (octet 36 bit 2)",
+                     "  LE Read Buffer Size [v2] (octet 41 bit 5)"] {
+            #expect(listed.contains(line), "\(line)")
+        }
+        // Built: octet 0 bit 5 (Disconnect), octet 14 bit 3 (Read Local Version
+        // Information) and octet 63 bit 7, which no command has.
+        var mask = [UInt8](repeating: 0, count: 64)
+        (mask[0], mask[14], mask[63]) = (0x20, 0x08, 0x80)
+        let built = Self.complete(0x1002, mask.map { String(format: "%02x", $0) }.joined())
+        #expect(Array(built.dropFirst()) == ["Commands: 3 claimed", "  Disconnect (octet 0 bit 5)", "  Read Local Version Information (octet 14 bit 3)",
+                                             "  unknown command (octet 63 bit 7)"], "\(built)")
+        // The JSON keeps the mask's bytes only.
+        let json = Self.decoded(.event(code: .commandComplete, parameters: [1, 0x02, 0x10, 0] + mask)).json
+        #expect(json["params"]?["supportedCommands"]?["bytes"] == .string(mask.hexString), "\(json)")
+    }
+
+    /// Every command with a Supported_Commands bit has a name, and each name a command
+    /// line gives (`btctl hci NAME`) finds its own opcode: no two names collide.
+    @Test func everyAssignedCommandIsNamedAndParsesBack() {
+        for e in SupportedCommands.assigned {
+            let op = HCIOpcode(rawValue: e.opcode)
+            #expect(op.name != nil, "0x\(String(e.opcode, radix: 16))")
+            if let name = op.name { #expect(HCIOpcode(parsing: name) == op, "\(name)") }
+        }
+        // The bits of the commands this stack sends come from the same table.
+        #expect(SupportedCommands.bits[.reset]! == (5, 7) && SupportedCommands.bits[.leSetExtendedAdvertisingEnable]! == (36, 5))
+        #expect(SupportedCommands.bits.count == 73)
+    }
+
     @Test func theBriefViewAndOtherLayersAreUnchanged() {
         // SMP's own fields (snake_case) in the same sink get no HCI meaning.
         var d = FrameDecoder()
