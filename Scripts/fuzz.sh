@@ -24,7 +24,7 @@ snoop="Sources/Snoop/ACLReassembly.swift Sources/Snoop/ParameterMeaning.swift So
 # The frame decoder names signaling fields with L2CAP's types and decodes ATT and SMP
 # with their PDU codecs (SMP's needs only HCI); its `import L2CAP`/`ATT`/`SMP` are
 # dropped too.
-for f in FrameDecoder FrameDecoder+ATT FrameDecoder+Advertising ChannelTable; do
+for f in FrameDecoder FrameDecoder+ATT FrameDecoder+Advertising FrameDecoder+L2CAP ChannelTable; do
   sed -e '/^import L2CAP$/d' -e '/^import ATT$/d' -e '/^import SMP$/d' "Sources/Snoop/$f.swift" > "$out/src/$f.swift"
   snoop="$snoop $out/src/$f.swift"
 done

@@ -67,7 +67,6 @@ public struct SupportedCommands: Hashable, Sendable {
 
     static let bitByOpcode: [UInt16: UInt16] = Dictionary(assigned.map { ($0.opcode, $0.bit) }, uniquingKeysWith: { a, _ in a })
     static let indexByBit: [UInt16: Int] = Dictionary(assigned.indices.map { (assigned[$0].bit, $0) }, uniquingKeysWith: { a, _ in a })
-    static let indexByOpcode: [UInt16: Int] = Dictionary(assigned.indices.map { (assigned[$0].opcode, $0) }, uniquingKeysWith: { a, _ in a })
 }
 
 /// LE feature bits (Vol 6, Part B, §4.6).

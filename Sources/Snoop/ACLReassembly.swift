@@ -48,8 +48,8 @@ struct Reassembly<Key: LinkKeyed>: Sendable {
     }
 
     /// A continuing fragment: the whole unit (its named length) and its number of
-    /// fragments when this one completes it; nil while more are to come, or when none was started (the trace
-    /// began after its first fragment, or the first fragment was dropped).
+    /// fragments when this one completes it; nil while more are to come, or when none
+    /// was started (the trace began after its first fragment, or that was dropped).
     mutating func continuing(_ key: Key, _ data: some Collection<UInt8>) -> (frame: [UInt8], fragments: Int)? {
         guard partial[key] != nil else { return nil }
         partial[key]?.bytes.append(contentsOf: data)

@@ -79,12 +79,6 @@ struct ChannelTable: Sendable {
         return length
     }
 
-    private func with(_ c: Channel, peer: UInt16) -> Channel {
-        var c = c
-        c.peerCID = peer
-        return c
-    }
-
     private mutating func add(_ key: Key, _ c: Channel) {
         if open.count >= Self.limit { open.removeAll() }
         open[key] = c
@@ -110,9 +104,9 @@ struct ChannelTable: Sendable {
         func accept(_ dcids: [UInt16]) {
             guard let p = pending.removeValue(forKey: answered) else { return }
             for (scid, dcid) in zip(p.sourceCIDs, dcids) where dcid != 0 {
-                let c = Channel(psm: p.psm, creditBased: p.creditBased)
-                add(Key(handle: handle, cid: scid, direction: direction), with(c, peer: dcid))  // towards the requester
-                add(Key(handle: handle, cid: dcid, direction: direction.opposite), with(c, peer: scid))  // towards the responder
+                // towards the requester, then towards the responder
+                add(Key(handle: handle, cid: scid, direction: direction), Channel(psm: p.psm, creditBased: p.creditBased, peerCID: dcid))
+                add(Key(handle: handle, cid: dcid, direction: direction.opposite), Channel(psm: p.psm, creditBased: p.creditBased, peerCID: scid))
             }
         }
         switch cmd.code.rawValue {

@@ -41,9 +41,7 @@ enum ParameterMeaning: Sendable {
     /// Command Complete answers), nil in other events.
     static func of(_ name: StaticString, opcode: UInt16?) -> ParameterMeaning? {
         guard let m = table[Name(name)] else { return nil }
-        if case .leFeatures = m, name.utf8CodeUnitCount == 4 {  // "mask"
-            return opcode == HCIOpcode.leReadLocalSupportedFeatures.rawValue ? m : nil
-        }
+        if Name(name) == Name("mask") { return opcode == HCIOpcode.leReadLocalSupportedFeatures.rawValue ? m : nil }
         return m
     }
 
@@ -57,6 +55,8 @@ enum ParameterMeaning: Sendable {
         func hash(into h: inout Hasher) { name.withUTF8Buffer { h.combine(bytes: UnsafeRawBufferPointer($0)) } }
     }
 
+    /// A power whose 127 means the controller has none to report (RSSI, a report's TX power).
+    static let reportedPower: ParameterMeaning = .power(unavailable: "not available")
     static let phy: ParameterMeaning = .names([nil, "LE 1M", "LE 2M", "LE Coded"])
     static let phyBits: ParameterMeaning = .bits(["LE 1M", "LE 2M", "LE Coded"])
     static let clockAccuracy: ParameterMeaning = .names(["500 ppm", "250 ppm", "150 ppm", "100 ppm", "75 ppm", "50 ppm", "30 ppm", "20 ppm"])
@@ -86,8 +86,7 @@ enum ParameterMeaning: Sendable {
         Name("suggestedMaxTxTime"): .microseconds, Name("supportedMaxTxTime"): .microseconds,
         Name("supportedMaxRxTime"): .microseconds,
         // Powers.
-        Name("rssi"): .power(unavailable: "not available"),
-        Name("txPower"): .power(unavailable: "not available"),
+        Name("rssi"): reportedPower, Name("txPower"): reportedPower,
         Name("advertisingTxPower"): .power(unavailable: "no preference"),
         // PHYs.
         Name("txPHY"): phy, Name("rxPHY"): phy, Name("primaryPHY"): phy, Name("advertiserPHY"): phy,
