@@ -130,3 +130,43 @@ public enum CompanyIdentifier {
         AssignedNumbers.companyName(id) ?? "unknown (0x\(hex4(id)))"
     }
 }
+
+/// LE Supported States (§7.8.27): bit n set means the controller can be in state or
+/// combination of states n at once. Bits 42–63 are reserved.
+public struct LESupportedStates: Hashable, Sendable {
+    public var rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+
+    public func contains(bit: Int) -> Bool { bit >= 0 && bit < 64 && rawValue & (1 << UInt64(bit)) != 0 }
+
+    /// The set bits, in order.
+    public var claimedBits: [Int] { (0..<64).filter(contains(bit:)) }
+
+    /// Bit `bit`'s state or combination ("Scannable Advertising + Passive Scanning");
+    /// nil for a reserved bit.
+    public static func name(ofBit bit: Int) -> String? {
+        bit >= 0 && bit < bitNames.count ? bitNames[bit] : nil
+    }
+
+    /// §7.8.27's table. Bit 6 is both the Initiating state and the Connection state in
+    /// the Central role; the combinations are "X + Y".
+    static let bitNames: [String] = {
+        let (nonconnectable, scannable, connectable) = ("Non-connectable Advertising", "Scannable Advertising", "Connectable Advertising")
+        let (high, low) = ("High Duty Cycle Directed Advertising", "Low Duty Cycle Directed Advertising")
+        let (passive, active, initiating) = ("Passive Scanning", "Active Scanning", "Initiating")
+        let (central, peripheral) = ("Connection (Central Role)", "Connection (Peripheral Role)")
+        func and(_ a: String, _ b: String) -> String { a + " + " + b }
+        return [
+            nonconnectable, scannable, connectable, high, passive, active, initiating + " / " + central, peripheral,
+            and(nonconnectable, passive), and(scannable, passive), and(connectable, passive), and(high, passive),
+            and(nonconnectable, active), and(scannable, active), and(connectable, active), and(high, active),
+            and(nonconnectable, initiating), and(scannable, initiating), and(nonconnectable, central), and(scannable, central),
+            and(nonconnectable, peripheral), and(scannable, peripheral), and(passive, initiating), and(active, initiating),
+            and(passive, central), and(active, central), and(passive, peripheral), and(active, peripheral),
+            and(initiating, central), low, and(low, passive), and(low, active),
+            and(connectable, initiating), and(high, initiating), and(low, initiating),
+            and(connectable, central), and(high, central), and(low, central),
+            and(connectable, peripheral), and(high, peripheral), and(low, peripheral), and(initiating, peripheral),
+        ]
+    }()
+}

@@ -1,10 +1,13 @@
-// The Supported_Commands bit of each HCI command (Core Specification v5.4, Vol 4,
-// Part E, §6.27: octet × 8 + bit), with the command's name. The bit numbers are those
+// The Supported_Commands bit of each HCI command (Core Specification v6.1, Vol 4,
+// Part E, §6.27: octet × 8 + bit), with the command's name. Most bit numbers are those
 // btmon decodes the mask with (BlueZ monitor/packet.c, 2026-12), taken as data; they
 // agree with every bit this stack had from §6.27 itself (the 73 commands it sends).
-// Names: `HCIOpcode`'s own come first; these serve the commands it does not name.
-// Bits that table leaves out (some 5.1-5.4 LE test, antenna and Channel Sounding
-// commands) are shown by their octet and bit.
+// The bits btmon leaves out (the 5.1 CTE and antenna commands, 5.2 power control and
+// path loss, 5.3 subrating, 5.4 PAwR, 6.0 decision-based filtering and the monitored
+// advertisers list, 6.1 UTP) come from §6.27's table, checked against the §7.8
+// opcodes. Names: `HCIOpcode`'s own come first; these serve the commands it does not
+// name. Octet 49 (6.2: the [v2] forms of Read Local Supported Commands, LE Set Event
+// Mask and two Channel Sounding commands) is shown by its octet and bit.
 
 extension SupportedCommands {
     /// (bit, opcode, name), by bit.
@@ -304,12 +307,22 @@ extension SupportedCommands {
         (314, 0x204e, "LE Set Privacy Mode"),
         (315, 0x204f, "LE Receiver Test [v3]"),
         (316, 0x2050, "LE Transmitter Test [v3]"),
+        (317, 0x2051, "LE Set Connectionless CTE Transmit Parameters"),
+        (318, 0x2052, "LE Set Connectionless CTE Transmit Enable"),
+        (319, 0x2053, "LE Set Connectionless IQ Sampling Enable"),
+        (320, 0x2054, "LE Set Connection CTE Receive Parameters"),
+        (321, 0x2055, "LE Set Connection CTE Transmit Parameters"),
+        (322, 0x2056, "LE Connection CTE Request Enable"),
+        (323, 0x2057, "LE Connection CTE Response Enable"),
+        (324, 0x2058, "LE Read Antenna Information"),
         (325, 0x2059, "LE Periodic Advertising Receive Enable"),
         (326, 0x205a, "LE Periodic Advertising Sync Transfer"),
         (327, 0x205b, "LE Periodic Advertising Set Info Transfer"),
         (328, 0x205c, "LE Periodic Advertising Sync Transfer Parameters"),
         (329, 0x205d, "LE Set Default Periodic Advertising Sync Transfer"),
+        (330, 0x205e, "LE Generate DHKey [v2]"),
         (331, 0x100c, "Read Local Simple Pairing Options"),
+        (332, 0x205f, "LE Modify Sleep Clock Accuracy"),
         (333, 0x2060, "LE Read Buffer Size [v2]"),
         (334, 0x2061, "LE Read ISO TX Sync"),
         (335, 0x2062, "LE Set Connected Isochronous Group Parameters"),
@@ -332,14 +345,40 @@ extension SupportedCommands {
         (352, 0x2073, "LE Isochronous Test End"),
         (353, 0x2074, "LE Set Host Feature"),
         (354, 0x2075, "LE Read ISO Link Quality"),
+        (355, 0x2076, "LE Enhanced Read Transmit Power Level"),
+        (356, 0x2077, "LE Read Remote Transmit Power Level"),
+        (357, 0x2078, "LE Set Path Loss Reporting Parameters"),
+        (358, 0x2079, "LE Set Path Loss Reporting Enable"),
+        (359, 0x207a, "LE Set Transmit Power Reporting Enable"),
+        (360, 0x207b, "LE Transmitter Test [v4]"),
+        (361, 0x0c82, "Set Ecosystem Base Interval"),
         (362, 0x100d, "Read Local Supported Codecs [v2]"),
         (363, 0x100e, "Read Local Supported Codec Capabilities"),
         (364, 0x100f, "Read Local Supported Controller Delay"),
         (365, 0x0c83, "Configure Data Path"),
+        (366, 0x207c, "LE Set Data Related Address Changes"),
+        (367, 0x0c84, "Set Min Encryption Key Size"),
+        (368, 0x207d, "LE Set Default Subrate"),
+        (369, 0x207e, "LE Subrate Request"),
+        (370, 0x207f, "LE Set Extended Advertising Parameters [v2]"),
+        (371, 0x2080, "LE Set Decision Data"),
+        (372, 0x2081, "LE Set Decision Instructions"),
+        (373, 0x2082, "LE Set Periodic Advertising Subevent Data"),
+        (374, 0x2083, "LE Set Periodic Advertising Response Data"),
+        (375, 0x2084, "LE Set Periodic Sync Subevent"),
+        (376, 0x2085, "LE Extended Create Connection [v2]"),
+        (377, 0x2086, "LE Set Periodic Advertising Parameters [v2]"),
         (378, 0x2087, "LE Read All Local Features"),
         (379, 0x2088, "LE Read All Remote Features"),
         (380, 0x2097, "LE Set Host Feature [v2]"),
+        (381, 0x2098, "LE Add Device To Monitored Advertisers List"),
+        (382, 0x2099, "LE Remove Device From Monitored Advertisers List"),
+        (383, 0x209a, "LE Clear Monitored Advertisers List"),
+        (384, 0x209b, "LE Read Monitored Advertisers List Size"),
         (385, 0x209d, "LE Frame Space Update"),
+        (386, 0x209e, "LE Set Resolvable Private Address Timeout [v2]"),
+        (387, 0x209f, "LE Enable OTA UTP Mode"),
+        (388, 0x20a0, "LE UTP Send"),
         (389, 0x20a1, "LE Connection Rate Request"),
         (390, 0x20a2, "LE Set Default Rate Parameters"),
         (391, 0x20a3, "LE Read Minimum Supported Connection Interval"),

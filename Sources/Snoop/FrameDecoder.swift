@@ -211,16 +211,34 @@ public struct FrameDecoder: Sendable {
     /// as btmon lists them (text view only; JSON keeps the mask's bytes).
     static func claimed<S: FrameSink>(_ commands: SupportedCommands, into s: inout S) {
         guard s.writesDetails else { return }
-        let names = commands.claimedNames
-        s.detail { o in o.put("Commands: "); o.decimal(names.count); o.put(" claimed") }
-        for (bit, name) in zip(commands.claimedBits, names) {
+        listed("Commands: ", " claimed", Array(zip(commands.claimedNames, commands.claimedBits)), octets: true, into: &s)
+    }
+
+    /// The states and combinations an LE Supported States mask claims (§7.8.27), one
+    /// detail line each in bit order (text view only; JSON keeps the number).
+    static func supported<S: FrameSink>(_ states: LESupportedStates, into s: inout S) {
+        guard s.writesDetails else { return }
+        let bits = states.claimedBits
+        listed("States: ", " supported", bits.map { (LESupportedStates.name(ofBit: $0) ?? "reserved", $0) }, octets: false, into: &s)
+    }
+
+    /// "Title N suffix", then "  name (octet x bit y)" or "  name (bit n)" per entry.
+    private static func listed<S: FrameSink>(_ title: StaticString, _ suffix: StaticString, _ entries: [(name: String, bit: Int)],
+                                             octets: Bool, into s: inout S) {
+        s.detail { o in o.put(title); o.decimal(entries.count); o.put(suffix) }
+        for (name, bit) in entries {
             s.detail { o in
                 o.put("  ")
                 o.put(name)
-                o.put(" (octet ")
-                o.decimal(bit / 8)
-                o.put(" bit ")
-                o.decimal(bit % 8)
+                if octets {
+                    o.put(" (octet ")
+                    o.decimal(bit / 8)
+                    o.put(" bit ")
+                    o.decimal(bit % 8)
+                } else {
+                    o.put(" (bit ")
+                    o.decimal(bit)
+                }
                 o.put(")")
             }
         }
@@ -251,6 +269,9 @@ public struct FrameDecoder: Sendable {
                 if st.isSuccess, let r = try? HCICommandRegistry.decodeReturn(opcode: cc.commandOpcode, returnParameters: rest) {
                     Self.params(r, opcode: cc.commandOpcode.rawValue, into: &s)
                     if let commands = (r as? ReadLocalSupportedCommands.ReturnParameters)?.supportedCommands { Self.claimed(commands, into: &s) }
+                    if cc.commandOpcode == .leReadSupportedStates, let states = r as? HCIMask64Return {
+                        Self.supported(LESupportedStates(rawValue: states.mask), into: &s)
+                    }
                 } else if !rest.isEmpty {
                     s.field("params_hex", hex: rest)
                     s.detail { o in o.put("return parameters: "); o.hexBytes(rest) }

@@ -7,8 +7,8 @@
 // A parameter is known by its codec property name (the names `FieldListing` hands over,
 // Sources/HCI/FieldListing+*.swift). A name means the same in every command and event
 // that has it, with one exception: `mask`, the return value shared by LE Read Local
-// Supported Features and LE Read Supported States, which is told apart by the command's
-// opcode. Units and values: Core Specification v5.4, Vol 4, Part E, §7 (each command's
+// Supported Features and LE Read Supported States (§7.8.27), which is told apart by the
+// command's opcode. Units and values: Core Specification v5.4, Vol 4, Part E, §7 (each command's
 // and event's parameter table); LMP features Vol 2, Part C, §3.3; LE features Vol 6,
 // Part B, §4.6.
 
@@ -34,6 +34,8 @@ enum ParameterMeaning: Sendable {
     case leEventMask
     case lmpFeatures
     case leFeatures
+    /// LE Supported States: the mask in hex; its states are listed on lines of their own.
+    case leStates
     case coreVersion
     case company
 
@@ -41,7 +43,13 @@ enum ParameterMeaning: Sendable {
     /// Command Complete answers), nil in other events.
     static func of(_ name: StaticString, opcode: UInt16?) -> ParameterMeaning? {
         guard let m = table[Name(name)] else { return nil }
-        if Name(name) == Name("mask") { return opcode == HCIOpcode.leReadLocalSupportedFeatures.rawValue ? m : nil }
+        if Name(name) == Name("mask") {
+            switch opcode {
+            case HCIOpcode.leReadLocalSupportedFeatures.rawValue: return m
+            case HCIOpcode.leReadSupportedStates.rawValue: return .leStates
+            default: return nil
+            }
+        }
         return m
     }
 
@@ -130,7 +138,7 @@ enum ParameterMeaning: Sendable {
         Name("eventMask"): .eventMask(page: 1), Name("eventMaskPage2"): .eventMask(page: 2),
         Name("leEventMask"): .leEventMask,
         Name("lmpFeatures"): .lmpFeatures,
-        Name("mask"): .leFeatures,  // LE Read Local Supported Features only (see `of`)
+        Name("mask"): .leFeatures,  // LE Read Local Supported Features; LE Read Supported States (see `of`)
         Name("rawValue"): .leFeatures,  // LEFeatures, the only codec with this property
         Name("hciVersion"): .coreVersion, Name("lmpVersion"): .coreVersion, Name("version"): .coreVersion,
         Name("companyIdentifier"): .company,
@@ -160,7 +168,7 @@ enum ParameterMeaning: Sendable {
     func write(_ value: Int64, into o: inout OutputBytes) {
         let bits = UInt64(bitPattern: value)
         switch self {
-        case .bits, .eventMask, .leEventMask, .lmpFeatures, .leFeatures:
+        case .bits, .eventMask, .leEventMask, .lmpFeatures, .leFeatures, .leStates:
             o.put("0x")
             o.hex(bits, width: value < 0 || bits > 0xFFFF_FFFF ? 16 : bits > 0xFF ? 8 : 2)
         default:
@@ -201,6 +209,8 @@ enum ParameterMeaning: Sendable {
             names.add(bits, table: Self.lmpFeatureNames, into: &o)
         case .leFeatures:
             names.add(bits, into: &o) { LEFeatures(rawValue: 1 << UInt64($0)).names.first }
+        case .leStates:
+            break
         case .coreVersion:
             guard value >= 0, value <= 0xFF else { return }
             o.put(" (Bluetooth "); o.put(CoreVersion.name(UInt8(value))); o.put(")")

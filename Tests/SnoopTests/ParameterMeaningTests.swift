@@ -41,9 +41,19 @@ struct ParameterMeaningTests {
             + "Hardware Error, Data Buffer Overflow, Encryption Key Refresh Complete, LE Meta)")
         has("eventMaskPage2: 0x02000000 (Encryption Change [v2])")
         // LE Read Local Supported Features names its bits; LE Read Supported States, whose
-        // return parameter has the same property name, is left as its number.
+        // return parameter has the same property name, lists its 42 states and
+        // combinations (§7.8.27: all that are defined), one per line.
         #expect(lines.contains { $0.hasPrefix("mask: 0x300039df (LE Encryption, Connection Parameters Request Procedure,") }, "\(lines.prefix(40))")
-        has("mask: 4398046511103")
+        has("mask: 0x000003ffffffffff")
+        let states = try #require(lines.firstIndex(of: "States: 42 supported"), "\(lines.prefix(80))")
+        #expect(Array(lines[(states + 1)...].prefix(8)) == [
+            "  Non-connectable Advertising (bit 0)", "  Scannable Advertising (bit 1)", "  Connectable Advertising (bit 2)",
+            "  High Duty Cycle Directed Advertising (bit 3)", "  Passive Scanning (bit 4)", "  Active Scanning (bit 5)",
+            "  Initiating / Connection (Central Role) (bit 6)", "  Connection (Peripheral Role) (bit 7)"], "\(lines[states...].prefix(9))")
+        has("  Scannable Advertising + Passive Scanning (bit 9)")
+        has("  Initiating + Connection (Central Role) (bit 28)")
+        has("  Low Duty Cycle Directed Advertising + Connection (Peripheral Role) (bit 40)")
+        has("  Initiating + Connection (Peripheral Role) (bit 41)")
         has("scanningPHYs: 0x01 (LE 1M)")
         has("phys: [{scanType=1 (active), scanInterval=96 (60.000 ms), scanWindow=48 (30.000 ms)}]")
         has("duration: 0 (no limit)")
@@ -112,6 +122,18 @@ struct ParameterMeaningTests {
         #expect(version.contains("version: 13 (Bluetooth 5.4)") && version.contains("companyIdentifier: 15 (Broadcom Corporation)"), "\(version)")
     }
 
+    /// LE Read Supported States (§7.8.27) built with bit 0, bit 41 and bit 50, which is
+    /// reserved; the JSON keeps the number.
+    @Test func leStatesAreListedByBitAndAReservedBitSaysSo() {
+        let mask: UInt64 = 1 | 1 << 41 | 1 << 50
+        let bytes = (0..<8).map { String(format: "%02x", UInt8(truncatingIfNeeded: mask >> UInt64($0 * 8))) }.joined()
+        let lines = Self.complete(0x201c, bytes)
+        #expect(lines == ["mask: 0x0004020000000001", "States: 3 supported", "  Non-connectable Advertising (bit 0)",
+                                             "  Initiating + Connection (Peripheral Role) (bit 41)", "  reserved (bit 50)"], "\(lines)")
+        let json = Self.decoded(.event(code: .commandComplete, parameters: [1, 0x1c, 0x20, 0] + [UInt8](hex: bytes)!)).json
+        #expect(json["params"]?["mask"] == .int(Int(mask)), "\(json)")
+    }
+
     /// Read Local Supported Commands (§7.4.2): each command the mask claims, in bit order
     /// with its octet and bit (§6.27), as btmon lists them.
     @Test func supportedCommandsAreListedByName() throws {
@@ -128,12 +150,15 @@ struct ParameterMeaningTests {
             #expect(listed.contains(line), "\(line)")
         }
         // Built: octet 0 bit 5 (Disconnect), octet 14 bit 3 (Read Local Version
-        // Information) and octet 63 bit 7, which no command has.
+        // Information), bits btmon's table has not (octet 40 bit 4: LE Read Antenna
+        // Information, 5.1; octet 45 bit 7: Set Min Encryption Key Size, 5.3; octet 48
+        // bit 3: LE Enable OTA UTP Mode, 6.1) and octet 63 bit 7, which no command has.
         var mask = [UInt8](repeating: 0, count: 64)
-        (mask[0], mask[14], mask[63]) = (0x20, 0x08, 0x80)
+        (mask[0], mask[14], mask[40], mask[45], mask[48], mask[63]) = (0x20, 0x08, 0x10, 0x80, 0x08, 0x80)
         let built = Self.complete(0x1002, mask.map { String(format: "%02x", $0) }.joined())
-        #expect(Array(built.dropFirst()) == ["Commands: 3 claimed", "  Disconnect (octet 0 bit 5)", "  Read Local Version Information (octet 14 bit 3)",
-                                             "  unknown command (octet 63 bit 7)"], "\(built)")
+        #expect(Array(built.dropFirst()) == ["Commands: 6 claimed", "  Disconnect (octet 0 bit 5)", "  Read Local Version Information (octet 14 bit 3)",
+                                             "  LE Read Antenna Information (octet 40 bit 4)", "  Set Min Encryption Key Size (octet 45 bit 7)",
+                                             "  LE Enable OTA UTP Mode (octet 48 bit 3)", "  unknown command (octet 63 bit 7)"], "\(built)")
         // The JSON keeps the mask's bytes only.
         let json = Self.decoded(.event(code: .commandComplete, parameters: [1, 0x02, 0x10, 0] + mask)).json
         #expect(json["params"]?["supportedCommands"]?["bytes"] == .string(mask.hexString), "\(json)")
