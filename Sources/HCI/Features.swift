@@ -148,6 +148,21 @@ public struct LESupportedStates: Hashable, Sendable {
         bit >= 0 && bit < bitNames.count ? bitNames[bit] : nil
     }
 
+    /// How many of §7.8.27's states and combinations the mask claims, naming the defined
+    /// ones it does not (most controllers claim all or nearly all) and any reserved bit
+    /// it sets: "40 of 42 defined; not: A, B; reserved bits set: 50".
+    public var summary: String {
+        let missing = Self.definedBits.filter { !contains(bit: $0) }.map { Self.bitNames[$0] }
+        let reserved = claimedBits.filter { !Self.definedBits.contains($0) }
+        var text = "\(Self.definedBits.count - missing.count) of \(Self.definedBits.count) defined"
+        if !missing.isEmpty { text += "; not: " + missing.joined(separator: ", ") }
+        if !reserved.isEmpty { text += "; reserved bits set: " + reserved.map(String.init).joined(separator: ", ") }
+        return text
+    }
+
+    /// The bits §7.8.27 defines (0–41).
+    public static var definedBits: Range<Int> { 0..<bitNames.count }
+
     /// §7.8.27's table. Bit 6 is both the Initiating state and the Connection state in
     /// the Central role; the combinations are "X + Y".
     static let bitNames: [String] = {

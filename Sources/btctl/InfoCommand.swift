@@ -65,6 +65,11 @@ struct Info: AsyncParsableCommand {
         }
         if let s = i.numberOfSupportedAdvertisingSets { o.append(("advertising_sets", .int(s))) }
         if let m = i.maximumAdvertisingDataLength { o.append(("max_advertising_data_length", .int(m))) }
+        if let mask = i.leSupportedStates {
+            let states = LESupportedStates(rawValue: mask)
+            o.append(("le_states_mask", .int(Int(truncatingIfNeeded: mask))))
+            o.append(("le_states", .array(states.claimedBits.map { .string(LESupportedStates.name(ofBit: $0) ?? "bit \($0)") })))
+        }
         return .object(o)
     }
 
@@ -84,6 +89,7 @@ struct Info: AsyncParsableCommand {
         if let s = i.numberOfSupportedAdvertisingSets { lines.append(("Advertising sets", "\(s)")) }
         if let m = i.maximumAdvertisingDataLength { lines.append(("Max adv data", "\(m) bytes")) }
         lines.append(("Commands", "\(i.supportedCommands.count) supported; of the LE host's set: \(i.supportedCommands.supportedNames.count) of \(SupportedCommands.bits.count)"))
+        if let mask = i.leSupportedStates { lines.append(("LE states", LESupportedStates(rawValue: mask).summary)) }
         if !i.skipped.isEmpty {
             lines.append(("Skipped", i.skipped.map { "\($0.opcode) (\($0.status?.description ?? "not in Supported_Commands"))" }.joined(separator: "; ")))
         }

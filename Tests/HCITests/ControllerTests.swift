@@ -251,7 +251,21 @@ struct ControllerTests {
         #expect(info.encryptionChangeV2)
         #expect(info.totalNumLEACLDataPackets == 20)
         #expect(info.leFeatures.contains(bit: LEFeatures.extendedAdvertising))
+        // Rootcanal claims every state and combination §7.8.27 defines.
+        #expect(info.leSupportedStates.map { LESupportedStates(rawValue: $0).summary } == "42 of 42 defined")
         #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
+    }
+
+    /// §7.8.27: bits 0–41 are states and combinations, 42–63 reserved. What `btctl info`
+    /// says of a mask: the defined ones it lacks by name, reserved bits by number.
+    @Test func leSupportedStatesNameWhatIsMissingAndWhatIsReserved() {
+        let all = LESupportedStates(rawValue: 0x3FF_FFFF_FFFF)
+        #expect(all.claimedBits == Array(0...41) && LESupportedStates.definedBits == 0..<42)
+        let some = LESupportedStates(rawValue: all.rawValue & ~(1 << 28 | 1 << 41) | 1 << 63)
+        #expect(some.summary == "40 of 42 defined; not: Initiating + Connection (Central Role), Initiating + Connection (Peripheral Role); reserved bits set: 63")
+        #expect(LESupportedStates.name(ofBit: 6) == "Initiating / Connection (Central Role)" && LESupportedStates.name(ofBit: 42) == nil
+                && LESupportedStates.name(ofBit: -1) == nil)
+        #expect(LESupportedStates(rawValue: 0).summary.hasPrefix("0 of 42 defined; not: Non-connectable Advertising, Scannable Advertising,"))
     }
 
     @Test func initialisationToleratesUnknownOptionalCommands() async throws {

@@ -119,6 +119,12 @@ import Testing
         #expect(info.status == 0, "\(info.out)")
         let object = try #require(try JSONSerialization.jsonObject(with: Data(info.out.utf8)) as? [String: Any], "\(info.out)")
         #expect(object["advertising_sets"] as? Int == 4 && object["max_advertising_data_length"] as? Int == 1650, "\(object)")
+        // LE Read Supported States: the virtual controller claims all 42 of §7.8.27.
+        let states = object["le_states"] as? [String]
+        #expect(object["le_states_mask"] as? Int == 0x3FF_FFFF_FFFF && states?.count == 42
+                && states?.first == "Non-connectable Advertising" && states?.last == "Initiating + Connection (Peripheral Role)", "\(object)")
+        let text = try await Self.run(["info", "-t", "virtual5"])
+        #expect(text.out.contains("LE states         42 of 42 defined\n"), "\(text.out)")
         let trace = Self.temporary("virtual5.btsnoop")
         let r = try await Self.run(["gatt", "read", "--name", "FireAlarm-B3", "-t", "virtual5", "--uuid", "2A00", "--btsnoop", trace])
         #expect(r.status == 0 && r.out.contains("FireAlarm-B3"), "\(r.out)")
