@@ -25,10 +25,13 @@ extension BluetoothHost {
     static let p = BluetoothAddress("C0:00:00:00:0A:13")!
     static let s = BluetoothAddress("C0:00:00:00:0A:14")!
 
-    static func hosts(_ radio: VirtualRadio, extended: Bool) async throws -> (BluetoothHost, BluetoothHost, BluetoothHost) {
+    /// Hosts at `a`, `b` and `p`; `watch[i]` sees the packets between host i and its controller.
+    static func hosts(_ radio: VirtualRadio, extended: Bool, watch: [Int: @Sendable (TraceRecord) -> Void] = [:]) async throws
+        -> (BluetoothHost, BluetoothHost, BluetoothHost) {
         var out: [BluetoothHost] = []
-        for address in [a, b, p] {
-            let h = BluetoothHost(transport: await radio.makeController(address: address, extendedAdvertising: extended), logger: Bench.logger)
+        for (i, address) in [a, b, p].enumerated() {
+            let controller = await radio.makeController(address: address, extendedAdvertising: extended)
+            let h = BluetoothHost(transport: watch[i].map { RecordingTransport(wrapping: controller, sink: $0) } ?? controller, logger: Bench.logger)
             try await h.start()
             out.append(h)
         }
@@ -165,7 +168,8 @@ extension BluetoothHost {
     /// while an attempt is under way.
     @Test func aResetEndsAConnectionAttemptAndAdvertisingThroughTheListComesBack() async throws {
         let radio = VirtualRadio()
-        let (centralA, centralB, peripheral) = try await Self.hosts(radio, extended: true)
+        let (answeredB, answeredP) = (CommandAnswers(), CommandAnswers())
+        let (centralA, centralB, peripheral) = try await Self.hosts(radio, extended: true, watch: [1: { answeredB.record($0) }, 2: { answeredP.record($0) }])
         defer { Task { await centralA.close(); await centralB.close(); await peripheral.close() } }
         try await peripheral.setAcceptList([DeviceAddress(Self.a)])
         try await peripheral.peripheral.startAdvertising(AdvertisingSetsTests.named("only-a"), acceptListOnly: .connections)
@@ -175,7 +179,9 @@ extension BluetoothHost {
         // B's list is not on its controller yet, and an attempt of B's is under way.
         try await centralB.setAcceptList([DeviceAddress(Self.p)])
         let other = Task { try await centralB.central.connect(to: nobody, within: .seconds(30)) }
-        try await peripheral.loop.sleep(for: .milliseconds(100))
+        // Both attempts are on their controllers.
+        #expect(await answeredP.wait(for: .leExtendedCreateConnection))
+        #expect(await answeredB.wait(for: .leExtendedCreateConnection))
         await #expect { _ = try await centralB.central.scan(acceptListOnly: true) } throws: { Self.inUse($0) }
         try await peripheral.reset()
         await #expect(throws: BLEError.notReady(.resetting)) { _ = try await attempt.value }

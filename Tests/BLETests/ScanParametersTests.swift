@@ -39,7 +39,7 @@ import Testing
         #expect(sent.lines == ["passive 8192/819", "on dup", "off", "active 96/48", "on all"])
         // The active one ends: back to what the passive one asked for.
         _ = consume loud
-        try await room.central.loop.sleep(for: .milliseconds(100))
+        #expect(await sent.wait { $0.count >= 8 }, "\(sent.lines)")
         _ = try await central.scan(for: .milliseconds(50), active: false, timing: .lowPower)
         #expect(sent.lines.prefix(8) == ["passive 8192/819", "on dup", "off", "active 96/48", "on all", "off", "passive 8192/819", "on dup"])
         withExtendedLifetime(quiet) {}
@@ -51,7 +51,8 @@ import Testing
     /// changes is reported again.
     @Test(arguments: [false, true])
     func aScanThatFiltersDuplicatesGetsEachPDUOnce(extended: Bool) async throws {
-        let room = try await Room(peripherals: 1, extendedAdvertising: extended)
+        let sent = ScanCommandLog()
+        let room = try await Room(peripherals: 1, extendedAdvertising: extended, watchCentral: { sent.record($0) })
         defer { Task { await room.close() } }
         let peripheral = room.peripherals[0].peripheral
         try await peripheral.startAdvertising(AdvertisingSetsTests.named("dev"))
@@ -66,8 +67,9 @@ import Testing
         #expect(await every.take(on: room.central).count == 6)
         #expect(await once.take(on: room.central).isEmpty)
         // It ends: the controller restarts filtering, having forgotten what it reported.
+        let before = sent.lines.count
         _ = consume every
-        try await room.central.loop.sleep(for: .milliseconds(100))
+        #expect(await sent.wait { $0.count > before && $0.last == "on dup" }, "\(sent.lines)")
         await ticks(5)
         #expect(await once.take(on: room.central).isEmpty)
         // New data is new.

@@ -61,7 +61,25 @@ final class ScanCommandLog: Sendable {
         }
     }
 
+    /// Waits until `condition` holds of `lines` (the host sends its commands on its own
+    /// time: a scan that ends is stopped from its stream's end), up to `limit`; false
+    /// if it never did.
+    func wait(within limit: Duration = .seconds(10), until condition: ([String]) -> Bool) async -> Bool {
+        let end = ContinuousClock.now + limit
+        // The controller has taken each enable sent too: what the test does next meets
+        // the controller scanning as the lines say.
+        func enables() -> Int { commands.count { if case .enable = $0 { true } else { false } } }
+        while !condition(lines) || answers.count(of: .leSetScanEnable) + answers.count(of: .leSetExtendedScanEnable) < enables() {
+            guard ContinuousClock.now < end else { return false }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return true
+    }
+
+    private let answers = CommandAnswers()
+
     func record(_ r: TraceRecord) {
+        answers.record(r)
         guard r.direction == .hostToController, case let .packet(.command(op, bytes)) = r.content else { return }
         var command: Command?
         switch op {
@@ -83,5 +101,35 @@ final class ScanCommandLog: Sendable {
             break
         }
         if let command { sent.withLock { $0.append(command) } }
+    }
+}
+
+
+/// The commands a controller has answered (Command Complete or Command Status), by
+/// opcode, read from a host's trace as `ScanCommandLog` reads it: for a test that
+/// waits until the controller has taken a command the host sends on its own time.
+final class CommandAnswers: Sendable {
+    private let answered = Mutex<[HCIOpcode: Int]>([:])
+
+    func count(of op: HCIOpcode) -> Int { answered.withLock { $0[op] ?? 0 } }
+
+    func record(_ r: TraceRecord) {
+        guard r.direction == .controllerToHost, case let .packet(.event(code, p)) = r.content else { return }
+        // Command Complete: Num_HCI_Command_Packets, opcode; Command Status: status,
+        // Num_HCI_Command_Packets, opcode (§7.7.14, §7.7.15).
+        let at = code == .commandComplete ? 1 : code == .commandStatus ? 2 : nil
+        guard let at, p.count >= at + 2 else { return }
+        let op = HCIOpcode(rawValue: UInt16(p[at]) | UInt16(p[at + 1]) << 8)
+        answered.withLock { $0[op, default: 0] += 1 }
+    }
+
+    /// Waits until the controller has answered `op` `count` times, up to `limit`; false if it never did.
+    func wait(for op: HCIOpcode, count: Int = 1, within limit: Duration = .seconds(10)) async -> Bool {
+        let end = ContinuousClock.now + limit
+        while self.count(of: op) < count {
+            guard ContinuousClock.now < end else { return false }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return true
     }
 }
