@@ -7,6 +7,16 @@ public struct SupportedCommands: Hashable, Sendable {
     public var bytes: [UInt8]
     public init(bytes: [UInt8]) { self.bytes = bytes }
 
+    /// The 64-octet mask a controller that implements `opcodes` answers with: each
+    /// command's §6.27 bit set (a command without one is left out).
+    public init(claiming opcodes: some Sequence<HCIOpcode>) {
+        var bytes = [UInt8](repeating: 0, count: 64)
+        for op in opcodes {
+            if let bit = Self.bitByOpcode[op.rawValue] { bytes[Int(bit / 8)] |= 1 << UInt8(bit % 8) }
+        }
+        self.bytes = bytes
+    }
+
     /// Whether the controller claims the command; nil if the command has no bit this stack knows.
     public func supports(_ opcode: HCIOpcode) -> Bool? {
         guard let bit = Self.bitByOpcode[opcode.rawValue] else { return nil }

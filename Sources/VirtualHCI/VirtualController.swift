@@ -154,7 +154,7 @@ public actor VirtualController: HCITransport, LoopIsolated {
         self.address = address
         self.supportsExtendedAdvertising = extendedAdvertising
         self.implemented = Set(Self.legacyImplemented + (extendedAdvertising ? Self.extendedAdvertisingCommands : []))
-        self.supportedCommands = Self.mask(of: Array(implemented))
+        self.supportedCommands = SupportedCommands(claiming: implemented).bytes
         (inbound, continuation) = AsyncThrowingStream<HCIPacket, any Error>.makeStream(bufferingPolicy: .bufferingNewest(65_536))
     }
 
@@ -217,11 +217,6 @@ public actor VirtualController: HCITransport, LoopIsolated {
         .leEnableEncryption, .leLongTermKeyRequestReply, .leLongTermKeyRequestNegativeReply, .leEncrypt, .leRand,
     ]
 
-    static func mask(of opcodes: [HCIOpcode]) -> [UInt8] {
-        var mask = [UInt8](repeating: 0, count: 64)
-        for op in opcodes { if let (o, b) = SupportedCommands.bits[op] { mask[o] |= 1 << b } }
-        return mask
-    }
 
     // MARK: HCITransport
 

@@ -256,6 +256,16 @@ struct ControllerTests {
         #expect(await t.nextSent(timeout: .milliseconds(50)) == nil)
     }
 
+    /// The mask a controller implementing some commands answers with (the virtual
+    /// radio's): their §6.27 bits and no other; Reset is octet 5 bit 7, Read Local
+    /// Supported Commands octet 14 bit 4.
+    @Test func aMaskClaimsTheCommandsItIsBuiltFrom() {
+        let mask = SupportedCommands(claiming: [.reset, .readLocalSupportedCommands, HCIOpcode(rawValue: 0xFC01)])
+        #expect(mask.bytes.count == 64 && mask.claimedBits == [47, 116] && mask.bytes[5] == 0x80 && mask.bytes[14] == 0x10)
+        #expect(mask.claimedNames == ["Reset", "Read Local Supported Commands"])
+        #expect(mask.supports(.readLocalSupportedCommands) == true && mask.supports(.disconnect) == false)
+    }
+
     /// §7.8.27: bits 0–41 are states and combinations, 42–63 reserved. What `btctl info`
     /// says of a mask: the defined ones it lacks by name, reserved bits by number.
     @Test func leSupportedStatesNameWhatIsMissingAndWhatIsReserved() {
