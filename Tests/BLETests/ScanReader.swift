@@ -65,15 +65,12 @@ final class ScanCommandLog: Sendable {
     /// time: a scan that ends is stopped from its stream's end), up to `limit`; false
     /// if it never did.
     func wait(within limit: Duration = .seconds(10), until condition: ([String]) -> Bool) async -> Bool {
-        let end = ContinuousClock.now + limit
         // The controller has taken each enable sent too: what the test does next meets
         // the controller scanning as the lines say.
         func enables() -> Int { commands.count { if case .enable = $0 { true } else { false } } }
-        while !condition(lines) || answers.count(of: .leSetScanEnable) + answers.count(of: .leSetExtendedScanEnable) < enables() {
-            guard ContinuousClock.now < end else { return false }
-            try? await Task.sleep(for: .milliseconds(2))
+        return await holds(within: limit) {
+            condition(lines) && answers.count(of: .leSetScanEnable) + answers.count(of: .leSetExtendedScanEnable) >= enables()
         }
-        return true
     }
 
     private let answers = CommandAnswers()
@@ -104,7 +101,6 @@ final class ScanCommandLog: Sendable {
     }
 }
 
-
 /// The commands a controller has answered (Command Complete or Command Status), by
 /// opcode, read from a host's trace as `ScanCommandLog` reads it: for a test that
 /// waits until the controller has taken a command the host sends on its own time.
@@ -125,11 +121,17 @@ final class CommandAnswers: Sendable {
 
     /// Waits until the controller has answered `op` `count` times, up to `limit`; false if it never did.
     func wait(for op: HCIOpcode, count: Int = 1, within limit: Duration = .seconds(10)) async -> Bool {
-        let end = ContinuousClock.now + limit
-        while self.count(of: op) < count {
-            guard ContinuousClock.now < end else { return false }
-            try? await Task.sleep(for: .milliseconds(2))
-        }
-        return true
+        await holds(within: limit) { self.count(of: op) >= count }
     }
+}
+
+/// Whether `condition` comes to hold within `limit` (looked at every 2 ms): the one
+/// deadline loop `ScanCommandLog.wait` and `CommandAnswers.wait` share.
+private func holds(within limit: Duration, _ condition: () -> Bool) async -> Bool {
+    let end = ContinuousClock.now + limit
+    while !condition() {
+        guard ContinuousClock.now < end else { return false }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return true
 }
