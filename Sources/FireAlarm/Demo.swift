@@ -37,13 +37,8 @@ public enum FireAlarmDemo {
         }
         let senderHost = try await host(senderAddress, recordingTo: recordSenderTo)
         let receiverHost = try await host(receiverAddress, recordingTo: recordReceiverTo)
-        // The radio has no timers: advertising is heard when time passes, here every 50 ms.
-        let ticker = Task {
-            while !Task.isCancelled {
-                await radio.tick()
-                try? await Task.sleep(for: .milliseconds(50))
-            }
-        }
+        // Advertising is heard as the radio's time passes, here every 50 ms of its loop's.
+        let ticker = radio.tick(every: .milliseconds(50))
         defer { ticker.cancel() }
         try await senderHost.start()
         try await receiverHost.start()

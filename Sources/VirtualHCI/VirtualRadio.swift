@@ -7,10 +7,10 @@
 // sides with its reason.
 //
 // Time: advertising is reported when a scanner starts scanning, when an advertiser
-// starts advertising or changes its data, and on every `tick()` (the test, or a
-// driver, decides when time passes); a tick is one advertising event of every set (an
-// event limit counts them). Only an advertising set's Duration runs on the loop's
-// clock. Everything a host sends is handled in order, so a run with the same host
+// starts advertising or changes its data, and on every `tick()` (the test decides
+// when time passes, or `tick(every:)` makes ticks a timer on the radio's loop); a tick
+// is one advertising event of every set (an event limit counts them). An advertising
+// set's Duration and the ticker run on the loop's clock. Everything a host sends is handled in order, so a run with the same host
 // commands gives the same bytes on every controller.
 
 import Foundation
@@ -106,29 +106,47 @@ public actor VirtualRadio: LoopIsolated {
         distances[Pair(a, b)] = Swift.max(0.1, metres)
     }
 
-    func rssi(from advertiser: VirtualController, to scanner: VirtualController) async -> Int8 {
+    func rssi(from advertiser: VirtualController, to scanner: VirtualController) -> Int8 {
         let d = distances[Pair(advertiser.address, scanner.address)] ?? 1
-        let v = Double(await advertiser.txPower) - 41 - 10 * pathLossExponent * log10(d)
+        let v = Double(advertiser.onLoop { $0.txPower }) - 41 - 10 * pathLossExponent * log10(d)
         return Int8(Swift.max(-127, Swift.min(20, v.rounded())))
     }
 
     /// Lets time pass: every advertiser is heard once more by every scanner, one
-    /// advertising event of each of its sets.
-    public func tick() async {
-        var scanners: [VirtualController] = []
-        for s in controllers where await s.isScanning { scanners.append(s) }
+    /// advertising event of each of its sets, and one periodic event of every train.
+    /// Synchronous on the radio's loop (its controllers share it), so a tick lands
+    /// between two packets, never inside one's handling.
+    public func tick() {
+        let scanners = controllers.filter { $0.onLoop { $0.isScanning } }
         for a in controllers {
-            let on = await a.broadcasts
+            let on = a.onLoop { $0.broadcasts }
             guard !on.isEmpty else { continue }
-            for s in scanners where s !== a { await s.hear(on, rssi: await rssi(from: a, to: s)) }
-            await a.advertisingEvent()
+            for s in scanners where s !== a {
+                let rssi = rssi(from: a, to: s)
+                s.onLoop { $0.hear(on, rssi: rssi) }
+            }
+            a.onLoop { $0.advertisingEvent() }
         }
         // One periodic event of every train, to the scanners synchronised to it.
         for a in controllers {
-            let trains = await a.periodicTrains
+            let trains = a.onLoop { $0.periodicTrains }
             guard !trains.isEmpty else { continue }
-            for s in controllers where s !== a { await s.hearPeriodic(trains, rssi: await rssi(from: a, to: s)) }
+            for s in controllers where s !== a {
+                let rssi = rssi(from: a, to: s)
+                s.onLoop { $0.hearPeriodic(trains, rssi: rssi) }
+            }
         }
+    }
+
+    /// Lets time pass on the radio's own clock: a `tick()` now and then every
+    /// `interval` of the loop's time, until the task is cancelled or the loop ends.
+    /// The ticks are the loop's scheduled tasks, so on a `NIOAsyncTestingEventLoop`
+    /// advertising is heard only as the test moves the loop's time, and on a real loop
+    /// they run between packets, in the order the loop takes its work. The task keeps
+    /// the radio while it runs.
+    public nonisolated func tick(every interval: Duration) -> RepeatedTask {
+        precondition(interval > .zero, "a radio ticks at a positive interval, not \(interval)")
+        return loop.scheduleRepeatedTask(initialDelay: .zero, delay: TimeAmount(interval)) { _ in self.onLoop { $0.tick() } }
     }
 
     /// What every controller but `c` has on air.
@@ -155,7 +173,7 @@ public actor VirtualRadio: LoopIsolated {
 
     func advertisingStarted(_ a: VirtualController) async {
         let on = await a.broadcasts
-        for s in controllers where s !== a { await s.hear(on, rssi: await rssi(from: a, to: s)) }
+        for s in controllers where s !== a { await s.hear(on, rssi: rssi(from: a, to: s)) }
         // A central waiting for this advertiser connects now.
         for c in controllers where c !== a {
             let targets = await c.initiatingTargets
@@ -168,7 +186,7 @@ public actor VirtualRadio: LoopIsolated {
     func scanningStarted(_ s: VirtualController) async {
         for a in controllers where a !== s {
             let on = await a.broadcasts
-            if !on.isEmpty { await s.hear(on, rssi: await rssi(from: a, to: s)) }
+            if !on.isEmpty { await s.hear(on, rssi: rssi(from: a, to: s)) }
         }
     }
 

@@ -27,15 +27,10 @@ enum VirtualPeer {
         return await radio.makeController(address: ownAddress, extendedAdvertising: extendedAdvertising)
     }
 
-    /// The radio has no timers: advertising is heard as time passes, here every `interval`
-    /// (one advertising event of every set), until btctl exits.
+    /// Advertising is heard as the radio's time passes, here every `interval` of its
+    /// loop's time (one advertising event of every set), until btctl exits.
     static func tick(_ radio: VirtualRadio, every interval: Duration) {
-        let ticker = Task {
-            while !Task.isCancelled {
-                await radio.tick()
-                try? await Task.sleep(for: interval)
-            }
-        }
+        let ticker = radio.tick(every: interval)
         world.withLock { $0 += [radio, ticker] }
     }
 

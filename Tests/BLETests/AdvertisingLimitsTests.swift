@@ -10,7 +10,7 @@ import BLE
 import BLETesting
 import Foundation
 import GAP
-import HCI
+@testable import HCI
 import NIOEmbedded
 import Testing
 
@@ -59,6 +59,31 @@ import Testing
         let once = try await p.addAdvertisingSet(AdvertisingSetsTests.named("once"), maximumEvents: 1)
         let end1 = try #require(await Self.ended(events))
         #expect(end1.0 == once && end1.1 == .eventLimitReached(events: 1))
+    }
+
+    /// A radio ticking on its own (`tick(every:)`) ticks on its loop's clock: on a
+    /// testing loop, the set's third event (enabling, the tick at once, the tick 100 ms
+    /// on) comes when the test moves the time to 100 ms, and not a millisecond before;
+    /// once the task is cancelled, no tick comes.
+    @Test func theRadiosOwnTicksAreItsLoopsTimers() async throws {
+        let loop = NIOAsyncTestingEventLoop()
+        let room = try await Room(peripherals: 1, radio: VirtualRadio(loop: loop), extendedAdvertising: true)
+        defer { Task { await room.close() } }
+        let p = room.peripherals[0].peripheral
+        let events = p.events()
+        let burst = try await p.addAdvertisingSet(AdvertisingSetsTests.named("burst"), maximumEvents: 3)
+        let ticker = room.radio.tick(every: .milliseconds(100))
+        await loop.advanceTime(by: .milliseconds(99))
+        #expect(Self.ends(events.takeBuffered()).isEmpty)
+        await loop.advanceTime(by: .milliseconds(1))
+        let end = try #require(Self.ends(events.takeBuffered()).first)
+        #expect(end.0 == burst && end.1 == .eventLimitReached(events: 3))
+        // Enabled again for 2 events (the enabling is one): cancelled, the ticker sends
+        // not the other.
+        ticker.cancel()
+        try await p.updateAdvertisingSet(burst, data: AdvertisingSetsTests.named("burst-2"), maximumEvents: 2)
+        await loop.advanceTime(by: .seconds(1))
+        #expect(Self.ends(events.takeBuffered()).isEmpty)
     }
 
     /// A set with a duration ends with Advertising Timeout when it elapses.

@@ -30,7 +30,7 @@ final class EventLog: Sendable {
         let sa = BluetoothAddress("C0:FF:EE:00:01:01")!, ra = BluetoothAddress("C0:FF:EE:00:01:02")!
         let senderHost = BluetoothHost(transport: await radio.makeController(address: sa), logger: Bench.logger)
         let receiverHost = BluetoothHost(transport: await radio.makeController(address: ra), logger: Bench.logger)
-        let ticker = Task { while !Task.isCancelled { await radio.tick(); try? await Task.sleep(for: .milliseconds(20)) } }
+        let ticker = radio.tick(every: .milliseconds(20))
         defer { ticker.cancel() }
         try await senderHost.start()
         try await receiverHost.start()
