@@ -119,10 +119,26 @@ struct Pair: AsyncParsableCommand {
         defer { writer?.close() }
         let connection = session.peripheral.connection
         let target = "\(connection.peer)\(connection.peerType == .random ? "/random" : "")"
+        // While the pairing waits (for a prompt's answer, for the peer), another
+        // program's change to the bond file is shown as the host notices it. What the
+        // result reports itself (this pairing, the bonds it evicted) is known only
+        // with the result, so the rest waits for it.
+        let live = session.feed.map { feed in
+            Task {
+                for await _ in feed.rings {
+                    feed.showOnly(where: { if case .bondsChangedElsewhere = $0 { true } else { false } })
+                }
+            }
+        }
+        func stopShowingLive() async {
+            live?.cancel()
+            await live?.value
+        }
         do {
             let result = try await session.host.security.pair(handle: connection.handle, level: pairing.level)
-            // What else came meanwhile (the bond file changed by another program) goes
-            // first; this pairing, with the bonds it evicted, is the result below.
+            await stopShowingLive()
+            // What else came meanwhile and is still queued goes first; this pairing,
+            // with the bonds it evicted, is the result below.
             session.feed?.show { e in
                 switch e {
                 case let .paired(handle, _, _), let .pairingFailed(handle, _, _): return handle == connection.handle
@@ -132,6 +148,7 @@ struct Pair: AsyncParsableCommand {
             }
             if options.json { emit(.object(result.event(peer: target))) } else { print(result.text(peer: target)) }
         } catch {
+            await stopShowingLive()
             session.feed?.show { e in
                 if case let .pairingFailed(handle, _, _) = e { return handle == connection.handle }
                 return false
@@ -256,6 +273,20 @@ final class SecurityFeed: Sendable {
                 display([("event", .string("dropped")), ("what", .string("security events")), ("count", .int(dropped))],
                         "\(dropped) security events not shown: more than \(Self.limit) came while the output was behind")
             }
+        }
+    }
+
+    /// Shows, in order, the queued events `now` picks, and leaves the others queued
+    /// for a later `show` (a command that reports some of them itself once it knows
+    /// which: `pair`, with the bonds its result evicted).
+    func showOnly(where now: (SecurityEvent) -> Bool) {
+        showing.withLock { _ in
+            let picked = queue.withLock { q in
+                let picked = q.events.filter(now)
+                q.events.removeAll(where: now)
+                return picked
+            }
+            for e in picked { if let (fields, text) = securityReport(e) { display(fields, text) } }
         }
     }
 

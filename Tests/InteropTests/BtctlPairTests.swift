@@ -130,7 +130,7 @@ import Testing
     /// With --json the prompt is an event a program reads through a pipe and answers on
     /// stdin: it must reach the pipe while btctl waits (stdout is block-buffered there).
     /// Another program removes a bond from the file while the prompt waits: `pair`
-    /// says `bonds_changed` before its result.
+    /// says `bonds_changed` then, while the prompt still waits, and before its result.
     @Test func pairPromptsThroughAPipeAndTakesTheAnswerFromStdin() async throws {
         guard let rig = try await Self.rig("prompt") else { return }
         defer { rig.end() }
@@ -144,9 +144,9 @@ import Testing
                                                           "--bonds", file, "--json", "-t", rc.transportSpec])
         #expect(await pair.waitForOutput(within: .seconds(20)) { $0.contains("\"event\":\"enter_passkey\"") }, "\(pair.output)")
         #expect(try other.remove(address: stranger, type: .public))
-        // The host looks at the file once a second; the pairing waits for the passkey
-        // (Bumble's SMP timeout is 30 s) until it has looked.
-        try await Task.sleep(for: .milliseconds(1500))
+        // The host looks at the file once a second, and `pair` says what it found while
+        // the pairing waits for the passkey (Bumble's SMP timeout is 30 s).
+        #expect(await pair.waitForOutput(within: .seconds(10)) { $0.contains("\"event\":\"bonds_changed\"") }, "\(pair.output)")
         pair.send("123456")
         #expect(await pair.exit(timeout: 30) == 0, "\(pair.output)")
         let lines = try JSONSchemaTests.check(pair.output, against: "pair")
