@@ -10,8 +10,9 @@
 // starts advertising or changes its data, and on every `tick()` (the test decides
 // when time passes, or `tick(every:)` makes ticks a timer on the radio's loop); a tick
 // is one advertising event of every set (an event limit counts them). An advertising
-// set's Duration and the ticker run on the loop's clock. Everything a host sends is handled in order, so a run with the same host
-// commands gives the same bytes on every controller.
+// set's Duration and the ticker run on the loop's clock. Everything a host sends is
+// handled in order, so a run with the same host commands gives the same bytes on
+// every controller.
 
 import Foundation
 import HCI
