@@ -70,7 +70,7 @@ let package = Package(
             name: "BLE", dependencies: ["HCI", "L2CAP", "ATT", "GATT", "GAP", "SMP", "Snoop", "Transports", .product(name: "Logging", package: "swift-log"), .product(name: "NIOCore", package: "swift-nio"),
                                       .product(name: "DequeModule", package: "swift-collections")],
             swiftSettings: strict),
-        .target(name: "FireAlarm", dependencies: ["BLE", "VirtualHCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "FireAlarm", dependencies: ["BLE", "HCI", "VirtualHCI", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         // The in-process radio with software LE controllers: a product (btctl demo and the
         // fire-alarm example run on it), not test support.
         .target(

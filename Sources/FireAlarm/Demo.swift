@@ -3,8 +3,9 @@
 // Rootcanal, no root. `btctl demo` and the examples' `--transport virtual` run it.
 
 import BLE
-import VirtualHCI
 import Foundation
+import HCI
+import VirtualHCI
 import Logging
 
 public enum FireAlarmDemo {
@@ -59,11 +60,11 @@ public enum FireAlarmDemo {
                 g.addTask {
                     var watching = armed.makeAsyncIterator()
                     guard await watching.next() != nil, await sender.waitForSubscriber(within: limit) else { return }
-                    try await Task.sleep(for: alarmAfter)
+                    try await senderHost.loop.sleep(for: alarmAfter)
                     try await sender.raiseAlarm()
                 }
                 g.addTask {
-                    try await Task.sleep(for: limit)
+                    try await receiverHost.loop.sleep(for: limit)
                     throw BLEError.notSupported("the demo did not finish within \(limit)")
                 }
                 // Done when the receiver is, after the sender's alarm task.

@@ -4,6 +4,7 @@
 
 import BLE
 import Foundation
+import HCI
 
 public actor FireAlarmReceiver {
     public nonisolated let host: BluetoothHost
@@ -38,7 +39,7 @@ public actor FireAlarmReceiver {
                 switch e {
                 case .disconnected, .connectionTimeout, .connectionFailed:
                     emit("link lost", "\(e); scanning again", ["error": "\(e)"])
-                    try await Task.sleep(for: .milliseconds(200))
+                    try await host.loop.sleep(for: .milliseconds(200))
                 default:
                     throw e
                 }
@@ -132,7 +133,7 @@ public actor FireAlarmReceiver {
                 return (got, n)
             }
             g.addTask {
-                try await Task.sleep(for: .seconds(30))
+                try await self.host.loop.sleep(for: .seconds(30))
                 return nil
             }
             let first = try await g.next() ?? nil

@@ -4,6 +4,7 @@
 
 import BLE
 import Foundation
+import HCI
 
 public actor FireAlarmSender {
     public nonisolated let host: BluetoothHost
@@ -85,7 +86,7 @@ public actor FireAlarmSender {
 
     /// Waits until some central subscribes to the alarm state (at most `limit`).
     public func waitForSubscriber(within limit: Duration) async -> Bool {
-        await waitUntil(within: limit, every: .milliseconds(20)) {
+        await waitUntil(within: limit) {
             if let s = try? await host.peripheral.subscribers(of: alarmState) { !s.isEmpty } else { false }
         }
     }
@@ -102,17 +103,57 @@ public actor FireAlarmSender {
         await waitUntil(within: limit) { centrals.isEmpty }
     }
 
-    /// Checks `done` every `interval` until it holds or `limit` has passed; whether it held.
-    private func waitUntil(within limit: Duration, every interval: Duration = .milliseconds(10), _ done: () async -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + limit
-        while ContinuousClock.now < deadline {
-            if await done() { return true }
-            try? await Task.sleep(for: interval)
+    /// Whether `done` comes to hold within `limit` of the host's loop's time. `done` is
+    /// looked at now and after each event this sender handles (what it waits on comes
+    /// with one: a subscription, a write, a link's end), never on a timer of its own.
+    private func waitUntil(within limit: Duration, _ done: () async -> Bool) async -> Bool {
+        let id = nextWaiter
+        nextWaiter += 1
+        active.insert(id)
+        let deadline = Task { [weak self, loop = host.loop] in
+            // A loop that has shut down ends the wait at once.
+            try? await loop.sleep(for: limit)
+            guard !Task.isCancelled else { return }
+            await self?.wake(id, timedOut: true)
         }
-        return await done()
+        defer {
+            deadline.cancel()
+            active.remove(id)
+            timedOut.remove(id)
+        }
+        while true {
+            // An event handled while `done` is suspended (it may ask the host) counts.
+            let seen = changes
+            if await done() { return true }
+            if timedOut.remove(id) != nil { return false }
+            if changes != seen { continue }
+            await withCheckedContinuation { waiters[id] = $0 }
+            if timedOut.remove(id) != nil { return await done() }
+        }
+    }
+
+    /// Waits in `waitUntil`, by id, until the next event or their deadline.
+    private var waiters: [Int: CheckedContinuation<Void, Never>] = [:]
+    private var nextWaiter = 0
+    /// Events handled so far; the waits going on, and those whose deadline passed.
+    private var changes = 0
+    private var active: Set<Int> = [], timedOut: Set<Int> = []
+
+    /// Wakes wait `id`, or every wait (an event was handled: `id` nil).
+    private func wake(_ id: Int?, timedOut: Bool = false) {
+        if let id {
+            if timedOut, active.contains(id) { self.timedOut.insert(id) }
+            waiters.removeValue(forKey: id)?.resume()
+        } else {
+            changes += 1
+            let all = waiters
+            waiters.removeAll()
+            for w in all.values { w.resume() }
+        }
     }
 
     private func handle(_ e: ConnectionEvent) {
+        defer { wake(nil) }
         switch e {
         case let .connected(c) where c.role == .peripheral:
             centrals.insert(c.peer)
@@ -126,6 +167,7 @@ public actor FireAlarmSender {
     }
 
     private func handle(_ e: PeripheralEvent) {
+        defer { wake(nil) }
         switch e {
         case let .subscriptionChanged(c, central, _, indicate) where c === alarmState:
             emit(indicate ? "subscribed" : "unsubscribed", "\(central.peer) to the alarm state", ["central": .text(central.peer.description)])

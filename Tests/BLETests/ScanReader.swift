@@ -64,18 +64,20 @@ final class ScanCommandLog: Sendable {
     /// Waits until `condition` holds of `lines` (the host sends its commands on its own
     /// time: a scan that ends is stopped from its stream's end), up to `limit`; false
     /// if it never did.
-    func wait(within limit: Duration = .seconds(10), until condition: ([String]) -> Bool) async -> Bool {
+    func wait(within limit: Duration = .seconds(10), until condition: @escaping @Sendable ([String]) -> Bool) async -> Bool {
         // The controller has taken each enable sent too: what the test does next meets
         // the controller scanning as the lines say.
-        func enables() -> Int { commands.count { if case .enable = $0 { true } else { false } } }
-        return await holds(within: limit) {
-            condition(lines) && answers.count(of: .leSetScanEnable) + answers.count(of: .leSetExtendedScanEnable) >= enables()
+        await changes.wait(within: limit) { [self] in
+            let enables = commands.count { if case .enable = $0 { true } else { false } }
+            return condition(lines) && answers.count(of: .leSetScanEnable) + answers.count(of: .leSetExtendedScanEnable) >= enables
         }
     }
 
     private let answers = CommandAnswers()
+    private let changes = Waiters()
 
     func record(_ r: TraceRecord) {
+        defer { changes.changed() }
         answers.record(r)
         guard r.direction == .hostToController, case let .packet(.command(op, bytes)) = r.content else { return }
         var command: Command?
@@ -106,10 +108,12 @@ final class ScanCommandLog: Sendable {
 /// waits until the controller has taken a command the host sends on its own time.
 final class CommandAnswers: Sendable {
     private let answered = Mutex<[HCIOpcode: Int]>([:])
+    private let changes = Waiters()
 
     func count(of op: HCIOpcode) -> Int { answered.withLock { $0[op] ?? 0 } }
 
     func record(_ r: TraceRecord) {
+        defer { changes.changed() }
         guard r.direction == .controllerToHost, case let .packet(.event(code, p)) = r.content else { return }
         // Command Complete: Num_HCI_Command_Packets, opcode; Command Status: status,
         // Num_HCI_Command_Packets, opcode (§7.7.14, §7.7.15).
@@ -121,17 +125,78 @@ final class CommandAnswers: Sendable {
 
     /// Waits until the controller has answered `op` `count` times, up to `limit`; false if it never did.
     func wait(for op: HCIOpcode, count: Int = 1, within limit: Duration = .seconds(10)) async -> Bool {
-        await holds(within: limit) { self.count(of: op) >= count }
+        await changes.wait(within: limit) { self.count(of: op) >= count }
     }
 }
 
-/// Whether `condition` comes to hold within `limit` (looked at every 2 ms): the one
-/// deadline loop `ScanCommandLog.wait` and `CommandAnswers.wait` share.
-private func holds(within limit: Duration, _ condition: () -> Bool) async -> Bool {
-    let end = ContinuousClock.now + limit
-    while !condition() {
-        guard ContinuousClock.now < end else { return false }
-        try? await Task.sleep(for: .milliseconds(2))
+/// Waits on a condition over what a log has recorded, looked at each time the log
+/// records something (`changed()`), never on a timer: the one waiting place
+/// `ScanCommandLog.wait` and `CommandAnswers.wait` share.
+private final class Waiters: Sendable {
+    private struct Waiter {
+        let condition: @Sendable () -> Bool
+        let resume: CheckedContinuation<Bool, Never>
     }
-    return true
+    private struct State {
+        var next = 0
+        var all: [Int: Waiter] = [:]
+        /// Waits that began and have not looked yet, and those of them that ended
+        /// (deadline, cancellation) before they looked.
+        var starting: Set<Int> = []
+        var ended: Set<Int> = []
+    }
+    private let waiting = Mutex(State())
+
+    /// Whether `condition` comes to hold within `limit`: true at once if it holds now,
+    /// else at the first `changed()` after which it holds; false when `limit` of
+    /// wall-clock time (the host runs on its own threads) passes first, or the task is
+    /// cancelled.
+    func wait(within limit: Duration, until condition: @escaping @Sendable () -> Bool) async -> Bool {
+        let id = waiting.withLock { w in
+            w.next += 1
+            w.starting.insert(w.next)
+            return w.next
+        }
+        let deadline = Task {
+            guard (try? await Task.sleep(for: limit)) != nil else { return }
+            self.end(id)
+        }
+        defer { deadline.cancel() }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { resume in
+                // Looked at under the lock `changed()` takes: a record between this
+                // look and the waiter's entry cannot go unseen.
+                let now = waiting.withLock { w -> Bool? in
+                    w.starting.remove(id)
+                    if w.ended.remove(id) != nil { return false }
+                    if condition() { return true }
+                    w.all[id] = Waiter(condition: condition, resume: resume)
+                    return nil
+                }
+                if let now { resume.resume(returning: now) }
+            }
+        } onCancel: {
+            end(id)
+        }
+    }
+
+    /// Something was recorded: each waiter whose condition now holds goes on.
+    func changed() {
+        let done = waiting.withLock { w -> [CheckedContinuation<Bool, Never>] in
+            let ids = w.all.filter { $0.value.condition() }.map(\.key)
+            return ids.compactMap { w.all.removeValue(forKey: $0)?.resume }
+        }
+        for d in done { d.resume(returning: true) }
+    }
+
+    /// The wait `id` ends with false, now or (not entered yet) as it enters; nothing
+    /// if it already went on.
+    private func end(_ id: Int) {
+        let waiter = waiting.withLock { w -> Waiter? in
+            if let waiter = w.all.removeValue(forKey: id) { return waiter }
+            if w.starting.contains(id) { w.ended.insert(id) }
+            return nil
+        }
+        waiter?.resume.resume(returning: false)
+    }
 }
