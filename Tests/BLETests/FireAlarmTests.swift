@@ -4,6 +4,8 @@
 import BLE
 import BLETesting
 import FireAlarm
+import NIOCore
+import NIOEmbedded
 import Synchronization
 import Testing
 
@@ -57,5 +59,25 @@ final class EventLog: Sendable {
         await sender.stop()
         await senderHost.close()
         await receiverHost.close()
+    }
+
+    /// The sender's waits end at their deadline in the host's loop's time, not the wall
+    /// clock's: on a testing loop, 5 s of the loop's time pass in milliseconds of
+    /// wall-clock time and the wait for a subscriber nobody makes ends false; a wait
+    /// that holds already (no central to leave) ends true with no time passing.
+    @Test func theSendersWaitsEndOnTheLoopsTime() async throws {
+        let loop = NIOAsyncTestingEventLoop()
+        let room = try await Room(peripherals: 1, radio: VirtualRadio(loop: loop))
+        defer { Task { await room.close() } }
+        let sender = FireAlarmSender(host: room.peripherals[0], log: EventLog().log)
+        try await sender.start()
+        let start = loop.now, wall = ContinuousClock.now
+        #expect(await sender.waitForCentralsToLeave(within: .seconds(5)))
+        #expect(loop.now == start)
+        let subscribed = try await loop.advancing(by: .milliseconds(250)) { await sender.waitForSubscriber(within: .seconds(5)) }
+        #expect(!subscribed)
+        #expect(loop.now >= start + TimeAmount.seconds(5))
+        #expect(ContinuousClock.now - wall < .seconds(5))
+        await sender.stop()
     }
 }
