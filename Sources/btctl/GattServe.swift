@@ -365,12 +365,23 @@ extension Gatt {
                         }
                     }
                 }
+                // The controller going away (the host's state says so as it happens)
+                // ends serving too, as a failure: exit status 1 after the summary.
+                let states = host.states(), lost = FirstReason()
                 await withTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        for await s in states {
+                            if case let .transportClosed(why) = s {
+                                lost.set(why)
+                                return
+                            }
+                        }
+                    }
                     group.addTask {
                         if let duration {
                             await Interrupt.sleep(for: cliDuration(seconds: duration))
                         } else {
-                            while !Interrupt.requested, !Task.isCancelled, await !host.controller.isClosed { await Interrupt.sleep(for: .seconds(1)) }
+                            await Interrupt.waitForSignal()
                         }
                     }
                     group.addTask {
@@ -403,11 +414,17 @@ extension Gatt {
                        "served for \(seconds) s: \(plural(fields[0].1, "connection")), \(plural(fields[1].1, "pairing")), \(plural(fields[2].1, "write")), "
                            + "\(plural(fields[3].1, "subscription change")), \(plural(fields[4].1, "notification")) and \(plural(fields[5].1, "indication")) sent, "
                            + plural(fields[6].1, "console error"))
+                if !Interrupt.requested, let why = lost.reason { throw ControllerLost(why: why) }
+            } catch let lost as ControllerLost {
+                throw CLIError("the controller went away: \(lost.why)")
             } catch {
                 await host.close()
                 throw CLIError("serve failed: \(error)")
             }
         }
+
+        /// Serving ended because the transport did (after the summary).
+        private struct ControllerLost: Error { let why: String }
 
         /// Runs the commands typed on standard input until `quit` (returns true) or the
         /// end of input (false), as `Console.run` does. Each result is reported; a bad
