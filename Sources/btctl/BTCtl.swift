@@ -42,6 +42,9 @@ struct BTCtl: AsyncParsableCommand {
             // The reader went away (`| head`): nothing more to say.
         } catch {
             await exitIfInterrupted()
+            // What the command printed comes before the error that ended it (a summary
+            // before "the controller went away"), redirected output too.
+            fflush(nil)
             if let v = error as? ValidationError {
                 FileHandle.standardError.write(Data("Error: \(v.message)\n\(usageString(for: type(of: command)))\n  See 'btctl \(commandPath(type(of: command))) --help' for more.\n".utf8))
                 Foundation.exit(ExitCode.validationFailure.rawValue)

@@ -367,22 +367,11 @@ extension Gatt {
                 }
                 // The controller going away (the host's state says so as it happens)
                 // ends serving too, as a failure: exit status 1 after the summary.
-                let states = host.states(), lost = FirstReason()
+                let lost = FirstReason()
                 await withTaskGroup(of: Void.self) { group in
                     group.addTask {
-                        for await s in states {
-                            if case let .transportClosed(why) = s {
-                                lost.set(why)
-                                return
-                            }
-                        }
-                    }
-                    group.addTask {
-                        if let duration {
-                            await Interrupt.sleep(for: cliDuration(seconds: duration))
-                        } else {
-                            await Interrupt.waitForSignal()
-                        }
+                        let d = duration.map { cliDuration(seconds: $0) }
+                        if let why = await Interrupt.sleep(for: d, orUntilTheTransportOf: host) { lost.set(why) }
                     }
                     group.addTask {
                         // `quit` ends serving; at end of input serving goes on.
@@ -414,17 +403,14 @@ extension Gatt {
                        "served for \(seconds) s: \(plural(fields[0].1, "connection")), \(plural(fields[1].1, "pairing")), \(plural(fields[2].1, "write")), "
                            + "\(plural(fields[3].1, "subscription change")), \(plural(fields[4].1, "notification")) and \(plural(fields[5].1, "indication")) sent, "
                            + plural(fields[6].1, "console error"))
-                if !Interrupt.requested, let why = lost.reason { throw ControllerLost(why: why) }
-            } catch let lost as ControllerLost {
-                throw CLIError("the controller went away: \(lost.why)")
+                if !Interrupt.requested, let why = lost.reason { throw ControllerWentAway(why: why) }
+            } catch let lost as ControllerWentAway {
+                throw CLIError(lost.description)
             } catch {
                 await host.close()
                 throw CLIError("serve failed: \(error)")
             }
         }
-
-        /// Serving ended because the transport did (after the summary).
-        private struct ControllerLost: Error { let why: String }
 
         /// Runs the commands typed on standard input until `quit` (returns true) or the
         /// end of input (false), as `Console.run` does. Each result is reported; a bad

@@ -4,6 +4,7 @@
 // a second signal exits at once. Commands stay plain async code: a registered
 // cleanup ends what they are waiting on (a closed host finishes every stream).
 
+import BLE
 import Dispatch
 import Foundation
 import HCI
@@ -161,4 +162,37 @@ func waitFor(_ tasks: [Task<Void, Never>], within limit: Duration) async {
             waiter.resume()
         }
     }
+}
+
+extension Interrupt {
+    /// Sleeps for `duration` (nil: no limit), or until a signal comes, or until `host`'s
+    /// transport ends (the controller went away: a Rootcanal or btproxy that stopped, a
+    /// tty unplugged), told by the host's state as it changes. Returns the transport's
+    /// reason in that last case, nil in the others.
+    static func sleep(for duration: Duration?, orUntilTheTransportOf host: BluetoothHost) async -> String? {
+        let states = host.states(), lost = FirstReason()
+        await withTaskGroup(of: Void.self) { g in
+            g.addTask {
+                for await s in states {
+                    if case let .transportClosed(why) = s {
+                        lost.set(why)
+                        return
+                    }
+                }
+            }
+            g.addTask {
+                if let duration { await sleep(for: duration) } else { await waitForSignal() }
+            }
+            await g.next()
+            g.cancelAll()
+        }
+        return lost.reason
+    }
+}
+
+/// A command ended because its controller went away: said after its summary, exit
+/// status 1.
+struct ControllerWentAway: Error, CustomStringConvertible {
+    let why: String
+    var description: String { "the controller went away: \(why)" }
 }

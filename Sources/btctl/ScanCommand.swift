@@ -53,6 +53,7 @@ struct Scan: AsyncParsableCommand {
         let json = options.json
         let summary: ScanSummary
         let dropped: Int
+        var lost: String?
         do {
             try await host.start()
             let filter = ScanFilter(names: name, serviceUUIDs: service.compactMap(BluetoothUUID.init), addresses: address.compactMap(BluetoothAddress.init),
@@ -79,7 +80,7 @@ struct Scan: AsyncParsableCommand {
                 live.clear()
                 return summary
             }
-            await Interrupt.sleep(for: cliDuration(seconds: duration))
+            lost = await Interrupt.sleep(for: cliDuration(seconds: duration), orUntilTheTransportOf: host)
             printer.cancel()
             summary = await printer.value
             dropped = results.dropped.count
@@ -94,6 +95,7 @@ struct Scan: AsyncParsableCommand {
             summary.printTable()
             if dropped > 0 { note("\(dropped) advertisements dropped (output too slow)") }
         }
+        if let lost, !Interrupt.requested { throw CLIError(ControllerWentAway(why: lost).description) }
     }
 
     static func fields(_ a: Advertisement) -> [(String, JSONValue)] {
@@ -364,10 +366,13 @@ struct Advertise: AsyncParsableCommand {
                        periodic: spec.periodic.map { ($0, spec.periodicIntervalMilliseconds) }, phys: spec.phys, directed: spec.directed)
             }
             fflush(nil)
-            await Interrupt.sleep(for: cliDuration(seconds: duration))
+            let lost = await Interrupt.sleep(for: cliDuration(seconds: duration), orUntilTheTransportOf: host)
             endReporter.cancel()
             await host.shutdown()
             if options.json { emit(.object([("event", .string("stopped"))])) }
+            if let lost, !Interrupt.requested { throw ControllerWentAway(why: lost) }
+        } catch let e as ControllerWentAway {
+            throw CLIError(e.description)
         } catch let e as AdvertisingDataError {
             await host.close()
             throw CLIError("\(e)")

@@ -216,6 +216,7 @@ struct Shell: AsyncParsableCommand {
         // changed elsewhere: shown as they come, between commands too.
         let securityShower = Task { for await _ in session.feed.rings { session.feed.show() } }
         if isatty(0) != 0, !options.json { FileHandle.standardError.write(Data("> ".utf8)) }
+        let lost = FirstReason()
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 _ = await Console.run(answers: answers) { line in
@@ -224,7 +225,9 @@ struct Shell: AsyncParsableCommand {
                     return quit
                 }
             }
-            group.addTask { await Interrupt.waitForSignal() }
+            // A signal, or the controller going away (the host cannot be used any more:
+            // the shell ends, exit status 1).
+            group.addTask { if let why = await Interrupt.sleep(for: nil, orUntilTheTransportOf: host) { lost.set(why) } }
             await group.next()
             group.cancelAll()
         }
@@ -239,6 +242,7 @@ struct Shell: AsyncParsableCommand {
         session.feed.close()
         await securityShower.value
         if let e = writer?.error { throw CLIError("the btsnoop recording failed: \(e)") }
+        if let why = lost.reason, !Interrupt.requested { throw CLIError(ControllerWentAway(why: why).description) }
         let failed = await session.failed
         if failed > 0, !Interrupt.requested { throw ExitCode(1) }
     }

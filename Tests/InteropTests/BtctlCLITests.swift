@@ -20,6 +20,33 @@ import Testing
         return dir + "/" + name
     }
 
+    /// A command that runs until a signal or its --duration ends when its controller
+    /// goes away (Rootcanal stopped under it, standard input still open): what it
+    /// prints at its end (a scan's table, serving's summary) still comes, then "the
+    /// controller went away" with the transport's reason, and exit status 1. Before,
+    /// `scan`, `advertise` and `shell` went on to their --duration or a signal.
+    @Test(arguments: [
+        (["scan", "--duration", "60"], "first report per device"),
+        (["advertise", "--name", "gone", "--duration", "60"], "advertising"),
+        (["shell"], "type 'help' for commands"),
+        (["gatt", "serve", "docs/examples/battery.json", "--json"], "\"event\":\"advertising\""),
+    ])
+    func aLongRunningCommandEndsWhenTheControllerGoesAway(args: [String], started: String) async throws {
+        guard let binary = try Interop.rootcanal() else { return }
+        guard BtctlGATTTests.isBuilt() else { return }
+        let rc = try await RootcanalProcess.launch(binary: binary)
+        defer { rc.stop() }
+        let command = try LiveProcess(BtctlGATTTests.btctl, args.map { $0.hasPrefix("docs/") ? Interop.root + "/" + $0 : $0 } + ["-t", rc.transportSpec],
+                                      mergeStderr: true)
+        #expect(await command.waitForOutput { $0.contains(started) }, "\(command.output)")
+        rc.stop()
+        #expect(await command.exit(timeout: 10) == 1, "\(command.output)")
+        let out = command.output
+        #expect(out.hasSuffix("Error: the controller went away: the controller closed the connection\n"), "\(out)")
+        if args[0] == "scan" { #expect(out.contains("btctl: nothing heard\n"), "\(out)") }
+        if args[0] == "gatt" { #expect(BtctlServeTests.events(out).last?["event"] as? String == "summary", "\(out)") }
+    }
+
     @Test func versionAndArgumentErrors() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
         let version = try await Self.run(["--version"])

@@ -67,24 +67,6 @@ import Testing
                     && summary["subscriptions"] as? Int == s.filter { $0["event"] as? String == "subscription" }.count, "\(summary)")
     }
 
-    /// Serving with no duration and standard input open ends when the controller goes
-    /// away (Rootcanal stopped): the host's state turns to `transport closed` and
-    /// serving stops with it as a failure, summary last, instead of serving a dead
-    /// transport until a signal.
-    @Test func servingEndsWhenTheControllerGoesAway() async throws {
-        guard let binary = try Interop.rootcanal() else { return }
-        guard BtctlGATTTests.isBuilt() else { return }
-        let rc = try await RootcanalProcess.launch(binary: binary)
-        defer { rc.stop() }
-        let server = try LiveProcess(BtctlGATTTests.btctl, ["gatt", "serve", Interop.root + "/docs/examples/battery.json", "-t", rc.transportSpec, "--json"], mergeStderr: true)
-        #expect(await server.waitForOutput { $0.contains("\"event\":\"advertising\"") }, "\(server.output)")
-        rc.stop()
-        // Exit status 1, the reason on standard error; the summary still closes the events.
-        #expect(await server.exit(timeout: 10) == 1, "\(server.output)")
-        #expect(Self.events(server.output).last?["event"] as? String == "summary", "\(server.output)")
-        #expect(server.output.contains("Error: the controller went away: the controller closed the connection"), "\(server.output)")
-    }
-
     /// Without --json a console command that fails is said on standard error and
     /// counted in the closing summary, as with --json.
     @Test func aConsoleErrorIsCountedWithoutJSONToo() async throws {
