@@ -59,11 +59,14 @@ struct HCICommandLine: AsyncParsableCommand {
         }
         var bytes: [UInt8] = []
         for p in parameters {
-            let digits = p.lowercased().hasPrefix("0x") ? Array(p.dropFirst(2)) : Array(p)
-            guard !digits.isEmpty, digits.count % 2 == 0, digits.allSatisfy(\.isHexDigit) else {
+            // ASCII hex digits only (Character.isHexDigit also takes fullwidth ones,
+            // which no radix-16 parse reads); the one hex reader makes the bytes.
+            let digits = p.lowercased().hasPrefix("0x") ? String(p.dropFirst(2)) : p
+            guard !digits.isEmpty, digits.unicodeScalars.allSatisfy(\.properties.isASCIIHexDigit),
+                  let parsed = [UInt8](hex: digits) else {
                 throw ValidationError("PARAMETERS are bytes in hex, two digits each (01 00, 0100, 0x01), not '\(p)'")
             }
-            for i in stride(from: 0, to: digits.count, by: 2) { bytes.append(UInt8(String(digits[i...i + 1]), radix: 16)!) }
+            bytes += parsed
         }
         guard bytes.count <= 255 else { throw ValidationError("an HCI command carries at most 255 parameter bytes, not \(bytes.count)") }
         return (opcode, bytes)

@@ -476,6 +476,8 @@ import Testing
         #expect(connect.status == 0 && connect.out.contains("Command Status: LE Create Connection status=Success (0x00)"), "\(connect.out)")
         #expect(connect.out.contains("LE Meta: LE Connection Complete") && connect.out.contains("peerAddress: C0:FF:EE:00:00:01"), "\(connect.out)")
         for (args, says) in [(["LE Frobnicate"], "COMMAND takes an opcode"), (["reset", "0"], "two digits each"),
+                             // Fullwidth digits pass Character.isHexDigit; they once trapped the parse.
+                             (["reset", "０１"], "two digits each"), (["reset", "01:00"], "two digits each"),
                              (["lerand", String(repeating: "00", count: 256)], "at most 255 parameter bytes"),
                              (["0x40:0x0001"], "COMMAND takes"), (["lerand", "--events", "0"], "--events must be between 0.1 and 86400")] {
             let bad = try await Self.run(["hci", "-t", "virtual"] + args)
