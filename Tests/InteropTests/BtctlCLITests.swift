@@ -47,6 +47,55 @@ import Testing
         if args[0] == "gatt" { #expect(BtctlServeTests.events(out).last?["event"] as? String == "summary", "\(out)") }
     }
 
+    /// Arguments come from outside the process: a value no option takes (fullwidth or
+    /// Arabic-Indic digits, NaN, infinities, an empty string, a bare "0x", an emoji)
+    /// in every numeric, address, UUID, handle and hex option is refused with the
+    /// command's usage and exit status 64, never a trap (`btctl hci reset ０１` once
+    /// trapped: `Character.isHexDigit` takes fullwidth digits that no radix-16 parse
+    /// reads). Four commands at a time; each one that is refused ends at once.
+    @Test func noOptionTrapsOnAValueFromOutsideItsRange() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let values = ["０１", "٣", "nan", "-inf", "1e400", "", "0x", "😀", "1:2:3:4:5", "0xG1"]
+        let peer = "C0:FF:EE:00:00:01/random"
+        let templates: [[String]] = [
+            ["scan", "--duration", "@"], ["scan", "--interval", "@"], ["scan", "--window", "@"], ["scan", "--rssi", "@"],
+            ["scan", "--uuid", "@"], ["advertise", "--interval", "@"], ["advertise", "--tx-power", "@"],
+            ["advertise", "--manufacturer", "@"], ["advertise", "--service", "@"],
+            ["gatt", "read", peer, "--handle", "@"], ["gatt", "read", peer, "--uuid", "@"], ["gatt", "read", "@", "--uuid", "2A00"],
+            ["gatt", "read", peer, "--uuid", "2A00", "--att-mtu", "@"], ["gatt", "read", peer, "--uuid", "2A00", "--timeout", "@"],
+            ["gatt", "read", peer, "--uuid", "2A00", "--connect-timeout", "@"],
+            ["gatt", "read", peer, "--uuid", "2A00", "--connection-parameters", "@"],
+            ["gatt", "read", peer, "--uuid", "2A00", "--data-length", "@"], ["gatt", "read", peer, "--uuid", "2A00", "--phy", "@"],
+            ["gatt", "read", peer, "--uuid", "2A00", "--eatt", "@"], ["gatt", "read", peer, "--uuid", "2A00", "--minimum-key-size", "@"],
+            ["gatt", "read", peer, "--uuid", "2A00", "--bond-limit", "@"], ["gatt", "write", peer, "--handle", "3", "--value", "@"],
+            ["gatt", "subscribe", peer, "--uuid", "2A00", "--count", "@"],
+            ["hci", "@"], ["hci", "reset", "@"], ["hci", "reset", "--events", "@"],
+            ["l2cap", "connect", peer, "--spsm", "@"], ["l2cap", "listen", "--spsm", "@"],
+            ["info", "--timeout", "@"], ["leinfo", "@"], ["pair", "@"], ["pair", peer, "--passkey", "@"], ["sync", "@"],
+            ["radio", "--port", "@"], ["radio", "--controllers", "@"], ["radio", "--tick", "@"], ["radio", "--distance", "@"],
+        ]
+        // Values these options do take: manufacturer data is ID:HEX with ':' allowed
+        // between hex digits, and a write of no bytes is a write.
+        let taken: Set<[String]> = [["advertise", "--manufacturer", "1:2:3:4:5"], ["gatt", "write", peer, "--handle", "3", "--value", ""]]
+        var cases: [[String]] = []
+        for t in templates {
+            for v in values where !taken.contains(t.map { $0 == "@" ? v : $0 }) { cases.append(t.map { $0 == "@" ? v : $0 }) }
+        }
+        let refused = try await withThrowingTaskGroup(of: ([String], Int32, String).self) { group in
+            var next = cases.makeIterator(), results: [([String], Int32, String)] = []
+            for _ in 0..<4 { if let args = next.next() { group.addTask { let r = try await Self.run(args + ["-t", "virtual"]); return (args, r.status, r.out) } } }
+            while let r = try await group.next() {
+                results.append(r)
+                if let args = next.next() { group.addTask { let r = try await Self.run(args + ["-t", "virtual"]); return (args, r.status, r.out) } }
+            }
+            return results
+        }
+        #expect(refused.count == cases.count)
+        for (args, status, out) in refused {
+            #expect(status == 64 && out.contains("Usage: btctl"), "btctl \(args.joined(separator: " ")): status \(status): \(out.prefix(300))")
+        }
+    }
+
     @Test func versionAndArgumentErrors() async throws {
         guard BtctlGATTTests.isBuilt() else { return }
         let version = try await Self.run(["--version"])
