@@ -77,16 +77,17 @@ import Testing
         // Values these options do take: manufacturer data is ID:HEX with ':' allowed
         // between hex digits, and a write of no bytes is a write.
         let taken: Set<[String]> = [["advertise", "--manufacturer", "1:2:3:4:5"], ["gatt", "write", peer, "--handle", "3", "--value", ""]]
-        var cases: [[String]] = []
-        for t in templates {
-            for v in values where !taken.contains(t.map { $0 == "@" ? v : $0 }) { cases.append(t.map { $0 == "@" ? v : $0 }) }
-        }
+        let cases = templates.flatMap { t in values.map { v in t.map { $0 == "@" ? v : $0 } } }.filter { !taken.contains($0) }
         let refused = try await withThrowingTaskGroup(of: ([String], Int32, String).self) { group in
             var next = cases.makeIterator(), results: [([String], Int32, String)] = []
-            for _ in 0..<4 { if let args = next.next() { group.addTask { let r = try await Self.run(args + ["-t", "virtual"]); return (args, r.status, r.out) } } }
+            func launchNext() {
+                guard let args = next.next() else { return }
+                group.addTask { let r = try await Self.run(args + ["-t", "virtual"]); return (args, r.status, r.out) }
+            }
+            for _ in 0..<4 { launchNext() }
             while let r = try await group.next() {
                 results.append(r)
-                if let args = next.next() { group.addTask { let r = try await Self.run(args + ["-t", "virtual"]); return (args, r.status, r.out) } }
+                launchNext()
             }
             return results
         }
