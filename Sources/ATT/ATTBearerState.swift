@@ -26,7 +26,7 @@ public enum ATTBearerError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case let .errorResponse(req, h, e): return "\(req) on handle 0x\(String(h, radix: 16)): \(e)"
+        case let .errorResponse(req, h, e): return "\(req) on handle 0x\(hex4(h)): \(e)"
         case let .transactionTimeout(op): return "\(op): no response within 30 s; the ATT bearer is unusable"
         case let .bearerUnusable(why): return "the ATT bearer is unusable: \(why)"
         case let .malformedResponse(e): return "\(e)"

@@ -54,7 +54,7 @@ public struct L2CAPATTChannel: ATTChannel {
         let done: (@Sendable (Bool) -> Void)?
     }
 
-    public var closeReason: String { "connection 0x\(String(handle, radix: 16)) closed" }
+    public var closeReason: String { "connection 0x\(hex4(handle)) closed" }
 }
 
 /// An enhanced ATT bearer's channel (EATT): an L2CAP enhanced credit-based channel
@@ -73,6 +73,6 @@ public struct EATTChannel: ATTChannel {
     public func write(_ pdu: [UInt8], done: (@Sendable (Bool) -> Void)?) -> Bool { channel.write(pdu, done: done) }
 
     public var closeReason: String {
-        "EATT channel 0x\(String(channel.info.localCID, radix: 16)) on connection 0x\(String(channel.handle, radix: 16)) closed"
+        "EATT channel 0x\(hex4(channel.info.localCID)) on connection 0x\(hex4(channel.handle)) closed"
     }
 }

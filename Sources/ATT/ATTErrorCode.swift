@@ -49,5 +49,5 @@ public struct ATTErrorCode: RawRepresentable, Hashable, Sendable, CustomStringCo
         return "Reserved"
     }
 
-    public var description: String { "\(name) (0x\(String(rawValue, radix: 16)))" }
+    public var description: String { "\(name) (0x\(hex2(rawValue)))" }
 }

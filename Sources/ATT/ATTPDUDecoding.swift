@@ -96,7 +96,7 @@ extension ATTPDU {
             case .executeWriteRequest:
                 try exact(1)
                 let f = try r.readUInt8()
-                guard f <= 1 else { throw bad("flags 0x\(String(f, radix: 16)), expected 0x00 or 0x01") }
+                guard f <= 1 else { throw bad("flags 0x\(hex2(f)), expected 0x00 or 0x01") }
                 self = .executeWriteRequest(flags: f)
             case .executeWriteResponse: try exact(0); self = .executeWriteResponse
             case .handleValueConfirmation: try exact(0); self = .handleValueConfirmation

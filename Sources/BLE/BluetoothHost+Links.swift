@@ -338,7 +338,7 @@ extension BluetoothHost {
         switch await end(of: c.id, within: .seconds(5)) {
         case let .disconnected(r)?: return r
         case let .transportClosed(r)?: throw BLEError.transportClosed(r)
-        case nil: throw BLEError.notSupported("no Disconnection Complete for 0x\(String(c.handle, radix: 16)) within 5 s")
+        case nil: throw BLEError.notSupported("no Disconnection Complete for 0x\(hex4(c.handle)) within 5 s")
         }
     }
 }

@@ -94,7 +94,7 @@ public enum BLEError: Error, Hashable, Sendable, CustomStringConvertible {
         case let .noConnection(a, d):
             return "no connection to any of \(a.map(\.description).joined(separator: ", ")) within \(d) (are they advertising as connectable, with those address types?)"
         case let .connectionFailed(a, s): return "connection to \(a) failed: \(s)"
-        case let .att(code, h): return "peer refused (handle 0x\(String(h, radix: 16))): \(code)"
+        case let .att(code, h): return "peer refused (handle 0x\(hex4(h))): \(code)"
         case let .notPublished(what): return "\(what) is not published"
         case let .notSupported(what): return what
         case let .noAdvertisingSetFree(n): return "all \(n) advertising sets of the controller are taken: remove one first"
@@ -687,7 +687,7 @@ public actor BluetoothHost: LoopIsolated {
                 advertisingSetTerminated(t)
             }
         case let .hardwareError(h):
-            setState(.failed("hardware error 0x\(String(h.hardwareCode, radix: 16))"))
+            setState(.failed("hardware error 0x\(hex2(h.hardwareCode))"))
         default:
             break
         }

@@ -79,7 +79,7 @@ public struct PHY: RawRepresentable, Hashable, Sendable, CustomStringConvertible
         case 1: return "LE 1M"
         case 2: return "LE 2M"
         case 3: return "LE Coded"
-        default: return "PHY 0x\(String(rawValue, radix: 16))"
+        default: return "PHY 0x\(hex2(rawValue))"
         }
     }
 }

@@ -24,7 +24,7 @@ public struct RemoteVersion: Hashable, Sendable, CustomStringConvertible {
         self.init(version: e.version, companyIdentifier: e.companyIdentifier, subversion: e.subversion)
     }
     public var description: String {
-        "Bluetooth \(CoreVersion.name(version)) (0x\(String(version, radix: 16))), \(CompanyIdentifier.name(companyIdentifier)), subversion 0x\(String(subversion, radix: 16))"
+        "Bluetooth \(CoreVersion.name(version)) (0x\(hex2(version))), \(CompanyIdentifier.name(companyIdentifier)), subversion 0x\(hex4(subversion))"
     }
 }
 

@@ -656,10 +656,10 @@ public actor RemotePeripheral {
 }
 
 extension RemoteCharacteristic: CustomStringConvertible {
-    /// "2A19 (Battery Level), value 0x3, read,notify": the assigned name when the UUID has one.
+    /// "2A19 (Battery Level), value 0x0003, read,notify": the assigned name when the UUID has one.
     public var description: String {
         let props = properties.names.joined(separator: ",")
-        return "\(uuid)\(uuid.name.map { " (\($0))" } ?? ""), value 0x\(String(valueHandle, radix: 16)), \(props)"
+        return "\(uuid)\(uuid.name.map { " (\($0))" } ?? ""), value 0x\(hex4(valueHandle)), \(props)"
     }
 
     /// The value as a person reads it for the common SIG characteristics (Battery Level

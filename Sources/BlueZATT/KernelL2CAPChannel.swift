@@ -40,7 +40,7 @@ public final class KernelL2CAPChannel: SDUChannel, CustomStringConvertible {
     }
 
     public var description: String {
-        "kernel L2CAP \(mode == .enhanced ? "enhanced " : "")channel SPSM 0x\(String(spsm, radix: 16)) to \(socket.peer?.description ?? "?"), MTU \(receiveMTU)/\(maximumSendSize)"
+        "kernel L2CAP \(mode == .enhanced ? "enhanced " : "")channel SPSM 0x\(hex4(spsm)) to \(socket.peer?.description ?? "?"), MTU \(receiveMTU)/\(maximumSendSize)"
     }
 
     /// Opens a channel to `peer`'s `spsm` (the kernel creates the LE link as central if

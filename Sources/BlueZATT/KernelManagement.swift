@@ -24,8 +24,8 @@ public struct ManagementError: Error, Equatable, Sendable, CustomStringConvertib
                      "no resources", "timeout", "already connected", "busy", "rejected", "not supported", "invalid parameters",
                      "disconnected", "not powered", "cancelled", "invalid index", "blocked through rfkill", "already paired",
                      "permission denied"]
-        let name = Int(status) < names.count ? names[Int(status)] : "status 0x\(String(status, radix: 16))"
-        return "management command 0x\(String(opcode, radix: 16)) refused: \(name)"
+        let name = Int(status) < names.count ? names[Int(status)] : "status 0x\(hex2(status))"
+        return "management command 0x\(hex4(opcode)) refused: \(name)"
     }
 }
 

@@ -19,14 +19,14 @@ public enum CharacteristicFormatter {
             return text()
         case 0x2A01:
             guard value.count == 2 else { return nil }
-            return AssignedNumbers.appearanceName(u16(0)) ?? "appearance 0x\(String(u16(0), radix: 16))"
+            return AssignedNumbers.appearanceName(u16(0)) ?? "appearance 0x\(hex4(u16(0)))"
         case 0x2A04:
             guard value.count == 8 else { return nil }
             func ms(_ v: UInt16, _ unit: Double) -> String { v == 0xFFFF ? "none" : "\(Double(v) * unit) ms" }
             return "interval \(ms(u16(0), 1.25))–\(ms(u16(2), 1.25)), latency \(u16(4)), supervision timeout \(ms(u16(6), 10))"
         case 0x2A05:
             guard value.count == 4 else { return nil }
-            return "handles 0x\(String(u16(0), radix: 16))–0x\(String(u16(2), radix: 16))"
+            return "handles 0x\(hex4(u16(0)))–0x\(hex4(u16(2)))"
         case 0x2A07:
             guard value.count == 1 else { return nil }
             return "\(Int8(bitPattern: value[0])) dBm"
@@ -64,11 +64,5 @@ public enum CharacteristicFormatter {
         default:
             return nil
         }
-    }
-
-    private static func hex2(_ b: UInt8) -> String { b < 16 ? "0" + String(b, radix: 16) : String(b, radix: 16) }
-    private static func hex4(_ v: UInt16) -> String {
-        let s = String(v, radix: 16)
-        return String(repeating: "0", count: 4 - s.count) + s
     }
 }

@@ -110,7 +110,7 @@ public struct AddressType: RawRepresentable, Hashable, Sendable, Codable, Custom
         case 0x02: return "public-identity"
         case 0x03: return "random-identity"
         case 0xFF: return "anonymous"
-        default: return "unknown(0x\(String(rawValue, radix: 16)))"
+        default: return "unknown(0x\(hex2(rawValue)))"
         }
     }
 }

@@ -228,12 +228,17 @@ extension Array where Element == UInt8 {
         return s
     }
 
-    /// Parses hex with optional whitespace, `:` or `-` separators; nil on anything else.
+    /// Parses hex with optional whitespace, `:` or `-` between bytes (`01:02`, `01 02`,
+    /// `0102`); nil on anything else, an odd digit count, or a separator inside a byte
+    /// (`1:2` is neither 0x12 nor 01 02, so it is refused rather than guessed).
     public init?(hex: String) {
         var out: [UInt8] = []
         var pending: UInt8? = nil
         for c in hex.unicodeScalars {
-            if c == " " || c == ":" || c == "-" || c == "\n" || c == "\t" { continue }
+            if c == " " || c == ":" || c == "-" || c == "\n" || c == "\t" {
+                guard pending == nil else { return nil }
+                continue
+            }
             guard let v = Self.hexValue(c) else { return nil }
             if let p = pending { out.append(p << 4 | v); pending = nil } else { pending = v }
         }

@@ -565,7 +565,8 @@ public struct LESubeventCode: RawRepresentable, Hashable, Sendable, CustomString
     public var description: String { name ?? "unknown 0x\(hex2(rawValue))" }
 }
 
-@inlinable func hex2(_ v: UInt8) -> String {
+/// Two lowercase hex digits (a status, a code, a byte in messages).
+@inlinable public func hex2(_ v: UInt8) -> String {
     let s = String(v, radix: 16)
     return s.count == 1 ? "0" + s : s
 }

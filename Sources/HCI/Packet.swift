@@ -18,7 +18,7 @@ public struct HCIPacketType: RawRepresentable, Hashable, Sendable, CustomStringC
         case 3: return "sco"
         case 4: return "event"
         case 5: return "iso"
-        default: return "unknown(0x\(String(rawValue, radix: 16)))"
+        default: return "unknown(0x\(hex2(rawValue)))"
         }
     }
 }

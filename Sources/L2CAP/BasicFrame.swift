@@ -16,7 +16,7 @@ public struct ChannelID: RawRepresentable, Hashable, Sendable, CustomStringConve
         case 0x0004: return "ATT"
         case 0x0005: return "LE signaling"
         case 0x0006: return "SMP"
-        default: return "CID 0x" + String(rawValue, radix: 16)
+        default: return "CID 0x" + hex4(rawValue)
         }
     }
 }

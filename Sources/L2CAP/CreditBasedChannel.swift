@@ -42,7 +42,7 @@ public struct CreditBasedConnectionResult: RawRepresentable, Hashable, Sendable,
         case 0x000A: return "Source CID already allocated"
         case 0x000B: return "unacceptable parameters"
         case 0x000C: return "invalid parameters"
-        default: return "result 0x" + String(rawValue, radix: 16)
+        default: return "result 0x" + hex4(rawValue)
         }
     }
 }
@@ -68,7 +68,7 @@ public struct CreditBasedReconfigureResult: RawRepresentable, Hashable, Sendable
         case 0x0003: return "one or more Destination CIDs invalid"
         case 0x0004: return "unacceptable parameters"
         case 0xFFFF: return "rejected (Command Reject)"
-        default: return "result 0x" + String(rawValue, radix: 16)
+        default: return "result 0x" + hex4(rawValue)
         }
     }
 }

@@ -448,7 +448,7 @@ public struct CreditBasedChannels: Sendable {
         // The CID is the sender's source CID, our remote CID (§4.24).
         guard let local = channels.first(where: { $0.value.remoteCID == cid })?.key,
               let events = channels[local]?.addCredits(credits), let ch = channels[local] else {
-            return [.ignored("Flow Control Credit Indication for unknown CID 0x\(String(cid, radix: 16))")]
+            return [.ignored("Flow Control Credit Indication for unknown CID 0x\(hex4(cid))")]
         }
         return translate(events, ch)
     }

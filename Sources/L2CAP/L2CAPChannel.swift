@@ -28,7 +28,7 @@ public enum L2CAPChannelError: Error, Hashable, Sendable, CustomStringConvertibl
         switch self {
         case let .refused(r): return "connection refused: \(r)"
         case .timedOut: return "no response to the connection request"
-        case let .linkClosed(h): return "link 0x\(String(h, radix: 16)) is not connected"
+        case let .linkClosed(h): return "link 0x\(hex4(h)) is not connected"
         case .noResources: return "no channel identifiers left on the link, or parameters out of range"
         case let .closed(r): return "channel \(r)"
         case let .sduTooLong(n, mtu): return "SDU of \(n) bytes exceeds the peer's MTU \(mtu)"
@@ -147,6 +147,6 @@ public final class L2CAPChannel: SDUChannel, CustomStringConvertible {
 
     public var description: String {
         let info = self.info
-        return "L2CAP \(info.enhanced ? "enhanced " : "")channel SPSM 0x\(String(info.spsm, radix: 16)) on 0x\(String(handle, radix: 16)): CID 0x\(String(info.localCID, radix: 16)) ↔ 0x\(String(info.remoteCID, radix: 16)), MTU \(info.local.mtu)/\(info.remote.mtu), MPS \(info.local.mps)/\(info.remote.mps)"
+        return "L2CAP \(info.enhanced ? "enhanced " : "")channel SPSM 0x\(hex4(info.spsm)) on 0x\(hex4(handle)): CID 0x\(hex4(info.localCID)) ↔ 0x\(hex4(info.remoteCID)), MTU \(info.local.mtu)/\(info.remote.mtu), MPS \(info.local.mps)/\(info.remote.mps)"
     }
 }

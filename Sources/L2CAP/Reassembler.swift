@@ -16,10 +16,10 @@ public enum ReassemblyError: Error, Hashable, Sendable, CustomStringConvertible 
 
     public var description: String {
         switch self {
-        case let .strayContinuation(h): return "connection 0x\(String(h, radix: 16)): continuation fragment without a start"
-        case let .oversize(h, d, m): return "connection 0x\(String(h, radix: 16)): L2CAP frame of \(d) bytes exceeds the maximum \(m)"
-        case let .lengthMismatch(h, d, r): return "connection 0x\(String(h, radix: 16)): L2CAP frame announced \(d) bytes, received \(r)"
-        case let .incompleteFrameDropped(h, d, r): return "connection 0x\(String(h, radix: 16)): new frame started; previous one had \(r) of \(d) bytes"
+        case let .strayContinuation(h): return "connection 0x\(hex4(h)): continuation fragment without a start"
+        case let .oversize(h, d, m): return "connection 0x\(hex4(h)): L2CAP frame of \(d) bytes exceeds the maximum \(m)"
+        case let .lengthMismatch(h, d, r): return "connection 0x\(hex4(h)): L2CAP frame announced \(d) bytes, received \(r)"
+        case let .incompleteFrameDropped(h, d, r): return "connection 0x\(hex4(h)): new frame started; previous one had \(r) of \(d) bytes"
         }
     }
 }

@@ -24,7 +24,7 @@ public struct IOCapability: RawRepresentable, Hashable, Sendable, Codable, Custo
         case 0x02: return "KeyboardOnly"
         case 0x03: return "NoInputNoOutput"
         case 0x04: return "KeyboardDisplay"
-        default: return "reserved(0x\(String(rawValue, radix: 16)))"
+        default: return "reserved(0x\(hex2(rawValue)))"
         }
     }
 
@@ -135,7 +135,7 @@ public struct PairingFailureReason: RawRepresentable, Hashable, Sendable, Codabl
                      "repeated attempts", "invalid parameters", "DHKey check failed", "numeric comparison failed",
                      "BR/EDR pairing in progress", "cross-transport key derivation not allowed", "key rejected"]
         let i = Int(rawValue) - 1
-        return names.indices.contains(i) ? names[i] : "reserved(0x\(String(rawValue, radix: 16)))"
+        return names.indices.contains(i) ? names[i] : "reserved(0x\(hex2(rawValue)))"
     }
 }
 
@@ -291,7 +291,7 @@ public enum SMPDecodeError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case let .unknownCode(c): return "unknown SMP code 0x\(String(c, radix: 16))"
+        case let .unknownCode(c): return "unknown SMP code 0x\(hex2(c))"
         case let .malformed(code, e): return "malformed \(code.name): \(e)"
         }
     }

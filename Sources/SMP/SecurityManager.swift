@@ -54,7 +54,7 @@ public enum SecurityError: Error, Hashable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case let .pairing(e): return "\(e)"
-        case let .notConnected(h): return "no connection 0x\(String(h, radix: 16))"
+        case let .notConnected(h): return "no connection 0x\(hex4(h))"
         case let .insufficient(got, wanted): return "got \(got), wanted \(wanted)"
         case .smpDisabled: return "SMP disabled on this link after a timeout"
         case .noSigningKey: return "no signing key (CSRK) we distributed is bonded with this peer"

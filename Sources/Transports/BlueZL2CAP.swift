@@ -55,7 +55,7 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
                                       receiveMTU: UInt16, securityLevel: UInt8?) throws -> Int32 {
         let fd = try socket("socket(AF_BLUETOOTH, BTPROTO_L2CAP)")
         guard cbluez_l2cap_bind_psm(fd, local?.bytes ?? [0, 0, 0, 0, 0, 0], type.l2capBdaddrType, spsm) == 0 else {
-            throw closing(fd, "binding SPSM 0x\(String(spsm, radix: 16))")
+            throw closing(fd, "binding SPSM 0x\(hex4(spsm))")
         }
         // After bind: the kernel takes BT_MODE only from a bound socket.
         if mode == .enhanced, cbluez_l2cap_set_mode(fd, UInt8(CBLUEZ_BT_MODE_EXT_FLOWCTL)) != 0 {
@@ -73,7 +73,7 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
                                receiveMTU: UInt16 = 2048, securityLevel: UInt8? = nil, from local: BluetoothAddress? = nil) throws -> KernelL2CAPSocket {
         let fd = try channelSocket(spsm: 0, local: local, type: .public, mode: mode, receiveMTU: receiveMTU, securityLevel: securityLevel)
         guard cbluez_l2cap_connect_psm(fd, peer.bytes, type.l2capBdaddrType, spsm) == 0 else {
-            throw closing(fd, "opening a channel to \(peer) (\(type)) SPSM 0x\(String(spsm, radix: 16))")
+            throw closing(fd, "opening a channel to \(peer) (\(type)) SPSM 0x\(hex4(spsm))")
         }
         return KernelL2CAPSocket(fd: fd, peer: peer, peerType: type, unit: "SDU")
     }
@@ -83,7 +83,7 @@ public final class KernelL2CAPSocket: @unchecked Sendable {
                               on local: BluetoothAddress? = nil, type: AddressType = .public, backlog: Int32 = 4) throws -> KernelL2CAPSocket {
         let fd = try channelSocket(spsm: spsm, local: local, type: type, mode: mode, receiveMTU: receiveMTU, securityLevel: securityLevel)
         guard Glibc.listen(fd, backlog) == 0 else {
-            throw closing(fd, "listening on SPSM 0x\(String(spsm, radix: 16))")
+            throw closing(fd, "listening on SPSM 0x\(hex4(spsm))")
         }
         return KernelL2CAPSocket(fd: fd, peer: nil, peerType: nil, unit: "SDU")
     }

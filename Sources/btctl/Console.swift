@@ -105,7 +105,7 @@ enum Console {
     /// A word of a console line naming an attribute: a handle (`0x0012`) or a UUID.
     static func target(_ word: String) throws(CLIError) -> ServeCommand.Target {
         if word.lowercased().hasPrefix("0x") {
-            guard let h = UInt16(word.dropFirst(2), radix: 16), h > 0 else { throw CLIError("'\(word)' is not a handle (0x0001 to 0xFFFF)") }
+            guard let h = hexUInt16(word.dropFirst(2)), h > 0 else { throw CLIError("'\(word)' is not a handle (0x0001 to 0xFFFF)") }
             return .handle(h)
         }
         guard let u = BluetoothUUID(word) else { throw CLIError("'\(word)' is neither a UUID (2A19, or 128-bit) nor a handle (0x0012)") }
@@ -116,7 +116,7 @@ enum Console {
     static func value(_ text: String) throws(CLIError) -> [UInt8] {
         let t = text.trimmingCharacters(in: .whitespaces)
         if t.count >= 2, t.hasPrefix("\""), t.hasSuffix("\"") { return Array(t.dropFirst().dropLast().utf8) }
-        var hex = t.filter { $0 != " " && $0 != ":" }
+        var hex = t
         if hex.lowercased().hasPrefix("0x") { hex.removeFirst(2) }
         guard !hex.isEmpty, let b = [UInt8](hex: hex) else { throw CLIError("'\(t)' is neither hex bytes nor \"quoted text\"") }
         return b

@@ -137,7 +137,7 @@ struct Gatt: AsyncParsableCommand {
                     try await session.reportingSecurity { try await session.peripheral.writeReliably(handles: writes) }
                     await session.close()
                     for w in writes {
-                        if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(w.handle))), ("length", .int(w.value.count))])) } else { print("wrote \(w.value.count) bytes to 0x\(String(w.handle, radix: 16)) (reliable write)") }
+                        if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(w.handle))), ("length", .int(w.value.count))])) } else { print("wrote \(w.value.count) bytes to 0x\(hex4(w.handle)) (reliable write)") }
                     }
                     return
                 }
@@ -148,7 +148,7 @@ struct Gatt: AsyncParsableCommand {
                     try await session.reportingSecurity { try await session.peripheral.write(bytes, handle: handle, withResponse: !withoutResponse) }
                 }
                 await session.close()
-                if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(handle))), ("length", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(String(handle, radix: 16))") }
+                if options.json { emit(.object([("event", .string("written")), ("handle", .int(Int(handle))), ("length", .int(bytes.count))])) } else { print("wrote \(bytes.count) bytes to 0x\(hex4(handle))") }
             } catch {
                 await session.close()
                 throw CLIError("write failed: \(error)")
@@ -211,7 +211,7 @@ struct Gatt: AsyncParsableCommand {
                         emit(.object([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indications))]
                                      + nameField(c.uuid)))
                     } else {
-                        note("subscribed to \(named(c.uuid)) (value 0x\(String(c.valueHandle, radix: 16))) for \(kind)s\(targets.count == 1 ? "; Ctrl-C stops" : "")")
+                        note("subscribed to \(named(c.uuid)) (value 0x\(hex4(c.valueHandle))) for \(kind)s\(targets.count == 1 ? "; Ctrl-C stops" : "")")
                     }
                 }
                 if targets.count > 1, !options.json { note("\(targets.count) subscriptions; Ctrl-C stops") }
@@ -349,7 +349,7 @@ private func readLine(_ outcome: Result<[UInt8], BLEError>?, _ handle: UInt16, u
     switch outcome {
     case nil: break
     case let .success(v): print(indent + valueLine(handle, v, uuid: uuid))
-    case let .failure(e): print(indent + "0x\(String(handle, radix: 16)): \(e)")
+    case let .failure(e): print(indent + "0x\(hex4(handle)): \(e)")
     }
 }
 
@@ -366,7 +366,7 @@ private func list(_ s: RemoteService, includes: [RemoteInclude], read: [UInt16: 
                           ("uuid", .string(i.service.uuid.description)), ("start", .int(Int(i.service.startHandle))),
                           ("end", .int(Int(i.service.endHandle)))] + nameField(i.service.uuid)))
         } else {
-            print("  include \(named(i.service.uuid))  handles \(hexRange(i.service.startHandle, i.service.endHandle))  at 0x\(String(i.handle, radix: 16))")
+            print("  include \(named(i.service.uuid))  handles \(hexRange(i.service.startHandle, i.service.endHandle))  at 0x\(hex4(i.handle))")
         }
     }
     for c in s.characteristics {
@@ -375,7 +375,7 @@ private func list(_ s: RemoteService, includes: [RemoteInclude], read: [UInt16: 
                           ("handle", .int(Int(c.valueHandle))), ("properties", .array(propertyNames(c.properties).map { .string($0) }))]
                      + nameField(c.uuid) + readFields(read[c.valueHandle], uuid: c.uuid)))
         } else {
-            print("  characteristic \(named(c.uuid))  value 0x\(String(c.valueHandle, radix: 16))  \(propertyNames(c.properties).joined(separator: ","))")
+            print("  characteristic \(named(c.uuid))  value 0x\(hex4(c.valueHandle))  \(propertyNames(c.properties).joined(separator: ","))")
             readLine(read[c.valueHandle], c.valueHandle, uuid: c.uuid, indent: "      ")
         }
         for d in c.descriptors {
@@ -383,11 +383,11 @@ private func list(_ s: RemoteService, includes: [RemoteInclude], read: [UInt16: 
                 emit(.object([("event", .string("descriptor")), ("characteristic", .string(c.uuid.description)), ("uuid", .string(d.uuid.description)),
                               ("handle", .int(Int(d.handle)))] + nameField(d.uuid) + readFields(read[d.handle], uuid: d.uuid)))
             } else {
-                print("    descriptor \(named(d.uuid))  0x\(String(d.handle, radix: 16))")
+                print("    descriptor \(named(d.uuid))  0x\(hex4(d.handle))")
                 readLine(read[d.handle], d.handle, uuid: d.uuid, indent: "        ")
             }
         }
     }
 }
 
-private func hexRange(_ a: UInt16, _ b: UInt16) -> String { "0x\(String(a, radix: 16))–0x\(String(b, radix: 16))" }
+private func hexRange(_ a: UInt16, _ b: UInt16) -> String { "0x\(hex4(a))–0x\(hex4(b))" }

@@ -166,7 +166,7 @@ enum ServeCommand: Equatable {
         case uuid(BluetoothUUID)
         var description: String {
             switch self {
-            case let .handle(h): return "0x" + String(h, radix: 16)
+            case let .handle(h): return "0x" + hex4(h)
             case let .uuid(u): return named(u)
             }
         }
@@ -229,7 +229,7 @@ enum ServeCommand: Equatable {
             throw CLIError("no characteristic \(target) in the database")
         }
         if let property, !properties.contains(property) {
-            throw CLIError("\(named(a.type)) at 0x\(String(a.handle, radix: 16)) cannot \(property == .notify ? "notify" : "indicate") (properties: \(properties.names.joined(separator: ", ")))")
+            throw CLIError("\(named(a.type)) at 0x\(hex4(a.handle)) cannot \(property == .notify ? "notify" : "indicate") (properties: \(properties.names.joined(separator: ", ")))")
         }
         if let value, value.count > a.maximumLength {
             throw CLIError("the value is \(value.count) bytes; \(named(a.type)) holds at most \(a.maximumLength)")
@@ -325,14 +325,14 @@ extension Gatt {
                     for await e in links {
                         switch e {
                         case let .connected(c):
-                            report([("event", .string("connected")), ("handle", .int(Int(c.handle))), ("peer", .string("\(c.peer)"))], "connected: \(c.peer) (handle 0x\(String(c.handle, radix: 16)))")
+                            report([("event", .string("connected")), ("handle", .int(Int(c.handle))), ("peer", .string("\(c.peer)"))], "connected: \(c.peer) (handle 0x\(hex4(c.handle)))")
                         case let .disconnected(c, reason) where !Interrupt.requested:
                             answers.withdraw(peer: c.peer)
                             report([("event", .string("disconnected")), ("handle", .int(Int(c.handle))), ("reason", .string(reason.description))],
-                                   "disconnected: handle 0x\(String(c.handle, radix: 16)), \(reason)")
+                                   "disconnected: handle 0x\(hex4(c.handle)), \(reason)")
                         case let .enhancedBearerAccepted(c, mtu):
                             report([("event", .string("eatt")), ("handle", .int(Int(c.handle))), ("mtu", .int(mtu))],
-                                   "enhanced ATT bearer: handle 0x\(String(c.handle, radix: 16)), ATT_MTU \(mtu)")
+                                   "enhanced ATT bearer: handle 0x\(hex4(c.handle)), ATT_MTU \(mtu)")
                         default: break
                         }
                     }
@@ -357,7 +357,7 @@ extension Gatt {
                         case let .subscriptionChanged(c, central, n, i):
                             guard let h = published.handle(of: c) else { continue }
                             report([("event", .string("subscription")), ("handle", .int(Int(h))), ("notify", .bool(n)), ("indicate", .bool(i)), ("connection", .int(Int(central.handle)))],
-                                   "subscription 0x\(String(h, radix: 16)): notify=\(n) indicate=\(i)")
+                                   "subscription 0x\(hex4(h)): notify=\(n) indicate=\(i)")
                         case .advertisingEnded:
                             break  // gatt serve advertises with no duration or event limit
                         case .advertisingConnected:
@@ -478,7 +478,7 @@ struct ServedDatabase: Sendable {
     /// The file's characteristic whose value attribute `a` is (the GAP and GATT
     /// services' characteristics are the host's, not the file's).
     func characteristic(at a: Attribute) throws(CLIError) -> Characteristic {
-        guard let c = characteristics[a.handle] else { throw CLIError("\(named(a.type)) at 0x\(String(a.handle, radix: 16)) belongs to the host's own services, not to the file's") }
+        guard let c = characteristics[a.handle] else { throw CLIError("\(named(a.type)) at 0x\(hex4(a.handle)) belongs to the host's own services, not to the file's") }
         return c
     }
 }

@@ -95,7 +95,7 @@ func validateATTMTU(_ mtu: Int) throws {
 /// Which attribute a command acts on.
 struct AttributeOptions: ParsableArguments {
     @Option(name: .customLong("handle"), help: "Attribute handle (decimal or 0x hex); 'read' takes several, read together.", transform: { s in
-        guard let v = s.hasPrefix("0x") ? UInt16(s.dropFirst(2), radix: 16) : UInt16(s) else { throw ValidationError("bad handle '\(s)'") }
+        guard let v = cliUInt16(s) else { throw ValidationError("bad handle '\(s)'") }
         return v
     })
     var handles: [UInt16] = []
@@ -310,7 +310,7 @@ func propertyNames(_ p: CharacteristicProperties) -> [String] { p.names }
 /// `0xHANDLE: hex  87 %` when the characteristic is one whose format btctl knows.
 func valueLine(_ handle: UInt16, _ v: [UInt8], uuid: BluetoothUUID? = nil) -> String {
     let shown = uuid.flatMap { CharacteristicFormatter.describe(v, of: $0) } ?? valueText(v).map { "\"\($0)\"" }
-    return "0x\(String(handle, radix: 16)): \(v.hexString)\(shown.map { "  " + $0 } ?? "")"
+    return "0x\(hex4(handle)): \(v.hexString)\(shown.map { "  " + $0 } ?? "")"
 }
 
 /// A value as JSON fields: handle, hex value, text when printable, the formatted value

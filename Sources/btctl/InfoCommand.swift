@@ -76,8 +76,8 @@ struct Info: AsyncParsableCommand {
     static func text(_ i: ControllerInfo) -> String {
         var lines: [(String, String)] = [
             ("Address", i.address.description),
-            ("HCI version", "\(CoreVersion.name(i.version.hciVersion)) (\(i.version.hciVersion)), revision 0x\(String(i.version.hciSubversion, radix: 16))"),
-            ("LMP version", "\(CoreVersion.name(i.version.lmpVersion)) (\(i.version.lmpVersion)), subversion 0x\(String(i.version.lmpSubversion, radix: 16))"),
+            ("HCI version", "\(CoreVersion.name(i.version.hciVersion)) (\(i.version.hciVersion)), revision 0x\(hex4(i.version.hciSubversion))"),
+            ("LMP version", "\(CoreVersion.name(i.version.lmpVersion)) (\(i.version.lmpVersion)), subversion 0x\(hex4(i.version.lmpSubversion))"),
             ("Manufacturer", "\(CompanyIdentifier.name(i.version.companyIdentifier)) (\(i.version.companyIdentifier))"),
             ("LE ACL buffers", "\(i.totalNumLEACLDataPackets) × \(i.leACLDataPacketLength) bytes"),
         ]

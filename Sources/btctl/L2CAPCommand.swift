@@ -89,9 +89,9 @@ struct L2CAP_: AsyncParsableCommand {
                 try await host.peripheral.startAdvertising(ad, intervalMilliseconds: 30)
                 // The address a peer connects to (the controller's public one: listen advertises with it).
                 announce(json: options.json, [("event", .string("listening")), ("spsm", .int(Int(spsm))), ("address", .string(info.address.description))],
-                    "listening on SPSM 0x\(String(spsm, radix: 16)) as \"\(name)\" (\(info.address))")
+                    "listening on SPSM 0x\(hex4(spsm)) as \"\(name)\" (\(info.address))")
                 guard let ch = await firstElement(incoming, within: cliDuration(seconds: duration), on: host.controller.loop) else {
-                    throw CLIError("no channel to SPSM 0x\(String(spsm, radix: 16)) within \(duration) s")
+                    throw CLIError("no channel to SPSM 0x\(hex4(spsm)) within \(duration) s")
                 }
                 try? await host.peripheral.stopAdvertising()
                 try await pipe(ch, options: options, wait: channel.wait)
@@ -144,7 +144,7 @@ struct L2CAP_: AsyncParsableCommand {
                 throw error
             } catch {
                 await session.close()
-                throw CLIError("cannot open a channel to SPSM 0x\(String(spsm, radix: 16)): \(error)")
+                throw CLIError("cannot open a channel to SPSM 0x\(hex4(spsm)): \(error)")
             }
             try await pipe(ch, options: options, wait: channel.wait)
             await session.close()
@@ -161,7 +161,7 @@ func parseSecurityLevel(_ s: String) throws -> SecurityLevel {
 }
 
 func parseSPSM(_ s: String) throws -> UInt16 {
-    guard let v = s.hasPrefix("0x") ? UInt16(s.dropFirst(2), radix: 16) : UInt16(s), v > 0 else { throw ValidationError("bad SPSM '\(s)'") }
+    guard let v = cliUInt16(s), v > 0 else { throw ValidationError("bad SPSM '\(s)'") }
     return v
 }
 

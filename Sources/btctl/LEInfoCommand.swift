@@ -67,7 +67,7 @@ struct LEInfo: AsyncParsableCommand {
                      "PHY           \(link.phy?.description ?? "LE 1M (the controller has no other)")",
                      "Data length   \(link.dataLength.maxTxOctets) octets out, \(link.dataLength.maxRxOctets) in"]
         if let v = version {
-            lines.append("LL version    \(CoreVersion.name(v.version)) (\(v.version)), subversion 0x\(String(v.subversion, radix: 16))")
+            lines.append("LL version    \(CoreVersion.name(v.version)) (\(v.version)), subversion 0x\(hex4(v.subversion))")
             lines.append("Manufacturer  \(CompanyIdentifier.name(v.companyIdentifier)) (\(v.companyIdentifier))")
         } else {
             lines.append("LL version    (no answer to Read Remote Version Information)")

@@ -63,8 +63,7 @@ struct Monitor: AsyncParsableCommand {
     }
 
     static func parseHandle(_ s: String) throws -> UInt16 {
-        let v = s.lowercased().hasPrefix("0x") ? UInt16(s.dropFirst(2), radix: 16) : UInt16(s)
-        guard let v, v <= ACLDataPacket.maximumConnectionHandle else { throw ValidationError("--handle must be a connection handle from 0 to 0x0EFF, not '\(s)'") }
+        guard let v = cliUInt16(s), v <= ACLDataPacket.maximumConnectionHandle else { throw ValidationError("--handle must be a connection handle from 0 to 0x0EFF, not '\(s)'") }
         return v
     }
 

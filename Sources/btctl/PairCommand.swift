@@ -206,7 +206,7 @@ func securityReport(_ e: SecurityEvent) -> (fields: [(String, JSONValue)], text:
     case let .securityChanged(handle, s) where s.encrypted:
         return ([("event", .string("secured")), ("handle", .int(Int(handle))), ("level", .string(s.level.description)),
                  ("key_size", .int(s.keySize)), ("bonded", .bool(s.bonded))],
-                "link 0x\(String(handle, radix: 16)) encrypted: \(s)")
+                "link 0x\(hex4(handle)) encrypted: \(s)")
     default:
         return nil
     }

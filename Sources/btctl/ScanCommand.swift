@@ -157,7 +157,7 @@ struct Scan: AsyncParsableCommand {
         if !d.serviceUUIDs.isEmpty { parts.append("services " + d.serviceUUIDs.map(named).joined(separator: ",")) }
         if let t = d.txPowerLevel { parts.append("tx \(t) dBm") }
         for m in d.manufacturerData {
-            parts.append("mfr 0x\(String(m.companyIdentifier, radix: 16))\(AssignedNumbers.companyName(m.companyIdentifier).map { " (\($0))" } ?? ""):\(m.data.hexString)")
+            parts.append("mfr 0x\(hex4(m.companyIdentifier))\(AssignedNumbers.companyName(m.companyIdentifier).map { " (\($0))" } ?? ""):\(m.data.hexString)")
         }
         if let m = distance { parts.append(String(format: "~%.1f m", m)) }
         if let b = d.iBeacon { parts.append("iBeacon \(b.uuid) \(b.major)/\(b.minor)") }
@@ -388,7 +388,7 @@ struct Advertise: AsyncParsableCommand {
             emit(.object([("event", .string("connected")), ("set", .int(Int(set))), ("peer", .string(c.peer.description)),
                           ("peer_type", .string(c.peerType.description)), ("handle", .int(Int(c.handle)))]))
         } else {
-            print("\(c.peer)\(c.peerType == .random ? "/random" : "") connected to set \(set) (handle 0x\(String(c.handle, radix: 16))); the set advertises again when it leaves")
+            print("\(c.peer)\(c.peerType == .random ? "/random" : "") connected to set \(set) (handle 0x\(hex4(c.handle))); the set advertises again when it leaves")
         }
         fflush(nil)
     }
@@ -489,7 +489,7 @@ struct AdvertisingSetSpec {
     /// COMPANY:HEX (`--manufacturer`, `--set manufacturer=`), e.g. 004c:0102.
     static func manufacturerData(_ text: String) -> AdvertisingData.ManufacturerData? {
         let p = text.split(separator: ":", maxSplits: 1)
-        guard p.count == 2, let c = UInt16(p[0], radix: 16), let b = [UInt8](hex: String(p[1])) else { return nil }
+        guard p.count == 2, let c = hexUInt16(p[0]), let b = [UInt8](hex: String(p[1])) else { return nil }
         return .init(companyIdentifier: c, data: b)
     }
 }

@@ -308,7 +308,7 @@ actor ShellSession {
             for p in links {
                 let c = p.connection, mark = c.id == currentID
                 report([("event", .string("link")), ("handle", .int(Int(c.handle))), ("peer", .string(Self.peer(c))), ("current", .bool(mark))],
-                       "\(mark ? "*" : " ") \(Self.peer(c))  handle 0x\(String(c.handle, radix: 16))")
+                       "\(mark ? "*" : " ") \(Self.peer(c))  handle 0x\(hex4(c.handle))")
             }
         case let .select(address):
             let p = try link(to: address)
@@ -336,7 +336,7 @@ actor ShellSession {
             let (handle, _) = try await attribute(target, in: s)
             try await s.reportingSecurity { try await s.peripheral.write(value, handle: handle, withResponse: withResponse) }
             report([("event", .string("written")), ("handle", .int(Int(handle))), ("length", .int(value.count))],
-                   "wrote \(value.count) bytes to 0x\(String(handle, radix: 16))\(withResponse ? "" : " (without response)")")
+                   "wrote \(value.count) bytes to 0x\(hex4(handle))\(withResponse ? "" : " (without response)")")
         case let .subscribe(target, indications): try await subscribe(target, indications: indications)
         case let .unsubscribe(target):
             let s = try session()
@@ -386,7 +386,7 @@ actor ShellSession {
                                             ("level", .string(security.level.description)), ("encrypted", .bool(security.encrypted)),
                                             ("bonded", .bool(security.bonded))]
             if let phy { o += [("phy_tx", .string(phy.tx.description)), ("phy_rx", .string(phy.rx.description))] }
-            report(o, ["link to \(Self.peer(c)) (handle 0x\(String(c.handle, radix: 16)))",
+            report(o, ["link to \(Self.peer(c)) (handle 0x\(hex4(c.handle)))",
                        "  connection  \(parameters)",
                        "  PHY         \(phy?.description ?? "LE 1M (the controller has no other)")",
                        "  data length \(length.maxTxOctets) octets out, \(length.maxRxOctets) in",
@@ -426,7 +426,7 @@ actor ShellSession {
         if !links.contains(where: { $0.connection.id == c.id }) { links.append(p) }
         currentID = c.id
         report([("event", .string("connected")), ("handle", .int(Int(c.handle))), ("peer", .string(Self.peer(c)))],
-               "connected to \(Self.peer(c)) (handle 0x\(String(c.handle, radix: 16)))")
+               "connected to \(Self.peer(c)) (handle 0x\(hex4(c.handle)))")
     }
 
     /// Ends link `p`: its subscriptions are written off the peer's CCCDs first (the
@@ -455,7 +455,7 @@ actor ShellSession {
         let key = SubscriptionKey(link: s.peripheral.connection.id, handle: c.valueHandle)
         report([("event", .string("subscribed")), ("handle", .int(Int(c.valueHandle))), ("uuid", .string(c.uuid.description)), ("indications", .bool(indicated))]
                    + nameField(c.uuid),
-               "subscribed to \(named(c.uuid)) (value 0x\(String(c.valueHandle, radix: 16))) for \(indicated ? "indications" : "notifications")")
+               "subscribed to \(named(c.uuid)) (value 0x\(hex4(c.valueHandle))) for \(indicated ? "indications" : "notifications")")
         // Its values, buffered meanwhile, are shown after the line that says it is on.
         // A new subscription to the same characteristic ended the old one's values.
         // The subscription keeps its newest 256 values while the output is behind; any
@@ -468,7 +468,7 @@ actor ShellSession {
                 guard now > lost else { return }
                 lost = now
                 self?.report([("event", .string("dropped")), ("handle", .int(Int(c.valueHandle))), ("count", .int(now))],
-                             "\(now) \(event)s of 0x\(String(c.valueHandle, radix: 16)) dropped so far: the output fell behind")
+                             "\(now) \(event)s of 0x\(hex4(c.valueHandle)) dropped so far: the output fell behind")
             }
             do {
                 for try await v in values {

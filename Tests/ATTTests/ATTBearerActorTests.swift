@@ -78,7 +78,7 @@ struct ATTBearerActorTests {
         try await bearer.sendUnacknowledged(.writeCommand(handle: 3, value: [1, 2, 3, 4]))
         let waiting = Task { try await bearer.sendWhenWritable(.writeCommand(handle: 3, value: [5])) }
         t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
-        await #expect(throws: ATTBearerError.bearerUnusable("connection 0x40 closed")) { try await waiting.value }
+        await #expect(throws: ATTBearerError.bearerUnusable("connection 0x0040 closed")) { try await waiting.value }
     }
 
     /// `queuedRequestsSent(within:)`: with three requests started and none answered,
@@ -161,7 +161,7 @@ struct ATTBearerActorTests {
         let read = Task { try await bearer.request(.readRequest(handle: 3)) }
         _ = await t.nextSent()
         t.inject(HCIEvent.disconnectionComplete(DisconnectionComplete(connectionHandle: 0x40, reason: .remoteUserTerminatedConnection)))
-        await #expect(throws: ATTBearerError.bearerUnusable("connection 0x40 closed")) { try await read.value }
+        await #expect(throws: ATTBearerError.bearerUnusable("connection 0x0040 closed")) { try await read.value }
         var n = 0
         for await _ in bearer.incoming { n += 1 }
         #expect(n == 0)

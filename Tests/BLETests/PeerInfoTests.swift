@@ -38,7 +38,7 @@ import Testing
         #expect(try await peripheral.parameters(of: link0) == remote.parameters())
         _ = try await remote.updateParameters(intervalMin: 0x10, intervalMax: 0x18, latency: 1, supervisionTimeout: 0x100)
         #expect(try await remote.parameters() == ConnectionParameters(interval: 0x18, latency: 1, supervisionTimeout: 0x100))
-        #expect(version.description.hasPrefix("Bluetooth 5.4 (0xd)"), "\(version)")
+        #expect(version.description.hasPrefix("Bluetooth 5.4 (0x0d)"), "\(version)")
         // Asked once per link: the second calls send nothing.
         let asked = commands.withLock { $0 }
         #expect(asked.filter { $0 == .leReadRemoteFeatures }.count == 1 && asked.filter { $0 == .readRemoteVersionInformation }.count == 1)

@@ -44,6 +44,15 @@ struct CodecTests {
         #expect(s.readRemaining() == [0x34, 0x12, 0xAA])
     }
 
+    /// Hex from people and files: separators between whole bytes only, so `1:2` is
+    /// refused rather than read as 0x12 (it was, until manufacturer data 1:2:3:4:5
+    /// advertised 23 45); numbers in messages print at full width, as btmon prints them.
+    @Test func hexReadsWholeBytesAndPrintsFullWidth() {
+        #expect([UInt8](hex: "01:02") == [1, 2] && [UInt8](hex: "01 02\n0a-FF") == [1, 2, 0x0A, 0xFF] && [UInt8](hex: "") == [])
+        for bad in ["1:2", "0 1", "1:2:3:4:5", "012", "0x01", "０１", "zz"] { #expect([UInt8](hex: bad) == nil, "\(bad)") }
+        #expect(hex4(0x3) == "0003" && hex4(0xEFE) == "0efe" && hex4(0xFFFF) == "ffff" && hex2(0x9) == "09")
+    }
+
     @Test func addressPrintsMostSignificantFirst() throws {
         let a = try BluetoothAddress(wireBytes: [0x00, 0x17, 0xDE, 0x10, 0x4C, 0xDA])
         #expect(a.description == "DA:4C:10:DE:17:00")

@@ -74,10 +74,14 @@ import Testing
             ["info", "--timeout", "@"], ["leinfo", "@"], ["pair", "@"], ["pair", peer, "--passkey", "@"], ["sync", "@"],
             ["radio", "--port", "@"], ["radio", "--controllers", "@"], ["radio", "--tick", "@"], ["radio", "--distance", "@"],
         ]
-        // Values these options do take: manufacturer data is ID:HEX with ':' allowed
-        // between hex digits, and a write of no bytes is a write.
-        let taken: Set<[String]> = [["advertise", "--manufacturer", "1:2:3:4:5"], ["gatt", "write", peer, "--handle", "3", "--value", ""]]
-        let cases = templates.flatMap { t in values.map { v in t.map { $0 == "@" ? v : $0 } } }.filter { !taken.contains($0) }
+        // A value this option does take: a write of no bytes is a write.
+        let taken: Set<[String]> = [["gatt", "write", peer, "--handle", "3", "--value", ""]]
+        // A sign, which UInt16(_:radix:) would take, and separators inside a byte
+        // (manufacturer data 1:2:3:4:5 once advertised company 0x0001 with 23 45).
+        let signed: [[String]] = [["gatt", "read", peer, "--handle", "+3"], ["gatt", "read", peer, "--handle", "0x+3"],
+                                  ["l2cap", "connect", peer, "--spsm", "+128"], ["advertise", "--manufacturer", "+4c:01"],
+                                  ["advertise", "--manufacturer", "004c:1:2"], ["advertise", "--manufacturer", "004c:0 1"]]
+        let cases = templates.flatMap { t in values.map { v in t.map { $0 == "@" ? v : $0 } } }.filter { !taken.contains($0) } + signed
         let refused = try await withThrowingTaskGroup(of: ([String], Int32, String).self) { group in
             var next = cases.makeIterator(), results: [([String], Int32, String)] = []
             func launchNext() {

@@ -36,7 +36,7 @@ import Transports
         ("include-backwards", discover, "discovery failed: the server's Read By Type Response entry at 0x0005 is malformed: included range 0x0005–0x0001"),
         ("include-repeat", discover, "discovery failed: the server's Read By Type Response lists handle 0x0005 outside the range asked for (0x0006–0xffff)"),
         ("prepare-echo-changed", longWrite, "the server's Prepare Write Response for 0x0003 did not echo the request; the write was cancelled"),
-        ("prepare-queue-full", longWrite, "write failed: peer refused (handle 0x3): Prepare Queue Full (0x9)"),
+        ("prepare-queue-full", longWrite, "write failed: peer refused (handle 0x0003): Prepare Queue Full (0x09)"),
         ("smp-key-size-6", pair, "failed: pairing failed here: encryption key size"),
         ("smp-short-response", pair, "failed: pairing failed here: invalid parameters"),
         ("smp-extra-keys", pair, "failed: pairing failed here: invalid parameters"),

@@ -79,7 +79,7 @@ struct ReplayTests {
         guard BtctlGATTTests.isBuilt() else { return }
         let (replay, port) = try await Self.serve()
         let read = try await BtctlGATTTests.run(["gatt", "read", "--name", "btctl-battery", "--uuid", "2A19", "-t", "tcp:127.0.0.1:\(port)"])
-        #expect(read.status == 0 && read.out.contains("0x10: 64  100 %"), "\(read.out)")
+        #expect(read.status == 0 && read.out.contains("0x0010: 64  100 %"), "\(read.out)")
         let (status, event) = try await Self.end(of: replay)
         #expect(status == 0 && event["event"] as? String == "matched" && event["host_frames"] as? Int == 30, "\(replay.output)")
     }

@@ -125,7 +125,7 @@ extension KernelTests {
         // request crossed our credits right after a transfer, btvirt once in a few runs
         // never delivered it to hci0 (the monitor shows it sent on hci1, never received
         // on hci0), and the kernel gave up after its 40 s connect timeout.
-        await #expect(throws: L2CAPError(operation: "opening a channel to \(hci0) (public) SPSM 0x84", errno: ECONNREFUSED)) {
+        await #expect(throws: L2CAPError(operation: "opening a channel to \(hci0) (public) SPSM 0x0084", errno: ECONNREFUSED)) {
             _ = try await KernelL2CAPChannel.connect(to: hci0, type: .public, spsm: 0x0084, from: hci1)
         }
         let theirs = try await KernelL2CAPChannel.connect(to: hci0, type: .public, spsm: 0x0083, receiveMTU: 1000, from: hci1)
