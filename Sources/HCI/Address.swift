@@ -31,7 +31,7 @@ public struct BluetoothAddress: Hashable, Sendable, CustomStringConvertible, Los
         guard parts.count == 6 else { return nil }
         var v: UInt64 = 0
         for p in parts {
-            guard p.count == 2, let b = UInt8(p, radix: 16) else { return nil }
+            guard p.utf8.count == 2, let b = UInt8(hexDigits: p) else { return nil }
             v = v << 8 | UInt64(b)
         }
         value = v

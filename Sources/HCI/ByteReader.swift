@@ -215,6 +215,17 @@ public struct ByteWriter: Sendable {
     }
 }
 
+extension FixedWidthInteger {
+    /// A number from hex digits alone (ASCII `0-9a-fA-F`: no sign, no `0x`, no
+    /// separators), nil when empty, anything else or out of range. `init(_:radix:)`
+    /// also takes a sign (`UInt8("+1", radix: 16)` is 1), and `Character.isHexDigit`
+    /// fullwidth digits; text from people and files goes through this instead.
+    public init?(hexDigits s: some StringProtocol) {
+        guard !s.isEmpty, s.unicodeScalars.allSatisfy(\.properties.isASCIIHexDigit), let v = Self(s, radix: 16) else { return nil }
+        self = v
+    }
+}
+
 extension Array where Element == UInt8 {
     /// Lower-case hex, no separators: `[0x01, 0xab]` → `"01ab"`.
     public var hexString: String {

@@ -23,10 +23,11 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
         }
         func hex<T: FixedWidthInteger>(_ s: Substring, max: T) -> T? {
             let digits = s.hasPrefix("0x") ? s.dropFirst(2) : s
-            guard !digits.isEmpty, let v = T(digits, radix: 16), v <= max else { return nil }
+            guard let v = T(hexDigits: digits), v <= max else { return nil }
             return v
         }
-        let t = text.lowercased().drop { $0 == " " }
+        var t = text.lowercased().drop { $0 == " " }
+        while t.last == " " { t = t.dropLast() }
         if t.contains(":") {
             let parts = t.split(separator: ":", omittingEmptySubsequences: false)
             guard parts.count == 2, let ogf = hex(parts[0], max: UInt8(0x3F)), let ocf = hex(parts[1], max: UInt16(0x3FF)) else { return nil }
@@ -34,7 +35,7 @@ public struct HCIOpcode: RawRepresentable, Hashable, Sendable, CustomStringConve
             return
         }
         if t.hasPrefix("0x") {
-            guard let v = UInt16(t.dropFirst(2).prefix { $0 != " " }, radix: 16) else { return nil }
+            guard let v = UInt16(hexDigits: t.dropFirst(2)) else { return nil }
             self.init(rawValue: v)
             return
         }

@@ -31,10 +31,20 @@ public struct BluetoothUUID: Hashable, Sendable, CustomStringConvertible, Lossle
         }
     }
 
-    /// From "180F", "0000180F", or "0000180f-0000-1000-8000-00805f9b34fb".
+    /// From "180F", "0000180F", "0000180f00001000800000805f9b34fb" or
+    /// "0000180f-0000-1000-8000-00805f9b34fb" (hyphens there and nowhere else); nil for
+    /// anything else.
     public init?(_ description: String) {
-        let hex = description.filter { $0 != "-" }
-        guard [4, 8, 32].contains(hex.count), let big = [UInt8](hex: hex) else { return nil }
+        let u = Array(description.utf8)
+        let hyphens = [8, 13, 18, 23]
+        let hex: String
+        switch u.count {
+        case 4, 8, 32: hex = description
+        case 36 where hyphens.allSatisfy({ u[$0] == UInt8(ascii: "-") }):
+            hex = String(decoding: u.indices.filter { !hyphens.contains($0) }.map { u[$0] }, as: UTF8.self)
+        default: return nil
+        }
+        guard hex.unicodeScalars.allSatisfy(\.properties.isASCIIHexDigit), let big = [UInt8](hex: hex) else { return nil }
         try? self.init(littleEndian: big.reversed())
     }
 

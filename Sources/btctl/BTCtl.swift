@@ -201,18 +201,10 @@ struct CLIError: Error, CustomStringConvertible {
     init(_ d: String) { description = d }
 }
 
-/// Hex digits as a person types them after `0x` (ASCII only: `Character.isHexDigit`
-/// also takes fullwidth ones; no sign, which `UInt16(_:radix:)` would take), nil when
-/// empty, anything else, or above 0xFFFF.
-func hexUInt16(_ digits: some StringProtocol) -> UInt16? {
-    guard !digits.isEmpty, digits.unicodeScalars.allSatisfy(\.properties.isASCIIHexDigit) else { return nil }
-    return UInt16(digits, radix: 16)
-}
-
 /// A 16-bit number from the command line: `0x` and hex digits, or decimal digits
 /// (ASCII only, no sign); nil otherwise. Handles, SPSMs.
 func cliUInt16(_ s: String) -> UInt16? {
-    if s.lowercased().hasPrefix("0x") { return hexUInt16(s.dropFirst(2)) }
+    if s.lowercased().hasPrefix("0x") { return UInt16(hexDigits: s.dropFirst(2)) }
     guard !s.isEmpty, s.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else { return nil }
     return UInt16(s)
 }

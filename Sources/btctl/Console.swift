@@ -105,7 +105,7 @@ enum Console {
     /// A word of a console line naming an attribute: a handle (`0x0012`) or a UUID.
     static func target(_ word: String) throws(CLIError) -> ServeCommand.Target {
         if word.lowercased().hasPrefix("0x") {
-            guard let h = hexUInt16(word.dropFirst(2)), h > 0 else { throw CLIError("'\(word)' is not a handle (0x0001 to 0xFFFF)") }
+            guard let h = UInt16(hexDigits: word.dropFirst(2)), h > 0 else { throw CLIError("'\(word)' is not a handle (0x0001 to 0xFFFF)") }
             return .handle(h)
         }
         guard let u = BluetoothUUID(word) else { throw CLIError("'\(word)' is neither a UUID (2A19, or 128-bit) nor a handle (0x0012)") }

@@ -489,7 +489,7 @@ struct AdvertisingSetSpec {
     /// COMPANY:HEX (`--manufacturer`, `--set manufacturer=`), e.g. 004c:0102.
     static func manufacturerData(_ text: String) -> AdvertisingData.ManufacturerData? {
         let p = text.split(separator: ":", maxSplits: 1)
-        guard p.count == 2, let c = hexUInt16(p[0]), let b = [UInt8](hex: String(p[1])) else { return nil }
+        guard p.count == 2, let c = UInt16(hexDigits: p[0]), let b = [UInt8](hex: String(p[1])) else { return nil }
         return .init(companyIdentifier: c, data: b)
     }
 }

@@ -11,7 +11,7 @@ struct CodecTests {
         #expect(HCIOpcode(parsing: "0x2018") == .leRand)
         #expect(HCIOpcode(parsing: "LE Rand") == .leRand)
         #expect(HCIOpcode(parsing: "le-rand") == .leRand)
-        #expect(HCIOpcode(parsing: " reset") == .reset)
+        #expect(HCIOpcode(parsing: " reset") == .reset && HCIOpcode(parsing: "0x2018 ") == .leRand)
         #expect(HCIOpcode(parsing: "Read Local Version Information") == .readLocalVersionInformation)
         #expect(HCIOpcode(parsing: "0xFC01")?.rawValue == 0xFC01, "an opcode this stack does not name")
         #expect(HCIOpcode(parsing: "HCI_LE_Rand") == .leRand)
@@ -59,6 +59,24 @@ struct CodecTests {
         #expect(BluetoothAddress("DA:4C:10:DE:17:00") == a)
         #expect(BluetoothAddress("DA:4C:10:DE:17") == nil)
         #expect(BluetoothAddress("zz:4C:10:DE:17:00") == nil)
+        // A sign is not a hex digit, though UInt8(_:radix:) takes one ("+1" is 1).
+        for bad in ["DA:4C:10:DE:17:+1", "DA:4C:10:DE:17:-0", "DA:4C:10:DE:17:０1"] { #expect(BluetoothAddress(bad) == nil, "\(bad)") }
+    }
+
+    /// UUIDs as the specification writes them, and nothing looser: hyphens only where
+    /// the 36-character form has them (they were dropped wherever they stood, so
+    /// "1-8-0-F" was 180F), no signs, no separators.
+    @Test func uuidsParseFromTheirWrittenFormsOnly() {
+        let battery = BluetoothUUID(0x180F)
+        for good in ["180F", "180f", "0000180F", "0000180f-0000-1000-8000-00805f9b34fb", "0000180F00001000800000805F9B34FB"] {
+            #expect(BluetoothUUID(good) == battery, "\(good)")
+        }
+        for bad in ["1-8-0-F", "180F-", "-180F", "+80F", "18 0F", "18:0F", "0000180f0000-1000-8000-00805f9b34fb-", "0000180-f0000-1000-8000-00805f9b34fb",
+                    "０１８０", "", "180", "0x180F"] {
+            #expect(BluetoothUUID(bad) == nil, "\(bad)")
+        }
+        #expect(UInt16(hexDigits: "0efe") == 0x0EFE && UInt16(hexDigits: "+ef") == nil && UInt16(hexDigits: "") == nil && UInt8(hexDigits: "100") == nil)
+        #expect(HCIOpcode(parsing: "0x+2018") == nil && HCIOpcode(parsing: "0x2018 x") == nil && HCIOpcode(parsing: "0x08:+0x18") == nil)
     }
 
     @Test func resetCommandEncodesExactly() {

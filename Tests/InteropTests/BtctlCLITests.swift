@@ -76,11 +76,13 @@ import Testing
         ]
         // A value this option does take: a write of no bytes is a write.
         let taken: Set<[String]> = [["gatt", "write", peer, "--handle", "3", "--value", ""]]
-        // A sign, which UInt16(_:radix:) would take, and separators inside a byte
-        // (manufacturer data 1:2:3:4:5 once advertised company 0x0001 with 23 45).
+        // A sign, which UInt16(_:radix:) would take, separators inside a byte
+        // (manufacturer data 1:2:3:4:5 once advertised company 0x0001 with 23 45), and
+        // hyphens where a UUID has none (1-8-0-F was 180F).
         let signed: [[String]] = [["gatt", "read", peer, "--handle", "+3"], ["gatt", "read", peer, "--handle", "0x+3"],
                                   ["l2cap", "connect", peer, "--spsm", "+128"], ["advertise", "--manufacturer", "+4c:01"],
-                                  ["advertise", "--manufacturer", "004c:1:2"], ["advertise", "--manufacturer", "004c:0 1"]]
+                                  ["advertise", "--manufacturer", "004c:1:2"], ["advertise", "--manufacturer", "004c:0 1"],
+                                  ["gatt", "read", "C0:FF:EE:00:00:+1/random", "--uuid", "2A00"], ["scan", "--uuid", "1-8-0-F"]]
         let cases = templates.flatMap { t in values.map { v in t.map { $0 == "@" ? v : $0 } } }.filter { !taken.contains($0) } + signed
         let refused = try await withThrowingTaskGroup(of: ([String], Int32, String).self) { group in
             var next = cases.makeIterator(), results: [([String], Int32, String)] = []
