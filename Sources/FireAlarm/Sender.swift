@@ -170,7 +170,7 @@ public actor FireAlarmSender {
         defer { wake(nil) }
         switch e {
         case let .subscriptionChanged(c, central, _, indicate) where c === alarmState:
-            emit(indicate ? "subscribed" : "unsubscribed", "\(central.peer) to the alarm state", ["central": .text(central.peer.description)])
+            emit(indicate ? "subscribed" : "unsubscribed", "\(central.peer) \(indicate ? "to" : "from") the alarm state", ["central": .text(central.peer.description)])
         case let .subscriptionChanged(c, central, notify, _) where c === floorPlan && notify:
             tasks.append(Task { [weak self] in await self?.sendFloorPlan(to: central) })
         case let .written(c, value, central) where c === acknowledge:
