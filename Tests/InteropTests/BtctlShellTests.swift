@@ -4,7 +4,8 @@
 // commands that leave the session going), on the virtual radio (discovery, a floor
 // plan notified in pieces, pairing, links and which is current), a passkey typed on the
 // console for Bumble's Security Manager, a link Bumble's side ends, notifications that
-// outrun a console nobody reads, and a bond file that is not one. Every line is checked
+// outrun a console nobody reads, a bond file that is not one, and values no command
+// takes, each refused while the session goes on. Every line is checked
 // against docs/schemas/shell.schema.json.
 
 import BLETesting
@@ -139,6 +140,34 @@ import Testing
         #expect(lines.contains { $0["event"] as? String == "rssi" && $0["rssi"] as? Int == -52 }, "the fire alarm at 3.5 m: \(lines)")
         // The bond went to the file named.
         #expect(FileManager.default.contents(atPath: bonds).map { String(decoding: $0, as: UTF8.self).contains("C0:FF:EE:00:00:01") } == true)
+    }
+
+    /// Lines from outside the process, as a script may carry them: values no command
+    /// takes (a sign, fullwidth digits, handles 0 and 0x10000, hex split inside a byte,
+    /// an unclosed quote, NaN, infinities, hyphens where a UUID has none, a 5,000-byte
+    /// word). Each is refused with one error naming it, and the session goes on: the
+    /// reads between and after them answer, and the exit status says a command failed.
+    @Test func valuesNoCommandTakesAreRefusedAndTheSessionGoesOn() async throws {
+        guard BtctlGATTTests.isBuilt() else { return }
+        let bonds = Self.bondFile()
+        defer { try? FileManager.default.removeItem(atPath: bonds) }
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
+        shell.send("connect FireAlarm-B3")
+        #expect(await Self.waitFor(shell, "connected"), "\(shell.output)")
+        let refused = ["read 0x+3", "read ０x3", "read 0x0000", "read 0x10000", "write 0x0003 1:2", "write 0x0003 \"", "write 0x0003",
+                       "sleep nan", "sleep 1e400", "scan -inf", "data-length 1e9", "select nobody", "connect", "frobnicate",
+                       "subscribe 1-8-0-F", String(repeating: "a", count: 5000)]
+        for line in refused.prefix(8) { shell.send(line) }
+        shell.send("read 2A00")
+        for line in refused.dropFirst(8) { shell.send(line) }
+        shell.send("read 2A00")
+        #expect(await Self.waitFor(shell, "value", count: 2), "\(shell.output)")
+        let lines = try await Self.quit(shell, status: 1)
+        let names = lines.compactMap { $0["event"] as? String }
+        #expect(names.filter { $0 == "error" }.count == refused.count, "\(names)")
+        #expect(lines.filter { $0["event"] as? String == "value" }.allSatisfy { $0["text"] as? String == "FireAlarm-B3" }, "\(lines)")
+        #expect(names.last == "disconnected", "\(names)")
     }
 
     /// Pairing's question answered on the console: Bumble displays 123456 (MITM, Secure
