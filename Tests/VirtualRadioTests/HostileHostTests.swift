@@ -12,21 +12,16 @@
 
 import BLETesting
 import HCI
+import SMP
 import Testing
 @testable import VirtualHCI
 
 @Suite(.timeLimit(.minutes(3)))
 struct HostileHostTests {
-    /// SplitMix64: the same seed, the same host.
+    /// The same seed, the same host (`SecurityRandom.seeded`, as the hostile-peer tests draw).
     struct Seeded: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
+        let source: SecurityRandom
+        mutating func next() -> UInt64 { source.uint64() }
         mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: .min ... .max, using: &self) } }
     }
 
@@ -79,7 +74,7 @@ struct HostileHostTests {
         }, within: .seconds(10))
         let live = try #require(link)
 
-        var rng = Seeded(state: seed)
+        var rng = Seeded(source: .seeded(seed))
         let implemented = host.implemented.sorted { $0.rawValue < $1.rawValue }
         var sent: [HCIOpcode] = []
         for _ in 0..<400 {
