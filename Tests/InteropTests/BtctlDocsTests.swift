@@ -2,7 +2,8 @@
 // (`-t virtual`, `-t virtual5`) are run here and must print what the page shows, so
 // the page cannot drift from the program (several examples had: handles printed
 // 0x3 where btctl printed 0x0003, services without the names btctl gives them, LE
-// features from before the radio had LE Coded).
+// features from before the radio had LE Coded). The JSON lines of every `--json`
+// example, on any transport, must follow the command's schema.
 
 import Foundation
 import Testing
@@ -91,6 +92,36 @@ import Testing
             #expect(Self.interleaves(Self.lines(shown.joined(separator: "\n")), Self.lines(run.out), Self.lines(err)),
                     "docs/btctl.md:\(ex.line): \(ex.command)\n--- the page:\n\(shown.joined(separator: "\n"))\n--- stdout:\n\(run.out)--- stderr:\n\(err)")
         }
+    }
+
+    /// The schema a command's `--json` lines follow (docs/schemas): `gatt serve` is
+    /// gatt-serve, `trace show` trace-show, `l2cap connect` l2cap, `scan` scan.
+    static func schema(of command: String) -> String? {
+        let words = command.split(separator: " ").map(String.init)
+        guard words.count >= 2, words[0] == "btctl" else { return nil }
+        let sub = words[1]
+        if ["gatt", "trace"].contains(sub), words.count >= 3 { return "\(sub)-\(words[2])" }
+        return sub
+    }
+
+    /// Every `--json` example in the docs (on any transport, Rootcanal's too): each line
+    /// it shows that is JSON must follow the command's schema, as every line btctl
+    /// prints does (`JSONSchemaTests`), so an example cannot show a field or an event
+    /// the program no longer has.
+    @Test func jsonExamplesFollowTheirCommandsSchemas() throws {
+        let docs = Interop.root + "/docs/"
+        var checked = 0
+        for file in try FileManager.default.contentsOfDirectory(atPath: docs).filter({ $0.hasSuffix(".md") }).sorted() {
+            let page = try String(contentsOfFile: docs + file, encoding: .utf8)
+            for ex in Self.examples(page) where ex.command.hasPrefix("btctl ") && ex.command.contains("--json") {
+                let schema = try #require(Self.schema(of: ex.command), "\(file):\(ex.line)")
+                let json = ex.output.filter { $0.hasPrefix("{") }
+                #expect(!json.isEmpty, "\(file):\(ex.line): a --json example shows no JSON line")
+                _ = try JSONSchemaTests.check(json.joined(separator: "\n"), against: schema)
+                checked += 1
+            }
+        }
+        #expect(checked >= 6, "the docs' --json examples: \(checked)")
     }
 
     /// The comparison itself: it takes the two streams in any interleaving, and
