@@ -80,7 +80,7 @@ struct HostileHostTests {
         for _ in 0..<400 {
             let roll = Int.random(in: 0..<100, using: &rng)
             if roll < 8 {
-                // ACL data: a handle that may exist (the first link's is 0x0040), any flags, any length.
+                // ACL data: the live link (two times in three) or any handle, any flags, any length.
                 let handle = [live, live, UInt16.random(in: 0...0x0FFF, using: &rng)].randomElement(using: &rng)!
                 let boundary = ACLPacketBoundary(rawValue: UInt8.random(in: 0...3, using: &rng))
                 try await host.send(.acl(ACLDataPacket(handle: handle, boundary: boundary, data: rng.bytes(Int.random(in: 0...40, using: &rng)))))
