@@ -20,11 +20,11 @@ export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH="${TEST_WIDTH:-6}"
 # is killed with a report of the tests that never ended, the processes they started and
 # every thread's stack (swift test's buffered output lost exactly those lines once).
 BLE_REQUIRE_INTEROP=1 Scripts/run-tests.sh 900
-# The seeded hostile-peer, lying-controller, hostile-peripheral (and spoiled-pairing)
-# and link-churn tests on more seeds than the suite's four (the same seeds every run;
-# docs/testing.md). Only the seeded tests: the others ran above, and their time
-# bounds are not meant for two cores shared with 60 seeds' cases at once.
-BLE_HOSTILE_SEEDS="${HOSTILE_SEEDS:-5-64}" Scripts/run-tests.sh 600 --filter 'HostilePeerTests/seeded|HostileControllerTests/seeded|HostilePeripheralTests/seeded|LinkChurnTests/linksEndingMidFlight'
+# The seeded hostile-peer, lying-controller, hostile-peripheral (and spoiled-pairing),
+# hostile-host and link-churn tests on more seeds than the suite's four (the same
+# seeds every run; docs/testing.md). Only the seeded tests: the others ran above, and
+# their time bounds are not meant for two cores shared with 60 seeds' cases at once.
+BLE_HOSTILE_SEEDS="${HOSTILE_SEEDS:-5-64}" Scripts/run-tests.sh 600 --filter 'HostilePeerTests/seeded|HostileControllerTests/seeded|HostilePeripheralTests/seeded|HostileHostTests/seeded|LinkChurnTests/linksEndingMidFlight'
 # The example daemon package, built and tested as a separate package depending on this one
 # (its test replays a session recorded on Rootcanal).
 (cd Examples/BatteryDaemon && swift build --build-tests && swift test --skip-build)

@@ -121,12 +121,8 @@ struct SeededGenerator: RandomNumberGenerator {
     mutating func byte() -> UInt8 { UInt8.random(in: .min ... .max, using: &self) }
     mutating func count(upTo n: Int) -> Int { Int.random(in: 0...n, using: &self) }
 
-    /// Four seeds in the suite; BLE_HOSTILE_SEEDS=n runs seeds 1...n, =a-b seeds a...b.
-    static let seeds: [UInt64] = {
-        let bounds = (ProcessInfo.processInfo.environment["BLE_HOSTILE_SEEDS"] ?? "4").split(separator: "-").compactMap { UInt64($0) }
-        guard let last = bounds.last, let first = bounds.count == 2 ? bounds.first : 1, first >= 1, first <= last else { return [1, 2, 3, 4] }
-        return Array(first...last)
-    }()
+    /// Four seeds in the suite, more with BLE_HOSTILE_SEEDS (`HostileSeeds`).
+    static let seeds = HostileSeeds.fromEnvironment
 }
 
 /// Hosts on one Rootcanal (`Bench.rootcanalHosts`), each started; `addresses[i]` is

@@ -56,8 +56,8 @@ struct HostileHostTests {
         }
     }
 
-    @Test(arguments: [false, true], [1, 2, 3, 4] as [UInt64])
-    func everyCommandIsAnsweredOnceInOrderWhateverItCarries(extended: Bool, seed: UInt64) async throws {
+    @Test(arguments: [false, true], HostileSeeds.fromEnvironment)
+    func seededHostsCommandsAreEachAnsweredOnceInOrder(extended: Bool, seed: UInt64) async throws {
         let radio = VirtualRadio()
         let peer = await radio.makeController(address: BluetoothAddress("C0:FF:EE:00:00:01")!)
         let host = await radio.makeController(address: BluetoothAddress("C0:FF:EE:00:00:02")!, extendedAdvertising: extended)
