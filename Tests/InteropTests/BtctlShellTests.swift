@@ -53,6 +53,16 @@ import Testing
         return try JSONSchemaTests.check(shell.output, against: "shell", sourceLocation: sourceLocation)
     }
 
+    /// `btctl shell --json` on the virtual radio with the bond file `bonds`, ready and
+    /// connected to the fire-alarm sender.
+    static func connectedOnTheVirtualRadio(bonds: String, sourceLocation: SourceLocation = #_sourceLocation) async throws -> LiveProcess {
+        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
+        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)", sourceLocation: sourceLocation)
+        shell.send("connect FireAlarm-B3")
+        #expect(await Self.waitFor(shell, "connected"), "\(shell.output)", sourceLocation: sourceLocation)
+        return shell
+    }
+
     /// A bond file's path of the test's own (the test removes it).
     static func bondFile() -> String {
         FileManager.default.temporaryDirectory.appendingPathComponent("shell-bonds-\(UUID().uuidString).json").path
@@ -151,10 +161,7 @@ import Testing
         guard BtctlGATTTests.isBuilt() else { return }
         let bonds = Self.bondFile()
         defer { try? FileManager.default.removeItem(atPath: bonds) }
-        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
-        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
-        shell.send("connect FireAlarm-B3")
-        #expect(await Self.waitFor(shell, "connected"), "\(shell.output)")
+        let shell = try await Self.connectedOnTheVirtualRadio(bonds: bonds)
         let refused = ["read 0x+3", "read ０x3", "read 0x0000", "read 0x10000", "write 0x0003 1:2", "write 0x0003 \"", "write 0x0003",
                        "sleep nan", "sleep 1e400", "scan -inf", "data-length 1e9", "select nobody", "connect", "frobnicate",
                        "subscribe 1-8-0-F", String(repeating: "a", count: 5000)]
@@ -224,10 +231,7 @@ import Testing
         guard BtctlGATTTests.isBuilt() else { return }
         let bonds = Self.bondFile()
         defer { try? FileManager.default.removeItem(atPath: bonds) }
-        let shell = try LiveProcess(BtctlGATTTests.btctl, ["shell", "-t", "virtual", "--json", "--bonds", bonds])
-        #expect(await Self.waitFor(shell, "ready"), "\(shell.output)")
-        shell.send("connect FireAlarm-B3")
-        #expect(await Self.waitFor(shell, "connected"), "\(shell.output)")
+        let shell = try await Self.connectedOnTheVirtualRadio(bonds: bonds)
         // The console stays open: the signal alone ends the session.
         kill(shell.process.processIdentifier, SIGINT)
         #expect(await shell.exit(timeout: 20) == 130, "\(shell.output)")
