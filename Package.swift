@@ -88,7 +88,7 @@ let package = Package(
         .target(name: "BlueZATT", dependencies: ["ATT", "L2CAP", "Transports", "HCI", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")], swiftSettings: strict),
         .target(
             name: "BLETesting",
-            dependencies: ["HCI", "Snoop", "VirtualHCI", "L2CAP", "ATT", "GATT", "GAP", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
+            dependencies: ["HCI", "Snoop", "VirtualHCI", "L2CAP", "ATT", "GATT", "GAP", "SMP", .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio")],
             swiftSettings: strict),
         .executableTarget(
             name: "btctl",

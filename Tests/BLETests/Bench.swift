@@ -108,23 +108,6 @@ func recorded(_ name: String, _ t: any HCITransport) throws -> any HCITransport 
     return RecordingTransport(wrapping: t, writer: try TraceFileWriter(path: dir + "/\(name).btsnoop"))
 }
 
-/// The seeded source of every random choice in the hostile-peer and hostile-controller
-/// tests (SplitMix64 through `SecurityRandom`): the same seed, the same choices.
-struct SeededGenerator: RandomNumberGenerator {
-    let source: SecurityRandom
-    init(_ seed: UInt64) { source = .seeded(seed) }
-    mutating func next() -> UInt64 { source.uint64() }
-
-    mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &self) < p }
-    mutating func pick<T>(_ options: [T]) -> T { options.randomElement(using: &self)! }
-    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: .min ... .max, using: &self) } }
-    mutating func byte() -> UInt8 { UInt8.random(in: .min ... .max, using: &self) }
-    mutating func count(upTo n: Int) -> Int { Int.random(in: 0...n, using: &self) }
-
-    /// Four seeds in the suite, more with BLE_HOSTILE_SEEDS (`HostileSeeds`).
-    static let seeds = HostileSeeds.fromEnvironment
-}
-
 /// Hosts on one Rootcanal (`Bench.rootcanalHosts`), each started; `addresses[i]` is
 /// `hosts[i]`'s public address.
 struct RootcanalHosts: Sendable {

@@ -12,19 +12,11 @@
 
 import BLETesting
 import HCI
-import SMP
 import Testing
 @testable import VirtualHCI
 
 @Suite(.timeLimit(.minutes(3)))
 struct HostileHostTests {
-    /// The same seed, the same host (`SecurityRandom.seeded`, as the hostile-peer tests draw).
-    struct Seeded: RandomNumberGenerator {
-        let source: SecurityRandom
-        mutating func next() -> UInt64 { source.uint64() }
-        mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: .min ... .max, using: &self) } }
-    }
-
     /// Parameter lengths of fixed-length commands (Vol 4, Part E, §7), so that half the
     /// random commands get past the length check to their values.
     static let lengths: [HCIOpcode: Int] = [
@@ -56,7 +48,7 @@ struct HostileHostTests {
         }
     }
 
-    @Test(arguments: [false, true], HostileSeeds.fromEnvironment)
+    @Test(arguments: [false, true], SeededGenerator.seeds)
     func seededHostsCommandsAreEachAnsweredOnceInOrder(extended: Bool, seed: UInt64) async throws {
         let radio = VirtualRadio()
         let peer = await radio.makeController(address: BluetoothAddress("C0:FF:EE:00:00:01")!)
@@ -74,7 +66,7 @@ struct HostileHostTests {
         }, within: .seconds(10))
         let live = try #require(link)
 
-        var rng = Seeded(source: .seeded(seed))
+        var rng = SeededGenerator(seed)
         let implemented = host.implemented.sorted { $0.rawValue < $1.rawValue }
         var sent: [HCIOpcode] = []
         for _ in 0..<400 {
